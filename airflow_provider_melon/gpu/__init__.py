@@ -1,0 +1,1 @@
+"""GPU policy, ledger and profiling. Imports nothing from Airflow: runs inside YARN containers."""

@@ -1,0 +1,2 @@
+package org.melon.yarn;
+final class Placeholder {}
