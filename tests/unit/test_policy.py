@@ -1,0 +1,147 @@
+"""gpu.policy: pure placement rules, checked against the H200 measurements in shared/data."""
+
+import json
+import os
+
+import pytest
+
+from airflow_provider_melon.gpu import policy
+from airflow_provider_melon.gpu.policy import Gpu, Task
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
+DATA = os.environ.get("MELON_SHARED_DATA", os.path.abspath(DATA))
+
+
+def _load(name):
+    path = os.path.join(DATA, name)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not present")
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_fits_counts_reserved_memory():
+    g = Gpu(0, total_mb=16000, reserved_mb=12000)
+    assert policy.fits(g, 4000)
+    assert not policy.fits(g, 4001)
+    assert policy.room(Gpu(0, 1000, 5000)) == 0  # over-reserved (foreign process): no room, not negative
+    with pytest.raises(ValueError):
+        policy.fits(g, -1)
+
+
+def test_best_fit_picks_least_room_that_fits():
+    gpus = [Gpu(0, 16000, 2000), Gpu(1, 16000, 12000), Gpu(2, 16000, 13500)]
+    # 3000 MiB: GPU 2 has 2500 left (too small), GPU 1 has 4000 (tightest fit), GPU 0 has 14000.
+    assert policy.best_fit(gpus, 3000) == 1
+    # a big hole stays free for a big task
+    assert policy.best_fit(gpus, 10000) == 0
+    assert policy.best_fit(gpus, 15000) is None
+    assert policy.best_fit([], 1) is None
+
+
+def test_best_fit_tie_goes_to_lowest_index():
+    gpus = [Gpu(3, 8000), Gpu(1, 8000), Gpu(2, 8000)]
+    assert policy.best_fit(gpus, 1000) == 1
+
+
+def test_exclusive_needs_a_gpu_without_reservations():
+    gpus = [Gpu(0, 8000, 1000, [Task("a", 1000)]), Gpu(1, 8000, 300), Gpu(2, 8000)]
+    assert policy.exclusive(gpus) == 2
+    assert policy.exclusive(gpus, idle_mb=512) == 1  # NVML shows a few hundred MiB on an idle GPU
+    assert policy.exclusive(gpus[:2]) is None
+    assert policy.exclusive_set(gpus, 2, idle_mb=512) == [1, 2]
+    assert policy.exclusive_set(gpus, 3, idle_mb=512) is None
+
+
+def test_no_mps_large_gpu_takes_at_most_one_small():
+    large = Task("r50", 5000, True)
+    small = ("r18", 1600, False)  # plain tuples work as tasks too
+    g_large = Gpu(0, 141000, 5000, [large])
+    g_large_small = Gpu(0, 141000, 6600, [large, small])
+    assert policy.admits(g_large, large=False, mps=False)  # R50 + 1 x R18: 0.93 / 0.96
+    assert not policy.admits(g_large_small, large=False, mps=False)  # R50 + 2nd R18 -> toward 0.38
+    assert policy.admits(g_large_small, large=False, mps=True)  # MPS: R50 + 3 x R18 keeps R50 at 0.96
+    # symmetric: a large task does not join a GPU that already has 2+ small ones
+    g_smalls = Gpu(1, 141000, 3200, [small, small])
+    assert not policy.admits(g_smalls, large=True, mps=False)
+    assert policy.admits(Gpu(1, 141000, 1600, [small]), large=True, mps=False)
+    assert policy.admits(g_smalls, large=True, mps=True)
+    # small tasks together and large tasks together are not limited by this rule
+    assert policy.admits(Gpu(2, 141000, 4800, [small] * 3), large=False, mps=False)
+    assert policy.admits(g_large, large=True, mps=False)
+
+
+def test_best_fit_applies_the_interference_rule():
+    large = Task("r50", 5000, True)
+    small = Task("r18", 1600, False)
+    busy = Gpu(0, 141000, 6600, [large, small])  # tighter fit, but already R50 + R18
+    other = Gpu(1, 141000, 0, [])
+    assert policy.best_fit([busy, other], 1600, large=False, mps=False) == 1
+    assert policy.best_fit([busy, other], 1600, large=False, mps=True) == 0
+    assert policy.best_fit([busy], 1600, large=False, mps=False) is None
+
+
+def test_mix_data_supports_the_rule():
+    mix = {s["scenario"]: s["normalized"] for s in _load("h200-mix.json")}
+    r50_with_one, r18_with_r50 = mix["r50+r18"]
+    assert r50_with_one > 0.9 and r18_with_r50 > 0.9  # one small next to a large: both fine
+    assert mix["r50+3r18"][0] < 0.5  # three small without MPS starve the large one
+    assert mix["mps-r50+3r18"][0] > 0.9  # not with MPS
+    assert policy.MAX_SMALL_WITH_LARGE == 1
+
+
+# The measured anchor (h200-colocate.json), repeated here so the decision is tested even without shared/data.
+R18_CURVE = {2: 1.82, 4: 3.52, 8: 3.71}
+R50_CURVE = {2: 1.19, 4: 1.19, 8: 1.19}
+R18_MB, R50_MB, H200_MB = 1654, 4906, 141 * 1024
+
+
+def test_packing_pays_separates_resnet18_from_resnet50():
+    u18 = policy.implied_sm_util(max(R18_CURVE.values()))
+    u50 = policy.implied_sm_util(max(R50_CURVE.values()))
+    assert u18 == pytest.approx(0.27, abs=0.01)
+    assert u50 == pytest.approx(0.84, abs=0.01)
+    assert policy.packing_pays(u18, R18_MB / H200_MB)
+    assert not policy.packing_pays(u50, R50_MB / H200_MB)
+
+
+def test_colocate_data_matches_the_anchor():
+    records = _load("h200-colocate.json")
+    r18 = policy.curve_from_records(records, "resnet18-cifar-b128-fp32")
+    r50 = policy.curve_from_records(records, "resnet50-224-b64-bf16")
+    for k, v in R18_CURVE.items():
+        assert r18[k] == pytest.approx(v, abs=0.01)
+    for k, v in R50_CURVE.items():
+        assert r50[k] == pytest.approx(v, abs=0.01)
+    assert r18[1] == 1.0
+
+
+def test_packing_pays_is_also_memory_bound():
+    # light on SMs but needs 60 % of the memory: only one copy fits, nothing to gain
+    assert policy.predicted_gain(0.2, 0.6) == 1.0
+    assert not policy.packing_pays(0.2, 0.6)
+    assert policy.predicted_gain(0.2, 0.5) == 2.0
+    assert policy.packing_pays(0.2, 0.5)
+    assert not policy.packing_pays(0.7, 0.01)  # 1/0.7 = 1.43 < 1.5
+    assert policy.packing_pays(0.6, 0.01)
+    with pytest.raises(ValueError):
+        policy.packing_pays(0, 0.5)
+    with pytest.raises(ValueError):
+        policy.packing_pays(0.5, 1.5)
+
+
+def test_colocation_speedup_interpolates_and_saturates():
+    curve = {2: 1.82, 4: 3.52, 8: 3.71}
+    assert policy.colocation_speedup(curve, 1) == 1.0  # implied point
+    assert policy.colocation_speedup(curve, 1.5) == pytest.approx(1.41)
+    assert policy.colocation_speedup(curve, 3) == pytest.approx((1.82 + 3.52) / 2)
+    assert policy.colocation_speedup(curve, 6) == pytest.approx((3.52 + 3.71) / 2)
+    assert policy.colocation_speedup(curve, 16) == pytest.approx(3.71)  # flat past the last point
+    assert policy.colocation_speedup([(2, 1.19), (8, 1.19)], 5) == pytest.approx(1.19)
+    with pytest.raises(ValueError):
+        policy.colocation_speedup(curve, 0.5)
+
+
+def test_curve_from_records_unknown_workload():
+    with pytest.raises(KeyError):
+        policy.curve_from_records([{"workload": "x", "k": 1, "speedup_vs_1": 1.0}], "y")
