@@ -1,0 +1,344 @@
+package org.melon.yarn;
+
+import java.io.File;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.StandardCopyOption;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.yarn.api.records.NodeState;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
+import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNode;
+
+/**
+ * One-JVM HDFS + YARN cluster for tests and demos (see docs/protocol.md section 1).
+ * Loopback only, fixed ports, GPU resource types declared but not backed by real GPUs.
+ */
+public final class MiniClusterLauncher {
+
+  static final String GPU = "yarn.io/gpu";
+  static final String GPU_MEM = "melon.io/gpu-memory";
+
+  private final Map<String, String> opts = new LinkedHashMap<>();
+  private MiniDFSCluster dfs;
+  private MiniYARNCluster yarn;
+  private File details;
+
+  public static void main(String[] args) {
+    try {
+      new MiniClusterLauncher().run(args);
+    } catch (Throwable t) {
+      t.printStackTrace();
+      System.err.println("ERROR: mini cluster failed to start: " + t);
+      System.err.flush();
+      Runtime.getRuntime().halt(1);
+    }
+  }
+
+  private String opt(String name) {
+    return opts.get(name);
+  }
+
+  private int intOpt(String name) {
+    return Integer.parseInt(opts.get(name));
+  }
+
+  private static void fail(String message) {
+    System.err.println("ERROR: " + message);
+    System.err.flush();
+    Runtime.getRuntime().halt(2);
+  }
+
+  private void parse(String[] args) {
+    opts.put("work-dir", ".melon-minicluster");
+    opts.put("rm-port", "18032");
+    opts.put("rm-web-port", "18088");
+    opts.put("nn-port", "18020");
+    opts.put("nn-http-port", "18070");
+    opts.put("nodemanagers", "2");
+    opts.put("nm-memory-mb", "8192");
+    opts.put("nm-vcores", "8");
+    opts.put("gpus", "2");
+    opts.put("gpu-memory-mb", "32768");
+    opts.put("details", null);
+    for (int i = 0; i < args.length; i++) {
+      String a = args[i];
+      String key = a.startsWith("--") ? a.substring(2) : null;
+      String value = null;
+      if (key != null && key.contains("=")) {
+        value = key.substring(key.indexOf('=') + 1);
+        key = key.substring(0, key.indexOf('='));
+      } else if (key != null && i + 1 < args.length) {
+        value = args[++i];
+      }
+      if (key == null || !opts.containsKey(key) || value == null) {
+        fail("bad argument " + a + " (flags: --" + String.join(" --", opts.keySet()) + ")");
+      }
+      opts.put(key, value);
+    }
+    for (String k : opts.keySet()) {
+      if (!k.equals("work-dir") && !k.equals("details")) {
+        try {
+          Integer.parseInt(opts.get(k));
+        } catch (NumberFormatException e) {
+          fail("--" + k + " must be an integer, got " + opts.get(k));
+        }
+      }
+    }
+  }
+
+  /** Fails (exit 2) if any port we need is taken, before anything starts. */
+  private void checkPorts() {
+    int rm = intOpt("rm-port");
+    Object[][] ports = {
+        {rm, "rm-port"}, {rm + 1, "rm-port (+1 scheduler)"}, {rm + 2, "rm-port (+2 resource-tracker)"},
+        {rm + 3, "rm-port (+3 admin)"}, {intOpt("rm-web-port"), "rm-web-port"},
+        {intOpt("nn-port"), "nn-port"}, {intOpt("nn-http-port"), "nn-http-port"}};
+    for (Object[] p : ports) {
+      int port = (Integer) p[0];
+      try (ServerSocket s = new ServerSocket()) {
+        s.setReuseAddress(true);
+        s.bind(new InetSocketAddress(InetAddress.getByName("127.0.0.1"), port));
+      } catch (IOException e) {
+        fail("port " + port + " in use (flag --" + p[1] + ")");
+      }
+    }
+  }
+
+  private Configuration buildConf(File work) {
+    Configuration conf = new YarnConfiguration();
+    String host = "127.0.0.1";
+    int rm = intOpt("rm-port");
+    int gpus = intOpt("gpus");
+    int gpuMem = intOpt("gpu-memory-mb");
+    int nmMem = intOpt("nm-memory-mb");
+    int nmCores = intOpt("nm-vcores");
+
+    // Resource types: must be in the conf before ResourceUtils is first initialised.
+    conf.set("yarn.resource-types", GPU + "," + GPU_MEM);
+    conf.set("yarn.resource-types." + GPU_MEM + ".units", "Mi");
+    conf.set("yarn.resource-types." + GPU + ".maximum-allocation", String.valueOf(Math.max(gpus, 1)));
+    conf.set("yarn.resource-types." + GPU_MEM + ".maximum-allocation", String.valueOf(Math.max(gpuMem, 1)));
+    conf.set("yarn.nodemanager.resource-type." + GPU, String.valueOf(gpus));
+    conf.set("yarn.nodemanager.resource-type." + GPU_MEM, gpuMem + "Mi");
+
+    // HDFS
+    conf.set("fs.defaultFS", "hdfs://" + host + ":" + intOpt("nn-port"));
+    conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(work, "hdfs").getAbsolutePath());
+    conf.setBoolean("dfs.webhdfs.enabled", true);
+    conf.setBoolean("dfs.permissions.enabled", false);
+    conf.setInt("dfs.replication", 1);
+
+    // Simple auth, anyone may impersonate (loopback-only test cluster).
+    String user = System.getProperty("user.name");
+    conf.set("hadoop.security.authentication", "simple");
+    conf.set("hadoop.http.authentication.type", "simple");
+    conf.setBoolean("hadoop.http.authentication.simple.anonymous.allowed", true);
+    conf.set("hadoop.proxyuser." + user + ".hosts", "*");
+    conf.set("hadoop.proxyuser." + user + ".groups", "*");
+
+    // ResourceManager on fixed loopback ports.
+    conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, true);
+    conf.set(YarnConfiguration.RM_HOSTNAME, host);
+    conf.set(YarnConfiguration.RM_ADDRESS, host + ":" + rm);
+    conf.set(YarnConfiguration.RM_SCHEDULER_ADDRESS, host + ":" + (rm + 1));
+    conf.set(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, host + ":" + (rm + 2));
+    conf.set(YarnConfiguration.RM_ADMIN_ADDRESS, host + ":" + (rm + 3));
+    conf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, host + ":" + intOpt("rm-web-port"));
+    conf.set(YarnConfiguration.RM_BIND_HOST, host);
+
+    // Scheduler: capacity + dominant resource calculator so GPUs count.
+    conf.set(YarnConfiguration.RM_SCHEDULER,
+        "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler");
+    conf.set("yarn.scheduler.capacity.resource-calculator",
+        "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator");
+    conf.set("yarn.scheduler.capacity.root.queues", "default");
+    conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
+    conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
+    conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "0.5");
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, nmMem);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES, nmCores);
+
+    // NodeManagers: advertised resources, no memory enforcement, logs kept locally.
+    conf.setInt(YarnConfiguration.YARN_MINICLUSTER_NM_PMEM_MB, nmMem);
+    conf.setInt(YarnConfiguration.NM_PMEM_MB, nmMem);
+    conf.setInt(YarnConfiguration.NM_VCORES, nmCores);
+    conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
+    conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+    conf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, false);
+    conf.setInt(YarnConfiguration.DEBUG_NM_DELETE_DELAY_SEC, 24 * 3600);
+    conf.setLong(YarnConfiguration.NM_LOG_RETAIN_SECONDS, 24 * 3600);
+    conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
+    conf.setLong(YarnConfiguration.NM_MIN_PER_DISK_FREE_SPACE_MB, 256);
+    // Containers run {{JAVA_HOME}}/bin/java: make sure JAVA_HOME is set even if our env lacks it.
+    conf.set(YarnConfiguration.NM_ADMIN_USER_ENV, "JAVA_HOME=" + System.getProperty("java.home"));
+    conf.setBoolean(YarnConfiguration.TIMELINE_SERVICE_ENABLED, false);
+    return conf;
+  }
+
+  private void run(String[] args) throws Exception {
+    long t0 = System.nanoTime();
+    parse(args);
+    File work = new File(opt("work-dir")).getAbsoluteFile();
+    details = new File(opt("details") != null ? opt("details") : new File(work, "cluster.json").getPath())
+        .getAbsoluteFile();
+    checkPorts();
+    work.mkdirs();
+    Files.deleteIfExists(details.toPath());
+    // MiniYARNCluster puts its dirs under GenericTestUtils.getTestDir() = ${test.build.data}.
+    System.setProperty("test.build.data", new File(work, "yarn").getAbsolutePath());
+    System.setProperty("hadoop.log.dir", new File(work, "logs").getAbsolutePath());
+
+    Configuration conf = buildConf(work);
+    installSignalHandlers();
+
+    dfs = new MiniDFSCluster.Builder(conf)
+        .nameNodePort(intOpt("nn-port"))
+        .nameNodeHttpPort(intOpt("nn-http-port"))
+        .numDataNodes(1)
+        .format(true)
+        .build();
+    dfs.waitActive();
+
+    int nms = intOpt("nodemanagers");
+    yarn = new MiniYARNCluster("melon", nms, 1, 1);
+    yarn.init(conf);
+    yarn.start();
+    waitForHealthyNodes(nms);
+
+    File confDir = new File(work, "conf");
+    confDir.mkdirs();
+    Configuration live = yarn.getConfig();
+    writeXml(dfs.getConfiguration(0), new File(confDir, "hdfs-site.xml"));
+    writeXml(live, new File(confDir, "core-site.xml"));
+    writeXml(live, new File(confDir, "yarn-site.xml"));
+    writeDetails(confDir);
+    System.out.printf("MiniClusterLauncher ready in %.1f s: %s%n", (System.nanoTime() - t0) / 1e9, details);
+    System.out.flush();
+    Thread.currentThread().join();
+  }
+
+  private void waitForHealthyNodes(int expected) throws Exception {
+    long deadline = System.currentTimeMillis() + 60_000;
+    while (true) {
+      for (int i = 0; i < expected; i++) {
+        NodeManager nm = yarn.getNodeManager(i);
+        if (!nm.getNodeHealthChecker().getDiskHandler().areDisksHealthy()) {
+          fail("NodeManager " + i + " is UNHEALTHY: "
+              + nm.getNodeHealthChecker().getDiskHandler().getDisksHealthReport(false)
+              + " (disk over " + yarn.getConfig().get(
+                  YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE) + "% full or unwritable?)");
+        }
+      }
+      int running = 0;
+      for (RMNode n : yarn.getResourceManager().getRMContext().getRMNodes().values()) {
+        if (n.getState() == NodeState.UNHEALTHY) {
+          fail("NodeManager " + n.getNodeID() + " is UNHEALTHY: " + n.getHealthReport());
+        }
+        if (n.getState() == NodeState.RUNNING) {
+          running++;
+        }
+      }
+      if (running >= expected) {
+        return;
+      }
+      if (System.currentTimeMillis() > deadline) {
+        fail("only " + running + " of " + expected + " NodeManagers registered within 60 s");
+      }
+      Thread.sleep(100);
+    }
+  }
+
+  private static void writeXml(Configuration conf, File file) throws IOException {
+    File tmp = new File(file.getPath() + ".tmp");
+    try (OutputStream out = new FileOutputStream(tmp)) {
+      conf.writeXml(out);
+    }
+    Files.move(tmp.toPath(), file.toPath(), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+  }
+
+  private void writeDetails(File confDir) throws IOException {
+    StringBuilder cp = new StringBuilder(confDir.getAbsolutePath());
+    for (String entry : System.getProperty("java.class.path").split(File.pathSeparator)) {
+      if (!entry.isEmpty()) {
+        cp.append(File.pathSeparator).append(new File(entry).getAbsolutePath());
+      }
+    }
+    String nnHttp = "127.0.0.1:" + intOpt("nn-http-port");
+    Map<String, Object> d = new LinkedHashMap<>();
+    d.put("rm_web_url", "http://127.0.0.1:" + intOpt("rm-web-port"));
+    d.put("webhdfs_url", "http://" + nnHttp + "/webhdfs/v1");
+    d.put("nn_http", nnHttp);
+    d.put("fs_default_fs", "hdfs://127.0.0.1:" + intOpt("nn-port"));
+    d.put("conf_dir", confDir.getAbsolutePath());
+    d.put("am_classpath", cp.toString());
+    d.put("java_home", System.getProperty("java.home"));
+    d.put("user", System.getProperty("user.name"));
+    d.put("pid", ProcessHandle.current().pid());
+    d.put("nodemanagers", intOpt("nodemanagers"));
+    d.put("gpus_per_node", intOpt("gpus"));
+    d.put("gpu_memory_mb_per_node", intOpt("gpu-memory-mb"));
+    StringBuilder json = new StringBuilder("{");
+    for (Map.Entry<String, Object> e : d.entrySet()) {
+      if (json.length() > 1) {
+        json.append(", ");
+      }
+      json.append(Json.quote(e.getKey())).append(": ");
+      json.append(e.getValue() instanceof String ? Json.quote((String) e.getValue()) : e.getValue());
+    }
+    json.append("}\n");
+    details.getParentFile().mkdirs();
+    File tmp = new File(details.getPath() + ".tmp");
+    Files.write(tmp.toPath(), json.toString().getBytes(StandardCharsets.UTF_8));
+    Files.move(tmp.toPath(), details.toPath(), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+  }
+
+  private void installSignalHandlers() {
+    for (String name : new String[] {"TERM", "INT"}) {
+      sun.misc.Signal.handle(new sun.misc.Signal(name), sig -> {
+        Thread t = new Thread(this::stopAndExit, "melon-stop");
+        t.start();
+      });
+    }
+  }
+
+  private synchronized void stopAndExit() {
+    System.out.println("MiniClusterLauncher stopping");
+    try {
+      if (details != null) {
+        Files.deleteIfExists(details.toPath());
+      }
+    } catch (IOException e) {
+      System.err.println("could not delete " + details + ": " + e);
+    }
+    try {
+      if (yarn != null) {
+        yarn.stop();
+      }
+    } catch (Throwable e) {
+      System.err.println("stopping YARN: " + e);
+    }
+    try {
+      if (dfs != null) {
+        dfs.shutdown();
+      }
+    } catch (Throwable e) {
+      System.err.println("stopping HDFS: " + e);
+    }
+    System.out.println("MiniClusterLauncher stopped");
+    System.out.flush();
+    Runtime.getRuntime().halt(0);
+  }
+}
