@@ -1,0 +1,102 @@
+"""``melon`` command line: the embedded mini cluster, job submission, and packing a Python environment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from airflow_provider_melon import minicluster as mc
+
+
+def _cluster(args) -> int:
+    work_dir = Path(args.work_dir)
+    if args.action == "start":
+        details = mc.start(work_dir, port_base=args.port_base, nodemanagers=args.nodemanagers, gpus=args.gpus,
+                           gpu_memory_mb=args.gpu_memory_mb, nm_memory_mb=args.nm_memory_mb,
+                           timeout=args.timeout)
+        print(json.dumps(mc.status(details.work_dir), indent=2))
+        return 0
+    if args.action == "stop":
+        print("stopped" if mc.stop(work_dir) else "not running")
+        return 0
+    info = mc.status(work_dir)
+    print(json.dumps(info, indent=2))
+    return 0 if info["running"] else 1
+
+
+def _submit(args) -> int:
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.spec import JobSpec
+
+    spec = JobSpec.load(Path(args.spec).resolve())
+    hook = melon_hook_for_cluster(Path(args.work_dir))
+    result = hook.submit(spec)
+    print(json.dumps({"app_id": result["app_id"], "uploaded_bytes": result["staging"].uploaded_bytes}))
+    return 0
+
+
+def melon_hook_for_cluster(work_dir: Path):
+    """A MelonHook bound to the embedded cluster in ``work_dir`` (no Airflow connection needed)."""
+    from hdfs import InsecureClient
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    details = mc.read_details(work_dir)
+    if details is None:
+        raise SystemExit(f"no running mini cluster in {work_dir}: run `melon minicluster start` first")
+    return MelonHook(
+        yarn_hook=YarnHook(rm_urls=[details.rm_web_url], user=details.user),
+        hdfs_client=InsecureClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=details.user),
+        user=details.user, am_classpath=details.am_classpath, default_python=sys.executable,
+        container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
+    )
+
+
+def _pack_env(args) -> int:
+    from airflow_provider_melon.packing import pack_env
+
+    out = pack_env(args.output, venv=args.venv, conda=args.conda)
+    print(out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="melon", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    cl = sub.add_parser("minicluster", help="start/stop/status of the embedded Hadoop 3.5 cluster")
+    cl.add_argument("action", choices=["start", "stop", "status"])
+    cl.add_argument("--work-dir", default=str(mc.DEFAULT_WORK_DIR))
+    cl.add_argument("--port-base", type=int, default=mc.DEFAULT_PORT_BASE)
+    cl.add_argument("--nodemanagers", type=int, default=2)
+    cl.add_argument("--gpus", type=int, default=2)
+    cl.add_argument("--gpu-memory-mb", type=int, default=32768)
+    cl.add_argument("--nm-memory-mb", type=int, default=8192)
+    cl.add_argument("--timeout", type=float, default=240)
+    cl.set_defaults(func=_cluster)
+
+    sb = sub.add_parser("submit", help="submit a job spec (YAML/JSON) to the embedded cluster")
+    sb.add_argument("spec")
+    sb.add_argument("--work-dir", default=str(mc.DEFAULT_WORK_DIR))
+    sb.set_defaults(func=_submit)
+
+    pe = sub.add_parser("pack-env", help="pack a virtualenv (venv-pack) or conda env (conda-pack) to a tar.gz")
+    pe.add_argument("output")
+    group = pe.add_mutually_exclusive_group()
+    group.add_argument("--venv", help="virtualenv folder (default: the current one)")
+    group.add_argument("--conda", help="conda env name or prefix")
+    pe.set_defaults(func=_pack_env)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except mc.MiniClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

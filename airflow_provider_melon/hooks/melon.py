@@ -1,0 +1,228 @@
+"""MelonHook: stage a job's files to HDFS, submit its ApplicationMaster to YARN, read the AM's status.
+
+Staging is content-addressed: the code folder is zipped deterministically (sorted entries, fixed timestamps
+and modes), hashed, and uploaded to ``/user/<user>/.melon/cache/<sha256>/<name>``; an object already there
+with the same size is not uploaded again, so a second submit of unchanged code uploads 0 bytes. The same
+holds for the in-container runtime (``runtime/`` + ``gpu/``) and the AM jar. YARN local resources then carry
+the HDFS file's real length and modification time, as the NodeManager's localizer checks them.
+
+HDFS is reached through the HDFS provider's ``WebHDFSHook`` (its ``hdfs`` client) — or any ``hdfs.Client``
+passed in, which is what the CLI and tests do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import secrets
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from airflow_provider_melon import submission
+from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.spec import JobSpec
+from airflow_provider_melon.submission import StagedFile
+
+log = logging.getLogger(__name__)
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+REPO_AM_JAR = PACKAGE_DIR.parent / "appmaster" / "target" / submission.AM_JAR
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+_SKIP_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints", ".pytest_cache"}
+
+
+def deterministic_zip(files: Iterable[tuple[str, Path]]) -> bytes:
+    """Zip ``(archive name, path)`` pairs so that the same contents always give the same bytes."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, path in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
+            mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            info.external_attr = (stat.S_IFREG | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, path.read_bytes())
+    return buf.getvalue()
+
+
+def folder_files(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
+    out = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        for name in names:
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = Path(root) / name
+            out.append((prefix + path.relative_to(folder).as_posix(), path))
+    return out
+
+
+def runtime_files() -> list[tuple[str, Path]]:
+    """What containers need of this package: its light ``__init__``, ``runtime/`` and ``gpu/``."""
+    files = [("airflow_provider_melon/__init__.py", PACKAGE_DIR / "__init__.py")]
+    for sub in ("runtime", "gpu"):
+        files += folder_files(PACKAGE_DIR / sub, f"airflow_provider_melon/{sub}/")
+    return files
+
+
+@dataclass
+class StagingReport:
+    """What a submission staged: each file and the bytes actually uploaded (0 when all were cached)."""
+
+    files: dict[str, StagedFile] = field(default_factory=dict)
+
+    @property
+    def uploaded_bytes(self) -> int:
+        return sum(f.uploaded_bytes for f in self.files.values())
+
+
+class MelonHook:
+    """Stages and submits MeLoN jobs; reads their AM status. Composes a YarnHook and an HDFS client."""
+
+    def __init__(
+        self,
+        yarn_conn_id: str = "yarn_default",
+        webhdfs_conn_id: str = "webhdfs_default",
+        *,
+        yarn_hook: Optional[YarnHook] = None,
+        hdfs_client: Any = None,
+        user: Optional[str] = None,
+        am_jar: Optional[str] = None,
+        am_classpath: Optional[str] = None,
+        default_python: Optional[str] = None,
+        container_env: Optional[dict] = None,
+        fs_default_fs: Optional[str] = None,
+    ) -> None:
+        self.yarn = yarn_hook or YarnHook(yarn_conn_id)
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self._hdfs = hdfs_client
+        extra = self._yarn_extra()
+        self.user = user or getattr(self.yarn, "user", None) or extra.get("user") or os.environ.get("USER", "root")
+        self.am_jar = Path(am_jar or extra.get("am_jar") or _conf("am_jar") or REPO_AM_JAR)
+        self.am_classpath = am_classpath or extra.get("am_classpath") or None
+        self.default_python = default_python or extra.get("python") or "python3"
+        self.container_env = dict(extra.get("container_env") or {}, **(container_env or {}))
+        self.fs_default_fs = fs_default_fs or extra.get("fs_default_fs")
+        self.cache_dir = f"/user/{self.user}/.melon/cache"
+
+    def _yarn_extra(self) -> dict:
+        conn_id = getattr(self.yarn, "yarn_conn_id", None)
+        if getattr(self.yarn, "rm_urls_given", False) or not conn_id:
+            return {}
+        try:
+            return dict(self.yarn.get_connection(conn_id).extra_dejson)
+        except Exception:  # noqa: BLE001 - no Airflow connection: explicit arguments only
+            return {}
+
+    # ---- HDFS -----------------------------------------------------------------------------------------------
+    @property
+    def hdfs(self):
+        if self._hdfs is None:
+            from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+
+            self._hdfs = WebHDFSHook(webhdfs_conn_id=self.webhdfs_conn_id, proxy_user=self.user).get_conn()
+        return self._hdfs
+
+    def hdfs_uri(self, path: str) -> str:
+        if path.startswith("hdfs://"):
+            return path
+        if not self.fs_default_fs:
+            raise ValueError("fs_default_fs is unknown: set it in the YARN connection extra ('fs_default_fs')")
+        return self.fs_default_fs.rstrip("/") + path
+
+    @staticmethod
+    def hdfs_path(uri: str) -> str:
+        """``hdfs://nn:8020/a/b`` → ``/a/b`` (WebHDFS paths carry no authority)."""
+        if uri.startswith("hdfs://"):
+            rest = uri[len("hdfs://"):]
+            return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+        return uri
+
+    def file_status(self, path: str) -> Optional[dict]:
+        return self.hdfs.status(self.hdfs_path(path), strict=False)
+
+    def stat_file(self, path: str) -> StagedFile:
+        st = self.file_status(path)
+        if not st or st.get("type") != "FILE":
+            raise FileNotFoundError(f"{path} is not a file in HDFS")
+        return StagedFile(self.hdfs_uri(self.hdfs_path(path)), int(st["length"]), int(st["modificationTime"]))
+
+    def put_bytes(self, path: str, data: bytes, *, cached: bool = True) -> StagedFile:
+        """Upload ``data`` to ``path`` unless (``cached``) a file of the same size is there already."""
+        st = self.file_status(path) if cached else None
+        uploaded = 0
+        if not st or int(st.get("length", -1)) != len(data):
+            self.hdfs.write(path, data=data, overwrite=True)
+            uploaded = len(data)
+            st = self.file_status(path)
+        staged = StagedFile(self.hdfs_uri(path), int(st["length"]), int(st["modificationTime"]), uploaded)
+        log.info("staged %s (%d bytes, %s)", staged.url, staged.size, "uploaded" if uploaded else "cached")
+        return staged
+
+    def stage_content(self, name: str, data: bytes) -> StagedFile:
+        digest = hashlib.sha256(data).hexdigest()
+        return self.put_bytes(f"{self.cache_dir}/{digest}/{name}", data)
+
+    # ---- staging --------------------------------------------------------------------------------------------
+    def stage(self, spec: JobSpec) -> StagingReport:
+        report = StagingReport()
+        if spec.code and not spec.code.startswith("hdfs://"):
+            report.files["code"] = self.stage_content("code.zip", deterministic_zip(folder_files(Path(spec.code))))
+        elif spec.code:
+            report.files["code"] = self.stat_file(spec.code)
+        report.files["runtime"] = self.stage_content("melon_runtime.zip", deterministic_zip(runtime_files()))
+        if not self.am_jar.is_file():
+            raise FileNotFoundError(f"AM jar {self.am_jar} not found: build it (make build) or set [melon] am_jar")
+        report.files["am_jar"] = self.stage_content(submission.AM_JAR, self.am_jar.read_bytes())
+        for item in spec.inputs:
+            report.files[f"input:{item.path}"] = self.stat_file(item.path)
+        if spec.environment.archive:
+            report.files["env_archive"] = self.stat_file(spec.environment.archive)
+        return report
+
+    # ---- submission -----------------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, tags: Optional[list[str]] = None) -> dict:
+        """Stage, write the plan, submit. Returns ``{app_id, tracking_url, staging: StagingReport}``."""
+        report = self.stage(spec)
+        files = report.files
+        new_app = self.yarn.new_application()
+        app_id = new_app["application-id"]
+        plan = submission.build_plan(
+            spec, code=files.get("code"), runtime=files["runtime"],
+            inputs={i.path: files[f"input:{i.path}"] for i in spec.inputs},
+            env_archive=files.get("env_archive"), default_python=self.default_python,
+            container_env=self.container_env,
+        )
+        plan_file = self.put_bytes(f"/user/{self.user}/.melon/apps/{app_id}/{submission.PLAN_FILE}",
+                                   json.dumps(plan, indent=1, sort_keys=True).encode(), cached=False)
+        files["plan"] = plan_file
+        context = submission.build_submission(
+            spec, app_id=app_id, am_jar=files["am_jar"], plan=plan_file, secret=secrets.token_hex(16),
+            tags=list(tags or []), am_classpath=self.am_classpath,
+        )
+        self.yarn.submit_application(context)
+        log.info("submitted %s (%s); staged %d new bytes", app_id, spec.name, report.uploaded_bytes)
+        return {"app_id": app_id, "staging": report, "plan": plan}
+
+    # ---- AM status ------------------------------------------------------------------------------------------
+    def am_status(self, app_id: str) -> Optional[dict]:
+        """The AM's ``/status`` JSON through the RM web proxy, or None while the AM is not serving yet."""
+        try:
+            return self.yarn.am_status(app_id)
+        except Exception as exc:  # noqa: BLE001 - the AM may be starting or gone; status is best effort
+            log.debug("AM status of %s unavailable: %s", app_id, exc)
+            return None
+
+
+def _conf(key: str) -> Optional[str]:
+    try:
+        from airflow.configuration import conf
+
+        return conf.get("melon", key, fallback=None)
+    except Exception:  # noqa: BLE001 - outside Airflow
+        return None

@@ -1,0 +1,262 @@
+"""Start, stop and inspect the embedded Hadoop 3.5 cluster (MiniDFSCluster + MiniYARNCluster).
+
+The cluster is the Java launcher ``org.melon.yarn.MiniClusterLauncher`` in ``appmaster/`` (see docs/protocol.md).
+This module only runs it as a background process, waits (bounded) until the RM reports every NodeManager
+RUNNING with its GPU resources, and stops it. It is used by ``melon minicluster start|stop|status``, by the
+pytest session fixture and by ``make demo``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+APPMASTER_DIR = REPO_ROOT / "appmaster"
+DEFAULT_WORK_DIR = REPO_ROOT / ".melon-minicluster"
+LAUNCHER_CLASS = "org.melon.yarn.MiniClusterLauncher"
+# Ports are laid out from one base so that two clusters (say, a developer's and a test run) can coexist.
+DEFAULT_PORT_BASE = 18000
+
+
+class MiniClusterError(RuntimeError):
+    """The launcher failed or did not become ready in time; the message carries its log tail."""
+
+
+@dataclass
+class ClusterDetails:
+    """What the launcher publishes in its details JSON once the cluster is ready."""
+
+    details: dict
+    work_dir: Path
+    rm_web_url: str = field(init=False)
+    webhdfs_url: str = field(init=False)
+    fs_default_fs: str = field(init=False)
+    conf_dir: str = field(init=False)
+    am_classpath: str = field(init=False)
+    user: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        d = self.details
+        self.rm_web_url = d["rm_web_url"]
+        self.webhdfs_url = d["webhdfs_url"]
+        self.fs_default_fs = d["fs_default_fs"]
+        self.conf_dir = d["conf_dir"]
+        self.am_classpath = d["am_classpath"]
+        self.user = d.get("user") or os.environ.get("USER", "root")
+
+    @property
+    def nn_http(self) -> tuple[str, int]:
+        host, port = self.details["nn_http"].rsplit(":", 1)
+        return host, int(port)
+
+
+def ports_from_base(base: int) -> dict[str, int]:
+    return {"rm-port": base + 32, "rm-web-port": base + 88, "nn-port": base + 20, "nn-http-port": base + 70}
+
+
+def details_path(work_dir: Path) -> Path:
+    return Path(work_dir) / "cluster.json"
+
+
+def pid_path(work_dir: Path) -> Path:
+    return Path(work_dir) / "launcher.pid"
+
+
+def log_path(work_dir: Path) -> Path:
+    return Path(work_dir) / "launcher.log"
+
+
+def launcher_classpath() -> str:
+    classes = APPMASTER_DIR / "target" / "classes"
+    cp_file = APPMASTER_DIR / "target" / "classpath.txt"
+    if not classes.is_dir() or not cp_file.is_file():
+        raise MiniClusterError(
+            f"the launcher is not built: {classes} or {cp_file} is missing; run `make build` "
+            "(mvn -q -B -f appmaster/pom.xml package)"
+        )
+    return f"{classes}{os.pathsep}{cp_file.read_text().strip()}"
+
+
+def _log_tail(work_dir: Path, lines: int = 40) -> str:
+    try:
+        text = log_path(work_dir).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no launcher log)"
+    return "\n".join(text[-lines:])
+
+
+def read_details(work_dir: Path = DEFAULT_WORK_DIR) -> ClusterDetails | None:
+    path = details_path(work_dir)
+    if not path.is_file():
+        return None
+    return ClusterDetails(json.loads(path.read_text()), Path(work_dir))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_pid(work_dir: Path = DEFAULT_WORK_DIR) -> int | None:
+    try:
+        pid = int(pid_path(work_dir).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float = 5.0) -> list[dict] | None:
+    """The RUNNING nodes if ``expected_nodes`` of them report a GPU count, else None (not ready yet)."""
+    url = f"{rm_web_url}/ws/v1/cluster/nodes?states=RUNNING&user.name={user}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            body = json.load(resp)
+    except (OSError, ValueError):
+        return None
+    nodes = ((body or {}).get("nodes") or {}).get("node") or []
+    ready = [n for n in nodes if node_resources(n.get("totalResource")).get("yarn.io/gpu", 0) > 0]
+    return ready if len(ready) >= expected_nodes else None
+
+
+def node_resources(resource: dict | None) -> dict[str, int]:
+    """Flatten an RM resource object (``memory``, ``vCores``, ``resourceInformations``) into name → value."""
+    resource = resource or {}
+    out = {"memory-mb": int(resource.get("memory") or 0), "vcores": int(resource.get("vCores") or 0)}
+    infos = (resource.get("resourceInformations") or {}) if isinstance(resource, dict) else {}
+    infos = infos.get("resourceInformation") if isinstance(infos, dict) else infos
+    if isinstance(infos, dict):
+        infos = [infos]
+    for info in infos or []:
+        if isinstance(info, dict) and info.get("name"):
+            out[info["name"]] = int(info.get("value") or 0)
+    return out
+
+
+def inventory_path(work_dir: Path) -> Path:
+    return Path(work_dir) / "gpu-inventory.json"
+
+
+def write_inventory(work_dir: Path, gpus: int, gpu_memory_mb: int) -> Path:
+    """The virtual GPUs each NodeManager advertises, for the executor's ledger (read only when NVML finds none)."""
+    per_gpu = gpu_memory_mb // max(gpus, 1)
+    body = {"gpus": [{"index": i, "total_mb": per_gpu, "name": "melon-virtual-gpu"} for i in range(gpus)]}
+    path = inventory_path(work_dir)
+    path.write_text(json.dumps(body, indent=1))
+    return path
+
+
+def container_env(details: ClusterDetails) -> dict[str, str]:
+    """Environment the mini cluster's task containers need: the virtual GPU inventory."""
+    return {"MELON_GPU_INVENTORY": str(inventory_path(details.work_dir))}
+
+
+def start(
+    work_dir: Path = DEFAULT_WORK_DIR,
+    *,
+    port_base: int = DEFAULT_PORT_BASE,
+    nodemanagers: int = 2,
+    gpus: int = 2,
+    gpu_memory_mb: int = 32768,
+    nm_memory_mb: int = 8192,
+    nm_vcores: int = 8,
+    timeout: float = 180.0,
+    java: str = "java",
+) -> ClusterDetails:
+    """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise."""
+    work_dir = Path(work_dir).resolve()
+    if running_pid(work_dir):
+        existing = read_details(work_dir)
+        if existing:
+            return existing
+        raise MiniClusterError(f"a launcher is already starting in {work_dir} (pid {running_pid(work_dir)})")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    details_path(work_dir).unlink(missing_ok=True)
+    write_inventory(work_dir, gpus, gpu_memory_mb)
+    args = [java, "-Xmx1g", "-cp", launcher_classpath(), LAUNCHER_CLASS, "--work-dir", str(work_dir)]
+    for flag, port in ports_from_base(port_base).items():
+        args += [f"--{flag}", str(port)]
+    args += [
+        "--nodemanagers", str(nodemanagers), "--gpus", str(gpus), "--gpu-memory-mb", str(gpu_memory_mb),
+        "--nm-memory-mb", str(nm_memory_mb), "--nm-vcores", str(nm_vcores),
+    ]
+    with open(log_path(work_dir), "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=work_dir)
+    pid_path(work_dir).write_text(str(proc.pid))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pid_path(work_dir).unlink(missing_ok=True)
+            raise MiniClusterError(
+                f"mini cluster launcher exited with code {proc.returncode}; log tail:\n{_log_tail(work_dir)}"
+            )
+        details = read_details(work_dir)
+        if details and nodes_ready(details.rm_web_url, details.user, nodemanagers):
+            return details
+        time.sleep(0.5)
+    stop(work_dir)
+    raise MiniClusterError(
+        f"mini cluster not ready within {timeout:.0f}s (expected {nodemanagers} RUNNING nodes with GPUs); "
+        f"log tail:\n{_log_tail(work_dir)}"
+    )
+
+
+def stop(work_dir: Path = DEFAULT_WORK_DIR, timeout: float = 60.0) -> bool:
+    """SIGTERM the launcher (it stops YARN then HDFS), SIGKILL its process group after ``timeout``."""
+    work_dir = Path(work_dir).resolve()
+    pid = running_pid(work_dir)
+    if pid is None:
+        pid_path(work_dir).unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _pid_alive(pid):
+        _reap(pid)
+        time.sleep(0.3)
+    if _pid_alive(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _reap(pid)
+    pid_path(work_dir).unlink(missing_ok=True)
+    details_path(work_dir).unlink(missing_ok=True)
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect the launcher's exit status when it is our own child (else it lingers as a zombie)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
+    """A JSON-able summary: running or not, URLs, and each RUNNING node's resources."""
+    work_dir = Path(work_dir).resolve()
+    pid = running_pid(work_dir)
+    details = read_details(work_dir)
+    out: dict = {"running": bool(pid and details), "pid": pid, "work_dir": str(work_dir)}
+    if details:
+        out.update(rm_web_url=details.rm_web_url, webhdfs_url=details.webhdfs_url,
+                   fs_default_fs=details.fs_default_fs, conf_dir=details.conf_dir)
+        nodes = nodes_ready(details.rm_web_url, details.user, 0) or []
+        out["nodes"] = [
+            {"id": n.get("id"), "state": n.get("state"), "total": node_resources(n.get("totalResource")),
+             "used": node_resources(n.get("usedResource"))}
+            for n in nodes
+        ]
+    return out
