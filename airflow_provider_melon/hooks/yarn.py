@@ -1,0 +1,911 @@
+"""YARN ResourceManager REST hook: the whole RM surface the provider needs.
+
+``YarnHook`` (sync, ``requests``) and ``AsyncYarnHook`` (for triggers) share one implementation, so auth,
+HA failover, timeouts, retries and parsing behave identically in both.
+
+Behaviour on every call (``YarnHook._request``):
+
+* **Auth** — ``simple``: ``user.name=<user>`` is added to the query string of every call (kill included),
+  otherwise the RM treats the caller as ``dr.who``. ``kerberos``: SPNEGO through
+  ``requests_kerberos.HTTPKerberosAuth`` installed on the session, so every call carries it; ``user.name`` is
+  not sent. Any ``requests.auth.AuthBase`` may be passed as ``auth`` instead.
+* **HA** — several RM base URLs may be configured. Calls start at the RM last known to be active; a
+  standby answers ``307`` with ``Location`` pointing at the active RM: the hook follows it and remembers
+  that RM. A ``307`` without ``Location`` (standby, no active known yet) or a connection error moves on to
+  the next RM.
+* **Errors** — a ``(connect, read)`` timeout on every call. Connection errors, timeouts and 5xx are retried
+  with exponential backoff (tenacity, bounded attempts; one attempt = one pass over the RM list). 4xx raise
+  :class:`YarnApiError` at once, carrying the status, the URL and the RM's own message.
+* **Parsing** — Hadoop 3.5 (Jersey 2) omits empty fields, or renders empty maps/lists as ``""``/``null``,
+  and a one-element list may come as a bare object: every accessor tolerates all of these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from urllib.parse import parse_qsl, quote, urljoin, urlsplit
+
+import requests
+import tenacity
+
+try:  # Airflow 3.x task SDK
+    from airflow.sdk import BaseHook
+except ImportError:  # pragma: no cover - Airflow 2 fallback, not a supported target
+    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+
+if TYPE_CHECKING:
+    from requests.auth import AuthBase
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RM_PORT = 8088
+DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 30.0)
+GPU_RESOURCE = "yarn.io/gpu"
+GPU_MEMORY_RESOURCE = "melon.io/gpu-memory"
+#: Resource names always present (0 when the RM does not report them) in a normalised ``resources`` dict.
+KNOWN_RESOURCES = ("memory-mb", "vcores", GPU_RESOURCE, GPU_MEMORY_RESOURCE)
+TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
+MAX_REDIRECTS = 3
+
+# --------------------------------------------------------------------------------------------------------
+# Connection form (declarative for Airflow >= 3.2 provider info; hook classmethods for older 3.x)
+# --------------------------------------------------------------------------------------------------------
+
+#: ``conn-fields`` for the ``yarn`` connection type in provider info (extra fields, stored in ``extra``).
+CONN_FIELDS: dict[str, dict[str, Any]] = {
+    "auth": {
+        "label": "Authentication",
+        "description": "simple (user.name query parameter on every call) or kerberos (SPNEGO via requests-kerberos)",
+        "schema": {"type": "string", "enum": ["simple", "kerberos"], "default": "simple"},
+    },
+    "kerberos_principal": {
+        "label": "Kerberos principal",
+        "description": "Client principal for SPNEGO (optional; default: the ticket cache's principal)",
+        "schema": {"type": ["string", "null"]},
+    },
+    "connect_timeout": {
+        "label": "Connect timeout (s)",
+        "description": "TCP connect timeout of every RM call",
+        "schema": {"type": ["number", "null"], "default": DEFAULT_TIMEOUT[0], "minimum": 0},
+    },
+    "read_timeout": {
+        "label": "Read timeout (s)",
+        "description": "Read timeout of every RM call",
+        "schema": {"type": ["number", "null"], "default": DEFAULT_TIMEOUT[1], "minimum": 0},
+    },
+    "retries": {
+        "label": "Retries",
+        "description": "Retries after the first attempt, on connection errors, timeouts and 5xx only",
+        "schema": {"type": ["integer", "null"], "default": 3, "minimum": 0},
+    },
+    "verify": {
+        "label": "Verify TLS",
+        "description": "true, false, or the path of a CA bundle (https RM URLs)",
+        "schema": {"type": ["string", "null"], "default": "true"},
+    },
+}
+
+#: ``ui-field-behaviour`` for the ``yarn`` connection type.
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": ["schema", "password"],
+    "relabeling": {"host": "ResourceManager URL(s)", "login": "User (simple auth)"},
+    "placeholders": {
+        "host": "http://rm1:8088,http://rm2:8088",
+        "port": str(DEFAULT_RM_PORT),
+        "login": "hadoop",
+        "auth": "simple",
+        "kerberos_principal": "airflow@EXAMPLE.COM",
+        "connect_timeout": str(DEFAULT_TIMEOUT[0]),
+        "read_timeout": str(DEFAULT_TIMEOUT[1]),
+        "retries": "3",
+        "verify": "true",
+    },
+}
+
+
+class YarnApiError(Exception):
+    """A failed RM call: ``status`` (``None`` when no HTTP answer came), ``url`` and the RM's ``message``."""
+
+    def __init__(self, message: str, *, status: int | None = None, url: str | None = None,
+                 exception: str | None = None):
+        self.status = status
+        self.url = url
+        self.message = message
+        self.exception = exception
+        where = f" for {url}" if url else ""
+        head = f"YARN RM returned {status}{where}" if status is not None else f"YARN RM unreachable{where}"
+        super().__init__(f"{head}: {message}")
+
+    @classmethod
+    def from_response(cls, resp: requests.Response) -> YarnApiError:
+        message, exception = _extract_rm_message(resp)
+        return cls(message, status=resp.status_code, url=resp.url, exception=exception)
+
+
+class _RetryableError(Exception):
+    """Internal: one pass over the RM list failed in a way worth retrying (connection/timeout/5xx)."""
+
+    def __init__(self, error: YarnApiError):
+        super().__init__(str(error))
+        self.error = error
+
+
+# --------------------------------------------------------------------------------------------------------
+# Defensive parsing helpers (Hadoop 3.5 Jersey-2 JSON)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _extract_rm_message(resp: requests.Response) -> tuple[str, str | None]:
+    """The RM's error message: ``RemoteException.message`` when JSON, else the (trimmed) body text."""
+    text = ""
+    try:
+        text = resp.text or ""
+    except Exception:  # pragma: no cover - undecodable body
+        pass
+    try:
+        body = json.loads(text) if text else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        remote = body.get("RemoteException") or body.get("remoteException")
+        if isinstance(remote, dict):
+            msg = remote.get("message") or remote.get("exception") or json.dumps(remote)
+            return str(msg), remote.get("exception") or remote.get("javaClassName")
+        for key in ("message", "diagnostics", "error"):
+            if body.get(key):
+                return str(body[key]), None
+    text = " ".join(text.split())
+    if len(text) > 500:
+        text = text[:500] + "…"
+    return text or (resp.reason or f"HTTP {resp.status_code}"), None
+
+
+def as_list(value: Any, key: str | None = None) -> list:
+    """A JSON list that may arrive as ``null``, ``""``, ``{}``, a bare object, or wrapped as ``{key: [...]}``."""
+    if value is None or value == "" or value == {}:
+        return []
+    if key is not None and isinstance(value, dict) and key in value:
+        return as_list(value[key])
+    if isinstance(value, list):
+        return [v for v in value if v is not None and v != ""]
+    return [value]
+
+
+def as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _to_number(value: Any, default: int = 0) -> int | float:
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float)):
+        return value
+    try:
+        return int(str(value))
+    except ValueError:
+        try:
+            return float(str(value))
+        except ValueError:
+            return default
+
+
+_UNIT_FACTORS_TO_MI = {
+    "": None, "Mi": 1, "Ki": 1 / 1024, "Gi": 1024, "Ti": 1024 * 1024, "Pi": 1024**3,
+    "M": 1000**2 / 1024**2, "k": 1000 / 1024**2, "K": 1000 / 1024**2, "G": 1000**3 / 1024**2,
+    "T": 1000**4 / 1024**2,
+}
+
+
+def _in_mi(value: int | float, units: str | None) -> int | float:
+    """Convert a memory-like value in ``units`` to MiB (unknown/absent units: as is)."""
+    factor = _UNIT_FACTORS_TO_MI.get(units or "")
+    if not factor or factor == 1:
+        return value
+    converted = value * factor
+    return int(converted) if float(converted).is_integer() else converted
+
+
+def parse_resource(resource: Any) -> dict[str, Any]:
+    """Normalise a Resource JSON (``{memory, vCores, resourceInformations}``) and add a flat ``resources``
+    dict ``{"memory-mb", "vcores", "yarn.io/gpu", "melon.io/gpu-memory", ...}``.
+
+    ``resourceInformations`` may be ``{"resourceInformation": [...]}``, a bare list, a single object
+    instead of a list, ``""`` or absent; then ``memory``/``vCores`` alone give memory-mb/vcores.
+    ``melon.io/gpu-memory`` is reported in MiB whatever units the RM used.
+    """
+    res = dict(as_dict(resource))
+    flat: dict[str, Any] = {name: 0 for name in KNOWN_RESOURCES}
+    units: dict[str, str] = {}
+    if "memory" in res:
+        flat["memory-mb"] = _to_number(res.get("memory"))
+    if "vCores" in res:
+        flat["vcores"] = _to_number(res.get("vCores"))
+    infos = res.get("resourceInformations")
+    for info in as_list(infos, "resourceInformation"):
+        if not isinstance(info, dict) or not info.get("name"):
+            continue
+        name = str(info["name"])
+        value = _to_number(info.get("value"))
+        unit = info.get("units") or ""
+        if name == GPU_MEMORY_RESOURCE:
+            value = _in_mi(value, unit)
+        flat[name] = value
+        units[name] = unit
+    res["resources"] = flat
+    if units:
+        res["units"] = units
+    return res
+
+
+def _subtract(total: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:
+    return {k: total.get(k, 0) - used.get(k, 0) for k in set(total) | set(used)}
+
+
+def normalise_node(node: Any) -> dict[str, Any]:
+    """A node from ``/ws/v1/cluster/nodes`` with ``totalResource``/``usedResource``/``availableResource``
+    each carrying a flat ``resources`` dict (see :func:`parse_resource`). Missing sections are rebuilt from
+    the legacy flat fields (``usedMemoryMB``, ``availMemoryMB``, ``usedVirtualCores``, …) or by subtraction.
+    """
+    n = dict(as_dict(node))
+    legacy_used = {"memory": n.get("usedMemoryMB"), "vCores": n.get("usedVirtualCores")}
+    legacy_avail = {"memory": n.get("availMemoryMB"), "vCores": n.get("availableVirtualCores")}
+    used = parse_resource(n.get("usedResource") or {k: v for k, v in legacy_used.items() if v is not None})
+    avail_raw = n.get("availableResource")
+    total_raw = n.get("totalResource")
+    if total_raw:
+        total = parse_resource(total_raw)
+    else:
+        avail_tmp = parse_resource(avail_raw or {k: v for k, v in legacy_avail.items() if v is not None})
+        total = {"resources": {k: avail_tmp["resources"].get(k, 0) + used["resources"].get(k, 0)
+                               for k in set(avail_tmp["resources"]) | set(used["resources"])}}
+    if avail_raw:
+        avail = parse_resource(avail_raw)
+    else:
+        avail = {"resources": _subtract(total["resources"], used["resources"])}
+    n["totalResource"], n["usedResource"], n["availableResource"] = total, used, avail
+    return n
+
+
+def split_tags(value: Any) -> list[str]:
+    """``applicationTags`` (a comma-separated string, a list, or absent) → lower-cased tag list."""
+    if not value:
+        return []
+    items = value.split(",") if isinstance(value, str) else as_list(value, "tag")
+    return [str(t).strip().lower() for t in items if str(t).strip()]
+
+
+# --------------------------------------------------------------------------------------------------------
+# The hook
+# --------------------------------------------------------------------------------------------------------
+
+
+def _normalise_base_url(url: str, default_port: int = DEFAULT_RM_PORT, default_scheme: str = "http") -> str:
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = f"{default_scheme}://{url}"
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.port is None:
+        netloc = f"{netloc}:{default_port}"
+    path = parts.path.rstrip("/")
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+def _parse_bool(value: Any, default: bool | str = True) -> bool | str:
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text.lower() in ("true", "yes", "1", "on"):
+        return True
+    if text.lower() in ("false", "no", "0", "off"):
+        return False
+    return text  # a CA bundle path
+
+
+class YarnHook(BaseHook):
+    """Sync client for the YARN ResourceManager REST API (``/ws/v1/cluster``).
+
+    :param yarn_conn_id: Airflow connection (type ``yarn``). ``host``: one or several comma-separated RM base
+        URLs (``http://rm1:8088,http://rm2:8088``; a bare host gets ``http`` and ``conn.port`` or 8088);
+        ``login``: user for simple auth; extras ``auth`` (simple|kerberos), ``kerberos_principal``,
+        ``connect_timeout``, ``read_timeout``, ``retries``, ``verify``.
+    :param rm_urls: RM base URLs; when given, no Airflow connection is looked up.
+    :param user: user for simple auth (``user.name``); overrides the connection's login.
+    :param auth: ``"simple"``, ``"kerberos"`` or a ``requests.auth.AuthBase``; overrides the connection.
+    :param timeout: ``(connect, read)`` seconds, applied to every call.
+    :param retries: retries after the first attempt on connection errors, timeouts and 5xx.
+    :param backoff: base of the exponential backoff between attempts, seconds (0 in tests).
+    """
+
+    conn_name_attr = "yarn_conn_id"
+    default_conn_name = "yarn_default"
+    conn_type = "yarn"
+    hook_name = "YARN ResourceManager"
+
+    def __init__(
+        self,
+        yarn_conn_id: str = default_conn_name,
+        *,
+        rm_urls: Sequence[str] | str | None = None,
+        user: str | None = None,
+        auth: str | AuthBase | None = None,
+        timeout: tuple[float, float] | float | None = DEFAULT_TIMEOUT,
+        retries: int | None = 3,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        verify: bool | str | None = None,
+        kerberos_principal: str | None = None,
+    ):
+        super().__init__()
+        self.yarn_conn_id = yarn_conn_id
+        self._explicit = {
+            "rm_urls": rm_urls, "user": user, "auth": auth, "timeout": timeout, "retries": retries,
+            "verify": verify, "kerberos_principal": kerberos_principal,
+        }
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._configured = False
+        self._lock = threading.RLock()
+        self._session: requests.Session | None = None
+        self.rm_urls: list[str] = []
+        self.user: str | None = None
+        self.auth_mode: str = "simple"
+        self.timeout: tuple[float, float] = DEFAULT_TIMEOUT
+        self.retries: int = 3
+        self.verify: bool | str = True
+        self.kerberos_principal: str | None = None
+        self._active: str | None = None
+        if rm_urls is not None:
+            self._configure(None)
+
+    # ---------------------------------------------------------------- configuration
+
+    def _configure(self, conn: Any | None) -> None:
+        ex = self._explicit
+        extras: dict[str, Any] = {}
+        default_port, default_scheme = DEFAULT_RM_PORT, "http"
+        urls: list[str] = []
+        if conn is not None:
+            extras = dict(conn.extra_dejson or {})
+            default_port = int(conn.port) if conn.port else DEFAULT_RM_PORT
+            if (conn.schema or "").lower() in ("http", "https"):
+                default_scheme = conn.schema.lower()
+            hosts = conn.host or extras.get("rm_urls") or ""
+            urls = hosts.split(",") if isinstance(hosts, str) else list(hosts)
+        if ex["rm_urls"] is not None:
+            urls = ex["rm_urls"].split(",") if isinstance(ex["rm_urls"], str) else list(ex["rm_urls"])
+        self.rm_urls = [_normalise_base_url(u, default_port, default_scheme) for u in urls if u and u.strip()]
+        if not self.rm_urls:
+            raise ValueError(f"No ResourceManager URL configured (connection {self.yarn_conn_id!r}: set host)")
+
+        self.user = ex["user"] or (conn.login if conn is not None else None) or None
+        auth = ex["auth"] if ex["auth"] is not None else (extras.get("auth") or "simple")
+        self._auth_obj: AuthBase | None = None
+        if isinstance(auth, str):
+            self.auth_mode = auth.strip().lower() or "simple"
+            if self.auth_mode not in ("simple", "kerberos"):
+                raise ValueError(f"auth must be 'simple' or 'kerberos', not {auth!r}")
+        else:
+            self.auth_mode, self._auth_obj = "custom", auth
+        self.kerberos_principal = ex["kerberos_principal"] or extras.get("kerberos_principal") or None
+
+        timeout = ex["timeout"]
+        connect_t = extras.get("connect_timeout")
+        read_t = extras.get("read_timeout")
+        if conn is not None and (connect_t not in (None, "") or read_t not in (None, "")) and \
+                timeout == DEFAULT_TIMEOUT:
+            timeout = (float(connect_t or DEFAULT_TIMEOUT[0]), float(read_t or DEFAULT_TIMEOUT[1]))
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT  # never call without a timeout
+        if isinstance(timeout, (int, float)):
+            timeout = (float(timeout), float(timeout))
+        self.timeout = (float(timeout[0]), float(timeout[1]))
+
+        retries = ex["retries"]
+        if conn is not None and extras.get("retries") not in (None, "") and retries == 3:
+            retries = int(extras["retries"])
+        self.retries = max(0, int(retries if retries is not None else 3))
+        verify = ex["verify"] if ex["verify"] is not None else extras.get("verify")
+        self.verify = _parse_bool(verify, True)
+        self._active = self.rm_urls[0]
+        self._configured = True
+
+    def _ensure_configured(self) -> None:
+        if not self._configured:
+            with self._lock:
+                if not self._configured:
+                    self._configure(self.get_connection(self.yarn_conn_id))
+
+    def get_conn(self) -> requests.Session:
+        """The ``requests.Session`` every call goes through (auth installed on it)."""
+        self._ensure_configured()
+        with self._lock:
+            if self._session is None:
+                session = requests.Session()
+                session.verify = self.verify
+                session.headers.update({"Accept": "application/json"})
+                if self.auth_mode == "kerberos":
+                    session.auth = self._kerberos_auth()
+                elif self.auth_mode == "custom":
+                    session.auth = self._auth_obj
+                self._session = session
+            return self._session
+
+    def _kerberos_auth(self) -> AuthBase:
+        try:
+            from requests_kerberos import OPTIONAL, HTTPKerberosAuth
+        except ImportError as err:  # pragma: no cover - requests-kerberos is a dependency
+            raise RuntimeError("auth=kerberos needs the requests-kerberos package") from err
+        kwargs: dict[str, Any] = {"mutual_authentication": OPTIONAL}
+        if self.kerberos_principal:
+            kwargs["principal"] = self.kerberos_principal
+        return HTTPKerberosAuth(**kwargs)
+
+    @property
+    def active_rm(self) -> str:
+        """The RM base URL calls start at (the last one seen active)."""
+        self._ensure_configured()
+        return self._active or self.rm_urls[0]
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    # ---------------------------------------------------------------- the one request path
+
+    def _rm_order(self) -> list[str]:
+        active = self.active_rm
+        return [active] + [u for u in self.rm_urls if u != active]
+
+    def _remember_active(self, base: str) -> None:
+        with self._lock:
+            if base != self._active:
+                log.info("YARN RM %s is active", base)
+            self._active = base
+            if base not in self.rm_urls:
+                self.rm_urls.append(base)
+
+    def _params(self, params: dict[str, Any] | None) -> dict[str, Any]:
+        out = {k: v for k, v in (params or {}).items() if v is not None}
+        if self.auth_mode == "simple" and self.user:
+            out["user.name"] = self.user
+        return out
+
+    def _send(self, method: str, url: str, params: dict[str, Any] | None, **kw: Any) -> requests.Response:
+        session = self.get_conn()
+        return session.request(method, url, params=params, timeout=self.timeout, allow_redirects=False, **kw)
+
+    def _one_pass(self, method: str, path: str, params: dict[str, Any], **kw: Any) -> requests.Response:
+        """Try each RM once, starting with the active one. Returns a 2xx response; raises YarnApiError for
+        4xx and _RetryableError when every RM failed with a connection error/timeout/standby, or on 5xx."""
+        last: YarnApiError | None = None
+        for base in self._rm_order():
+            url, call_params = base + path, params
+            try:
+                for _ in range(MAX_REDIRECTS + 1):
+                    resp = self._send(method, url, call_params, **kw)
+                    if resp.status_code not in (301, 302, 303, 307, 308):
+                        break
+                    location = resp.headers.get("Location")
+                    if not location:
+                        raise _StandbyNoActive(url, resp)
+                    location = urljoin(url, location)
+                    loc = urlsplit(location)
+                    # keep the Location's path + query; re-add our params it lacks (e.g. user.name)
+                    present = {k for k, _ in parse_qsl(loc.query, keep_blank_values=True)}
+                    call_params = {k: v for k, v in params.items() if k not in present}
+                    url = location
+                    log.info("YARN RM %s redirected to %s", base, f"{loc.scheme}://{loc.netloc}")
+                    base = f"{loc.scheme}://{loc.netloc}{_base_path(base)}"
+                else:
+                    raise YarnApiError(f"too many redirects (> {MAX_REDIRECTS})", status=resp.status_code,
+                                       url=url)
+            except _StandbyNoActive as standby:
+                last = YarnApiError("standby ResourceManager and no active one known: "
+                                    + _extract_rm_message(standby.resp)[0], status=307, url=standby.url)
+                log.info("YARN RM %s is standby with no active known; trying the next RM", base)
+                continue
+            except (requests.ConnectionError, requests.Timeout) as err:
+                # requests.ConnectTimeout is both; ReadTimeout is a Timeout
+                last = YarnApiError(f"{type(err).__name__}: {err}", status=None, url=url)
+                log.info("YARN RM %s failed (%s); trying the next RM", base, type(err).__name__)
+                continue
+            if resp.status_code >= 500:
+                self._remember_active(base)
+                raise _RetryableError(YarnApiError.from_response(resp))
+            if resp.status_code >= 400:
+                self._remember_active(base)
+                raise YarnApiError.from_response(resp)
+            self._remember_active(base)
+            return resp
+        assert last is not None
+        raise _RetryableError(last)
+
+    def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                 **kw: Any) -> requests.Response:
+        """Send ``method path`` (path relative to the RM base, e.g. ``/ws/v1/cluster/info``) with auth,
+        timeout, HA failover and bounded retries. Returns the 2xx response or raises :class:`YarnApiError`."""
+        self._ensure_configured()
+        full_params = self._params(params)
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.retries + 1),
+            wait=tenacity.wait_exponential(multiplier=self.backoff, max=self.max_backoff),
+            retry=tenacity.retry_if_exception_type(_RetryableError),
+            reraise=True,
+            before_sleep=lambda rs: log.warning(
+                "YARN RM call %s %s failed (attempt %d/%d): %s; retrying", method, path,
+                rs.attempt_number, self.retries + 1, rs.outcome.exception() if rs.outcome else "?"),
+        )
+        try:
+            return retrying(self._one_pass, method, path, full_params, **kw)
+        except _RetryableError as err:
+            raise err.error from None
+
+    def _get_json(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return _json_body(self._request("GET", path, params=params))
+
+    # ---------------------------------------------------------------- cluster
+
+    def cluster_info(self) -> dict[str, Any]:
+        """``/ws/v1/cluster/info`` → the ``clusterInfo`` object (``state``, ``haState``, ``resourceManagerVersion``…)."""
+        body = self._get_json("/ws/v1/cluster/info")
+        return as_dict(body.get("clusterInfo", body))
+
+    def cluster_metrics(self) -> dict[str, Any]:
+        body = self._get_json("/ws/v1/cluster/metrics")
+        return as_dict(body.get("clusterMetrics", body))
+
+    def scheduler(self) -> dict[str, Any]:
+        """``/ws/v1/cluster/scheduler`` → the ``schedulerInfo`` object."""
+        body = self._get_json("/ws/v1/cluster/scheduler")
+        sched = as_dict(body.get("scheduler", body))
+        return as_dict(sched.get("schedulerInfo", sched))
+
+    def find_active_rm(self) -> str | None:
+        """Probe each RM's ``/ws/v1/cluster/info`` (never redirected) for ``haState == ACTIVE``; remembers it.
+        Returns None when none answers ACTIVE (a non-HA RM reports ``ACTIVE`` too)."""
+        self._ensure_configured()
+        for base in self._rm_order():
+            try:
+                resp = self._send("GET", base + "/ws/v1/cluster/info", self._params(None))
+                if resp.ok and as_dict(_json_body(resp).get("clusterInfo")).get("haState") == "ACTIVE":
+                    self._remember_active(base)
+                    return base
+            except (requests.RequestException, YarnApiError):
+                continue
+        return None
+
+    def nodes(self, states: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
+        """Nodes, each normalised so ``totalResource``/``usedResource``/``availableResource`` carry a flat
+        ``resources`` dict (memory-mb, vcores, yarn.io/gpu, melon.io/gpu-memory in MiB, and any others)."""
+        params = {"states": _csv(states)} if states else None
+        body = self._get_json("/ws/v1/cluster/nodes", params)
+        return [normalise_node(n) for n in as_list(body.get("nodes"), "node") if isinstance(n, dict)]
+
+    def node_gpu_summary(self, states: Iterable[str] | str | None = ("RUNNING",)) -> dict[str, Any]:
+        """GPU count and GPU memory (MiB) per node and in total: ``{"nodes": [...], "total": {...}}``."""
+        rows = []
+        for n in self.nodes(states):
+            tot, used = n["totalResource"]["resources"], n["usedResource"]["resources"]
+            rows.append({
+                "id": n.get("id"), "host": n.get("nodeHostName"), "state": n.get("state"),
+                "http_address": n.get("nodeHTTPAddress"),
+                "gpus": tot.get(GPU_RESOURCE, 0), "gpus_used": used.get(GPU_RESOURCE, 0),
+                "gpu_memory_mb": tot.get(GPU_MEMORY_RESOURCE, 0),
+                "gpu_memory_used_mb": used.get(GPU_MEMORY_RESOURCE, 0),
+                "memory_mb": tot.get("memory-mb", 0), "memory_used_mb": used.get("memory-mb", 0),
+                "vcores": tot.get("vcores", 0), "vcores_used": used.get("vcores", 0),
+            })
+        total = {k: sum(r[k] for r in rows) for k in
+                 ("gpus", "gpus_used", "gpu_memory_mb", "gpu_memory_used_mb", "memory_mb", "memory_used_mb",
+                  "vcores", "vcores_used")}
+        total["nodes"] = len(rows)
+        return {"nodes": rows, "total": total}
+
+    # ---------------------------------------------------------------- applications
+
+    def new_application(self) -> dict[str, Any]:
+        """``POST /apps/new-application`` → ``{"application-id", "maximum-resource-capability": {...}}``;
+        the capability also gets a flat ``resources`` dict."""
+        body = _json_body(self._request("POST", "/ws/v1/cluster/apps/new-application"))
+        if not body.get("application-id"):
+            raise YarnApiError(f"new-application returned no application-id: {body!r}", status=200,
+                               url=self.active_rm + "/ws/v1/cluster/apps/new-application")
+        body["maximum-resource-capability"] = parse_resource(body.get("maximum-resource-capability"))
+        return body
+
+    def submit_application(self, context: dict[str, Any]) -> str:
+        """``POST /apps`` with an ApplicationSubmissionContext (JSON) → the application id.
+
+        The RM answers 202 with a ``Location`` header (200/201 are accepted too). Resubmitting the same
+        ``application-id`` is idempotent on the RM side, which makes a retried submit safe.
+        """
+        resp = self._request("POST", "/ws/v1/cluster/apps", json=context,
+                             headers={"Content-Type": "application/json"})
+        app_id = context.get("application-id")
+        if not app_id:
+            location = resp.headers.get("Location", "")
+            app_id = urlsplit(location).path.rstrip("/").rsplit("/", 1)[-1] if location else None
+        if not app_id:
+            raise YarnApiError("submit accepted but no application id known", status=resp.status_code,
+                               url=resp.url)
+        log.info("Submitted YARN application %s", app_id)
+        return str(app_id)
+
+    def get_application(self, app_id: str) -> dict[str, Any]:
+        """``/apps/{id}`` → the ``app`` object (``state``, ``finalStatus``, ``diagnostics``, ``trackingUrl``…).
+        ``applicationTags`` is also given as a list under ``applicationTagList``."""
+        body = self._get_json(f"/ws/v1/cluster/apps/{_q(app_id)}")
+        return _normalise_app(body.get("app", body))
+
+    def get_state(self, app_id: str) -> str:
+        """``/apps/{id}/state`` → ``NEW|NEW_SAVING|SUBMITTED|ACCEPTED|RUNNING|FINISHED|FAILED|KILLED``."""
+        body = self._get_json(f"/ws/v1/cluster/apps/{_q(app_id)}/state")
+        state = body.get("state")
+        if not state:
+            raise YarnApiError(f"no state in RM answer {body!r}", status=200,
+                               url=self.active_rm + f"/ws/v1/cluster/apps/{app_id}/state")
+        return str(state)
+
+    def kill_application(self, app_id: str) -> dict[str, Any]:
+        """``PUT /apps/{id}/state {"state": "KILLED"}``: 202 (kill in progress) or 200 (already done) are OK.
+        Returns the RM's state answer (``{"state": ...}``; may be empty)."""
+        resp = self._request("PUT", f"/ws/v1/cluster/apps/{_q(app_id)}/state", json={"state": "KILLED"},
+                             headers={"Content-Type": "application/json"})
+        log.info("Asked YARN to kill %s (HTTP %s)", app_id, resp.status_code)
+        body = _json_body(resp)
+        return body
+
+    def app_attempts(self, app_id: str) -> list[dict[str, Any]]:
+        body = self._get_json(f"/ws/v1/cluster/apps/{_q(app_id)}/appattempts")
+        attempts = body.get("appAttempts", body)
+        return [a for a in as_list(attempts, "appAttempt") if isinstance(a, dict)]
+
+    def app_containers(self, app_id: str, attempt_id: str) -> list[dict[str, Any]]:
+        """Running containers of an attempt (``/apps/{id}/appattempts/{attempt}/containers``)."""
+        body = self._get_json(f"/ws/v1/cluster/apps/{_q(app_id)}/appattempts/{_q(attempt_id)}/containers")
+        containers = body.get("containers", body)
+        return [c for c in as_list(containers, "container") if isinstance(c, dict)]
+
+    def list_applications(self, **filters: Any) -> list[dict[str, Any]]:
+        """``/apps`` with RM query filters (``states``, ``applicationTypes``, ``applicationTags``, ``user``,
+        ``queue``, ``limit``, …); list values are sent comma-separated."""
+        params = {k: (_csv(v) if isinstance(v, (list, tuple, set, frozenset)) else v) for k, v in filters.items()
+                  if v is not None}
+        body = self._get_json("/ws/v1/cluster/apps", params)
+        return [_normalise_app(a) for a in as_list(body.get("apps"), "app") if isinstance(a, dict)]
+
+    def find_applications(self, tags: Iterable[str] | str, states: Iterable[str] | str | None = None,
+                          *, match_all: bool = False, application_type: str | None = None
+                          ) -> list[dict[str, Any]]:
+        """Applications carrying any (or, ``match_all``, every) of ``tags``.
+
+        YARN lower-cases tags on submission, so tags are lower-cased here too; the RM filter is re-checked
+        client-side. Newest first.
+        """
+        wanted = split_tags(tags if isinstance(tags, str) else ",".join(tags))
+        if not wanted:
+            raise ValueError("find_applications needs at least one tag")
+        apps = self.list_applications(applicationTags=wanted, states=_csv(states) if states else None,
+                                      applicationTypes=application_type)
+        found = []
+        for app in apps:
+            have = set(app.get("applicationTagList", []))
+            if (have.issuperset(wanted) if match_all else have.intersection(wanted)):
+                found.append(app)
+        found.sort(key=lambda a: _to_number(a.get("startedTime")), reverse=True)
+        return found
+
+    def application_logs_url(self, app: dict[str, Any] | str) -> str:
+        """The AM container logs URL (``amContainerLogs``) when the RM reports one, else the RM app page."""
+        if isinstance(app, str):
+            try:
+                app = self.get_application(app)
+            except YarnApiError:
+                app = {"id": app}
+        logs = app.get("amContainerLogs")
+        if logs:
+            return str(logs)
+        return f"{self.active_rm}/cluster/app/{app.get('id')}"
+
+    def application_url(self, app_id: str) -> str:
+        """The RM web UI page of an application."""
+        return f"{self.active_rm}/cluster/app/{app_id}"
+
+    # ---------------------------------------------------------------- Airflow integration
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            info = self.cluster_info()
+        except Exception as err:  # noqa: BLE001 - reported to the UI
+            return False, str(err)
+        return True, (f"Connected to YARN RM {self.active_rm}: state {info.get('state')}, "
+                      f"haState {info.get('haState')}, version {info.get('resourceManagerVersion')}")
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Custom field behaviour for the connection form (Airflow < 3.2; later: provider info)."""
+        return {"hidden_fields": list(UI_FIELD_BEHAVIOUR["hidden-fields"]),
+                "relabeling": dict(UI_FIELD_BEHAVIOUR["relabeling"]),
+                "placeholders": dict(UI_FIELD_BEHAVIOUR["placeholders"])}
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """Extra connection form fields (Airflow < 3.2; from 3.2 on, ``CONN_FIELDS`` in provider info wins)."""
+        from wtforms import IntegerField, StringField
+
+        try:
+            from flask_babel import lazy_gettext
+        except ImportError:  # pragma: no cover - depends on the UI packages installed
+            def lazy_gettext(text: str) -> str:  # type: ignore[misc]
+                return text
+        try:
+            from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+
+            widget_kw: dict[str, Any] = {"widget": BS3TextFieldWidget()}
+        except ImportError:  # Airflow 3 without the FAB provider: the React UI needs no widget
+            widget_kw = {}
+        widgets: dict[str, Any] = {}
+        for name, spec in CONN_FIELDS.items():
+            field_cls = IntegerField if spec["schema"]["type"] in ("integer", ["integer", "null"]) else StringField
+            widgets[name] = field_cls(lazy_gettext(spec["label"]), description=spec.get("description", ""),
+                                      **widget_kw)
+        return widgets
+
+
+class _StandbyNoActive(Exception):
+    def __init__(self, url: str, resp: requests.Response):
+        super().__init__(url)
+        self.url, self.resp = url, resp
+
+
+def _base_path(base: str) -> str:
+    return urlsplit(base).path.rstrip("/")
+
+
+def _q(segment: str) -> str:
+    return quote(str(segment), safe="")
+
+
+def _csv(values: Iterable[str] | str | None) -> str | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        return values
+    return ",".join(str(v) for v in values)
+
+
+def _json_body(resp: requests.Response) -> dict[str, Any]:
+    if not resp.content or not resp.content.strip():
+        return {}
+    try:
+        body = resp.json()
+    except ValueError as err:
+        raise YarnApiError(f"RM answered non-JSON: {resp.text[:200]!r}", status=resp.status_code,
+                           url=resp.url) from err
+    return body if isinstance(body, dict) else {"value": body}
+
+
+def _normalise_app(app: Any) -> dict[str, Any]:
+    a = dict(as_dict(app))
+    a["applicationTagList"] = split_tags(a.get("applicationTags"))
+    return a
+
+
+# --------------------------------------------------------------------------------------------------------
+# Async twin
+# --------------------------------------------------------------------------------------------------------
+
+
+class AsyncYarnHook:
+    """Async twin of :class:`YarnHook` for triggers: the same methods, as coroutines.
+
+    Design choice: every call runs the *sync* hook in a worker thread (``asyncio.to_thread``). This gives
+    one behaviour by construction — Kerberos SPNEGO (requests-kerberos has no async counterpart), HA
+    failover with the remembered active RM, timeouts, retries and defensive parsing are the very same
+    code. The Airflow connection is fetched lazily inside that thread on the first call, so the triggerer's
+    event loop never blocks on it. RM calls are few and short (a poll every several seconds), so a thread
+    per in-flight call is cheap.
+    """
+
+    conn_name_attr = YarnHook.conn_name_attr
+    default_conn_name = YarnHook.default_conn_name
+    conn_type = YarnHook.conn_type
+    hook_name = YarnHook.hook_name
+
+    def __init__(self, yarn_conn_id: str = YarnHook.default_conn_name, **kwargs: Any):
+        self.yarn_conn_id = yarn_conn_id
+        self._kwargs = kwargs
+        self._hook: YarnHook | None = None
+        self._hook_lock = threading.Lock()
+
+    @property
+    def sync_hook(self) -> YarnHook:
+        """The wrapped sync hook (created on first use; its connection is looked up on its first call)."""
+        with self._hook_lock:
+            if self._hook is None:
+                self._hook = YarnHook(self.yarn_conn_id, **self._kwargs)
+            return self._hook
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            return getattr(self.sync_hook, name)(*args, **kwargs)
+
+        return await asyncio.to_thread(run)
+
+    async def cluster_info(self) -> dict[str, Any]:
+        return await self._call("cluster_info")
+
+    async def cluster_metrics(self) -> dict[str, Any]:
+        return await self._call("cluster_metrics")
+
+    async def scheduler(self) -> dict[str, Any]:
+        return await self._call("scheduler")
+
+    async def find_active_rm(self) -> str | None:
+        return await self._call("find_active_rm")
+
+    async def nodes(self, states: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
+        return await self._call("nodes", states)
+
+    async def node_gpu_summary(self, states: Iterable[str] | str | None = ("RUNNING",)) -> dict[str, Any]:
+        return await self._call("node_gpu_summary", states)
+
+    async def new_application(self) -> dict[str, Any]:
+        return await self._call("new_application")
+
+    async def submit_application(self, context: dict[str, Any]) -> str:
+        return await self._call("submit_application", context)
+
+    async def get_application(self, app_id: str) -> dict[str, Any]:
+        return await self._call("get_application", app_id)
+
+    async def get_state(self, app_id: str) -> str:
+        return await self._call("get_state", app_id)
+
+    async def kill_application(self, app_id: str) -> dict[str, Any]:
+        return await self._call("kill_application", app_id)
+
+    async def app_attempts(self, app_id: str) -> list[dict[str, Any]]:
+        return await self._call("app_attempts", app_id)
+
+    async def app_containers(self, app_id: str, attempt_id: str) -> list[dict[str, Any]]:
+        return await self._call("app_containers", app_id, attempt_id)
+
+    async def list_applications(self, **filters: Any) -> list[dict[str, Any]]:
+        return await self._call("list_applications", **filters)
+
+    async def find_applications(self, tags: Iterable[str] | str, states: Iterable[str] | str | None = None,
+                                *, match_all: bool = False, application_type: str | None = None
+                                ) -> list[dict[str, Any]]:
+        return await self._call("find_applications", tags, states, match_all=match_all,
+                                application_type=application_type)
+
+    async def application_logs_url(self, app: dict[str, Any] | str) -> str:
+        return await self._call("application_logs_url", app)
+
+    async def application_url(self, app_id: str) -> str:
+        return await self._call("application_url", app_id)
+
+    async def test_connection(self) -> tuple[bool, str]:
+        return await self._call("test_connection")
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.close()
+
+
+__all__ = [
+    "AsyncYarnHook", "CONN_FIELDS", "GPU_MEMORY_RESOURCE", "GPU_RESOURCE", "TERMINAL_STATES",
+    "UI_FIELD_BEHAVIOUR", "YarnApiError", "YarnHook", "as_list", "normalise_node", "parse_resource",
+    "split_tags",
+]
