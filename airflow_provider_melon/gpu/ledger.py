@@ -1,0 +1,256 @@
+"""Node-local ledger of MeLoN GPU reservations: a JSON file changed only under an exclusive lock. Stdlib only.
+
+YARN packs tasks onto a *node* by ``melon.io/gpu-memory``; which *GPU* of the node a task gets is decided here,
+by the executors of that node, one at a time (``fcntl.flock`` on ``<dir>/ledger.lock``):
+
+1. drop stale entries: the reserving pid is dead (``os.kill(pid, 0)`` raises ProcessLookupError), a zombie,
+   or a different process now wears the pid (its start time differs from the one recorded);
+2. build a :class:`~airflow_provider_melon.gpu.policy.Gpu` per device with
+   ``reserved_mb = max(sum of MeLoN reservations, used memory reported by NVML)`` (the inventory source
+   reports 0 used unless it says otherwise), so memory taken by processes outside MeLoN counts too;
+3. ask :func:`policy.best_fit` (shared) or :func:`policy.exclusive_set` (whole GPUs), record the answer.
+
+Exclusive reservations record the GPU's whole memory, so no shared task lands next to them.
+
+Location: ``$MELON_LEDGER_DIR/ledger.json`` (default ``/tmp/melon-ledger/ledger.json``). The directory is
+made world-writable (0o777, not sticky) and files 0o666 so that containers of different users on one node
+share it; the JSON is replaced atomically (write + fsync + rename), so a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import time
+from typing import Iterable, List, Optional
+
+from airflow_provider_melon.gpu import policy
+from airflow_provider_melon.gpu.devices import DeviceInfo
+
+__all__ = ["Ledger", "default_dir", "reserve", "reserve_many", "release", "pid_alive"]
+
+DEFAULT_DIR = "/tmp/melon-ledger"
+#: NVML "used" on an idle GPU (driver/context reserve) below which a GPU still counts as free for exclusive use.
+DEFAULT_IDLE_MB = 1024
+
+
+def default_dir(env=None) -> str:
+    env = os.environ if env is None else env
+    return env.get("MELON_LEDGER_DIR") or DEFAULT_DIR
+
+
+def _proc_start(pid: int) -> Optional[int]:
+    """Start time of ``pid`` in clock ticks since boot (Linux /proc), or None when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return int(fields[19])  # field 22 overall
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _proc_state(pid: int) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        return stat[stat.rindex(")") + 2 :].split()[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int, start: Optional[int] = None) -> bool:
+    """True while ``pid`` runs; False when it is gone, a zombie, or a new process reusing the pid."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, owned by another user
+    if _proc_state(pid) == "Z":
+        return False
+    if start is not None:
+        now = _proc_start(pid)
+        if now is not None and now != start:
+            return False
+    return True
+
+
+class Ledger:
+    def __init__(self, directory: Optional[str] = None, idle_mb: int = DEFAULT_IDLE_MB):
+        self.directory = directory or default_dir()
+        self.path = os.path.join(self.directory, "ledger.json")
+        self.lock_path = os.path.join(self.directory, "ledger.lock")
+        self.idle_mb = idle_mb
+
+    # ---- storage -----------------------------------------------------------------------------------------
+    def _ensure_dir(self) -> None:
+        if not os.path.isdir(self.directory):
+            os.makedirs(self.directory, exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.chmod(self.directory, 0o777)
+
+    @contextlib.contextmanager
+    def _locked(self, write: bool = True):
+        self._ensure_dir()
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            state = self._load()
+            yield state
+            if write:
+                self._store(state)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _load(self) -> dict:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                state = json.load(f)
+            if not isinstance(state, dict) or not isinstance(state.get("reservations"), list):
+                raise ValueError("not a ledger")
+            return state
+        except FileNotFoundError:
+            return {"version": 1, "reservations": []}
+        except (ValueError, OSError):
+            # Unreadable ledger: start afresh (NVML's used memory still protects running tasks on real GPUs).
+            return {"version": 1, "reservations": []}
+
+    def _store(self, state: dict) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".ledger-", dir=self.directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(state, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(OSError):
+                os.chmod(tmp, 0o666)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    # ---- policy inputs -----------------------------------------------------------------------------------
+    @staticmethod
+    def _reclaim(state: dict) -> List[dict]:
+        keep, dropped = [], []
+        for r in state["reservations"]:
+            (keep if pid_alive(r["pid"], r.get("pid_start")) else dropped).append(r)
+        state["reservations"] = keep
+        return dropped
+
+    @staticmethod
+    def _policy_gpus(state: dict, gpus: Iterable[DeviceInfo]) -> List[policy.Gpu]:
+        out = []
+        for d in gpus:
+            mine = [r for r in state["reservations"] if r["gpu"] == d.index]
+            reserved = sum(int(r["expected_mb"]) for r in mine)
+            out.append(
+                policy.Gpu(
+                    index=d.index,
+                    total_mb=d.total_mb,
+                    reserved_mb=max(reserved, int(d.used_mb or 0)),
+                    tasks=[policy.Task(r["task_id"], int(r["expected_mb"]), bool(r.get("large"))) for r in mine],
+                )
+            )
+        return out
+
+    # ---- API ---------------------------------------------------------------------------------------------
+    def reserve(
+        self,
+        task_id: str,
+        pid: int,
+        expected_mb: int,
+        gpus: Iterable[DeviceInfo],
+        exclusive: bool = False,
+        large: bool = False,
+        mps: bool = False,
+    ) -> Optional[int]:
+        """Reserve a GPU for ``task_id`` (held while ``pid`` lives); its index, or None when none fits.
+
+        Shared mode: best fit of ``expected_mb`` under the interference rule. Exclusive mode: a GPU nobody
+        holds (``expected_mb`` is ignored and the whole GPU is recorded). A task that already holds a
+        reservation gets the same GPU back (idempotent retry).
+        """
+        got = self.reserve_many(task_id, pid, expected_mb, gpus, count=1, exclusive=exclusive, large=large, mps=mps)
+        return got[0] if got else None
+
+    def reserve_many(
+        self,
+        task_id: str,
+        pid: int,
+        expected_mb: int,
+        gpus: Iterable[DeviceInfo],
+        count: int = 1,
+        exclusive: bool = True,
+        large: bool = False,
+        mps: bool = False,
+    ) -> Optional[List[int]]:
+        """Like :meth:`reserve`; ``count`` > 1 is for exclusive mode (``gpus: N``): all N or nothing."""
+        gpus = list(gpus)
+        if count > 1 and not exclusive:
+            raise ValueError("several GPUs per task are only given in exclusive mode")
+        with self._locked() as state:
+            self._reclaim(state)
+            held = sorted(r["gpu"] for r in state["reservations"] if r["task_id"] == task_id)
+            if held:
+                return held
+            pgs = self._policy_gpus(state, gpus)
+            by_index = {d.index: d for d in gpus}
+            if exclusive:
+                chosen = policy.exclusive_set(pgs, count, idle_mb=self.idle_mb)
+            else:
+                one = policy.best_fit(pgs, int(expected_mb), large=large, mps=mps)
+                chosen = None if one is None else [one]
+            if not chosen:
+                return None
+            start = _proc_start(pid)
+            for idx in chosen:
+                state["reservations"].append(
+                    {
+                        "task_id": task_id,
+                        "pid": int(pid),
+                        "pid_start": start,
+                        "gpu": idx,
+                        "expected_mb": int(by_index[idx].total_mb if exclusive else expected_mb),
+                        "exclusive": bool(exclusive),
+                        "large": bool(large),
+                        "since": time.time(),
+                    }
+                )
+            return chosen
+
+    def release(self, task_id: str) -> int:
+        """Drop every reservation of ``task_id``; returns how many were dropped."""
+        with self._locked() as state:
+            before = len(state["reservations"])
+            state["reservations"] = [r for r in state["reservations"] if r["task_id"] != task_id]
+            return before - len(state["reservations"])
+
+    def entries(self, reclaim: bool = False) -> List[dict]:
+        """Current reservations (after dropping stale ones when ``reclaim``)."""
+        with self._locked(write=reclaim) as state:
+            if reclaim:
+                self._reclaim(state)
+            return [dict(r) for r in state["reservations"]]
+
+
+def reserve(task_id, pid, expected_mb, gpus, exclusive=False, large=False, mps=False, directory=None):
+    """Module-level shortcut for :meth:`Ledger.reserve` on the default ledger."""
+    return Ledger(directory).reserve(task_id, pid, expected_mb, gpus, exclusive=exclusive, large=large, mps=mps)
+
+
+def reserve_many(task_id, pid, expected_mb, gpus, count=1, exclusive=True, large=False, mps=False, directory=None):
+    return Ledger(directory).reserve_many(task_id, pid, expected_mb, gpus, count=count, exclusive=exclusive,
+                                          large=large, mps=mps)
+
+
+def release(task_id, directory=None) -> int:
+    """Module-level shortcut for :meth:`Ledger.release` on the default ledger."""
+    return Ledger(directory).release(task_id)

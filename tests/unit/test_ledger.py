@@ -1,0 +1,241 @@
+"""gpu.ledger and gpu.devices with real files, real locks and real processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from airflow_provider_melon.gpu import devices, ledger
+from airflow_provider_melon.gpu.devices import DeviceInfo
+from airflow_provider_melon.gpu.ledger import Ledger
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def gpus(*totals, used=None):
+    used = used or [0] * len(totals)
+    return [DeviceInfo(i, f"virtual-{i}", "virtual", t, u) for i, (t, u) in enumerate(zip(totals, used))]
+
+
+def sleeper():
+    """A live process that holds a reservation until the test kills it."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+@pytest.fixture
+def led(tmp_path):
+    return Ledger(str(tmp_path / "ledger"))
+
+
+def test_reserve_best_fit_and_release(led):
+    me = os.getpid()
+    devs = gpus(16000, 16000)
+    assert led.reserve("a", me, 10000, devs) == 0
+    assert led.reserve("b", me, 4000, devs) == 0  # best fit: GPU 0 has 6000 left, tighter than GPU 1
+    assert led.reserve("c", me, 4000, devs) == 1  # GPU 0 has only 2000 left now
+    assert led.reserve("d", me, 13000, devs) is None
+    assert led.release("a") == 1
+    assert led.reserve("d", me, 13000, devs) is None  # GPU 0: 16000 - 4000 = 12000 < 13000; GPU 1: 12000
+    assert led.release("c") == 1
+    assert led.reserve("d", me, 13000, devs) == 1
+    rows = {r["task_id"]: r for r in led.entries()}
+    assert set(rows) == {"b", "d"} and rows["d"]["gpu"] == 1 and rows["d"]["expected_mb"] == 13000
+    with open(led.path) as f:  # it is a real JSON file on disk
+        assert len(json.load(f)["reservations"]) == 2
+
+
+def test_reserve_is_idempotent_per_task(led):
+    devs = gpus(16000, 16000)
+    assert led.reserve("a", os.getpid(), 1000, devs) == 0
+    assert led.reserve("a", os.getpid(), 1000, devs) == 0
+    assert len(led.entries()) == 1
+
+
+def test_nvml_used_memory_counts(led):
+    # a foreign process uses 15000 MiB of GPU 0: room there is total - max(reserved, used)
+    devs = gpus(16000, 16000, used=[15000, 500])
+    assert led.reserve("a", os.getpid(), 2000, devs) == 1
+    assert led.reserve("b", os.getpid(), 1000, devs) == 0  # 1000 left on GPU 0 is the tightest fit
+
+
+def test_exclusive_takes_the_whole_gpu(led):
+    me = os.getpid()
+    devs = gpus(16000, 16000)
+    assert led.reserve("s", me, 1000, devs) == 0
+    assert led.reserve("x", me, 0, devs, exclusive=True) == 1
+    assert led.reserve("y", me, 0, devs, exclusive=True) is None
+    assert led.reserve("t", me, 1000, devs) == 0  # nothing shares the exclusive GPU
+    assert led.reserve("u", me, 15000, devs) is None
+    assert [r["expected_mb"] for r in led.entries() if r["task_id"] == "x"] == [16000]
+
+
+def test_exclusive_many_is_all_or_nothing(tmp_path):
+    led = Ledger(str(tmp_path))
+    devs = gpus(8000, 8000, 8000)
+    assert led.reserve("s", os.getpid(), 100, devs) == 0
+    assert led.reserve_many("m", os.getpid(), 0, devs, count=3) is None
+    assert [r["task_id"] for r in led.entries()] == ["s"]
+    assert led.reserve_many("m", os.getpid(), 0, devs, count=2) == [1, 2]
+
+
+def test_interference_rule_applies_through_the_ledger(led):
+    me = os.getpid()
+    devs = gpus(141000, 141000)
+    assert led.reserve("r50", me, 5000, devs, large=True) == 0
+    assert led.reserve("r18a", me, 1600, devs) == 0
+    assert led.reserve("r18b", me, 1600, devs) == 1  # no MPS: GPU 0 already has R50 + one small
+    assert led.reserve("r18c", me, 1600, devs, mps=True) == 0  # with MPS it packs
+
+
+def test_dead_pid_is_reclaimed(led):
+    devs = gpus(8000)
+    proc = sleeper()
+    try:
+        assert led.reserve("victim", proc.pid, 6000, devs) == 0
+        assert led.reserve("other", os.getpid(), 6000, devs) is None  # the live sleeper holds it
+    finally:
+        proc.kill()
+        proc.wait()
+    assert led.reserve("other", os.getpid(), 6000, devs) == 0
+    assert [r["task_id"] for r in led.entries()] == ["other"]
+
+
+def test_zombie_counts_as_dead(led):
+    proc = sleeper()
+    assert led.reserve("z", proc.pid, 6000, gpus(8000)) == 0
+    proc.kill()
+    deadline = time.time() + 10
+    while ledger._proc_state(proc.pid) != "Z" and time.time() < deadline:  # not reaped yet: a zombie
+        time.sleep(0.05)
+    try:
+        assert ledger._proc_state(proc.pid) == "Z"
+        assert ledger.pid_alive(os.getpid())
+        assert not ledger.pid_alive(proc.pid)
+        assert led.entries(reclaim=True) == []
+    finally:
+        proc.wait()
+
+
+def test_reused_pid_is_detected():
+    me = os.getpid()
+    start = ledger._proc_start(me)
+    assert start is not None
+    assert ledger.pid_alive(me, start)
+    assert not ledger.pid_alive(me, start + 1)  # same pid, different process start time
+
+
+def test_corrupt_ledger_is_replaced(led):
+    os.makedirs(led.directory, exist_ok=True)
+    with open(led.path, "w") as f:
+        f.write("{half a fi")
+    assert led.reserve("a", os.getpid(), 100, gpus(1000)) == 0
+    assert [r["task_id"] for r in led.entries()] == ["a"]
+
+
+def test_default_dir_from_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("MELON_LEDGER_DIR", str(tmp_path / "x"))
+    assert ledger.reserve("a", os.getpid(), 100, gpus(1000)) == 0
+    assert os.path.exists(tmp_path / "x" / "ledger.json")
+    assert ledger.release("a") == 1
+    monkeypatch.delenv("MELON_LEDGER_DIR")
+    assert ledger.default_dir() == "/tmp/melon-ledger"
+
+
+WORKER = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.path.insert(0, {repo!r})
+    from airflow_provider_melon.gpu.devices import DeviceInfo
+    from airflow_provider_melon.gpu.ledger import Ledger
+    d, go, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    gpus = [DeviceInfo(0, "v0", "v", 10000), DeviceInfo(1, "v1", "v", 10000)]
+    got = Ledger(d).reserve(name, os.getpid(), 3000, gpus)
+    print(got, flush=True)
+    time.sleep(600)  # hold the reservation (alive) until killed
+    """
+)
+
+
+def test_concurrent_reservations_never_overcommit(tmp_path):
+    d = str(tmp_path / "ledger")
+    go = str(tmp_path / "go")
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER.format(repo=REPO))
+    n = 12  # capacity: 3 x 3000 MiB per 10000 MiB GPU, 2 GPUs -> exactly 6 fit
+    procs = [subprocess.Popen([sys.executable, str(script), d, go, f"t{i}"], stdout=subprocess.PIPE, text=True)
+             for i in range(n)]
+    try:
+        time.sleep(0.5)
+        open(go, "w").close()  # release them all at once
+        answers = [p.stdout.readline().strip() for p in procs]
+        granted = [a for a in answers if a != "None"]
+        assert len(granted) == 6, answers
+        rows = Ledger(d).entries()
+        assert len(rows) == 6  # no lost update: every grant is recorded
+        for gpu in (0, 1):
+            assert sum(r["expected_mb"] for r in rows if r["gpu"] == gpu) == 9000
+        assert sorted(granted) == sorted(str(r["gpu"]) for r in rows)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    # everyone is dead now: the next reservation reclaims all of them
+    assert Ledger(d).reserve("after", os.getpid(), 9000, gpus(10000, 10000)) == 0
+    assert len(Ledger(d).entries()) == 1
+
+
+# ---- devices ---------------------------------------------------------------------------------------------
+
+def test_inventory_source(tmp_path):
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"gpus": [{"index": 0, "total_mb": 16384, "name": "virtual"},
+                                        {"index": 1, "total_mb": 8192, "used_mb": 100}]}))
+    env = {"MELON_GPU_INVENTORY": str(inv)}
+    found = devices.list_gpus(env)
+    if found.source == "nvml":
+        pytest.skip("a real GPU is present: NVML wins over the inventory")
+    assert found.source == "inventory"
+    assert [(g.index, g.total_mb, g.used_mb, g.name) for g in found] == [(0, 16384, 0, "virtual"),
+                                                                          (1, 8192, 100, "virtual")]
+
+
+def test_no_gpu_reason(tmp_path):
+    found = devices.list_gpus({})
+    if found.source == "nvml":
+        pytest.skip("a real GPU is present")
+    assert found == [] and found.source == "none"
+    assert found.reason.startswith("no GPU: NVML found no device (")
+    missing = devices.list_gpus({"MELON_GPU_INVENTORY": str(tmp_path / "nope.json")})
+    assert missing == [] and "does not exist" in missing.reason
+
+
+def test_malformed_inventory(tmp_path):
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"gpus": [{"index": 0}]}))
+    with pytest.raises(ValueError, match="malformed"):
+        devices.inventory_gpus(str(inv))
+
+
+def test_mps_detection(tmp_path):
+    proc_root = tmp_path / "proc"
+    (proc_root / "42").mkdir(parents=True)
+    (proc_root / "42" / "comm").write_text("python\n")
+    pipe = tmp_path / "mps"
+    pipe.mkdir()
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(pipe)}
+    assert not devices.mps_active(env, proc_root=str(proc_root))
+    os.mkfifo(pipe / "control")
+    assert devices.mps_active(env, proc_root=str(proc_root))
+    os.unlink(pipe / "control")
+    (proc_root / "43").mkdir()
+    (proc_root / "43" / "comm").write_text("nvidia-cuda-mps\n")  # the kernel's 15-char comm
+    assert devices.mps_active(env, proc_root=str(proc_root))
+    assert not devices.mps_active({**env, "MELON_MPS": "0"}, proc_root=str(proc_root))
+    assert devices.mps_active({"MELON_MPS": "1"}, proc_root=str(tmp_path / "none"))
