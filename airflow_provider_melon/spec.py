@@ -54,7 +54,7 @@ class RoleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instances: int = Field(1, gt=0)
-    memory: Union[int, str] = "2g"
+    memory: Union[int, str] = 2048  # MiB
     vcores: int = Field(1, gt=0)
     gpus: Optional[int] = Field(None, gt=0)
     gpu_memory: Optional[Union[int, str]] = None

@@ -45,3 +45,11 @@ def yarn_hook(minicluster):
     from airflow_provider_melon.hooks.yarn import YarnHook
 
     return YarnHook(rm_urls=[minicluster.rm_web_url], user=minicluster.user)
+
+
+@pytest.fixture
+def melon_hook(minicluster):
+    """A MelonHook bound to the mini cluster: real WebHDFS, real RM."""
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+
+    return melon_hook_for_cluster(minicluster.work_dir)

@@ -1,0 +1,34 @@
+# The two commands of the README: `make demo` and `make test`. Each does its own set-up.
+PY := .venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-unit test-all constraints clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(PY) scripts/demo.py
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS) tests
+
+test-unit: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+# Slow extras (PyTorch DDP): installs the [pytorch] extra first.
+test-all: setup
+	$(PY) -m pip install -q -c constraints.txt -e '.[pytorch]'
+	MELON_TEST_ALL=1 $(PY) -m pytest -q -p no:cacheprovider --timeout=1800 tests
+
+# Refresh the pinned Python set on purpose (commit the diff): resolves from setup.cfg in a clean venv.
+constraints:
+	rm -rf .venv-constraints && python3 -m venv .venv-constraints
+	.venv-constraints/bin/pip install -q --upgrade pip
+	.venv-constraints/bin/pip install -q '.[tensorflow,test,pack]'
+	.venv-constraints/bin/pip freeze --exclude-editable | grep -v '^airflow-provider-melon' > constraints.txt
+	rm -rf .venv-constraints
+
+clean:
+	-$(PY) -m airflow_provider_melon.cli minicluster stop
+	rm -rf appmaster/target .melon-minicluster

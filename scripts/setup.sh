@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One-shot, idempotent set-up for a fresh machine: system packages, the venv (pinned by constraints.txt),
+# the package in editable mode, and the Maven build of the ApplicationMaster + mini-cluster launcher.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v krb5-config >/dev/null || need_apt+=(libkrb5-dev)   # requests-kerberos -> gssapi/krb5 build
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "[setup] apt-get install ${need_apt[*]}"
+  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.melon-installed
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+  echo "[setup] pip install -e '.[tensorflow,test,pack]' -c constraints.txt (first time: several minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[tensorflow,test,pack]'
+  touch "$stamp"
+fi
+
+jar=appmaster/target/melon-appmaster.jar
+if [ ! -f "$jar" ] || [ -n "$(find appmaster/src appmaster/pom.xml -newer "$jar" -print -quit)" ]; then
+  echo "[setup] mvn package (appmaster/)"
+  mvn -q -B -f appmaster/pom.xml package -DskipTests
+fi
+echo "[setup] ready"

@@ -1,0 +1,95 @@
+import json
+
+import pytest
+
+from airflow_provider_melon import submission
+from airflow_provider_melon.spec import JobSpec
+from airflow_provider_melon.submission import StagedFile
+
+RUNTIME = StagedFile("hdfs://nn:8020/c/rt.zip", 10, 111)
+CODE = StagedFile("hdfs://nn:8020/c/code.zip", 20, 222)
+JAR = StagedFile("hdfs://nn:8020/c/am.jar", 30, 333)
+PLAN = StagedFile("hdfs://nn:8020/a/plan.json", 40, 444)
+
+
+@pytest.fixture
+def spec(tmp_path):
+    (tmp_path / "code").mkdir()
+    return JobSpec.from_dict({
+        "name": "mnist", "framework": "tensorflow", "code": str(tmp_path / "code"),
+        "entrypoint": "python train.py --epochs 2", "queue": "gpu", "priority": 3, "max_attempts": 2,
+        "tags": ["Team-A"], "env": {"A": "1"}, "outputs": {"model": "hdfs:///models/mnist"},
+        "inputs": [{"path": "hdfs:///data/mnist.npz"}],
+        "roles": {"chief": {"memory": "2g", "gpu_memory": "4g", "large": True},
+                  "worker": {"instances": 2, "gpus": 1, "restarts": 2},
+                  "ps": {"memory": 1024}},
+    })
+
+
+def test_plan_roles_resources_and_env(spec):
+    data = StagedFile("hdfs://nn:8020/data/mnist.npz", 50, 555)
+    plan = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": data},
+                                 default_python="/opt/py/bin/python", container_env={"MELON_GPU_INVENTORY": "/x"})
+    roles = {r["name"]: r for r in plan["roles"]}
+    assert roles["chief"] == {"name": "chief", "instances": 1, "memory_mb": 2048, "vcores": 1, "gpus": 0,
+                              "gpu_memory_mb": 4096, "restarts": 0, "tracked": True}
+    assert roles["worker"]["gpus"] == 1 and roles["worker"]["gpu_memory_mb"] == 0 and roles["worker"]["restarts"] == 2
+    assert roles["ps"]["tracked"] is False
+    assert plan["success_role"] == "chief"
+    assert plan["command"] == "/opt/py/bin/python -m airflow_provider_melon.runtime.executor"
+    env = plan["env"]
+    assert env["MELON_ENTRYPOINT"] == "python train.py --epochs 2"
+    assert env["MELON_FRAMEWORK"] == "tensorflow"
+    assert env["MELON_LARGE_ROLES"] == "chief"
+    assert env["PYTHONPATH"] == "./melon_runtime"
+    assert env["A"] == "1" and env["MELON_GPU_INVENTORY"] == "/x"
+    assert env["MELON_OUTPUT_MODEL"] == "hdfs:///models/mnist"
+    local = {r["name"]: r for r in plan["local_resources"]}
+    assert local["code"] == {"name": "code", "url": CODE.url, "type": "ARCHIVE", "visibility": "APPLICATION",
+                             "size": 20, "timestamp": 222}
+    assert local["mnist.npz"]["visibility"] == "PUBLIC" and local["mnist.npz"]["size"] == 50
+    json.dumps(plan)  # serialisable as written to HDFS
+
+
+def test_env_archive_and_docker(tmp_path, spec):
+    archived = spec.model_copy(update={"environment": spec.environment.model_validate(
+        {"archive": "hdfs:///envs/e.tar.gz", "python": "env/bin/python"})})
+    env_file = StagedFile("hdfs://nn:8020/envs/e.tar.gz", 60, 666)
+    plan = submission.build_plan(archived, code=CODE, runtime=RUNTIME,
+                                 inputs={"hdfs:///data/mnist.npz": CODE}, env_archive=env_file)
+    assert plan["command"].startswith("./env/bin/python -m ")
+    env_res = [r for r in plan["local_resources"] if r["name"] == "env"][0]
+    assert env_res["type"] == "ARCHIVE" and env_res["visibility"] == "PUBLIC"
+
+    docker = spec.model_copy(update={"environment": spec.environment.model_validate({"docker_image": "tf:2.21"})})
+    plan = submission.build_plan(docker, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE})
+    assert plan["env"]["YARN_CONTAINER_RUNTIME_TYPE"] == "docker"
+    assert plan["env"]["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] == "tf:2.21"
+
+
+def test_submission_context(spec):
+    ctx = submission.build_submission(spec, app_id="application_1_0001", am_jar=JAR, plan=PLAN, secret="s3cr3t",
+                                      tags=submission.airflow_tags("dag", "train", "manual__1", 3),
+                                      am_classpath="/conf:/jars/*")
+    assert ctx["application-id"] == "application_1_0001"
+    assert ctx["queue"] == "gpu" and ctx["priority"] == 3 and ctx["max-app-attempts"] == 2
+    assert ctx["application-type"] == "MELON"
+    tags = ctx["application-tags"]["tag"]
+    assert "team-a" in tags and "melon" in tags and "airflow-task:train" in tags and "airflow-map:3" in tags
+    assert any(t.startswith("airflow-run:") for t in tags)
+    spec_am = ctx["am-container-spec"]
+    entries = {e["key"]: e["value"] for e in spec_am["local-resources"]["entry"]}
+    assert entries["melon-appmaster.jar"] == {"resource": JAR.url, "type": "FILE", "visibility": "APPLICATION",
+                                              "size": 30, "timestamp": 333}
+    env = {e["key"]: e["value"] for e in spec_am["environment"]["entry"]}
+    assert env["CLASSPATH"] == "./melon-appmaster.jar<CPS>/conf:/jars/*"
+    assert env["MELON_SECRET"] == "s3cr3t"
+    assert "s3cr3t" not in spec_am["commands"]["command"]  # the secret is never on a command line
+    assert spec_am["commands"]["command"].startswith("{{JAVA_HOME}}/bin/java ")
+
+
+def test_run_tag_is_stable_and_short():
+    assert submission.run_tag("scheduled__2026-01-01T00:00:00+00:00") == submission.run_tag(
+        "scheduled__2026-01-01T00:00:00+00:00")
+    assert submission.run_tag("a") != submission.run_tag("b")
+    assert len(submission.run_tag("x" * 500)) < 100
