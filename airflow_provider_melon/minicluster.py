@@ -260,3 +260,43 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
             for n in nodes
         ]
     return out
+
+
+def airflow_connections(details: ClusterDetails, python: str) -> dict:
+    """The Airflow connections that point at this cluster (what an admin would enter for a real one)."""
+    host, port = details.nn_http
+    return {
+        "yarn_default": {
+            "conn_type": "yarn",
+            "host": details.rm_web_url,
+            "login": details.user,
+            "extra": {
+                "auth": "simple",
+                "fs_default_fs": details.fs_default_fs,
+                "am_classpath": details.am_classpath,
+                "python": python,
+                "container_env": container_env(details),
+            },
+        },
+        "webhdfs_default": {"conn_type": "webhdfs", "host": host, "port": port, "login": details.user},
+    }
+
+
+def airflow_env(details: ClusterDetails, airflow_home: Path, dags_folder: Path, python: str) -> dict:
+    """Environment for `airflow dags test` against this cluster: AIRFLOW_HOME, SQLite, connections file."""
+    airflow_home = Path(airflow_home)
+    airflow_home.mkdir(parents=True, exist_ok=True)
+    conns = airflow_home / "connections.json"
+    conns.write_text(json.dumps(airflow_connections(details, python), indent=1))
+    env = dict(os.environ)
+    env.update(
+        AIRFLOW_HOME=str(airflow_home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__UNIT_TEST_MODE="False",
+        AIRFLOW__SECRETS__BACKEND="airflow.secrets.local_filesystem.LocalFilesystemBackend",
+        AIRFLOW__SECRETS__BACKEND_KWARGS=json.dumps({"connections_file_path": str(conns)}),
+        AIRFLOW__MELON__AM_JAR=str(APPMASTER_DIR / "target" / "melon-appmaster.jar"),
+        PYTHONUNBUFFERED="1",
+    )
+    return env

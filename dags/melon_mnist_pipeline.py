@@ -1,0 +1,124 @@
+"""ingest → profile → distributed TensorFlow train → evaluate → publish, all on YARN through MeLoN.
+
+Connections: ``yarn_default`` (the RM; its extra carries ``fs_default_fs``) and ``webhdfs_default`` (the
+NameNode's HTTP address). Variables (optional): ``melon_hdfs_root`` (default /user/<login>/melon-demo),
+``melon_accuracy_threshold`` (default 0.8). ``make demo`` runs it on the embedded mini cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG, Variable, task
+
+from airflow_provider_melon.operators.train import MelonTrainOperator
+
+HERE = Path(__file__).resolve().parent
+TRAINING = HERE / "training" / "mnist"
+ROOT = "{{ var.value.get('melon_hdfs_root', '/user/root/melon-demo') }}"
+RUN_DIR = ROOT + "/runs/{{ ts_nodash }}"
+
+
+def _webhdfs():
+    from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+
+    return WebHDFSHook(webhdfs_conn_id="webhdfs_default").get_conn()
+
+
+def _webhdfs_url() -> str:
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection("webhdfs_default")
+    return f"http://{conn.host}:{conn.port}"
+
+
+with DAG(
+    dag_id="melon_mnist_pipeline",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["melon", "example"],
+    user_defined_macros={"webhdfs_url": _webhdfs_url},
+) as dag:
+    # [START howto_melon_ingest]
+    @task
+    def ingest(root: str) -> str:
+        """Generate the small dataset and put it into HDFS (a real pipeline would fetch it)."""
+        sys.path.insert(0, str(TRAINING))
+        from data import make_dataset, to_npz_bytes
+
+        path = f"{root}/datasets/mnist-synth/mnist.npz"
+        client = _webhdfs()
+        if client.status(path, strict=False) is None:
+            client.write(path, data=to_npz_bytes(make_dataset()), overwrite=True)
+        return path
+    # [END howto_melon_ingest]
+
+    @task
+    def profile() -> str:
+        """Placeholder for the profiler: the job's declared expected GPU memory per task."""
+        return "2GiB"
+
+    dataset = ingest(ROOT)
+    expected = profile()
+
+    # [START howto_melon_train]
+    train = MelonTrainOperator(
+        task_id="train",
+        job={
+            "name": "mnist-mwms",
+            "framework": "tensorflow",
+            "code": str(TRAINING),
+            "entrypoint": "python train.py --epochs 2 --model-dir " + RUN_DIR + "/model"
+            " --webhdfs {{ webhdfs_url() }} --user {{ conn.yarn_default.login or 'root' }}",
+            "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"}],
+            "outputs": {"model": "hdfs://" + RUN_DIR + "/model"},
+            "roles": {
+                "chief": {"instances": 1, "memory": "2g", "vcores": 1, "gpu_memory": "2GiB"},
+                "worker": {"instances": 1, "memory": "2g", "vcores": 1, "gpu_memory": "2GiB"},
+            },
+        },
+        gpu_memory="{{ ti.xcom_pull(task_ids='profile') }}",
+        poll_interval=5,
+    )
+    # [END howto_melon_train]
+
+    evaluate = MelonTrainOperator(
+        task_id="evaluate",
+        job={
+            "name": "mnist-evaluate",
+            "framework": "generic",
+            "code": str(TRAINING),
+            "entrypoint": "python evaluate.py --model-dir " + RUN_DIR + "/model --metrics " + RUN_DIR
+            + "/metrics.json --webhdfs {{ webhdfs_url() }} --user {{ conn.yarn_default.login or 'root' }}",
+            "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"}],
+            "outputs": {"metrics": "hdfs://" + RUN_DIR + "/metrics.json"},
+            "roles": {"worker": {"instances": 1, "memory": "2g", "vcores": 1}},
+        },
+        poll_interval=5,
+    )
+
+    @task
+    def publish(run_dir: str, root: str) -> dict:
+        """Copy the model to a versioned models/ path only if the accuracy passes the threshold."""
+        client = _webhdfs()
+        with client.read(f"{run_dir}/metrics.json", encoding="utf-8") as reader:
+            metrics = json.load(reader)
+        threshold = float(Variable.get("melon_accuracy_threshold", default="0.8"))
+        result = {"accuracy": metrics["accuracy"], "threshold": threshold, "published": None}
+        if metrics["accuracy"] >= threshold:
+            target = f"{root}/models/mnist/{os.path.basename(run_dir)}"
+            import tempfile
+
+            local = tempfile.mkdtemp(prefix="publish-")
+            client.download(f"{run_dir}/model", local, n_threads=1)
+            client.upload(target, os.path.join(local, "model"), n_threads=1, overwrite=True)
+            result["published"] = f"hdfs://{target}"
+        print(f"MELON_RESULT {json.dumps(result)}")
+        return result
+
+    [dataset, expected] >> train >> evaluate >> publish(RUN_DIR, ROOT)
