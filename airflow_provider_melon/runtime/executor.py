@@ -1,0 +1,528 @@
+"""The MeLoN task executor: ``python -m airflow_provider_melon.runtime.executor`` inside each YARN container.
+
+Stdlib only (plus the stdlib-only ``gpu`` package): it runs under the job's own Python, where neither Airflow
+nor requests may exist. Contract with the ApplicationMaster: ``docs/protocol.md`` section 2.
+
+Environment read (set by the AM / the plan):
+
+==========================  =================================================================================
+``MELON_ROLE/INDEX``        this task, e.g. ``worker`` / ``1`` (required)
+``MELON_AM_URL``            ``http://<am-host>:<port>`` (required)
+``MELON_SECRET``            per-application secret, sent as ``X-Melon-Secret`` (required; not passed on to
+                            the user's process)
+``MELON_ENTRYPOINT``        the user's command line, split with ``shlex``; a leading ``python``/``python3``
+                            is replaced by this interpreter (the job's Python). Runs in ``./code`` when the
+                            code archive was localized there, else in the container's directory (required)
+``MELON_FRAMEWORK``         ``tensorflow`` (TF_CONFIG) | ``pytorch`` (MASTER_ADDR/PORT, RANK, WORLD_SIZE,
+                            LOCAL_RANK) | ``generic`` (default); every framework also gets ``MELON_CLUSTER``
+``MELON_GPUS``              > 0: that many whole GPUs (exclusive)
+``MELON_GPU_MEMORY_MB``     > 0: shared mode, best fit of this many MiB on one GPU, capped in-process
+``MELON_LARGE``             1 if the job saturates a GPU alone (interference rule of ``gpu.policy``)
+``MELON_GPU_WAIT_S``        how long to wait for a GPU that fits (default 60), then exit 75
+``MELON_REGISTER_TIMEOUT_S`` how long to wait for the gang (default 300)
+``MELON_HEARTBEAT_S``       heartbeat period (default 5)
+``MELON_PROGRESS_FILE``     where the user's script may write progress (default ``./melon-progress.json``
+                            in the container's directory, made absolute and passed on)
+``MELON_HOST``              the address to register (default ``socket.getfqdn()``)
+``MELON_BIND_HOST``         where to reserve the port (default: ``MELON_HOST`` resolved; ``0.0.0.0`` if that
+                            fails)
+``MELON_KILL_GRACE_S``      after forwarding SIGTERM, SIGKILL the user's process after this long (default 10)
+==========================  =================================================================================
+
+Progress file: the user's script may write ``{"step": 120, "loss": 0.31}`` (any subset; extra keys ignored)
+to ``$MELON_PROGRESS_FILE`` whenever it likes; write to a temp file and ``os.replace`` it so a heartbeat never
+reads half a file (a half-written file is simply skipped). Each heartbeat sends the latest values to the AM,
+whose ``/status`` page and Airflow show them.
+
+Steps: choose a GPU (``gpu.ledger``) -> reserve a port -> ``POST /register`` until the gang is complete ->
+build the framework env and the memory-cap bootstrap -> release the port and start the user's process
+(stdout/stderr inherited, so they land in the container's logs) -> heartbeat -> release the GPU -> exit with
+the user's exit code (128+N when it died of signal N).
+
+The port race: the port is reserved by binding it (without listening) while registration runs, and closed
+right before the user's process starts, because TensorFlow's gRPC server and torch's TCPStore must bind it
+themselves. In that short window another process on the node could take it; the task then fails to bind and
+YARN restarts it within the role's budget. Ephemeral ports are handed out round-robin by the kernel, so the
+window is rarely hit.
+
+Exit codes: the user's code; 2 bad configuration; 3 the AM refused us (403: wrong secret); 4 registration
+failed (AM unreachable, gang timeout); 75 no GPU of this node fits (the AM re-requests a container
+elsewhere without using the restart budget); 143 terminated (SIGTERM, forwarded to the user's process).
+
+The user's process stays in the executor's process group: the NodeManager kills a container by signalling
+its whole group, so the user's process is never orphaned on a GPU if the executor is killed outright (the
+ledger entry of a killed executor is reclaimed as stale by the next reservation on the node).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import List, Mapping, Optional, Tuple
+
+from airflow_provider_melon.gpu import devices as _devices
+from airflow_provider_melon.gpu.ledger import Ledger
+from airflow_provider_melon.runtime import framework as _framework
+
+PREFIX = "[melon-executor]"
+
+EXIT_CONFIG = 2
+EXIT_AM_REFUSED = 3
+EXIT_REGISTER = 4
+EXIT_NO_GPU_FITS = 75
+EXIT_TERMINATED = 143
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(f"{PREFIX} {msg}\n")
+    sys.stderr.flush()
+
+
+class Fatal(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class Terminated(Exception):
+    """SIGTERM/SIGINT arrived before the user's process started."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "")
+    try:
+        return int(raw) if raw.strip() else default
+    except ValueError:
+        raise Fatal(EXIT_CONFIG, f"{name}={raw!r} is not an integer") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "")
+    try:
+        return float(raw) if raw.strip() else default
+    except ValueError:
+        raise Fatal(EXIT_CONFIG, f"{name}={raw!r} is not a number") from None
+
+
+@dataclass
+class Config:
+    role: str
+    index: int
+    am_url: str
+    secret: str
+    entrypoint: str
+    framework: str = "generic"
+    gpus: int = 0
+    gpu_memory_mb: int = 0
+    large: bool = False
+    attempt: int = 0
+    app_id: str = ""
+    container_id: str = ""
+    gpu_wait_s: float = 60.0
+    register_timeout_s: float = 300.0
+    heartbeat_s: float = 5.0
+    kill_grace_s: float = 10.0
+    host: str = ""
+    bind_host: str = ""
+    progress_file: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "Config":
+        missing = [n for n in ("MELON_ROLE", "MELON_INDEX", "MELON_AM_URL", "MELON_SECRET", "MELON_ENTRYPOINT")
+                   if not env.get(n)]
+        if missing:
+            raise Fatal(EXIT_CONFIG, f"missing environment: {', '.join(missing)} (see docs/protocol.md)")
+        framework = (env.get("MELON_FRAMEWORK") or "generic").strip().lower()
+        if framework not in ("tensorflow", "pytorch", "generic"):
+            raise Fatal(EXIT_CONFIG, f"MELON_FRAMEWORK={framework!r}: expected tensorflow, pytorch or generic")
+        progress = env.get("MELON_PROGRESS_FILE") or "melon-progress.json"
+        return cls(
+            role=env["MELON_ROLE"],
+            index=_int(env, "MELON_INDEX", 0),
+            am_url=env["MELON_AM_URL"].rstrip("/"),
+            secret=env["MELON_SECRET"],
+            entrypoint=env["MELON_ENTRYPOINT"],
+            framework=framework,
+            gpus=_int(env, "MELON_GPUS", 0),
+            gpu_memory_mb=_int(env, "MELON_GPU_MEMORY_MB", 0),
+            large=env.get("MELON_LARGE", "0").strip().lower() in ("1", "true", "yes"),
+            attempt=_int(env, "MELON_TASK_ATTEMPT", 0),
+            app_id=env.get("MELON_APP_ID", ""),
+            container_id=env.get("MELON_CONTAINER_ID", ""),
+            gpu_wait_s=_float(env, "MELON_GPU_WAIT_S", 60.0),
+            register_timeout_s=_float(env, "MELON_REGISTER_TIMEOUT_S", 300.0),
+            heartbeat_s=_float(env, "MELON_HEARTBEAT_S", 5.0),
+            kill_grace_s=_float(env, "MELON_KILL_GRACE_S", 10.0),
+            host=env.get("MELON_HOST", ""),
+            bind_host=env.get("MELON_BIND_HOST", ""),
+            progress_file=os.path.abspath(progress),
+        )
+
+    @property
+    def task(self) -> str:
+        return f"{self.role}:{self.index}"
+
+    @property
+    def task_id(self) -> str:
+        return self.container_id or f"{self.app_id or 'local'}/{self.task}#{self.attempt}"
+
+
+class AmClient:
+    """Tiny JSON-over-HTTP client for the AM (urllib; ignores http_proxy: the AM is inside the cluster)."""
+
+    def __init__(self, base_url: str, secret: str, timeout: float = 10.0):
+        self.base_url = base_url
+        self.secret = secret
+        self.timeout = timeout
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def post(self, path: str, body: dict) -> Tuple[Optional[int], object]:
+        """``(status, parsed JSON or text)``; status None when the AM could not be reached."""
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "X-Melon-Secret": self.secret},
+            method="POST",
+        )
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                return resp.status, _parse(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, _parse(exc.read())
+        except (urllib.error.URLError, OSError) as exc:
+            return None, str(getattr(exc, "reason", exc))
+
+
+def _parse(raw: bytes):
+    text = raw.decode(errors="replace")
+    try:
+        return json.loads(text) if text.strip() else {}
+    except ValueError:
+        return text
+
+
+def read_progress(path: str) -> dict:
+    """``{"step", "loss"}`` from the user's progress file (missing/half-written file -> {})."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out = {}
+    if isinstance(data.get("step"), (int, float)) and not isinstance(data.get("step"), bool):
+        out["step"] = int(data["step"])
+    if isinstance(data.get("loss"), (int, float)) and not isinstance(data.get("loss"), bool):
+        out["loss"] = float(data["loss"])
+    return out
+
+
+def _descendants(pid: int) -> List[int]:
+    """pid and its descendants (Linux /proc); just [pid] elsewhere."""
+    children = {}
+    try:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
+                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    except OSError:
+        return [pid]
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def resolve_python(argv: List[str]) -> List[str]:
+    """Run a leading ``python``/``python3`` under this interpreter (the job's Python, not PATH's)."""
+    if argv and argv[0] in ("python", "python3"):
+        return [sys.executable] + argv[1:]
+    return argv
+
+
+class Executor:
+    def __init__(self, cfg: Config, env: Optional[Mapping[str, str]] = None):
+        self.cfg = cfg
+        self.env = dict(os.environ if env is None else env)
+        self.am = AmClient(cfg.am_url, cfg.secret)
+        self.ledger = Ledger()
+        self.gpu_indices: Optional[List[int]] = None
+        self.gpu_total_mb = 0
+        self.gpu_source = "none"
+        self.child: Optional[subprocess.Popen] = None
+        self.terminating = threading.Event()
+        self.cap_dir: Optional[str] = None
+        self.port_sock: Optional[socket.socket] = None
+        self._starting = False  # between "about to Popen" and "self.child is set": never raise from a signal
+
+    # ---- signals -----------------------------------------------------------------------------------------
+    def _on_signal(self, signum, frame):
+        first = not self.terminating.is_set()
+        self.terminating.set()
+        child = self.child
+        if child is not None and child.poll() is None:
+            if first:
+                log(f"received signal {signum}: forwarding it to the user's process {child.pid}")
+            try:
+                child.send_signal(signum)
+            except OSError:
+                pass
+            return
+        if first and not self._starting:
+            raise Terminated()
+
+    def _sleep(self, seconds: float) -> None:
+        if self.terminating.wait(max(0.0, seconds)):
+            raise Terminated()
+
+    # ---- GPU ---------------------------------------------------------------------------------------------
+    @property
+    def wants_gpu(self) -> bool:
+        return self.cfg.gpus > 0 or self.cfg.gpu_memory_mb > 0
+
+    @property
+    def gpu_label(self) -> Optional[str]:
+        return None if not self.gpu_indices else ",".join(str(i) for i in self.gpu_indices)
+
+    def choose_gpu(self) -> None:
+        cfg = self.cfg
+        if not self.wants_gpu:
+            log("no GPU requested for this role: CUDA_VISIBLE_DEVICES is set empty")
+            return
+        gpus = _devices.list_gpus(self.env)
+        if not gpus:
+            log(f"{gpus.reason}; no GPU inventory: running on CPU (gpu=null reported to the AM)")
+            return
+        self.gpu_source = gpus.source
+        mps = _devices.mps_active(self.env)
+        exclusive = cfg.gpus > 0
+        want = f"{cfg.gpus} whole GPU(s)" if exclusive else f"{cfg.gpu_memory_mb} MiB"
+        if exclusive and cfg.gpus > len(gpus):
+            raise Fatal(EXIT_NO_GPU_FITS, f"no GPU fits: {want} wanted, this node has {len(gpus)} GPU(s)")
+        if not exclusive and cfg.gpu_memory_mb > max(g.total_mb for g in gpus):
+            raise Fatal(EXIT_NO_GPU_FITS, f"no GPU fits: {want} wanted, the largest GPU here has "
+                                          f"{max(g.total_mb for g in gpus)} MiB")
+        deadline = time.monotonic() + cfg.gpu_wait_s
+        waited = False
+        while True:
+            got = self.ledger.reserve_many(cfg.task_id, os.getpid(), cfg.gpu_memory_mb, gpus, count=max(1, cfg.gpus),
+                                           exclusive=exclusive, large=cfg.large, mps=mps)
+            if got:
+                by_index = {g.index: g for g in gpus}
+                self.gpu_indices = got
+                self.gpu_total_mb = by_index[got[0]].total_mb
+                log(f"GPU {self.gpu_label} ({gpus.source}, {by_index[got[0]].name}) reserved for {cfg.task}: {want}"
+                    f"{', MPS' if mps else ''}")
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Fatal(EXIT_NO_GPU_FITS, f"no GPU fits {want} on this node after waiting {cfg.gpu_wait_s:g}s "
+                                              f"(ledger {self.ledger.path}); exiting {EXIT_NO_GPU_FITS} so the AM "
+                                              f"re-requests a container")
+            if not waited:
+                log(f"no GPU fits {want} now; waiting up to {cfg.gpu_wait_s:g}s")
+                waited = True
+            self._sleep(min(1.0, left))
+            gpus = _devices.list_gpus(self.env) or gpus
+
+    # ---- port & registration -----------------------------------------------------------------------------
+    def reserve_port(self) -> Tuple[str, int]:
+        host = self.cfg.host or socket.getfqdn()
+        bind_host = self.cfg.bind_host
+        if not bind_host:
+            try:
+                bind_host = socket.gethostbyname(host)
+            except OSError:
+                bind_host = "0.0.0.0"
+        family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.bind((bind_host, 0))
+        self.port_sock = sock
+        return host, sock.getsockname()[1]
+
+    def release_port(self) -> None:
+        if self.port_sock is not None:
+            self.port_sock.close()
+            self.port_sock = None
+
+    def register(self, host: str, port: int) -> dict:
+        cfg = self.cfg
+        body = {"role": cfg.role, "index": cfg.index, "host": host, "port": port, "gpu": self.gpu_label,
+                "gpu_memory_mb": cfg.gpu_memory_mb, "pid": os.getpid()}
+        deadline = time.monotonic() + cfg.register_timeout_s
+        log(f"registering {cfg.task} at {host}:{port} with {cfg.am_url}")
+        last_note = 0.0
+        while True:
+            status, data = self.am.post("/register", body)
+            if status == 200 and isinstance(data, dict) and isinstance(data.get("cluster"), dict):
+                log(f"gang complete: {json.dumps(data['cluster'], sort_keys=True)}")
+                return data["cluster"]
+            if status == 403:
+                raise Fatal(EXIT_AM_REFUSED, "the AM refused registration (403 Forbidden): MELON_SECRET does not "
+                                             "match this application's secret")
+            if status is not None and 400 <= status < 500 and status != 408 and status != 429:
+                raise Fatal(EXIT_REGISTER, f"the AM rejected registration: HTTP {status} {data}")
+            now = time.monotonic()
+            if now >= deadline:
+                raise Fatal(EXIT_REGISTER, f"registration did not complete within {cfg.register_timeout_s:g}s "
+                                           f"(last answer: {status or 'unreachable'} {data})")
+            if now - last_note >= 10:
+                if status == 202:
+                    log(f"waiting for the gang: {data}")
+                else:
+                    log(f"AM not ready ({status or 'unreachable'}: {data}); retrying")
+                last_note = now
+            self._sleep(0.5 if status == 202 else 1.0)
+
+    # ---- user process ------------------------------------------------------------------------------------
+    def child_env(self, cluster: Mapping) -> dict:
+        cfg = self.cfg
+        env = dict(self.env)
+        env.pop("MELON_SECRET", None)  # least privilege: the user's code does not talk to the AM
+        env["MELON_CLUSTER"] = _framework.cluster_json(cluster)
+        env["MELON_PROGRESS_FILE"] = cfg.progress_file
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # same numbering as NVML
+        env["CUDA_VISIBLE_DEVICES"] = self.gpu_label or ""
+        env["MELON_GPU"] = self.gpu_label or ""
+        if cfg.framework == "tensorflow":
+            env["TF_CONFIG"] = json.dumps(_framework.tf_config(cluster, cfg.role, cfg.index))
+        elif cfg.framework == "pytorch":
+            env.update(_framework.torch_env(cluster, cfg.role, cfg.index))
+        if cfg.gpu_memory_mb > 0 and cfg.gpus <= 0:
+            if self.gpu_indices:
+                cap, self.cap_dir = _framework.memory_cap_env(cfg.gpu_memory_mb, self.gpu_total_mb, env)
+                env.update(cap)
+                log(f"memory cap: {cfg.gpu_memory_mb} MiB of {self.gpu_total_mb} MiB on GPU {self.gpu_label}")
+            else:
+                log("no GPU: memory cap not applied")
+        return env
+
+    def start_child(self, env: Mapping) -> subprocess.Popen:
+        argv = resolve_python(shlex.split(self.cfg.entrypoint))
+        if not argv:
+            raise Fatal(EXIT_CONFIG, "MELON_ENTRYPOINT is empty")
+        cwd = "code" if os.path.isdir("code") else None
+        log(f"starting {argv!r} in {os.path.abspath(cwd or '.')}")
+        self.release_port()  # the framework binds it itself (see the module docstring on the race)
+        try:
+            return subprocess.Popen(argv, env=dict(env), cwd=cwd)
+        except OSError as exc:
+            raise Fatal(EXIT_CONFIG, f"cannot start {argv[0]!r}: {exc}") from None
+
+    def heartbeat(self, message: str = "") -> Optional[int]:
+        body = {"role": self.cfg.role, "index": self.cfg.index, "gpu": self.gpu_label}
+        body.update(read_progress(self.cfg.progress_file))
+        if self.gpu_indices and self.gpu_source == "nvml" and self.child is not None:
+            used = _devices.process_memory_mb(self.gpu_indices[0], _descendants(self.child.pid))
+            if used is not None:
+                body["gpu_memory_used_mb"] = used
+        if message:
+            body["message"] = message
+        status, _ = self.am.post("/heartbeat", body)
+        return status
+
+    def _heartbeat_loop(self, stop: threading.Event) -> None:
+        failures = 0
+        while not stop.wait(self.cfg.heartbeat_s):
+            try:
+                status = self.heartbeat()
+            except Exception as exc:  # never let heartbeats kill the task
+                status = f"error {exc!r}"
+            if status != 200:
+                failures += 1
+                if failures == 1 or failures % 10 == 0:
+                    log(f"heartbeat failed ({status}); {failures} so far, training continues")
+
+    def wait_child(self) -> int:
+        child = self.child
+        assert child is not None
+        deadline = None
+        while True:
+            try:
+                return child.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+            if self.terminating.is_set():
+                if deadline is None:
+                    deadline = time.monotonic() + self.cfg.kill_grace_s
+                elif time.monotonic() >= deadline:
+                    log(f"user process {child.pid} ignored SIGTERM for {self.cfg.kill_grace_s:g}s: SIGKILL")
+                    child.kill()
+
+    # ---- main --------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        cfg = self.cfg
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        stop = threading.Event()
+        try:
+            self.choose_gpu()
+            host, port = self.reserve_port()
+            cluster = self.register(host, port)
+            env = self.child_env(cluster)
+            self._starting = True
+            self.child = self.start_child(env)
+            self._starting = False
+            if self.terminating.is_set():  # a signal raced with the start
+                self.child.terminate()
+            beat = threading.Thread(target=self._heartbeat_loop, args=(stop,), name="melon-heartbeat", daemon=True)
+            beat.start()
+            rc = self.wait_child()
+            stop.set()
+            code = rc if rc >= 0 else 128 - rc
+            log(f"user process exited {code}" + (" (after SIGTERM)" if self.terminating.is_set() else ""))
+            try:
+                self.heartbeat(message=f"user process exited {code}")
+            except Exception:
+                pass
+            return EXIT_TERMINATED if self.terminating.is_set() else code
+        except Terminated:
+            log("terminated before the user's process started")
+            return EXIT_TERMINATED
+        except Fatal as exc:
+            log(f"ERROR: {exc}")
+            return exc.code
+        finally:
+            stop.set()
+            self.release_port()
+            if self.gpu_indices:
+                try:
+                    self.ledger.release(cfg.task_id)
+                    log(f"GPU {self.gpu_label} released")
+                except Exception as exc:
+                    log(f"could not release the GPU reservation (it will be reclaimed as stale): {exc!r}")
+            if self.cap_dir:
+                shutil.rmtree(self.cap_dir, ignore_errors=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        cfg = Config.from_env(os.environ)
+    except Fatal as exc:
+        log(f"ERROR: {exc}")
+        return exc.code
+    return Executor(cfg).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""runtime.executor as a real subprocess against an in-test AM (http.server), with a real ledger."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from airflow_provider_melon.gpu import devices
+from airflow_provider_melon.gpu.devices import DeviceInfo
+from airflow_provider_melon.gpu.ledger import Ledger
+from airflow_provider_melon.runtime import executor
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SECRET = "s3cret-hex"
+
+HAS_REAL_GPU = devices.nvml_gpus({}).source == "nvml"
+
+
+class FakeAM:
+    """Plays the AM's HTTP API: gang registration (202 until everyone is in, always 202 on a task's first call),
+    heartbeats, 403 on a wrong secret."""
+
+    def __init__(self, tasks, secret=SECRET, preregistered=None):
+        self.expected = set(tasks)
+        self.secret = secret
+        self.addresses = dict(preregistered or {})  # "role:index" -> "host:port"
+        self.registrations, self.heartbeats, self.answers = [], [], []
+        self.lock = threading.Lock()
+        am = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, code, body):
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if self.headers.get("X-Melon-Secret") != am.secret:
+                    return self._reply(403, {"error": "forbidden"})
+                with am.lock:
+                    if self.path == "/register":
+                        key = f"{body['role']}:{body['index']}"
+                        first = key not in am.addresses
+                        am.registrations.append(body)
+                        am.addresses[key] = f"{body['host']}:{body['port']}"
+                        missing = [t for t in am.expected if t not in am.addresses]
+                        if first or missing:
+                            am.answers.append((key, 202))
+                            return self._reply(202, {"waiting": len(missing)})
+                        cluster = {}
+                        for t in sorted(am.addresses, key=lambda t: (t.split(":")[0], int(t.split(":")[1]))):
+                            cluster.setdefault(t.split(":")[0], []).append(am.addresses[t])
+                        am.answers.append((key, 200))
+                        return self._reply(200, {"cluster": cluster})
+                    if self.path == "/heartbeat":
+                        am.heartbeats.append(body)
+                        return self._reply(200, {})
+                return self._reply(404, {})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def am_factory():
+    made = []
+
+    def make(*args, **kwargs):
+        am = FakeAM(*args, **kwargs)
+        made.append(am)
+        return am
+
+    yield make
+    for am in made:
+        am.close()
+
+
+@pytest.fixture
+def inventory(tmp_path):
+    def write(*totals):
+        path = tmp_path / "inventory.json"
+        path.write_text(json.dumps({"gpus": [{"index": i, "total_mb": t, "name": "virtual"}
+                                             for i, t in enumerate(totals)]}))
+        return str(path)
+
+    return write
+
+
+PRINT_ENV = ("import json, os; print('ENV=' + json.dumps({k: os.environ.get(k) for k in ("
+             "'TF_CONFIG', 'CUDA_VISIBLE_DEVICES', 'MELON_SECRET', 'MELON_CAP_MB', 'MELON_CLUSTER', 'MASTER_ADDR', "
+             "'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'PYTHONPATH', 'MELON_PROGRESS_FILE')}))")
+
+
+def entry(code):
+    return "python -c " + json.dumps(code)
+
+
+def exec_env(tmp_path, am, role, index, python=None, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MELON_", "TF_CONFIG", "CUDA_", "PYTHONPATH"))}
+    env.update({
+        "PYTHONPATH": REPO,
+        "MELON_ROLE": role, "MELON_INDEX": str(index), "MELON_AM_URL": am.url, "MELON_SECRET": SECRET,
+        "MELON_APP_ID": "application_1_0001", "MELON_TASK_ATTEMPT": "0",
+        "MELON_ENTRYPOINT": entry(PRINT_ENV), "MELON_FRAMEWORK": "generic",
+        "MELON_LEDGER_DIR": str(tmp_path / "ledger"), "MELON_HOST": "127.0.0.1", "MELON_BIND_HOST": "127.0.0.1",
+        "MELON_MPS": "0", "MELON_HEARTBEAT_S": "0.2", "MELON_REGISTER_TIMEOUT_S": "30",
+    })
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def start(tmp_path, env, cwd=None, python=None):
+    return subprocess.Popen([python or sys.executable, "-m", "airflow_provider_melon.runtime.executor"], env=env,
+                            cwd=cwd or str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc, timeout=60):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def seen_env(out):
+    lines = [l for l in out.splitlines() if l.startswith("ENV=")]
+    assert len(lines) == 1, out
+    return json.loads(lines[0][4:])
+
+
+def test_tensorflow_gang_of_two_shares_a_gpu(tmp_path, am_factory, inventory):
+    am = am_factory(["chief:0", "worker:0"])
+    inv = inventory(16384, 16384)
+    procs = {t: start(tmp_path, exec_env(tmp_path, am, t, 0, MELON_FRAMEWORK="tensorflow",
+                                         MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4096))
+             for t in ("chief", "worker")}
+    results = {t: finish(p) for t, p in procs.items()}
+    for t, (rc, out, err) in results.items():
+        assert rc == 0, err
+        assert "[melon-executor] gang complete" in err
+    chief_addr, worker_addr = am.addresses["chief:0"], am.addresses["worker:0"]
+    for t, (rc, out, err) in results.items():
+        env = seen_env(out)
+        assert json.loads(env["TF_CONFIG"]) == {"cluster": {"chief": [chief_addr], "worker": [worker_addr]},
+                                                "task": {"type": t, "index": 0}}
+        assert env["CUDA_VISIBLE_DEVICES"] == "0"  # best fit packs both onto GPU 0
+        assert env["MELON_SECRET"] is None  # the secret is not handed to user code
+        assert env["MELON_CAP_MB"] == "4096" and "melon-cap-" in env["PYTHONPATH"].split(os.pathsep)[0]
+        assert json.loads(env["MELON_CLUSTER"]) == {"chief": [chief_addr], "worker": [worker_addr]}
+    # every task heard 202 before 200, and registered its GPU with the AM
+    for t in ("chief:0", "worker:0"):
+        assert [c for k, c in am.answers if k == t][-1] == 200
+        assert 202 in [c for k, c in am.answers if k == t]
+    assert {r["gpu"] for r in am.registrations} == {"0"}
+    assert {r["gpu_memory_mb"] for r in am.registrations} == {4096}
+    assert all(int(r["port"]) > 0 for r in am.registrations)
+    assert Ledger(str(tmp_path / "ledger")).entries() == []  # released on exit
+
+
+TRAIN = textwrap.dedent(
+    """
+    import json, os, sys, time
+    assert os.path.basename(os.getcwd()) == "code", os.getcwd()
+    p = os.environ["MELON_PROGRESS_FILE"]
+    with open(p + ".tmp", "w") as f:
+        json.dump({"step": 5, "loss": 0.5}, f)
+    os.replace(p + ".tmp", p)
+    time.sleep(1.0)
+    print("argv", sys.argv[1:])
+    sys.exit(7)
+    """
+)
+
+
+def test_exit_code_heartbeats_and_code_dir(tmp_path, am_factory):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(TRAIN)
+    am = am_factory(["worker:0", "worker:1"], preregistered={"worker:1": "127.0.0.1:1"})
+    env = exec_env(tmp_path, am, "worker", 0, MELON_ENTRYPOINT="python train.py --epochs '2 3'")
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 7, err
+    assert "argv ['--epochs', '2 3']" in out
+    progress = [h for h in am.heartbeats if h.get("step") == 5]
+    assert progress and progress[0]["loss"] == 0.5 and progress[0]["role"] == "worker"
+    assert am.heartbeats[-1]["message"] == "user process exited 7"
+    assert "user process exited 7" in err
+
+
+def test_pytorch_env(tmp_path, am_factory):
+    am = am_factory(["chief:0", "worker:0"], preregistered={"chief:0": "10.0.0.5:29500"})
+    env = exec_env(tmp_path, am, "worker", 0, MELON_FRAMEWORK="pytorch")
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    seen = seen_env(out)
+    assert (seen["MASTER_ADDR"], seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"], seen["LOCAL_RANK"]) == (
+        "10.0.0.5", "29500", "1", "2", "0")
+    assert seen["TF_CONFIG"] is None
+    assert seen["CUDA_VISIBLE_DEVICES"] == ""  # no GPU asked for: GPUs hidden from this task
+    assert "no GPU requested" in err
+
+
+def test_wrong_secret_is_a_clear_error(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"], secret="another-secret")
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=1000)
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == executor.EXIT_AM_REFUSED == 3
+    assert "403" in err and "MELON_SECRET does not match" in err
+    assert "ENV=" not in out  # the user's code never ran
+    assert Ledger(str(tmp_path / "ledger")).entries() == []  # its GPU reservation was released
+
+
+def test_no_gpu_fits_exits_75(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"])
+    inv = inventory(8000)
+    # a live process (this test) holds 6000 of the 8000 MiB
+    led = Ledger(str(tmp_path / "ledger"))
+    assert led.reserve("someone-else", os.getpid(), 6000, [DeviceInfo(0, "v", "v", 8000)]) == 0
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4000, MELON_GPU_WAIT_S=1)
+    t0 = time.monotonic()
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == executor.EXIT_NO_GPU_FITS == 75, err
+    assert time.monotonic() - t0 >= 1.0  # it waited before giving up
+    assert "no GPU fits 4000 MiB" in err
+    assert am.registrations == []  # it never joined the gang
+    assert [r["task_id"] for r in led.entries()] == ["someone-else"]
+
+
+def test_waiting_for_a_gpu_succeeds_when_one_frees(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"])
+    inv = inventory(8000)
+    led = Ledger(str(tmp_path / "ledger"))
+    assert led.reserve("someone-else", os.getpid(), 6000, [DeviceInfo(0, "v", "v", 8000)]) == 0
+    proc = start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4000,
+                                    MELON_GPU_WAIT_S=30))
+    time.sleep(1.5)
+    assert proc.poll() is None and am.registrations == []  # still waiting
+    led.release("someone-else")
+    rc, out, err = finish(proc)
+    assert rc == 0, err
+    assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "waiting up to 30s" in err
+
+
+def test_larger_than_any_gpu_exits_75_at_once(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"])
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=9000,
+                   MELON_GPU_WAIT_S=60)
+    t0 = time.monotonic()
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 75 and time.monotonic() - t0 < 30
+    assert "largest GPU here has 8000 MiB" in err
+
+
+def test_exclusive_gpu(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"])
+    led = Ledger(str(tmp_path / "ledger"))
+    devs = [DeviceInfo(0, "v0", "v", 16384), DeviceInfo(1, "v1", "v", 16384)]
+    assert led.reserve("shared", os.getpid(), 1000, devs) == 0
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(16384, 16384), MELON_GPUS=1)
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    seen = seen_env(out)
+    assert seen["CUDA_VISIBLE_DEVICES"] == "1"  # GPU 0 is not free
+    assert seen["MELON_CAP_MB"] is None  # a whole GPU is not capped
+    assert am.registrations[-1]["gpu"] == "1"
+
+
+@pytest.mark.skipif(HAS_REAL_GPU, reason="a real GPU is present")
+def test_cpu_fallback(tmp_path, am_factory):
+    am = am_factory(["worker:0"])
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_MEMORY_MB=4096, MELON_FRAMEWORK="tensorflow")
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    assert "[melon-executor] no GPU: NVML found no device (" in err
+    assert "running on CPU" in err
+    assert "[melon-executor] no GPU: memory cap not applied" in err
+    assert am.registrations[-1]["gpu"] is None
+    seen = seen_env(out)
+    assert seen["CUDA_VISIBLE_DEVICES"] == "" and seen["MELON_CAP_MB"] is None
+
+
+SLEEPER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    def on_term(signum, frame):
+        open(os.environ["TERM_FILE"], "w").write("got SIGTERM")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    open(os.environ["TERM_FILE"] + ".started", "w").close()
+    time.sleep(120)
+    """
+)
+
+
+def test_sigterm_is_forwarded_and_gpu_released(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"])
+    term = tmp_path / "term"
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=1000,
+                   MELON_ENTRYPOINT=f"python {script}", TERM_FILE=term)
+    proc = start(tmp_path, env)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(str(term) + ".started") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(str(term) + ".started")
+    assert len(Ledger(str(tmp_path / "ledger")).entries()) == 1
+    proc.send_signal(signal.SIGTERM)
+    rc, out, err = finish(proc)
+    assert rc == executor.EXIT_TERMINATED == 143
+    assert term.read_text() == "got SIGTERM"
+    assert "forwarding it to the user's process" in err
+    assert Ledger(str(tmp_path / "ledger")).entries() == []
+
+
+def test_sigterm_while_waiting_for_the_gang(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0", "worker:1"])  # worker:1 never comes
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=1000)
+    proc = start(tmp_path, env)
+    deadline = time.monotonic() + 30
+    while not am.registrations and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    rc, out, err = finish(proc)
+    assert rc == 143
+    assert "terminated before the user's process started" in err
+    assert Ledger(str(tmp_path / "ledger")).entries() == []
+
+
+def test_gang_timeout(tmp_path, am_factory):
+    am = am_factory(["worker:0", "worker:1"])
+    env = exec_env(tmp_path, am, "worker", 0, MELON_REGISTER_TIMEOUT_S=1)
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == executor.EXIT_REGISTER == 4
+    assert "registration did not complete within 1s" in err
+
+
+def test_missing_environment(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MELON_")}
+    env["PYTHONPATH"] = REPO
+    p = subprocess.run([sys.executable, "-m", "airflow_provider_melon.runtime.executor"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert "[melon-executor] ERROR: missing environment: MELON_ROLE" in p.stderr
+
+
+def test_read_progress_tolerates_bad_files(tmp_path):
+    p = tmp_path / "progress.json"
+    assert executor.read_progress(str(p)) == {}
+    p.write_text('{"step": 3, "loss": "nan?", "extra": 1}')
+    assert executor.read_progress(str(p)) == {"step": 3}
+    p.write_text('{"step": 1')
+    assert executor.read_progress(str(p)) == {}
+
+
+def test_runs_in_a_bare_venv_without_airflow(tmp_path, am_factory, inventory):
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = str(venv / "bin" / "python")
+    check = subprocess.run(
+        [py, "-c", textwrap.dedent(
+            """
+            import importlib.util, sys
+            assert importlib.util.find_spec("airflow") is None, "the bare venv must not see Airflow"
+            import airflow_provider_melon.runtime.executor, airflow_provider_melon.runtime.framework
+            import airflow_provider_melon.gpu.ledger, airflow_provider_melon.gpu.policy
+            bad = sorted(m for m in sys.modules if m.split(".")[0] in
+                         ("airflow", "requests", "pydantic", "pynvml", "yaml", "tenacity"))
+            print("BAD", bad)
+            """)],
+        env={"PYTHONPATH": REPO, "PATH": os.environ.get("PATH", "")}, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.strip() == "BAD []"
+    am = am_factory(["worker:0"])
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=1000,
+                   MELON_FRAMEWORK="tensorflow",
+                   MELON_ENTRYPOINT=entry("import sys, os; print('ENV=' + __import__('json').dumps("
+                                          "{'exe': sys.executable, 'TF_CONFIG': os.environ['TF_CONFIG']}))"))
+    rc, out, err = finish(start(tmp_path, env, python=py))
+    assert rc == 0, err
+    seen = seen_env(out)
+    assert seen["exe"] == py  # "python" in the entrypoint ran under the job's interpreter
+    assert json.loads(seen["TF_CONFIG"])["task"] == {"type": "worker", "index": 0}
