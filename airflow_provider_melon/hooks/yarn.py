@@ -23,8 +23,10 @@ Behaviour on every call (``YarnHook._request``):
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from urllib.parse import parse_qsl, quote, urljoin, urlsplit
@@ -50,6 +52,8 @@ GPU_MEMORY_RESOURCE = "melon.io/gpu-memory"
 KNOWN_RESOURCES = ("memory-mb", "vcores", GPU_RESOURCE, GPU_MEMORY_RESOURCE)
 TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
 MAX_REDIRECTS = 3
+#: Failures with no usable HTTP answer: the next RM is tried, then the whole pass is retried.
+_TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
 
 # --------------------------------------------------------------------------------------------------------
 # Connection form (declarative for Airflow >= 3.2 provider info; hook classmethods for older 3.x)
@@ -297,6 +301,14 @@ def _normalise_base_url(url: str, default_port: int = DEFAULT_RM_PORT, default_s
     return f"{parts.scheme}://{netloc}{path}"
 
 
+def _default_user() -> str | None:
+    """Like Hadoop's own clients under simple auth: ``HADOOP_USER_NAME``, else the OS login."""
+    try:
+        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry (some containers)
+        return None
+
+
 def _parse_bool(value: Any, default: bool | str = True) -> bool | str:
     if value is None or value == "":
         return default
@@ -318,10 +330,13 @@ class YarnHook(BaseHook):
         ``login``: user for simple auth; extras ``auth`` (simple|kerberos), ``kerberos_principal``,
         ``connect_timeout``, ``read_timeout``, ``retries``, ``verify``.
     :param rm_urls: RM base URLs; when given, no Airflow connection is looked up.
-    :param user: user for simple auth (``user.name``); overrides the connection's login.
+    :param user: user for simple auth (``user.name``); overrides the connection's login. Default: the
+        connection's login, else ``HADOOP_USER_NAME``, else the OS user (as Hadoop's clients do).
     :param auth: ``"simple"``, ``"kerberos"`` or a ``requests.auth.AuthBase``; overrides the connection.
-    :param timeout: ``(connect, read)`` seconds, applied to every call.
-    :param retries: retries after the first attempt on connection errors, timeouts and 5xx.
+    :param timeout: ``(connect, read)`` seconds, applied to every call (the connection's
+        ``connect_timeout``/``read_timeout`` apply when this is left at its default).
+    :param retries: retries after the first attempt on connection errors, timeouts and 5xx (the
+        connection's ``retries`` applies when this is left at its default). Each attempt tries every RM.
     :param backoff: base of the exponential backoff between attempts, seconds (0 in tests).
     """
 
@@ -386,7 +401,7 @@ class YarnHook(BaseHook):
         if not self.rm_urls:
             raise ValueError(f"No ResourceManager URL configured (connection {self.yarn_conn_id!r}: set host)")
 
-        self.user = ex["user"] or (conn.login if conn is not None else None) or None
+        self.user = ex["user"] or (conn.login if conn is not None else None) or _default_user()
         auth = ex["auth"] if ex["auth"] is not None else (extras.get("auth") or "simple")
         self._auth_obj: AuthBase | None = None
         if isinstance(auth, str):
@@ -514,7 +529,7 @@ class YarnHook(BaseHook):
                                     + _extract_rm_message(standby.resp)[0], status=307, url=standby.url)
                 log.info("YARN RM %s is standby with no active known; trying the next RM", base)
                 continue
-            except (requests.ConnectionError, requests.Timeout) as err:
+            except _TRANSPORT_ERRORS as err:
                 # requests.ConnectTimeout is both; ReadTimeout is a Timeout
                 last = YarnApiError(f"{type(err).__name__}: {err}", status=None, url=url)
                 log.info("YARN RM %s failed (%s); trying the next RM", base, type(err).__name__)
@@ -556,7 +571,8 @@ class YarnHook(BaseHook):
     # ---------------------------------------------------------------- cluster
 
     def cluster_info(self) -> dict[str, Any]:
-        """``/ws/v1/cluster/info`` → the ``clusterInfo`` object (``state``, ``haState``, ``resourceManagerVersion``…)."""
+        """``/ws/v1/cluster/info`` → ``clusterInfo`` (``state``, ``haState``, ``resourceManagerVersion``…).
+        Never redirected by a standby RM."""
         body = self._get_json("/ws/v1/cluster/info")
         return as_dict(body.get("clusterInfo", body))
 

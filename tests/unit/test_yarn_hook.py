@@ -38,10 +38,6 @@ def make_hook(**kw) -> YarnHook:
     return YarnHook(**kw)
 
 
-def qs(req) -> dict[str, list[str]]:
-    return req.qs  # requests_mock lower-cases values by default; user names here are lower case
-
-
 # ---------------------------------------------------------------------------------------------- config
 
 
@@ -574,3 +570,22 @@ def call_everything(hook: YarnHook):
     hook.app_containers(APP_ID, att)
     hook.find_applications(["t"])
     hook.application_logs_url(APP_ID)
+
+
+def test_default_user_like_hadoop_clients(m, monkeypatch):
+    m.get(RM1 + WS + "/info", json=INFO)
+    monkeypatch.setenv("HADOOP_USER_NAME", "hdfsuser")
+    hook = YarnHook(rm_urls=[RM1])
+    assert hook.user == "hdfsuser"
+    hook.cluster_info()
+    assert m.request_history[0].qs["user.name"] == ["hdfsuser"]
+    monkeypatch.delenv("HADOOP_USER_NAME")
+    import getpass
+
+    assert YarnHook(rm_urls=[RM1]).user == getpass.getuser()
+
+
+def test_chunked_encoding_error_is_retried(m):
+    m.get(RM1 + WS + "/info", [{"exc": requests.exceptions.ChunkedEncodingError("cut")}, {"json": INFO}])
+    assert make_hook(rm_urls=[RM1]).cluster_info()["state"] == "STARTED"
+    assert m.call_count == 2
