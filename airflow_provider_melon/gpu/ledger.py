@@ -38,8 +38,16 @@ DEFAULT_IDLE_MB = 1024
 
 
 def default_dir(env=None) -> str:
+    """``$MELON_LEDGER_DIR`` (default ``/tmp/melon-ledger``).
+
+    ``{nm}`` in it is replaced by ``<NM_HOST>_<NM_PORT>`` (YARN sets both in every container): the mini cluster
+    runs several NodeManagers on one host, each advertising its own GPUs, and needs one ledger per NodeManager.
+    """
     env = os.environ if env is None else env
-    return env.get("MELON_LEDGER_DIR") or DEFAULT_DIR
+    d = env.get("MELON_LEDGER_DIR") or DEFAULT_DIR
+    if "{nm}" in d:
+        d = d.replace("{nm}", f"{env.get('NM_HOST', 'localhost')}_{env.get('NM_PORT', '0')}")
+    return d
 
 
 def _proc_start(pid: int) -> Optional[int]:

@@ -17,7 +17,9 @@ Environment read (set by the AM / the plan):
                             LOCAL_RANK) | ``generic`` (default); every framework also gets ``MELON_CLUSTER``
 ``MELON_GPUS``              > 0: that many whole GPUs (exclusive)
 ``MELON_GPU_MEMORY_MB``     > 0: shared mode, best fit of this many MiB on one GPU, capped in-process
-``MELON_LARGE``             1 if the job saturates a GPU alone (interference rule of ``gpu.policy``)
+``MELON_LARGE``             1 if the job saturates a GPU alone (interference rule of ``gpu.policy``); also
+                            true when this role is listed in ``MELON_LARGE_ROLES`` (comma-separated, as the
+                            plan's shared env from ``submission.py`` carries it)
 ``MELON_GPU_WAIT_S``        how long to wait for a GPU that fits (default 60), then exit 75
 ``MELON_REGISTER_TIMEOUT_S`` how long to wait for the gang (default 300)
 ``MELON_HEARTBEAT_S``       heartbeat period (default 5)
@@ -26,6 +28,9 @@ Environment read (set by the AM / the plan):
 ``MELON_HOST``              the address to register (default ``socket.getfqdn()``)
 ``MELON_BIND_HOST``         where to reserve the port (default: ``MELON_HOST`` resolved; ``0.0.0.0`` if that
                             fails)
+``MELON_LEDGER_DIR``        the node's GPU ledger (default ``/tmp/melon-ledger``); ``{nm}`` in it becomes
+                            ``<NM_HOST>_<NM_PORT>`` (one ledger per NodeManager when several share a host,
+                            as in the mini cluster)
 ``MELON_KILL_GRACE_S``      after forwarding SIGTERM, SIGKILL the user's process after this long (default 10)
 ==========================  =================================================================================
 
@@ -156,7 +161,8 @@ class Config:
             framework=framework,
             gpus=_int(env, "MELON_GPUS", 0),
             gpu_memory_mb=_int(env, "MELON_GPU_MEMORY_MB", 0),
-            large=env.get("MELON_LARGE", "0").strip().lower() in ("1", "true", "yes"),
+            large=(env.get("MELON_LARGE", "0").strip().lower() in ("1", "true", "yes")
+                   or env["MELON_ROLE"] in [r.strip() for r in env.get("MELON_LARGE_ROLES", "").split(",")]),
             attempt=_int(env, "MELON_TASK_ATTEMPT", 0),
             app_id=env.get("MELON_APP_ID", ""),
             container_id=env.get("MELON_CONTAINER_ID", ""),

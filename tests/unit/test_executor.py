@@ -398,3 +398,29 @@ def test_runs_in_a_bare_venv_without_airflow(tmp_path, am_factory, inventory):
     seen = seen_env(out)
     assert seen["exe"] == py  # "python" in the entrypoint ran under the job's interpreter
     assert json.loads(seen["TF_CONFIG"])["task"] == {"type": "worker", "index": 0}
+
+
+def test_large_flag_from_env():
+    base = {"MELON_ROLE": "chief", "MELON_INDEX": "0", "MELON_AM_URL": "http://x:1", "MELON_SECRET": "s",
+            "MELON_ENTRYPOINT": "python t.py"}
+    assert not executor.Config.from_env(base).large
+    assert executor.Config.from_env({**base, "MELON_LARGE": "1"}).large
+    assert executor.Config.from_env({**base, "MELON_LARGE_ROLES": "ps, chief"}).large
+    assert not executor.Config.from_env({**base, "MELON_ROLE": "worker", "MELON_LARGE_ROLES": "chief"}).large
+    with pytest.raises(executor.Fatal, match="MELON_FRAMEWORK"):
+        executor.Config.from_env({**base, "MELON_FRAMEWORK": "jax"})
+
+
+@pytest.mark.parametrize("mps, expected_gpu", [("0", "1"), ("1", "0")])
+def test_small_task_avoids_a_gpu_with_large_and_small_without_mps(tmp_path, am_factory, inventory, mps,
+                                                                   expected_gpu):
+    am = am_factory(["worker:0"])
+    led = Ledger(str(tmp_path / "ledger"))
+    devs = [DeviceInfo(0, "v0", "v", 141000), DeviceInfo(1, "v1", "v", 141000)]
+    assert led.reserve("r50", os.getpid(), 5000, devs, large=True) == 0
+    assert led.reserve("r18", os.getpid(), 1600, devs) == 0
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(141000, 141000),
+                   MELON_GPU_MEMORY_MB=1600, MELON_MPS=mps)
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == expected_gpu

@@ -239,3 +239,9 @@ def test_mps_detection(tmp_path):
     assert devices.mps_active(env, proc_root=str(proc_root))
     assert not devices.mps_active({**env, "MELON_MPS": "0"}, proc_root=str(proc_root))
     assert devices.mps_active({"MELON_MPS": "1"}, proc_root=str(tmp_path / "none"))
+
+
+def test_default_dir_per_nodemanager():
+    env = {"MELON_LEDGER_DIR": "/tmp/mini/ledger-{nm}", "NM_HOST": "h1", "NM_PORT": "4242"}
+    assert ledger.default_dir(env) == "/tmp/mini/ledger-h1_4242"
+    assert ledger.default_dir({"MELON_LEDGER_DIR": "/x"}) == "/x"
