@@ -294,8 +294,8 @@ class Executor:
             except OSError:
                 pass
             return
-        if first and not self._starting:
-            raise Terminated()
+        if first and child is None and not self._starting:
+            raise Terminated()  # interrupts GPU waiting / registration; `finally` in run() cleans up
 
     def _sleep(self, seconds: float) -> None:
         if self.terminating.wait(max(0.0, seconds)):
@@ -310,12 +310,18 @@ class Executor:
     def gpu_label(self) -> Optional[str]:
         return None if not self.gpu_indices else ",".join(str(i) for i in self.gpu_indices)
 
+    def _list_gpus(self) -> _devices.GpuList:
+        try:
+            return _devices.list_gpus(self.env)
+        except (OSError, ValueError) as exc:  # unreadable or malformed MELON_GPU_INVENTORY
+            raise Fatal(EXIT_CONFIG, f"cannot read the GPU inventory: {exc}") from None
+
     def choose_gpu(self) -> None:
         cfg = self.cfg
         if not self.wants_gpu:
             log("no GPU requested for this role: CUDA_VISIBLE_DEVICES is set empty")
             return
-        gpus = _devices.list_gpus(self.env)
+        gpus = self._list_gpus()
         if not gpus:
             log(f"{gpus.reason}; no GPU inventory: running on CPU (gpu=null reported to the AM)")
             return
@@ -349,7 +355,7 @@ class Executor:
                 log(f"no GPU fits {want} now; waiting up to {cfg.gpu_wait_s:g}s")
                 waited = True
             self._sleep(min(1.0, left))
-            gpus = _devices.list_gpus(self.env) or gpus
+            gpus = self._list_gpus() or gpus
 
     # ---- port & registration -----------------------------------------------------------------------------
     def reserve_port(self) -> Tuple[str, int]:

@@ -424,3 +424,15 @@ def test_small_task_avoids_a_gpu_with_large_and_small_without_mps(tmp_path, am_f
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 0, err
     assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == expected_gpu
+
+
+@pytest.mark.skipif(HAS_REAL_GPU, reason="NVML wins over the inventory here")
+def test_malformed_inventory_is_a_config_error(tmp_path, am_factory):
+    am = am_factory(["worker:0"])
+    bad = tmp_path / "inv.json"
+    bad.write_text('{"gpus": [{"index": 0}]}')
+    rc, out, err = finish(start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=bad,
+                                                   MELON_GPU_MEMORY_MB=1000)))
+    assert rc == executor.EXIT_CONFIG
+    assert "[melon-executor] ERROR: cannot read the GPU inventory" in err and "malformed" in err
+    assert "Traceback" not in err
