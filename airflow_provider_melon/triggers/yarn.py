@@ -1,0 +1,418 @@
+"""YarnApplicationTrigger: waits in the triggerer for a YARN application to end, with its progress in the log.
+
+The trigger polls the ResourceManager through :class:`AsyncYarnHook` every ``poll_interval`` seconds and
+yields exactly one :class:`TriggerEvent`::
+
+    {"status": "success" | "error" | "timeout", "app_id", "state", "final_status", "diagnostics",
+     "duration_s", "message", "tracking_url", "tasks"}
+
+``tasks`` is the last task list the MeLoN ApplicationMaster reported on ``/status`` (None if it was never
+reachable): once the application ends the AM is gone, so the last view seen while running is what the
+operator can summarise.
+
+* RM outages: consecutive failed polls are tolerated up to ``max_consecutive_failures`` (the hook itself
+  already retries each call); one more gives an ``error`` event. A successful poll resets the count.
+* Logging: every state change; a heartbeat line every ``log_every_n`` polls; while the application runs,
+  the AM's task states and last step/loss every ``log_every_n`` polls (``stream_progress``).
+* ``deadline`` (epoch seconds) is the task's timeout: reached → ``timeout`` event (the operator kills the
+  application if ``cancel_on_kill``).
+* ``on_kill()`` (Airflow 3.3: the user marked the deferred task failed/success or cleared it) kills the
+  application when ``cancel_on_kill``; ``cleanup()`` (every exit, triggerer restarts included) never does.
+* ``tags`` instead of ``app_id`` (the sensor on applications submitted elsewhere): the newest application
+  carrying every tag is followed once it appears.
+
+The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
+the trigger (state classification, progress lines, per-role task summaries), so all three judge an
+application the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator, Iterable, Optional, Sequence
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook
+from airflow_provider_melon.version_compat import trigger_has_on_kill
+
+LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
+DEFAULT_TARGET_STATES = ("FINISHED",)
+DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
+MIN_POLL_INTERVAL = 5.0
+
+
+# ------------------------------------------------------------------------------------------------------
+# Pure helpers shared by the trigger, the operator's sync loop and the sensor
+# ------------------------------------------------------------------------------------------------------
+
+
+def classify(app: dict, target_states: Iterable[str] = DEFAULT_TARGET_STATES,
+             failure_states: Iterable[str] = DEFAULT_FAILURE_STATES) -> Optional[str]:
+    """``"error"``, ``"success"`` or None (keep waiting) for an RM ``app`` dict.
+
+    Failure states are matched against the state *and*, once the application is terminal, its
+    ``finalStatus`` (an AM that unregisters FAILED leaves the application FINISHED/FAILED). An application
+    that ends in a state that is neither a target nor a failure is an error too: it can no longer get there.
+    """
+    state = str(app.get("state") or "").upper()
+    final = str(app.get("finalStatus") or "").upper()
+    failure = {s.upper() for s in failure_states}
+    terminal = state in TERMINAL_STATES
+    if state in failure or (terminal and final in failure):
+        return "error"
+    if state in {s.upper() for s in target_states}:
+        return "success"
+    if terminal:
+        return "error"
+    return None
+
+
+def duration_s(app: dict) -> Optional[float]:
+    """Seconds the application ran (RM ``elapsedTime``, else finished − started), None when unknown."""
+    elapsed = app.get("elapsedTime")
+    try:
+        if elapsed not in (None, "", 0, "0"):
+            return round(float(elapsed) / 1000.0, 3)
+        started, finished = float(app.get("startedTime") or 0), float(app.get("finishedTime") or 0)
+    except (TypeError, ValueError):
+        return None
+    if started > 0 and finished >= started:
+        return round((finished - started) / 1000.0, 3)
+    return None
+
+
+def _num(value: Any) -> Optional[float]:
+    try:
+        return None if value is None or value == "" else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]] = None) -> dict[str, dict]:
+    """Per-role summary of the AM's task list: instances, count per state, last step/loss, attempts, exits.
+
+    ``roles`` (role → requested instances, from the job spec) fills in roles the AM did not report.
+    """
+    out: dict[str, dict] = {}
+    for role, instances in (roles or {}).items():
+        out[role] = {"instances": int(instances), "states": {}, "step": None, "loss": None, "restarts": 0,
+                     "failed_exit_codes": []}
+    for task in tasks or []:
+        if not isinstance(task, dict):
+            continue
+        role = str(task.get("role") or "?")
+        entry = out.setdefault(role, {"instances": 0, "states": {}, "step": None, "loss": None, "restarts": 0,
+                                      "failed_exit_codes": []})
+        if not roles:
+            entry["instances"] += 1
+        state = str(task.get("state") or "UNKNOWN")
+        entry["states"][state] = entry["states"].get(state, 0) + 1
+        step = _num(task.get("step"))
+        if step is not None and (entry["step"] is None or step >= entry["step"]):
+            entry["step"] = int(step)
+            loss = _num(task.get("loss"))
+            if loss is not None:
+                entry["loss"] = loss
+        attempt = _num(task.get("attempt"))
+        if attempt:
+            entry["restarts"] = max(entry["restarts"], int(attempt))
+        code = task.get("exit_code")
+        if code not in (None, "", 0, "0"):
+            entry["failed_exit_codes"].append(code)
+    return out
+
+
+def progress_line(status: Optional[dict]) -> Optional[str]:
+    """One log line from the AM's ``/status`` JSON: per role the task states and the last step/loss."""
+    if not status or not isinstance(status, dict):
+        return None
+    parts = []
+    for role, entry in task_summary(status.get("tasks")).items():
+        states = ",".join(f"{s}={n}" for s, n in sorted(entry["states"].items()))
+        text = f"{role}[{entry['instances']}] {states}"
+        if entry["step"] is not None:
+            text += f" step={entry['step']}"
+        if entry["loss"] is not None:
+            text += f" loss={entry['loss']:.4g}"
+        if entry["restarts"]:
+            text += f" restarts={entry['restarts']}"
+        parts.append(text)
+    head = f"AM {status.get('state', '?')}"
+    return head + (" | " + " | ".join(parts) if parts else " | no tasks reported yet")
+
+
+def make_event_payload(status: str, app_id: Optional[str], app: Optional[dict], message: str,
+                       tasks: Optional[list] = None) -> dict[str, Any]:
+    app = app or {}
+    return {
+        "status": status,
+        "app_id": app_id,
+        "state": app.get("state"),
+        "final_status": app.get("finalStatus"),
+        "diagnostics": app.get("diagnostics") or "",
+        "duration_s": duration_s(app),
+        "tracking_url": app.get("trackingUrl"),
+        "message": message,
+        "tasks": tasks,
+    }
+
+
+def outcome_message(app_id: str, app: dict, verdict: str, target_states: Iterable[str]) -> str:
+    state, final = app.get("state"), app.get("finalStatus")
+    if verdict == "success":
+        return f"YARN application {app_id} reached {state} (final status {final})"
+    diag = (app.get("diagnostics") or "").strip()
+    text = f"YARN application {app_id} ended {state}/{final}"
+    if state not in TERMINAL_STATES or (state == "FINISHED" and final == "SUCCEEDED"):
+        text = f"YARN application {app_id} is {state}/{final}, not one of {', '.join(target_states)}"
+    return text + (f": {diag}" if diag else "")
+
+
+# ------------------------------------------------------------------------------------------------------
+# The trigger
+# ------------------------------------------------------------------------------------------------------
+
+
+class YarnApplicationTrigger(BaseTrigger):
+    """Waits for a YARN application to reach a target (or failure) state; see the module docstring.
+
+    :param app_id: the application to follow (or ``tags``).
+    :param tags: follow the newest application carrying all these tags (when ``app_id`` is None).
+    :param yarn_conn_id: Airflow connection of the ResourceManager.
+    :param poll_interval: seconds between polls (at least 5).
+    :param deadline: epoch seconds after which a ``timeout`` event is emitted (None: no limit).
+    :param cancel_on_kill: ``on_kill()`` kills the application.
+    :param max_consecutive_failures: failed polls in a row tolerated (RM outage) before an ``error`` event.
+    :param log_every_n: heartbeat and AM progress lines every N polls.
+    :param last_state: the state last logged (so a re-created trigger does not log it again).
+    :param consecutive_failures: failed polls so far (serialized with the rest of the state).
+    :param target_states / failure_states: see :func:`classify`.
+    :param stream_progress: log the AM's task progress while the application runs.
+    """
+
+    def __init__(
+        self,
+        app_id: Optional[str] = None,
+        yarn_conn_id: str = "yarn_default",
+        poll_interval: float = 10.0,
+        deadline: Optional[float] = None,
+        cancel_on_kill: bool = True,
+        max_consecutive_failures: int = 5,
+        log_every_n: int = 6,
+        last_state: Optional[str] = None,
+        consecutive_failures: int = 0,
+        tags: Optional[Sequence[str]] = None,
+        target_states: Sequence[str] = DEFAULT_TARGET_STATES,
+        failure_states: Sequence[str] = DEFAULT_FAILURE_STATES,
+        stream_progress: bool = True,
+    ) -> None:
+        super().__init__()
+        if not app_id and not tags:
+            raise ValueError("YarnApplicationTrigger needs app_id or tags")
+        if float(poll_interval) < MIN_POLL_INTERVAL:
+            raise ValueError(f"poll_interval must be at least {MIN_POLL_INTERVAL:g} s, got {poll_interval!r}")
+        self.app_id = app_id
+        self.yarn_conn_id = yarn_conn_id
+        self.poll_interval = float(poll_interval)
+        self.deadline = float(deadline) if deadline is not None else None
+        self.cancel_on_kill = bool(cancel_on_kill)
+        self.max_consecutive_failures = max(0, int(max_consecutive_failures))
+        self.log_every_n = max(1, int(log_every_n))
+        self.last_state = last_state
+        self.consecutive_failures = int(consecutive_failures)
+        self.tags = list(tags) if tags else None
+        self.target_states = tuple(target_states)
+        self.failure_states = tuple(failure_states)
+        self.stream_progress = bool(stream_progress)
+        self._last_tasks: Optional[list] = None
+        self._melon_hook: Any = None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "app_id": self.app_id,
+                "yarn_conn_id": self.yarn_conn_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "cancel_on_kill": self.cancel_on_kill,
+                "max_consecutive_failures": self.max_consecutive_failures,
+                "log_every_n": self.log_every_n,
+                "last_state": self.last_state,
+                "consecutive_failures": self.consecutive_failures,
+                "tags": list(self.tags) if self.tags else None,
+                "target_states": list(self.target_states),
+                "failure_states": list(self.failure_states),
+                "stream_progress": self.stream_progress,
+            },
+        )
+
+    # ---- hooks (overridable in one place) -----------------------------------------------------------------
+    @property
+    def hook(self) -> AsyncYarnHook:
+        if getattr(self, "_hook", None) is None:
+            self._hook = AsyncYarnHook(self.yarn_conn_id)
+        return self._hook
+
+    async def am_status(self) -> Optional[dict]:
+        """The AM's ``/status`` JSON (None while unreachable): the async hook's ``am_status`` when it has one,
+        else ``MelonHook.am_status`` in a worker thread. Never raises."""
+        try:
+            fetch = getattr(self.hook, "am_status", None)
+            if fetch is not None:
+                return await fetch(self.app_id)
+            return await asyncio.to_thread(self._sync_am_status, self.app_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - progress is best effort
+            self.log.debug("AM status of %s unavailable: %s", self.app_id, exc)
+            return None
+
+    def _sync_am_status(self, app_id: str) -> Optional[dict]:
+        if self._melon_hook is None:
+            from airflow_provider_melon.hooks.melon import MelonHook
+
+            self._melon_hook = MelonHook(self.yarn_conn_id, yarn_hook=self.hook.sync_hook)
+        return self._melon_hook.am_status(app_id)
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+    def _now(self) -> float:
+        return time.time()
+
+    def _remaining(self) -> Optional[float]:
+        return None if self.deadline is None else self.deadline - self._now()
+
+    async def _sleep(self) -> None:
+        remaining = self._remaining()
+        delay = self.poll_interval if remaining is None else max(0.0, min(self.poll_interval, remaining))
+        await asyncio.sleep(delay)
+
+    async def _resolve_by_tags(self) -> Optional[dict]:
+        apps = await self.hook.find_applications(self.tags, match_all=True)
+        if not apps:
+            return None
+        app = apps[0]  # newest first
+        self.app_id = app.get("id")
+        self.log.info("Following YARN application %s (newest with tags %s)", self.app_id, ", ".join(self.tags))
+        return app
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        polls = running_polls = 0
+        app: Optional[dict] = None
+        try:
+            while True:
+                remaining = self._remaining()
+                if remaining is not None and remaining <= 0:
+                    msg = (f"YARN application {self.app_id or '(tags ' + ','.join(self.tags or []) + ')'} "
+                           f"did not finish before the task's timeout (last state {self.last_state})")
+                    self.log.error(msg)
+                    yield TriggerEvent(make_event_payload("timeout", self.app_id, app, msg, self._last_tasks))
+                    return
+                try:
+                    if self.app_id is None:
+                        app = await self._resolve_by_tags()
+                        if app is None:
+                            self.consecutive_failures = 0
+                            polls += 1
+                            if (polls - 1) % self.log_every_n == 0:
+                                self.log.info("No YARN application with tags %s yet", ", ".join(self.tags))
+                            await self._sleep()
+                            continue
+                    else:
+                        app = await self.hook.get_application(self.app_id)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any RM failure counts against the budget
+                    self.consecutive_failures += 1
+                    if self.consecutive_failures > self.max_consecutive_failures:
+                        msg = (f"YARN RM unreachable for {self.consecutive_failures} polls in a row "
+                               f"(budget {self.max_consecutive_failures}) while following {self.app_id}: {exc}")
+                        self.log.error(msg)
+                        payload = make_event_payload("error", self.app_id, app, msg, self._last_tasks)
+                        yield TriggerEvent(payload)
+                        return
+                    self.log.warning("Polling YARN application %s failed (%d/%d in a row): %s", self.app_id,
+                                     self.consecutive_failures, self.max_consecutive_failures, exc)
+                    await self._sleep()
+                    continue
+                self.consecutive_failures = 0
+                polls += 1
+                state = app.get("state")
+                if state != self.last_state:
+                    self.log.info("YARN application %s: %s -> %s (final status %s)", self.app_id,
+                                  self.last_state or "-", state, app.get("finalStatus"))
+                    self.last_state = state
+                elif polls % self.log_every_n == 0:
+                    self.log.info("YARN application %s still %s (poll %d, progress %s%%)", self.app_id, state,
+                                  polls, app.get("progress", "?"))
+                running_polls += state == "RUNNING"
+                if self.stream_progress and state == "RUNNING" and (running_polls - 1) % self.log_every_n == 0:
+                    status = await self.am_status()
+                    if status:
+                        self._last_tasks = status.get("tasks") or self._last_tasks
+                        line = progress_line(status)
+                        if line:
+                            self.log.info("%s: %s", self.app_id, line)
+                verdict = classify(app, self.target_states, self.failure_states)
+                if verdict is not None:
+                    msg = outcome_message(self.app_id, app, verdict, self.target_states)
+                    (self.log.info if verdict == "success" else self.log.error)(msg)
+                    yield TriggerEvent(make_event_payload(verdict, self.app_id, app, msg, self._last_tasks))
+                    return
+                await self._sleep()
+        except asyncio.CancelledError:
+            # Below Airflow 3.3 there is no on_kill(): kill here if the task is no longer deferred (the user
+            # acted on it), not when the triggerer merely stops or moves this trigger.
+            if self.cancel_on_kill and self.app_id and not trigger_has_on_kill():
+                if await self._task_no_longer_deferred():
+                    await self._kill("the task is no longer deferred")
+            raise
+
+    # ---- kill ---------------------------------------------------------------------------------------------
+    async def _kill(self, why: str) -> None:
+        self.log.info("Killing YARN application %s: %s", self.app_id, why)
+        try:
+            await self.hook.kill_application(self.app_id)
+        except Exception as exc:  # noqa: BLE001 - reported, never raised from a kill path
+            self.log.warning("Could not kill YARN application %s: %s", self.app_id, exc)
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3: the user marked the deferred task failed/success or cleared it."""
+        if not self.cancel_on_kill:
+            self.log.info("cancel_on_kill is off: leaving YARN application %s running", self.app_id)
+            return
+        if not self.app_id:
+            return
+        await self._kill("the deferred task was killed")
+
+    async def cleanup(self) -> None:
+        """Every exit (triggerer restart included): release local resources; never kill the application."""
+        hook = getattr(self, "_hook", None)
+        if hook is not None:
+            hook.close()
+
+    async def _task_no_longer_deferred(self) -> bool:
+        """Airflow < 3.3 only: whether this trigger's task instance has left the DEFERRED state."""
+        ti = self.task_instance
+        if ti is None:
+            return False
+        try:
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+            states = await asyncio.to_thread(
+                RuntimeTaskInstance.get_task_states, dag_id=ti.dag_id, task_ids=[ti.task_id],
+                run_ids=[ti.run_id], map_index=getattr(ti, "map_index", None),
+            )
+            state = (states.get(ti.run_id) or {}).get(ti.task_id)
+        except Exception as exc:  # noqa: BLE001 - unknown: do not kill
+            self.log.debug("Could not read the task state: %s", exc)
+            return False
+        return state is not None and str(state).lower() != "deferred"
+
+
+__all__ = ["DEFAULT_FAILURE_STATES", "DEFAULT_TARGET_STATES", "LIVE_STATES", "MIN_POLL_INTERVAL",
+           "TERMINAL_STATES", "YarnApplicationTrigger", "classify", "duration_s", "make_event_payload",
+           "outcome_message", "progress_line", "task_summary"]

@@ -1,0 +1,367 @@
+"""YarnApplicationTrigger: serialize round trip, events, RM outage budget, timeout, kill semantics, progress.
+
+The async hook is an ``AsyncMock`` with the public ``AsyncYarnHook`` methods; time is a fake clock that the
+trigger's sleep advances, so poll intervals of the real minimum (5 s) cost nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from unittest import mock
+
+import pytest
+
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnApiError
+from airflow_provider_melon.triggers.yarn import (
+    YarnApplicationTrigger,
+    classify,
+    duration_s,
+    progress_line,
+    task_summary,
+)
+
+APP = "application_1700000000000_0007"
+
+
+def app(state, final="UNDEFINED", diagnostics="", **kw):
+    out = {"id": APP, "state": state, "finalStatus": final, "diagnostics": diagnostics,
+           "trackingUrl": f"http://rm:8088/proxy/{APP}/", "startedTime": 1_000_000, "finishedTime": 0,
+           "elapsedTime": 0}
+    if state in ("FINISHED", "FAILED", "KILLED"):
+        out.update(finishedTime=1_042_500, elapsedTime=42_500)
+    out.update(kw)
+    return out
+
+
+class Clock:
+    def __init__(self, start=1_000_000.0):
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def time(self):
+        return self.now
+
+    async def sleep(self, delay):
+        self.sleeps.append(delay)
+        self.now += delay
+
+
+def make_trigger(responses=None, *, clock=None, am_status=None, **kw):
+    """A trigger on a mocked AsyncYarnHook; ``responses`` feed get_application (values or exceptions)."""
+    kw.setdefault("app_id", APP)
+    kw.setdefault("yarn_conn_id", "yarn_test")
+    kw.setdefault("poll_interval", 5)
+    trig = YarnApplicationTrigger(**kw)
+    hook = mock.AsyncMock(spec=AsyncYarnHook)
+    # the AM status callable (absent from AsyncYarnHook today: the trigger then uses MelonHook in a thread)
+    hook.am_status = mock.AsyncMock(side_effect=am_status) if am_status is not None else mock.AsyncMock(
+        return_value=None)
+    if responses is not None:
+        hook.get_application.side_effect = list(responses)
+    trig._hook = hook
+    clock = clock or Clock()
+    trig._now = clock.time
+    trig._sleep_clock = clock
+
+    async def _sleep():
+        remaining = trig._remaining()
+        await clock.sleep(trig.poll_interval if remaining is None else max(0.0, min(trig.poll_interval, remaining)))
+
+    trig._sleep = _sleep
+    trig._log = mock.Mock()
+    return trig, hook
+
+
+def logged(trig) -> list[str]:
+    lines = []
+    for level in ("info", "warning", "error"):
+        for call in getattr(trig._log, level).call_args_list:
+            fmt, *args = call.args
+            lines.append(fmt % tuple(args) if args else fmt)
+    return lines
+
+
+async def collect(trig):
+    return [event async for event in trig.run()]
+
+
+# ---------------------------------------------------------------------------------------------- serialize
+
+
+def test_serialize_round_trip_keeps_all_state():
+    trig = YarnApplicationTrigger(app_id=APP, yarn_conn_id="yarn_x", poll_interval=7, deadline=1_700_000_123.5,
+                                  cancel_on_kill=False, max_consecutive_failures=9, log_every_n=3,
+                                  last_state="RUNNING", consecutive_failures=2, stream_progress=False,
+                                  target_states=("RUNNING",), failure_states=("KILLED",))
+    classpath, kwargs = trig.serialize()
+    assert classpath == "airflow_provider_melon.triggers.yarn.YarnApplicationTrigger"
+    assert kwargs == {
+        "app_id": APP, "yarn_conn_id": "yarn_x", "poll_interval": 7.0, "deadline": 1_700_000_123.5,
+        "cancel_on_kill": False, "max_consecutive_failures": 9, "log_every_n": 3, "last_state": "RUNNING",
+        "consecutive_failures": 2, "tags": None, "target_states": ["RUNNING"], "failure_states": ["KILLED"],
+        "stream_progress": False,
+    }
+    module, name = classpath.rsplit(".", 1)
+    clone = getattr(importlib.import_module(module), name)(**kwargs)
+    assert clone.serialize() == (classpath, kwargs)
+
+
+def test_serialize_round_trip_through_airflow_serde():
+    from airflow.sdk.serde import deserialize, serialize
+
+    trig = YarnApplicationTrigger(tags=["Melon", "airflow-run:abc"], poll_interval=5, deadline=None)
+    classpath, kwargs = trig.serialize()
+    again = YarnApplicationTrigger(**deserialize(serialize(kwargs)))
+    assert again.serialize() == (classpath, kwargs)
+
+
+async def test_serialize_reflects_state_reached_while_running():
+    trig, _ = make_trigger([app("ACCEPTED"), app("RUNNING"), app("FINISHED", "SUCCEEDED")])
+    await collect(trig)
+    assert trig.serialize()[1]["last_state"] == "FINISHED"
+
+
+def test_poll_interval_minimum_and_target_required():
+    with pytest.raises(ValueError, match="poll_interval"):
+        YarnApplicationTrigger(app_id=APP, poll_interval=4.9)
+    with pytest.raises(ValueError, match="app_id or tags"):
+        YarnApplicationTrigger()
+
+
+# ---------------------------------------------------------------------------------------------- events
+
+
+async def test_success_event():
+    trig, hook = make_trigger([app("ACCEPTED"), app("RUNNING"), app("FINISHED", "SUCCEEDED", "done")])
+    events = await collect(trig)
+    assert len(events) == 1
+    payload = events[0].payload
+    assert payload["status"] == "success"
+    assert payload["app_id"] == APP
+    assert payload["state"] == "FINISHED"
+    assert payload["final_status"] == "SUCCEEDED"
+    assert payload["duration_s"] == 42.5
+    assert payload["diagnostics"] == "done"
+    assert APP in payload["message"]
+    assert hook.get_application.await_count == 3
+    assert trig._sleep_clock.sleeps == [5, 5]
+    hook.kill_application.assert_not_awaited()
+
+
+@pytest.mark.parametrize("final_app", [
+    app("FINISHED", "FAILED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
+    app("FAILED", "FAILED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
+    app("KILLED", "KILLED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
+])
+async def test_failure_event_carries_diagnostics(final_app):
+    trig, _ = make_trigger([app("RUNNING"), final_app])
+    [event] = await collect(trig)
+    assert event.payload["status"] == "error"
+    assert event.payload["final_status"] == final_app["finalStatus"]
+    assert event.payload["state"] == final_app["state"]
+    assert "worker:1 on nm1 exited 3" in event.payload["diagnostics"]
+    assert "worker:1 on nm1 exited 3" in event.payload["message"]
+
+
+async def test_timeout_event_at_deadline_without_killing():
+    clock = Clock()
+    trig, hook = make_trigger(None, clock=clock, deadline=clock.now + 12)
+    hook.get_application.return_value = app("RUNNING")
+    [event] = await collect(trig)
+    assert event.payload["status"] == "timeout"
+    assert event.payload["app_id"] == APP
+    assert event.payload["state"] == "RUNNING"
+    assert "timeout" in event.payload["message"]
+    assert clock.now == pytest.approx(1_000_012)  # slept 5, 5, then the 2 s left: no overshoot
+    assert clock.sleeps == [5, 5, 2]
+    hook.kill_application.assert_not_awaited()  # the operator decides (cancel_on_kill)
+
+
+async def test_target_state_running_for_sensors():
+    trig, _ = make_trigger([app("ACCEPTED"), app("RUNNING")], target_states=("RUNNING",))
+    [event] = await collect(trig)
+    assert event.payload["status"] == "success"
+    assert event.payload["state"] == "RUNNING"
+
+
+async def test_finished_but_not_a_target_is_an_error():
+    trig, _ = make_trigger([app("FINISHED", "SUCCEEDED")], target_states=("RUNNING",))
+    [event] = await collect(trig)
+    assert event.payload["status"] == "error"
+    assert "not one of RUNNING" in event.payload["message"]
+
+
+# ---------------------------------------------------------------------------------------------- RM outages
+
+
+def outage(n):
+    return [YarnApiError("Connection refused", url="http://rm:8088/ws/v1/cluster/apps/x")] * n
+
+
+async def test_outage_within_budget_recovers():
+    trig, hook = make_trigger([app("RUNNING"), *outage(3), app("RUNNING"), app("FINISHED", "SUCCEEDED")],
+                              max_consecutive_failures=3)
+    [event] = await collect(trig)
+    assert event.payload["status"] == "success"
+    assert hook.get_application.await_count == 6
+    warnings = [line for line in logged(trig) if "failed (" in line]
+    assert len(warnings) == 3 and "(3/3 in a row)" in warnings[-1]
+
+
+async def test_budget_counts_consecutive_failures_only():
+    trig, _ = make_trigger([*outage(2), app("RUNNING"), *outage(2), app("FINISHED", "SUCCEEDED")],
+                           max_consecutive_failures=2)
+    [event] = await collect(trig)
+    assert event.payload["status"] == "success"
+
+
+async def test_outage_beyond_budget_is_an_error_event():
+    trig, hook = make_trigger([app("RUNNING"), *outage(4), app("FINISHED", "SUCCEEDED")],
+                              max_consecutive_failures=3)
+    [event] = await collect(trig)
+    assert event.payload["status"] == "error"
+    assert "unreachable for 4 polls in a row" in event.payload["message"]
+    assert "Connection refused" in event.payload["message"]
+    assert event.payload["state"] == "RUNNING"  # the last state seen
+    assert hook.get_application.await_count == 5
+    hook.kill_application.assert_not_awaited()
+
+
+async def test_unexpected_exception_also_counts_against_budget():
+    trig, _ = make_trigger([RuntimeError("boom")] * 2, max_consecutive_failures=1)
+    [event] = await collect(trig)
+    assert event.payload["status"] == "error" and "boom" in event.payload["message"]
+
+
+# ---------------------------------------------------------------------------------------------- kill / cleanup
+
+
+async def test_on_kill_kills_when_cancel_on_kill():
+    trig, hook = make_trigger(cancel_on_kill=True)
+    await trig.on_kill()
+    hook.kill_application.assert_awaited_once_with(APP)
+
+
+async def test_on_kill_keeps_app_when_cancel_on_kill_false():
+    trig, hook = make_trigger(cancel_on_kill=False)
+    await trig.on_kill()
+    hook.kill_application.assert_not_awaited()
+
+
+async def test_on_kill_swallows_kill_errors():
+    trig, hook = make_trigger()
+    hook.kill_application.side_effect = YarnApiError("gone", status=404)
+    await trig.on_kill()  # must not raise
+    assert any("Could not kill" in line for line in logged(trig))
+
+
+async def test_cleanup_never_kills():
+    trig, hook = make_trigger(cancel_on_kill=True)
+    await trig.cleanup()
+    hook.kill_application.assert_not_awaited()
+    hook.close.assert_called_once()
+
+
+def test_base_trigger_has_on_kill_in_this_airflow():
+    from airflow.triggers.base import BaseTrigger
+
+    from airflow_provider_melon.version_compat import trigger_has_on_kill
+
+    assert hasattr(BaseTrigger, "on_kill") and trigger_has_on_kill()
+
+
+# ---------------------------------------------------------------------------------------------- tags mode
+
+
+async def test_tags_mode_follows_newest_app_once_it_appears():
+    trig, hook = make_trigger(app_id=None, tags=["airflow-run:abc", "airflow-task:train"])
+    newest = app("RUNNING", id="application_1700000000000_0009")
+    older = app("FINISHED", "FAILED", id="application_1700000000000_0003")
+    hook.find_applications.side_effect = [[], [newest, older]]
+    hook.get_application.side_effect = [app("FINISHED", "SUCCEEDED", id=newest["id"])]
+    [event] = await collect(trig)
+    assert event.payload["status"] == "success"
+    assert event.payload["app_id"] == "application_1700000000000_0009"
+    hook.find_applications.assert_awaited_with(["airflow-run:abc", "airflow-task:train"], match_all=True)
+    hook.get_application.assert_awaited_once_with("application_1700000000000_0009")
+
+
+# ---------------------------------------------------------------------------------------------- logging / progress
+
+AM_STATUS = {"app_id": APP, "state": "RUNNING", "tasks": [
+    {"role": "chief", "index": 0, "state": "RUNNING", "step": 120, "loss": 0.3125, "attempt": 0},
+    {"role": "worker", "index": 0, "state": "RUNNING", "step": 118, "loss": 0.33, "attempt": 0},
+    {"role": "worker", "index": 1, "state": "RUNNING", "step": 119, "loss": 0.32, "attempt": 1},
+]}
+
+
+async def test_progress_streamed_every_n_polls_and_last_tasks_in_event():
+    running = [app("RUNNING")] * 7
+    statuses = [dict(AM_STATUS), dict(AM_STATUS, tasks=[dict(t, step=t["step"] + 100) for t in AM_STATUS["tasks"]]),
+                None]
+    trig, hook = make_trigger([*running, app("FINISHED", "SUCCEEDED")], am_status=statuses, log_every_n=3)
+    [event] = await collect(trig)
+    # asked on running polls 1, 4 and 7; the third time the AM is unreachable (None): nothing logged
+    assert hook.am_status.await_count == 3
+    progress = [line for line in logged(trig) if "AM RUNNING" in line]
+    assert len(progress) == 2
+    assert "chief[1] RUNNING=1 step=120 loss=0.3125" in progress[0]
+    assert "worker[2] RUNNING=2 step=119 loss=0.32 restarts=1" in progress[0]
+    assert "step=220" in progress[1]
+    assert event.payload["tasks"][0]["step"] == 220  # the last view the AM gave
+
+
+async def test_state_changes_and_heartbeat_logged():
+    trig, _ = make_trigger([app("ACCEPTED"), *[app("RUNNING")] * 6, app("FINISHED", "SUCCEEDED")], log_every_n=3,
+                           stream_progress=False)
+    await collect(trig)
+    lines = logged(trig)
+    assert any("- -> ACCEPTED" in line for line in lines)
+    assert any("ACCEPTED -> RUNNING" in line for line in lines)
+    assert any("RUNNING -> FINISHED" in line for line in lines)
+    heartbeats = [line for line in lines if "still RUNNING" in line]
+    assert [h.split("poll ")[1].split(",")[0] for h in heartbeats] == ["3", "6"]
+
+
+async def test_no_am_progress_when_stream_progress_off():
+    trig, hook = make_trigger([app("RUNNING"), app("FINISHED", "SUCCEEDED")], am_status=[AM_STATUS],
+                              stream_progress=False)
+    await collect(trig)
+    hook.am_status.assert_not_awaited()
+
+
+async def test_am_status_falls_back_to_melon_hook_in_a_thread():
+    trig, hook = make_trigger()
+    del hook.am_status  # an AsyncYarnHook without am_status
+    with mock.patch("airflow_provider_melon.hooks.melon.MelonHook.am_status", return_value=AM_STATUS) as fetch, \
+            mock.patch("airflow_provider_melon.hooks.melon.MelonHook.__init__", return_value=None):
+        assert await trig.am_status() == AM_STATUS
+    fetch.assert_called_once_with(APP)
+
+
+# ---------------------------------------------------------------------------------------------- pure helpers
+
+
+@pytest.mark.parametrize("state,final,expected", [
+    ("RUNNING", "UNDEFINED", None),
+    ("ACCEPTED", "UNDEFINED", None),
+    ("FINISHED", "SUCCEEDED", "success"),
+    ("FINISHED", "FAILED", "error"),
+    ("FINISHED", "KILLED", "error"),
+    ("FAILED", "FAILED", "error"),
+    ("KILLED", "KILLED", "error"),
+])
+def test_classify_defaults(state, final, expected):
+    assert classify({"state": state, "finalStatus": final}) == expected
+
+
+def test_duration_and_summary_helpers():
+    assert duration_s({"elapsedTime": 1500}) == 1.5
+    assert duration_s({"startedTime": 1000, "finishedTime": 4000, "elapsedTime": 0}) == 3.0
+    assert duration_s({}) is None
+    summary = task_summary(AM_STATUS["tasks"] + [{"role": "worker", "index": 2, "state": "FAILED", "exit_code": 3}],
+                           {"chief": 1, "worker": 3, "ps": 1})
+    assert summary["worker"] == {"instances": 3, "states": {"RUNNING": 2, "FAILED": 1}, "step": 119, "loss": 0.32,
+                                 "restarts": 1, "failed_exit_codes": [3]}
+    assert summary["ps"]["states"] == {}
+    assert progress_line(None) is None
