@@ -500,15 +500,16 @@ class YarnHook(BaseHook):
         return session.request(method, url, params=params, timeout=self.timeout, allow_redirects=False, **kw)
 
     def _one_pass(self, method: str, path: str, params: dict[str, Any], **kw: Any) -> requests.Response:
-        """Try each RM once, starting with the active one. Returns a 2xx response; raises YarnApiError for
-        4xx and _RetryableError when every RM failed with a connection error/timeout/standby, or on 5xx."""
+        """Try each RM once, starting with the active one. Returns a 2xx (or non-307 3xx) response; raises
+        YarnApiError for 4xx and _RetryableError when every RM failed with a connection error/timeout/standby,
+        or on 5xx. Only 307 is the standby's HA redirect; other redirects (the web proxy's) are returned."""
         last: YarnApiError | None = None
         for base in self._rm_order():
             url, call_params = base + path, params
             try:
                 for _ in range(MAX_REDIRECTS + 1):
                     resp = self._send(method, url, call_params, **kw)
-                    if resp.status_code not in (301, 302, 303, 307, 308):
+                    if resp.status_code != 307:
                         break
                     location = resp.headers.get("Location")
                     if not location:
@@ -546,19 +547,21 @@ class YarnHook(BaseHook):
         raise _RetryableError(last)
 
     def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                 **kw: Any) -> requests.Response:
+                 retries: int | None = None, **kw: Any) -> requests.Response:
         """Send ``method path`` (path relative to the RM base, e.g. ``/ws/v1/cluster/info``) with auth,
-        timeout, HA failover and bounded retries. Returns the 2xx response or raises :class:`YarnApiError`."""
+        timeout, HA failover and bounded retries (``retries`` overrides the hook's for this call).
+        Returns the 2xx response or raises :class:`YarnApiError`."""
         self._ensure_configured()
         full_params = self._params(params)
+        attempts = (self.retries if retries is None else max(0, retries)) + 1
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.retries + 1),
+            stop=tenacity.stop_after_attempt(attempts),
             wait=tenacity.wait_exponential(multiplier=self.backoff, max=self.max_backoff),
             retry=tenacity.retry_if_exception_type(_RetryableError),
             reraise=True,
             before_sleep=lambda rs: log.warning(
                 "YARN RM call %s %s failed (attempt %d/%d): %s; retrying", method, path,
-                rs.attempt_number, self.retries + 1, rs.outcome.exception() if rs.outcome else "?"),
+                rs.attempt_number, attempts, rs.outcome.exception() if rs.outcome else "?"),
         )
         try:
             return retrying(self._one_pass, method, path, full_params, **kw)
@@ -737,6 +740,25 @@ class YarnHook(BaseHook):
         """The RM web UI page of an application."""
         return f"{self.active_rm}/cluster/app/{app_id}"
 
+    def am_status(self, app_id: str, path: str = "/status", *, retries: int = 0) -> dict[str, Any] | None:
+        """JSON served by the application's AM at ``path``, fetched through the RM web proxy
+        (``/proxy/{app_id}{path}``, not redirected by a standby RM). ``None`` when the AM is not serving it:
+        not registered yet or gone (the proxy redirects to the RM app page), or an answer that is not JSON.
+        4xx raise :class:`YarnApiError`; by default no retries (best-effort status for polling loops)."""
+        try:
+            resp = self._request("GET", f"/proxy/{_q(app_id)}/{path.lstrip('/')}", retries=retries)
+        except YarnApiError as err:
+            if err.status is not None and err.status >= 500:  # proxy could not reach the AM
+                return None
+            raise
+        if resp.status_code != 200 or "json" not in resp.headers.get("Content-Type", "json"):
+            return None
+        try:
+            body = resp.json()
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else {"value": body}
+
     # ---------------------------------------------------------------- Airflow integration
 
     def test_connection(self) -> tuple[bool, str]:
@@ -801,6 +823,9 @@ def _csv(values: Iterable[str] | str | None) -> str | None:
 
 
 def _json_body(resp: requests.Response) -> dict[str, Any]:
+    if 300 <= resp.status_code < 400:  # not the HA 307 (followed in _one_pass): e.g. an SSO login page
+        raise YarnApiError(f"unexpected redirect to {resp.headers.get('Location')!r}", status=resp.status_code,
+                           url=resp.url)
     if not resp.content or not resp.content.strip():
         return {}
     try:
@@ -911,6 +936,9 @@ class AsyncYarnHook:
 
     async def application_url(self, app_id: str) -> str:
         return await self._call("application_url", app_id)
+
+    async def am_status(self, app_id: str, path: str = "/status", *, retries: int = 0) -> dict[str, Any] | None:
+        return await self._call("am_status", app_id, path, retries=retries)
 
     async def test_connection(self) -> tuple[bool, str]:
         return await self._call("test_connection")

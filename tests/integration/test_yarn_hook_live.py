@@ -35,6 +35,28 @@ TRIVIAL_AM_SRC = (
     "c.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, a[1], e); c.stop(); } }"
 )
 
+# Same, plus an HTTP server (JDK built-in) registered as the tracking URL, answering {"ok":true} as JSON.
+# Strings are built from chars: the source must not contain a double quote.
+STATUS_AM_SRC = (
+    "import org.apache.hadoop.yarn.client.api.AMRMClient; import org.apache.hadoop.yarn.conf.YarnConfiguration; "
+    "import org.apache.hadoop.yarn.api.records.FinalApplicationStatus; "
+    "import com.sun.net.httpserver.HttpServer; import java.net.InetSocketAddress; import java.net.InetAddress; "
+    "public class StatusAM { static String s(char... c) { return new String(c); } "
+    "public static void main(String[] a) throws Exception { char q = 34; "
+    "byte[] body = s('{', q, 'o', 'k', q, ':', 't', 'r', 'u', 'e', '}').getBytes(); "
+    "InetAddress lo = InetAddress.getLoopbackAddress(); "
+    "HttpServer srv = HttpServer.create(new InetSocketAddress(lo, 0), 0); "
+    "srv.createContext(String.valueOf('/'), x -> { x.getResponseHeaders().add("
+    "s('C','o','n','t','e','n','t','-','T','y','p','e'), "
+    "s('a','p','p','l','i','c','a','t','i','o','n','/','j','s','o','n')); "
+    "x.sendResponseHeaders(200, body.length); x.getResponseBody().write(body); x.close(); }); srv.start(); "
+    "String url = s('h','t','t','p',':','/','/') + lo.getHostAddress() + ':' + srv.getAddress().getPort() + '/'; "
+    "AMRMClient<AMRMClient.ContainerRequest> c = AMRMClient.createAMRMClient(); "
+    "c.init(new YarnConfiguration()); c.start(); String e = new String(); "
+    "c.registerApplicationMaster(lo.getHostAddress(), 0, url); Thread.sleep(Long.parseLong(a[0]) * 1000L); "
+    "c.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, a[1], e); c.stop(); srv.stop(0); } }"
+)
+
 
 def _tag() -> str:
     return f"melon-it-{uuid.uuid4().hex[:10]}"
@@ -167,6 +189,25 @@ def test_trivial_am_finishes(yarn_hook, minicluster):
         _kill_quietly(yarn_hook, app_id)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
     assert app["diagnostics"] == "trivial-done"
+
+
+def test_am_status_through_rm_proxy(yarn_hook, minicluster):
+    app_id = yarn_hook.new_application()["application-id"]
+    command = ("printenv MELON_AM_SRC > StatusAM.java && {{JAVA_HOME}}/bin/java -Xmx256m -cp $CLASSPATH "
+               "StatusAM.java 60 status-done 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
+    ctx = _context(app_id, command, [_tag()], memory=512,
+                   env={"CLASSPATH": minicluster.am_classpath, "MELON_AM_SRC": STATUS_AM_SRC})
+    yarn_hook.submit_application(ctx)
+    try:
+        assert yarn_hook.am_status(app_id) is None  # not registered yet: the proxy redirects to the app page
+        app = _wait_state(yarn_hook, app_id, {"RUNNING", *TERMINAL}, timeout=120)
+        assert app["state"] == "RUNNING", app.get("diagnostics")
+        assert app["trackingUrl"].rstrip("/").endswith(f"/proxy/{app_id}")
+        assert _wait_for(lambda: yarn_hook.am_status(app_id), timeout=20) == {"ok": True}
+    finally:
+        _kill_quietly(yarn_hook, app_id)
+    assert _wait_for(lambda: yarn_hook.get_state(app_id) == "KILLED", timeout=10)
+    assert _wait_for(lambda: yarn_hook.am_status(app_id) is None, timeout=10)
 
 
 def test_kill_running_app(yarn_hook):

@@ -589,3 +589,53 @@ def test_chunked_encoding_error_is_retried(m):
     m.get(RM1 + WS + "/info", [{"exc": requests.exceptions.ChunkedEncodingError("cut")}, {"json": INFO}])
     assert make_hook(rm_urls=[RM1]).cluster_info()["state"] == "STARTED"
     assert m.call_count == 2
+
+
+def test_am_status_through_proxy(m):
+    url = RM1 + f"/proxy/{APP_ID}/status"
+    m.get(url, json={"tasks": {"chief": 1}}, headers={"Content-Type": "application/json"})
+    assert make_hook().am_status(APP_ID) == {"tasks": {"chief": 1}}
+    assert m.request_history[0].qs["user.name"] == ["alice"]
+
+
+@pytest.mark.parametrize("response", [
+    {"status_code": 302, "headers": {"Location": RM1 + f"/cluster/app/{APP_ID}"}},  # AM not registered / gone
+    {"status_code": 200, "text": "<html>WARNING: The following page may not be safe!</html>",
+     "headers": {"Content-Type": "text/html"}},
+    {"status_code": 500, "text": "proxy could not reach the AM"},
+])
+def test_am_status_none_when_not_serving(m, response):
+    m.get(RM1 + f"/proxy/{APP_ID}/status", **response)
+    hook = make_hook()
+    assert hook.am_status(APP_ID) is None
+    assert m.call_count == 1  # no redirect following, no retry: best effort
+    assert hook.active_rm == RM1
+
+
+def test_am_status_4xx_raises(m):
+    m.get(RM1 + f"/proxy/{APP_ID}/status", status_code=404, text="Application not found")
+    with pytest.raises(YarnApiError):
+        make_hook().am_status(APP_ID)
+
+
+def test_per_call_retries_override(m):
+    m.get(RM1 + WS + "/info", status_code=503, text="busy")
+    with pytest.raises(YarnApiError):
+        make_hook(rm_urls=[RM1], retries=5)._request("GET", WS + "/info", retries=1)
+    assert m.call_count == 2
+
+
+def test_non_307_redirect_is_not_an_ha_redirect(m):
+    m.get(RM1 + WS + "/info", status_code=302, headers={"Location": "http://login.example/"})
+    hook = make_hook()
+    resp = hook._request("GET", WS + "/info")
+    assert resp.status_code == 302
+    assert hook.active_rm == RM1
+    assert m.call_count == 1
+
+
+def test_unexpected_redirect_on_json_call_is_an_error(m):
+    m.get(RM1 + WS + "/info", status_code=302, headers={"Location": "http://login.example/"})
+    with pytest.raises(YarnApiError, match="unexpected redirect") as exc:
+        make_hook().cluster_info()
+    assert exc.value.status == 302
