@@ -20,7 +20,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Optional
 
 __all__ = ["DeviceInfo", "GpuList", "list_gpus", "nvml_gpus", "inventory_gpus", "mps_active", "process_memory_mb"]
 
