@@ -158,8 +158,10 @@ def write_inventory(work_dir: Path, gpus: int, gpu_memory_mb: int) -> Path:
 
 
 def container_env(details: ClusterDetails) -> dict[str, str]:
-    """Environment the mini cluster's task containers need: the virtual GPU inventory."""
-    return {"MELON_GPU_INVENTORY": str(inventory_path(details.work_dir))}
+    """Environment the mini cluster's task containers need: the virtual GPU inventory, and one ledger per
+    NodeManager (``{nm}`` → ``<NM_HOST>_<NM_PORT>``): both NMs run on this one host, each with its own GPUs."""
+    return {"MELON_GPU_INVENTORY": str(inventory_path(details.work_dir)),
+            "MELON_LEDGER_DIR": str(Path(details.work_dir) / "ledger-{nm}")}
 
 
 def start(
