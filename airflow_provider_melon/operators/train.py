@@ -1,0 +1,530 @@
+"""MelonTrainOperator: one Airflow task = one distributed training job on YARN (MeLoN).
+
+What ``execute`` does, in order:
+
+1. **Validate** — ``job`` (a dict, a path to a YAML/JSON file, YAML text or a :class:`JobSpec`; templated)
+   is loaded with ``base_dir`` = the DAG file's folder, after the templated ``gpu_memory`` override has
+   been applied to every role that declares ``gpu_memory``. An invalid spec fails the task with a
+   :class:`JobSpecError` naming the field, before any HTTP call.
+2. **Reattach or submit** — the application carries the tags of ``submission.airflow_tags`` (``melon``,
+   ``airflow-dag:…``, ``airflow-task:…``, ``airflow-run:<hash>``, ``airflow-map:<n>``). Before submitting,
+   the RM is asked for applications carrying the run, task, dag and map tags: a live one
+   (NEW…RUNNING) is attached to instead of submitting; if the newest one FINISHED with final status
+   SUCCEEDED its result is returned without resubmitting; a FAILED/KILLED one is ignored (fresh submit).
+   On Airflow 3.3 the synchronous path also goes through ``ResumableJobMixin``: the application id is
+   saved in the task state store before polling and looked up first on a retry. ``reattach=False``
+   always submits (use it when a cleared task must train again although a run already succeeded).
+3. **Announce** — right after submit/attach the application id, tracking URL and AM status URL go to XCom
+   (``app_id``, ``tracking_url``, ``am_status_url``), and each extra link's URL under its ``xcom_key``, so
+   the links work while the task runs or is deferred.
+4. **Wait** — ``deferrable``: check the state once (finish at once if already terminal), then defer to
+   :class:`YarnApplicationTrigger`. Otherwise poll here with the same rules (failure budget, heartbeat,
+   AM progress every ``log_every_n`` polls, ``timeout``).
+5. **Finish** — success returns (and pushes as ``return_value``) ``{"app_id", "final_status", "state",
+   "tasks" (per role), "task_source", "diagnostics", "outputs", "tracking_url", "duration_s"}`` and sets the
+   task's outlets to an :class:`Asset` per ``hdfs://`` output. FAILED/KILLED raises ``AirflowException``
+   with the RM diagnostics; a timeout kills the application (``cancel_on_kill``) and fails the task.
+
+``on_kill`` kills the application unless ``cancel_on_kill=False``; a deferred task's trigger does the same
+through ``on_kill()`` on Airflow 3.3.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from urllib.parse import urlsplit
+
+from airflow_provider_melon.hooks.melon import MelonHook
+from airflow_provider_melon.hooks.yarn import YarnApiError
+from airflow_provider_melon.links import (
+    MelonAmStatusLink,
+    TensorBoardLink,
+    YarnApplicationLink,
+    am_status_url,
+    tensorboard_url,
+    yarn_application_url,
+)
+from airflow_provider_melon.spec import JobSpec, JobSpecError
+from airflow_provider_melon.submission import airflow_tags
+from airflow_provider_melon.triggers.yarn import (
+    LIVE_STATES,
+    MIN_POLL_INTERVAL,
+    YarnApplicationTrigger,
+    classify,
+    make_event_payload,
+    outcome_message,
+    progress_line,
+    task_summary,
+)
+from airflow_provider_melon.version_compat import (
+    AirflowException,
+    Asset,
+    BaseOperator,
+    ResumableJobMixin,
+    conf,
+)
+
+if TYPE_CHECKING:
+    from airflow_provider_melon.hooks.yarn import YarnHook
+    from airflow_provider_melon.version_compat import Context
+
+_NO_OVERRIDE = (None, "", "None", "none", "null")
+
+
+def _timeout_seconds(value: Union[None, int, float, timedelta]) -> Optional[float]:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise ValueError(f"timeout must be positive, got {value!r}")
+    return seconds
+
+
+def hdfs_asset_uri(path: str, fs_default_fs: Optional[str] = None) -> Optional[str]:
+    """A fully qualified ``hdfs://host:port/path`` for an output path, or None when it cannot be one.
+
+    The HDFS provider's asset-uris handler rejects ``hdfs://`` URIs without a namenode host, so
+    ``hdfs:///x`` and ``/x`` are qualified with ``fs_default_fs`` when it is known.
+    """
+    if not isinstance(path, str) or not path:
+        return None
+    if path.startswith("hdfs://"):
+        parts = urlsplit(path)
+        if parts.netloc and parts.path:
+            return path
+        path = parts.path
+    if path.startswith("/") and fs_default_fs and fs_default_fs.startswith("hdfs://"):
+        return fs_default_fs.rstrip("/") + path
+    return None
+
+
+def output_assets(outputs: Optional[dict], fs_default_fs: Optional[str] = None) -> list:
+    assets, seen = [], set()
+    for value in (outputs or {}).values():
+        uri = hdfs_asset_uri(value, fs_default_fs)
+        if uri and uri not in seen:
+            seen.add(uri)
+            assets.append(Asset(uri))
+    return assets
+
+
+class MelonTrainOperator(ResumableJobMixin, BaseOperator):
+    """Run a distributed training job on YARN and wait for it (see the module docstring).
+
+    :param job: the job: dict, YAML/JSON path (relative to the DAG file's folder), YAML text or JobSpec.
+        Templated.
+    :param yarn_conn_id: connection of the ResourceManager (type ``yarn``).
+    :param webhdfs_conn_id: WebHDFS connection used to stage code, runtime and AM jar.
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param poll_interval: seconds between RM polls, at least 5 (default ``[melon] poll_interval``, 10).
+    :param timeout: seconds (or timedelta) this try may wait for the application; then it is killed
+        (``cancel_on_kill``) and the task fails. Default: ``execution_timeout`` (if any).
+    :param cancel_on_kill: kill the application when the task is killed or times out.
+    :param stream_logs: log the AM's task states and last step/loss while the application runs.
+    :param gpu_memory: override of ``gpu_memory`` for every role that declares one (e.g. a profiled figure
+        from XCom). Templated; empty/``None`` means no override.
+    :param reattach: look for this task instance's application by tags before submitting.
+    :param max_consecutive_failures: RM polls in a row that may fail (outage) before the task fails.
+    :param log_every_n: heartbeat/progress log line every N polls.
+    :param durable: Airflow 3.3 ``ResumableJobMixin``: keep the application id in the task state store.
+    """
+
+    template_fields: Sequence[str] = ("job", "gpu_memory")
+    template_fields_renderers = {"job": "json"}
+    ui_color = "#c8e6c9"
+    operator_extra_links = (YarnApplicationLink(), MelonAmStatusLink(), TensorBoardLink())
+    external_id_key = "melon_yarn_app_id"
+
+    def __init__(
+        self,
+        *,
+        job: Union[dict, str, JobSpec],
+        yarn_conn_id: str = "yarn_default",
+        webhdfs_conn_id: str = "webhdfs_default",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: Optional[float] = None,
+        timeout: Union[None, int, float, timedelta] = None,
+        cancel_on_kill: bool = True,
+        stream_logs: bool = True,
+        gpu_memory: Union[None, int, str] = None,
+        reattach: bool = True,
+        max_consecutive_failures: int = 5,
+        log_every_n: int = 6,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if poll_interval is None:
+            poll_interval = conf.getfloat("melon", "poll_interval", fallback=10.0)
+        if float(poll_interval) < MIN_POLL_INTERVAL:
+            raise ValueError(f"poll_interval must be at least {MIN_POLL_INTERVAL:g} seconds, got {poll_interval!r}")
+        self.job = job
+        self.yarn_conn_id = yarn_conn_id
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = float(poll_interval)
+        self.timeout = _timeout_seconds(timeout)
+        self.cancel_on_kill = cancel_on_kill
+        self.stream_logs = stream_logs
+        self.gpu_memory = gpu_memory
+        self.reattach = reattach
+        self.max_consecutive_failures = max(0, int(max_consecutive_failures))
+        self.log_every_n = max(1, int(log_every_n))
+        self._app_id: Optional[str] = None
+        self._spec: Optional[JobSpec] = None
+        self._deadline: Optional[float] = None
+        self._announced: set[str] = set()
+        self._results: dict[str, dict] = {}
+        self._last_tasks: Optional[list] = None
+        # Parse-time outlets for fully qualified hdfs:// outputs of a literal job, so the assets are known to
+        # the scheduler before the first run; execute() completes them (fs.defaultFS-qualified paths).
+        if not self.outlets and isinstance(job, (dict, JobSpec)):
+            outputs = job.outputs if isinstance(job, JobSpec) else job.get("outputs")
+            if isinstance(outputs, dict) and not any("{{" in str(v) for v in outputs.values()):
+                try:
+                    self.outlets = output_assets(outputs)
+                except Exception:  # noqa: BLE001 - a bad URI is reported at execute time
+                    pass
+
+    # ---- hooks --------------------------------------------------------------------------------------------
+    @cached_property
+    def hook(self) -> MelonHook:
+        return MelonHook(self.yarn_conn_id, self.webhdfs_conn_id)
+
+    @property
+    def yarn_hook(self) -> "YarnHook":
+        return self.hook.yarn
+
+    # ---- the spec -----------------------------------------------------------------------------------------
+    def _base_dir(self) -> Optional[str]:
+        dag = self.dag if self.has_dag() else None
+        fileloc = getattr(dag, "fileloc", None)
+        if fileloc and Path(fileloc).is_file():
+            return str(Path(fileloc).resolve().parent)
+        return None
+
+    def load_spec(self) -> JobSpec:
+        """The validated job (after the ``gpu_memory`` override). Raises :class:`JobSpecError`."""
+        base_dir = self._base_dir()
+        override = self.gpu_memory
+        if isinstance(override, str):
+            override = override.strip()
+        if override in _NO_OVERRIDE:
+            return JobSpec.load(self.job, base_dir=base_dir)
+        if isinstance(self.job, dict):
+            data = copy.deepcopy(self.job)
+        else:  # a path, YAML text or JobSpec: load it (resolves the code folder), override, validate again
+            data = JobSpec.load(self.job, base_dir=base_dir).to_dict()
+        roles = data.get("roles") if isinstance(data, dict) else None
+        shared = [name for name, role in (roles or {}).items()
+                  if isinstance(role, dict) and role.get("gpu_memory") is not None]
+        if not shared:
+            self.log.warning("gpu_memory=%r given, but no role of the job declares gpu_memory: ignored", override)
+        for name in shared:
+            roles[name]["gpu_memory"] = override
+        spec = JobSpec.from_dict(data, base_dir=base_dir)
+        if shared:
+            self.log.info("gpu_memory of role(s) %s set to %s MiB", ", ".join(shared),
+                          spec.roles[shared[0]].gpu_memory_mb)
+        return spec
+
+    # ---- execute ------------------------------------------------------------------------------------------
+    def execute(self, context: "Context") -> Any:
+        self._spec = self.load_spec()  # validation: nothing has touched the network yet
+        limit = self.timeout
+        if self.execution_timeout is not None:
+            exec_limit = self.execution_timeout.total_seconds()
+            limit = exec_limit if limit is None else min(limit, exec_limit)
+        self._deadline = time.time() + limit if limit else None
+        if self.deferrable:
+            return self._execute_deferrable(context)
+        return self.execute_resumable(context)
+
+    def _execute_deferrable(self, context: "Context") -> Any:
+        app_id, app = self._attach_or_submit(context)
+        store = context.get("task_state_store") if hasattr(context, "get") else None
+        if store is not None:
+            try:
+                store.set(self.external_id_key, app_id)
+            except Exception as exc:  # noqa: BLE001 - durability is a bonus here; tags reattach anyway
+                self.log.warning("Could not save %s in the task state store: %s", app_id, exc)
+        extra = self._completion_kwargs()
+        verdict = classify(app) if app else None
+        if verdict is not None:  # already terminal (e.g. a succeeded app found by tags): no deferral
+            event = make_event_payload(verdict, app_id, app, outcome_message(app_id, app, verdict, ("FINISHED",)))
+            return self._complete(context, event, **extra)
+        self.defer(
+            trigger=YarnApplicationTrigger(
+                app_id=app_id, yarn_conn_id=self.yarn_conn_id, poll_interval=self.poll_interval,
+                deadline=self._deadline, cancel_on_kill=self.cancel_on_kill,
+                max_consecutive_failures=self.max_consecutive_failures, log_every_n=self.log_every_n,
+                last_state=(app or {}).get("state"), stream_progress=self.stream_logs,
+            ),
+            method_name="execute_complete",
+            kwargs=extra,
+        )
+
+    def execute_complete(self, context: "Context", event: dict[str, Any], outputs: Optional[dict] = None,
+                         roles: Optional[dict] = None, fs_default_fs: Optional[str] = None) -> Any:
+        """Resumes the deferred task with the trigger's event."""
+        if not isinstance(event, dict) or "status" not in event:
+            raise AirflowException(f"Unexpected trigger event: {event!r}")
+        return self._complete(context, event, outputs=outputs, roles=roles, fs_default_fs=fs_default_fs)
+
+    # ---- reattach / submit --------------------------------------------------------------------------------
+    def _ti_identity(self, context: "Context") -> tuple[str, str, str, int]:
+        ti = context["ti"]
+        dag_id = getattr(ti, "dag_id", None) or self.dag_id
+        task_id = getattr(ti, "task_id", None) or self.task_id
+        run_id = context.get("run_id") or getattr(ti, "run_id", None)
+        map_index = getattr(ti, "map_index", None)
+        map_index = -1 if map_index is None else int(map_index)
+        return str(dag_id), str(task_id), str(run_id), map_index
+
+    def tags_for(self, context: "Context") -> list[str]:
+        return airflow_tags(*self._ti_identity(context))
+
+    def find_existing(self, tags: list[str]) -> Optional[dict]:
+        """A live application of this task instance, or its newest one if that one SUCCEEDED; else None."""
+        identity = [t for t in tags if t.startswith(("airflow-run:", "airflow-task:", "airflow-dag:", "airflow-map:"))]
+        apps = self.yarn_hook.find_applications(identity, match_all=True)
+        live = [a for a in apps if a.get("state") in LIVE_STATES]
+        if live:
+            return live[0]
+        if apps and apps[0].get("state") == "FINISHED" and apps[0].get("finalStatus") == "SUCCEEDED":
+            return apps[0]
+        return None
+
+    def _attach_or_submit(self, context: "Context") -> tuple[str, Optional[dict]]:
+        spec = self._spec or self.load_spec()
+        tags = self.tags_for(context)
+        if self.reattach:
+            existing = self.find_existing(tags)
+            if existing is not None:
+                app_id = existing["id"]
+                self.log.info("Reattaching to YARN application %s (%s/%s) found by tags; not submitting",
+                              app_id, existing.get("state"), existing.get("finalStatus"))
+                self._announce(context, app_id, existing)
+                return app_id, existing
+        self.log.info("Submitting %s (%d tasks in %s) with tags %s", spec.name, spec.task_count,
+                      ", ".join(spec.roles), ", ".join(tags))
+        result = self.hook.submit(spec, tags=tags)
+        app_id = result["app_id"]
+        self._app_id = app_id
+        app = self._get_app_or_none(app_id)
+        self._announce(context, app_id, app)
+        return app_id, app
+
+    def _get_app_or_none(self, app_id: str) -> Optional[dict]:
+        try:
+            return self.yarn_hook.get_application(app_id)
+        except Exception as exc:  # noqa: BLE001 - the first poll will retry
+            self.log.warning("Could not read %s right after submit: %s", app_id, exc)
+            return None
+
+    def _rm_url(self) -> Optional[str]:
+        try:
+            return self.yarn_hook.active_rm
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _yarn_extra(self) -> dict:
+        try:
+            return dict(self.yarn_hook.get_connection(self.yarn_conn_id).extra_dejson or {})
+        except Exception:  # noqa: BLE001 - no connection (explicit hooks): no extras
+            return {}
+
+    def _announce(self, context: "Context", app_id: str, app: Optional[dict]) -> None:
+        """XCom: app id, tracking and AM status URLs, and each extra link's URL (once per app and try)."""
+        self._app_id = app_id
+        if app_id in self._announced:
+            return
+        self._announced.add(app_id)
+        ti = context["ti"]
+        rm = self._rm_url()
+        am_url = am_status_url(rm, app_id) if rm else None
+        tracking = (app or {}).get("trackingUrl") or am_url
+        ti.xcom_push(key="app_id", value=app_id)
+        if tracking:
+            ti.xcom_push(key="tracking_url", value=tracking)
+        if am_url:
+            ti.xcom_push(key="am_status_url", value=am_url)
+        if rm:
+            YarnApplicationLink.persist(context, yarn_application_url(rm, app_id))
+            MelonAmStatusLink.persist(context, am_url)
+        spec = self._spec
+        if spec is not None and spec.tensorboard_log_dir:
+            TensorBoardLink.persist(context, tensorboard_url(self._yarn_extra().get("tensorboard_url"),
+                                                             spec.tensorboard_log_dir))
+        self.log.info("YARN application %s: %s", app_id, yarn_application_url(rm, app_id) if rm else app_id)
+
+    # ---- ResumableJobMixin (synchronous path) -------------------------------------------------------------
+    def submit_job(self, context: "Context") -> str:
+        app_id, _ = self._attach_or_submit(context)
+        return app_id
+
+    def get_job_status(self, external_id: Any, context: "Context") -> str:
+        try:
+            app = self.yarn_hook.get_application(str(external_id))
+        except YarnApiError as exc:
+            if exc.status == 404:  # unknown to the RM (e.g. RM state lost): submit afresh
+                return "UNKNOWN/UNKNOWN"
+            raise
+        return f"{app.get('state')}/{app.get('finalStatus')}"
+
+    def is_job_active(self, status: str) -> bool:
+        return status.split("/", 1)[0] in LIVE_STATES
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == "FINISHED/SUCCEEDED"
+
+    def poll_until_complete(self, external_id: Any, context: "Context") -> Any:
+        """Poll the RM until the application ends; returns the result (raises on failure/timeout)."""
+        app_id = str(external_id)
+        self._app_id = app_id
+        extra = self._completion_kwargs()
+        polls = running_polls = failures = 0
+        last_state: Optional[str] = None
+        app: Optional[dict] = None
+        announced = app_id in self._announced
+        while True:
+            remaining = None if self._deadline is None else self._deadline - time.time()
+            if remaining is not None and remaining <= 0:
+                msg = f"YARN application {app_id} did not finish before the task's timeout (last state {last_state})"
+                return self._complete(context, make_event_payload("timeout", app_id, app, msg, self._last_tasks),
+                                      **extra)
+            try:
+                app = self.yarn_hook.get_application(app_id)
+            except Exception as exc:  # noqa: BLE001 - RM outage: bounded by the failure budget
+                failures += 1
+                if failures > self.max_consecutive_failures:
+                    msg = (f"YARN RM unreachable for {failures} polls in a row (budget "
+                           f"{self.max_consecutive_failures}) while following {app_id}: {exc}")
+                    return self._complete(context, make_event_payload("error", app_id, app, msg, self._last_tasks),
+                                          **extra)
+                self.log.warning("Polling YARN application %s failed (%d/%d in a row): %s", app_id, failures,
+                                 self.max_consecutive_failures, exc)
+                self._sleep(remaining)
+                continue
+            failures = 0
+            polls += 1
+            if not announced:  # reconnect path of ResumableJobMixin: XComs of the earlier try are gone
+                self._announce(context, app_id, app)
+                announced = True
+            state = app.get("state")
+            if state != last_state:
+                self.log.info("YARN application %s: %s -> %s (final status %s)", app_id, last_state or "-", state,
+                              app.get("finalStatus"))
+                last_state = state
+            elif polls % self.log_every_n == 0:
+                self.log.info("YARN application %s still %s (poll %d, progress %s%%)", app_id, state, polls,
+                              app.get("progress", "?"))
+            running_polls += state == "RUNNING"
+            if self.stream_logs and state == "RUNNING" and (running_polls - 1) % self.log_every_n == 0:
+                status = self.hook.am_status(app_id)
+                if status:
+                    self._last_tasks = status.get("tasks") or self._last_tasks
+                    line = progress_line(status)
+                    if line:
+                        self.log.info("%s: %s", app_id, line)
+            verdict = classify(app)
+            if verdict is not None:
+                msg = outcome_message(app_id, app, verdict, ("FINISHED",))
+                return self._complete(context, make_event_payload(verdict, app_id, app, msg, self._last_tasks),
+                                      **extra)
+            self._sleep(remaining)
+
+    def _sleep(self, remaining: Optional[float]) -> None:
+        time.sleep(self.poll_interval if remaining is None else max(0.0, min(self.poll_interval, remaining)))
+
+    def get_job_result(self, external_id: Any, context: "Context") -> Any:
+        app_id = str(external_id)
+        if app_id in self._results:
+            return self._results[app_id]
+        # ResumableJobMixin found this application already SUCCEEDED: no submit, no polling.
+        app = self.yarn_hook.get_application(app_id)
+        self._announce(context, app_id, app)
+        verdict = classify(app) or "error"
+        event = make_event_payload(verdict, app_id, app, outcome_message(app_id, app, verdict, ("FINISHED",)))
+        return self._complete(context, event, **self._completion_kwargs())
+
+    # ---- completion ---------------------------------------------------------------------------------------
+    def _completion_kwargs(self) -> dict[str, Any]:
+        spec = self._spec
+        return {
+            "outputs": dict(spec.outputs) if spec else {},
+            "roles": {name: role.instances for name, role in spec.roles.items()} if spec else {},
+            "fs_default_fs": getattr(self.hook, "fs_default_fs", None),
+        }
+
+    def _complete(self, context: "Context", event: dict[str, Any], *, outputs: Optional[dict] = None,
+                  roles: Optional[dict] = None, fs_default_fs: Optional[str] = None) -> dict[str, Any]:
+        status = event.get("status")
+        app_id = event.get("app_id")
+        self._app_id = app_id or self._app_id
+        message = event.get("message") or f"YARN application {app_id}: {status}"
+        if status == "timeout":
+            if self.cancel_on_kill and app_id:
+                self._kill(app_id, "the task's timeout was reached")
+                message += "; the application was killed"
+            raise AirflowException(message)
+        if status != "success" or event.get("final_status") != "SUCCEEDED":
+            if status == "success":  # reached FINISHED but did not report SUCCEEDED
+                message = (f"YARN application {app_id} ended {event.get('state')}/{event.get('final_status')}"
+                           + (f": {event.get('diagnostics')}" if event.get("diagnostics") else ""))
+            raise AirflowException(message)
+
+        tasks, source = None, "rm"
+        status_json = self.hook.am_status(app_id) if self.stream_logs else None
+        if status_json and status_json.get("tasks"):
+            tasks, source = status_json["tasks"], "am"
+        elif event.get("tasks"):
+            tasks, source = event["tasks"], "am-last-seen"
+        result = {
+            "app_id": app_id,
+            "final_status": event.get("final_status"),
+            "state": event.get("state"),
+            "tasks": task_summary(tasks, roles),
+            "task_source": source,
+            "diagnostics": event.get("diagnostics") or "",
+            "outputs": dict(outputs or {}),
+            "tracking_url": event.get("tracking_url"),
+            "duration_s": event.get("duration_s"),
+        }
+        ti = context["ti"]
+        ti.xcom_push(key="final_status", value=result["final_status"])
+        ti.xcom_push(key="outputs", value=result["outputs"])
+        assets = output_assets(outputs, fs_default_fs)
+        skipped = [v for v in (outputs or {}).values() if not hdfs_asset_uri(v, fs_default_fs)]
+        if skipped:
+            self.log.info("Outputs without a qualified hdfs:// URI are not assets: %s", ", ".join(map(str, skipped)))
+        known = {getattr(a, "uri", None) for a in self.outlets or []}
+        self.outlets = list(self.outlets or []) + [a for a in assets if a.uri not in known]
+        self.log.info("YARN application %s SUCCEEDED in %s s; outputs: %s", app_id, result["duration_s"],
+                      result["outputs"] or "none")
+        if app_id:
+            self._results[app_id] = result
+        return result
+
+    # ---- kill ---------------------------------------------------------------------------------------------
+    def _kill(self, app_id: str, why: str) -> None:
+        self.log.info("Killing YARN application %s: %s", app_id, why)
+        try:
+            self.yarn_hook.kill_application(app_id)
+        except Exception as exc:  # noqa: BLE001 - a kill path never raises
+            self.log.warning("Could not kill YARN application %s: %s", app_id, exc)
+
+    def on_kill(self) -> None:
+        if not self._app_id:
+            return
+        if not self.cancel_on_kill:
+            self.log.info("cancel_on_kill=False: leaving YARN application %s running", self._app_id)
+            return
+        self._kill(self._app_id, "the task was killed")
+
+
+__all__ = ["JobSpecError", "MelonTrainOperator", "hdfs_asset_uri", "output_assets"]
