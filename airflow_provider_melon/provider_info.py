@@ -1,25 +1,15 @@
 """Provider metadata for Airflow's discovery (entry point group ``apache_airflow_provider``).
 
-Kept free of heavy imports: Airflow reads it while discovering providers. The YARN connection's form
-(``conn-fields`` / ``ui-field-behaviour``, Airflow ≥ 3.2) is declared here and reused by the hook's older
-``get_connection_form_widgets`` / ``get_ui_field_behaviour`` methods.
+The YARN connection's form (``conn-fields`` / ``ui-field-behaviour``, Airflow ≥ 3.2) is the RM client's fields
+(hooks/yarn.py, which also serves them to older 3.x through the hook's classmethods) plus MelonHook's extras.
 """
 
 from __future__ import annotations
 
 from airflow_provider_melon import __version__
 
-YARN_CONN_FIELDS = {
-    "auth": {
-        "label": "Authentication",
-        "description": "simple: user.name on every call (Login is the user); kerberos: SPNEGO via requests-kerberos",
-        "schema": {"type": ["string", "null"], "default": "simple", "enum": ["simple", "kerberos"]},
-    },
-    "kerberos_principal": {"label": "Kerberos principal", "schema": {"type": ["string", "null"]}},
-    "connect_timeout": {"label": "Connect timeout (s)", "schema": {"type": ["number", "null"], "default": 5}},
-    "read_timeout": {"label": "Read timeout (s)", "schema": {"type": ["number", "null"], "default": 30}},
-    "retries": {"label": "Retries on connection errors / 5xx", "schema": {"type": ["integer", "null"], "default": 3}},
-    "verify": {"label": "Verify TLS certificates", "schema": {"type": ["boolean", "null"], "default": True}},
+#: Extras of the ``yarn`` connection that MelonHook reads (the RM client's own are in hooks/yarn.py).
+MELON_CONN_FIELDS = {
     "fs_default_fs": {
         "label": "fs.defaultFS",
         "description": "HDFS URI that YARN localizes staged files from, e.g. hdfs://namenode:8020",
@@ -35,20 +25,17 @@ YARN_CONN_FIELDS = {
         "description": "Interpreter on the NodeManagers when a job names no environment (default python3)",
         "schema": {"type": ["string", "null"]},
     },
-}
-
-YARN_UI_FIELD_BEHAVIOUR = {
-    "hidden-fields": ["schema", "port"],
-    "relabeling": {"host": "ResourceManager URL(s)", "login": "User"},
-    "placeholders": {
-        "host": "http://rm1:8088,http://rm2:8088",
-        "login": "hadoop",
-        "extra": '{"auth": "simple", "fs_default_fs": "hdfs://namenode:8020"}',
+    "container_env": {
+        "label": "Container environment",
+        "description": "JSON object of variables set in every task container (e.g. MELON_LEDGER_DIR)",
+        "schema": {"type": ["object", "null"]},
     },
 }
 
 
 def get_provider_info() -> dict:
+    from airflow_provider_melon.hooks.yarn import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+
     return {
         "package-name": "airflow-provider-melon",
         "name": "MeLoN (distributed deep learning on YARN with GPU sharing)",
@@ -68,8 +55,8 @@ def get_provider_info() -> dict:
                 "connection-type": "yarn",
                 "hook-class-name": "airflow_provider_melon.hooks.yarn.YarnHook",
                 "hook-name": "YARN ResourceManager",
-                "conn-fields": YARN_CONN_FIELDS,
-                "ui-field-behaviour": YARN_UI_FIELD_BEHAVIOUR,
+                "conn-fields": {**CONN_FIELDS, **MELON_CONN_FIELDS},
+                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
             },
         ],
         "config": {
