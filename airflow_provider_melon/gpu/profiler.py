@@ -1,0 +1,542 @@
+"""Measure (or, without a GPU, estimate) a training job's GPU memory, and whether packing it pays. Stdlib only.
+
+Two methods, and the result always says which one was used (``Profile.method``):
+
+``nvml``
+    :func:`profile_command` runs the job's entrypoint with ``MELON_PROFILE_STEPS=<steps>`` in its environment
+    (the training script must honour it: train that many steps, then exit; ``dags/training/mnist/train.py``
+    does) and samples NVML every 100 ms in a thread (:class:`NvmlSampler`) while it runs. It reports the peak
+    GPU memory used by the command's process tree (per-process NVML accounting; when NVML cannot see the
+    tree's pids, e.g. inside a PID namespace, the peak rise of the devices' used memory over the baseline
+    taken before the start), the mean SM utilisation while the tree held GPU memory, and the step time.
+
+``analytic``
+    Without a GPU, :func:`analytic_profile` evaluates the shared memory model
+    (:mod:`airflow_provider_melon.gpu.memory_model`, ``total = P*b_w + P_t*b_g + P_t*s*b_o + B*A + W + F``)
+    at the job's batch size. A script can report its model for this path by calling
+    :func:`report(memory_model=..., batch=...)`, which writes to ``$MELON_PROFILE_FILE``; ``profile_command``
+    then falls back to it when NVML finds no device.
+
+Step time: the script may write ``{"step_time_s": s}`` (or ``{"steps": n, "seconds": s}``) to
+``$MELON_PROFILE_FILE`` (use :func:`report`); otherwise the step time is the command's wall time divided by the
+steps, which includes start-up and is said so in ``Profile.notes``.
+
+Expected memory (what the train operator asks YARN for, ``melon.io/gpu-memory``)::
+
+    expected_mb = ceil(peak_mb * (1 + SAFETY_MARGIN) + CONTEXT_MB)      SAFETY_MARGIN = 0.10, CONTEXT_MB = 256
+
+* 10 %: what grows with the peak and a few profiling steps do not show: allocator fragmentation and cache
+  growth over a long run, a 100 ms sampler missing short spikes, batches with larger inputs. It also covers
+  the analytic model's per-tensor rounding. (h200-colocate.json: PyTorch's reserved pool stays within a few
+  percent of the allocated peak for ResNet-18/50, so 10 % is a margin, not a correction.)
+* 256 MiB: what does not scale with the peak and a single-task profile never allocates: the distributed
+  job's communication buffers (NCCL allocates a few MiB per channel and peer, 64-200 MiB in practice for
+  8-16 ranks) and a cuDNN autotuner that may pick a workspace-hungrier algorithm in a later run.
+
+packing_pays: :func:`airflow_provider_melon.gpu.policy.packing_pays` on ``(sm_util, peak / gpu_total)``.
+With NVML, ``sm_util`` is the mean ``utilization.gpu`` -- the fraction of time *any* kernel runs, an upper
+bound on the SM share -- so the answer errs towards "does not pay" (see ``policy.implied_sm_util``). Without a
+GPU nothing is measured: see :func:`analytic_profile` for the memory-size rule used instead.
+
+Command line (what the profile YARN job runs; the JSON profile is the last line of stdout)::
+
+    python -m airflow_provider_melon.gpu.profiler --steps 20 [--gpu-memory-mb 143771] -- python train.py ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from . import policy
+from .memory_model import MemoryModel
+
+__all__ = [
+    "SAFETY_MARGIN",
+    "CONTEXT_MB",
+    "SAMPLE_INTERVAL_S",
+    "DEFAULT_GPU_MEMORY_MB",
+    "SMALL_JOB_MB",
+    "PROFILE_STEPS_ENV",
+    "PROFILE_FILE_ENV",
+    "NoGpuError",
+    "Samples",
+    "NvmlSampler",
+    "Profile",
+    "expected_mb",
+    "analytic_profile",
+    "profile_command",
+    "report",
+    "main",
+]
+
+SAFETY_MARGIN = 0.10
+CONTEXT_MB = 256
+SAMPLE_INTERVAL_S = 0.1
+#: GPU size assumed when neither NVML nor the caller says (a 16 GiB V100/T4-class card: the conservative case).
+DEFAULT_GPU_MEMORY_MB = 16384
+#: Without a measured utilisation, jobs expected to need at most this much are presumed small (they leave
+#: most SMs idle). Anchor: h200-colocate.json, ResNet-18/CIFAR at ~1.6 GB packs to 3.7x, ResNet-50/224 at
+#: ~4.9 GB only to 1.19x; 2 GiB sits just above the small one, so the rule errs towards "does not pay".
+SMALL_JOB_MB = 2048
+#: SM share presumed for a small job: ResNet-18's, read back from its 3.71x plateau (policy.implied_sm_util).
+SMALL_JOB_SM_UTIL = policy.implied_sm_util(3.71)
+PROFILE_STEPS_ENV = "MELON_PROFILE_STEPS"
+PROFILE_FILE_ENV = "MELON_PROFILE_FILE"
+MIB = 1024 * 1024
+
+
+class NoGpuError(RuntimeError):
+    """Raised when NVML is unusable; the message starts with ``no GPU:``."""
+
+
+def expected_mb(peak_mb: float) -> int:
+    """``ceil(peak * (1 + SAFETY_MARGIN) + CONTEXT_MB)`` (module docstring says why)."""
+    if peak_mb < 0:
+        raise ValueError(f"peak_mb must be >= 0, got {peak_mb}")
+    return int(math.ceil(peak_mb * (1.0 + SAFETY_MARGIN) + CONTEXT_MB - 1e-9))
+
+
+# -- NVML sampling ----------------------------------------------------------------------------------------
+def _import_pynvml():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import pynvml  # noqa: PLC0415 - optional, lazily imported on purpose
+    return pynvml
+
+
+def process_tree(root: int, proc_root: str = "/proc") -> set:
+    """``root`` and all its descendants, from ``/proc/*/stat`` (ppid is the 4th field)."""
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return {root}
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, name, "stat")) as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # comm may contain spaces/parens: fields after the last ')' are "state ppid ..."
+        rest = stat.rsplit(")", 1)[-1].split()
+        if len(rest) >= 2 and rest[1].lstrip("-").isdigit():
+            children.setdefault(int(rest[1]), []).append(int(name))
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in tree:
+            continue
+        tree.add(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+@dataclass
+class Samples:
+    """What an :class:`NvmlSampler` saw. ``source``: ``process`` (per-pid accounting matched the tree) or
+    ``device`` (used memory over the pre-start baseline, summed over the sampled devices)."""
+
+    peak_mb: float
+    mean_sm_util: Optional[float]
+    samples: int
+    source: str
+    devices: List[int]
+    gpu_total_mb: int
+
+
+class NvmlSampler:
+    """Samples NVML every ``interval_s`` in a daemon thread while the process tree of ``pid`` runs.
+
+    ``start()`` raises :class:`NoGpuError` ("no GPU: ...") when pynvml is missing, the driver is missing or
+    there is no device. ``pid`` may be set after construction (``sampler.pid = proc.pid``) but before the
+    first sample matters; ``None`` samples device memory only. ``devices`` restricts the GPUs (default: those
+    in ``CUDA_VISIBLE_DEVICES`` when it lists indices, else all). ``nvml`` injects a pynvml-like module.
+    """
+
+    def __init__(self, pid: Optional[int] = None, *, interval_s: float = SAMPLE_INTERVAL_S,
+                 devices: Optional[Sequence[int]] = None, nvml=None, proc_root: str = "/proc"):
+        self.pid = pid
+        self.interval_s = interval_s
+        self._devices_arg = list(devices) if devices is not None else None
+        self._nvml = nvml
+        self._proc_root = proc_root
+        self._handles: list = []
+        self._indices: List[int] = []
+        self._baseline: Dict[int, float] = {}
+        self._peak_proc = 0.0
+        self._peak_dev = 0.0
+        self._proc_matched = False
+        self._util: List[float] = []
+        self._util_dev: List[float] = []
+        self._n = 0
+        self._total_mb = 0
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    # setup / teardown
+    def _default_devices(self, count: int) -> List[int]:
+        raw = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+        if raw:
+            parts = [p.strip() for p in raw.split(",") if p.strip()]
+            if all(p.isdigit() for p in parts):
+                return [int(p) for p in parts if int(p) < count]
+        return list(range(count))
+
+    def open(self) -> "NvmlSampler":
+        """Initialise NVML and take the baseline; raises :class:`NoGpuError`."""
+        nv = self._nvml
+        if nv is None:
+            try:
+                nv = _import_pynvml()
+            except Exception as exc:
+                raise NoGpuError(f"no GPU: pynvml is not importable ({exc})") from exc
+        try:
+            nv.nvmlInit()
+        except Exception as exc:
+            raise NoGpuError(f"no GPU: NVML did not initialise ({exc})") from exc
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except Exception as exc:
+            self._shutdown(nv)
+            raise NoGpuError(f"no GPU: NVML could not count devices ({exc})") from exc
+        if count == 0:
+            self._shutdown(nv)
+            raise NoGpuError("no GPU: NVML found 0 devices")
+        self._nvml = nv
+        self._indices = self._devices_arg if self._devices_arg is not None else self._default_devices(count)
+        self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in self._indices]
+        for i, h in zip(self._indices, self._handles):
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            self._baseline[i] = mem.used / MIB
+            self._total_mb = max(self._total_mb, int(mem.total // MIB))
+        return self
+
+    @staticmethod
+    def _shutdown(nv) -> None:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+    def start(self) -> "NvmlSampler":
+        if not self._handles:
+            self.open()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="melon-nvml-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception:  # a transient NVML error must not kill the profile
+                pass
+            self._stop.wait(self.interval_s)
+
+    def sample_once(self) -> None:
+        """One sample of every device: the tree's memory (per pid), device memory over baseline, utilisation."""
+        nv = self._nvml
+        tree = process_tree(self.pid, self._proc_root) if self.pid is not None else set()
+        proc_mb, dev_mb, utils_tree, utils_all = 0.0, 0.0, [], []
+        for i, h in zip(self._indices, self._handles):
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            dev_mb += max(0.0, mem.used / MIB - self._baseline.get(i, 0.0))
+            on_this = 0.0
+            if tree:
+                try:
+                    procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+                except Exception:
+                    procs = []
+                for p in procs:
+                    used = getattr(p, "usedGpuMemory", None)
+                    if p.pid in tree and used is not None:
+                        on_this += used / MIB
+            try:
+                util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu) / 100.0
+            except Exception:
+                util = None
+            if util is not None:
+                utils_all.append(util)
+                if on_this > 0:
+                    utils_tree.append(util)
+            proc_mb += on_this
+        with self._lock:
+            self._n += 1
+            self._peak_dev = max(self._peak_dev, dev_mb)
+            if proc_mb > 0:
+                self._proc_matched = True
+                self._peak_proc = max(self._peak_proc, proc_mb)
+            if utils_tree:
+                self._util.append(max(utils_tree))
+            if utils_all and (dev_mb > 0 or proc_mb > 0):
+                self._util_dev.append(max(utils_all))
+
+    def stop(self) -> Samples:
+        """Stop the thread, shut NVML down, return what was seen."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5 * self.interval_s + 1)
+        if self._nvml is not None and self._handles:
+            self._shutdown(self._nvml)
+        return self.result()
+
+    def result(self) -> Samples:
+        with self._lock:
+            if self._proc_matched:
+                peak, source, utils = self._peak_proc, "process", self._util
+            else:
+                peak, source, utils = self._peak_dev, "device", self._util_dev
+            mean = sum(utils) / len(utils) if utils else None
+            return Samples(peak_mb=peak, mean_sm_util=mean, samples=self._n, source=source,
+                           devices=list(self._indices), gpu_total_mb=self._total_mb)
+
+    def __enter__(self) -> "NvmlSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# -- the profile ------------------------------------------------------------------------------------------
+@dataclass
+class Profile:
+    """One job's profile. ``method`` is ``nvml`` (measured), ``analytic`` (memory model) or ``none`` (no GPU
+    and no model to estimate from: ``expected_mb`` is None and ``reason`` says why)."""
+
+    method: str
+    peak_mb: Optional[float]
+    mean_sm_util: Optional[float]
+    step_time_s: Optional[float]
+    expected_mb: Optional[int]
+    packing_pays: Optional[bool]
+    gpu_memory_mb: Optional[int] = None
+    steps: Optional[int] = None
+    returncode: Optional[int] = None
+    reason: str = ""
+    notes: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def analytic_profile(
+    model_memory: MemoryModel,
+    batch: int,
+    *,
+    gpu_memory_mb: int = DEFAULT_GPU_MEMORY_MB,
+    sm_util: Optional[float] = None,
+    step_time_s: Optional[float] = None,
+    reason: str = "",
+) -> Profile:
+    """The no-GPU profile: ``peak = model_memory.total_mb(batch)``, ``expected = expected_mb(peak)``.
+
+    packing_pays, with no utilisation measured: unless the caller passes ``sm_util``, a job whose peak is at
+    most :data:`SMALL_JOB_MB` is presumed small and given ResNet-18's SM share (``SMALL_JOB_SM_UTIL`` ~0.27,
+    from its measured 3.71x plateau), a larger one is presumed to saturate the GPU (``sm_util = 1``, never
+    pays). ``policy.packing_pays(sm_util, expected / gpu_memory_mb)`` then decides, so memory still vetoes a
+    job that would not fit twice. This is a size proxy, not a measurement: a small model on large inputs can
+    saturate a GPU; profile on a GPU to know.
+    """
+    peak = model_memory.total_mb(batch)
+    exp = expected_mb(peak)
+    notes = [f"analytic: memory model at batch {batch}: "
+             + ", ".join(f"{k} {v:.1f}" for k, v in model_memory.breakdown(batch).items()) + " MiB"]
+    if sm_util is None:
+        presumed_small = peak <= SMALL_JOB_MB
+        util = SMALL_JOB_SM_UTIL if presumed_small else 1.0
+        notes.append(f"no utilisation measured: presumed {'small' if presumed_small else 'GPU-saturating'} "
+                     f"from its size ({peak:.0f} MiB vs {SMALL_JOB_MB} MiB), sm_util {util:.2f}")
+    else:
+        util = sm_util
+    mem_fraction = min(1.0, max(exp, 1) / float(gpu_memory_mb))
+    pays = policy.packing_pays(util, mem_fraction)
+    return Profile(method="analytic", peak_mb=round(peak, 1), mean_sm_util=None, step_time_s=step_time_s,
+                   expected_mb=exp, packing_pays=pays, gpu_memory_mb=int(gpu_memory_mb), reason=reason, notes=notes)
+
+
+def report(*, step_time_s: Optional[float] = None, steps: Optional[int] = None, seconds: Optional[float] = None,
+           memory_model: Optional[MemoryModel] = None, batch: Optional[int] = None,
+           path: Optional[str] = None) -> bool:
+    """For training scripts: tell the profiler the step time and/or the model (for the no-GPU path).
+
+    Writes JSON to ``path`` or ``$MELON_PROFILE_FILE`` (atomically); a no-op returning False when neither is
+    set, so scripts can call it unconditionally.
+    """
+    path = path or os.environ.get(PROFILE_FILE_ENV)
+    if not path:
+        return False
+    data: dict = {}
+    if step_time_s is not None:
+        data["step_time_s"] = float(step_time_s)
+    if steps is not None and seconds is not None:
+        data.update(steps=int(steps), seconds=float(seconds))
+    if memory_model is not None:
+        data["memory_model"] = memory_model.to_dict()
+    if batch is not None:
+        data["batch"] = int(batch)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+    return True
+
+
+def _read_report(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
+def profile_command(
+    argv: Sequence[str],
+    steps: int,
+    env: Optional[Mapping[str, str]] = None,
+    *,
+    interval_s: float = SAMPLE_INTERVAL_S,
+    gpu_memory_mb: Optional[int] = None,
+    timeout: Optional[float] = None,
+    sampler_factory: Optional[Callable[[], NvmlSampler]] = None,
+    stdout=None,
+    stderr=None,
+) -> Profile:
+    """Run ``argv`` with ``MELON_PROFILE_STEPS=steps`` (and ``MELON_PROFILE_FILE``) and profile it.
+
+    With a GPU: :class:`NvmlSampler` samples while it runs -> ``method="nvml"``. Without one the command still
+    runs (it checks the entrypoint and may :func:`report` its memory model and step time): with a reported
+    model the result is :func:`analytic_profile`'s (``method="analytic"``), else ``method="none"`` whose
+    ``reason`` starts with ``no GPU:``. A non-zero exit is recorded in ``returncode`` and ``reason``.
+    ``env`` defaults to this process's environment; ``steps`` must be >= 1.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if not argv:
+        raise ValueError("no command to profile")
+    run_env = dict(os.environ if env is None else env)
+    run_env[PROFILE_STEPS_ENV] = str(int(steps))
+    fd, report_path = tempfile.mkstemp(prefix="melon-profile-", suffix=".json")
+    os.close(fd)
+    os.unlink(report_path)  # the script creates it if it reports
+    run_env[PROFILE_FILE_ENV] = report_path
+    sampler = sampler_factory() if sampler_factory else NvmlSampler(interval_s=interval_s)
+    no_gpu = ""
+    try:
+        sampler.open()
+    except NoGpuError as exc:
+        no_gpu = str(exc)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(list(argv), env=run_env, stdout=stdout, stderr=stderr)
+        if not no_gpu:
+            sampler.pid = proc.pid
+            sampler.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        wall = time.monotonic() - t0
+        samples = sampler.stop() if not no_gpu else None
+        rep = _read_report(report_path)
+    finally:
+        try:
+            os.unlink(report_path)
+        except OSError:
+            pass
+
+    notes: List[str] = []
+    if "step_time_s" in rep:
+        step_time = float(rep["step_time_s"])
+        notes.append("step time reported by the script")
+    elif rep.get("steps"):
+        step_time = float(rep["seconds"]) / int(rep["steps"])
+        notes.append("step time reported by the script (seconds / steps)")
+    else:
+        step_time = wall / steps
+        notes.append(f"step time = wall time / steps ({wall:.2f} s / {steps}); includes start-up")
+    reason = f"command exited {rc}" if rc != 0 else ""
+
+    if samples is not None:
+        total = gpu_memory_mb or samples.gpu_total_mb or DEFAULT_GPU_MEMORY_MB
+        peak = samples.peak_mb
+        exp = expected_mb(peak)
+        notes.append(f"nvml: {samples.samples} samples every {interval_s * 1000:.0f} ms on GPUs {samples.devices}, "
+                     f"peak by {samples.source}")
+        if samples.mean_sm_util is not None:
+            pays = policy.packing_pays(max(1e-6, min(1.0, samples.mean_sm_util)), min(1.0, max(exp, 1) / total))
+            notes.append("packing_pays from mean utilization.gpu, an upper bound on the SM share (conservative)")
+        else:
+            pays = None
+            notes.append("no utilisation sample while the job held GPU memory: packing_pays unknown")
+        return Profile(method="nvml", peak_mb=round(peak, 1), mean_sm_util=samples.mean_sm_util,
+                       step_time_s=step_time, expected_mb=exp, packing_pays=pays, gpu_memory_mb=int(total),
+                       steps=steps, returncode=rc, reason=reason, notes=notes)
+
+    if "memory_model" in rep:
+        model = MemoryModel.from_dict(rep["memory_model"])
+        batch = int(rep.get("batch", 0))
+        prof = analytic_profile(model, batch, gpu_memory_mb=gpu_memory_mb or DEFAULT_GPU_MEMORY_MB,
+                                step_time_s=step_time, reason=(reason + "; " if reason else "") + no_gpu)
+        prof.steps, prof.returncode = steps, rc
+        prof.notes = [f"{no_gpu}: estimated from the model the script reported"] + prof.notes + notes
+        return prof
+    return Profile(method="none", peak_mb=None, mean_sm_util=None, step_time_s=step_time, expected_mb=None,
+                   packing_pays=None, gpu_memory_mb=gpu_memory_mb, steps=steps, returncode=rc,
+                   reason=(no_gpu + " and the script reported no memory model "
+                           "(call airflow_provider_melon.gpu.profiler.report(memory_model=..., batch=...))"
+                           + (f"; {reason}" if reason else "")),
+                   notes=notes)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m airflow_provider_melon.gpu.profiler --steps N [--gpu-memory-mb M] -- cmd ...``.
+
+    The command's own output passes through (to stderr, so stdout stays parseable); the profile is printed
+    as one JSON line, the last line of stdout. Exit status: 0 with a profile (nvml or analytic), 2 when there
+    is none (no GPU and no reported model), else the command's non-zero status.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" in argv:
+        i = argv.index("--")
+        own, cmd = argv[:i], argv[i + 1:]
+    else:
+        own, cmd = argv, []
+    parser = argparse.ArgumentParser(prog="python -m airflow_provider_melon.gpu.profiler",
+                                     description="Profile a training command's GPU memory for MeLoN.")
+    parser.add_argument("--steps", type=int, default=int(os.environ.get(PROFILE_STEPS_ENV, "20")))
+    parser.add_argument("--gpu-memory-mb", type=int, default=None, help="GPU size for packing_pays (default NVML's)")
+    parser.add_argument("--interval-ms", type=float, default=SAMPLE_INTERVAL_S * 1000)
+    parser.add_argument("--timeout", type=float, default=None)
+    args = parser.parse_args(own)
+    if not cmd:
+        parser.error("give the command after --")
+    prof = profile_command(cmd, args.steps, interval_s=args.interval_ms / 1000.0, gpu_memory_mb=args.gpu_memory_mb,
+                           timeout=args.timeout, stdout=sys.stderr, stderr=sys.stderr)
+    sys.stdout.write(prof.to_json() + "\n")
+    sys.stdout.flush()
+    if prof.returncode:
+        return int(prof.returncode) if 0 < prof.returncode < 256 else 1
+    return 0 if prof.expected_mb is not None else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
