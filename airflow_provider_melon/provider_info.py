@@ -8,6 +8,59 @@ from __future__ import annotations
 
 from airflow_provider_melon import __version__
 
+
+#: ``conn-fields`` for the ``yarn`` connection type in provider info (extra fields, stored in ``extra``).
+YARN_CONN_FIELDS: dict = {
+    "auth": {
+        "label": "Authentication",
+        "description": "simple (user.name query parameter on every call) or kerberos (SPNEGO via requests-kerberos)",
+        "schema": {"type": "string", "enum": ["simple", "kerberos"], "default": "simple"},
+    },
+    "kerberos_principal": {
+        "label": "Kerberos principal",
+        "description": "Client principal for SPNEGO (optional; default: the ticket cache's principal)",
+        "schema": {"type": ["string", "null"]},
+    },
+    "connect_timeout": {
+        "label": "Connect timeout (s)",
+        "description": "TCP connect timeout of every RM call",
+        "schema": {"type": ["number", "null"], "default": 5, "minimum": 0},
+    },
+    "read_timeout": {
+        "label": "Read timeout (s)",
+        "description": "Read timeout of every RM call",
+        "schema": {"type": ["number", "null"], "default": 30, "minimum": 0},
+    },
+    "retries": {
+        "label": "Retries",
+        "description": "Retries after the first attempt, on connection errors, timeouts and 5xx only",
+        "schema": {"type": ["integer", "null"], "default": 3, "minimum": 0},
+    },
+    "verify": {
+        "label": "Verify TLS",
+        "description": "true, false, or the path of a CA bundle (https RM URLs)",
+        "schema": {"type": ["string", "null"], "default": "true"},
+    },
+}
+
+#: ``ui-field-behaviour`` for the ``yarn`` connection type.
+YARN_UI_FIELD_BEHAVIOUR: dict = {
+    "hidden-fields": ["schema", "password"],
+    "relabeling": {"host": "ResourceManager URL(s)", "login": "User (simple auth)"},
+    "placeholders": {
+        "host": "http://rm1:8088,http://rm2:8088",
+        "port": "8088",
+        "login": "hadoop",
+        "auth": "simple",
+        "kerberos_principal": "airflow@EXAMPLE.COM",
+        "connect_timeout": str(5),
+        "read_timeout": str(30),
+        "retries": "3",
+        "verify": "true",
+    },
+}
+
+
 #: Extras of the ``yarn`` connection that MelonHook reads (the RM client's own are in hooks/yarn.py).
 MELON_CONN_FIELDS = {
     "fs_default_fs": {
@@ -34,8 +87,6 @@ MELON_CONN_FIELDS = {
 
 
 def get_provider_info() -> dict:
-    from airflow_provider_melon.hooks.yarn import CONN_FIELDS, UI_FIELD_BEHAVIOUR
-
     return {
         "package-name": "airflow-provider-melon",
         "name": "MeLoN (distributed deep learning on YARN with GPU sharing)",
@@ -55,8 +106,8 @@ def get_provider_info() -> dict:
                 "connection-type": "yarn",
                 "hook-class-name": "airflow_provider_melon.hooks.yarn.YarnHook",
                 "hook-name": "YARN ResourceManager",
-                "conn-fields": {**CONN_FIELDS, **MELON_CONN_FIELDS},
-                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
+                "conn-fields": {**YARN_CONN_FIELDS, **MELON_CONN_FIELDS},
+                "ui-field-behaviour": YARN_UI_FIELD_BEHAVIOUR,
             },
         ],
         "config": {

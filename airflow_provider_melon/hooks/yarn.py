@@ -39,6 +39,10 @@ try:  # Airflow 3.x task SDK
 except ImportError:  # pragma: no cover - Airflow 2 fallback, not a supported target
     from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
 
+# The connection form is declared in provider_info (Airflow reads it without importing this module).
+from airflow_provider_melon.provider_info import YARN_CONN_FIELDS as CONN_FIELDS
+from airflow_provider_melon.provider_info import YARN_UI_FIELD_BEHAVIOUR as UI_FIELD_BEHAVIOUR
+
 if TYPE_CHECKING:
     from requests.auth import AuthBase
 
@@ -54,62 +58,6 @@ TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
 MAX_REDIRECTS = 3
 #: Failures with no usable HTTP answer: the next RM is tried, then the whole pass is retried.
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
-
-# --------------------------------------------------------------------------------------------------------
-# Connection form (declarative for Airflow >= 3.2 provider info; hook classmethods for older 3.x)
-# --------------------------------------------------------------------------------------------------------
-
-#: ``conn-fields`` for the ``yarn`` connection type in provider info (extra fields, stored in ``extra``).
-CONN_FIELDS: dict[str, dict[str, Any]] = {
-    "auth": {
-        "label": "Authentication",
-        "description": "simple (user.name query parameter on every call) or kerberos (SPNEGO via requests-kerberos)",
-        "schema": {"type": "string", "enum": ["simple", "kerberos"], "default": "simple"},
-    },
-    "kerberos_principal": {
-        "label": "Kerberos principal",
-        "description": "Client principal for SPNEGO (optional; default: the ticket cache's principal)",
-        "schema": {"type": ["string", "null"]},
-    },
-    "connect_timeout": {
-        "label": "Connect timeout (s)",
-        "description": "TCP connect timeout of every RM call",
-        "schema": {"type": ["number", "null"], "default": DEFAULT_TIMEOUT[0], "minimum": 0},
-    },
-    "read_timeout": {
-        "label": "Read timeout (s)",
-        "description": "Read timeout of every RM call",
-        "schema": {"type": ["number", "null"], "default": DEFAULT_TIMEOUT[1], "minimum": 0},
-    },
-    "retries": {
-        "label": "Retries",
-        "description": "Retries after the first attempt, on connection errors, timeouts and 5xx only",
-        "schema": {"type": ["integer", "null"], "default": 3, "minimum": 0},
-    },
-    "verify": {
-        "label": "Verify TLS",
-        "description": "true, false, or the path of a CA bundle (https RM URLs)",
-        "schema": {"type": ["string", "null"], "default": "true"},
-    },
-}
-
-#: ``ui-field-behaviour`` for the ``yarn`` connection type.
-UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden-fields": ["schema", "password"],
-    "relabeling": {"host": "ResourceManager URL(s)", "login": "User (simple auth)"},
-    "placeholders": {
-        "host": "http://rm1:8088,http://rm2:8088",
-        "port": str(DEFAULT_RM_PORT),
-        "login": "hadoop",
-        "auth": "simple",
-        "kerberos_principal": "airflow@EXAMPLE.COM",
-        "connect_timeout": str(DEFAULT_TIMEOUT[0]),
-        "read_timeout": str(DEFAULT_TIMEOUT[1]),
-        "retries": "3",
-        "verify": "true",
-    },
-}
-
 
 class YarnApiError(Exception):
     """A failed RM call: ``status`` (``None`` when no HTTP answer came), ``url`` and the RM's ``message``."""
