@@ -146,7 +146,20 @@ echo "== 4. tasks never register -> gang timeout"
 APP=$(submit gang "sleep 60" chief "[$(role chief 1 0 0 0 true)]" '{}' 5)
 wait_app "$APP" FAILED "gang registration timed out: missing chief:0"
 
-echo "== 5. AM /status through the RM proxy, then kill via PUT /state -> KILLED"
+echo "== 5. exit 75 (no GPU fits) is retried 3 times outside the restart budget, then fails; untracked ps ignored"
+APP=$(submit nofit "python3 smoke_task.py" chief "[$(role chief 1 0 0 0 true), $(role ps 1 0 0 0 false)]" \
+  '{"SMOKE_EXIT": "75"}' 60)
+wait_app "$APP" FAILED "task chief:0 on localhost exited 75"
+
+echo "== 6. GPUs are scheduled: 3 workers x 2 GPUs on 2 nodes x 2 GPUs -> one never starts -> gang timeout"
+APP=$(submit gpus "python3 smoke_task.py" null "[$(role worker 3 2 0 0 true)]" '{}' 8)
+wait_app "$APP" FAILED "gang registration timed out: missing worker:"
+
+echo "== 7. a role above the maximum allocation fails cleanly"
+APP=$(submit toobig "true" null "[$(role worker 1 3 0 0 true)]" '{}' 60)
+wait_app "$APP" FAILED "more than the cluster's maximum allocation"
+
+echo "== 8. AM /status through the RM proxy, then kill via PUT /state -> KILLED"
 APP=$(submit kill "sleep 600" chief "[$(role chief 1 0 0 0 true)]" '{}' 600)
 for _ in $(seq 1 60); do
   STATUS=$(curl -s "$RM/proxy/$APP/status?$U" || true)

@@ -57,6 +57,7 @@ import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
+import org.apache.hadoop.yarn.util.resource.Resources;
 
 /**
  * MeLoN ApplicationMaster (docs/protocol.md section 2): one container per task, gang registration over HTTP,
@@ -199,12 +200,19 @@ public final class MelonApplicationMaster {
     nm = NMClientAsync.createNMClientAsync(new NMCallbacks());
     nm.init(conf);
     nm.start();
-    amrm.registerApplicationMaster(amHost, http.getAddress().getPort(), amUrl + "/");
-    log("registered with the RM, tracking URL " + amUrl + "/");
+    Resource max = amrm.registerApplicationMaster(amHost, http.getAddress().getPort(), amUrl + "/")
+        .getMaximumResourceCapability();
+    log("registered with the RM, tracking URL " + amUrl + "/, maximum allocation " + max);
 
     synchronized (this) {
       try {
         localResources = parseLocalResources();
+        for (Task t : tasks) {
+          if (!Resources.fitsIn(resource(t.role), max)) {
+            throw new IllegalArgumentException("role " + t.role.name + " asks for " + resource(t.role)
+                + ", more than the cluster's maximum allocation " + max);
+          }
+        }
         for (Task t : tasks) {
           request(t);
         }
@@ -220,15 +228,19 @@ public final class MelonApplicationMaster {
 
   // ---------------------------------------------------------------- scheduling
 
+  private static Resource resource(Role role) {
+    Resource res = Resource.newInstance(role.memoryMb, role.vcores);
+    if (role.gpus > 0) {
+      res.setResourceValue(GPU, role.gpus);
+    }
+    if (role.gpuMemoryMb > 0) {
+      res.setResourceValue(GPU_MEM, role.gpuMemoryMb);
+    }
+    return res;
+  }
+
   private void request(Task t) {
-    Resource res = Resource.newInstance(t.role.memoryMb, t.role.vcores);
-    if (t.role.gpus > 0) {
-      res.setResourceValue(GPU, t.role.gpus);
-    }
-    if (t.role.gpuMemoryMb > 0) {
-      res.setResourceValue(GPU_MEM, t.role.gpuMemoryMb);
-    }
-    t.request = new ContainerRequest(res, null, null, Priority.newInstance(1), t.number);
+    t.request = new ContainerRequest(resource(t.role), null, null, Priority.newInstance(1), t.number);
     t.state = "PENDING";
     t.container = null;
     t.updated = System.currentTimeMillis();

@@ -10,7 +10,9 @@ import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 
 import org.apache.hadoop.conf.Configuration;
@@ -180,6 +182,8 @@ public final class MiniClusterLauncher {
     conf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, false);
     conf.setInt(YarnConfiguration.DEBUG_NM_DELETE_DELAY_SEC, 24 * 3600);
     conf.setLong(YarnConfiguration.NM_LOG_RETAIN_SECONDS, 24 * 3600);
+    // An NM waits sigkill-delay + process-kill-wait + 1 s for its containers on shutdown (default ~6 s).
+    conf.setLong(YarnConfiguration.NM_PROCESS_KILL_WAIT_MS, 2000);
     conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
     conf.setLong(YarnConfiguration.NM_MIN_PER_DISK_FREE_SPACE_MB, 256);
     // Containers run {{JAVA_HOME}}/bin/java: make sure JAVA_HOME is set even if our env lacks it.
@@ -314,6 +318,37 @@ public final class MiniClusterLauncher {
     }
   }
 
+  private static Thread bounded(String name, Runnable r) {
+    Thread t = new Thread(() -> {
+      try {
+        r.run();
+      } catch (Throwable e) {
+        System.err.println(name + ": " + e);
+      }
+    }, name);
+    t.setDaemon(true);
+    t.start();
+    return t;
+  }
+
+  /** Waits for the threads; past the deadline keeps interrupting them (each wait in a stopping service gives up). */
+  private static void joinAll(List<Thread> threads, long timeoutMs) {
+    long deadline = System.currentTimeMillis() + timeoutMs;
+    long hardDeadline = deadline + 5_000;
+    try {
+      for (Thread t : threads) {
+        while (t.isAlive() && System.currentTimeMillis() < hardDeadline) {
+          t.join(100);
+          if (System.currentTimeMillis() > deadline) {
+            t.interrupt();
+          }
+        }
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
   private synchronized void stopAndExit() {
     System.out.println("MiniClusterLauncher stopping");
     try {
@@ -323,12 +358,16 @@ public final class MiniClusterLauncher {
     } catch (IOException e) {
       System.err.println("could not delete " + details + ": " + e);
     }
-    try {
-      if (yarn != null) {
-        yarn.stop();
+    if (yarn != null) {
+      // NodeManagers first and in parallel (each kills its containers, then its log handler waits up to 10 s
+      // for delayed log-deletion tasks: interrupting that wait is harmless as we exit anyway), then the RM.
+      List<Thread> stops = new ArrayList<>();
+      for (int i = 0; i < intOpt("nodemanagers"); i++) {
+        NodeManager nm = yarn.getNodeManager(i);
+        stops.add(bounded("stop-nm-" + i, nm::stop));
       }
-    } catch (Throwable e) {
-      System.err.println("stopping YARN: " + e);
+      joinAll(stops, 4_000);
+      joinAll(List.of(bounded("stop-yarn", yarn::stop)), 5_000);
     }
     try {
       if (dfs != null) {
