@@ -273,6 +273,16 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         """Resumes the deferred task with the trigger's event."""
         if not isinstance(event, dict) or "status" not in event:
             raise AirflowException(f"Unexpected trigger event: {event!r}")
+        if outputs is None or roles is None:
+            # `airflow dags test` resumes with the event only (the defer kwargs are dropped): re-read the job.
+            try:
+                self._spec = self._spec or self.load_spec()
+            except JobSpecError as exc:
+                self.log.warning("Could not re-read the job for its outputs and roles: %s", exc)
+            extra = self._completion_kwargs()
+            outputs = extra["outputs"] if outputs is None else outputs
+            roles = extra["roles"] if roles is None else roles
+            fs_default_fs = fs_default_fs or extra["fs_default_fs"]
         return self._complete(context, event, outputs=outputs, roles=roles, fs_default_fs=fs_default_fs)
 
     # ---- reattach / submit --------------------------------------------------------------------------------

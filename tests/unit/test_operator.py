@@ -526,3 +526,12 @@ def test_execution_timeout_bounds_the_deadline(hooks):
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(make_context())
     assert deferred.value.trigger.deadline == 500.0 + 600
+
+
+def test_execute_complete_without_defer_kwargs_rereads_the_job(hooks):
+    """`airflow dags test` resumes with the event only: outputs and roles come from the job again."""
+    op = make_op()
+    result = op.execute_complete(make_context(), event())
+    assert result["outputs"] == job()["outputs"]
+    assert set(result["tasks"]) == {"chief", "worker", "ps"}
+    assert "hdfs://nn:8020/user/alice/metrics" in [a.uri for a in op.outlets]  # fs_default_fs of the connection
