@@ -246,7 +246,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
 
     def _execute_deferrable(self, context: "Context") -> Any:
         app_id, app = self._attach_or_submit(context)
-        store = context.get("task_state_store") if hasattr(context, "get") else None
+        store = context.get("task_state_store")
         if store is not None:
             try:
                 store.set(self.external_id_key, app_id)
