@@ -78,6 +78,11 @@ MELON_CONN_FIELDS = {
         "description": "Interpreter on the NodeManagers when a job names no environment (default python3)",
         "schema": {"type": ["string", "null"]},
     },
+    "tensorboard_url": {
+        "label": "TensorBoard URL",
+        "description": "Base URL of a TensorBoard serving HDFS logs; '{logdir}' is replaced by the job's log dir",
+        "schema": {"type": ["string", "null"]},
+    },
     "container_env": {
         "label": "Container environment",
         "description": "JSON object of variables set in every task container (e.g. MELON_LEDGER_DIR)",
@@ -100,6 +105,21 @@ def get_provider_info() -> dict:
         "hooks": [
             {"integration-name": "Apache Hadoop YARN (MeLoN)",
              "python-modules": ["airflow_provider_melon.hooks.yarn", "airflow_provider_melon.hooks.melon"]},
+        ],
+        "operators": [
+            {"integration-name": "Apache Hadoop YARN (MeLoN)",
+             "python-modules": ["airflow_provider_melon.operators.train"]},
+        ],
+        "sensors": [
+            {"integration-name": "Apache Hadoop YARN (MeLoN)", "python-modules": ["airflow_provider_melon.sensors.yarn"]},
+        ],
+        "triggers": [
+            {"integration-name": "Apache Hadoop YARN (MeLoN)", "python-modules": ["airflow_provider_melon.triggers.yarn"]},
+        ],
+        "extra-links": [
+            "airflow_provider_melon.links.YarnApplicationLink",
+            "airflow_provider_melon.links.MelonAmStatusLink",
+            "airflow_provider_melon.links.TensorBoardLink",
         ],
         "connection-types": [
             {
