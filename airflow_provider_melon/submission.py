@@ -6,6 +6,7 @@ docs/protocol.md (plan) and the RM REST ``ApplicationSubmissionContext`` (see fi
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import shlex
 from dataclasses import dataclass
@@ -97,7 +98,8 @@ def build_plan(
     env.update(spec.env)
     env.update(
         PYTHONPATH=f"./{RUNTIME_LINK}" + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else ""),
-        MELON_ENTRYPOINT=spec.entrypoint,
+        # base64: YARN writes env values unescaped into launch_container.sh, and entrypoints carry quotes.
+        MELON_ENTRYPOINT_B64=base64.b64encode(spec.entrypoint.encode()).decode(),
         MELON_FRAMEWORK=spec.framework,
         MELON_JOB_NAME=spec.name,
         MELON_LARGE_ROLES=",".join(sorted(r for r, role in spec.roles.items() if role.large)),

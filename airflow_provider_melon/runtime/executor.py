@@ -13,6 +13,8 @@ Environment read (set by the AM / the plan):
 ``MELON_ENTRYPOINT``        the user's command line, split with ``shlex``; a leading ``python``/``python3``
                             is replaced by this interpreter (the job's Python). Runs in ``./code`` when the
                             code archive was localized there, else in the container's directory (required)
+``MELON_ENTRYPOINT_B64``    the same, base64 of UTF-8 (what submission.py sends: YARN writes environment
+                            values unescaped into ``launch_container.sh``, so quotes would break it)
 ``MELON_FRAMEWORK``         ``tensorflow`` (TF_CONFIG) | ``pytorch`` (MASTER_ADDR/PORT, RANK, WORLD_SIZE,
                             LOCAL_RANK) | ``generic`` (default); every framework also gets ``MELON_CLUSTER``
 ``MELON_GPUS``              > 0: that many whole GPUs (exclusive)
@@ -61,6 +63,7 @@ ledger entry of a killed executor is reclaimed as stale by the next reservation 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shlex
@@ -144,6 +147,12 @@ class Config:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "Config":
+        if env.get("MELON_ENTRYPOINT_B64") and not env.get("MELON_ENTRYPOINT"):
+            try:
+                decoded = base64.b64decode(env["MELON_ENTRYPOINT_B64"], validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise Fatal(EXIT_CONFIG, f"MELON_ENTRYPOINT_B64 is not base64 of UTF-8: {exc}") from None
+            env = {**env, "MELON_ENTRYPOINT": decoded}
         missing = [n for n in ("MELON_ROLE", "MELON_INDEX", "MELON_AM_URL", "MELON_SECRET", "MELON_ENTRYPOINT")
                    if not env.get(n)]
         if missing:

@@ -1,5 +1,6 @@
 """runtime.executor as a real subprocess against an in-test AM (http.server), with a real ledger."""
 
+import base64
 import json
 import os
 import signal
@@ -193,7 +194,10 @@ def test_exit_code_heartbeats_and_code_dir(tmp_path, am_factory):
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text(TRAIN)
     am = am_factory(["worker:0", "worker:1"], preregistered={"worker:1": "127.0.0.1:1"})
-    env = exec_env(tmp_path, am, "worker", 0, MELON_ENTRYPOINT="python train.py --epochs '2 3'")
+    # The entrypoint travels base64-encoded (as submission.py sends it), quotes and all.
+    env = exec_env(tmp_path, am, "worker", 0, MELON_ENTRYPOINT_B64=base64.b64encode(
+        b"python train.py --epochs '2 3'").decode())
+    env.pop("MELON_ENTRYPOINT")
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 7, err
     assert "argv ['--epochs', '2 3']" in out

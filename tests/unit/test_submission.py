@@ -1,3 +1,4 @@
+import base64
 import json
 
 import pytest
@@ -38,7 +39,8 @@ def test_plan_roles_resources_and_env(spec):
     assert plan["success_role"] == "chief"
     assert plan["command"] == "/opt/py/bin/python -m airflow_provider_melon.runtime.executor"
     env = plan["env"]
-    assert env["MELON_ENTRYPOINT"] == "python train.py --epochs 2"
+    assert base64.b64decode(env["MELON_ENTRYPOINT_B64"]).decode() == "python train.py --epochs 2"
+    assert '"' not in env["MELON_ENTRYPOINT_B64"] and "'" not in env["MELON_ENTRYPOINT_B64"]
     assert env["MELON_FRAMEWORK"] == "tensorflow"
     assert env["MELON_LARGE_ROLES"] == "chief"
     assert env["PYTHONPATH"] == "./melon_runtime"
