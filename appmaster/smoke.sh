@@ -13,8 +13,10 @@ JAR=$HERE/target/melon-appmaster.jar
 LAUNCHER_PID=""
 cleanup() {
   if [ -n "$LAUNCHER_PID" ]; then
+    local start=$SECONDS rc=0
     kill "$LAUNCHER_PID" 2>/dev/null || true
-    wait "$LAUNCHER_PID" 2>/dev/null || true
+    wait "$LAUNCHER_PID" 2>/dev/null || rc=$?
+    echo "launcher stopped (exit $rc) in $((SECONDS - start)) s"
   fi
 }
 trap cleanup EXIT
