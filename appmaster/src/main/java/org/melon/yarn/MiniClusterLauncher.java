@@ -242,8 +242,9 @@ public final class MiniClusterLauncher {
         if (!nm.getNodeHealthChecker().getDiskHandler().areDisksHealthy()) {
           fail("NodeManager " + i + " is UNHEALTHY: "
               + nm.getNodeHealthChecker().getDiskHandler().getDisksHealthReport(false)
-              + " (disk over " + yarn.getConfig().get(
-                  YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE) + "% full or unwritable?)");
+              + " (each NodeManager disk needs < " + yarn.getConfig().get(
+                  YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE) + "% used and >= "
+              + yarn.getConfig().get(YarnConfiguration.NM_MIN_PER_DISK_FREE_SPACE_MB) + " MB free)");
         }
       }
       int running = 0;
