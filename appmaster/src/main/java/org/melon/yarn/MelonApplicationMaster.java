@@ -379,11 +379,13 @@ public final class MelonApplicationMaster {
     if (System.currentTimeMillis() - gangWaitSince > registerTimeoutMs) {
       List<String> missing = new ArrayList<>();
       for (Task t : tasks) {
-        if (!t.registered) {
+        if (!t.registered && !"SUCCEEDED".equals(t.state)) {  // a task that already exited 0 is not missing
           missing.add(t.name());
         }
       }
-      finish("FAILED", "gang registration timed out: missing " + String.join(", ", missing));
+      if (!missing.isEmpty()) {
+        finish("FAILED", "gang registration timed out: missing " + String.join(", ", missing));
+      }
     }
   }
 
