@@ -268,6 +268,40 @@ def _descendants(pid: int) -> List[int]:
     return out
 
 
+WORKDIR = "melon-work"
+_YARN_FILES = ("launch_container.sh", "container_tokens", "default_container_executor", "tmp")
+
+
+def prepare_workdir(container_dir: str) -> Optional[str]:
+    """The user's working folder: the code archive's files *and* the other localized resources side by side.
+
+    The code is localized as ``./code`` (a link into YARN's cache, shared by the app's containers on the node,
+    so it is not written to) and each input as ``./<name>``. A script run inside ``code`` could not see the
+    inputs by relative path (``..`` is the cache folder, not the container's), so this builds ``./melon-work``:
+    links to every entry of ``code`` and to every other localized resource (code wins a name clash). Writes of
+    the user's process land there, private to this container. Without a code archive: the container's folder.
+    """
+    code = os.path.join(container_dir, "code")
+    if not os.path.isdir(code):
+        return None
+    work = os.path.join(container_dir, WORKDIR)
+    os.makedirs(work, exist_ok=True)
+    links = {}
+    for name in os.listdir(container_dir):
+        path = os.path.join(container_dir, name)
+        if name in ("code", WORKDIR) or name.startswith(_YARN_FILES) or name.startswith("."):
+            continue
+        if os.path.islink(path):  # localized resources are links into the NodeManager's caches
+            links[name] = os.path.realpath(path)
+    for name in os.listdir(code):
+        links[name] = os.path.realpath(os.path.join(code, name))
+    for name, target in links.items():
+        dest = os.path.join(work, name)
+        if not os.path.lexists(dest):
+            os.symlink(target, dest)
+    return work
+
+
 def resolve_python(argv: List[str]) -> List[str]:
     """Run a leading ``python``/``python3`` under this interpreter (the job's Python, not PATH's)."""
     if argv and argv[0] in ("python", "python3"):
@@ -442,7 +476,7 @@ class Executor:
         argv = resolve_python(shlex.split(self.cfg.entrypoint))
         if not argv:
             raise Fatal(EXIT_CONFIG, "MELON_ENTRYPOINT is empty")
-        cwd = "code" if os.path.isdir("code") else None
+        cwd = prepare_workdir(".")
         log(f"starting {argv!r} in {os.path.abspath(cwd or '.')}")
         self.release_port()  # the framework binds it itself (see the module docstring on the race)
         try:

@@ -178,7 +178,8 @@ def test_tensorflow_gang_of_two_shares_a_gpu(tmp_path, am_factory, inventory):
 TRAIN = textwrap.dedent(
     """
     import json, os, sys, time
-    assert os.path.basename(os.getcwd()) == "code", os.getcwd()
+    assert os.path.basename(os.getcwd()) == "melon-work", os.getcwd()
+    assert open("data.bin").read() == "localized input"  # an input beside the code, as YARN localized it
     p = os.environ["MELON_PROGRESS_FILE"]
     with open(p + ".tmp", "w") as f:
         json.dump({"step": 5, "loss": 0.5}, f)
@@ -191,8 +192,14 @@ TRAIN = textwrap.dedent(
 
 
 def test_exit_code_heartbeats_and_code_dir(tmp_path, am_factory):
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "train.py").write_text(TRAIN)
+    # As YARN lays a container out: ./code and ./data.bin are links into the NodeManager's caches.
+    cache = tmp_path / "filecache"
+    (cache / "13" / "code.zip").mkdir(parents=True)
+    (cache / "13" / "code.zip" / "train.py").write_text(TRAIN)
+    (cache / "11").mkdir()
+    (cache / "11" / "data.bin").write_text("localized input")
+    (tmp_path / "code").symlink_to(cache / "13" / "code.zip")
+    (tmp_path / "data.bin").symlink_to(cache / "11" / "data.bin")
     am = am_factory(["worker:0", "worker:1"], preregistered={"worker:1": "127.0.0.1:1"})
     # The entrypoint travels base64-encoded (as submission.py sends it), quotes and all.
     env = exec_env(tmp_path, am, "worker", 0, MELON_ENTRYPOINT_B64=base64.b64encode(

@@ -1,0 +1,123 @@
+"""The MeLoN ApplicationMaster and executor on the real mini cluster: gang start, GPU over-provisioning,
+restarts and diagnostics, the secret, and dataset localization."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SLEEP_PRINT = ("python -c \"import os, time; print('TASK', os.environ['MELON_ROLE'], os.environ['MELON_INDEX'], "
+               "'GPU', os.environ.get('CUDA_VISIBLE_DEVICES'), 'NM', os.environ.get('NM_PORT')); time.sleep({s})\"")
+
+
+def _ledgers(work_dir) -> list[dict]:
+    rows = []
+    for path in Path(work_dir).glob("ledger-*/ledger.json"):
+        for r in json.loads(path.read_text())["reservations"]:
+            rows.append({**r, "node": path.parent.name})
+    return rows
+
+
+def _used_gpu_memory(yarn) -> int:
+    return sum(n["usedResource"]["resources"].get("melon.io/gpu-memory", 0) for n in yarn.nodes())
+
+
+def test_shared_mode_runs_more_tasks_than_gpus(jobs, minicluster):
+    """6 tasks × 6 GiB on 2 NMs × 2 GPUs × 16 GiB: all 6 run at once (over-provisioning), ≤ 2 per GPU."""
+    app_id = jobs.submit({
+        "name": "shared-six", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=12),
+        "env": {"MELON_GPU_WAIT_S": "5"},
+        "roles": {"worker": {"instances": 6, "memory": 256, "vcores": 1, "gpu_memory": "6GiB"}},
+    })
+    status = jobs.wait_status(app_id, lambda s: len(s["tasks"]) == 6
+                              and all(t["state"] == "REGISTERED" for t in s["tasks"]))
+    # Observed, not assumed: the RM has 6 × 6 GiB of GPU memory allocated, the ledgers hold 6 reservations,
+    # and no GPU carries more than 2 (16 GiB // 6 GiB).
+    assert _used_gpu_memory(jobs.hook.yarn) == 6 * 6144
+    rows = [r for r in _ledgers(minicluster.work_dir) if app_id.split("_", 1)[1] in r["task_id"]]
+    assert len(rows) == 6
+    per_gpu: dict = {}
+    for r in rows:
+        per_gpu[(r["node"], r["gpu"])] = per_gpu.get((r["node"], r["gpu"]), 0) + 1
+    assert max(per_gpu.values()) <= 2 and len(per_gpu) >= 3
+    assert all(t["gpu"] is not None and t["gpu_memory_mb"] == 6144 for t in status["tasks"])
+    app = jobs.wait(app_id)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
+    logs = jobs.container_logs(app_id)
+    assert sum("TASK worker" in text for text in logs.values()) == 6
+
+
+def test_whole_gpu_memory_tasks_cannot_all_run(jobs):
+    """5 tasks × 16 GiB on 4 GPUs × 16 GiB: YARN runs 4 and keeps one pending."""
+    app_id = jobs.submit({
+        "name": "five-big", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=60),
+        "register_timeout_s": 120,
+        "roles": {"worker": {"instances": 5, "memory": 256, "vcores": 1, "gpu_memory": "16GiB"}},
+    })
+    status = jobs.wait_status(app_id, lambda s: sum(t["state"] == "REGISTERED" for t in s["tasks"]) == 4)
+    assert _used_gpu_memory(jobs.hook.yarn) == 4 * 16384
+    pending = [t for t in status["tasks"] if t["state"] in ("PENDING", "REQUESTED", "NEW")]
+    assert len(pending) == 1 and pending[0]["container_id"] is None, status["tasks"]
+    jobs.hook.yarn.kill_application(app_id)
+    assert jobs.wait(app_id, timeout=30)["state"] == "KILLED"
+
+
+def test_failing_task_is_restarted_then_job_fails_with_named_diagnostic(jobs):
+    app_id = jobs.submit({
+        "name": "fails", "framework": "generic",
+        "entrypoint": "python -c \"import sys; print('boom-stderr-line', file=sys.stderr); sys.exit(1)\"",
+        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "restarts": 1}},
+    })
+    app = jobs.wait(app_id)
+    assert app["finalStatus"] == "FAILED"
+    diag = app["diagnostics"]
+    assert "worker:0" in diag and "exited 1" in diag and "boom-stderr-line" in diag, diag
+    # Restarted once: two containers ran the task.
+    assert len(jobs.container_logs(app_id, "stderr")) == 2
+
+
+def test_am_refuses_calls_without_the_secret(jobs):
+    app_id = jobs.submit({
+        "name": "secret", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=20),
+        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
+    })
+    jobs.wait_status(app_id, lambda s: s["tasks"] and s["tasks"][0]["state"] == "REGISTERED")
+    am = jobs.app(app_id)["amRPCAddress"]  # the AM registers its HTTP address as its RPC address
+    for path in ("/register", "/heartbeat"):
+        req = urllib.request.Request(f"http://{am}{path}", data=b'{"role": "worker", "index": 0}', method="POST")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code == 403
+        req.add_header("X-Melon-Secret", "not-the-secret")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code == 403
+    jobs.hook.yarn.kill_application(app_id)
+
+
+def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster):
+    data = "/user/root/it-datasets/blob.bin"
+    melon_hook.hdfs.write(data, data=b"x" * 100_000, overwrite=True)
+    job = {
+        "framework": "generic", "inputs": [{"path": data, "name": "blob.bin"}],
+        "entrypoint": "python -c \"import os; print('SIZE', os.path.getsize('blob.bin'), 'NM', "
+                      "os.environ['NM_PORT'])\"",
+        "roles": {"worker": {"instances": 4, "memory": 256, "vcores": 1}},
+    }
+    first = jobs.submit({**job, "name": "data-1"})
+    assert jobs.wait(first)["finalStatus"] == "SUCCEEDED"
+    second = jobs.submit({**job, "name": "data-2"})
+    assert jobs.wait(second)["finalStatus"] == "SUCCEEDED"
+    nodes = {a: {line.split("NM ")[1].strip() for text in jobs.container_logs(a).values()
+                 for line in text.splitlines() if line.startswith("SIZE 100000")} for a in (first, second)}
+    assert all(len(v) >= 1 for v in nodes.values()), nodes
+    # YARN's public cache: one localized copy per NodeManager, however many jobs used it.
+    copies = list(Path(minicluster.work_dir).rglob("filecache/*/blob.bin"))
+    assert 1 <= len(copies) <= 2, copies
+    assert nodes[first] & nodes[second], f"no node ran both jobs: {nodes}"
