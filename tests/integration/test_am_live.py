@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,8 @@ def test_am_refuses_calls_without_the_secret(jobs):
 
 
 def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster):
-    data = "/user/root/it-datasets/blob.bin"
+    name = f"blob-{uuid.uuid4().hex[:8]}.bin"
+    data = f"/user/root/it-datasets/{name}"
     melon_hook.hdfs.write(data, data=b"x" * 100_000, overwrite=True)
     job = {
         "framework": "generic", "inputs": [{"path": data, "name": "blob.bin"}],
@@ -118,6 +120,6 @@ def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster
                  for line in text.splitlines() if line.startswith("SIZE 100000")} for a in (first, second)}
     assert all(len(v) >= 1 for v in nodes.values()), nodes
     # YARN's public cache: one localized copy per NodeManager, however many jobs used it.
-    copies = list(Path(minicluster.work_dir).rglob("filecache/*/blob.bin"))
+    copies = list(Path(minicluster.work_dir).rglob(f"filecache/*/{name}"))
     assert 1 <= len(copies) <= 2, copies
     assert nodes[first] & nodes[second], f"no node ran both jobs: {nodes}"
