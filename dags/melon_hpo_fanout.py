@@ -1,0 +1,80 @@
+"""Dynamic task mapping over a small hyper-parameter grid: each trial is a shared-GPU MeLoN job (6 GiB of
+expected GPU memory), so more trials than GPUs run at once; then the best trial is picked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG, BaseHook, task
+
+from airflow_provider_melon.operators.train import MelonTrainOperator
+
+TRAINING = Path(__file__).resolve().parent / "training" / "mnist"
+GRID = [0.01, 0.1, 0.5, 1.0]
+
+
+def _webhdfs():
+    from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+
+    return WebHDFSHook(webhdfs_conn_id="webhdfs_default").get_conn()
+
+
+with DAG(
+    dag_id="melon_hpo_fanout",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["melon", "example"],
+    params={"root": "/user/root/melon-demo"},
+) as dag:
+
+    @task
+    def ingest(params=None, ts_nodash=None) -> dict:
+        import sys
+
+        sys.path.insert(0, str(TRAINING))
+        from data import make_dataset, to_npz_bytes
+
+        root = params["root"]
+        path = f"{root}/datasets/mnist-synth/mnist.npz"
+        client = _webhdfs()
+        if client.status(path, strict=False) is None:
+            client.write(path, data=to_npz_bytes(make_dataset()), overwrite=True)
+        return {"data": path, "out": f"{root}/hpo/{ts_nodash}"}
+
+    @task
+    def trials(where: dict) -> list[dict]:
+        conn = BaseHook.get_connection("webhdfs_default")
+        webhdfs = f"http://{conn.host}:{conn.port}"
+        user = conn.login or "root"
+        return [
+            {
+                "name": f"hpo-trial-{i}",
+                "framework": "generic",
+                "code": str(TRAINING),
+                "entrypoint": f"python hpo_trial.py --lr {lr} --metrics {where['out']}/trial-{i}.json "
+                f"--webhdfs {webhdfs} --user {user}",
+                "inputs": [{"path": where["data"], "name": "mnist.npz"}],
+                "outputs": {"metrics": f"{where['out']}/trial-{i}.json"},
+                "roles": {"worker": {"instances": 1, "memory": "1g", "vcores": 1, "gpu_memory": "6GiB"}},
+            }
+            for i, lr in enumerate(GRID)
+        ]
+
+    where = ingest()
+    runs = MelonTrainOperator.partial(task_id="trial", poll_interval=5).expand(job=trials(where))
+
+    @task
+    def pick_best(where: dict) -> dict:
+        client = _webhdfs()
+        results = []
+        for i in range(len(GRID)):
+            with client.read(f"{where['out']}/trial-{i}.json", encoding="utf-8") as reader:
+                results.append(json.load(reader))
+        best = max(results, key=lambda r: r["accuracy"])
+        print(f"MELON_HPO_BEST {json.dumps(best)}")
+        return best
+
+    runs >> pick_best(where)
