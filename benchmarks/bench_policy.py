@@ -1,0 +1,116 @@
+"""Benchmark: makespan, mean JCT and GPU-hours of three job traces on a simulated H200 cluster under
+(a) exclusive GPUs, (b) MeLoN packing by expected memory, (c) packing only where it pays, (d) the
+ideal-packing lower bound. Speeds come from shared/data (see benchmarks/simulator.py); the targets from the
+issue are checked against what the simulation produces (PASS/FAIL), nothing is hard-coded.
+
+    .venv/bin/python benchmarks/bench_policy.py [--gpus 8] [--seed 7] [--jobs-per-gpu 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import simulator as sim  # noqa: E402
+
+POLICIES = [("a", "exclusive"), ("b", "memory"), ("c", "pays")]
+
+
+def _h(s: float) -> str:
+    return f"{s / 3600:.2f} h"
+
+
+def run_trace(title, jobs, n_gpus, total_mb, model):
+    res = {key: sim.simulate(jobs, n_gpus, total_mb, name, model) for key, name in POLICIES}
+    bound = sim.ideal_bound(jobs, n_gpus, total_mb, model)
+    ns = sum(1 for j in jobs if not j.large)
+    print(f"\n=== {title}: {len(jobs)} jobs ({ns} small, {len(jobs) - ns} large), {n_gpus} GPUs x {total_mb} MiB; "
+          f"work {sum(j.work_s for j in jobs) / 3600:.1f} GPU-h solo ===")
+    print(f"{'policy':<34}{'makespan':>10}{'mean JCT':>10}{'GPU-h':>9}{'(a)/x mk':>10}{'x/(d) mk':>10}"
+          f"{'(a)/x JCT':>10}{'worst slow':>11}{'max/GPU':>8}")
+    names = {"a": "(a) exclusive (YARN default)", "b": "(b) MeLoN, pack by memory", "c": "(c) pack where it pays"}
+    for key in ("a", "b", "c"):
+        r = res[key]
+        print(f"{names[key]:<34}{_h(r.makespan_s):>10}{_h(r.mean_jct_s):>10}{r.gpu_hours:>9.1f}"
+              f"{res['a'].makespan_s / r.makespan_s:>9.2f}x{r.makespan_s / bound.makespan_s:>9.2f}x"
+              f"{res['a'].mean_jct_s / r.mean_jct_s:>9.2f}x{r.worst_slowdown:>10.2f}x{r.max_concurrency:>8d}")
+    print(f"{'(d) ideal packing (lower bound)':<34}{_h(bound.makespan_s):>10}{_h(bound.mean_jct_s):>10}"
+          f"{bound.gpu_hours:>9.1f}{res['a'].makespan_s / bound.makespan_s:>9.2f}x{1.0:>9.2f}x"
+          f"{'':>10}{'':>11}   mix {bound.configs} (n_large, n_small)")
+    c = res["c"]
+    by_kind = {}
+    for j in jobs:
+        by_kind.setdefault(j.kind, []).append(c.slowdown[j.name])
+    print("  (c) worst running slowdown vs solo by kind: "
+          + ", ".join(f"{k} {max(v):.2f}x (mean {sum(v) / len(v):.2f}x)" for k, v in sorted(by_kind.items()))
+          + f"; (b) worst {res['b'].worst_slowdown:.2f}x")
+    return res, bound
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--jobs-per-gpu", type=int, default=32, help="primary traces (sweep-like)")
+    ap.add_argument("--gpu-mb", type=int, default=sim.H200_MB)
+    args = ap.parse_args(argv)
+    model = sim.SpeedModel.from_data()
+    print("Speed model from", sim.data_dir())
+    print(f"  small (R18): curve {({k: round(v, 2) for k, v in model.small_curve.items()})}, "
+          f"peak {model.small_peak_mb:.0f} MiB -> expected {sim.expected_mb(model.small_peak_mb)} MiB, "
+          f"packing_pays {sim.job_pays(sim.Job('s', 'small', 1, sim.expected_mb(model.small_peak_mb)), model, args.gpu_mb)}")
+    print(f"  large (R50): curve {({k: round(v, 2) for k, v in model.large_curve.items()})}, "
+          f"peak {model.large_peak_mb:.0f} MiB -> expected {sim.expected_mb(model.large_peak_mb)} MiB, "
+          f"packing_pays {sim.job_pays(sim.Job('l', 'large', 1, sim.expected_mb(model.large_peak_mb)), model, args.gpu_mb)}")
+    print(f"  mix, one large + m small (no MPS): large {model.mix_large}, each small {model.mix_small}")
+    print(f"Fairness bound for (c): running slowdown <= {sim.FAIRNESS_BOUND:.1f}x; (c) packs only for a marginal gain "
+          f"> {sim.MIN_MARGINAL_GAIN} job.")
+    print("Columns: (a)/x mk = makespan speedup vs exclusive; x/(d) mk = makespan over the lower bound; "
+          "worst slow = worst (finish - start) / solo; max/GPU = most jobs on one GPU at once.")
+    families = [
+        ("A. sweep-like traces (primary)", args.jobs_per_gpu, 0.5),
+        ("B. heavy-tailed traces (Philly-like durations, sensitivity)", 12, 0.8),
+    ]
+    failed = 0
+    for fam, per_gpu, sigma in families:
+        n = per_gpu * args.gpus
+        print(f"\n##### {fam}: {per_gpu} jobs per GPU, all submitted at t=0, solo durations lognormal "
+              f"(median 20 min small / 40 min large, sigma {sigma}), seed {args.seed}")
+        traces = {
+            "small-job mix": sim.make_trace(n, 1.0, args.seed, model, sigma=sigma),
+            "large-job mix": sim.make_trace(n // 3, 0.0, args.seed + 1, model, sigma=sigma),
+            "mixed trace": sim.make_trace(n, 0.75, args.seed + 2, model, sigma=sigma),
+        }
+        out = {name: run_trace(name, jobs, args.gpus, args.gpu_mb, model) for name, jobs in traces.items()}
+        failed += check_targets(fam, out)
+    return 0
+
+
+def check_targets(fam, out) -> int:
+    def ratio(name):
+        res, _ = out[name]
+        return res["a"].makespan_s / res["c"].makespan_s
+
+    checks = [
+        ("(c) beats (a) on makespan by >= 3x on the small-job mix", ratio("small-job mix"), ratio("small-job mix") >= 3.0),
+        ("(c) beats (a) on makespan by >= 1.5x on the mixed trace", ratio("mixed trace"), ratio("mixed trace") >= 1.5),
+        ("(c) never worse than (a) on the large-job mix", ratio("large-job mix"), ratio("large-job mix") >= 1.0 - 1e-9),
+    ]
+    for name, (res, bound) in out.items():
+        q = res["c"].makespan_s / bound.makespan_s
+        checks.append((f"(c) makespan within 10 % of (d) on the {name}", q, q <= 1.10))
+    for name, (res, _) in out.items():
+        w = res["c"].worst_slowdown
+        checks.append((f"(c) no job slowed beyond {sim.FAIRNESS_BOUND:.1f}x on the {name}", w,
+                       w <= sim.FAIRNESS_BOUND + 1e-9))
+    print(f"\nTargets, {fam}")
+    for text, value, ok in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {text}: {value:.2f}")
+    return sum(1 for *_, ok in checks if not ok)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,364 @@
+"""Discrete-event simulator of N GPUs running a job trace under four placement policies (stdlib only).
+
+Everything that decides placement comes from :mod:`airflow_provider_melon.gpu.policy` (fits, admits,
+best_fit, exclusive, packing_pays, colocation_speedup); everything that decides speed comes from the measured
+H200 data (``shared/data/h200-colocate.json``, ``h200-mix.json``). Nothing here is fitted to a target.
+
+Jobs
+    ``Job(name, kind, work_s, expected_mb, arrival_s)``: ``work_s`` is the job's solo duration on one GPU,
+    ``kind`` is ``small`` (ResNet-18/CIFAR-like) or ``large`` (ResNet-50/224 bf16-like). ``expected_mb`` is
+    what MeLoN would reserve: ``profiler.expected_mb(NVML peak of one copy)`` from the data file.
+
+Speed model (a job's rate is the fraction of its solo speed; it finishes when it has done ``work_s``):
+    * ``l`` large jobs alone: each at ``colocation_speedup(large_curve, l) / l`` (R50: 1.19x at k >= 2).
+    * ``m`` small jobs alone: each at ``colocation_speedup(small_curve, m) / m`` (R18: 1.82/3.52/3.71x).
+    * one large + ``m >= 1`` small, no MPS (h200-mix.json): large ``L(m)``, each small ``S(m)``, with the
+      measured points ``L(1) = 0.929, S(1) = 0.956`` (r50+r18) and ``L(3) = 0.378, S(3) = 1.010`` (r50+3r18,
+      mean of the three R18s), linear in ``m`` between; for ``m > 3`` (not measured) the large job stays at
+      ``L(3)`` and the small ones follow the small curve's shape from there,
+      ``S(m) = S(3) * (curve_S(m)/m) / (curve_S(3)/3)``.
+    * ``l >= 2`` large + ``m >= 1`` small (not measured; only policy (b) creates it): the large jobs share the
+      large job's slice, ``L(m) * curve_L(l) / l`` each, the small ones get ``S(m)``. This is optimistic
+      for (b) (it adds nothing for the extra contexts), which only makes (b) look better than it is.
+
+Policies (the cluster's scheduler scans the queue in arrival order and starts every job it can place):
+    ``exclusive``  (a) YARN's default: a job needs a GPU nobody holds (``policy.exclusive``).
+    ``memory``     (b) MeLoN by expected memory only: ``policy.best_fit(..., mps=True)`` (no interference
+                   rule), any kinds together.
+    ``pays``       (c) share only where packing pays. A job whose ``policy.packing_pays`` is false (large:
+                   sm_util 0.84 from its 1.19x plateau) never joins a GPU with work on it: it takes an idle
+                   GPU. A job that pays (small: sm_util 0.27) goes to the GPU, among those that fit and
+                   ``policy.admits`` it without MPS (so at most one small beside a large), with the largest
+                   marginal gain in aggregate throughput (an idle GPU gains 1.0), provided the gain exceeds
+                   ``MIN_MARGINAL_GAIN`` (0.1 of a job: the measurements' noise) and
+                   no job on that GPU would fall below ``1 / FAIRNESS_BOUND`` of its solo speed; ties go to
+                   ``policy.best_fit``.
+    ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from airflow_provider_melon.gpu import policy  # noqa: E402
+from airflow_provider_melon.gpu.policy import Gpu, Task  # noqa: E402
+from airflow_provider_melon.gpu.profiler import expected_mb  # noqa: E402
+
+SMALL_WORKLOAD = "resnet18-cifar-b128-fp32"
+LARGE_WORKLOAD = "resnet50-224-b64-bf16"
+#: No job under policy (c) may run below half its solo speed (running slowdown <= 2).
+FAIRNESS_BOUND = 2.0
+#: Under (c) a job joins a shared GPU only if that raises the GPU's aggregate throughput by more than this
+#: (in solo-job units): a tenth of a job, the run-to-run noise of the measurements (shared/data/README.md).
+#: R18: 3 -> 4 copies gains 0.85, 4 -> 5 only 0.05 (the curve flattens), so small jobs stop at 4 per GPU.
+MIN_MARGINAL_GAIN = 0.10
+#: H200: 141 GB (the data file's figure), in MiB.
+H200_MB = int(141e9 // 2**20)
+EPS = 1e-9
+
+
+def data_dir() -> str:
+    env = os.environ.get("MELON_SHARED_DATA")
+    if env:
+        return env
+    return os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
+
+
+# -- the speed model -----------------------------------------------------------------------------------------
+@dataclass
+class SpeedModel:
+    small_curve: Dict[int, float]
+    large_curve: Dict[int, float]
+    mix_large: Dict[int, float]  # m small beside one large -> the large job's rate
+    mix_small: Dict[int, float]  # -> each small job's rate
+    small_peak_mb: float = 0.0
+    large_peak_mb: float = 0.0
+
+    @classmethod
+    def from_data(cls, directory: Optional[str] = None) -> "SpeedModel":
+        d = directory or data_dir()
+        with open(os.path.join(d, "h200-colocate.json")) as fh:
+            colo = json.load(fh)
+        with open(os.path.join(d, "h200-mix.json")) as fh:
+            mix = {r["scenario"]: r for r in json.load(fh)}
+
+        def peak(workload):
+            return next(float(r["nvml_peak_used_mib"]) for r in colo
+                        if r["workload"] == workload and int(r["k"]) == 1 and r.get("mode", "plain") == "plain")
+
+        def large_small(scenario):
+            r = mix[scenario]
+            larges = [v for (w, _), v in zip(r["jobs"], r["normalized"]) if w == LARGE_WORKLOAD]
+            smalls = [v for (w, _), v in zip(r["jobs"], r["normalized"]) if w == SMALL_WORKLOAD]
+            return larges[0], sum(smalls) / len(smalls), len(smalls)
+
+        ml, ms = {}, {}
+        for scen in ("r50+r18", "r50+3r18"):
+            lr, sr, m = large_small(scen)
+            ml[m], ms[m] = lr, sr
+        return cls(policy.curve_from_records(colo, SMALL_WORKLOAD), policy.curve_from_records(colo, LARGE_WORKLOAD),
+                   ml, ms, peak(SMALL_WORKLOAD), peak(LARGE_WORKLOAD))
+
+    def curve(self, kind: str) -> Dict[int, float]:
+        return self.small_curve if kind == "small" else self.large_curve
+
+    def plateau(self, kind: str) -> float:
+        return max(self.curve(kind).values())
+
+    def _mix(self, table: Dict[int, float], m: int) -> float:
+        return policy.colocation_speedup(table, m) if m <= max(table) else table[max(table)]
+
+    def rates(self, n_large: int, n_small: int) -> Tuple[float, float]:
+        """(each large job's rate, each small job's rate) on a GPU holding that many of each."""
+        if n_large and not n_small:
+            return policy.colocation_speedup(self.large_curve, n_large) / n_large, 0.0
+        if n_small and not n_large:
+            return 0.0, policy.colocation_speedup(self.small_curve, n_small) / n_small
+        if not n_small and not n_large:
+            return 0.0, 0.0
+        m_top = max(self.mix_small)
+        lr = self._mix(self.mix_large, n_small)
+        if n_small <= m_top:
+            sr = policy.colocation_speedup(self.mix_small, n_small) if n_small >= min(self.mix_small) else \
+                self.mix_small[min(self.mix_small)]
+        else:
+            per = lambda k: policy.colocation_speedup(self.small_curve, k) / k  # noqa: E731
+            sr = self.mix_small[m_top] * per(n_small) / per(m_top)
+        if n_large > 1:
+            lr *= policy.colocation_speedup(self.large_curve, n_large) / n_large
+        return lr, sr
+
+    def throughput(self, n_large: int, n_small: int) -> float:
+        lr, sr = self.rates(n_large, n_small)
+        return n_large * lr + n_small * sr
+
+
+# -- jobs, traces ------------------------------------------------------------------------------------------
+@dataclass
+class Job:
+    name: str
+    kind: str
+    work_s: float
+    expected_mb: int
+    arrival_s: float = 0.0
+
+    @property
+    def large(self) -> bool:
+        return self.kind == "large"
+
+
+def make_trace(n_jobs: int, small_fraction: float, seed: int, model: SpeedModel, *,
+               small_median_s: float = 20 * 60, large_median_s: float = 40 * 60, sigma: float = 0.8,
+               arrival_rate_per_s: float = 0.0) -> List[Job]:
+    """A seeded trace: each job small with probability ``small_fraction``; solo durations lognormal
+    (median 20 min small / 40 min large, sigma 0.8, clipped to [2 min, 8 h]); all arrive at 0 unless
+    ``arrival_rate_per_s`` > 0 (Poisson arrivals). Expected memory: ``profiler.expected_mb`` of the
+    kind's measured NVML peak."""
+    rng = random.Random(seed)
+    exp = {"small": expected_mb(model.small_peak_mb), "large": expected_mb(model.large_peak_mb)}
+    jobs, t = [], 0.0
+    for i in range(n_jobs):
+        kind = "small" if rng.random() < small_fraction else "large"
+        median = small_median_s if kind == "small" else large_median_s
+        work = min(8 * 3600.0, max(120.0, median * math.exp(rng.gauss(0.0, sigma))))
+        if arrival_rate_per_s > 0:
+            t += rng.expovariate(arrival_rate_per_s)
+        jobs.append(Job(f"{kind[0]}{i:03d}", kind, round(work, 1), exp[kind], round(t, 1)))
+    return jobs
+
+
+# -- placement ---------------------------------------------------------------------------------------------
+def _gpus(state: List[List[Job]], total_mb: int) -> List[Gpu]:
+    return [Gpu(i, total_mb, sum(j.expected_mb for j in js), [Task(j.name, j.expected_mb, j.large) for j in js])
+            for i, js in enumerate(state)]
+
+
+def _counts(js: Sequence[Job]) -> Tuple[int, int]:
+    nl = sum(1 for j in js if j.large)
+    return nl, len(js) - nl
+
+
+def job_pays(job: Job, model: SpeedModel, total_mb: int) -> bool:
+    """``policy.packing_pays`` with the SM share read back from the kind's measured plateau."""
+    return policy.packing_pays(policy.implied_sm_util(model.plateau(job.kind)), min(1.0, job.expected_mb / total_mb))
+
+
+def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: SpeedModel) -> Optional[int]:
+    gpus = _gpus(state, total_mb)
+    if name == "exclusive":
+        return policy.exclusive(gpus)
+    if name == "memory":
+        return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
+    if name != "pays":
+        raise ValueError(f"unknown policy {name!r}")
+    if not job_pays(job, model, total_mb):
+        return policy.exclusive(gpus)
+    best_gain, cands = 0.0, []
+    for g, js in zip(gpus, state):
+        if not policy.fits(g, job.expected_mb) or not policy.admits(g, job.large, mps=False):
+            continue
+        nl, ns = _counts(js)
+        nl2, ns2 = nl + job.large, ns + (not job.large)
+        lr, sr = model.rates(nl2, ns2)
+        if (nl2 and lr < 1.0 / FAIRNESS_BOUND - EPS) or (ns2 and sr < 1.0 / FAIRNESS_BOUND - EPS):
+            continue
+        gain = model.throughput(nl2, ns2) - model.throughput(nl, ns)
+        if gain <= MIN_MARGINAL_GAIN:
+            continue
+        if gain > best_gain + EPS:
+            best_gain, cands = gain, [g]
+        elif abs(gain - best_gain) <= EPS:
+            cands.append(g)
+    return policy.best_fit(cands, job.expected_mb, large=job.large, mps=True) if cands else None
+
+
+# -- simulation --------------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    policy: str
+    makespan_s: float
+    mean_jct_s: float
+    gpu_hours: float
+    start: Dict[str, float] = field(default_factory=dict)
+    finish: Dict[str, float] = field(default_factory=dict)
+    slowdown: Dict[str, float] = field(default_factory=dict)  # (finish - start) / solo work
+    max_concurrency: int = 0
+
+    @property
+    def worst_slowdown(self) -> float:
+        return max(self.slowdown.values()) if self.slowdown else 1.0
+
+
+def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, model: SpeedModel) -> Result:
+    """Run ``jobs`` on ``n_gpus`` GPUs of ``total_mb`` under ``exclusive``/``memory``/``pays``."""
+    if policy_name == "ideal":
+        raise ValueError("'ideal' is a bound: use ideal_bound()")
+    for j in jobs:
+        if j.expected_mb > total_mb:
+            raise ValueError(f"{j.name} needs {j.expected_mb} MiB > {total_mb} MiB GPUs")
+    pending = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
+    queue: List[Job] = []
+    state: List[List[Job]] = [[] for _ in range(n_gpus)]
+    remaining = {j.name: float(j.work_s) for j in jobs}
+    res = Result(policy_name, 0.0, 0.0, 0.0)
+    t, busy, pi = 0.0, 0.0, 0
+    while pi < len(pending) or queue or any(state):
+        while pi < len(pending) and pending[pi].arrival_s <= t + EPS:
+            queue.append(pending[pi])
+            pi += 1
+        for job in list(queue):
+            g = place(policy_name, job, state, total_mb, model)
+            if g is not None:
+                state[g].append(job)
+                queue.remove(job)
+                res.start[job.name] = t
+        res.max_concurrency = max(res.max_concurrency, max(len(s) for s in state))
+        rate: Dict[str, float] = {}
+        for js in state:
+            lr, sr = model.rates(*_counts(js))
+            for j in js:
+                rate[j.name] = lr if j.large else sr
+        dt = math.inf
+        for name, r in rate.items():
+            if r <= 0:
+                raise RuntimeError(f"job {name} has rate {r}")
+            dt = min(dt, remaining[name] / r)
+        if pi < len(pending):
+            dt = min(dt, pending[pi].arrival_s - t)
+        if dt == math.inf:
+            raise RuntimeError(f"stuck at t={t}: queued {[j.name for j in queue]} fit nowhere")
+        busy += dt * sum(1 for s in state if s)
+        t += dt
+        for gi, js in enumerate(state):
+            keep = []
+            for j in js:
+                remaining[j.name] -= rate[j.name] * dt
+                if remaining[j.name] <= 1e-6 * max(1.0, j.work_s):
+                    res.finish[j.name] = t
+                else:
+                    keep.append(j)
+            state[gi] = keep
+    res.makespan_s = max(res.finish.values()) if res.finish else 0.0
+    res.mean_jct_s = sum(res.finish[j.name] - j.arrival_s for j in jobs) / len(jobs) if jobs else 0.0
+    res.gpu_hours = busy / 3600.0
+    res.slowdown = {j.name: (res.finish[j.name] - res.start[j.name]) / j.work_s for j in jobs}
+    return res
+
+
+# -- (d) the ideal-packing lower bound ----------------------------------------------------------------------
+@dataclass
+class Bound:
+    makespan_s: float
+    mean_jct_s: float
+    gpu_hours: float
+    configs: List[Tuple[int, int]]
+
+
+def configurations(model: SpeedModel, total_mb: int, small_mb: int, large_mb: int) -> List[Tuple[int, int, float, float]]:
+    """Measured GPU configurations ``(n_large, n_small, small work/s, large work/s)`` that fit in memory:
+    k small alone, l large alone, one large with 1..3 small (the measured mixes and between)."""
+    out = []
+    for m in range(1, total_mb // small_mb + 1):
+        out.append((0, m, model.throughput(0, m), 0.0))
+    for l in range(1, total_mb // large_mb + 1):
+        out.append((l, 0, 0.0, model.throughput(l, 0)))
+    for m in range(1, max(model.mix_small) + 1):
+        if large_mb + m * small_mb <= total_mb:
+            lr, sr = model.rates(1, m)
+            out.append((1, m, m * sr, lr))
+    return out
+
+
+def ideal_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel) -> Bound:
+    """A lower bound on makespan (and GPU-hours, mean JCT) under any packing, from the measured data.
+
+    Makespan: the least ``T`` such that GPU-time spread over the measured configurations (fractionally,
+    any mix of them, all ``N`` GPUs busy until ``T``) does all small and all large work -- a 2-constraint LP,
+    solved exactly by trying every single configuration and every pair -- and no less than the latest
+    ``arrival + work / fastest per-job rate`` (a job cannot beat its own best speed). GPU-hours: the LP's
+    GPU-time at the optimum (every GPU-second at the best mix). Mean JCT: each job's solo duration divided
+    by the fastest per-job rate measured (queueing ignored) -- loose, stated for completeness.
+    """
+    ws = sum(j.work_s for j in jobs if not j.large)
+    wl = sum(j.work_s for j in jobs if j.large)
+    small_mb = max([j.expected_mb for j in jobs if not j.large] or [expected_mb(model.small_peak_mb)])
+    large_mb = max([j.expected_mb for j in jobs if j.large] or [expected_mb(model.large_peak_mb)])
+    cfgs = configurations(model, total_mb, small_mb, large_mb)
+    best, used = math.inf, []
+    # single configurations
+    for c in cfgs:
+        _, _, a, b = c
+        if (ws > 0 and a <= 0) or (wl > 0 and b <= 0):
+            continue
+        x = max(ws / a if ws else 0.0, wl / b if wl else 0.0)
+        if x < best:
+            best, used = x, [c]
+    # pairs: x1*a1 + x2*a2 = ws, x1*b1 + x2*b2 = wl, x >= 0
+    for c1, c2 in itertools.combinations(cfgs, 2):
+        a1, b1, a2, b2 = c1[2], c1[3], c2[2], c2[3]
+        det = a1 * b2 - a2 * b1
+        if abs(det) < EPS:
+            continue
+        x1 = (ws * b2 - wl * a2) / det
+        x2 = (a1 * wl - b1 * ws) / det
+        if x1 < -EPS or x2 < -EPS:
+            continue
+        if x1 + x2 < best:
+            best, used = x1 + x2, [c1, c2]
+    vmax = {"small": max(1.0, max(model.mix_small.values())), "large": 1.0}
+    lower = max((j.arrival_s + j.work_s / vmax[j.kind] for j in jobs), default=0.0)
+    makespan = max(best / n_gpus, lower)
+    jct = sum(j.work_s / vmax[j.kind] for j in jobs) / len(jobs) if jobs else 0.0
+    return Bound(makespan, jct, best / 3600.0, [(c[0], c[1]) for c in used])

@@ -1,0 +1,138 @@
+"""benchmarks/simulator.py on tiny traces whose answers can be worked by hand from the H200 data."""
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+import simulator as sim  # noqa: E402
+
+DATA = os.environ.get("MELON_SHARED_DATA", os.path.abspath(os.path.join(REPO, "..", "shared", "data")))
+if not os.path.exists(os.path.join(DATA, "h200-colocate.json")):
+    pytest.skip(f"{DATA} has no H200 data", allow_module_level=True)
+
+W = 3600.0  # one hour of solo work
+
+
+@pytest.fixture(scope="module")
+def model():
+    return sim.SpeedModel.from_data(DATA)
+
+
+def small(name, work=W, arrival=0.0):
+    return sim.Job(name, "small", work, 2076, arrival)
+
+
+def large(name, work=W, arrival=0.0):
+    return sim.Job(name, "large", work, 5653, arrival)
+
+
+def test_rates_come_from_the_data(model):
+    assert model.rates(0, 2)[1] == pytest.approx(1.8229 / 2, abs=1e-4)  # 0.911 each
+    assert model.rates(0, 3)[1] == pytest.approx((1.8229 + 3.5247) / 2 / 3, abs=1e-4)  # interpolated k = 3
+    assert model.rates(2, 0)[0] == pytest.approx(1.1906 / 2, abs=1e-4)
+    assert model.rates(1, 1) == pytest.approx((0.9288, 0.9565), abs=1e-4)  # r50+r18
+    assert model.rates(1, 3) == pytest.approx((0.3779, 1.0096), abs=1e-4)  # r50+3r18
+    lr, sr = model.rates(1, 2)  # halfway between the two measured mixes
+    assert lr == pytest.approx((0.9288 + 0.3779) / 2, abs=1e-4) and sr == pytest.approx((0.9565 + 1.0096) / 2, abs=1e-4)
+    assert model.rates(1, 5)[0] == pytest.approx(0.3779, abs=1e-4)  # held beyond the data
+
+
+def test_two_small_jobs_exclusive_take_twice_solo(model):
+    r = sim.simulate([small("s0"), small("s1")], 1, sim.H200_MB, "exclusive", model)
+    assert r.makespan_s == pytest.approx(2 * W)
+    assert r.mean_jct_s == pytest.approx(1.5 * W)  # 1 h and 2 h
+    assert r.gpu_hours == pytest.approx(2.0)
+    assert r.slowdown == {"s0": pytest.approx(1.0), "s1": pytest.approx(1.0)}
+
+
+def test_two_small_jobs_packed_by_memory(model):
+    # 1.82x at k = 2: each at 0.911 of solo, both finish at W / 0.911 = 1.097 h
+    r = sim.simulate([small("s0"), small("s1")], 1, sim.H200_MB, "memory", model)
+    per = model.rates(0, 2)[1]
+    assert r.makespan_s == pytest.approx(W / per)
+    assert r.gpu_hours == pytest.approx(1 / per)
+    assert r.worst_slowdown == pytest.approx(1 / per)
+
+
+def test_unequal_jobs_speed_up_when_a_neighbour_leaves(model):
+    # s0 (0.5 h) and s1 (1 h) share at 0.911: s0 done at 0.5/0.911 h, s1 has 1 - 0.5 = 0.5 h left alone at 1.0
+    r = sim.simulate([small("s0", W / 2), small("s1")], 1, sim.H200_MB, "memory", model)
+    per = model.rates(0, 2)[1]
+    assert r.finish["s0"] == pytest.approx(0.5 * W / per)
+    assert r.makespan_s == pytest.approx(0.5 * W / per + 0.5 * W)
+
+
+def test_pays_stops_at_four_small_jobs(model):
+    # 4 -> 5 copies adds (3.706 - 3.525) / 4 = 0.045 of a job < MIN_MARGINAL_GAIN: the fifth waits
+    jobs = [small(f"s{i}") for i in range(5)]
+    r = sim.simulate(jobs, 1, sim.H200_MB, "pays", model)
+    assert r.max_concurrency == 4
+    per4 = model.rates(0, 4)[1]
+    assert r.start["s4"] == pytest.approx(W / per4)
+    assert r.makespan_s == pytest.approx(W / per4 + W)
+
+
+def test_pays_spreads_to_idle_gpus_first_and_keeps_large_alone(model):
+    jobs = [large("l0"), large("l1"), small("s0"), small("s1")]
+    r = sim.simulate(jobs, 2, sim.H200_MB, "pays", model)
+    # the two large jobs take one GPU each (they do not pay); each small may join a large (admits: at most one)
+    assert r.start == {"l0": 0.0, "l1": 0.0, "s0": 0.0, "s1": 0.0}
+    assert r.max_concurrency == 2
+    lr, sr = model.rates(1, 1)
+    assert r.slowdown["s0"] == pytest.approx(1 / sr)
+    # s0 ends first (0.956 > 0.929); l0 then finishes its remaining 1 - lr/sr hours alone at full speed
+    assert r.finish["l0"] == pytest.approx(W / sr + W * (1 - lr / sr))
+
+
+def test_pays_admits_at_most_one_small_beside_a_large(model):
+    r = sim.simulate([large("l0"), small("s0"), small("s1")], 1, sim.H200_MB, "pays", model)
+    lr, sr = model.rates(1, 1)
+    assert r.start["s1"] == pytest.approx(W / sr)  # waits for s0 (which ends before l0)
+    assert r.max_concurrency == 2
+
+
+def test_memory_policy_respects_gpu_memory(model):
+    # 16 GiB: floor(16384 / 2076) = 7 small jobs at once; the rest wait
+    jobs = [small(f"s{i}") for i in range(10)]
+    r = sim.simulate(jobs, 1, 16384, "memory", model)
+    assert r.max_concurrency == 7
+    with pytest.raises(ValueError):
+        sim.simulate([sim.Job("x", "small", W, 20000)], 1, 16384, "memory", model)
+
+
+def test_exclusive_on_a_large_mix_equals_pays(model):
+    jobs = sim.make_trace(20, 0.0, 3, model)
+    a = sim.simulate(jobs, 4, sim.H200_MB, "exclusive", model)
+    c = sim.simulate(jobs, 4, sim.H200_MB, "pays", model)
+    assert a.makespan_s == pytest.approx(c.makespan_s) and a.mean_jct_s == pytest.approx(c.mean_jct_s)
+
+
+def test_ideal_bound_hand_worked(model):
+    # 8 one-hour small jobs on 1 GPU: best small config is the 3.706x plateau -> 8 / 3.706 = 2.159 h
+    b = sim.ideal_bound([small(f"s{i}") for i in range(8)], 1, sim.H200_MB, model)
+    assert b.makespan_s == pytest.approx(8 * W / model.plateau("small"))
+    # a single job cannot beat its own solo time (mix speeds up to 1.0096 allowed)
+    b1 = sim.ideal_bound([small("s0")], 4, sim.H200_MB, model)
+    assert b1.makespan_s == pytest.approx(W / 1.0095841538052517)
+    # no schedule beats the bound
+    jobs = sim.make_trace(40, 0.75, 5, model)
+    bound = sim.ideal_bound(jobs, 4, sim.H200_MB, model)
+    for p in ("exclusive", "pays"):
+        assert sim.simulate(jobs, 4, sim.H200_MB, p, model).makespan_s >= bound.makespan_s - 1e-6
+
+
+def test_trace_is_seeded_and_deterministic(model):
+    a = sim.make_trace(50, 0.75, 11, model)
+    assert a == sim.make_trace(50, 0.75, 11, model)
+    assert a != sim.make_trace(50, 0.75, 12, model)
+    assert {j.expected_mb for j in a} == {2076, 5653}  # profiler.expected_mb of the measured NVML peaks
+    assert all(120 <= j.work_s <= 8 * 3600 for j in a)
+
+
+def test_job_pays_from_policy(model):
+    assert sim.job_pays(small("s"), model, sim.H200_MB) is True
+    assert sim.job_pays(large("l"), model, sim.H200_MB) is False
