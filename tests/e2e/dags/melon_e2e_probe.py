@@ -1,0 +1,22 @@
+"""A DAG for the e2e tests of reattach and kill: one long-ish generic job, run with `airflow tasks test`."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_melon.operators.train import MelonTrainOperator
+
+with DAG(dag_id="melon_e2e_probe", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, params={"seconds": 25}) as dag:
+    MelonTrainOperator(
+        task_id="train",
+        deferrable=False,
+        poll_interval=5,
+        job={
+            "name": "e2e-probe",
+            "framework": "generic",
+            "entrypoint": "python -c \"import time; time.sleep({{ params.seconds }}); print('probe done')\"",
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "1GiB"}},
+        },
+    )

@@ -1,0 +1,61 @@
+"""Retries reattach instead of resubmitting; kills kill. Real Airflow task runs, real RM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
+
+
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+
+
+def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path):
+    date = "2026-02-01"
+    before = {a["id"] for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])}
+    first = airflow.popen("tasks", "test", "melon_e2e_probe", "train", date, log=tmp_path / "first.log")
+    app = _wait_for(lambda: [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
+                             if a["id"] not in before and a["state"] in LIVE], 120, "the first submission")[0]
+    # The worker dies without running on_kill (SIGKILL): the YARN application lives on.
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(30)
+    assert melon_hook.yarn.get_application(app["id"])["state"] in LIVE
+    second = airflow.run("tasks", "test", "melon_e2e_probe", "train", date, timeout=300)
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out[-4000:]
+    assert app["id"] in out
+    mine = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"]) if a["id"] not in before]
+    assert [a["id"] for a in mine] == [app["id"]], "the retry must reattach, not resubmit"
+    assert melon_hook.yarn.get_application(app["id"])["finalStatus"] == "SUCCEEDED"
+
+
+def test_killing_the_task_kills_the_application(airflow, melon_hook, tmp_path):
+    date = "2026-02-02"
+    before = {a["id"] for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])}
+    proc = airflow.popen("tasks", "test", "melon_e2e_probe", "train", date, "--task-params",
+                         '{"seconds": 120}', log=tmp_path / "kill.log")
+    app = _wait_for(lambda: [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
+                             if a["id"] not in before and a["state"] == "RUNNING"], 120, "a RUNNING app")[0]
+    os.kill(proc.pid, signal.SIGTERM)  # what a user marking the task failed does to its worker
+    t0 = time.monotonic()
+    _wait_for(lambda: melon_hook.yarn.get_application(app["id"])["state"] == "KILLED", 10, "KILLED within 10 s")
+    assert time.monotonic() - t0 <= 10
+    proc.wait(60)
