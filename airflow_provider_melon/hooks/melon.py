@@ -172,7 +172,11 @@ class MelonHook:
     def stage(self, spec: JobSpec) -> StagingReport:
         report = StagingReport()
         if spec.code and not spec.code.startswith("hdfs://"):
-            report.files["code"] = self.stage_content("code.zip", deterministic_zip(folder_files(Path(spec.code))))
+            files = folder_files(Path(spec.code))
+            if files:
+                report.files["code"] = self.stage_content("code.zip", deterministic_zip(files))
+            else:  # YARN cannot localize an empty archive (FSDownload fails on the missing folder)
+                log.warning("code folder %s is empty: nothing staged, tasks run in the container folder", spec.code)
         elif spec.code:
             report.files["code"] = self.stat_file(spec.code)
         report.files["runtime"] = self.stage_content("melon_runtime.zip", deterministic_zip(runtime_files()))

@@ -44,3 +44,8 @@ def test_missing_hdfs_input_is_a_clear_error(melon_hook, tmp_path):
                               "roles": {"worker": {}}, "inputs": [{"path": "/no/such/data.bin"}]})
     with pytest.raises(FileNotFoundError, match="/no/such/data.bin"):
         melon_hook.stage(spec)
+
+
+def test_empty_code_folder_stages_no_archive(melon_hook, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert "code" not in melon_hook.stage(_spec(tmp_path / "empty")).files

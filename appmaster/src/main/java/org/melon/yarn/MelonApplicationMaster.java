@@ -467,7 +467,9 @@ public final class MelonApplicationMaster {
       text = fetchTail(t.container.getNodeHttpAddress(), cid);
     }
     if (text == null) {
-      text = status.getDiagnostics();
+      // No stderr (e.g. localization failed, exit -1000): YARN's own diagnostics, whose head names the cause.
+      List<String> lines = Arrays.asList(status.getDiagnostics().strip().split("\r?\n"));
+      return String.join("\n", lines.subList(0, Math.min(lines.size(), 20)));
     }
     List<String> lines = Arrays.asList(text.strip().split("\r?\n"));
     return String.join("\n", lines.subList(Math.max(0, lines.size() - 20), lines.size()));
