@@ -85,3 +85,17 @@ def test_packed_virtualenv_archive_is_the_interpreter(jobs, melon_hook, tmp_path
     assert prefix and prefix[0].endswith("/env") and str(env_dir) not in prefix[0], out
     assert "No module named 'airflow'" in err
     assert app["finalStatus"] == "FAILED"
+
+
+def test_pytorch_ddp_gloo_two_workers(jobs):
+    """PyTorch is an optional extra (several GB): this runs where it is installed (`make test-all`)."""
+    pytest.importorskip("torch")
+    app_id = jobs.submit({
+        "name": "ddp", "framework": "pytorch", "code": str(TRAINING.parent / "ddp"),
+        "entrypoint": "python train_ddp.py",
+        "roles": {"worker": {"instances": 2, "memory": "1g"}},
+    })
+    app = jobs.wait(app_id, timeout=300)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
+    out = "\n".join(jobs.container_logs(app_id).values())
+    assert out.count("replicas_identical=True") == 2 and "rank 0/2" in out and "rank 1/2" in out
