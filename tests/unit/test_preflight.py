@@ -1,0 +1,118 @@
+"""gpu.preflight: hand-made clusters and jobs, each rule's failure with its numbers, and what passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_melon.gpu.preflight import NodeGpus, PreflightError, check, ensure_fits, node_gpus
+from airflow_provider_melon.spec import JobSpec
+
+
+def node(name, gpus, gpu_mem_mb, state="RUNNING"):
+    """A node as YarnHook.nodes() returns it (normalised resources)."""
+    return {"id": f"{name}:45454", "nodeHostName": name, "state": state,
+            "totalResource": {"resources": {"memory-mb": 8192, "vcores": 8, "yarn.io/gpu": gpus,
+                                            "melon.io/gpu-memory": gpu_mem_mb}}}
+
+
+#: The mini cluster: 2 NMs x 2 GPUs x 16 GiB.
+MINI = [node("nm1", 2, 32768), node("nm2", 2, 32768)]
+
+
+def roles(**named):
+    return JobSpec.from_dict({"name": "j", "entrypoint": "true", "roles": named}).roles
+
+
+def test_node_gpus_per_gpu_memory_is_node_total_over_count():
+    n = node_gpus(node("a", 4, 4 * 81920))
+    assert n == NodeGpus("a:45454", 4, 327680)
+    assert n.per_gpu_mb == 81920
+
+
+def test_node_with_memory_but_no_gpu_count_is_one_gpu_and_non_running_nodes_are_ignored():
+    assert node_gpus({"totalResource": {"resources": {"melon.io/gpu-memory": 24576}}}).per_gpu_mb == 24576
+    assert node_gpus(node("gone", 8, 8 * 81920, state="LOST")) is None
+    # a bare resources dict works too
+    assert node_gpus({"yarn.io/gpu": 2, "melon.io/gpu-memory": 32768}).per_gpu_mb == 16384
+
+
+def test_shared_role_above_the_largest_gpu_fails_with_the_numbers():
+    report = check(MINI, roles(chief={"gpu_memory": "20GiB"}, worker={"instances": 2, "gpu_memory": "4GiB"}))
+    assert not report.ok
+    assert report.problems == [
+        "role chief: expected GPU memory 20480 MiB per task exceeds the largest GPU of any node, 16384 MiB "
+        "(node nm1:45454: 32768 MiB over 2 GPU(s))"]
+    assert "largest GPU 16384 MiB" in report.message and "4 GPU(s) and 65536 MiB" in report.message
+
+
+def test_largest_gpu_is_over_all_nodes_not_the_first():
+    nodes = [node("small", 4, 4 * 16384), node("big", 1, 81920)]
+    assert check(nodes, roles(worker={"gpu_memory": "80GiB"})).ok
+    report = check(nodes, roles(worker={"gpu_memory": 81921}))
+    assert "exceeds the largest GPU of any node, 81920 MiB (node big:45454: 81920 MiB over 1 GPU(s))" \
+        in report.problems[0]
+
+
+def test_exactly_one_gpu_of_memory_fits():
+    assert check(MINI, roles(worker={"gpu_memory": "16GiB"})).ok
+
+
+def test_exclusive_role_wider_than_any_node_fails():
+    report = check(MINI, roles(worker={"gpus": 3}))
+    assert report.problems == ["role worker: 3 GPU(s) per task, but no node has more than 2"]
+
+
+def test_total_exclusive_gpus_above_the_cluster_fails_even_when_each_task_fits_a_node():
+    report = check(MINI, roles(chief={"gpus": 2}, worker={"instances": 2, "gpus": 2}))
+    assert report.problems == ["the job needs 6 whole GPU(s) (chief 1x2 + worker 2x2), the cluster has 4"]
+    assert check(MINI, roles(chief={"gpus": 2}, worker={"gpus": 2})).ok
+
+
+def test_total_shared_memory_above_the_cluster_fails():
+    # 5 tasks x 14 GiB = 71680 MiB > 65536 MiB, each fits one 16 GiB GPU
+    report = check(MINI, roles(worker={"instances": 5, "gpu_memory": "14GiB"}))
+    assert report.problems == ["the job's shared tasks expect 71680 MiB of GPU memory in all (worker 5x14336 MiB), "
+                               "the cluster has 65536 MiB"]
+    assert check(MINI, roles(worker={"instances": 4, "gpu_memory": "16GiB"})).ok
+
+
+def test_exclusive_gpus_leave_the_rest_for_shared_tasks_counted_as_the_smallest():
+    nodes = [node("small", 2, 2 * 8192), node("big", 2, 2 * 40960)]
+    # 1 exclusive GPU: best case it takes an 8 GiB one, leaving 8 + 40 + 40 = 88 GiB = 90112 MiB
+    ok = roles(chief={"gpus": 1}, worker={"instances": 2, "gpu_memory": "40GiB"})
+    assert check(nodes, ok).ok
+    bad = roles(chief={"gpus": 1}, worker={"instances": 3, "gpu_memory": "30GiB"})
+    report = check(nodes, bad)
+    assert report.problems == [
+        "the job's shared tasks expect 92160 MiB of GPU memory in all (worker 3x30720 MiB), the cluster has "
+        "90112 MiB left after the 1 exclusive GPU(s) (counted as the smallest)"]
+
+
+def test_several_problems_are_all_reported_and_ensure_fits_raises_them():
+    bad = roles(chief={"gpu_memory": "20GiB"}, worker={"instances": 3, "gpus": 2})
+    with pytest.raises(PreflightError) as err:
+        ensure_fits(MINI, bad)
+    msg = str(err.value)
+    assert msg.startswith("the job cannot run on this cluster: role chief: expected GPU memory 20480 MiB")
+    assert "the job needs 6 whole GPU(s) (worker 3x2), the cluster has 4" in msg
+
+
+def test_cpu_only_job_and_cluster_without_running_nodes_are_not_checked():
+    assert check(MINI, roles(worker={"instances": 50, "memory": "2g"})).ok
+    report = check([node("x", 2, 32768, state="UNHEALTHY")], roles(worker={"gpu_memory": "99GiB"}))
+    assert report.ok and not report.checked
+    assert "skipped" in report.message
+
+
+def test_gpu_job_on_a_cluster_without_gpus_fails():
+    report = check([node("cpu", 0, 0)], roles(worker={"gpu_memory": "1GiB"}, ps={"gpus": 1}))
+    assert report.problems[0] == ("role worker: expected GPU memory 1024 MiB per task exceeds the largest GPU of any "
+                                  "node, 0 MiB (no node advertises melon.io/gpu-memory)")
+    assert "role ps: 1 GPU(s) per task, but no node has more than 0" in report.problems
+
+
+def test_plain_dict_roles_take_mib_and_reject_unit_strings():
+    assert not check(MINI, {"w": {"instances": 1, "gpu_memory_mb": 20000}}).ok
+    assert check(MINI, {"w": {"instances": 1, "gpu_memory": 16000}}).ok
+    with pytest.raises(ValueError, match="give MiB as a number"):
+        check(MINI, {"w": {"gpu_memory": "20GiB"}})
