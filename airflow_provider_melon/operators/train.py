@@ -14,6 +14,12 @@ What ``execute`` does, in order:
    On Airflow 3.3 the synchronous path also goes through ``ResumableJobMixin``: the application id is
    saved in the task state store before polling and looked up first on a retry. ``reattach=False``
    always submits (use it when a cleared task must train again although a run already succeeded).
+   **Pre-flight** (``preflight=True``), just before staging a new submission: the RM's nodes
+   (``YarnHook.nodes()``) and the roles go through :func:`airflow_provider_melon.gpu.preflight.check`; a
+   role whose expected GPU memory exceeds the largest GPU of any node, a role wider than every node, or a
+   job whose GPUs / GPU memory in all exceed the cluster's fails the task (``AirflowFailException``, no
+   retry) with the numbers, and nothing is submitted. When the nodes cannot be read the check is skipped
+   with a warning (the submission then meets the RM itself).
 3. **Announce** — right after submit/attach the application id, tracking URL and AM status URL go to XCom
    (``app_id``, ``tracking_url``, ``am_status_url``), and each extra link's URL under its ``xcom_key``, so
    the links work while the task runs or is deferred.
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
+from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
 from airflow_provider_melon.links import (
@@ -68,6 +75,11 @@ from airflow_provider_melon.version_compat import (
     ResumableJobMixin,
     conf,
 )
+
+try:
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # pragma: no cover - older task SDKs
+    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
     from airflow_provider_melon.hooks.yarn import YarnHook
@@ -129,6 +141,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     :param gpu_memory: override of ``gpu_memory`` for every role that declares one (e.g. a profiled figure
         from XCom). Templated; empty/``None`` means no override.
     :param reattach: look for this task instance's application by tags before submitting.
+    :param preflight: check the job's GPU demand against the RM's nodes before submitting (module docstring).
     :param max_consecutive_failures: RM polls in a row that may fail (outage) before the task fails.
     :param log_every_n: heartbeat/progress log line every N polls.
     :param durable: Airflow 3.3 ``ResumableJobMixin``: keep the application id in the task state store.
@@ -153,6 +166,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         stream_logs: bool = True,
         gpu_memory: Union[None, int, str] = None,
         reattach: bool = True,
+        preflight: bool = True,
         max_consecutive_failures: int = 5,
         log_every_n: int = 6,
         **kwargs: Any,
@@ -172,6 +186,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self.stream_logs = stream_logs
         self.gpu_memory = gpu_memory
         self.reattach = reattach
+        self.preflight = preflight
         self.max_consecutive_failures = max(0, int(max_consecutive_failures))
         self.log_every_n = max(1, int(log_every_n))
         self._app_id: Optional[str] = None
@@ -320,6 +335,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                               app_id, existing.get("state"), existing.get("finalStatus"))
                 self._announce(context, app_id, existing)
                 return app_id, existing
+        self.run_preflight(spec)
         self.log.info("Submitting %s (%d tasks in %s) with tags %s", spec.name, spec.task_count,
                       ", ".join(spec.roles), ", ".join(tags))
         result = self.hook.submit(spec, tags=tags)
@@ -328,6 +344,21 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         app = self._get_app_or_none(app_id)
         self._announce(context, app_id, app)
         return app_id, app
+
+    def run_preflight(self, spec: JobSpec) -> Optional[_preflight.Report]:
+        """Fail (AirflowFailException, with the numbers) when the job's GPU demand can never fit the cluster."""
+        if not self.preflight:
+            return None
+        try:
+            nodes = self.yarn_hook.nodes()
+        except Exception as exc:  # noqa: BLE001 - advisory: the submission meets the RM anyway
+            self.log.warning("Pre-flight skipped: could not read the cluster's nodes: %s", exc)
+            return None
+        report = _preflight.check(nodes, spec.roles)
+        if not report.ok:
+            raise AirflowFailException(f"{spec.name}: {report.message}")
+        self.log.info("%s: %s", spec.name, report.message)
+        return report
 
     def _get_app_or_none(self, app_id: str) -> Optional[dict]:
         try:

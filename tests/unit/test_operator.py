@@ -106,6 +106,7 @@ def hooks():
             mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]) as find, \
             mock.patch.object(YarnHook, "get_application", autospec=True) as get_app, \
             mock.patch.object(YarnHook, "kill_application", autospec=True, return_value={}) as kill, \
+            mock.patch.object(YarnHook, "nodes", autospec=True, return_value=[]), \
             mock.patch.object(MelonTrainOperator, "_sleep", autospec=True) as sleep:
         yield mock.Mock(submit=submit, am_status=am_status, find=find, get_app=get_app, kill=kill, sleep=sleep)
 

@@ -116,3 +116,68 @@ def test_plain_dict_roles_take_mib_and_reject_unit_strings():
     assert check(MINI, {"w": {"instances": 1, "gpu_memory": 16000}}).ok
     with pytest.raises(ValueError, match="give MiB as a number"):
         check(MINI, {"w": {"gpu_memory": "20GiB"}})
+
+
+# ------------------------------------------------------------------------------------ the train operator's path
+
+
+@pytest.fixture
+def op_env(monkeypatch):
+    import json
+    from unittest import mock
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_YARN_TEST", json.dumps({"conn_type": "yarn", "host": "http://rm:8088",
+                                                             "login": "alice"}))
+    with mock.patch.object(MelonHook, "submit", autospec=True,
+                           return_value={"app_id": "application_1_0001", "staging": None, "plan": {}}) as submit, \
+            mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]), \
+            mock.patch.object(YarnHook, "get_application", autospec=True,
+                              return_value={"id": "application_1_0001", "state": "ACCEPTED"}), \
+            mock.patch.object(YarnHook, "nodes", autospec=True, return_value=MINI) as nodes:
+        yield mock.Mock(submit=submit, nodes=nodes)
+
+
+def _op_and_ctx(gpu_memory, **kw):
+    from unittest import mock
+
+    from airflow_provider_melon.operators.train import MelonTrainOperator
+
+    op = MelonTrainOperator(task_id="train", yarn_conn_id="yarn_test", deferrable=False, poll_interval=5, job={
+        "name": "big", "framework": "tensorflow", "entrypoint": "python train.py",
+        "roles": {"chief": {"gpu_memory": gpu_memory}, "worker": {"instances": 2, "gpu_memory": "4GiB"}}}, **kw)
+    ti = mock.Mock(dag_id="d", task_id="train", run_id="r", map_index=-1, stats_tags={})
+    return op, {"ti": ti, "run_id": "r"}
+
+
+def test_operator_fails_before_submission_with_the_numbers(op_env):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op, ctx = _op_and_ctx("20GiB")
+    with pytest.raises(AirflowFailException) as err:
+        op.submit_job(ctx)
+    assert str(err.value).startswith("big: the job cannot run on this cluster: role chief: expected GPU memory "
+                                     "20480 MiB per task exceeds the largest GPU of any node, 16384 MiB")
+    op_env.nodes.assert_called_once()
+    op_env.submit.assert_not_called()
+
+
+def test_operator_submits_a_job_that_fits(op_env):
+    op, ctx = _op_and_ctx("8GiB")
+    assert op.submit_job(ctx) == "application_1_0001"
+    op_env.nodes.assert_called_once()
+    op_env.submit.assert_called_once()
+
+
+def test_operator_skips_preflight_when_nodes_are_unreadable_or_it_is_off(op_env):
+    op, ctx = _op_and_ctx("20GiB")
+    op_env.nodes.side_effect = ConnectionError("rm down")
+    assert op.submit_job(ctx) == "application_1_0001"  # advisory: the submission meets the RM itself
+    op_env.nodes.side_effect = None
+    op_env.nodes.reset_mock()
+    op, ctx = _op_and_ctx("20GiB", preflight=False)
+    op.submit_job(ctx)
+    op_env.nodes.assert_not_called()
+    assert op_env.submit.call_count == 2
