@@ -40,7 +40,16 @@ GPU nothing is measured: see :func:`analytic_profile` for the memory-size rule u
 
 Command line (what the profile YARN job runs; the JSON profile is the last line of stdout)::
 
-    python -m airflow_provider_melon.gpu.profiler --steps 20 [--gpu-memory-mb 143771] -- python train.py ...
+    python -m airflow_provider_melon.gpu.profiler --steps 20 [--gpu-memory-mb 143771] \
+        [--output PATH [--webhdfs http://namenode:9870 [--hdfs-user USER]]] -- python train.py ...
+
+A leading ``python``/``python3`` of the command runs under this interpreter (the job's Python, as the executor
+does for the entrypoint). ``--output`` also writes the profile document -- the profile's fields plus ``app_id``
+and ``container_id`` from the YARN container's environment (``MELON_APP_ID``, ``CONTAINER_ID``), so a reader can
+tell which run wrote it -- to a local file, or with ``--webhdfs`` to that HDFS path (``hdfs://nn:8020/a`` or
+``/a``) through WebHDFS (:func:`write_webhdfs`: the ``hdfs`` package when importable, else plain urllib). With
+``--output`` the exit status is 0 whenever the document was written (method ``none`` included: the reader
+decides), else the command's non-zero status.
 """
 
 from __future__ import annotations
@@ -77,6 +86,7 @@ __all__ = [
     "analytic_profile",
     "profile_command",
     "report",
+    "write_webhdfs",
     "main",
 ]
 
@@ -507,12 +517,90 @@ def profile_command(
                    notes=notes)
 
 
+def _hdfs_path(path: str) -> str:
+    """``hdfs://nn:8020/a/b`` -> ``/a/b`` (WebHDFS paths carry no authority); ``/a/b`` unchanged."""
+    if path.startswith("hdfs://"):
+        rest = path[len("hdfs://"):]
+        return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+    return path
+
+
+def write_webhdfs(base_url: str, path: str, data: bytes, user: Optional[str] = None, *,
+                  timeout: float = 60.0, use_hdfs_package: bool = True) -> None:
+    """Write ``data`` to HDFS ``path`` (overwriting) through WebHDFS at ``base_url`` (``http://nn:9870``).
+
+    Uses the ``hdfs`` package's ``InsecureClient`` when it is importable (and ``use_hdfs_package``); otherwise
+    the two-step WebHDFS CREATE with urllib: ``PUT <base>/webhdfs/v1<path>?op=CREATE&overwrite=true
+    &user.name=<user>`` without a body answers ``307`` with the DataNode's ``Location`` (a NameNode started
+    with ``noredirect`` answers ``200 {"Location": ...}`` instead); the data then goes to that location with a
+    second ``PUT``, which answers ``201 Created``. Several NameNode URLs may be given separated by ``;`` or
+    ``,``: each is tried in turn (a standby refuses with 403 StandbyException). Simple authentication only.
+    Raises ``OSError`` on failure.
+    """
+    path = _hdfs_path(path)
+    urls = [u.strip().rstrip("/") for u in base_url.replace(",", ";").split(";") if u.strip()]
+    if not urls:
+        raise OSError("no WebHDFS URL given")
+    if use_hdfs_package:
+        try:
+            from hdfs import InsecureClient  # noqa: PLC0415 - optional in the container
+        except ImportError:
+            InsecureClient = None  # noqa: N806
+        if InsecureClient is not None:
+            InsecureClient(";".join(urls), user=user, timeout=timeout).write(path, data=data, overwrite=True)
+            return
+    import urllib.error  # noqa: PLC0415
+    import urllib.parse  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    query = {"op": "CREATE", "overwrite": "true"}
+    if user:
+        query["user.name"] = user
+    errors = []
+    for url in urls:
+        create = f"{url}/webhdfs/v1{urllib.parse.quote(path)}?{urllib.parse.urlencode(query)}"
+        location = None
+        try:
+            with urllib.request.urlopen(urllib.request.Request(create, method="PUT", data=b""),
+                                        timeout=timeout) as resp:  # 200 only with noredirect
+                location = json.loads(resp.read().decode("utf-8") or "{}").get("Location")
+        except urllib.error.HTTPError as exc:
+            if exc.code in (307, 302, 303):  # urllib does not follow a redirect of a PUT
+                location = exc.headers.get("Location")
+            else:
+                errors.append(f"{url}: HTTP {exc.code} {exc.read()[:300]!r}")
+                continue
+        except (OSError, ValueError) as exc:
+            errors.append(f"{url}: {exc}")
+            continue
+        if not location:
+            errors.append(f"{url}: no Location in the CREATE answer")
+            continue
+        req = urllib.request.Request(location, method="PUT", data=data,
+                                     headers={"Content-Type": "application/octet-stream"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                if resp.status not in (200, 201):
+                    raise OSError(f"WebHDFS write to {location} answered {resp.status}")
+        except urllib.error.HTTPError as exc:
+            raise OSError(f"WebHDFS write to {location} failed: HTTP {exc.code} {exc.read()[:300]!r}") from None
+        return
+    raise OSError(f"WebHDFS CREATE of {path} failed: " + "; ".join(errors))
+
+
+def _resolve_python(cmd: List[str]) -> List[str]:
+    if cmd and cmd[0] in ("python", "python3"):
+        return [sys.executable] + cmd[1:]
+    return cmd
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m airflow_provider_melon.gpu.profiler --steps N [--gpu-memory-mb M] -- cmd ...``.
+    """``python -m airflow_provider_melon.gpu.profiler --steps N [--gpu-memory-mb M] [--output ...] -- cmd ...``.
 
     The command's own output passes through (to stderr, so stdout stays parseable); the profile is printed
-    as one JSON line, the last line of stdout. Exit status: 0 with a profile (nvml or analytic), 2 when there
-    is none (no GPU and no reported model), else the command's non-zero status.
+    as one JSON line, the last line of stdout. Exit status without ``--output``: 0 with a profile (nvml or
+    analytic), 2 when there is none (no GPU and no reported model), else the command's non-zero status. With
+    ``--output`` see the module docstring.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -526,16 +614,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--gpu-memory-mb", type=int, default=None, help="GPU size for packing_pays (default NVML's)")
     parser.add_argument("--interval-ms", type=float, default=SAMPLE_INTERVAL_S * 1000)
     parser.add_argument("--timeout", type=float, default=None)
+    parser.add_argument("--output", default=None, help="also write the profile document here (local or HDFS path)")
+    parser.add_argument("--webhdfs", default=None, help="WebHDFS base URL(s): --output is then an HDFS path")
+    parser.add_argument("--hdfs-user", default=os.environ.get("HADOOP_USER_NAME") or os.environ.get("USER"))
     args = parser.parse_args(own)
     if not cmd:
         parser.error("give the command after --")
-    prof = profile_command(cmd, args.steps, interval_s=args.interval_ms / 1000.0, gpu_memory_mb=args.gpu_memory_mb,
-                           timeout=args.timeout, stdout=sys.stderr, stderr=sys.stderr)
+    prof = profile_command(_resolve_python(cmd), args.steps, interval_s=args.interval_ms / 1000.0,
+                           gpu_memory_mb=args.gpu_memory_mb, timeout=args.timeout, stdout=sys.stderr,
+                           stderr=sys.stderr)
     sys.stdout.write(prof.to_json() + "\n")
     sys.stdout.flush()
+    rc = 0 if prof.expected_mb is not None else 2
     if prof.returncode:
-        return int(prof.returncode) if 0 < prof.returncode < 256 else 1
-    return 0 if prof.expected_mb is not None else 2
+        rc = int(prof.returncode) if 0 < prof.returncode < 256 else 1
+    if args.output:
+        doc = dict(prof.to_dict(), app_id=os.environ.get("MELON_APP_ID"), container_id=os.environ.get("CONTAINER_ID"))
+        data = json.dumps(doc, sort_keys=True).encode("utf-8")
+        try:
+            if args.webhdfs:
+                write_webhdfs(args.webhdfs, args.output, data, args.hdfs_user)
+            else:
+                tmp = f"{args.output}.tmp{os.getpid()}"
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, args.output)
+        except Exception as exc:  # noqa: BLE001 - say what failed, fail the run
+            sys.stderr.write(f"[melon-profiler] could not write the profile to {args.output}: {exc}\n")
+            return rc if prof.returncode else 1
+        sys.stderr.write(f"[melon-profiler] profile ({prof.method}) written to {args.output}\n")
+        if rc == 2:
+            rc = 0
+    return rc
 
 
 if __name__ == "__main__":
