@@ -108,7 +108,8 @@ def get_provider_info() -> dict:
         ],
         "operators": [
             {"integration-name": "Apache Hadoop YARN (MeLoN)",
-             "python-modules": ["airflow_provider_melon.operators.train"]},
+             "python-modules": ["airflow_provider_melon.operators.train",
+                                "airflow_provider_melon.operators.profile"]},
         ],
         "sensors": [
             {"integration-name": "Apache Hadoop YARN (MeLoN)", "python-modules": ["airflow_provider_melon.sensors.yarn"]},

@@ -7,6 +7,9 @@ to a Tensor"), so this script uses tf-keras (Keras 2) with TF_USE_LEGACY_KERAS=1
 Data: an .npz with x_train/y_train/x_test/y_test, localized by YARN from HDFS (the job's `inputs`).
 Output: the chief saves a SavedModel and uploads it to HDFS through WebHDFS (`--webhdfs`, `--model-dir`).
 Progress: each epoch's loss goes to $MELON_PROGRESS_FILE, which the executor heartbeats to the AM.
+Profiling: with MELON_PROFILE_STEPS set (MelonProfileOperator / ``python -m airflow_provider_melon.gpu.profiler``)
+it trains that many steps, saves nothing to HDFS, and reports its memory model and step time to the profiler
+(``profiler.report``), which is what the profile is estimated from where there is no GPU to measure.
 """
 
 import argparse
@@ -16,6 +19,8 @@ import tempfile
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -37,6 +42,39 @@ class Progress(keras.callbacks.Callback):
         if self.path:
             with open(self.path, "w") as fh:
                 json.dump({"step": epoch + 1, "loss": float((logs or {}).get("loss", 0.0))}, fh)
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Seconds per training step, the first (tracing, warm-up) left out when there are more."""
+
+    def __init__(self):
+        super().__init__()
+        self.times, self._t = [], None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._t is not None:
+            self.times.append(time.perf_counter() - self._t)
+
+    @property
+    def step_time_s(self):
+        times = self.times[1:] or self.times
+        return sorted(times)[len(times) // 2] if times else None
+
+
+def report_profile(model, batch_size: int, timer: StepTimer) -> None:
+    """Tell MeLoN's profiler the model (its no-GPU estimate) and the step time; a no-op outside a profile run."""
+    try:
+        from airflow_provider_melon.gpu import profiler
+        from airflow_provider_melon.gpu.memory_model import from_keras_model
+    except ImportError:  # not run by MeLoN
+        return
+    memory_model = from_keras_model(model)
+    if profiler.report(memory_model=memory_model, batch=batch_size, step_time_s=timer.step_time_s):
+        print(f"[train] profile: {memory_model.total_mb(batch_size):.1f} MiB at batch {batch_size} (memory model), "
+              f"step {timer.step_time_s}", flush=True)
 
 
 def build_model(num_classes: int, input_dim: int) -> keras.Model:
@@ -84,8 +122,11 @@ def main() -> int:
 
     with strategy.scope():
         model = build_model(num_classes, x.shape[1])
+    timer = StepTimer()
     model.fit(dataset, epochs=1 if steps else args.epochs, steps_per_epoch=steps_per_epoch, verbose=2,
-              callbacks=[Progress(os.environ.get("MELON_PROGRESS_FILE"))])
+              callbacks=[Progress(os.environ.get("MELON_PROGRESS_FILE")), timer])
+    if steps:
+        report_profile(model, args.batch_size, timer)
 
     # Every worker must take part in saving (collective ops); only the chief's copy is kept.
     chief = is_chief(tf_config)
