@@ -1,4 +1,5 @@
-"""``melon`` command line: the embedded mini cluster, job submission, and packing a Python environment."""
+"""``melon`` command line: the embedded mini cluster, job submission, packing a Python environment, and the
+parameter-server planner (``melon plan ...``, :func:`airflow_provider_melon.planner.plan_main`)."""
 
 from __future__ import annotations
 
@@ -90,7 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--conda", help="conda env name or prefix")
     pe.set_defaults(func=_pack_env)
 
-    args = parser.parse_args(argv)
+    pl = sub.add_parser("plan", add_help=False, help="recommend batch size, PS and workers for a PS job "
+                        "(prints JSON; `melon plan --help` for its options)")
+    pl.set_defaults(func=None)
+
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "plan":  # everything after `plan` is the planner's own command line
+        from airflow_provider_melon.planner import plan_main
+
+        return plan_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.func(args)
     except mc.MiniClusterError as exc:
