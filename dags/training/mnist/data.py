@@ -12,7 +12,7 @@ def make_dataset(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> dict:
 
     def draw(n):
         y = rng.integers(0, 10, size=n)
-        x = prototypes[y] + rng.normal(0, 3.5, size=(n, 28, 28)).astype("float32")
+        x = prototypes[y] + rng.normal(0, 1.0, size=(n, 28, 28)).astype("float32")
         return np.clip(x, 0, 1).astype("float32"), y.astype("int64")
 
     x_train, y_train = draw(n_train)
