@@ -1,5 +1,8 @@
 """ingest → profile → distributed TensorFlow train → evaluate → publish, all on YARN through MeLoN.
 
+``profile`` runs one task of the training job for 5 steps under the profiler (NVML on a GPU; without one the
+memory model train.py reports) and hands its expected GPU memory to ``train`` through XCom.
+
 Connections: ``yarn_default`` (the RM; its extra carries ``fs_default_fs``) and ``webhdfs_default`` (the
 NameNode's HTTP address). Variables (optional): ``melon_hdfs_root`` (default /user/<login>/melon-demo),
 ``melon_accuracy_threshold`` (default 0.8). ``make demo`` runs it on the embedded mini cluster.
@@ -7,6 +10,7 @@ NameNode's HTTP address). Variables (optional): ``melon_hdfs_root`` (default /us
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -15,6 +19,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Variable, task
 
+from airflow_provider_melon.operators.profile import MelonProfileOperator
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 HERE = Path(__file__).resolve().parent
@@ -58,31 +63,30 @@ with DAG(
         return path
     # [END howto_melon_ingest]
 
-    @task
-    def profile() -> str:
-        """Placeholder for the profiler: the job's declared expected GPU memory per task."""
-        return "2GiB"
-
     dataset = ingest(ROOT)
-    expected = profile()
 
     # [START howto_melon_train]
+    train_job = {
+        "name": "mnist-mwms",
+        "framework": "tensorflow",
+        "code": str(TRAINING),
+        "entrypoint": "python train.py --epochs 2 --model-dir " + RUN_DIR + "/model"
+        " --webhdfs {{ webhdfs_url() }} --user {{ conn.yarn_default.login or 'root' }}",
+        "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"}],
+        "outputs": {"model": "hdfs://" + RUN_DIR + "/model"},
+        "roles": {
+            "chief": {"instances": 1, "memory": "2g", "vcores": 1, "gpu_memory": "2GiB"},
+            "worker": {"instances": 1, "memory": "2g", "vcores": 1, "gpu_memory": "2GiB"},
+        },
+    }
+
+    # One chief task for 5 steps; pushes expected_gpu_memory (e.g. "838MiB"), packing_pays and the profile.
+    profile = MelonProfileOperator(task_id="profile", job=copy.deepcopy(train_job), steps=5, poll_interval=5)
+
     train = MelonTrainOperator(
         task_id="train",
-        job={
-            "name": "mnist-mwms",
-            "framework": "tensorflow",
-            "code": str(TRAINING),
-            "entrypoint": "python train.py --epochs 2 --model-dir " + RUN_DIR + "/model"
-            " --webhdfs {{ webhdfs_url() }} --user {{ conn.yarn_default.login or 'root' }}",
-            "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"}],
-            "outputs": {"model": "hdfs://" + RUN_DIR + "/model"},
-            "roles": {
-                "chief": {"instances": 1, "memory": "2g", "vcores": 1, "gpu_memory": "2GiB"},
-                "worker": {"instances": 1, "memory": "2g", "vcores": 1, "gpu_memory": "2GiB"},
-            },
-        },
-        gpu_memory="{{ ti.xcom_pull(task_ids='profile') }}",
+        job=train_job,
+        gpu_memory="{{ ti.xcom_pull(task_ids='profile', key='expected_gpu_memory') }}",
         poll_interval=5,
     )
     # [END howto_melon_train]
@@ -121,4 +125,4 @@ with DAG(
         print(f"MELON_RESULT {json.dumps(result)}")
         return result
 
-    [dataset, expected] >> train >> evaluate >> publish(RUN_DIR, ROOT)
+    dataset >> profile >> train >> evaluate >> publish(RUN_DIR, ROOT)
