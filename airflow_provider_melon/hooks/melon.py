@@ -213,6 +213,17 @@ class MelonHook:
         log.info("submitted %s (%s); staged %d new bytes", app_id, spec.name, report.uploaded_bytes)
         return {"app_id": app_id, "staging": report, "plan": plan}
 
+    def test_connection(self) -> tuple[bool, str]:
+        """Both halves a submission needs: the RM answers, and HDFS lists the user's staging folder's parent."""
+        ok, message = self.yarn.test_connection()
+        if not ok:
+            return False, f"YARN: {message}"
+        try:
+            self.hdfs.status("/", strict=True)
+        except Exception as exc:  # noqa: BLE001 - reported to the UI
+            return False, f"{message}; HDFS ({self.webhdfs_conn_id}): {exc}"
+        return True, f"{message}; HDFS reachable, staging under {self.cache_dir}"
+
     # ---- AM status ------------------------------------------------------------------------------------------
     def am_status(self, app_id: str) -> Optional[dict]:
         """The AM's ``/status`` JSON through the RM web proxy, or None while the AM is not serving yet."""
