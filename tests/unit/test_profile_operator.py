@@ -408,3 +408,17 @@ def test_profiler_cli_output_without_estimate_exits_0_and_failed_write_exits_1(t
     r3 = subprocess.run(base + ["--output", "/p.json", "--webhdfs", standby.url, "--", "python", str(script)],
                         env=env, capture_output=True, text=True, timeout=120)
     assert r3.returncode == 1 and "could not write the profile to /p.json" in r3.stderr
+
+
+def test_deferred_resume_on_a_fresh_operator_reads_the_same_path(hooks):
+    # `airflow dags test` resumes a deferred task on a new operator object, with the trigger's event only
+    from airflow_provider_melon.triggers.yarn import make_event_payload
+
+    ctx = make_context()
+    path = make_op().profile_path_for(ctx)
+    hooks.hdfs.files[path] = json.dumps(profile_doc(expected_mb=1200)).encode()
+    app = {"id": APP, "state": "FINISHED", "finalStatus": "SUCCEEDED", "startedTime": 1, "finishedTime": 2,
+           "elapsedTime": 1}
+    result = make_op(deferrable=True).execute_complete(ctx, make_event_payload("success", APP, app, "done"))
+    assert result["path"] == path and pushed(ctx)["expected_gpu_memory"] == "1200MiB"
+    hooks.submit.assert_not_called()
