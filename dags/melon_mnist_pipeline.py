@@ -70,7 +70,7 @@ with DAG(
         "name": "mnist-mwms",
         "framework": "tensorflow",
         "code": str(TRAINING),
-        "entrypoint": "python train.py --epochs 2 --model-dir " + RUN_DIR + "/model"
+        "entrypoint": "python train.py --epochs 4 --model-dir " + RUN_DIR + "/model"
         " --webhdfs {{ webhdfs_url() }} --user {{ conn.yarn_default.login or 'root' }}",
         "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"}],
         "outputs": {"model": "hdfs://" + RUN_DIR + "/model"},
