@@ -35,10 +35,10 @@ with DAG(
         import sys
 
         sys.path.insert(0, str(TRAINING))
-        from data import make_dataset, to_npz_bytes
+        from data import DATASET_VERSION, make_dataset, to_npz_bytes
 
         root = params["root"]
-        path = f"{root}/datasets/mnist-synth/mnist.npz"
+        path = f"{root}/datasets/mnist-synth/v{DATASET_VERSION}/mnist.npz"
         client = _webhdfs()
         if client.status(path, strict=False) is None:
             client.write(path, data=to_npz_bytes(make_dataset()), overwrite=True)

@@ -54,9 +54,9 @@ with DAG(
     def ingest(root: str) -> str:
         """Generate the small dataset and put it into HDFS (a real pipeline would fetch it)."""
         sys.path.insert(0, str(TRAINING))
-        from data import make_dataset, to_npz_bytes
+        from data import DATASET_VERSION, make_dataset, to_npz_bytes
 
-        path = f"{root}/datasets/mnist-synth/mnist.npz"
+        path = f"{root}/datasets/mnist-synth/v{DATASET_VERSION}/mnist.npz"
         client = _webhdfs()
         if client.status(path, strict=False) is None:
             client.write(path, data=to_npz_bytes(make_dataset()), overwrite=True)

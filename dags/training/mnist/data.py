@@ -5,6 +5,9 @@ import io
 
 import numpy as np
 
+# Bump when the generator changes: the DAGs store the data under v<N>, so a stale copy is never reused.
+DATASET_VERSION = 2
+
 
 def make_dataset(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
