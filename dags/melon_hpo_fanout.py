@@ -35,14 +35,10 @@ with DAG(
         import sys
 
         sys.path.insert(0, str(TRAINING))
-        from data import DATASET_VERSION, make_dataset, to_npz_bytes
+        from data import ensure_in_hdfs
 
         root = params["root"]
-        path = f"{root}/datasets/mnist-synth/v{DATASET_VERSION}/mnist.npz"
-        client = _webhdfs()
-        if client.status(path, strict=False) is None:
-            client.write(path, data=to_npz_bytes(make_dataset()), overwrite=True)
-        return {"data": path, "out": f"{root}/hpo/{ts_nodash}"}
+        return {"data": ensure_in_hdfs(_webhdfs(), root), "out": f"{root}/hpo/{ts_nodash}"}
 
     @task
     def trials(where: dict) -> list[dict]:

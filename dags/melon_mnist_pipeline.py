@@ -54,13 +54,9 @@ with DAG(
     def ingest(root: str) -> str:
         """Generate the small dataset and put it into HDFS (a real pipeline would fetch it)."""
         sys.path.insert(0, str(TRAINING))
-        from data import DATASET_VERSION, make_dataset, to_npz_bytes
+        from data import ensure_in_hdfs
 
-        path = f"{root}/datasets/mnist-synth/v{DATASET_VERSION}/mnist.npz"
-        client = _webhdfs()
-        if client.status(path, strict=False) is None:
-            client.write(path, data=to_npz_bytes(make_dataset()), overwrite=True)
-        return path
+        return ensure_in_hdfs(_webhdfs(), root)
     # [END howto_melon_ingest]
 
     dataset = ingest(ROOT)

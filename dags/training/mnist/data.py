@@ -27,3 +27,12 @@ def to_npz_bytes(arrays: dict) -> bytes:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     return buf.getvalue()
+
+
+def ensure_in_hdfs(client, root: str) -> str:
+    """Write the dataset under ``<root>/datasets/mnist-synth/v<N>/`` unless it is there; return its HDFS path.
+    ``client`` is an ``hdfs`` client (e.g. ``WebHDFSHook(...).get_conn()``)."""
+    path = f"{root}/datasets/mnist-synth/v{DATASET_VERSION}/mnist.npz"
+    if client.status(path, strict=False) is None:
+        client.write(path, data=to_npz_bytes(make_dataset()), overwrite=True)
+    return path
