@@ -28,20 +28,23 @@ def _wait_for(predicate, timeout: float, what: str):
 
 
 
-def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path):
-    date = "2026-02-01"
+@pytest.mark.parametrize("task_id,date,how", [
+    ("train", "2026-02-01", "Reconnecting to existing job"),  # Airflow 3.3 ResumableJobMixin, task state store
+    ("train_by_tags", "2026-02-03", "found by tags"),  # any version: the app's tags
+])
+def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path, task_id, date, how):
     before = {a["id"] for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])}
-    first = airflow.popen("tasks", "test", "melon_e2e_probe", "train", date, log=tmp_path / "first.log")
+    first = airflow.popen("tasks", "test", "melon_e2e_probe", task_id, date, log=tmp_path / "first.log")
     app = _wait_for(lambda: [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
                              if a["id"] not in before and a["state"] in LIVE], 120, "the first submission")[0]
     # The worker dies without running on_kill (SIGKILL): the YARN application lives on.
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(30)
     assert melon_hook.yarn.get_application(app["id"])["state"] in LIVE
-    second = airflow.run("tasks", "test", "melon_e2e_probe", "train", date, timeout=300)
+    second = airflow.run("tasks", "test", "melon_e2e_probe", task_id, date, timeout=300)
     out = second.stdout + second.stderr
     assert second.returncode == 0, out[-4000:]
-    assert app["id"] in out
+    assert app["id"] in out and how in out
     mine = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"]) if a["id"] not in before]
     assert [a["id"] for a in mine] == [app["id"]], "the retry must reattach, not resubmit"
     assert melon_hook.yarn.get_application(app["id"])["finalStatus"] == "SUCCEEDED"

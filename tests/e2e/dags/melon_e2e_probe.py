@@ -9,14 +9,17 @@ from airflow_provider_melon.operators.train import MelonTrainOperator
 
 with DAG(dag_id="melon_e2e_probe", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
          catchup=False, params={"seconds": 25}) as dag:
-    MelonTrainOperator(
-        task_id="train",
-        deferrable=False,
-        poll_interval=5,
-        job={
-            "name": "e2e-probe",
-            "framework": "generic",
-            "entrypoint": "python -c \"import time; time.sleep({{ params.seconds }}); print('probe done')\"",
-            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "1GiB"}},
-        },
-    )
+    for task_id, durable in (("train", True), ("train_by_tags", False)):
+        # train: Airflow 3.3's ResumableJobMixin (app id in the task state store); train_by_tags: tags only
+        MelonTrainOperator(
+            task_id=task_id,
+            deferrable=False,
+            durable=durable,
+            poll_interval=5,
+            job={
+                "name": "e2e-probe",
+                "framework": "generic",
+                "entrypoint": "python -c \"import time; time.sleep({{ params.seconds }}); print('probe done')\"",
+                "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "1GiB"}},
+            },
+        )
