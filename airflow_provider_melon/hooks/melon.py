@@ -112,7 +112,7 @@ class MelonHook:
 
     def _yarn_extra(self) -> dict:
         conn_id = getattr(self.yarn, "yarn_conn_id", None)
-        if getattr(self.yarn, "rm_urls_given", False) or not conn_id:
+        if not getattr(self.yarn, "from_connection", True) or not conn_id:
             return {}
         try:
             return dict(self.yarn.get_connection(conn_id).extra_dejson)

@@ -309,6 +309,8 @@ class YarnHook(BaseHook):
     ):
         super().__init__()
         self.yarn_conn_id = yarn_conn_id
+        #: False when built from explicit ``rm_urls`` (CLI, tests): no Airflow connection is read.
+        self.from_connection = rm_urls is None
         self._explicit = {
             "rm_urls": rm_urls, "user": user, "auth": auth, "timeout": timeout, "retries": retries,
             "verify": verify, "kerberos_principal": kerberos_principal,

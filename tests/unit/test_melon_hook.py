@@ -1,0 +1,54 @@
+import io
+import os
+import time
+import zipfile
+from unittest import mock
+
+from airflow_provider_melon.hooks.melon import MelonHook, deterministic_zip, folder_files, runtime_files
+from airflow_provider_melon.hooks.yarn import YarnHook
+
+
+def test_zip_is_deterministic_across_mtimes_and_skips_caches(tmp_path):
+    (tmp_path / "a.py").write_text("A = 1\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.txt").write_text("b")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"junk")
+    first = deterministic_zip(folder_files(tmp_path))
+    os.utime(tmp_path / "a.py", (time.time() + 100, time.time() + 100))
+    assert deterministic_zip(folder_files(tmp_path)) == first
+    names = zipfile.ZipFile(io.BytesIO(first)).namelist()
+    assert names == ["a.py", "sub/b.txt"]
+    (tmp_path / "a.py").write_text("A = 2\n")
+    assert deterministic_zip(folder_files(tmp_path)) != first
+
+
+def test_runtime_archive_holds_only_what_containers_import():
+    names = {name for name, _ in runtime_files()}
+    assert "airflow_provider_melon/__init__.py" in names
+    assert "airflow_provider_melon/runtime/executor.py" in names and "airflow_provider_melon/gpu/ledger.py" in names
+    assert not any(n.startswith(("airflow_provider_melon/hooks", "airflow_provider_melon/operators")) for n in names)
+
+
+def test_hdfs_path_strips_the_authority():
+    assert MelonHook.hdfs_path("hdfs://nn:8020/a/b") == "/a/b"
+    assert MelonHook.hdfs_path("hdfs:///a/b") == "/a/b"
+    assert MelonHook.hdfs_path("/a/b") == "/a/b"
+
+
+def test_explicit_yarn_hook_reads_no_airflow_connection():
+    yarn = YarnHook(rm_urls=["http://rm:8088"], user="alice")
+    with mock.patch.object(YarnHook, "get_connection", side_effect=AssertionError("no connection lookups")):
+        hook = MelonHook(yarn_hook=yarn, hdfs_client=object(), fs_default_fs="hdfs://nn:8020")
+    assert hook.user == "alice" and hook.cache_dir == "/user/alice/.melon/cache"
+    assert hook.hdfs_uri("/x") == "hdfs://nn:8020/x"
+
+
+def test_connection_extras_configure_the_hook():
+    conn = mock.Mock(extra_dejson={"fs_default_fs": "hdfs://nn:9000", "python": "/opt/py/bin/python",
+                                   "am_classpath": "/conf:/jars/*", "container_env": {"A": "1"}})
+    with mock.patch.object(YarnHook, "get_connection", return_value=conn):
+        hook = MelonHook(yarn_hook=YarnHook("my_yarn"), hdfs_client=object(), user="bob")
+    assert (hook.fs_default_fs, hook.default_python, hook.am_classpath) == (
+        "hdfs://nn:9000", "/opt/py/bin/python", "/conf:/jars/*")
+    assert hook.container_env == {"A": "1"}
