@@ -1,7 +1,7 @@
 """MelonHook: stage a job's files to HDFS, submit its ApplicationMaster to YARN, read the AM's status.
 
 Staging is content-addressed: the code folder is zipped deterministically (sorted entries, fixed timestamps
-and modes), hashed, and uploaded to ``/user/<user>/.melon/cache/<sha256>/<name>``; an object already there
+and modes), hashed, and uploaded to ``<staging_dir>/cache/<sha256>/<name>`` (``[melon] staging_dir``, default ``/user/<user>/.melon``); an object already there
 with the same size is not uploaded again, so a second submit of unchanged code uploads 0 bytes. The same
 holds for the in-container runtime (``runtime/`` + ``gpu/``) and the AM jar. YARN local resources then carry
 the HDFS file's real length and modification time, as the NodeManager's localizer checks them.
@@ -108,7 +108,9 @@ class MelonHook:
         self.default_python = default_python or extra.get("python") or "python3"
         self.container_env = dict(extra.get("container_env") or {}, **(container_env or {}))
         self.fs_default_fs = fs_default_fs or extra.get("fs_default_fs")
-        self.cache_dir = f"/user/{self.user}/.melon/cache"
+        #: ``[melon] staging_dir`` ({user} is replaced): cache/ (content-addressed), apps/ (plans), profiles/
+        self.staging_dir = (_conf("staging_dir") or "/user/{user}/.melon").format(user=self.user).rstrip("/")
+        self.cache_dir = f"{self.staging_dir}/cache"
 
     def _yarn_extra(self) -> dict:
         conn_id = getattr(self.yarn, "yarn_conn_id", None)
@@ -202,7 +204,7 @@ class MelonHook:
             env_archive=files.get("env_archive"), default_python=self.default_python,
             container_env=self.container_env,
         )
-        plan_file = self.put_bytes(f"/user/{self.user}/.melon/apps/{app_id}/{submission.PLAN_FILE}",
+        plan_file = self.put_bytes(f"{self.staging_dir}/apps/{app_id}/{submission.PLAN_FILE}",
                                    json.dumps(plan, indent=1, sort_keys=True).encode(), cached=False)
         files["plan"] = plan_file
         context = submission.build_submission(

@@ -112,7 +112,7 @@ class MelonProfileOperator(MelonTrainOperator):
         dag_id, task_id, run_id, map_index = self._ti_identity(context)
         digest = hashlib.sha256(f"{dag_id}\n{task_id}\n{run_id}".encode()).hexdigest()[:16]
         leaf = digest if map_index < 0 else f"{digest}-{map_index}"
-        return f"/user/{self.hook.user}/.melon/profiles/{dag_id}/{task_id}/{leaf}/profile.json"
+        return f"{self.hook.staging_dir}/profiles/{dag_id}/{task_id}/{leaf}/profile.json"
 
     def _steps(self) -> int:
         try:

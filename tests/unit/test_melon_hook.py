@@ -52,3 +52,9 @@ def test_connection_extras_configure_the_hook():
     assert (hook.fs_default_fs, hook.default_python, hook.am_classpath) == (
         "hdfs://nn:9000", "/opt/py/bin/python", "/conf:/jars/*")
     assert hook.container_env == {"A": "1"}
+
+
+def test_staging_dir_comes_from_the_provider_config(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__MELON__STAGING_DIR", "/shared/melon/{user}")
+    hook = MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="carol"), hdfs_client=object())
+    assert hook.cache_dir == "/shared/melon/carol/cache"
