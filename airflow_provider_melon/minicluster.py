@@ -17,6 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_provider_melon.rm_json import GPU_RESOURCE, parse_resource
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 APPMASTER_DIR = REPO_ROOT / "appmaster"
 DEFAULT_WORK_DIR = REPO_ROOT / ".melon-minicluster"
@@ -92,6 +94,11 @@ def _log_tail(work_dir: Path, lines: int = 40) -> str:
     return "\n".join(text[-lines:])
 
 
+def node_resources(resource: dict | None) -> dict:
+    """An RM resource object flattened to name → value (``memory-mb``, ``vcores``, ``yarn.io/gpu``, …)."""
+    return parse_resource(resource)["resources"]
+
+
 def read_details(work_dir: Path = DEFAULT_WORK_DIR) -> ClusterDetails | None:
     path = details_path(work_dir)
     if not path.is_file():
@@ -126,22 +133,8 @@ def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float 
     except (OSError, ValueError):
         return None
     nodes = ((body or {}).get("nodes") or {}).get("node") or []
-    ready = [n for n in nodes if node_resources(n.get("totalResource")).get("yarn.io/gpu", 0) > 0]
+    ready = [n for n in nodes if node_resources(n.get("totalResource"))[GPU_RESOURCE] > 0]
     return ready if len(ready) >= expected_nodes else None
-
-
-def node_resources(resource: dict | None) -> dict[str, int]:
-    """Flatten an RM resource object (``memory``, ``vCores``, ``resourceInformations``) into name → value."""
-    resource = resource or {}
-    out = {"memory-mb": int(resource.get("memory") or 0), "vcores": int(resource.get("vCores") or 0)}
-    infos = (resource.get("resourceInformations") or {}) if isinstance(resource, dict) else {}
-    infos = infos.get("resourceInformation") if isinstance(infos, dict) else infos
-    if isinstance(infos, dict):
-        infos = [infos]
-    for info in infos or []:
-        if isinstance(info, dict) and info.get("name"):
-            out[info["name"]] = int(info.get("value") or 0)
-    return out
 
 
 def inventory_path(work_dir: Path) -> Path:
