@@ -17,6 +17,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_provider_melon.gpu.ledger import pid_alive
 from airflow_provider_melon.rm_json import GPU_RESOURCE, parse_resource
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,22 +107,12 @@ def read_details(work_dir: Path = DEFAULT_WORK_DIR) -> ClusterDetails | None:
     return ClusterDetails(json.loads(path.read_text()), Path(work_dir))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def running_pid(work_dir: Path = DEFAULT_WORK_DIR) -> int | None:
     try:
         pid = int(pid_path(work_dir).read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-    return pid if _pid_alive(pid) else None
+    return pid if pid_alive(pid) else None
 
 
 def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float = 5.0) -> list[dict] | None:
@@ -217,15 +208,14 @@ def stop(work_dir: Path = DEFAULT_WORK_DIR, timeout: float = 60.0) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _pid_alive(pid):
-        _reap(pid)
+    while time.monotonic() < deadline and pid_alive(pid):  # a zombie (our exited child) counts as gone
         time.sleep(0.3)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        _reap(pid)
+    _reap(pid)
     pid_path(work_dir).unlink(missing_ok=True)
     details_path(work_dir).unlink(missing_ok=True)
     return True
