@@ -1,2 +1,0 @@
-package org.melon.yarn;
-final class Placeholder {}
