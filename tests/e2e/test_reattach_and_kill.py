@@ -37,6 +37,12 @@ def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path, 
     first = airflow.popen("tasks", "test", "melon_e2e_probe", task_id, date, log=tmp_path / "first.log")
     app = _wait_for(lambda: [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
                              if a["id"] not in before and a["state"] in LIVE], 120, "the first submission")[0]
+    # Kill only once the first try follows the app: its first poll line comes after ResumableJobMixin has
+    # put the id in the task state store. (Killed between submit and that line, the retry still reattaches,
+    # by tags, which the other case tests: CI once hit exactly that window.)
+    first_log = tmp_path / "first.log"
+    _wait_for(lambda: f"YARN application {app['id']}: - ->" in first_log.read_text(errors="replace"), 120,
+              "the first try to poll the app")
     # The worker dies without running on_kill (SIGKILL): the YARN application lives on.
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(30)
