@@ -33,7 +33,8 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
                    ``MIN_MARGINAL_GAIN`` (0.1 of a job: the measurements' noise) and
                    no job on that GPU would fall below ``1 / FAIRNESS_BOUND`` of its solo speed; ties go to
                    ``policy.best_fit``.
-    ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`.
+    ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
+                   bound restricted to the configurations (c)'s own rules allow.
 """
 
 from __future__ import annotations
@@ -321,7 +322,35 @@ def configurations(model: SpeedModel, total_mb: int, small_mb: int, large_mb: in
     return out
 
 
-def ideal_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel) -> Bound:
+def pays_configuration(model: SpeedModel, n_large: int, n_small: int, large_pays: bool) -> bool:
+    """Could policy (c) ever form this GPU configuration? Its own three rules, nothing else:
+    ``packing_pays`` (a large job that does not pay never shares, so no ``l >= 2`` and no small beside it),
+    ``policy.admits`` without MPS (at most ``MAX_SMALL_WITH_LARGE`` small beside a large), the fairness
+    bound (no job below ``1 / FAIRNESS_BOUND`` of its solo speed), and the marginal gain (the last small job
+    to join adds more than ``MIN_MARGINAL_GAIN``: R18 stops at 4 per GPU)."""
+    if n_large and (n_large > 1 or n_small) and not large_pays:
+        return False
+    if n_large and n_small > policy.MAX_SMALL_WITH_LARGE:
+        return False
+    if n_small and (n_large or n_small > 1) and \
+            model.throughput(n_large, n_small) - model.throughput(n_large, n_small - 1) <= MIN_MARGINAL_GAIN:
+        return False
+    lr, sr = model.rates(n_large, n_small)
+    return not ((n_large and lr < 1.0 / FAIRNESS_BOUND - EPS) or (n_small and sr < 1.0 / FAIRNESS_BOUND - EPS))
+
+
+def rules_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel) -> Bound:
+    """:func:`ideal_bound` over only the configurations policy (c) may form (:func:`pays_configuration`):
+    the best any schedule that obeys (c)'s rules could do. ``(c) / rules_bound`` is what (c) loses to its
+    online, arrival-order scheduling (mostly the tail: the last jobs start late and run alone);
+    ``rules_bound / ideal_bound`` is what its rules (fairness, no large sharing without MPS) cost."""
+    large_mb = max([j.expected_mb for j in jobs if j.large] or [expected_mb(model.large_peak_mb)])
+    large_pays = job_pays(Job("l", "large", 1.0, large_mb), model, total_mb)
+    return ideal_bound(jobs, n_gpus, total_mb, model,
+                       allowed=lambda nl, ns: pays_configuration(model, nl, ns, large_pays))
+
+
+def ideal_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel, allowed=None) -> Bound:
     """A lower bound on makespan (and GPU-hours, mean JCT) under any packing, from the measured data.
 
     Makespan: the least ``T`` such that GPU-time spread over the measured configurations (fractionally,
@@ -330,12 +359,13 @@ def ideal_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedMod
     ``arrival + work / fastest per-job rate`` (a job cannot beat its own best speed). GPU-hours: the LP's
     GPU-time at the optimum (every GPU-second at the best mix). Mean JCT: each job's solo duration divided
     by the fastest per-job rate measured (queueing ignored) -- loose, stated for completeness.
+    ``allowed(n_large, n_small)``, when given, keeps only the configurations it accepts (:func:`rules_bound`).
     """
     ws = sum(j.work_s for j in jobs if not j.large)
     wl = sum(j.work_s for j in jobs if j.large)
     small_mb = max([j.expected_mb for j in jobs if not j.large] or [expected_mb(model.small_peak_mb)])
     large_mb = max([j.expected_mb for j in jobs if j.large] or [expected_mb(model.large_peak_mb)])
-    cfgs = configurations(model, total_mb, small_mb, large_mb)
+    cfgs = [c for c in configurations(model, total_mb, small_mb, large_mb) if allowed is None or allowed(c[0], c[1])]
     best, used = math.inf, []
     # single configurations
     for c in cfgs:

@@ -125,6 +125,22 @@ def test_ideal_bound_hand_worked(model):
         assert sim.simulate(jobs, 4, sim.H200_MB, p, model).makespan_s >= bound.makespan_s - 1e-6
 
 
+def test_rules_bound_keeps_only_what_pays_may_form(model):
+    allowed = lambda nl, ns: sim.pays_configuration(model, nl, ns, large_pays=False)  # noqa: E731
+    assert allowed(0, 4) and not allowed(0, 5)  # R18: 4 -> 5 adds 0.05 of a job, under MIN_MARGINAL_GAIN
+    assert allowed(1, 0) and not allowed(2, 0) and not allowed(1, 1)  # a large job that does not pay never shares
+    assert sim.pays_configuration(model, 1, 1, large_pays=True)  # R50 + R18 keep 0.93/0.96
+    assert not sim.pays_configuration(model, 1, 2, large_pays=True)  # admits: one small beside a large
+    # 8 one-hour small jobs on 1 GPU under (c)'s rules: 4 at a time at 3.52x -> 8 / 3.5247 h
+    b = sim.rules_bound([small(f"s{i}") for i in range(8)], 1, sim.H200_MB, model)
+    assert b.makespan_s == pytest.approx(8 * W / model.throughput(0, 4)) and b.configs == [(0, 4)]
+    # between the unconstrained bound and what (c) really achieves
+    jobs = sim.make_trace(40, 0.75, 5, model)
+    rules = sim.rules_bound(jobs, 4, sim.H200_MB, model).makespan_s
+    assert sim.ideal_bound(jobs, 4, sim.H200_MB, model).makespan_s <= rules + 1e-6
+    assert sim.simulate(jobs, 4, sim.H200_MB, "pays", model).makespan_s >= rules - 1e-6
+
+
 def test_trace_is_seeded_and_deterministic(model):
     a = sim.make_trace(50, 0.75, 11, model)
     assert a == sim.make_trace(50, 0.75, 11, model)
