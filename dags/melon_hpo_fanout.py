@@ -60,7 +60,9 @@ with DAG(
         ]
 
     where = ingest()
+    # [START howto_melon_mapped_train]
     runs = MelonTrainOperator.partial(task_id="trial", poll_interval=5).expand(job=trials(where))
+    # [END howto_melon_mapped_train]
 
     @task
     def pick_best(where: dict) -> dict:
