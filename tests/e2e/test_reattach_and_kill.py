@@ -34,7 +34,10 @@ def _wait_for(predicate, timeout: float, what: str):
 ])
 def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path, task_id, date, how):
     before = {a["id"] for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])}
-    first = airflow.popen("tasks", "test", "melon_e2e_probe", task_id, date, log=tmp_path / "first.log")
+    # 50 s of work: the app must outlive the second `airflow tasks test`'s start-up (10-20 s on 2 busy cores),
+    # else the retry finds it already SUCCEEDED (a valid path, but not the one under test).
+    params = ("--task-params", '{"seconds": 50}')
+    first = airflow.popen("tasks", "test", "melon_e2e_probe", task_id, date, *params, log=tmp_path / "first.log")
     app = _wait_for(lambda: [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
                              if a["id"] not in before and a["state"] in LIVE], 120, "the first submission")[0]
     # Kill only once the first try follows the app: its first poll line comes after ResumableJobMixin has
@@ -47,10 +50,11 @@ def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path, 
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(30)
     assert melon_hook.yarn.get_application(app["id"])["state"] in LIVE
-    second = airflow.run("tasks", "test", "melon_e2e_probe", task_id, date, timeout=300)
+    second = airflow.run("tasks", "test", "melon_e2e_probe", task_id, date, *params, timeout=300)
     out = second.stdout + second.stderr
     assert second.returncode == 0, out[-4000:]
-    assert app["id"] in out and how in out
+    said = [line for line in out.splitlines() if app["id"] in line or "job" in line.lower()]
+    assert app["id"] in out and how in out, "\n".join(said[-30:])
     mine = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"]) if a["id"] not in before]
     assert [a["id"] for a in mine] == [app["id"]], "the retry must reattach, not resubmit"
     assert melon_hook.yarn.get_application(app["id"])["finalStatus"] == "SUCCEEDED"
