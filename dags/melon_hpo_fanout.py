@@ -1,5 +1,6 @@
 """Dynamic task mapping over a small hyper-parameter grid: each trial is a shared-GPU MeLoN job (6 GiB of
-expected GPU memory), so more trials than GPUs run at once; then the best trial is picked."""
+expected GPU memory), so more trials than GPUs run at once; then the best trial is picked. The trials defer to
+``YarnApplicationTrigger`` while YARN runs them."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ with DAG(
 
     where = ingest()
     # [START howto_melon_mapped_train]
-    runs = MelonTrainOperator.partial(task_id="trial", poll_interval=5).expand(job=trials(where))
+    # Deferrable: a waiting trial holds no worker slot, only a trigger (`airflow dags test` runs it inline).
+    runs = MelonTrainOperator.partial(task_id="trial", poll_interval=5, deferrable=True).expand(job=trials(where))
     # [END howto_melon_mapped_train]
 
     @task

@@ -43,6 +43,11 @@ def test_hpo_fanout(airflow, melon_hook):
     assert len({a["name"] for a in trials}) == 4
     maps = {t for a in trials for t in a["applicationTags"].split(",") if t.startswith("airflow-map:")}
     assert maps == {"airflow-map:0", "airflow-map:1", "airflow-map:2", "airflow-map:3"}
+    # The trials deferred, and the trigger (not the task) followed each app to its end.
+    assert out.count("Pausing task as DEFERRED") == 4, out[-5000:]
+    for a in trials:
+        assert any(f"YARN application {a['id']} reached FINISHED" in line and "YarnApplicationTrigger" in line
+                   for line in out.splitlines()), a["id"]
 
 
 def test_external_app_watch(airflow, melon_hook, tmp_path):
