@@ -44,7 +44,7 @@ import math
 import re
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 from .gpu.memory_model import (
     DEFAULT_FRAMEWORK_OVERHEAD_MB,
@@ -55,7 +55,7 @@ from .gpu.memory_model import (
     optimizer_slots,
 )
 
-__all__ = ["Plan", "plan", "transfer_time_s", "parse_size_mb", "plan_main"]
+__all__ = ["Plan", "plan", "plan_request", "transfer_time_s", "parse_size_mb", "plan_main"]
 
 
 @dataclass
@@ -176,6 +176,29 @@ def parse_size_mb(text: str) -> float:
     return float(m.group(1)) * _UNITS_MB[m.group(2).lower()]
 
 
+def plan_request(model_params: float, per_sample_ms: float, workers: int, bandwidth_gbps: float,
+                 gpu_memory: Union[str, float], *, dtype: str = "float32", optimizer: str = "sgd",
+                 activation_mb: float = 0.0, max_batch: Optional[int] = None, max_ps: Optional[int] = None,
+                 batch_multiple: int = 8, workspace_mb: float = DEFAULT_WORKSPACE_MB,
+                 overhead_mb: float = DEFAULT_FRAMEWORK_OVERHEAD_MB) -> Plan:
+    """:func:`plan` from the units people write (``melon plan`` and ``MelonPlanOperator``): milliseconds per
+    sample, a GPU memory size such as ``"16GiB"``, activation MiB per sample, a dtype and an optimizer name.
+    Without ``activation_mb`` the memory bounds only the parameters' part, so the batch is capped at 1024 unless
+    ``max_batch`` says otherwise (the plan's first reason says so). Raises ValueError on bad input."""
+    b = dtype_bytes(dtype)
+    mm = MemoryModel(params=int(model_params), bytes_per_param=b, optimizer_slots=optimizer_slots(optimizer),
+                     activation_bytes_per_sample=activation_mb * MIB, workspace_mb=workspace_mb,
+                     framework_overhead_mb=overhead_mb)
+    notes = []
+    if activation_mb <= 0 and max_batch is None:
+        max_batch = 1024
+        notes.append("no activation_mb (--activation-mb): memory bounds only the parameters' part; batch capped at 1024")
+    result = plan(model_params, b, per_sample_ms / 1000.0, workers, bandwidth_gbps, parse_size_mb(gpu_memory), mm,
+                  max_ps, max_batch=max_batch, batch_multiple=batch_multiple)
+    result.reasons[:0] = notes
+    return result
+
+
 def plan_main(argv: Optional[Sequence[str]] = None) -> int:
     """``melon plan --params 25e6 --per-sample-ms 2 --workers 4 --bandwidth-gbps 10 --gpu-memory 16GiB``.
 
@@ -201,24 +224,14 @@ def plan_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--overhead-mb", type=float, default=DEFAULT_FRAMEWORK_OVERHEAD_MB)
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        b = dtype_bytes(args.dtype)
-        mm = MemoryModel(params=int(args.params), bytes_per_param=b, optimizer_slots=optimizer_slots(args.optimizer),
-                         activation_bytes_per_sample=args.activation_mb * MIB, workspace_mb=args.workspace_mb,
-                         framework_overhead_mb=args.overhead_mb)
-        max_batch = args.max_batch
-        notes = []
-        if args.activation_mb <= 0 and max_batch is None:
-            max_batch = 1024
-            notes.append("no --activation-mb: memory bounds only the parameters' part; batch capped at 1024")
-        result = plan(args.params, b, args.per_sample_ms / 1000.0, args.workers, args.bandwidth_gbps,
-                      parse_size_mb(args.gpu_memory), mm, args.max_ps, max_batch=max_batch,
-                      batch_multiple=args.batch_multiple)
+        result = plan_request(args.params, args.per_sample_ms, args.workers, args.bandwidth_gbps, args.gpu_memory,
+                              dtype=args.dtype, optimizer=args.optimizer, activation_mb=args.activation_mb,
+                              max_batch=args.max_batch, max_ps=args.max_ps, batch_multiple=args.batch_multiple,
+                              workspace_mb=args.workspace_mb, overhead_mb=args.overhead_mb)
     except ValueError as exc:
         print(f"melon plan: {exc}", file=sys.stderr)
         return 2
-    out = result.to_dict()
-    out["reasons"] = notes + out["reasons"]
-    print(json.dumps(out, indent=2))
+    print(json.dumps(result.to_dict(), indent=2))
     return 0 if result.batch_size > 0 else 1
 
 

@@ -109,7 +109,8 @@ def get_provider_info() -> dict:
         "operators": [
             {"integration-name": "Apache Hadoop YARN (MeLoN)",
              "python-modules": ["airflow_provider_melon.operators.train",
-                                "airflow_provider_melon.operators.profile"]},
+                                "airflow_provider_melon.operators.profile",
+                                "airflow_provider_melon.operators.plan"]},
         ],
         "sensors": [
             {"integration-name": "Apache Hadoop YARN (MeLoN)", "python-modules": ["airflow_provider_melon.sensors.yarn"]},

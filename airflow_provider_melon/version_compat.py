@@ -59,9 +59,13 @@ except ImportError:  # pragma: no cover
     from airflow.configuration import conf  # type: ignore[no-redef]
 
 try:
-    from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 except ImportError:  # pragma: no cover
-    from airflow.exceptions import AirflowException, AirflowSensorTimeout  # type: ignore[no-redef]
+    from airflow.exceptions import (  # type: ignore[no-redef]
+        AirflowException,
+        AirflowFailException,
+        AirflowSensorTimeout,
+    )
 
 try:  # Airflow 3.3: the real mixin (task_state_store)
     from airflow.sdk import ResumableJobMixin
@@ -98,7 +102,7 @@ def trigger_has_on_kill() -> bool:
 
 __all__ = [
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
-    "AirflowException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator", "BaseOperatorLink",
+    "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator", "BaseOperatorLink",
     "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "XCom", "conf", "trigger_has_on_kill",
 ]

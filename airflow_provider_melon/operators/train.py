@@ -70,16 +70,12 @@ from airflow_provider_melon.triggers.yarn import (
 )
 from airflow_provider_melon.version_compat import (
     AirflowException,
+    AirflowFailException,
     Asset,
     BaseOperator,
     ResumableJobMixin,
     conf,
 )
-
-try:
-    from airflow.sdk.exceptions import AirflowFailException
-except ImportError:  # pragma: no cover - older task SDKs
-    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
     from airflow_provider_melon.hooks.yarn import YarnHook

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,21 @@ def test_hpo_fanout(airflow, melon_hook):
     for a in trials:
         assert any(f"YARN application {a['id']} reached FINISHED" in line and "YarnApplicationTrigger" in line
                    for line in out.splitlines()), a["id"]
+
+
+def test_ps_planned(airflow, melon_hook, minicluster):
+    result = airflow.run("dags", "test", "melon_ps_planned", timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    assert "Plan: batch 1024 per worker, 2 parameter server(s), 2 worker(s)" in out, out[-5000:]
+    [app] = melon_hook.yarn.find_applications(["airflow-dag:melon_ps_planned"])
+    assert (app["name"], app["finalStatus"]) == ("ps-planned", "SUCCEEDED"), app.get("diagnostics")
+    # the job ran what the plan said: the chief's TF cluster had 2 workers and 2 PS, at batch 1024
+    logs = {p.parent.name: p.read_text(errors="replace")
+            for p in Path(minicluster.work_dir).rglob(f"{app['id']}/container_*/stdout")}
+    assert sum("[ps-train] ps:" in text and "serving" in text for text in logs.values()) == 2, logs
+    assert sum("[ps-train] worker:" in text and "serving" in text for text in logs.values()) == 2, logs
+    assert any("[ps-train] batch 1024 per worker; 2 worker(s), 2 ps" in text for text in logs.values()), logs
 
 
 def test_external_app_watch(airflow, melon_hook, tmp_path):

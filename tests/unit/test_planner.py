@@ -119,7 +119,7 @@ def test_cli_as_in_the_issue_in_a_subprocess():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert (out["batch_size"], out["ps"]) == (1024, 1)
-    assert out["reasons"][0].startswith("no --activation-mb")
+    assert out["reasons"][0].startswith("no activation_mb (--activation-mb)")
     bad = subprocess.run([sys.executable, "-m", "airflow_provider_melon.planner", "--params", "1e6",
                           "--per-sample-ms", "1", "--workers", "1", "--bandwidth-gbps", "1", "--gpu-memory", "lots"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -34,6 +34,9 @@ def main() -> int:
         serve(resolver)
         return 0
 
+    spec = resolver.cluster_spec().as_dict()
+    print(f"[ps-train] batch {args.batch_size} per worker; {len(spec.get('worker', []))} worker(s), "
+          f"{len(spec.get('ps', []))} ps", flush=True)
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
