@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 class PlanInputs(BaseModel):
     """The planner's inputs, validated after templating (strings such as ``"25e6"`` are accepted)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())  # model_params is ours, not pydantic's
 
     model_params: float = Field(gt=0, description="trainable parameters")
     per_sample_ms: float = Field(gt=0, description="compute per sample on one worker's GPU, ms")
