@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import simulator as sim  # noqa: E402
 
-POLICIES = [("a", "exclusive"), ("b", "memory"), ("c", "pays")]
+POLICIES = [("a", "exclusive"), ("b", "memory"), ("c", "pays"), ("c'", "pays_mix")]
 
 
 def _h(s: float) -> str:
@@ -33,8 +33,9 @@ def run_trace(title, jobs, n_gpus, total_mb, model):
           f"work {sum(j.work_s for j in jobs) / 3600:.1f} GPU-h solo ===")
     print(f"{'policy':<34}{'makespan':>10}{'mean JCT':>10}{'GPU-h':>9}{'(a)/x mk':>10}{'x/(d) mk':>10}"
           f"{'(a)/x JCT':>10}{'worst slow':>11}{'max/GPU':>8}")
-    names = {"a": "(a) exclusive (YARN default)", "b": "(b) MeLoN, pack by memory", "c": "(c) pack where it pays"}
-    for key in ("a", "b", "c"):
+    names = {"a": "(a) exclusive (YARN default)", "b": "(b) MeLoN, pack by memory", "c": "(c) pack where it pays",
+             "c'": "(c') (c), large may join 1 small"}
+    for key in ("a", "b", "c", "c'"):
         r = res[key]
         print(f"{names[key]:<34}{_h(r.makespan_s):>10}{_h(r.mean_jct_s):>10}{r.gpu_hours:>9.1f}"
               f"{res['a'].makespan_s / r.makespan_s:>9.2f}x{r.makespan_s / bound.makespan_s:>9.2f}x"
@@ -48,7 +49,7 @@ def run_trace(title, jobs, n_gpus, total_mb, model):
     c = res["c"]
     print(f"  gap of (c) to (d) {c.makespan_s / bound.makespan_s:.2f}x = online scheduling "
           f"{c.makespan_s / rules.makespan_s:.2f}x (c vs d*) x price of the rules {rules.makespan_s / bound.makespan_s:.2f}x "
-          f"(d* vs d: fairness, no large sharing without MPS, marginal gain)")
+          f"(d* vs d: fairness, no two large jobs on a GPU, one small beside a large, marginal gain)")
     by_kind = {}
     for j in jobs:
         by_kind.setdefault(j.kind, []).append(c.slowdown[j.name])

@@ -33,6 +33,10 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
                    ``MIN_MARGINAL_GAIN`` (0.1 of a job: the measurements' noise) and
                    no job on that GPU would fall below ``1 / FAIRNESS_BOUND`` of its solo speed; ties go to
                    ``policy.best_fit``.
+    ``pays_mix``   (c') as (c), except that a job that does not pay may also take a GPU holding small jobs
+                   that ``policy.admits`` it beside (one, without MPS) under the same gain and fairness rules --
+                   what the executor does for a ``large: true`` role that asks for ``gpu_memory`` -- but never
+                   a GPU holding another large job.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
                    bound restricted to the configurations (c)'s own rules allow.
 """
@@ -202,15 +206,17 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
         return policy.exclusive(gpus)
     if name == "memory":
         return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
-    if name != "pays":
+    if name not in ("pays", "pays_mix"):
         raise ValueError(f"unknown policy {name!r}")
-    if not job_pays(job, model, total_mb):
+    if not job_pays(job, model, total_mb) and name == "pays":
         return policy.exclusive(gpus)
     best_gain, cands = 0.0, []
     for g, js in zip(gpus, state):
         if not policy.fits(g, job.expected_mb) or not policy.admits(g, job.large, mps=False):
             continue
         nl, ns = _counts(js)
+        if job.large and nl and not job_pays(job, model, total_mb):
+            continue  # pays_mix: a job that does not pay still never joins its own kind
         nl2, ns2 = nl + job.large, ns + (not job.large)
         lr, sr = model.rates(nl2, ns2)
         if (nl2 and lr < 1.0 / FAIRNESS_BOUND - EPS) or (ns2 and sr < 1.0 / FAIRNESS_BOUND - EPS):
@@ -324,11 +330,11 @@ def configurations(model: SpeedModel, total_mb: int, small_mb: int, large_mb: in
 
 def pays_configuration(model: SpeedModel, n_large: int, n_small: int, large_pays: bool) -> bool:
     """Could policy (c) ever form this GPU configuration? Its own three rules, nothing else:
-    ``packing_pays`` (a large job that does not pay never shares, so no ``l >= 2`` and no small beside it),
-    ``policy.admits`` without MPS (at most ``MAX_SMALL_WITH_LARGE`` small beside a large), the fairness
+    ``packing_pays`` (a large job that does not pay never joins a GPU with work on it, so no ``l >= 2``; a
+    small job may still join it), ``policy.admits`` without MPS (at most ``MAX_SMALL_WITH_LARGE`` small beside a large), the fairness
     bound (no job below ``1 / FAIRNESS_BOUND`` of its solo speed), and the marginal gain (the last small job
     to join adds more than ``MIN_MARGINAL_GAIN``: R18 stops at 4 per GPU)."""
-    if n_large and (n_large > 1 or n_small) and not large_pays:
+    if n_large > 1 and not large_pays:
         return False
     if n_large and n_small > policy.MAX_SMALL_WITH_LARGE:
         return False

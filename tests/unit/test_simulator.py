@@ -128,9 +128,10 @@ def test_ideal_bound_hand_worked(model):
 def test_rules_bound_keeps_only_what_pays_may_form(model):
     allowed = lambda nl, ns: sim.pays_configuration(model, nl, ns, large_pays=False)  # noqa: E731
     assert allowed(0, 4) and not allowed(0, 5)  # R18: 4 -> 5 adds 0.05 of a job, under MIN_MARGINAL_GAIN
-    assert allowed(1, 0) and not allowed(2, 0) and not allowed(1, 1)  # a large job that does not pay never shares
-    assert sim.pays_configuration(model, 1, 1, large_pays=True)  # R50 + R18 keep 0.93/0.96
-    assert not sim.pays_configuration(model, 1, 2, large_pays=True)  # admits: one small beside a large
+    assert allowed(1, 0) and not allowed(2, 0)  # a large job that does not pay never joins another
+    assert allowed(1, 1)  # but a small job may join it: R50 + R18 keep 0.93/0.96
+    assert not allowed(1, 2)  # admits, no MPS: one small beside a large
+    assert sim.pays_configuration(model, 2, 0, large_pays=True)  # 2 x R50 at 0.6 each: fair, +0.19 of a job
     # 8 one-hour small jobs on 1 GPU under (c)'s rules: 4 at a time at 3.52x -> 8 / 3.5247 h
     b = sim.rules_bound([small(f"s{i}") for i in range(8)], 1, sim.H200_MB, model)
     assert b.makespan_s == pytest.approx(8 * W / model.throughput(0, 4)) and b.configs == [(0, 4)]
@@ -139,6 +140,15 @@ def test_rules_bound_keeps_only_what_pays_may_form(model):
     rules = sim.rules_bound(jobs, 4, sim.H200_MB, model).makespan_s
     assert sim.ideal_bound(jobs, 4, sim.H200_MB, model).makespan_s <= rules + 1e-6
     assert sim.simulate(jobs, 4, sim.H200_MB, "pays", model).makespan_s >= rules - 1e-6
+
+
+def test_pays_mix_lets_a_large_job_join_one_small_but_never_a_large(model):
+    one_small, one_large, busy = [[small("s0")]], [[large("l0")]], [[small("s0"), small("s1")]]
+    assert sim.place("pays", large("l1"), one_small, sim.H200_MB, model) is None  # (c): idle GPUs only
+    assert sim.place("pays_mix", large("l1"), one_small, sim.H200_MB, model) == 0  # (c'): R50 + R18 0.93/0.96
+    assert sim.place("pays_mix", large("l1"), one_large, sim.H200_MB, model) is None
+    assert sim.place("pays_mix", large("l1"), busy, sim.H200_MB, model) is None  # admits: one small beside a large
+    assert sim.place("pays_mix", large("l1"), [[small("s0")], []], sim.H200_MB, model) == 1  # idle gains more
 
 
 def test_trace_is_seeded_and_deterministic(model):
