@@ -34,9 +34,9 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
                    no job on that GPU would fall below ``1 / FAIRNESS_BOUND`` of its solo speed; ties go to
                    ``policy.best_fit``.
     ``pays_mix``   (c') as (c), except that a job that does not pay may also take a GPU holding small jobs
-                   that ``policy.admits`` it beside (one, without MPS) under the same gain and fairness rules --
-                   what the executor does for a ``large: true`` role that asks for ``gpu_memory`` -- but never
-                   a GPU holding another large job.
+                   that ``policy.admits`` it beside (one, without MPS) under the same gain and fairness rules
+                   (the pairing a ``large: true`` role asking for ``gpu_memory`` may get), but never a GPU
+                   holding another large job.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
                    bound restricted to the configurations (c)'s own rules allow.
 """
