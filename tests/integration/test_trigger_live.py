@@ -51,7 +51,7 @@ class _Lines(logging.Handler):
 
 
 def test_success_and_failure_events_with_progress(minicluster, jobs):
-    ok, bad = jobs.submit(_job(6)), jobs.submit(_job(1, code=3))
+    ok, bad = jobs.submit(_job(10)), jobs.submit(_job(1, code=3))  # 10 s: two RUNNING polls at least
     trigger, seen = _trigger(minicluster, ok), _Lines()
     trigger._log = logging.getLogger("test_trigger_live")  # the trigger's own lines, as the triggerer logs them
     trigger._log.setLevel(logging.INFO)
