@@ -192,7 +192,8 @@ def plan_request(model_params: float, per_sample_ms: float, workers: int, bandwi
     notes = []
     if activation_mb <= 0 and max_batch is None:
         max_batch = 1024
-        notes.append("no activation_mb (--activation-mb): memory bounds only the parameters' part; batch capped at 1024")
+        notes.append("no activation_mb (--activation-mb): memory bounds only the parameters' part; "
+                     "batch capped at 1024")
     result = plan(model_params, b, per_sample_ms / 1000.0, workers, bandwidth_gbps, parse_size_mb(gpu_memory), mm,
                   max_ps, max_batch=max_batch, batch_multiple=batch_multiple)
     result.reasons[:0] = notes

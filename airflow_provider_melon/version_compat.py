@@ -102,7 +102,7 @@ def trigger_has_on_kill() -> bool:
 
 __all__ = [
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
-    "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator", "BaseOperatorLink",
-    "BaseSensorOperator", "Context",
+    "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
+    "BaseOperatorLink", "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "XCom", "conf", "trigger_has_on_kill",
 ]

@@ -200,6 +200,12 @@ def job_pays(job: Job, model: SpeedModel, total_mb: int) -> bool:
     return policy.packing_pays(policy.implied_sm_util(model.plateau(job.kind)), min(1.0, job.expected_mb / total_mb))
 
 
+def fair(model: SpeedModel, n_large: int, n_small: int) -> bool:
+    """No job on a GPU holding this mix runs below ``1 / FAIRNESS_BOUND`` of its solo speed."""
+    lr, sr = model.rates(n_large, n_small)
+    return not ((n_large and lr < 1.0 / FAIRNESS_BOUND - EPS) or (n_small and sr < 1.0 / FAIRNESS_BOUND - EPS))
+
+
 def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: SpeedModel) -> Optional[int]:
     gpus = _gpus(state, total_mb)
     if name == "exclusive":
@@ -208,18 +214,18 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
         return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
     if name not in ("pays", "pays_mix"):
         raise ValueError(f"unknown policy {name!r}")
-    if not job_pays(job, model, total_mb) and name == "pays":
+    pays = job_pays(job, model, total_mb)
+    if not pays and name == "pays":
         return policy.exclusive(gpus)
     best_gain, cands = 0.0, []
     for g, js in zip(gpus, state):
         if not policy.fits(g, job.expected_mb) or not policy.admits(g, job.large, mps=False):
             continue
         nl, ns = _counts(js)
-        if job.large and nl and not job_pays(job, model, total_mb):
+        if job.large and nl and not pays:
             continue  # pays_mix: a job that does not pay still never joins its own kind
         nl2, ns2 = nl + job.large, ns + (not job.large)
-        lr, sr = model.rates(nl2, ns2)
-        if (nl2 and lr < 1.0 / FAIRNESS_BOUND - EPS) or (ns2 and sr < 1.0 / FAIRNESS_BOUND - EPS):
+        if not fair(model, nl2, ns2):
             continue
         gain = model.throughput(nl2, ns2) - model.throughput(nl, ns)
         if gain <= MIN_MARGINAL_GAIN:
@@ -331,9 +337,9 @@ def configurations(model: SpeedModel, total_mb: int, small_mb: int, large_mb: in
 def pays_configuration(model: SpeedModel, n_large: int, n_small: int, large_pays: bool) -> bool:
     """Could policy (c) ever form this GPU configuration? Its own three rules, nothing else:
     ``packing_pays`` (a large job that does not pay never joins a GPU with work on it, so no ``l >= 2``; a
-    small job may still join it), ``policy.admits`` without MPS (at most ``MAX_SMALL_WITH_LARGE`` small beside a large), the fairness
-    bound (no job below ``1 / FAIRNESS_BOUND`` of its solo speed), and the marginal gain (the last small job
-    to join adds more than ``MIN_MARGINAL_GAIN``: R18 stops at 4 per GPU)."""
+    small job may still join it), ``policy.admits`` without MPS (at most ``MAX_SMALL_WITH_LARGE`` small beside
+    a large), the fairness bound (:func:`fair`), and the marginal gain (the last small job to join adds more
+    than ``MIN_MARGINAL_GAIN``: R18 stops at 4 per GPU)."""
     if n_large > 1 and not large_pays:
         return False
     if n_large and n_small > policy.MAX_SMALL_WITH_LARGE:
@@ -341,8 +347,7 @@ def pays_configuration(model: SpeedModel, n_large: int, n_small: int, large_pays
     if n_small and (n_large or n_small > 1) and \
             model.throughput(n_large, n_small) - model.throughput(n_large, n_small - 1) <= MIN_MARGINAL_GAIN:
         return False
-    lr, sr = model.rates(n_large, n_small)
-    return not ((n_large and lr < 1.0 / FAIRNESS_BOUND - EPS) or (n_small and sr < 1.0 / FAIRNESS_BOUND - EPS))
+    return fair(model, n_large, n_small)
 
 
 def rules_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel) -> Bound:

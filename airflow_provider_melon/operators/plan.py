@@ -107,9 +107,11 @@ class MelonPlanOperator(BaseOperator):
 
     def inputs(self) -> PlanInputs:
         """The rendered inputs, validated; AirflowFailException naming each bad field (retrying cannot fix it)."""
-        raw = {name: getattr(self, name) for name in PlanInputs.model_fields}
-        raw = {k: (None if isinstance(v, str) and v.strip() in ("", "None") else v) for k, v in raw.items()}
-        raw = {k: v for k, v in raw.items() if v is not None or k in ("max_batch", "max_ps")}
+        raw = {}
+        for name in PlanInputs.model_fields:  # a value rendered empty or "None" is left out: default or required
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value.strip() in ("", "None")):
+                raw[name] = value
         try:
             return PlanInputs(**raw)
         except ValidationError as exc:
