@@ -141,6 +141,13 @@ def write_inventory(work_dir: Path, gpus: int, gpu_memory_mb: int) -> Path:
     return path
 
 
+def container_logs(work_dir: Path, app_id: str, name: str = "stdout") -> dict[str, str]:
+    """Container id -> that container's log file ``name`` (``stdout``, ``stderr``), read from the NodeManagers'
+    log dirs under ``work_dir`` (the mini cluster's NMs are local)."""
+    return {path.parent.name: path.read_text(errors="replace")
+            for path in Path(work_dir).rglob(f"{app_id}/container_*/{name}")}
+
+
 def container_env(details: ClusterDetails) -> dict[str, str]:
     """Environment the mini cluster's task containers need: the virtual GPU inventory, and one ledger per
     NodeManager (``{nm}`` → ``<NM_HOST>_<NM_PORT>``): both NMs run on this one host, each with its own GPUs."""

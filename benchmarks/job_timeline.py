@@ -74,7 +74,7 @@ def main() -> int:
         time.sleep(0.2)
     for name, at in marks.items():
         print(f"{at:7.1f} s  {name}")
-    logs = "\n".join(p.read_text(errors="replace") for p in Path(args.work_dir).rglob(f"{app_id}/container_*/stdout"))
+    logs = "\n".join(mc.container_logs(args.work_dir, app_id).values())
     epochs = re.findall(r"- (\d+)s - loss.*?- (\d+)ms/epoch|- (\d+)s/epoch", logs)
     if epochs:
         print(f"         keras epoch lines: {len(epochs)} (see the chief's stdout for per-epoch times)")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
-
 import pytest
 
+from airflow_provider_melon import minicluster as mc
 from airflow_provider_melon.spec import JobSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -59,8 +58,7 @@ def test_ps_planned(airflow, melon_hook, minicluster):
     [app] = melon_hook.yarn.find_applications(["airflow-dag:melon_ps_planned"])
     assert (app["name"], app["finalStatus"]) == ("ps-planned", "SUCCEEDED"), app.get("diagnostics")
     # the job ran what the plan said: the chief's TF cluster had 2 workers and 2 PS, at batch 1024
-    logs = {p.parent.name: p.read_text(errors="replace")
-            for p in Path(minicluster.work_dir).rglob(f"{app['id']}/container_*/stdout")}
+    logs = mc.container_logs(minicluster.work_dir, app["id"])
     assert sum("[ps-train] ps:" in text and "serving" in text for text in logs.values()) == 2, logs
     assert sum("[ps-train] worker:" in text and "serving" in text for text in logs.values()) == 2, logs
     assert any("[ps-train] batch 1024 per worker; 2 worker(s), 2 ps" in text for text in logs.values()), logs

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
+from airflow_provider_melon import minicluster as mc
 from airflow_provider_melon.spec import JobSpec
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
@@ -56,10 +56,7 @@ class Jobs:
 
     def container_logs(self, app_id: str, name: str = "stdout") -> dict[str, str]:
         """container id → the log file's text, read from the NodeManagers' log dirs (mini cluster: local)."""
-        out = {}
-        for path in Path(self.cluster.work_dir).rglob(f"{app_id}/container_*/{name}"):
-            out[path.parent.name] = path.read_text(errors="replace")
-        return out
+        return mc.container_logs(self.cluster.work_dir, app_id, name)
 
     def kill_all(self):
         for app_id in self.submitted:
