@@ -1,8 +1,11 @@
 """MelonHook: stage a job's files to HDFS, submit its ApplicationMaster to YARN, read the AM's status.
 
 Staging is content-addressed: the code folder is zipped deterministically (sorted entries, fixed timestamps
-and modes), hashed, and uploaded to ``<staging_dir>/cache/<sha256>/<name>`` (``[melon] staging_dir``, default ``/user/<user>/.melon``); an object already there
-with the same size is not uploaded again, so a second submit of unchanged code uploads 0 bytes. The same
+and modes), hashed, and uploaded to ``<staging_dir>/cache/<sha256>/<name>`` (``[melon] staging_dir``, default
+``/user/<user>/.melon``); an object already there with the same size is not uploaded again, so a second submit
+of unchanged code uploads 0 bytes. Uploads go through :func:`airflow_provider_melon.hdfs_io.put_once`: any
+number of tasks staging the same content at once upload it once, and nothing half-written is ever visible
+under the cache path. HDFS failures surface as one-line :class:`~airflow_provider_melon.hdfs_io.MelonHdfsError`. The same
 holds for the in-container runtime (``runtime/`` + ``gpu/``) and the AM jar. YARN local resources then carry
 the HDFS file's real length and modification time, as the NodeManager's localizer checks them.
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from airflow_provider_melon import submission
+from airflow_provider_melon.hdfs_io import hdfs_errors, put_once, quiet_client_logs
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
@@ -100,6 +104,7 @@ class MelonHook:
     ) -> None:
         self.yarn = yarn_hook or YarnHook(yarn_conn_id)
         self.webhdfs_conn_id = webhdfs_conn_id
+        quiet_client_logs()
         self._hdfs = hdfs_client
         extra = self._yarn_extra()
         self.user = user or getattr(self.yarn, "user", None) or extra.get("user") or os.environ.get("USER", "root")
@@ -127,7 +132,9 @@ class MelonHook:
         if self._hdfs is None:
             from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
 
-            self._hdfs = WebHDFSHook(webhdfs_conn_id=self.webhdfs_conn_id, proxy_user=self.user).get_conn()
+            webhdfs = WebHDFSHook(webhdfs_conn_id=self.webhdfs_conn_id, proxy_user=self.user)
+            with hdfs_errors("connect", f"(connection {self.webhdfs_conn_id})"):
+                self._hdfs = webhdfs.get_conn()
         return self._hdfs
 
     def hdfs_uri(self, path: str) -> str:
@@ -146,7 +153,8 @@ class MelonHook:
         return uri
 
     def file_status(self, path: str) -> Optional[dict]:
-        return self.hdfs.status(self.hdfs_path(path), strict=False)
+        with hdfs_errors("status", path):
+            return self.hdfs.status(self.hdfs_path(path), strict=False)
 
     def stat_file(self, path: str) -> StagedFile:
         st = self.file_status(path)
@@ -155,13 +163,15 @@ class MelonHook:
         return StagedFile(self.hdfs_uri(self.hdfs_path(path)), int(st["length"]), int(st["modificationTime"]))
 
     def put_bytes(self, path: str, data: bytes, *, cached: bool = True) -> StagedFile:
-        """Upload ``data`` to ``path`` unless (``cached``) a file of the same size is there already."""
-        st = self.file_status(path) if cached else None
-        uploaded = 0
-        if not st or int(st.get("length", -1)) != len(data):
-            self.hdfs.write(path, data=data, overwrite=True)
-            uploaded = len(data)
-            st = self.file_status(path)
+        """Put ``data`` at ``path``. ``cached``: an immutable object (content-addressed) — uploaded once
+        however many tasks stage it at the same time (:func:`put_once`); else written (overwritten) here."""
+        if cached:
+            st, fresh = put_once(self.hdfs, path, data)
+        else:
+            with hdfs_errors("write", path):
+                self.hdfs.write(path, data=data, overwrite=True)
+            st, fresh = self.file_status(path), True
+        uploaded = len(data) if fresh else 0
         staged = StagedFile(self.hdfs_uri(path), int(st["length"]), int(st["modificationTime"]), uploaded)
         log.info("staged %s (%d bytes, %s)", staged.url, staged.size, "uploaded" if uploaded else "cached")
         return staged
@@ -221,7 +231,8 @@ class MelonHook:
         if not ok:
             return False, f"YARN: {message}"
         try:
-            self.hdfs.status("/", strict=True)
+            with hdfs_errors("status", "/"):
+                self.hdfs.status("/", strict=True)
         except Exception as exc:  # noqa: BLE001 - reported to the UI
             return False, f"{message}; HDFS ({self.webhdfs_conn_id}): {exc}"
         return True, f"{message}; HDFS reachable, staging under {self.cache_dir}"

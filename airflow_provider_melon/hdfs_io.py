@@ -1,0 +1,242 @@
+"""HDFS writes that are safe under concurrency, HDFS errors a person can read, and run-scoped path names.
+
+* :func:`put_once` — publish ``data`` at ``path`` once, however many tasks try at the same moment: the winner of
+  an HDFS create-exclusive lock file (``.<name>.lock`` beside the target) uploads to a unique name beside the
+  target and renames it into place; the others wait for the target and take it as cached. Nothing
+  half-written is ever visible under ``path``; temporary files are removed. If a lock holder dies, the waiters
+  stop waiting after a bound and upload themselves (still write-beside-then-rename, so still safe).
+* :func:`hdfs_errors` — turns an ``hdfs.HdfsError`` (whose text is often a whole Java stack trace from the
+  NameNode) or a connection error into :class:`MelonHdfsError`: one line naming the operation, the path, the
+  cause and, where known, the fix. The full text is logged at debug level.
+* :func:`quiet_client_logs` — the ``hdfs`` package logs every request at INFO; its records are demoted to
+  DEBUG so task logs keep what matters. (The HDFS provider's ``WebHDFSHook`` logs its three connect lines
+  through Airflow's own logger: an admin quietens them with ``[logging] namespace_levels``.)
+* :func:`run_slug` — a path component for an Airflow run id (every run has one; manual runs in Airflow 3 have
+  no logical date, so ``ts_nodash``/``ds`` cannot name a run's folder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from typing import Any, Iterator, Optional
+
+log = logging.getLogger(__name__)
+
+_LOCK_WAIT_S = 60.0
+_LOCK_WAIT_BYTES_PER_S = 5 * 1024 * 1024  # waiters allow the lock holder at least this upload rate
+_POLL_S = 0.5
+#: RemoteException names (or message fragments) → the fix a user can apply.
+_FIXES = (
+    ("SafeModeException", "the NameNode is in safe mode (starting up or low on space): wait, or ask the admin "
+                          "to run `hdfs dfsadmin -safemode leave`"),
+    ("AccessControlException", "the HDFS user (the webhdfs connection's login, or the proxy user) lacks "
+                               "permission on the path: fix its owner/mode or use a path under /user/<user>"),
+    ("Permission denied", "the HDFS user lacks permission on the path: fix its owner/mode"),
+    ("FileNotFoundException", "the path does not exist in HDFS: check the spelling or create it first"),
+    ("File does not exist", "the path does not exist in HDFS: check the spelling or create it first"),
+    ("DSQuotaExceededException", "the directory's space quota is used up: free space or raise the quota"),
+    ("NSQuotaExceededException", "the directory's name quota is used up: remove files or raise the quota"),
+    ("StandbyException", "the NameNode addressed is standby: point the webhdfs connection at the active one "
+                         "(or list both NameNodes in its host)"),
+    ("could only be written to 0 of the", "no DataNode accepted the block: check that DataNodes are up and "
+                                          "have space"),
+    ("Connection refused", "nothing listens at the WebHDFS address: check the webhdfs connection's host/port "
+                           "and that the NameNode's HTTP server is up"),
+    ("Authentication failure", "WebHDFS refused the credentials: check the connection's login / Kerberos setup"),
+)
+_JAVA_FRAME = re.compile(r"\s+at [\w$.<>]+\(.*?\)")
+
+
+class MelonHdfsError(RuntimeError):
+    """An HDFS operation failed; ``str()`` is one line: operation, path, cause, fix."""
+
+    def __init__(self, op: str, path: str, cause: str, fix: Optional[str] = None):
+        self.op, self.path, self.cause, self.fix = op, path, cause, fix
+        super().__init__(f"HDFS {op} {path} failed: {cause}" + (f" — fix: {fix}" if fix else ""))
+
+
+def _first_line(text: str) -> str:
+    """The cause without the Java stack trace (the first line of a RemoteException message)."""
+    text = _JAVA_FRAME.split(str(text), 1)[0]
+    line = " ".join(text.split())
+    return line[:400] + ("…" if len(line) > 400 else "")
+
+
+def describe(op: str, path: str, exc: BaseException) -> MelonHdfsError:
+    """The one-line error for ``exc`` raised by ``op`` on ``path``."""
+    raw = str(getattr(exc, "message", None) or exc)
+    exception = getattr(exc, "exception", None) or ""
+    cause = _first_line(raw) or type(exc).__name__
+    if exception and exception not in cause:
+        cause = f"{exception}: {cause}"
+    fix = next((fix for key, fix in _FIXES if key in raw or key in exception), None)
+    return MelonHdfsError(op, path, cause, fix)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    try:
+        from hdfs.util import HdfsError
+
+        errors.append(HdfsError)
+    except ImportError:  # pragma: no cover - hdfs is a dependency of the HDFS provider
+        pass
+    try:
+        import requests
+
+        errors.append(requests.RequestException)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errors)
+
+
+@contextlib.contextmanager
+def hdfs_errors(op: str, path: str) -> Iterator[None]:
+    """Re-raise HDFS client/transport errors inside the block as one-line :class:`MelonHdfsError`."""
+    try:
+        yield
+    except MelonHdfsError:
+        raise
+    except _transport_errors() as exc:
+        log.debug("HDFS %s %s failed; full error:\n%s", op, path, exc)
+        raise describe(op, path, exc) from None
+
+
+# ---- client log chatter ---------------------------------------------------------------------------------------
+class _DemoteInfo(logging.Filter):
+    """INFO records become DEBUG (and are dropped unless the logger is enabled for DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+_DEMOTE = _DemoteInfo()
+CHATTY_LOGGERS = ("hdfs.client", "hdfs.util", "hdfs.ext.kerberos")
+
+
+def quiet_client_logs() -> None:
+    """Demote the INFO chatter of the ``hdfs`` package's loggers to DEBUG (idempotent)."""
+    for name in CHATTY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _DEMOTE not in logger.filters:
+            logger.addFilter(_DEMOTE)
+
+
+# ---- concurrent-safe publishing -------------------------------------------------------------------------------
+def _split(path: str) -> tuple[str, str]:
+    parent, _, name = path.rstrip("/").rpartition("/")
+    return parent or "/", name
+
+
+def _status(client: Any, path: str) -> Optional[dict]:
+    with hdfs_errors("status", path):
+        return client.status(path, strict=False)
+
+
+def _already_exists(exc: BaseException) -> bool:
+    text = f"{getattr(exc, 'exception', '') or ''} {exc}"
+    return any(key in text for key in ("FileAlreadyExistsException", "AlreadyBeingCreatedException",
+                                       "already exists", "already being created"))
+
+
+def _delete_quietly(client: Any, path: str) -> None:
+    try:
+        client.delete(path)
+    except Exception as exc:  # noqa: BLE001 - clean-up is best effort; the name is unique
+        log.debug("could not delete %s: %s", path, exc)
+
+
+def _write_beside_and_rename(client: Any, path: str, data: bytes) -> bool:
+    """Upload to a unique name beside ``path``, then rename into place. True if this call put it there;
+    False if another writer's copy (same size) arrived first."""
+    parent, name = _split(path)
+    tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+    try:
+        with hdfs_errors("write", tmp):
+            client.write(tmp, data=data, overwrite=False)
+        try:
+            with hdfs_errors("rename", f"{tmp} -> {path}"):
+                client.rename(tmp, path)
+            return True
+        except MelonHdfsError:
+            st = _status(client, path)
+            if st and st.get("type") == "FILE" and int(st.get("length", -1)) == len(data):
+                return False  # someone else's identical copy is in place
+            raise
+    finally:
+        if _status(client, tmp) is not None:
+            _delete_quietly(client, tmp)
+
+
+def put_once(client: Any, path: str, data: bytes, *, lock_wait: Optional[float] = None) -> tuple[dict, bool]:
+    """Make ``path`` hold ``data`` (an immutable, e.g. content-addressed, object). Returns ``(status, uploaded)``.
+
+    A file already at ``path`` with the same length counts as cached. A file of another length is replaced
+    (write beside, delete, rename). Concurrent callers upload once: see the module docstring.
+    """
+    size = len(data)
+    wait_bound = lock_wait if lock_wait is not None else _LOCK_WAIT_S + size / _LOCK_WAIT_BYTES_PER_S
+    parent, name = _split(path)
+    lock = f"{parent}/.{name}.lock"
+    waited_since: Optional[float] = None
+    while True:
+        st = _status(client, path)
+        if st and st.get("type") == "FILE" and int(st.get("length", -1)) == size:
+            return st, False
+        if st is not None:  # a different object under this name: replace it (not expected for cache paths)
+            log.warning("%s holds %s bytes, expected %d: replacing it", path, st.get("length"), size)
+            with hdfs_errors("delete", path):
+                client.delete(path)
+            continue
+        owner = f"{socket.gethostname()} pid {os.getpid()}".encode()
+        try:
+            with hdfs_errors("create", lock):
+                client.write(lock, data=owner, overwrite=False)
+        except MelonHdfsError as exc:
+            if not _already_exists(exc):
+                raise
+            # Another task is uploading the same object: wait for it (bounded), then check again.
+            now = time.monotonic()
+            waited_since = now if waited_since is None else waited_since
+            if now - waited_since < wait_bound:
+                time.sleep(_POLL_S)
+                continue
+            log.warning("%s: the upload lock %s is older than %.0f s (its holder died?): uploading here", path, lock,
+                        wait_bound)
+            uploaded = _write_beside_and_rename(client, path, data)
+            _delete_quietly(client, lock)
+            return _status(client, path) or {}, uploaded
+        try:
+            uploaded = _write_beside_and_rename(client, path, data)
+        finally:
+            _delete_quietly(client, lock)
+        return _status(client, path) or {}, uploaded
+
+
+# ---- run-scoped names -----------------------------------------------------------------------------------------
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def run_slug(run_id: str) -> str:
+    """A safe, unique path component for an Airflow run id.
+
+    ``manual__2026-11-30T14:57:19.941365+00:00`` → ``manual__2026-11-30T14_57_19.941365_00_00-7c5e0a1b``: HDFS
+    forbids ``:`` in names, so unsafe characters become ``_`` and a short hash of the original keeps two run
+    ids that differ only in those characters apart. A run id that is already safe is returned as it is.
+    """
+    if not run_id or not isinstance(run_id, str):
+        raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
+    safe = _UNSAFE.sub("_", run_id).strip("._") or "run"
+    if safe == run_id:
+        return run_id
+    return f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"

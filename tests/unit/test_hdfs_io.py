@@ -1,0 +1,95 @@
+import logging
+
+import pytest
+from hdfs.util import HdfsError
+
+from airflow_provider_melon.hdfs_io import MelonHdfsError, hdfs_errors, put_once, quiet_client_logs, run_slug
+
+JAVA_TRACE = ("Cannot create file/user/root/x. Name node is in safe mode.\n"
+              "\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.checkNameNodeSafeMode(FSNamesystem.java:1570)\n"
+              "\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.startFile(FSNamesystem.java:2531)\n")
+
+
+@pytest.mark.parametrize("run_id", [
+    "manual__2026-11-30T14:57:19.941365+00:00", "scheduled__2026-01-01T00:00:00+00:00", "a:b", "a b/c",
+])
+def test_run_slug_is_a_safe_hdfs_name(run_id):
+    slug = run_slug(run_id)
+    assert slug and all(c.isalnum() or c in "._-" for c in slug), slug
+    assert run_slug(run_id) == slug  # stable
+
+
+def test_run_slug_keeps_safe_ids_and_separates_lookalikes():
+    assert run_slug("backfill_2026-01-01") == "backfill_2026-01-01"
+    assert run_slug("a:b") != run_slug("a_b") and run_slug("a:b") != run_slug("a+b")
+    with pytest.raises(ValueError, match="run_id"):
+        run_slug("")
+
+
+def test_hdfs_errors_become_one_line_with_the_fix(caplog):
+    caplog.set_level(logging.DEBUG, logger="airflow_provider_melon.hdfs_io")
+    with pytest.raises(MelonHdfsError) as info:
+        with hdfs_errors("write", "/user/root/x"):
+            raise HdfsError(JAVA_TRACE, exception="SafeModeException")
+    text = str(info.value)
+    assert "\n" not in text and "FSNamesystem" not in text
+    assert text.startswith("HDFS write /user/root/x failed: SafeModeException: Cannot create file")
+    assert "dfsadmin -safemode leave" in text
+    assert "checkNameNodeSafeMode" in caplog.text  # the whole trace at debug
+
+
+def test_connection_errors_name_the_connection_fix():
+    import requests
+
+    with pytest.raises(MelonHdfsError, match="nothing listens at the WebHDFS address"):
+        with hdfs_errors("status", "/"):
+            raise requests.ConnectionError("HTTPConnectionPool: Max retries exceeded ([Errno 111] Connection refused)")
+
+
+def test_client_chatter_is_demoted_to_debug(caplog):
+    quiet_client_logs()
+    quiet_client_logs()  # idempotent: one filter
+    logger = logging.getLogger("hdfs.client")
+    assert len(logger.filters) == 1
+    caplog.set_level(logging.INFO)
+    logger.info("Fetching status for '/x'.")
+    logger.warning("a real warning")
+    assert [r.getMessage() for r in caplog.records if r.name == "hdfs.client"] == ["a real warning"]
+    caplog.set_level(logging.DEBUG, logger="hdfs.client")
+    logger.info("Writing to '/y'.")
+    [record] = [r for r in caplog.records if r.getMessage() == "Writing to '/y'."]
+    assert record.levelname == "DEBUG"
+
+
+class _RacingClient:
+    """An in-memory HDFS in which another writer's identical copy lands between our upload and our rename."""
+
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.deleted: list[str] = []
+
+    def status(self, path, strict=True):
+        if path in self.files:
+            return {"type": "FILE", "length": len(self.files[path]), "modificationTime": 1}
+        return None
+
+    def write(self, path, data, overwrite=False):
+        if path in self.files and not overwrite:
+            raise HdfsError(f"{path} for client 127.0.0.1 already exists", exception="FileAlreadyExistsException")
+        self.files[path] = bytes(data)
+
+    def rename(self, src, dst):
+        self.files[dst] = self.files[src]  # the other writer wins the race ...
+        raise HdfsError("Unable to rename %r to %r.", src, dst)
+
+    def delete(self, path):
+        self.deleted.append(path)
+        return self.files.pop(path, None) is not None
+
+
+def test_losing_the_rename_race_counts_as_cached_and_cleans_up():
+    client = _RacingClient()
+    status, uploaded = put_once(client, "/c/abc/code.zip", b"zipbytes")
+    assert (status["length"], uploaded) == (8, False)
+    assert sorted(client.files) == ["/c/abc/code.zip"]  # temp file and lock removed
+    assert any(p.endswith(".tmp") for p in client.deleted) and "/c/abc/.code.zip.lock" in client.deleted
