@@ -68,18 +68,38 @@ MAX_REDIRECTS = 3
 #: Failures with no usable HTTP answer: the next RM is tried, then the whole pass is retried.
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
 
+def _rm_fix(status: int | None, message: str) -> str | None:
+    """The fix a user can apply for a failed RM call, where the status and message tell it."""
+    if status is None:
+        return ("check the yarn connection's host (the RM web address, e.g. http://rm:8088; list both RMs "
+                "of an HA pair) and that the ResourceManager is up")
+    if status == 401:
+        return ("the RM wants Kerberos (SPNEGO): set auth=kerberos in the yarn connection's extra and provide "
+                "a ticket (airflow kerberos) or keytab")
+    if status == 403:
+        return "the user lacks the ACL for this (queue acl_submit_applications, application ACLs, yarn.admin.acl)"
+    if status == 404 and "application" in message.lower():
+        return "the RM does not know this application (wrong id, or an RM restarted without recovery)"
+    if status == 400 and "maximum" in message.lower():
+        return "the request exceeds yarn.scheduler.maximum-allocation-*: ask for less per container"
+    return None
+
+
 class YarnApiError(Exception):
-    """A failed RM call: ``status`` (``None`` when no HTTP answer came), ``url`` and the RM's ``message``."""
+    """A failed RM call: ``status`` (``None`` when no HTTP answer came), ``url`` and the RM's ``message``.
+    ``str()`` is one line: what failed, the RM's own message (without a Java stack trace) and, where known,
+    the fix."""
 
     def __init__(self, message: str, *, status: int | None = None, url: str | None = None,
                  exception: str | None = None):
         self.status = status
         self.url = url
-        self.message = message
+        self.message = " ".join(str(message).split("\n\tat ", 1)[0].split())
         self.exception = exception
+        self.fix = _rm_fix(status, self.message)
         where = f" for {url}" if url else ""
         head = f"YARN RM returned {status}{where}" if status is not None else f"YARN RM unreachable{where}"
-        super().__init__(f"{head}: {message}")
+        super().__init__(f"{head}: {self.message}" + (f" — fix: {self.fix}" if self.fix else ""))
 
     @classmethod
     def from_response(cls, resp: requests.Response) -> YarnApiError:

@@ -257,6 +257,9 @@ def test_unknown_app_is_404_not_retried(yarn_hook):
         yarn_hook.get_application("application_1_0001")
     assert exc.value.status == 404
     assert "not found" in exc.value.message
+    # one line, naming the app, with the fix
+    assert "\n" not in str(exc.value) and "application_1_0001" in str(exc.value)
+    assert "fix: the RM does not know this application" in str(exc.value)
 
 
 def test_state_change_other_than_kill_is_rejected(yarn_hook):

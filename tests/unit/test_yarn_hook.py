@@ -155,6 +155,23 @@ def test_401_raises_at_once_without_retry(m):
     assert m.call_count == 1
 
 
+def test_errors_are_one_line_with_the_fix(m):
+    m.get(RM1 + WS + "/apps/" + APP_ID, status_code=401, text="Authentication required")
+    with pytest.raises(YarnApiError, match="fix: the RM wants Kerberos .* auth=kerberos") as exc:
+        make_hook(rm_urls=[RM1]).get_application(APP_ID)
+    assert "\n" not in str(exc.value)
+    m.get(RM1 + WS + "/info", status_code=403, json={"RemoteException": {
+        "exception": "ForbiddenException",
+        "message": "User bob cannot perform operation.\n\tat org.apache.hadoop.yarn.server.X.y(X.java:1)"}})
+    with pytest.raises(YarnApiError) as exc:
+        make_hook(rm_urls=[RM1]).cluster_info()
+    assert exc.value.message == "User bob cannot perform operation."
+    assert "\n" not in str(exc.value) and "ACL" in exc.value.fix
+    m.get(RM1 + WS + "/metrics", exc=requests.exceptions.ConnectionError("refused"))
+    with pytest.raises(YarnApiError, match="fix: check the yarn connection's host"):
+        make_hook(rm_urls=[RM1], retries=0).cluster_metrics()
+
+
 def test_400_from_submit_carries_remote_exception(m):
     msg = ("Invalid resource request, requested resource type=[memory-mb] < 0 or greater than maximum "
            "allowed allocation. Requested resource=<memory:999999, vCores:1>")
