@@ -10,6 +10,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, BaseHook, task
 
+from airflow_provider_melon.hdfs_io import run_slug
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 TRAINING = Path(__file__).resolve().parent / "training" / "mnist"
@@ -32,14 +33,15 @@ with DAG(
 ) as dag:
 
     @task
-    def ingest(params=None, ts_nodash=None) -> dict:
+    def ingest(params=None, run_id=None) -> dict:
         import sys
 
         sys.path.insert(0, str(TRAINING))
         from data import ensure_in_hdfs
 
         root = params["root"]
-        return {"data": ensure_in_hdfs(_webhdfs(), root), "out": f"{root}/hpo/{ts_nodash}"}
+        # One folder per run, named from the run id (a manual run has no logical date, so no ts_nodash).
+        return {"data": ensure_in_hdfs(_webhdfs(), root), "out": f"{root}/hpo/{run_slug(run_id)}"}
 
     @task
     def trials(where: dict) -> list[dict]:

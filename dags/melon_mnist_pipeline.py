@@ -6,6 +6,9 @@ memory model train.py reports) and hands its expected GPU memory to ``train`` th
 Connections: ``yarn_default`` (the RM; its extra carries ``fs_default_fs``) and ``webhdfs_default`` (the
 NameNode's HTTP address). Variables (optional): ``melon_hdfs_root`` (default /user/<login>/melon-demo),
 ``melon_accuracy_threshold`` (default 0.8). ``make demo`` runs it on the embedded mini cluster.
+
+Each run works under ``<root>/runs/<run>/``, named from the run id (``run_slug``): every run has one, whether
+triggered from the UI or the REST API (no logical date), from the CLI, by a schedule or by ``dags test``.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Variable, task
 
+from airflow_provider_melon.hdfs_io import run_slug
 from airflow_provider_melon.operators.profile import MelonProfileOperator
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 HERE = Path(__file__).resolve().parent
 TRAINING = HERE / "training" / "mnist"
 ROOT = "{{ var.value.get('melon_hdfs_root', '/user/root/melon-demo') }}"
-RUN_DIR = ROOT + "/runs/{{ ts_nodash }}"
+RUN_DIR = ROOT + "/runs/{{ run_id | run_slug }}"
 
 
 def _webhdfs():
@@ -48,6 +52,7 @@ with DAG(
     catchup=False,
     tags=["melon", "example"],
     user_defined_macros={"webhdfs_url": _webhdfs_url},
+    user_defined_filters={"run_slug": run_slug},
 ) as dag:
     # [START howto_melon_ingest]
     @task
