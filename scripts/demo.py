@@ -1,9 +1,12 @@
-"""`make demo`: the example DAG end to end on the embedded mini cluster; prints where the results are."""
+"""`make demo`: the example DAG end to end on the embedded mini cluster and a real Airflow (api-server, scheduler,
+dag-processor, triggerer), triggered through the REST API as the UI's Trigger button does; prints where the
+results are. Everything it starts is stopped at the end, so the results are also copied out of HDFS to
+``demo-results/<run>/`` (the model and the published result), which stays after the cluster is gone."""
 
 from __future__ import annotations
 
 import json
-import subprocess
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -12,6 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from airflow_provider_melon import minicluster as mc  # noqa: E402
+from airflow_provider_melon.local_airflow import LocalAirflow  # noqa: E402
 
 DAG_ID = "melon_mnist_pipeline"
 
@@ -25,32 +29,55 @@ def main() -> int:
     for node in mc.status(work_dir)["nodes"]:
         print(f"[demo]   node {node['id']}: {node['total']}")
     airflow_home = REPO / ".airflow"
-    env = mc.airflow_env(details, airflow_home, REPO / "dags", sys.executable)
-    airflow = str(Path(sys.executable).parent / "airflow")
+    shutil.rmtree(airflow_home, ignore_errors=True)  # a fresh metadata DB and logs for each demo
+    stack = LocalAirflow(mc.airflow_env(details, airflow_home, REPO / "dags", sys.executable))
     try:
-        subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
-        log_file = airflow_home / f"{DAG_ID}.log"
-        print(f"[demo] airflow dags test {DAG_ID} (log: {log_file})")
         t1 = time.monotonic()
-        with open(log_file, "w") as log:
-            proc = subprocess.run([airflow, "dags", "test", DAG_ID], env=env, stdout=log, stderr=subprocess.STDOUT)
-        text = log_file.read_text(errors="replace")
-        results = [json.loads(line.split("MELON_RESULT ", 1)[1]) for line in text.splitlines()
-                   if "MELON_RESULT " in line and "{" in line.split("MELON_RESULT ", 1)[1]]
-        ok = proc.returncode == 0 and results
-        print(f"[demo] DAG {'succeeded' if ok else 'FAILED'} in {time.monotonic() - t1:.0f}s")
-        if not ok:
-            print("\n".join(text.splitlines()[-60:]))
+        stack.start()
+        print(f"[demo] Airflow up in {time.monotonic() - t1:.1f}s (api-server {stack.url}, scheduler, "
+              "dag-processor, triggerer; LocalExecutor)")
+        run_id = stack.trigger(DAG_ID)
+        print(f"[demo] triggered {DAG_ID} through the REST API (no logical date): run {run_id}")
+        t2 = time.monotonic()
+        run = stack.wait_run(DAG_ID, run_id, timeout=1800)
+        states = stack.task_states(DAG_ID, run_id)
+        print(f"[demo] DAG run {run['state']} in {time.monotonic() - t2:.0f}s: "
+              + ", ".join(f"{t} {s}" for t, s in states.items()))
+        if run["state"] != "success":
+            for task, state in states.items():
+                if state == "failed":
+                    print(f"[demo] --- log of {task} ---")
+                    print("\n".join(stack.task_log(DAG_ID, run_id, task).splitlines()[-40:]))
             return 1
-        result = results[-1]
+        result = stack.xcom(DAG_ID, run_id, "publish")
         print(f"[demo] accuracy {result['accuracy']:.3f} (threshold {result['threshold']})")
         print(f"[demo] model published at: {result['published']}")
-        print(f"[demo] browse it: {details.webhdfs_url.rsplit('/webhdfs', 1)[0]}/explorer.html — RM UI: "
-              f"{details.rm_web_url}/cluster/apps — task logs: {airflow_home}/logs")
+        local = copy_out(details, result, run_id)
+        print(f"[demo] copied to {local} (the model and result.json; HDFS goes away with the cluster)")
+        print(f"[demo] task logs: {airflow_home}/logs/dag_id={DAG_ID}/")
         return 0
     finally:
+        stack.stop()
         mc.stop(work_dir)
-        print("[demo] mini cluster stopped")
+        print("[demo] Airflow and the mini cluster stopped")
+
+
+def copy_out(details, result: dict, run_id: str) -> Path:
+    """Download the published model (and the run's metrics) from the mini cluster's HDFS."""
+    from hdfs import InsecureClient
+
+    from airflow_provider_melon.hdfs_io import quiet_client_logs, run_slug
+    from airflow_provider_melon.hooks.melon import MelonHook
+
+    quiet_client_logs()
+    client = InsecureClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=details.user)
+    target = REPO / "demo-results" / run_slug(run_id)
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    model = MelonHook.hdfs_path(result["published"])
+    client.download(model, str(target / "model"), n_threads=1)
+    (target / "result.json").write_text(json.dumps(result, indent=1))
+    return target
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ need_apt=()
 command -v krb5-config >/dev/null || need_apt+=(libkrb5-dev)   # requests-kerberos -> gssapi/krb5 build
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)   # the metadata DB of the local Airflow (e2e, demo)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] apt-get install ${need_apt[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi

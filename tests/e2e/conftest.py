@@ -1,5 +1,12 @@
-"""`airflow dags test` / `airflow tasks test` against the session's mini cluster, AIRFLOW_HOME in a temp dir,
-connections from a file (Airflow's local-filesystem secrets backend)."""
+"""Airflow against the session's mini cluster, AIRFLOW_HOME in a temp dir, connections from a file (Airflow's
+local-filesystem secrets backend), in two forms:
+
+* ``airflow_stack`` — a real Airflow: api-server, scheduler, dag-processor and triggerer (LocalExecutor,
+  parallelism 4) as separate processes (:class:`LocalAirflow`); DAGs are triggered through the REST API as the
+  UI does. This is what the example DAGs are tested on.
+* ``airflow`` — the CLI (`airflow dags test` / `airflow tasks test`), for the reattach/kill tests that crash a
+  task process on purpose, and as a fast extra.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.local_airflow import LocalAirflow
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -29,13 +37,27 @@ class AirflowRunner:
                                 start_new_session=True)
 
 
-@pytest.fixture(scope="session")
-def airflow(minicluster, tmp_path_factory):
-    home = tmp_path_factory.mktemp("airflow-home")
+def _home(minicluster, tmp_path_factory, name: str) -> dict:
+    home = tmp_path_factory.mktemp(name)
     dags = home / "dags"
     shutil.copytree(REPO / "dags", dags)
     shutil.copy(REPO / "tests" / "e2e" / "dags" / "melon_e2e_probe.py", dags / "melon_e2e_probe.py")
-    env = mc.airflow_env(minicluster, home, dags, sys.executable)
+    return mc.airflow_env(minicluster, home, dags, sys.executable)
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(minicluster, tmp_path_factory):
+    stack = LocalAirflow(_home(minicluster, tmp_path_factory, "airflow-stack"), parallelism=4)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow(minicluster, tmp_path_factory):
+    env = _home(minicluster, tmp_path_factory, "airflow-home")
     runner = AirflowRunner(env)
     result = runner.run("db", "migrate", timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

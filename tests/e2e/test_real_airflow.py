@@ -1,0 +1,190 @@
+"""The example DAGs on a real Airflow (api-server, scheduler, dag-processor, triggerer; LocalExecutor with 4
+slots), triggered through the REST API as the UI's Trigger button does (no logical date), all at once, against
+the real mini cluster. A second run of the HPO DAG is triggered from the CLI with a logical date (what a
+scheduled run has), at the same time as the first: both must succeed, each in its own folder.
+
+While the runs go on, a watcher polls the REST API and records every task instance's state, trigger and
+triggerer job, so the tests can assert that deferred tasks were held by the triggerer process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import defaultdict
+from datetime import datetime
+
+import pytest
+
+from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.hdfs_io import run_slug
+from airflow_provider_melon.spec import JobSpec
+from airflow_provider_melon.submission import run_tag
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TRIGGER_CLASS = "airflow_provider_melon.triggers.yarn.YarnApplicationTrigger"
+CLI_RUN_ID = "cli__2026-01-02T00:00:00+00:00"
+
+
+class Runs:
+    """The triggered runs and what the watcher saw of their task instances."""
+
+    def __init__(self, stack):
+        self.stack = stack
+        self.ids: dict[str, tuple[str, str]] = {}
+        self.seen: dict[tuple[str, str, str, int], list[dict]] = defaultdict(list)
+        self.finished: dict[str, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def add(self, name: str, dag_id: str, run_id: str) -> None:
+        self.ids[name] = (dag_id, run_id)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for dag_id, run_id in list(self.ids.values()):
+                try:
+                    tis = self.stack.task_instances(dag_id, run_id)
+                except Exception:  # noqa: BLE001 - a busy api-server: next round
+                    continue
+                for ti in tis:
+                    self.seen[(dag_id, run_id, ti["task_id"], ti["map_index"])].append({
+                        "t": time.time(), "state": ti["state"],
+                        "trigger": (ti.get("trigger") or {}).get("classpath"),
+                        "triggerer_job": (ti.get("triggerer_job") or {}).get("id"),
+                    })
+            self._stop.wait(1.5)
+
+    def wait(self, name: str, timeout: float = 1200) -> tuple[str, str, dict]:
+        dag_id, run_id = self.ids[name]
+        if name not in self.finished:
+            self.finished[name] = self.stack.wait_run(dag_id, run_id, timeout)
+        run = self.finished[name]
+        assert run["state"] == "success", (name, self.stack.task_states(dag_id, run_id))
+        return dag_id, run_id, run
+
+    def deferred_by(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[tuple[str, int]]:
+        """(trigger class, triggerer job id) of every observation of that task instance in state deferred."""
+        return [(o["trigger"], o["triggerer_job"]) for o in self.seen[(dag_id, run_id, task_id, map_index)]
+                if o["state"] == "deferred"]
+
+
+@pytest.fixture(scope="module")
+def runs(airflow_stack, minicluster, tmp_path_factory):
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+
+    stack, melon_hook = airflow_stack, melon_hook_for_cluster(minicluster.work_dir)
+    # an application "submitted elsewhere", for the sensor DAG to wait on (by tag)
+    tag = f"external-{uuid.uuid4().hex[:8]}"
+    code = tmp_path_factory.mktemp("external-code")
+    spec = JobSpec.from_dict({"name": "submitted-elsewhere", "framework": "generic", "code": str(code),
+                              "entrypoint": "python -c \"import time; time.sleep(30)\"", "tags": [tag],
+                              "roles": {"worker": {"memory": 256}}})
+    external_app = melon_hook.submit(spec)["app_id"]
+
+    r = Runs(stack)
+    r.external_app = external_app
+    r.add("mnist", "melon_mnist_pipeline", stack.trigger("melon_mnist_pipeline"))
+    r.add("hpo", "melon_hpo_fanout", stack.trigger("melon_hpo_fanout"))
+    cli = stack.cli("dags", "trigger", "melon_hpo_fanout", "--run-id", CLI_RUN_ID,
+                    "--logical-date", "2026-01-02T00:00:00+00:00")
+    assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
+    r.add("hpo_cli", "melon_hpo_fanout", CLI_RUN_ID)
+    r.add("ps", "melon_ps_planned", stack.trigger("melon_ps_planned"))
+    r.add("watch", "melon_external_app_watch", stack.trigger("melon_external_app_watch", conf={"tag": tag}))
+    r.start()
+    yield r
+    r.stop()
+
+
+def _app_window(app: dict) -> tuple[float, float]:
+    return app["startedTime"] / 1000, app["finishedTime"] / 1000
+
+
+def _max_overlap(windows: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in windows] + [(e, -1) for _, e in windows])
+    best = cur = 0
+    for _, delta in events:
+        cur += delta
+        best = max(best, cur)
+    return best
+
+
+def test_mnist_pipeline_triggered_like_the_ui(runs, airflow_stack, melon_hook):
+    dag_id, run_id, run = runs.wait("mnist")
+    assert run["logical_date"] is None  # the UI's Trigger button: no logical date, so no ts_nodash
+    result = airflow_stack.xcom(dag_id, run_id, "publish")
+    assert result["accuracy"] >= result["threshold"], result
+    # the run's folder is named from its run id, and the published model is there
+    assert result["published"].endswith(f"/models/mnist/{run_slug(run_id)}"), result
+    assert "saved_model.pb" in melon_hook.hdfs.list(melon_hook.hdfs_path(result["published"]))
+    apps = melon_hook.yarn.find_applications(["airflow-dag:melon_mnist_pipeline", run_tag(run_id)], match_all=True)
+    assert {a["name"]: a["finalStatus"] for a in apps if a["name"] != "mnist-mwms-profile"} == {
+        "mnist-mwms": "SUCCEEDED", "mnist-evaluate": "SUCCEEDED"}, apps
+
+
+def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_stack, melon_hook):
+    triggerers = airflow_stack.triggerer_job_ids()
+    assert len(triggerers) == 1, triggerers  # the stack's one triggerer process
+    outs = set()
+    for name in ("hpo", "hpo_cli"):
+        dag_id, run_id, run = runs.wait(name)
+        best = airflow_stack.xcom(dag_id, run_id, "pick_best")
+        assert best["lr"] in (0.01, 0.1, 0.5, 1.0) and 0 < best["accuracy"] <= 1, best
+        where = airflow_stack.xcom(dag_id, run_id, "ingest")
+        assert where["out"].endswith(f"/hpo/{run_slug(run_id)}"), where
+        outs.add(where["out"])
+        assert sorted(melon_hook.hdfs.list(where["out"])) == [f"trial-{i}.json" for i in range(4)]
+        for i in range(4):
+            held = runs.deferred_by(dag_id, run_id, "trial", i)
+            assert held, f"{name} trial[{i}] was never seen deferred: {runs.seen[(dag_id, run_id, 'trial', i)]}"
+            assert {h for h in held if h[1] is not None} <= {(TRIGGER_CLASS, triggerers[0])}, held
+            # the triggerer process wrote the trigger's own log lines for this task instance
+            trigger_log = (airflow_stack.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=trial"
+                           / f"map_index={i}" / f"attempt=1.log.trigger.{triggerers[0]}.log")
+            assert "reached FINISHED" in trigger_log.read_text(), trigger_log
+        apps = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_hpo_fanout", run_tag(run_id)],
+                                                             match_all=True) if a["name"].startswith("hpo-trial-")]
+        assert sorted(a["name"] for a in apps) == [f"hpo-trial-{i}" for i in range(4)], apps
+        assert all(a["finalStatus"] == "SUCCEEDED" for a in apps), apps
+        overlap = _max_overlap([_app_window(a) for a in apps])
+        print(f"{name}: {run_id}: trials' YARN apps ran up to {overlap} at once")
+        assert overlap >= 2, [_app_window(a) for a in apps]
+    assert len(outs) == 2  # two concurrent runs of one DAG never share an output folder
+    cli_run = runs.finished["hpo_cli"]
+    assert cli_run["logical_date"] and cli_run["logical_date"].startswith("2026-01-02")
+
+
+def test_trial_task_log_is_readable(runs, airflow_stack):
+    dag_id, run_id, _ = runs.wait("hpo")
+    text = airflow_stack.task_log(dag_id, run_id, "trial", map_index=2)
+    assert "Submitting hpo-trial-2" in text and "staged hdfs://" in text, text[-3000:]
+    assert "hdfs.client" not in text, [line for line in text.splitlines() if "hdfs.client" in line][:5]
+
+
+def test_ps_planned(runs, melon_hook, minicluster):
+    dag_id, run_id, _ = runs.wait("ps")
+    [app] = melon_hook.yarn.find_applications(["airflow-dag:melon_ps_planned", run_tag(run_id)], match_all=True)
+    assert (app["name"], app["finalStatus"]) == ("ps-planned", "SUCCEEDED"), app.get("diagnostics")
+    logs = mc.container_logs(minicluster.work_dir, app["id"])
+    assert sum("[ps-train] ps:" in text and "serving" in text for text in logs.values()) == 2, logs
+    assert sum("[ps-train] worker:" in text and "serving" in text for text in logs.values()) == 2, logs
+    assert any("[ps-train] batch 1024 per worker; 2 worker(s), 2 ps" in text for text in logs.values()), logs
+
+
+def test_external_app_watch_sensor_deferred(runs, airflow_stack, melon_hook):
+    dag_id, run_id, _ = runs.wait("watch")
+    held = runs.deferred_by(dag_id, run_id, "wait_for_external_app")
+    assert held and any(h == (TRIGGER_CLASS, airflow_stack.triggerer_job_ids()[0]) for h in held), held
+    assert melon_hook.yarn.get_application(runs.external_app)["state"] == "FINISHED"
+    assert runs.external_app in airflow_stack.task_log(dag_id, run_id, "wait_for_external_app")
