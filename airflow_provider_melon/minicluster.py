@@ -288,7 +288,6 @@ def airflow_env(details: ClusterDetails, airflow_home: Path, dags_folder: Path, 
         AIRFLOW__CORE__UNIT_TEST_MODE="False",
         AIRFLOW__SECRETS__BACKEND="airflow.secrets.local_filesystem.LocalFilesystemBackend",
         AIRFLOW__SECRETS__BACKEND_KWARGS=json.dumps({"connections_file_path": str(conns)}),
-        AIRFLOW__MELON__AM_JAR=str(APPMASTER_DIR / "target" / "melon-appmaster.jar"),
         PYTHONUNBUFFERED="1",
     )
     return env

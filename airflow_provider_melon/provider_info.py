@@ -146,7 +146,7 @@ def get_provider_info() -> dict:
                         "default": "/user/{user}/.melon",
                     },
                     "am_jar": {
-                        "description": "Local path of the MeLoN ApplicationMaster jar (built by `make build`).",
+                        "description": "Local path of an ApplicationMaster jar to use instead of the one shipped in the package.",
                         "version_added": "0.1.0", "type": "string", "example": "/opt/melon/melon-appmaster.jar",
                         "default": None,
                     },

@@ -28,9 +28,6 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ constraints.txt -nt "$st
   touch "$stamp"
 fi
 
-jar=appmaster/target/melon-appmaster.jar
-if [ ! -f "$jar" ] || [ -n "$(find appmaster/src appmaster/pom.xml -newer "$jar" -print -quit)" ]; then
-  echo "[setup] mvn package (appmaster/)"
-  mvn -q -B -f appmaster/pom.xml package -DskipTests
-fi
+# the AM jar (into the package, as wheels carry it) and the mini-cluster launcher's classes + classpath
+bash appmaster/build.sh --dev
 echo "[setup] ready"

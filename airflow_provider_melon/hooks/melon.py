@@ -36,7 +36,6 @@ from airflow_provider_melon.submission import StagedFile
 log = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-REPO_AM_JAR = PACKAGE_DIR.parent / "appmaster" / "target" / submission.AM_JAR
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints", ".pytest_cache"}
 
@@ -74,6 +73,14 @@ def runtime_files() -> list[tuple[str, Path]]:
     return files
 
 
+def packaged_am_jar() -> Path:
+    """The ApplicationMaster jar shipped inside this package (``airflow_provider_melon/am/``; appmaster/build.sh
+    puts it there for wheels and for editable installs alike)."""
+    from importlib.resources import files
+
+    return Path(str(files("airflow_provider_melon").joinpath("am", submission.AM_JAR)))
+
+
 @dataclass
 class StagingReport:
     """What a submission staged: each file and the bytes actually uploaded (0 when all were cached)."""
@@ -108,7 +115,8 @@ class MelonHook:
         self._hdfs = hdfs_client
         extra = self._yarn_extra()
         self.user = user or getattr(self.yarn, "user", None) or extra.get("user") or os.environ.get("USER", "root")
-        self.am_jar = Path(am_jar or extra.get("am_jar") or _conf("am_jar") or REPO_AM_JAR)
+        override = am_jar or extra.get("am_jar") or _conf("am_jar")
+        self.am_jar = Path(override) if override else packaged_am_jar()
         self.am_classpath = am_classpath or extra.get("am_classpath") or None
         self.default_python = default_python or extra.get("python") or "python3"
         self.container_env = dict(extra.get("container_env") or {}, **(container_env or {}))
@@ -193,7 +201,9 @@ class MelonHook:
             report.files["code"] = self.stat_file(spec.code)
         report.files["runtime"] = self.stage_content("melon_runtime.zip", deterministic_zip(runtime_files()))
         if not self.am_jar.is_file():
-            raise FileNotFoundError(f"AM jar {self.am_jar} not found: build it (make build) or set [melon] am_jar")
+            raise FileNotFoundError(
+                f"AM jar {self.am_jar} not found: this copy of the provider was installed without it (install a "
+                "wheel built with appmaster/build.sh, i.e. `pip wheel .` with JDK 17 and Maven) or set [melon] am_jar")
         report.files["am_jar"] = self.stage_content(submission.AM_JAR, self.am_jar.read_bytes())
         for item in spec.inputs:
             report.files[f"input:{item.path}"] = self.stat_file(item.path)
