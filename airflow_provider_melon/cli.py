@@ -1,10 +1,12 @@
-"""``melon`` command line: the embedded mini cluster, job submission, packing a Python environment, and the
-parameter-server planner (``melon plan ...``, :func:`airflow_provider_melon.planner.plan_main`)."""
+"""``melon`` command line: the embedded mini cluster, job submission, cluster checks (``melon doctor``), packing a
+Python environment, and the parameter-server planner (``melon plan ...``,
+:func:`airflow_provider_melon.planner.plan_main`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -56,6 +58,16 @@ def melon_hook_for_cluster(work_dir: Path):
     )
 
 
+def _doctor(args) -> int:
+    from airflow_provider_melon.doctor import Doctor, as_json, render
+    from airflow_provider_melon.hooks.melon import MelonHook
+
+    hook = MelonHook(args.conn_id, args.webhdfs_conn_id)
+    findings = Doctor(hook, queue=args.queue).run()
+    print(as_json(findings) if args.json else render(findings))
+    return 1 if any(f.status == "fail" for f in findings) else 0
+
+
 def _pack_env(args) -> int:
     from airflow_provider_melon.packing import pack_env
 
@@ -64,7 +76,13 @@ def _pack_env(args) -> int:
     return 0
 
 
+#: The HDFS provider's hook logs three "Trying namenode" lines per connection through Airflow's logger, on
+#: stdout; the CLI keeps stdout for its own output (e.g. `--json`) unless the user chose otherwise.
+QUIET_NAMESPACES = "airflow.task.hooks.airflow.providers.apache.hdfs=WARNING"
+
+
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("AIRFLOW__LOGGING__NAMESPACE_LEVELS", QUIET_NAMESPACES)
     parser = argparse.ArgumentParser(prog="melon", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -83,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("spec")
     sb.add_argument("--work-dir", default=str(mc.DEFAULT_WORK_DIR))
     sb.set_defaults(func=_submit)
+
+    dr = sub.add_parser("doctor", help="check that a cluster is ready for MeLoN jobs (each finding with its fix); "
+                        "exit 1 if any check fails")
+    dr.add_argument("--conn-id", default="yarn_default", help="Airflow connection of the RM (type yarn)")
+    dr.add_argument("--webhdfs-conn-id", default="webhdfs_default", help="Airflow connection of WebHDFS")
+    dr.add_argument("--queue", default="default", help="the YARN queue jobs will use")
+    dr.add_argument("--json", action="store_true", help="findings as JSON")
+    dr.set_defaults(func=_doctor)
 
     pe = sub.add_parser("pack-env", help="pack a virtualenv (venv-pack) or conda env (conda-pack) to a tar.gz")
     pe.add_argument("output")

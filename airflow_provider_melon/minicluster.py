@@ -115,8 +115,10 @@ def running_pid(work_dir: Path = DEFAULT_WORK_DIR) -> int | None:
     return pid if pid_alive(pid) else None
 
 
-def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float = 5.0) -> list[dict] | None:
-    """The RUNNING nodes if ``expected_nodes`` of them report a GPU count, else None (not ready yet)."""
+def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float = 5.0,
+                require_gpu: bool = True) -> list[dict] | None:
+    """The RUNNING nodes if ``expected_nodes`` of them report a GPU count (any count when not
+    ``require_gpu``), else None (not ready yet)."""
     url = f"{rm_web_url}/ws/v1/cluster/nodes?states=RUNNING&user.name={user}"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -124,7 +126,7 @@ def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float 
     except (OSError, ValueError):
         return None
     nodes = ((body or {}).get("nodes") or {}).get("node") or []
-    ready = [n for n in nodes if node_resources(n.get("totalResource"))[GPU_RESOURCE] > 0]
+    ready = [n for n in nodes if not require_gpu or node_resources(n.get("totalResource"))[GPU_RESOURCE] > 0]
     return ready if len(ready) >= expected_nodes else None
 
 
@@ -166,8 +168,11 @@ def start(
     nm_vcores: int = 8,
     timeout: float = 180.0,
     java: str = "java",
+    melon_config: bool = True,
 ) -> ClusterDetails:
-    """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise."""
+    """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
+    ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
+    an admin has before following the README's "configure your cluster" (used to test ``melon doctor``)."""
     work_dir = Path(work_dir).resolve()
     if running_pid(work_dir):
         existing = read_details(work_dir)
@@ -183,6 +188,7 @@ def start(
     args += [
         "--nodemanagers", str(nodemanagers), "--gpus", str(gpus), "--gpu-memory-mb", str(gpu_memory_mb),
         "--nm-memory-mb", str(nm_memory_mb), "--nm-vcores", str(nm_vcores),
+        "--melon-config", "1" if melon_config else "0",
     ]
     with open(log_path(work_dir), "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -196,7 +202,7 @@ def start(
                 f"mini cluster launcher exited with code {proc.returncode}; log tail:\n{_log_tail(work_dir)}"
             )
         details = read_details(work_dir)
-        if details and nodes_ready(details.rm_web_url, details.user, nodemanagers):
+        if details and nodes_ready(details.rm_web_url, details.user, nodemanagers, require_gpu=melon_config):
             return details
         time.sleep(0.5)
     stop(work_dir)
@@ -245,7 +251,7 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
     if details:
         out.update(rm_web_url=details.rm_web_url, webhdfs_url=details.webhdfs_url,
                    fs_default_fs=details.fs_default_fs, conf_dir=details.conf_dir)
-        nodes = nodes_ready(details.rm_web_url, details.user, 0) or []
+        nodes = nodes_ready(details.rm_web_url, details.user, 0, require_gpu=False) or []
         out["nodes"] = [
             {"id": n.get("id"), "state": n.get("state"), "total": node_resources(n.get("totalResource")),
              "used": node_resources(n.get("usedResource"))}

@@ -73,6 +73,8 @@ public final class MiniClusterLauncher {
     opts.put("nm-vcores", "8");
     opts.put("gpus", "2");
     opts.put("gpu-memory-mb", "32768");
+    // 0: a vanilla YARN (no GPU resource types, the default memory-only calculator), to test `melon doctor`
+    opts.put("melon-config", "1");
     opts.put("details", null);
     for (int i = 0; i < args.length; i++) {
       String a = args[i];
@@ -127,13 +129,17 @@ public final class MiniClusterLauncher {
     int nmMem = intOpt("nm-memory-mb");
     int nmCores = intOpt("nm-vcores");
 
+    boolean melon = intOpt("melon-config") != 0;
+
     // Resource types: must be in the conf before ResourceUtils is first initialised.
-    conf.set("yarn.resource-types", GPU + "," + GPU_MEM);
-    conf.set("yarn.resource-types." + GPU_MEM + ".units", "Mi");
-    conf.set("yarn.resource-types." + GPU + ".maximum-allocation", String.valueOf(Math.max(gpus, 1)));
-    conf.set("yarn.resource-types." + GPU_MEM + ".maximum-allocation", String.valueOf(Math.max(gpuMem, 1)));
-    conf.set("yarn.nodemanager.resource-type." + GPU, String.valueOf(gpus));
-    conf.set("yarn.nodemanager.resource-type." + GPU_MEM, gpuMem + "Mi");
+    if (melon) {
+      conf.set("yarn.resource-types", GPU + "," + GPU_MEM);
+      conf.set("yarn.resource-types." + GPU_MEM + ".units", "Mi");
+      conf.set("yarn.resource-types." + GPU + ".maximum-allocation", String.valueOf(Math.max(gpus, 1)));
+      conf.set("yarn.resource-types." + GPU_MEM + ".maximum-allocation", String.valueOf(Math.max(gpuMem, 1)));
+      conf.set("yarn.nodemanager.resource-type." + GPU, String.valueOf(gpus));
+      conf.set("yarn.nodemanager.resource-type." + GPU_MEM, gpuMem + "Mi");
+    }
 
     // HDFS
     conf.set("fs.defaultFS", "hdfs://" + host + ":" + intOpt("nn-port"));
@@ -163,8 +169,9 @@ public final class MiniClusterLauncher {
     // Scheduler: capacity + dominant resource calculator so GPUs count.
     conf.set(YarnConfiguration.RM_SCHEDULER,
         "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler");
-    conf.set("yarn.scheduler.capacity.resource-calculator",
-        "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator");
+    conf.set("yarn.scheduler.capacity.resource-calculator", melon
+        ? "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
+        : "org.apache.hadoop.yarn.util.resource.DefaultResourceCalculator");
     conf.set("yarn.scheduler.capacity.root.queues", "default");
     conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
