@@ -36,6 +36,11 @@ YARN_CONN_FIELDS: dict = {
         "description": "Retries after the first attempt, on connection errors, timeouts and 5xx only",
         "schema": {"type": ["integer", "null"], "default": 3, "minimum": 0},
     },
+    "web_ui_url": {
+        "label": "RM web UI URL for links",
+        "description": "The RM as users' browsers reach it, for extra links (default: the RM URL above)",
+        "schema": {"type": ["string", "null"]},
+    },
     "verify": {
         "label": "Verify TLS",
         "description": "true, false, or the path of a CA bundle (https RM URLs)",

@@ -189,7 +189,8 @@ class YarnHook(BaseHook):
     :param yarn_conn_id: Airflow connection (type ``yarn``). ``host``: one or several comma-separated RM base
         URLs (``http://rm1:8088,http://rm2:8088``; a bare host gets ``http`` and ``conn.port`` or 8088);
         ``login``: user for simple auth; extras ``auth`` (simple|kerberos), ``kerberos_principal``,
-        ``connect_timeout``, ``read_timeout``, ``retries``, ``verify``.
+        ``connect_timeout``, ``read_timeout``, ``retries``, ``verify``, ``web_ui_url`` (the RM as users'
+        browsers reach it, for links: a gateway or published address; default the active RM).
     :param rm_urls: RM base URLs; when given, no Airflow connection is looked up.
     :param user: user for simple auth (``user.name``); overrides the connection's login. Default: the
         connection's login, else ``HADOOP_USER_NAME``, else the OS user (as Hadoop's clients do).
@@ -293,6 +294,8 @@ class YarnHook(BaseHook):
         self.retries = max(0, int(retries if retries is not None else 3))
         verify = ex["verify"] if ex["verify"] is not None else extras.get("verify")
         self.verify = _parse_bool(verify, True)
+        ui = extras.get("web_ui_url")
+        self._web_ui_url = str(ui).strip().rstrip("/") if ui else None
         self._active = self.rm_urls[0]
         self._configured = True
 
@@ -332,6 +335,12 @@ class YarnHook(BaseHook):
         """The RM base URL calls start at (the last one seen active)."""
         self._ensure_configured()
         return self._active or self.rm_urls[0]
+
+    @property
+    def web_ui_url(self) -> str:
+        """Base URL of the RM web UI for links shown to people (``web_ui_url`` extra, else the active RM)."""
+        self._ensure_configured()
+        return self._web_ui_url or self.active_rm
 
     def close(self) -> None:
         if self._session is not None:
@@ -466,6 +475,29 @@ class YarnHook(BaseHook):
                 continue
         return None
 
+    def ha_states(self) -> dict[str, dict[str, Any] | str]:
+        """Every configured RM's ``clusterInfo`` (``haState``, version, state), or why it could not be read."""
+        self._ensure_configured()
+        out: dict[str, dict[str, Any] | str] = {}
+        for base in self.rm_urls:
+            try:
+                resp = self._send("GET", base + "/ws/v1/cluster/info", self._params(None))
+                out[base] = as_dict(_json_body(resp).get("clusterInfo")) if resp.ok else f"HTTP {resp.status_code}"
+            except (requests.RequestException, ValueError, YarnApiError) as exc:
+                out[base] = f"unreachable ({type(exc).__name__})"
+        return out
+
+    def rm_conf(self, name: str) -> str | None:
+        """One property of the RM's effective configuration (its ``/conf`` servlet), or None if it has none."""
+        try:
+            body = _json_body(self._request("GET", "/conf", params={"name": name}, headers={"Accept": "application/json"}))
+        except YarnApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        value = as_dict(body.get("property")).get("value")
+        return None if value is None else str(value)
+
     def nodes(self, states: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
         """Nodes, each normalised so ``totalResource``/``usedResource``/``availableResource`` carry a flat
         ``resources`` dict (memory-mb, vcores, yarn.io/gpu, melon.io/gpu-memory in MiB, and any others)."""
@@ -597,11 +629,11 @@ class YarnHook(BaseHook):
         logs = app.get("amContainerLogs")
         if logs:
             return str(logs)
-        return f"{self.active_rm}/cluster/app/{app.get('id')}"
+        return self.application_url(str(app.get("id")))
 
     def application_url(self, app_id: str) -> str:
-        """The RM web UI page of an application."""
-        return f"{self.active_rm}/cluster/app/{app_id}"
+        """The RM web UI page of an application (at :attr:`web_ui_url`)."""
+        return f"{self.web_ui_url}/cluster/app/{app_id}"
 
     def am_status(self, app_id: str, path: str = "/status", *, retries: int = 0) -> dict[str, Any] | None:
         """JSON served by the application's AM at ``path``, fetched through the RM web proxy

@@ -364,8 +364,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             return None
 
     def _rm_url(self) -> Optional[str]:
+        """The RM as people reach it (links): the connection's ``web_ui_url``, else the active RM."""
         try:
-            return self.yarn_hook.active_rm
+            return self.yarn_hook.web_ui_url
         except Exception:  # noqa: BLE001
             return None
 

@@ -71,6 +71,18 @@ def test_connection_fields_parsed():
     assert hook.retries == 1
     assert hook.verify is False
     assert hook.auth_mode == "simple"
+    assert hook.web_ui_url == hook.active_rm  # no web_ui_url: links use the RM itself
+
+
+def test_web_ui_url_is_what_links_use():
+    from airflow.sdk import Connection
+
+    conn = Connection(conn_id="yarn_x", conn_type="yarn", host="http://resourcemanager:8088",
+                      extra=json.dumps({"web_ui_url": "https://gateway.example.com/yarn/"}))
+    with mock.patch.object(YarnHook, "get_connection", return_value=conn):
+        hook = YarnHook("yarn_x")
+        assert hook.active_rm == "http://resourcemanager:8088"  # REST calls stay on the RM
+        assert hook.application_url(APP_ID) == f"https://gateway.example.com/yarn/cluster/app/{APP_ID}"
 
 
 def test_connection_kerberos_extra():
