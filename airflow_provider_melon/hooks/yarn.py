@@ -790,6 +790,12 @@ class AsyncYarnHook:
     async def find_active_rm(self) -> str | None:
         return await self._call("find_active_rm")
 
+    async def ha_states(self) -> dict[str, dict[str, Any] | str]:
+        return await self._call("ha_states")
+
+    async def rm_conf(self, name: str) -> str | None:
+        return await self._call("rm_conf", name)
+
     async def nodes(self, states: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
         return await self._call("nodes", states)
 
