@@ -18,10 +18,13 @@ import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -48,11 +51,13 @@ import org.apache.hadoop.yarn.api.records.LocalResource;
 import org.apache.hadoop.yarn.api.records.LocalResourceType;
 import org.apache.hadoop.yarn.api.records.LocalResourceVisibility;
 import org.apache.hadoop.yarn.api.records.NodeReport;
+import org.apache.hadoop.yarn.api.records.NodeState;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.api.records.URL;
 import org.apache.hadoop.yarn.api.records.UpdatedContainer;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
@@ -69,6 +74,8 @@ public final class MelonApplicationMaster {
   static final String GPU_MEM = "melon.io/gpu-memory";
   static final int EXIT_NO_GPU_FIT = 75;
   static final int MAX_NO_FIT_RETRIES = 3;
+  /** A node avoided after an exit 75 is given back after this long, or once the task runs elsewhere. */
+  static final long AVOID_MS = 120_000;
 
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -100,6 +107,8 @@ public final class MelonApplicationMaster {
     int port;
     boolean registered;
     Integer exitCode;
+    /** The host this task left with exit 75 (no GPU fits there): avoided until the task is placed elsewhere. */
+    String avoidHost;
     String gpu;
     long gpuMemoryMb;
     Long step;
@@ -134,6 +143,11 @@ public final class MelonApplicationMaster {
   private final long registerTimeoutMs;
   private long gangWaitSince = System.currentTimeMillis();
   private boolean gangComplete;
+  /** Hosts on the application's blacklist (node avoidance after exit 75) and since when. */
+  private final Map<String, Long> avoided = new HashMap<>();
+  /** Hosts that have run one of our containers: the fallback view of the cluster when the RM's node list
+   * cannot be read (a secure cluster gives the AM no client credentials). */
+  private final Set<String> seenHosts = new HashSet<>();
 
   private String state = "RUNNING";
   private String diagnostics = "";
@@ -222,6 +236,7 @@ public final class MelonApplicationMaster {
     }
     while (!done.await(500, TimeUnit.MILLISECONDS)) {
       checkGangTimeout();
+      expireAvoidance();
     }
     return shutdown();
   }
@@ -259,6 +274,12 @@ public final class MelonApplicationMaster {
       t.container = c;
       t.nodeHost = c.getNodeId().getHost();
       t.host = t.nodeHost;
+      seenHosts.add(t.nodeHost);
+      if (t.avoidHost != null) {  // placed again: its avoided node may be given back
+        String left = t.avoidHost;
+        t.avoidHost = null;
+        releaseAvoidance(left, "task " + t.name() + " placed on " + t.nodeHost);
+      }
       t.state = "ALLOCATED";
       t.exitCode = null;
       t.updated = System.currentTimeMillis();
@@ -323,6 +344,7 @@ public final class MelonApplicationMaster {
     }
     if (code == EXIT_NO_GPU_FIT && t.noFitRetries < MAX_NO_FIT_RETRIES) {
       t.noFitRetries++;
+      avoid(t, t.nodeHost);
       restart(t, "no GPU fits on " + t.nodeHost + " (exit 75), retry " + t.noFitRetries);
       return;
     }
@@ -338,6 +360,71 @@ public final class MelonApplicationMaster {
       finish("FAILED", diag);
     } else {
       log("untracked " + diag);
+    }
+  }
+
+  // ---------------------------------------------------------------- node avoidance (exit 75)
+
+  /** Put {@code host} on the application's blacklist while {@code t} is re-requested, so YARN places the task on
+   * another node. Bounded: never the last usable node (the RM's RUNNING nodes, else the hosts seen so far), and
+   * given back once the task is placed elsewhere or after {@link #AVOID_MS}. */
+  private void avoid(Task t, String host) {
+    if (host == null) {
+      return;
+    }
+    if (avoided.containsKey(host)) {
+      t.avoidHost = host;
+      return;
+    }
+    Set<String> others = new TreeSet<>(runningHosts());
+    others.removeAll(avoided.keySet());
+    others.remove(host);
+    if (others.isEmpty()) {
+      log("not avoiding " + host + " for task " + t.name() + ": no other node is known");
+      return;
+    }
+    t.avoidHost = host;
+    avoided.put(host, System.currentTimeMillis());
+    amrm.updateBlacklist(List.of(host), null);
+    log("avoiding node " + host + " for task " + t.name() + " (exit 75: no GPU fits there); other nodes " + others);
+  }
+
+  private void releaseAvoidance(String host, String why) {
+    if (!avoided.containsKey(host) || tasks.stream().anyMatch(x -> host.equals(x.avoidHost))) {
+      return;
+    }
+    avoided.remove(host);
+    amrm.updateBlacklist(null, List.of(host));
+    log("node " + host + " no longer avoided: " + why);
+  }
+
+  private synchronized void expireAvoidance() {
+    long now = System.currentTimeMillis();
+    for (String host : new ArrayList<>(avoided.keySet())) {
+      if (now - avoided.get(host) > AVOID_MS) {
+        tasks.stream().filter(x -> host.equals(x.avoidHost)).forEach(x -> x.avoidHost = null);
+        releaseAvoidance(host, "avoided for " + AVOID_MS / 1000 + " s");
+      }
+    }
+  }
+
+  /** Hosts of the RM's RUNNING nodes (short timeouts), or the hosts our containers ran on if that fails. */
+  private Set<String> runningHosts() {
+    YarnConfiguration quick = new YarnConfiguration(conf);
+    quick.setLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_MAX_WAIT_MS, 5_000);
+    quick.setLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_RETRY_INTERVAL_MS, 1_000);
+    quick.setInt("ipc.client.connect.max.retries", 1);
+    try (YarnClient client = YarnClient.createYarnClient()) {
+      client.init(quick);
+      client.start();
+      Set<String> hosts = new HashSet<>();
+      for (NodeReport n : client.getNodeReports(NodeState.RUNNING)) {
+        hosts.add(n.getNodeId().getHost());
+      }
+      return hosts;
+    } catch (Exception e) {
+      log("could not list the cluster's nodes (" + e + "); using the hosts seen so far " + seenHosts);
+      return new HashSet<>(seenHosts);
     }
   }
 
