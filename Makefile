@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit test-all constraints clean
+.PHONY: setup demo test test-unit test-all docker-build docker-test docker-down constraints clean
 
 setup:
 	@bash scripts/setup.sh
@@ -11,7 +11,7 @@ demo: setup
 	$(PY) scripts/demo.py
 
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS) tests --ignore=tests/docker
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
@@ -19,7 +19,19 @@ test-unit: setup
 # Slow extras (PyTorch DDP): installs the [pytorch] extra first.
 test-all: setup
 	$(PY) -m pip install -q -c constraints.txt -e '.[pytorch]'
-	MELON_TEST_ALL=1 $(PY) -m pytest -q -p no:cacheprovider --timeout=1800 tests
+	MELON_TEST_ALL=1 $(PY) -m pytest -q -p no:cacheprovider --timeout=1800 tests --ignore=tests/docker
+
+# The docker/ deployment: images from a debootstrapped Debian base (podman), compose stack, tests from outside.
+docker-build: setup
+	@bash scripts/setup-docker.sh
+	bash docker/build.sh
+
+docker-test: setup
+	@bash scripts/setup-docker.sh
+	bash docker/test.sh $(PYTEST_ARGS)
+
+docker-down:
+	bash -c 'source docker/engine.sh && cd docker && "$${MELON_COMPOSE[@]}" -p melon down -v'
 
 # Refresh the pinned Python set on purpose (commit the diff): resolves from setup.cfg in a clean venv.
 constraints:

@@ -27,7 +27,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote
@@ -103,143 +102,21 @@ class LocalPostgres:
         self.data_dir = None
 
 
-@dataclass
-class LocalAirflow:
-    """Airflow's four long-running components for ``env`` (an environment from ``minicluster.airflow_env``).
+class AirflowApi:
+    """A small client of Airflow's public REST API (``/api/v2``), logged in as the UI's login form does
+    (``POST /auth/token`` with SimpleAuthManager's user and password). Used against the local Airflow below and
+    against the docker/ deployment."""
 
-    ``start()`` migrates the DB, starts the components (their output goes to ``<AIRFLOW_HOME>/<component>.log``)
-    and waits until the api-server answers and reports the scheduler, dag-processor and triggerer healthy.
-    """
-
-    env: dict
-    port: int = 0
-    parallelism: int = 4
-    username: str = "admin"
-    password: str = "admin"
-    airflow_bin: str = str(Path(sys.executable).parent / "airflow")
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
-    _token: Optional[str] = None
-    _db: Optional[LocalPostgres] = None
-
-    def __post_init__(self) -> None:
-        self.home = Path(self.env["AIRFLOW_HOME"])
-        self.port = self.port or free_port()
-        self.env = dict(self.env)
-        passwords = self.home / "simple_auth_manager_passwords.json"
-        self.home.mkdir(parents=True, exist_ok=True)
-        passwords.write_text(json.dumps({self.username: self.password}))
-        self.env.update({
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
-            "AIRFLOW__CORE__AUTH_MANAGER":
-                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__BASE_URL": self.url,
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__API__EXPOSE_CONFIG": "False",
-        })
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log_file(self, component: str) -> Path:
-        return self.home / f"{component}.log"
-
-    def log_tail(self, component: str, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_file(component).read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
-
-    # ---- lifecycle -------------------------------------------------------------------------------------------
-    def start(self, timeout: float = 300) -> "LocalAirflow":
-        self._db = LocalPostgres().start()
-        self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self._db.url
-        try:
-            self._start_components(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _start_components(self, timeout: float) -> None:
-        result = subprocess.run([self.airflow_bin, "db", "migrate"], env=self.env, capture_output=True, text=True,
-                                timeout=timeout)
-        if result.returncode != 0:
-            raise LocalAirflowError(f"airflow db migrate failed:\n{(result.stdout + result.stderr)[-3000:]}")
-        for component in COMPONENTS:
-            args = [self.airflow_bin, component]
-            if component == "api-server":
-                args += ["--host", "127.0.0.1", "--port", str(self.port)]
-            with open(self.log_file(component), "wb") as log:
-                self.procs[component] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        self.wait_healthy(timeout)
+    def __init__(self, url: str, username: str = "admin", password: str = "admin",
+                 alive: Optional[Any] = None):
+        self.url = url.rstrip("/")
+        self.username = username
+        self.password = password
+        self._token: Optional[str] = None
+        self._alive = alive or (lambda: None)
 
     def _check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                raise LocalAirflowError(f"airflow {name} exited with code {proc.returncode}:\n{self.log_tail(name)}")
-
-    def wait_healthy(self, timeout: float = 300) -> dict:
-        """Wait until ``/api/v2/monitor/health`` reports every component healthy."""
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                last = self._http("GET", "/api/v2/monitor/health", auth=False)
-                parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
-                if all((last.get(p) or {}).get("status") == "healthy" for p in parts):
-                    return last
-            except (OSError, LocalAirflowError) as exc:
-                last = exc
-            time.sleep(1)
-        raise LocalAirflowError(f"Airflow not healthy within {timeout:.0f}s (last: {last}); api-server log:\n"
-                                f"{self.log_tail('api-server')}")
-
-    def stop(self, timeout: float = 30) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(5)
-        self.procs.clear()
-        if self._db is not None:
-            self._db.stop()
-            self._db = None
-
-    def __enter__(self) -> "LocalAirflow":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        """``airflow <args>`` against this Airflow's home (e.g. ``dags trigger``, as an operator would type it)."""
-        return subprocess.run([self.airflow_bin, *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+        self._alive()
 
     # ---- REST ------------------------------------------------------------------------------------------------
     def token(self) -> str:
@@ -335,3 +212,137 @@ class LocalAirflow:
                     lines.append(str(item))
             return "\n".join(lines)
         return str(content)
+
+
+class LocalAirflow(AirflowApi):
+    """Airflow's four long-running components for ``env`` (an environment from ``minicluster.airflow_env``),
+    and the REST client (:class:`AirflowApi`) logged in to them.
+
+    ``start()`` starts a private PostgreSQL, migrates the DB, starts the components (their output goes to
+    ``<AIRFLOW_HOME>/<component>.log``) and waits until the api-server reports the scheduler, dag-processor and
+    triggerer healthy. ``stop()`` stops them all.
+    """
+
+    def __init__(self, env: dict, port: int = 0, parallelism: int = 4, username: str = "admin",
+                 password: str = "admin", airflow_bin: str = str(Path(sys.executable).parent / "airflow")):
+        self.port = port or free_port()
+        super().__init__(f"http://127.0.0.1:{self.port}", username, password)
+        self.parallelism = parallelism
+        self.airflow_bin = airflow_bin
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._db: Optional[LocalPostgres] = None
+        self.home = Path(env["AIRFLOW_HOME"])
+        self.env = dict(env)
+        passwords = self.home / "simple_auth_manager_passwords.json"
+        self.home.mkdir(parents=True, exist_ok=True)
+        passwords.write_text(json.dumps({self.username: self.password}))
+        self.env.update({
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__AUTH_MANAGER":
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__API__EXPOSE_CONFIG": "False",
+        })
+
+    def log_file(self, component: str) -> Path:
+        return self.home / f"{component}.log"
+
+    def log_tail(self, component: str, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file(component).read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    def start(self, timeout: float = 300) -> "LocalAirflow":
+        self._db = LocalPostgres().start()
+        self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self._db.url
+        try:
+            self._start_components(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_components(self, timeout: float) -> None:
+        result = subprocess.run([self.airflow_bin, "db", "migrate"], env=self.env, capture_output=True, text=True,
+                                timeout=timeout)
+        if result.returncode != 0:
+            raise LocalAirflowError(f"airflow db migrate failed:\n{(result.stdout + result.stderr)[-3000:]}")
+        for component in COMPONENTS:
+            args = [self.airflow_bin, component]
+            if component == "api-server":
+                args += ["--host", "127.0.0.1", "--port", str(self.port)]
+            with open(self.log_file(component), "wb") as log:
+                self.procs[component] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        self.wait_healthy(timeout)
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise LocalAirflowError(f"airflow {name} exited with code {proc.returncode}:\n{self.log_tail(name)}")
+
+    def wait_healthy(self, timeout: float = 300) -> dict:
+        """Wait until ``/api/v2/monitor/health`` reports every component healthy."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                last = self._http("GET", "/api/v2/monitor/health", auth=False)
+                parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+                if all((last.get(p) or {}).get("status") == "healthy" for p in parts):
+                    return last
+            except (OSError, LocalAirflowError) as exc:
+                last = exc
+            time.sleep(1)
+        raise LocalAirflowError(f"Airflow not healthy within {timeout:.0f}s (last: {last}); api-server log:\n"
+                                f"{self.log_tail('api-server')}")
+
+    def stop(self, timeout: float = 30) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + timeout
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(5)
+        self.procs.clear()
+        if self._db is not None:
+            self._db.stop()
+            self._db = None
+
+    def __enter__(self) -> "LocalAirflow":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """``airflow <args>`` against this Airflow's home (e.g. ``dags trigger``, as an operator would type it)."""
+        return subprocess.run([self.airflow_bin, *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+
+

@@ -22,7 +22,8 @@ What ``execute`` does, in order:
    with a warning (the submission then meets the RM itself).
 3. **Announce** — right after submit/attach the application id, tracking URL and AM status URL go to XCom
    (``app_id``, ``tracking_url``, ``am_status_url``), and each extra link's URL under its ``xcom_key``, so
-   the links work while the task runs or is deferred.
+   the links work while the task runs or is deferred. Link URLs use the connection's ``web_ui_url`` (the RM as
+   browsers reach it). Once the application has ended, the AM status link opens its RM application page.
 4. **Wait** — ``deferrable``: check the state once (finish at once if already terminal), then defer to
    :class:`YarnApplicationTrigger`. Otherwise poll here with the same rules (failure budget, heartbeat,
    AM progress every ``log_every_n`` polls, ``timeout``).
@@ -400,6 +401,14 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                                                              spec.tensorboard_log_dir))
         self.log.info("YARN application %s: %s", app_id, yarn_application_url(rm, app_id) if rm else app_id)
 
+    def _link_am_status_to_app_page(self, context: "Context", app_id: str) -> None:
+        """The application has ended, so its AM no longer serves the status page: the AM link now opens the
+        application's page on the RM (at ``web_ui_url``), instead of the RM proxy's redirect, which names the
+        RM by its own configured address (often not one a browser can reach: a gateway, a container network)."""
+        rm = self._rm_url()
+        if rm:
+            MelonAmStatusLink.persist(context, yarn_application_url(rm, app_id))
+
     # ---- ResumableJobMixin (synchronous path) -------------------------------------------------------------
     def submit_job(self, context: "Context") -> str:
         app_id, _ = self._attach_or_submit(context)
@@ -505,6 +514,8 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         app_id = event.get("app_id")
         self._app_id = app_id or self._app_id
         message = event.get("message") or f"YARN application {app_id}: {status}"
+        if app_id and status != "timeout":
+            self._link_am_status_to_app_page(context, app_id)
         if status == "timeout":
             if self.cancel_on_kill and app_id:
                 self._kill(app_id, "the task's timeout was reached")

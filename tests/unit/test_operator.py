@@ -405,6 +405,16 @@ def test_execute_complete_success_result_outlets_and_xcom(hooks):
     assert xcom["final_status"] == "SUCCEEDED" and xcom["outputs"] == job()["outputs"]
 
 
+@pytest.mark.parametrize("ev", [event(tasks=AM_TASKS), event("error", "FAILED", diagnostics="exited 1")])
+def test_ended_app_points_the_am_link_at_its_rm_page(hooks, ev):
+    ctx = make_context()
+    try:
+        make_op().execute_complete(ctx, ev, roles={"chief": 1})
+    except AirflowException:
+        pass
+    assert pushed(ctx)[MelonAmStatusLink.xcom_key] == f"{RM}/cluster/app/{APP}"  # not the proxy: the AM is gone
+
+
 def test_result_prefers_live_am_status_then_rm(hooks):
     hooks.am_status.return_value = {"state": "SUCCEEDED", "tasks": AM_TASKS[:1]}
     result = make_op().execute_complete(make_context(), event(tasks=AM_TASKS), roles={"chief": 1})

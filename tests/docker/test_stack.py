@@ -1,0 +1,176 @@
+"""The provider installed from its wheel, on a pseudo-distributed Hadoop 3.5 + Airflow 3.3 deployment (docker/):
+NameNode, DataNode, ResourceManager and two NodeManagers as separate daemons with their own host names, Postgres,
+and Airflow split into api-server, scheduler, dag-processor and triggerer."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from urllib.parse import quote
+
+import pytest
+
+from tests.docker.conftest import NN_URL, RM_URL, http_json
+
+pytestmark = pytest.mark.docker
+
+DAG = "melon_mnist_pipeline"
+
+
+class AmWatcher(threading.Thread):
+    """Polls the RM (from the host) for the DAG run's train app and its AM status through the RM proxy; keeps
+    every task host the AM reported."""
+
+    def __init__(self, run_tag: str):
+        super().__init__(daemon=True)
+        self.run_tag = run_tag
+        self.hosts: dict[str, set[str]] = {}
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                apps = (http_json(f"{RM_URL}/ws/v1/cluster/apps?applicationTags={self.run_tag}").get("apps") or {})
+                for app in apps.get("app") or []:
+                    if app["name"] == "mnist-mwms" and app["state"] == "RUNNING":
+                        status = http_json(f"{RM_URL}/proxy/{app['id']}/status")
+                        for task in status.get("tasks") or []:
+                            if task.get("host"):
+                                self.hosts.setdefault(f"{task['role']}:{task['index']}", set()).add(task["host"])
+            except Exception:  # noqa: BLE001 - the AM may be starting or gone: next round
+                pass
+            self.stop.wait(2)
+
+
+def test_mnist_pipeline_on_the_deployment(stack):
+    from airflow_provider_melon.submission import run_tag
+
+    api = stack.api
+    started = time.monotonic()
+    run_id = api.trigger(DAG)
+    watcher = AmWatcher(run_tag(run_id))
+    watcher.start()
+    try:
+        run = api.wait_run(DAG, run_id, timeout=1500)
+    finally:
+        watcher.stop.set()
+        watcher.join(10)
+    assert run["state"] == "success", api.task_states(DAG, run_id)
+    print(f"[docker] {DAG} succeeded in {time.monotonic() - started:.0f} s; train tasks ran on {watcher.hosts}")
+
+    # the model is in HDFS (read from outside through the NameNode's published port)
+    result = api.xcom(DAG, run_id, "publish")
+    assert result["accuracy"] >= result["threshold"], result
+    model = result["published"].removeprefix("hdfs://")
+    listing = http_json(f"{NN_URL}/webhdfs/v1{model}?op=LISTSTATUS&user.name=airflow")
+    assert "saved_model.pb" in {f["pathSuffix"] for f in listing["FileStatuses"]["FileStatus"]}
+
+    # the training gang spanned both NodeManagers (4.5 GB of containers; 4 GB per node), seen through the RM
+    assert set().union(*watcher.hosts.values()) == {"nodemanager-1", "nodemanager-2"}, watcher.hosts
+    [train] = [a for a in stack.rm(f"/ws/v1/cluster/apps?applicationTags={run_tag(run_id)}")["apps"]["app"]
+               if a["name"] == "mnist-mwms"]
+    assert train["finalStatus"] == "SUCCEEDED"
+
+    # every extra link of the train task opens a real page from outside
+    links = api.api("GET", f"/dags/{DAG}/dagRuns/{quote(run_id, safe='')}/taskInstances/train/links")["extra_links"]
+    opened = {}
+    for name, url in links.items():
+        if not url:
+            continue  # no TensorBoard configured: no link
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            body = resp.read().decode(errors="replace")
+            opened[name] = (resp.status, resp.geturl())
+        assert resp.status == 200 and train["id"] in body, (name, url, body[:500])
+        assert not re.search(r"<title>[^<]*(error|not found)", body, re.I), (name, body[:500])
+    assert set(opened) == {"YARN Application", "MeLoN AM Status"}, links
+    print(f"[docker] extra links opened: {opened}")
+
+
+def test_doctor_is_all_green_on_the_deployment(stack):
+    out = stack.exec("api-server", "melon", "doctor", "--json")
+    findings = {f["check"]: f for f in json.loads(out)}
+    print("[docker] melon doctor:\n" + "\n".join(f"  {f['status'].upper():<4} {c}: {f['detail']}"
+                                                for c, f in findings.items()))
+    assert {c: f["status"] for c, f in findings.items()} == {
+        "resourcemanager": "ok", "resource-types": "ok", "scheduler": "ok", "nodes": "ok", "queue": "ok",
+        "hdfs": "ok", "am-jar": "ok", "auth": "ok"}, findings
+    assert "nodemanager-1:45454: 2 GPU(s), 32768 MiB" in findings["nodes"]["detail"]
+    assert "nodemanager-2:45454: 2 GPU(s), 16384 MiB" in findings["nodes"]["detail"]
+
+
+SUBMIT = """
+import json, sys
+from airflow_provider_melon.hooks.melon import MelonHook
+from airflow_provider_melon.spec import JobSpec
+print(json.dumps(MelonHook("yarn_default", "webhdfs_default").submit(JobSpec.from_dict(json.loads(sys.argv[1])))["app_id"]))
+"""
+
+
+def _submit(stack, job: dict) -> str:
+    out = stack.exec("api-server", "python", "-c", SUBMIT, json.dumps(job))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as exc:  # noqa: BLE001 - not there yet
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+
+
+def test_a_task_that_finds_no_gpu_on_a_node_is_placed_on_another(stack):
+    """nodemanager-1's GPUs are held by an exclusive job, which YARN cannot see in melon.io/gpu-memory: a shared
+    task placed there exits 75, and the AM re-requests it away from that host (nodemanager-2 is paused until then,
+    so the first placement is on nodemanager-1)."""
+    stack.compose("pause", "nodemanager-2")
+    paused = True
+    try:
+        filler = _submit(stack, {"name": "gpu-filler", "framework": "generic",
+                                 "entrypoint": "python -c \"import time; time.sleep(600)\"",
+                                 "roles": {"worker": {"memory": 256, "gpus": 2}}})
+        _wait(lambda: (stack.rm(f"/ws/v1/cluster/apps/{filler}")["app"]["state"] == "RUNNING"
+                       and http_json(f"{RM_URL}/proxy/{filler}/status")["tasks"][0]["state"] == "REGISTERED"),
+              180, "the filler to hold nodemanager-1's GPUs")
+        probe = _submit(stack, {"name": "avoid-probe", "framework": "generic", "env": {"MELON_GPU_WAIT_S": "5"},
+                                "entrypoint": "python -c \"print('probe ran')\"",
+                                "roles": {"worker": {"memory": 256, "gpu_memory": "2GiB"}}})
+        _wait(lambda: http_json(f"{RM_URL}/proxy/{probe}/status")["tasks"][0]["attempt"] >= 1, 180,
+              "the probe's task to exit 75 on nodemanager-1")
+        stack.compose("unpause", "nodemanager-2")
+        paused = False
+        hosts = set()
+
+        def finished():
+            try:
+                hosts.add(http_json(f"{RM_URL}/proxy/{probe}/status")["tasks"][0]["host"])
+            except Exception:  # noqa: BLE001 - the AM is gone once the app ends
+                pass
+            app = stack.rm(f"/ws/v1/cluster/apps/{probe}")["app"]
+            return app if app["state"] in ("FINISHED", "FAILED", "KILLED") else None
+
+        app = _wait(finished, 240, "the probe to finish")
+        assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"]
+        am_log = stack.exec("nodemanager-1", "sh", "-c", f"cat /data/yarn/logs/{probe}/container_*_000001/AppMaster.stdout")
+        assert "no GPU fits on nodemanager-1 (exit 75)" in am_log, am_log[-3000:]
+        assert "avoiding node nodemanager-1 for task worker:0" in am_log, am_log[-3000:]
+        task_log = stack.exec("nodemanager-2", "sh", "-c", f"cat /data/yarn/logs/{probe}/container_*/stdout")
+        assert "probe ran" in task_log
+        print(f"[docker] node avoidance: worker:0 left nodemanager-1 (exit 75) and ran on {hosts}")
+    finally:
+        if paused:
+            stack.compose("unpause", "nodemanager-2", check=False)
+        for app_id in [locals().get("filler"), locals().get("probe")]:
+            if app_id:
+                urllib.request.urlopen(urllib.request.Request(
+                    f"{RM_URL}/ws/v1/cluster/apps/{app_id}/state?user.name=airflow", method="PUT",
+                    data=b'{"state": "KILLED"}', headers={"Content-Type": "application/json"}), timeout=30).close()
