@@ -169,8 +169,10 @@ class Doctor:
         state = queue.get("state", "RUNNING")
         capacity = float(queue.get("absoluteCapacity", queue.get("capacity", 0)) or 0)
         maximum = float(queue.get("absoluteMaxCapacity", queue.get("maxCapacity", 0)) or 0)
+        am_share = queue.get("configuredMaxAMResourceLimit")
+        am_share = f"{float(am_share) * 100:g} %" if am_share not in (None, "") else "?"
         detail = (f"{queue.get('queuePath', self.queue)}: {state}, capacity {capacity:g} %, maximum {maximum:g} %, "
-                  f"AM share {queue.get('maxAMLimitPercentage', '?')} %")
+                  f"at most {am_share} for ApplicationMasters")
         if state != "RUNNING":
             return _fail("queue", detail, "start the queue (state RUNNING in capacity-scheduler.xml), then "
                          "`yarn rmadmin -refreshQueues`")

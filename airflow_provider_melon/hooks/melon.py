@@ -114,7 +114,8 @@ class MelonHook:
         quiet_client_logs()
         self._hdfs = hdfs_client
         extra = self._yarn_extra()
-        self.user = user or getattr(self.yarn, "user", None) or extra.get("user") or os.environ.get("USER", "root")
+        # the YARN connection's user (its login): staging lands in that user's HDFS home, as the app runs as them
+        self.user = user or getattr(self.yarn, "remote_user", None) or extra.get("user") or os.environ.get("USER", "root")
         override = am_jar or extra.get("am_jar") or _conf("am_jar")
         self.am_jar = Path(override) if override else packaged_am_jar()
         self.am_classpath = am_classpath or extra.get("am_classpath") or None

@@ -337,6 +337,13 @@ class YarnHook(BaseHook):
         return self._active or self.rm_urls[0]
 
     @property
+    def remote_user(self) -> str | None:
+        """The user RM calls act as (simple auth's ``user.name``): the explicit one, else the connection's login,
+        else ``HADOOP_USER_NAME``/the OS user. Reads the connection if it has not been read yet."""
+        self._ensure_configured()
+        return self.user
+
+    @property
     def web_ui_url(self) -> str:
         """Base URL of the RM web UI for links shown to people (``web_ui_url`` extra, else the active RM)."""
         self._ensure_configured()

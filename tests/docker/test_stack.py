@@ -68,11 +68,16 @@ def test_mnist_pipeline_on_the_deployment(stack):
     listing = http_json(f"{NN_URL}/webhdfs/v1{model}?op=LISTSTATUS&user.name=airflow")
     assert "saved_model.pb" in {f["pathSuffix"] for f in listing["FileStatuses"]["FileStatus"]}
 
-    # the training gang spanned both NodeManagers (4.5 GB of containers; 4 GB per node), seen through the RM
+    # the training gang spanned both NodeManagers (chief and worker ask 2 GB each; a node has 3 GB), seen through
+    # the RM (its web proxy to the AM status)
     assert set().union(*watcher.hosts.values()) == {"nodemanager-1", "nodemanager-2"}, watcher.hosts
     [train] = [a for a in stack.rm(f"/ws/v1/cluster/apps?applicationTags={run_tag(run_id)}")["apps"]["app"]
                if a["name"] == "mnist-mwms"]
     assert train["finalStatus"] == "SUCCEEDED"
+    # it ran as the connection's user, and staged into that user's HDFS home
+    assert train["user"] == "airflow", train["user"]
+    cache = http_json(f"{NN_URL}/webhdfs/v1/user/airflow/.melon/cache?op=LISTSTATUS&user.name=airflow")
+    assert cache["FileStatuses"]["FileStatus"], cache
 
     # every extra link of the train task opens a real page from outside
     links = api.api("GET", f"/dags/{DAG}/dagRuns/{quote(run_id, safe='')}/taskInstances/train/links")["extra_links"]

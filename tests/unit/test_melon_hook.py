@@ -54,6 +54,20 @@ def test_connection_extras_configure_the_hook():
     assert hook.container_env == {"A": "1"}
 
 
+def test_staging_user_is_the_yarn_connections_login(monkeypatch):
+    """Staging lands in the HDFS home of the user the application runs as (the connection's login), not the OS
+    user of the Airflow worker (a container's root)."""
+    from airflow.sdk import Connection
+
+    monkeypatch.setenv("USER", "root")
+    conn = Connection(conn_id="yarn_x", conn_type="yarn", host="http://rm:8088", login="airflow",
+                      extra='{"fs_default_fs": "hdfs://nn:8020"}')
+    with mock.patch.object(YarnHook, "get_connection", return_value=conn):
+        hook = MelonHook(yarn_hook=YarnHook("yarn_x"), hdfs_client=object())
+    assert hook.user == "airflow" and hook.cache_dir == "/user/airflow/.melon/cache"
+    assert hook.yarn.user == "airflow"  # the RM calls act as the same user
+
+
 def test_staging_dir_comes_from_the_provider_config(monkeypatch):
     monkeypatch.setenv("AIRFLOW__MELON__STAGING_DIR", "/shared/melon/{user}")
     hook = MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="carol"), hdfs_client=object())
