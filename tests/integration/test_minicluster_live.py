@@ -54,3 +54,21 @@ def test_melon_hook_test_connection_reports_hdfs_down(melon_hook):
                        user="root")
     ok, message = broken.test_connection()
     assert not ok and "HDFS" in message
+
+
+def test_the_embedded_rm_serves_its_web_ui(minicluster, jobs):
+    """The RM's HTML pages (the extra link "YARN application" opens /cluster/app/<id>; yarn-api-client probes
+    /cluster/cluster), while the NodeManagers' REST API (container logs) keeps working."""
+    import urllib.request
+
+    app_id = jobs.submit({"name": "ui-page", "framework": "generic", "entrypoint": "true",
+                          "roles": {"worker": {"memory": 128}}})
+    jobs.wait(app_id)
+    for path in ("/cluster/cluster", f"/cluster/app/{app_id}"):
+        with urllib.request.urlopen(minicluster.rm_web_url + path, timeout=30) as resp:
+            body = resp.read().decode()
+        assert resp.status == 200 and "<html" in body.lower(), path
+    assert app_id in body and "ui-page" in body
+    node = json.load(urllib.request.urlopen(minicluster.rm_web_url + "/ws/v1/cluster/nodes", timeout=30))
+    nm = "http://" + node["nodes"]["node"][0]["nodeHTTPAddress"]
+    assert "nodeInfo" in json.load(urllib.request.urlopen(nm + "/ws/v1/node/info", timeout=30))

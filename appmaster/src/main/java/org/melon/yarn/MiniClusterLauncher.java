@@ -70,7 +70,7 @@ public final class MiniClusterLauncher {
     opts.put("nn-http-port", "18070");
     opts.put("nodemanagers", "2");
     opts.put("nm-memory-mb", "8192");
-    opts.put("nm-vcores", "8");
+    opts.put("nm-vcores", "16");
     opts.put("gpus", "2");
     opts.put("gpu-memory-mb", "32768");
     // 0: a vanilla YARN (no GPU resource types, the default memory-only calculator), to test `melon doctor`
@@ -199,6 +199,34 @@ public final class MiniClusterLauncher {
     return conf;
   }
 
+  /**
+   * The RM's HTML UI (/cluster/...) in one JVM with NodeManagers: Hadoop's WebApps define their GuiceFilter by
+   * class name, so Jetty's instance dispatches through Guice's *static* pipeline, which the last web app built
+   * (a NodeManager's) owns: the RM's port then served NodeManager pages ("/" redirected to /node, /cluster/app/x
+   * 404). Point the static pipeline back at the RM's own (the one its injector built). REST (Jersey) is not
+   * dispatched by Guice and is unaffected; the NodeManagers' HTML pages are the ones that lose out.
+   */
+  private void restoreRmWebUi() {
+    try {
+      java.lang.reflect.Field webAppField =
+          org.apache.hadoop.yarn.server.resourcemanager.ResourceManager.class.getDeclaredField("webApp");
+      webAppField.setAccessible(true);
+      Object webApp = webAppField.get(yarn.getResourceManager());
+      java.lang.reflect.Field filterField =
+          org.apache.hadoop.yarn.webapp.WebApp.class.getDeclaredField("guiceFilter");
+      filterField.setAccessible(true);
+      Object rmFilter = filterField.get(webApp);
+      java.lang.reflect.Field injected = com.google.inject.servlet.GuiceFilter.class.getDeclaredField("injectedPipeline");
+      injected.setAccessible(true);
+      java.lang.reflect.Field shared = com.google.inject.servlet.GuiceFilter.class.getDeclaredField("pipeline");
+      shared.setAccessible(true);
+      shared.set(null, injected.get(rmFilter));
+      System.out.println("MiniClusterLauncher: the RM web UI is served on its port again");
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      System.out.println("MiniClusterLauncher: could not restore the RM web UI (" + e + "); REST is unaffected");
+    }
+  }
+
   private void run(String[] args) throws Exception {
     long t0 = System.nanoTime();
     parse(args);
@@ -228,6 +256,7 @@ public final class MiniClusterLauncher {
     yarn.init(conf);
     yarn.start();
     waitForHealthyNodes(nms);
+    restoreRmWebUi();
 
     File confDir = new File(work, "conf");
     confDir.mkdirs();
