@@ -10,7 +10,7 @@ import base64
 import hashlib
 import shlex
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from airflow_provider_melon.spec import JobSpec
 
@@ -77,8 +77,10 @@ def build_plan(
     env_archive: Optional[StagedFile] = None,
     default_python: str = "python3",
     container_env: Optional[dict[str, str]] = None,
+    labels: Optional[dict[str, Any]] = None,
 ) -> dict:
-    """The ApplicationMaster's plan (docs/protocol.md §2)."""
+    """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
+    submitted it) are echoed by the AM's ``/status``, for the UI."""
     local = [dict(name=RUNTIME_LINK, url=runtime.url, type="ARCHIVE", visibility="APPLICATION",
                   size=runtime.size, timestamp=runtime.timestamp)]
     if code is not None:
@@ -126,6 +128,7 @@ def build_plan(
         "env": env,
         "local_resources": local,
         "register_timeout_s": spec.register_timeout_s,
+        "labels": dict(labels or {}),
     }
 
 

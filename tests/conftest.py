@@ -7,14 +7,19 @@ reuse it while iterating; by default each session starts its own on ports from M
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.spec import JobSpec
+
+TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +58,64 @@ def melon_hook(minicluster):
     from airflow_provider_melon.cli import melon_hook_for_cluster
 
     return melon_hook_for_cluster(minicluster.work_dir)
+
+
+class Jobs:
+    def __init__(self, hook, cluster, tmp_path_factory):
+        self.hook = hook
+        self.cluster = cluster
+        self.code = tmp_path_factory.mktemp("code")
+        (self.code / "noop.py").write_text("print('noop')\n")
+        self.submitted: list[str] = []
+
+    def submit(self, job: dict, tags=None) -> str:
+        job = dict(job)
+        job.setdefault("code", str(self.code))
+        spec = JobSpec.from_dict(job)
+        app_id = self.hook.submit(spec, tags=tags)["app_id"]
+        self.submitted.append(app_id)
+        return app_id
+
+    def app(self, app_id: str) -> dict:
+        return self.hook.yarn.get_application(app_id)
+
+    def wait(self, app_id: str, timeout: float = 240, states=TERMINAL) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            app = self.app(app_id)
+            if app["state"] in states:
+                return app
+            time.sleep(1)
+        raise AssertionError(f"{app_id} not in {states} after {timeout}s: {self.app(app_id)}")
+
+    def status(self, app_id: str) -> dict | None:
+        return self.hook.yarn.am_status(app_id)
+
+    def wait_status(self, app_id: str, predicate, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = self.status(app_id)
+            if last and predicate(last):
+                return last
+            time.sleep(1)
+        raise AssertionError(f"AM status of {app_id} never matched; last: {json.dumps(last)[:2000]}")
+
+    def container_logs(self, app_id: str, name: str = "stdout") -> dict[str, str]:
+        """container id → the log file's text, read from the NodeManagers' log dirs (mini cluster: local)."""
+        return mc.container_logs(self.cluster.work_dir, app_id, name)
+
+    def kill_all(self):
+        for app_id in self.submitted:
+            try:
+                if self.app(app_id)["state"] not in TERMINAL:
+                    self.hook.yarn.kill_application(app_id)
+            except Exception:  # noqa: BLE001 - best effort clean-up
+                pass
+
+
+@pytest.fixture
+def jobs(melon_hook, minicluster, tmp_path_factory):
+    j = Jobs(melon_hook, minicluster, tmp_path_factory)
+    yield j
+    j.kill_all()

@@ -213,8 +213,9 @@ class MelonHook:
         return report
 
     # ---- submission -----------------------------------------------------------------------------------------
-    def submit(self, spec: JobSpec, tags: Optional[list[str]] = None) -> dict:
-        """Stage, write the plan, submit. Returns ``{app_id, tracking_url, staging: StagingReport}``."""
+    def submit(self, spec: JobSpec, tags: Optional[list[str]] = None, labels: Optional[dict] = None) -> dict:
+        """Stage, write the plan, submit. Returns ``{app_id, tracking_url, staging: StagingReport}``.
+        ``labels`` go into the plan and come back in the AM's status (the operator passes its task instance)."""
         report = self.stage(spec)
         files = report.files
         new_app = self.yarn.new_application()
@@ -223,7 +224,7 @@ class MelonHook:
             spec, code=files.get("code"), runtime=files["runtime"],
             inputs={i.path: files[f"input:{i.path}"] for i in spec.inputs},
             env_archive=files.get("env_archive"), default_python=self.default_python,
-            container_env=self.container_env,
+            container_env=self.container_env, labels=labels,
         )
         plan_file = self.put_bytes(f"{self.staging_dir}/apps/{app_id}/{submission.PLAN_FILE}",
                                    json.dumps(plan, indent=1, sort_keys=True).encode(), cached=False)

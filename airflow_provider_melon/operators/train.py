@@ -335,7 +335,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self.run_preflight(spec)
         self.log.info("Submitting %s (%d tasks in %s) with tags %s", spec.name, spec.task_count,
                       ", ".join(spec.roles), ", ".join(tags))
-        result = self.hook.submit(spec, tags=tags)
+        dag_id, task_id, run_id, map_index = self._ti_identity(context)
+        result = self.hook.submit(spec, tags=tags, labels={"dag_id": dag_id, "task_id": task_id, "run_id": run_id,
+                                                          "map_index": map_index})
         app_id = result["app_id"]
         self._app_id = app_id
         app = self._get_app_or_none(app_id)

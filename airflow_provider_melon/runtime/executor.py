@@ -318,6 +318,7 @@ class Executor:
         self.gpu_indices: Optional[List[int]] = None
         self.gpu_total_mb = 0
         self.gpu_source = "none"
+        self.mps = False  # a CUDA MPS control daemon serves this node (reported to the AM at registration)
         self.child: Optional[subprocess.Popen] = None
         self.terminating = threading.Event()
         self.cap_dir: Optional[str] = None
@@ -369,7 +370,7 @@ class Executor:
             log(f"{gpus.reason}; no GPU inventory: running on CPU (gpu=null reported to the AM)")
             return
         self.gpu_source = gpus.source
-        mps = _devices.mps_active(self.env)
+        mps = self.mps = _devices.mps_active(self.env)
         exclusive = cfg.gpus > 0
         want = f"{cfg.gpus} whole GPU(s)" if exclusive else f"{cfg.gpu_memory_mb} MiB"
         if exclusive and cfg.gpus > len(gpus):
@@ -423,7 +424,7 @@ class Executor:
     def register(self, host: str, port: int) -> dict:
         cfg = self.cfg
         body = {"role": cfg.role, "index": cfg.index, "host": host, "port": port, "gpu": self.gpu_label,
-                "gpu_memory_mb": cfg.gpu_memory_mb, "pid": os.getpid()}
+                "gpu_memory_mb": cfg.gpu_memory_mb, "pid": os.getpid(), "mps": self.mps}
         deadline = time.monotonic() + cfg.register_timeout_s
         log(f"registering {cfg.task} at {host}:{port} with {cfg.am_url}")
         last_note = 0.0

@@ -123,3 +123,32 @@ def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster
     copies = list(Path(minicluster.work_dir).rglob(f"filecache/*/{name}"))
     assert 1 <= len(copies) <= 2, copies
     assert nodes[first] & nodes[second], f"no node ran both jobs: {nodes}"
+
+
+PROGRESS = ("python -c \"import json, os, time\nfor step in range(1, 9):\n"
+            "    p = os.environ['MELON_PROGRESS_FILE']\n"
+            "    json.dump({'step': step, 'loss': 1.0 / step}, open(p + '.t', 'w')); os.replace(p + '.t', p)\n"
+            "    time.sleep(0.6)\ntime.sleep(3)\"")
+
+
+def test_status_carries_what_the_ui_draws(jobs, melon_hook):
+    """The AM's /status for the UI plugin: the task's node id (as the RM names nodes), its reserved and expected
+    GPU memory, MPS, the step/loss history, and the labels the submitter put in the plan."""
+    from airflow_provider_melon.spec import JobSpec
+
+    spec = JobSpec.from_dict({"name": "ui-status", "framework": "generic", "code": str(jobs.code),
+                              "entrypoint": PROGRESS, "env": {"MELON_HEARTBEAT_S": "0.5"},
+                              "roles": {"worker": {"memory": 256, "gpu_memory": "3GiB"}}})
+    labels = {"dag_id": "d", "task_id": "t", "run_id": "manual__2026-01-01T00:00:00+00:00", "map_index": 2}
+    app_id = melon_hook.submit(spec, labels=labels)["app_id"]
+    jobs.submitted.append(app_id)
+    status = jobs.wait_status(app_id, lambda s: len(s["tasks"][0]["history"]) >= 4, timeout=180)
+    [task] = status["tasks"]
+    assert status["labels"] == labels
+    assert task["node_id"] in {n["id"] for n in melon_hook.yarn.nodes()}
+    assert (task["gpu_memory_mb"], task["expected_gpu_memory_mb"], task["gpus"], task["mps"]) == (3072, 3072, 0, False)
+    assert task["gpu_memory_used_mb"] is None  # no NVML here
+    steps = [point[1] for point in task["history"]]
+    assert steps == sorted(set(steps)) and steps[0] >= 1  # one point per new step, in order
+    assert all(abs(loss - 1.0 / step) < 1e-9 for _, step, loss in task["history"])
+    assert jobs.wait(app_id)["finalStatus"] == "SUCCEEDED"

@@ -235,6 +235,9 @@ def test_deferrable_submit_pushes_xcom_and_links_then_defers(hooks):
             op.execute(ctx)
     hooks.submit.assert_called_once()
     assert hooks.submit.call_args.kwargs["tags"] == TAGS
+    # the task instance rides along in the plan, for the UI plugin (the AM echoes it in /status)
+    assert hooks.submit.call_args.kwargs["labels"] == {"dag_id": DAG_ID, "task_id": TASK_ID, "run_id": RUN_ID,
+                                                       "map_index": -1}
     hooks.find.assert_called_once_with(mock.ANY, IDENTITY, match_all=True)
     xcom = pushed(ctx)
     assert xcom["app_id"] == APP

@@ -74,6 +74,8 @@ public final class MelonApplicationMaster {
   static final String GPU_MEM = "melon.io/gpu-memory";
   static final int EXIT_NO_GPU_FIT = 75;
   static final int MAX_NO_FIT_RETRIES = 3;
+  /** Step/loss samples kept per task for progress charts (oldest dropped first). */
+  static final int HISTORY = 500;
   /** A node avoided after an exit 75 is given back after this long, or once the task runs elsewhere. */
   static final long AVOID_MS = 120_000;
 
@@ -110,9 +112,16 @@ public final class MelonApplicationMaster {
     /** The host this task left with exit 75 (no GPU fits there): avoided until the task is placed elsewhere. */
     String avoidHost;
     String gpu;
+    /** GPU memory reserved for the task on its GPU (its expected memory), MiB. */
     long gpuMemoryMb;
+    /** GPU memory the task's processes use (NVML, from heartbeats), MiB; null without a GPU. */
+    Long gpuMemoryUsedMb;
+    /** Whether the task's node runs a CUDA MPS control daemon (reported at registration). */
+    boolean mps;
     Long step;
     Double loss;
+    /** [epoch ms, step, loss] each time the step changed, at most {@link #HISTORY}. */
+    final java.util.ArrayDeque<double[]> history = new java.util.ArrayDeque<>();
     String message;
     long updated = System.currentTimeMillis();
 
@@ -662,6 +671,7 @@ public final class MelonApplicationMaster {
     t.port = body.path("port").asInt();
     t.gpu = body.path("gpu").isNull() || body.path("gpu").isMissingNode() ? null : body.path("gpu").asText();
     t.gpuMemoryMb = body.path("gpu_memory_mb").asLong(0);
+    t.mps = body.path("mps").asBoolean(false);
     if (!t.registered) {
       log("task " + t.name() + " registered at " + t.host + ":" + t.port);
     }
@@ -684,17 +694,24 @@ public final class MelonApplicationMaster {
 
   private synchronized Object[] heartbeat(JsonNode body) {
     Task t = find(body);
-    if (body.has("step")) {
-      t.step = body.path("step").asLong();
-    }
     if (body.hasNonNull("loss")) {
       t.loss = body.path("loss").asDouble();
+    }
+    if (body.hasNonNull("step")) {
+      long step = body.path("step").asLong();
+      if (t.step == null || step != t.step) {
+        t.history.addLast(new double[] {System.currentTimeMillis(), step, t.loss == null ? Double.NaN : t.loss});
+        if (t.history.size() > HISTORY) {
+          t.history.removeFirst();
+        }
+      }
+      t.step = step;
     }
     if (body.hasNonNull("gpu")) {
       t.gpu = body.path("gpu").asText();
     }
-    if (body.has("gpu_memory_used_mb")) {
-      t.gpuMemoryMb = body.path("gpu_memory_used_mb").asLong();
+    if (body.hasNonNull("gpu_memory_used_mb")) {
+      t.gpuMemoryUsedMb = body.path("gpu_memory_used_mb").asLong();
     }
     if (body.hasNonNull("message")) {
       t.message = body.path("message").asText();
@@ -708,6 +725,7 @@ public final class MelonApplicationMaster {
     root.put("app_id", appId);
     root.put("state", state);
     root.put("diagnostics", diagnostics);
+    root.set("labels", plan.path("labels").isObject() ? plan.path("labels") : JSON.createObjectNode());
     ArrayNode arr = root.putArray("tasks");
     for (Task t : tasks) {
       ObjectNode o = arr.addObject();
@@ -716,15 +734,31 @@ public final class MelonApplicationMaster {
       o.put("state", t.state);
       o.put("container_id", t.container == null ? null : t.container.getId().toString());
       o.put("host", t.host);
+      o.put("node_id", t.container == null ? null : t.container.getNodeId().toString());
       o.put("port", t.port);
       o.put("attempt", t.attempt);
       o.put("exit_code", t.exitCode);
       o.put("gpu", t.gpu);
       o.put("gpu_memory_mb", t.gpuMemoryMb);
+      o.put("expected_gpu_memory_mb", t.role.gpuMemoryMb);
+      o.put("gpus", t.role.gpus);
+      o.put("gpu_memory_used_mb", t.gpuMemoryUsedMb);
+      o.put("mps", t.mps);
       o.put("step", t.step);
       o.put("loss", t.loss);
       o.put("message", t.message);
       o.put("updated", t.updated);
+      ArrayNode h = o.putArray("history");
+      for (double[] p : t.history) {
+        ArrayNode point = h.addArray();
+        point.add((long) p[0]);
+        point.add((long) p[1]);
+        if (Double.isNaN(p[2])) {
+          point.addNull();
+        } else {
+          point.add(p[2]);
+        }
+      }
     }
     return root;
   }
@@ -736,7 +770,7 @@ public final class MelonApplicationMaster {
         .append(esc(s.path("state").asText())).append("</h1><p>").append(esc(s.path("diagnostics").asText()))
         .append("</p><table border=\"1\" cellpadding=\"4\"><tr>");
     String[] cols = {"role", "index", "state", "container_id", "host", "port", "attempt", "exit_code", "gpu",
-        "gpu_memory_mb", "step", "loss", "message", "updated"};
+        "gpu_memory_mb", "gpu_memory_used_mb", "step", "loss", "message", "updated"};
     for (String c : cols) {
       b.append("<th>").append(c).append("</th>");
     }
