@@ -41,7 +41,7 @@ def _home(minicluster, tmp_path_factory, name: str) -> dict:
     home = tmp_path_factory.mktemp(name)
     dags = home / "dags"
     shutil.copytree(REPO / "dags", dags)
-    shutil.copy(REPO / "tests" / "e2e" / "dags" / "melon_e2e_probe.py", dags / "melon_e2e_probe.py")
+    shutil.copytree(REPO / "tests" / "e2e" / "dags", dags, dirs_exist_ok=True)  # the test-only DAGs
     return mc.airflow_env(minicluster, home, dags, sys.executable)
 
 

@@ -1,0 +1,220 @@
+"""What the MeLoN UI pages show, built from the ResourceManager's JSON and the MeLoN AMs' ``/status`` (pure: no
+I/O, so every figure on the pages is unit-tested against recorded responses).
+
+* :func:`gpu_view` — per node and per GPU: capacity, expected memory reserved by MeLoN tasks, memory used
+  (the executors' NVML heartbeats), MPS, and the tasks on each GPU with the Airflow task instance that
+  submitted them; the queues' GPU-memory headroom.
+* :func:`job_view` — one MeLoN application: state, owner, queue, progress, tasks, the step/loss history of
+  its tasks, and its links.
+* :func:`fit_view` — would a role of ``instances`` tasks of ``gpu_memory`` (or ``gpus``) fit: ever (the
+  pre-flight, on capacity) and now (on what is free on each GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+from urllib.parse import quote
+
+from airflow_provider_melon.gpu import preflight
+from airflow_provider_melon.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
+
+LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
+
+
+def _gpu_indices(label: Any) -> list[int]:
+    """The AM's ``gpu`` label of a task (``"1"``, ``"0,1"``; None on CPU) as indices."""
+    if label in (None, "", "cpu"):
+        return []
+    out = []
+    for part in str(label).split(","):
+        try:
+            out.append(int(part))
+        except ValueError:
+            continue
+    return out
+
+
+def tags_of(app: dict) -> dict[str, str]:
+    """``airflow-dag:x`` style tags of an application as ``{"dag": "x", "task": ..., "run": ..., "map": ...}``."""
+    out = {}
+    for tag in split_tags(app.get("applicationTags")):
+        if tag.startswith("airflow-") and ":" in tag:
+            key, value = tag[len("airflow-"):].split(":", 1)
+            out[key] = value
+    return out
+
+
+def ti_url(labels: dict) -> Optional[str]:
+    """The Airflow UI page of the task instance in ``labels`` (relative to the UI's base), if known."""
+    dag_id, run_id, task_id = labels.get("dag_id"), labels.get("run_id"), labels.get("task_id")
+    if not (dag_id and run_id and task_id):
+        return f"dags/{quote(str(dag_id))}" if dag_id else None
+    url = f"dags/{quote(str(dag_id))}/runs/{quote(str(run_id), safe='')}/tasks/{quote(str(task_id))}"
+    map_index = labels.get("map_index")
+    if map_index not in (None, -1, "-1"):
+        url += f"/mapped/{map_index}"
+    return url
+
+
+def _task_ref(app: dict, status: dict, task: dict) -> dict:
+    labels = as_dict(status.get("labels"))
+    return {
+        "app_id": app.get("id"), "app_name": app.get("name"), "user": app.get("user"),
+        "task": f"{task.get('role')}:{task.get('index')}", "state": task.get("state"),
+        "expected_mb": task.get("expected_gpu_memory_mb") or task.get("gpu_memory_mb") or 0,
+        "used_mb": task.get("gpu_memory_used_mb"), "exclusive_gpus": task.get("gpus") or 0,
+        "dag_id": labels.get("dag_id"), "task_id": labels.get("task_id"), "run_id": labels.get("run_id"),
+        "map_index": labels.get("map_index"), "ti_url": ti_url(labels),
+    }
+
+
+def gpu_view(nodes: Iterable[dict], apps: Iterable[dict], statuses: dict[str, Optional[dict]],
+             leaf_queues: Iterable[dict] = ()) -> dict:
+    """``nodes`` as ``YarnHook.nodes()`` normalises them, ``apps`` the running MeLoN applications and
+    ``statuses`` their AM ``/status`` by app id (None where the AM does not answer)."""
+    apps_by_id = {a.get("id"): a for a in apps}
+    placed: dict[tuple[str, int], list[dict]] = {}
+    off_gpu: dict[str, list[dict]] = {}
+    mps_nodes: set[str] = set()
+    for app_id, status in statuses.items():
+        if not status or app_id not in apps_by_id:
+            continue
+        for task in as_list(status.get("tasks")):
+            if not isinstance(task, dict) or task.get("state") in ("SUCCEEDED", "FAILED", "KILLED"):
+                continue
+            node_id = task.get("node_id") or ""
+            if task.get("mps"):
+                mps_nodes.add(node_id)
+            ref = _task_ref(apps_by_id[app_id], status, task)
+            indices = _gpu_indices(task.get("gpu"))
+            if not indices:
+                if ref["expected_mb"] or ref["exclusive_gpus"]:
+                    off_gpu.setdefault(node_id, []).append(ref)  # asked for a GPU, not placed on one (yet)
+                continue
+            for i in indices:
+                placed.setdefault((node_id, i), []).append(ref)
+    out_nodes = []
+    for node in nodes:
+        node_id = str(node.get("id"))
+        total = node["totalResource"]["resources"]
+        used = node["usedResource"]["resources"]
+        count = int(total.get(GPU_RESOURCE, 0) or 0)
+        memory = int(total.get(GPU_MEMORY_RESOURCE, 0) or 0)
+        per_gpu = memory // count if count else memory
+        gpus = []
+        for i in range(count if count else (1 if memory else 0)):
+            tasks = placed.get((node_id, i), [])
+            reserved = sum(per_gpu if t["exclusive_gpus"] else t["expected_mb"] for t in tasks)
+            used_values = [t["used_mb"] for t in tasks if t["used_mb"] is not None]
+            gpus.append({"index": i, "total_mb": per_gpu, "reserved_mb": min(reserved, per_gpu) if tasks else 0,
+                         "free_mb": max(per_gpu - reserved, 0), "used_mb": sum(used_values) if used_values else None,
+                         "tasks": tasks})
+        out_nodes.append({
+            "id": node_id, "host": node.get("nodeHostName"), "state": node.get("state"), "mps": node_id in mps_nodes,
+            "gpus": gpus, "gpu_count": count, "gpu_memory_mb": memory,
+            "yarn_gpu_memory_used_mb": int(used.get(GPU_MEMORY_RESOURCE, 0) or 0),
+            "yarn_gpus_used": int(used.get(GPU_RESOURCE, 0) or 0),
+            "waiting_for_a_gpu": off_gpu.get(node_id, []),
+        })
+    queues = []
+    for q in leaf_queues:
+        cap = _resource_values(as_dict(q.get("maxEffectiveCapacity")))
+        use = _resource_values(as_dict(q.get("resourcesUsed")))
+        queues.append({"name": q.get("queuePath") or q.get("queueName"), "state": q.get("state"),
+                       "gpu_memory_mb": cap.get(GPU_MEMORY_RESOURCE, 0),
+                       "gpu_memory_used_mb": use.get(GPU_MEMORY_RESOURCE, 0),
+                       "gpu_memory_headroom_mb": max(cap.get(GPU_MEMORY_RESOURCE, 0) - use.get(GPU_MEMORY_RESOURCE, 0), 0),
+                       "gpus": cap.get(GPU_RESOURCE, 0), "gpus_used": use.get(GPU_RESOURCE, 0)})
+    totals = {"nodes": len(out_nodes), "gpus": sum(len(n["gpus"]) for n in out_nodes),
+              "gpu_memory_mb": sum(n["gpu_memory_mb"] for n in out_nodes),
+              "reserved_mb": sum(g["reserved_mb"] for n in out_nodes for g in n["gpus"]),
+              "tasks_on_gpus": sum(len(g["tasks"]) for n in out_nodes for g in n["gpus"])}
+    return {"nodes": out_nodes, "queues": queues, "totals": totals}
+
+
+def _resource_values(resource: dict) -> dict[str, int]:
+    from airflow_provider_melon.rm_json import parse_resource
+
+    return {k: int(v) for k, v in parse_resource(resource)["resources"].items()}
+
+
+def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Optional[str] = None) -> dict:
+    """One MeLoN application for the Jobs page (``status`` None: the AM is not serving, e.g. it has ended)."""
+    labels = as_dict((status or {}).get("labels"))
+    tags = tags_of(app)
+    tasks, series = [], []
+    for task in as_list((status or {}).get("tasks")):
+        if not isinstance(task, dict):
+            continue
+        name = f"{task.get('role')}:{task.get('index')}"
+        tasks.append({"task": name, "state": task.get("state"), "host": task.get("host"), "gpu": task.get("gpu"),
+                      "attempt": task.get("attempt"), "exit_code": task.get("exit_code"), "step": task.get("step"),
+                      "loss": task.get("loss"), "expected_mb": task.get("expected_gpu_memory_mb"),
+                      "used_mb": task.get("gpu_memory_used_mb")})
+        points = [p for p in as_list(task.get("history")) if isinstance(p, list) and len(p) == 3]
+        if points:
+            series.append({"task": name, "points": [{"t": p[0], "step": p[1], "loss": p[2]} for p in points]})
+    app_id = str(app.get("id"))
+    base = web_ui_url.rstrip("/")
+    links = {"YARN application": f"{base}/cluster/app/{app_id}"}
+    if app.get("state") in LIVE:
+        links["ApplicationMaster"] = f"{base}/proxy/{app_id}/"
+    if app.get("amContainerLogs"):
+        links["AM logs"] = str(app["amContainerLogs"])
+    tensorboard = tensorboard or labels.get("tensorboard")
+    if tensorboard:
+        links["TensorBoard"] = tensorboard
+    started, finished = int(app.get("startedTime") or 0), int(app.get("finishedTime") or 0)
+    return {
+        "id": app_id, "name": app.get("name"), "state": app.get("state"), "final_status": app.get("finalStatus"),
+        "user": app.get("user"), "queue": app.get("queue"), "progress": app.get("progress"),
+        "started": started or None, "finished": finished or None,
+        "elapsed_s": round(int(app.get("elapsedTime") or 0) / 1000, 1),
+        "diagnostics": (app.get("diagnostics") or "").strip()[:500],
+        "dag_id": labels.get("dag_id") or tags.get("dag"), "task_id": labels.get("task_id") or tags.get("task"),
+        "run_id": labels.get("run_id"), "map_index": labels.get("map_index", tags.get("map")),
+        "ti_url": ti_url(labels), "tasks": tasks, "series": series, "links": links,
+    }
+
+
+def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memory_mb: int = 0,
+             gpus: int = 0) -> dict:
+    """Would ``instances`` tasks of ``gpu_memory_mb`` (shared) or ``gpus`` (exclusive) fit: ever (pre-flight on
+    capacity) and now (on the free memory of each GPU, from :func:`gpu_view`)."""
+    from airflow_provider_melon.spec import RoleSpec
+
+    if instances < 1:
+        raise ValueError("instances must be at least 1")
+    if bool(gpu_memory_mb) == bool(gpus):
+        raise ValueError("give either gpu_memory or gpus")
+    role = RoleSpec(instances=instances, gpu_memory=f"{gpu_memory_mb}MiB" if gpu_memory_mb else None,
+                    gpus=gpus or None)
+    report = preflight.check(list(nodes), {"worker": role})
+    now = 0
+    per_gpu = []
+    for node in gpu_view_now["nodes"]:
+        for gpu in node["gpus"]:
+            if gpu_memory_mb:
+                fits = gpu["free_mb"] // gpu_memory_mb if gpu_memory_mb <= gpu["free_mb"] else 0
+            else:
+                fits = 1 if not gpu["tasks"] else 0
+            per_gpu.append({"node": node["id"], "gpu": gpu["index"], "free_mb": gpu["free_mb"], "tasks_fit": fits})
+            now += fits
+    if gpus:
+        free_by_node: dict[str, int] = {}
+        for g in per_gpu:
+            free_by_node[g["node"]] = free_by_node.get(g["node"], 0) + g["tasks_fit"]
+        now = sum(n // gpus for n in free_by_node.values())
+    want = f"{instances} task(s) of {gpu_memory_mb} MiB" if gpu_memory_mb else f"{instances} task(s) of {gpus} GPU(s)"
+    return {
+        "request": {"instances": instances, "gpu_memory_mb": gpu_memory_mb, "gpus": gpus},
+        "ever": {"fits": report.ok, "message": report.message},
+        "now": {"fits": now >= instances, "tasks_that_fit": now,
+                "message": (f"{want}: {min(now, instances)} of {instances} fit on the GPUs' free memory now"
+                            + ("" if now >= instances else "; the rest would wait for running tasks to end")),
+                "per_gpu": per_gpu},
+    }
+
+
+__all__ = ["fit_view", "gpu_view", "job_view", "tags_of", "ti_url", "LIVE"]
+

@@ -1,0 +1,255 @@
+"""The MeLoN UI plugin in a real headless Chromium (Debian's chromium + chromedriver, driven by Selenium) against the
+real Airflow of the e2e session (api-server, scheduler, dag-processor, triggerer) on the mini cluster, with a running
+shared-GPU job: log in through Airflow's login form, open each page as a person would, check what they would check,
+and keep screenshots (MELON_SCREENSHOTS=docs/img refreshes the README's; by default they go to a temp dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+DAG = "melon_ui_probe"
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    where = os.environ.get("MELON_SCREENSHOTS")
+    path = Path(where) if where else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip(f"no Debian chromium + chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): scripts/setup.sh installs them")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1400,950"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(predicate, timeout: float = 60, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as exc:  # noqa: BLE001 - the page is still rendering
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+@pytest.fixture(scope="module")
+def probe(airflow_stack, melon_hook_module):
+    """A run of the probe DAG whose train task is deferred while its 3 tasks report step/loss."""
+    run_id = airflow_stack.trigger(DAG, conf={"seconds": 420})
+    app_id = wait_for(lambda: airflow_stack.xcom(DAG, run_id, "train", key="app_id"), 180, "the app id in XCom")
+    wait_for(lambda: len([t for t in (melon_hook_module.yarn.am_status(app_id) or {}).get("tasks", [])
+                          if t.get("step")]) == 3, 180, "3 tasks reporting steps")
+    yield {"run_id": run_id, "app_id": app_id}
+    try:
+        melon_hook_module.yarn.kill_application(app_id)
+    except Exception:  # noqa: BLE001 - already ended
+        pass
+
+
+@pytest.fixture(scope="module")
+def melon_hook_module(minicluster):
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+
+    return melon_hook_for_cluster(minicluster.work_dir)
+
+
+@pytest.fixture(scope="module")
+def logged_in(browser, airflow_stack):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(airflow_stack.url + "/")
+    user = wait_for(lambda: browser.find_element(By.NAME, "username"), 60, "the login form")
+    user.send_keys(airflow_stack.username)
+    password = browser.find_element(By.NAME, "password")
+    password.send_keys(airflow_stack.password)
+    password.send_keys(Keys.ENTER)
+    wait_for(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), 30, "the session cookie")
+    return browser
+
+
+def open_plugin_page(driver, base: str, route: str):
+    """Open an external view as the UI's menu does (/plugin/<route>) and switch into its iframe."""
+    from selenium.webdriver.common.by import By
+
+    driver.switch_to.default_content()
+    driver.get(f"{base}/plugin/{route}")
+    frame = wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), 60, f"the {route} iframe")
+    driver.switch_to.frame(frame)
+    loaded = wait_for(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"), 60,
+                      f"{route} to load")
+    assert loaded != "error", driver.find_element(By.ID, "root").text
+
+
+def test_json_endpoints_need_an_airflow_login(airflow_stack):
+    for path in ("/melon/api/gpus", "/melon/api/jobs", "/melon/api/fit?gpu_memory=1GiB", "/melon/gpus"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(airflow_stack.url + path, timeout=30)
+        assert err.value.code == 401, path
+        request = urllib.request.Request(airflow_stack.url + path, headers={"Authorization": "Bearer not-a-jwt"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(request, timeout=30)
+        assert err.value.code == 403, path
+    body = airflow_stack._http("GET", "/melon/api/gpus")  # with the login's JWT
+    assert body["totals"]["nodes"] == 2 and body["totals"]["gpus"] == 4
+
+
+def test_gpu_page_shows_the_tasks_on_their_gpus(logged_in, airflow_stack, probe, shots):
+    from selenium.webdriver.common.by import By
+
+    driver = logged_in
+    open_plugin_page(driver, airflow_stack.url, "melon-gpus")
+    app_id = probe["app_id"]
+    wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, f'.seg[data-task^="{app_id}/"]')) == 3, 60,
+             "the probe's 3 tasks on the GPU bars")
+    assert driver.find_element(By.CSS_SELECTOR, '[data-total="nodes"]').text == "2"
+    assert driver.find_element(By.CSS_SELECTOR, '[data-total="gpus"]').text == "4"
+    assert len(driver.find_elements(By.CSS_SELECTOR, "[data-node-card]")) == 2
+    assert len(driver.find_elements(By.CSS_SELECTOR, ".gpu[data-gpu]")) == 4
+    # each task's bar is 6 GiB of a 16 GiB GPU, and the legend links back to the task instance
+    for seg in driver.find_elements(By.CSS_SELECTOR, f'.seg[data-task^="{app_id}/"]'):
+        width = float(seg.value_of_css_property("width").removesuffix("px"))
+        bar = float(seg.find_element(By.XPATH, "..").value_of_css_property("width").removesuffix("px"))
+        assert abs(width / bar - 6 / 16) < 0.02, (width, bar)
+    links = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, ".tasks a")]
+    assert any(f"/dags/{DAG}/runs/{quote(probe['run_id'], safe='')}/tasks/train" in h for h in links), links
+    assert driver.find_element(By.CSS_SELECTOR, '[data-queue="root.default"]').text.startswith("root.default")
+    driver.switch_to.default_content()
+    driver.save_screenshot(str(shots / "melon-gpus.png"))
+
+
+def test_jobs_page_draws_the_loss_chart(logged_in, airflow_stack, probe, shots):
+    from selenium.webdriver.common.by import By
+
+    driver = logged_in
+    open_plugin_page(driver, airflow_stack.url, "melon-jobs")
+    row = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{probe["app_id"]}"]'), 30, "the job")
+    assert "RUNNING" in row.text and "ui-probe" in row.text
+    assert len(row.find_elements(By.CSS_SELECTOR, "[data-task-row]")) == 3
+    points = wait_for(lambda: [p for p in row.find_elements(By.CSS_SELECTOR, "svg.loss-chart polyline")
+                               if len(p.get_attribute("points").split()) >= 3], 60, "a drawn loss curve")
+    assert points
+    assert {a.text for a in row.find_elements(By.CSS_SELECTOR, ".links a")} >= {"YARN application", "ApplicationMaster"}
+    driver.switch_to.default_content()
+    driver.save_screenshot(str(shots / "melon-jobs.png"))
+
+
+def test_task_instance_has_a_yarn_job_tab(logged_in, airflow_stack, probe, shots):
+    from selenium.webdriver.common.by import By
+
+    driver = logged_in
+    driver.switch_to.default_content()
+    driver.get(f"{airflow_stack.url}/dags/{DAG}/runs/{quote(probe['run_id'], safe='')}/tasks/train")
+    tab = wait_for(lambda: [a for a in driver.find_elements(By.TAG_NAME, "a") if a.text.strip() == "YARN job"][0],
+                   60, "the YARN job tab")
+    tab.click()
+    frame = wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), 60, "the tab's iframe")
+    driver.switch_to.frame(frame)
+    row = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{probe["app_id"]}"]'), 60, "the job")
+    assert "RUNNING" in row.text
+    driver.switch_to.default_content()
+    driver.save_screenshot(str(shots / "melon-ti-tab.png"))
+
+
+def test_would_it_fit_form(logged_in, airflow_stack, probe, shots):
+    from selenium.webdriver.common.by import By
+
+    driver = logged_in
+    open_plugin_page(driver, airflow_stack.url, "melon-fit")
+
+    def ask(memory: str, tasks: int) -> dict:
+        form = driver.find_element(By.CSS_SELECTOR, "form.fit")
+        for name, value in (("gpu_memory", memory), ("instances", str(tasks))):
+            field = form.find_element(By.NAME, name)
+            field.clear()
+            field.send_keys(value)
+        form.find_element(By.TAG_NAME, "button").click()  # the page clears the last answer first
+        return wait_for(lambda: {v.get_attribute("data-verdict"): v.text for v in
+                                 driver.find_elements(By.CSS_SELECTOR, "[data-verdict]")
+                                 if f"{tasks} task(s)" in driver.find_element(By.ID, "answer").text} or None,
+                        30, "the answer")
+
+    never = ask("20GiB", 1)
+    assert never["ever"].startswith("Never fits") and "16384 MiB" in never["ever"]
+    answer = ask("6GiB", 4)
+    assert answer["ever"].startswith("Fits the cluster")
+    # the probe holds 3 x 6 GiB of the 4 x 16 GiB: the 4 new tasks still fit on the free memory
+    assert answer["now"].startswith("Fits now") and "4 of 4 fit" in answer["now"], answer
+    driver.switch_to.default_content()
+    driver.save_screenshot(str(shots / "melon-fit.png"))
+
+
+def test_extra_links_of_the_train_task_open_real_pages(logged_in, airflow_stack, probe):
+    from selenium.webdriver.common.by import By
+
+    driver = logged_in
+    driver.switch_to.default_content()
+    links = airflow_stack.api("GET", f"/dags/{DAG}/dagRuns/{quote(probe['run_id'], safe='')}/taskInstances/train/links")
+    urls = {name: url for name, url in links["extra_links"].items() if url}
+    assert set(urls) == {"YARN Application", "MeLoN AM Status"}, links
+    expected = {"YARN Application": probe["app_id"], "MeLoN AM Status": f"MeLoN {probe['app_id']}"}
+    for name, url in urls.items():
+        driver.get(url)
+        body = wait_for(lambda: driver.find_element(By.TAG_NAME, "body").text, 30, f"{name} page")
+        assert expected[name] in body, (name, url, body[:500])
+        assert "404" not in driver.title and "Error" not in driver.title, (name, driver.title)
+
+
+def test_gpu_page_load_time_with_ten_apps(logged_in, airflow_stack, probe, jobs):
+    """Not a timed assertion: prints how long the GPU page takes to show 2 nodes with 10 running apps (the probe
+    and 9 single-task sleepers), measured in the browser from navigation to the data drawn."""
+    from selenium.webdriver.common.by import By
+
+    for i in range(9):
+        jobs.submit({"name": f"ui-load-{i}", "framework": "generic", "entrypoint": "python -c 'import time; time.sleep(600)'",
+                     "roles": {"worker": {"memory": 128, "gpu_memory": "1GiB"}}})
+    for app_id in jobs.submitted:
+        jobs.wait(app_id, timeout=300, states={"RUNNING"})
+    driver = logged_in
+    times = []
+    for _ in range(3):
+        driver.switch_to.default_content()
+        driver.get("about:blank")
+        started = time.monotonic()
+        driver.get(f"{airflow_stack.url}/melon/gpus")
+        wait_for(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"), 60, "the GPU page")
+        times.append(time.monotonic() - started)
+    running = airflow_stack._http("GET", "/melon/api/jobs")["jobs"]
+    assert sum(j["state"] == "RUNNING" for j in running) >= 10
+    print(f"[ui] GPU page, 2 nodes and {sum(j['state'] == 'RUNNING' for j in running)} running apps: "
+          f"loaded in {', '.join(f'{t:.2f}' for t in times)} s (median {sorted(times)[1]:.2f} s)")
+    print(json.dumps({"gpu_page_load_s": sorted(times)[1]}))

@@ -1,0 +1,101 @@
+"""The UI plugin's figures, from recorded RM and AM JSON (the shapes Hadoop 3.5 and our AM serve)."""
+
+import pytest
+
+from airflow_provider_melon.plugin import views
+from airflow_provider_melon.rm_json import normalise_node
+
+
+def node(node_id, gpus=2, gpu_mem=32768, used_mem=0, used_gpus=0):
+    def res(mem, vcores, g, gm):
+        return {"memory": mem, "vCores": vcores, "resourceInformations": {"resourceInformation": [
+            {"name": "memory-mb", "value": mem, "units": "Mi"}, {"name": "vcores", "value": vcores},
+            {"name": "yarn.io/gpu", "value": g}, {"name": "melon.io/gpu-memory", "value": gm, "units": "Mi"}]}}
+    return normalise_node({"id": node_id, "nodeHostName": node_id.split(":")[0], "state": "RUNNING",
+                           "totalResource": res(8192, 8, gpus, gpu_mem),
+                           "usedResource": res(1024, 1, used_gpus, used_mem)})
+
+
+APP = {"id": "application_1_0001", "name": "hpo-trial-0", "user": "root", "queue": "default", "state": "RUNNING",
+       "finalStatus": "UNDEFINED", "progress": 50.0, "startedTime": 1000, "elapsedTime": 42000,
+       "applicationTags": "melon,airflow-dag:melon_hpo_fanout,airflow-task:trial,airflow-run:abc,airflow-map:0",
+       "amContainerLogs": "http://nm1:8042/node/containerlogs/c1/root"}
+LABELS = {"dag_id": "melon_hpo_fanout", "task_id": "trial", "run_id": "manual__2026-01-01T00:00:00+00:00",
+          "map_index": 0}
+
+
+def task(role, index, gpu, node_id, expected=6144, used=None, state="REGISTERED", gpus=0, mps=False, history=()):
+    return {"role": role, "index": index, "state": state, "gpu": gpu, "node_id": node_id, "host": "nm1",
+            "gpu_memory_mb": expected, "expected_gpu_memory_mb": expected, "gpu_memory_used_mb": used,
+            "gpus": gpus, "mps": mps, "step": 7, "loss": 0.5, "attempt": 0, "history": [list(h) for h in history]}
+
+
+def test_gpu_view_places_tasks_on_their_node_and_gpu():
+    nodes = [node("localhost:1"), node("localhost:2", used_mem=12288)]
+    status = {"labels": LABELS, "tasks": [
+        task("worker", 0, "1", "localhost:2", used=2100, mps=True),
+        task("worker", 1, "1", "localhost:2"),
+        task("worker", 2, None, "localhost:1", state="ALLOCATED"),
+        task("chief", 0, "0", "localhost:1", state="SUCCEEDED"),  # done: not on a GPU any more
+    ]}
+    view = views.gpu_view(nodes, [APP], {APP["id"]: status})
+    n1, n2 = view["nodes"]
+    assert [g["total_mb"] for g in n2["gpus"]] == [16384, 16384]
+    gpu1 = n2["gpus"][1]
+    assert [t["task"] for t in gpu1["tasks"]] == ["worker:0", "worker:1"]
+    assert (gpu1["reserved_mb"], gpu1["free_mb"], gpu1["used_mb"]) == (12288, 4096, 2100)
+    assert n2["gpus"][0]["tasks"] == [] and n2["mps"] and not n1["mps"]
+    assert n2["yarn_gpu_memory_used_mb"] == 12288
+    assert [t["task"] for t in n1["waiting_for_a_gpu"]] == ["worker:2"]
+    ref = gpu1["tasks"][0]
+    assert ref["ti_url"] == "dags/melon_hpo_fanout/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00/tasks/trial/mapped/0"
+    assert view["totals"] == {"nodes": 2, "gpus": 4, "gpu_memory_mb": 65536, "reserved_mb": 12288, "tasks_on_gpus": 2}
+
+
+def test_an_exclusive_task_fills_its_gpus():
+    status = {"labels": {}, "tasks": [task("worker", 0, "0,1", "localhost:1", expected=0, gpus=2)]}
+    [n] = views.gpu_view([node("localhost:1")], [APP], {APP["id"]: status})["nodes"]
+    assert [(g["reserved_mb"], g["free_mb"]) for g in n["gpus"]] == [(16384, 0), (16384, 0)]
+
+
+def test_queue_headroom():
+    queue = {"queuePath": "root.default", "state": "RUNNING",
+             "maxEffectiveCapacity": {"resourceInformations": {"resourceInformation": [
+                 {"name": "melon.io/gpu-memory", "value": 65536, "units": "Mi"}, {"name": "yarn.io/gpu", "value": 4}]}},
+             "resourcesUsed": {"resourceInformations": {"resourceInformation": [
+                 {"name": "melon.io/gpu-memory", "value": 18432, "units": "Mi"}]}}}
+    [q] = views.gpu_view([], [], {}, [queue])["queues"]
+    assert (q["gpu_memory_headroom_mb"], q["gpus"], q["gpus_used"]) == (65536 - 18432, 4, 0)
+
+
+def test_job_view_links_history_and_airflow_identity():
+    status = {"labels": {**LABELS, "tensorboard": "http://tb/?logdir=x"},
+              "tasks": [task("worker", 0, "1", "localhost:2", history=[(1, 1, 2.0), (2, 5, 1.0), (3, 9, None)])]}
+    job = views.job_view(APP, status, "http://127.0.0.1:28088/")
+    assert job["links"] == {"YARN application": "http://127.0.0.1:28088/cluster/app/application_1_0001",
+                            "ApplicationMaster": "http://127.0.0.1:28088/proxy/application_1_0001/",
+                            "AM logs": APP["amContainerLogs"], "TensorBoard": "http://tb/?logdir=x"}
+    assert job["series"] == [{"task": "worker:0", "points": [{"t": 1, "step": 1, "loss": 2.0},
+                                                             {"t": 2, "step": 5, "loss": 1.0},
+                                                             {"t": 3, "step": 9, "loss": None}]}]
+    assert (job["dag_id"], job["task_id"], job["map_index"], job["elapsed_s"]) == ("melon_hpo_fanout", "trial", 0, 42.0)
+    ended = views.job_view({**APP, "state": "FINISHED"}, None, "http://rm:8088")
+    assert "ApplicationMaster" not in ended["links"] and ended["tasks"] == []
+    assert ended["dag_id"] == "melon_hpo_fanout"  # from the tags when the AM is gone
+
+
+def test_fit_now_counts_free_memory_per_gpu_and_ever_is_the_preflight():
+    nodes = [node("localhost:1"), node("localhost:2")]
+    status = {"labels": {}, "tasks": [task("worker", i, "0", "localhost:1") for i in range(2)]}
+    now = views.gpu_view(nodes, [APP], {APP["id"]: status})
+    fit = views.fit_view(nodes, now, instances=8, gpu_memory_mb=6144)
+    # GPU 0 of node 1 has 16384 - 12288 = 4096 free: nothing; the other three GPUs take 2 each
+    assert fit["now"]["tasks_that_fit"] == 6 and not fit["now"]["fits"]
+    assert fit["ever"]["fits"]
+    assert "6 of 8 fit" in fit["now"]["message"]
+    never = views.fit_view(nodes, now, instances=1, gpu_memory_mb=20480)
+    assert not never["ever"]["fits"] and "16384" in never["ever"]["message"]
+    whole = views.fit_view(nodes, now, instances=2, gpus=2)
+    assert whole["now"]["tasks_that_fit"] == 1  # node 2 has two idle GPUs; node 1 only one
+    with pytest.raises(ValueError, match="either gpu_memory or gpus"):
+        views.fit_view(nodes, now, instances=1)
