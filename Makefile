@@ -2,13 +2,17 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit test-all docker-build docker-test docker-down constraints clean
+.PHONY: setup demo up test test-unit test-all docker-build docker-test docker-down constraints clean
 
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
 	$(PY) scripts/demo.py
+
+# The embedded cluster + a real Airflow with the example DAGs and the MeLoN UI plugin, until Ctrl-C.
+up: setup
+	.venv/bin/melon up
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS) tests --ignore=tests/docker

@@ -20,6 +20,9 @@ def _cluster(args) -> int:
                            gpu_memory_mb=args.gpu_memory_mb, nm_memory_mb=args.nm_memory_mb,
                            timeout=args.timeout)
         print(json.dumps(mc.status(details.work_dir), indent=2))
+        print("# point your own Airflow at this cluster (connections as environment variables):", file=sys.stderr)
+        for line in mc.connection_exports(details, sys.executable):
+            print(line, file=sys.stderr)
         return 0
     if args.action == "stop":
         print("stopped" if mc.stop(work_dir) else "not running")
@@ -27,6 +30,43 @@ def _cluster(args) -> int:
     info = mc.status(work_dir)
     print(json.dumps(info, indent=2))
     return 0 if info["running"] else 1
+
+
+def _up(args) -> int:
+    """The embedded cluster and a real Airflow with the example DAGs, until Ctrl-C (or SIGTERM)."""
+    import signal
+    import time
+
+    from airflow_provider_melon.local_airflow import LocalAirflow
+
+    def stop_on(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, stop_on)
+    signal.signal(signal.SIGINT, stop_on)
+    work_dir, home = Path(args.work_dir), Path(args.airflow_home)
+    dags = Path(args.dags).resolve()
+    print(f"[up] starting the mini cluster in {work_dir} ...", flush=True)
+    details = mc.start(work_dir, port_base=args.port_base, timeout=args.timeout)
+    stack = LocalAirflow(mc.airflow_env(details, home, dags, sys.executable), port=args.port,
+                         password=args.password)
+    try:
+        print(f"[up] starting Airflow (api-server, scheduler, dag-processor, triggerer) in {home} ...", flush=True)
+        stack.start()
+        print(f"[up] Airflow UI   {stack.url}  (login {stack.username} / {args.password})")
+        print(f"[up] MeLoN pages  {stack.url}/melon/gpus  {stack.url}/melon/jobs  (also in the UI's Browse menu)")
+        print(f"[up] YARN RM      {details.rm_web_url}   WebHDFS {details.webhdfs_url}")
+        print(f"[up] DAGs from {dags}; logs in {home}. Ctrl-C stops everything.", flush=True)
+        while True:
+            stack._check_alive()
+            time.sleep(2)
+    except KeyboardInterrupt:
+        print("\n[up] stopping ...", flush=True)
+        return 0
+    finally:
+        stack.stop()
+        mc.stop(work_dir)
+        print("[up] Airflow and the mini cluster stopped", flush=True)
 
 
 def _submit(args) -> int:
@@ -96,6 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--nm-memory-mb", type=int, default=8192)
     cl.add_argument("--timeout", type=float, default=240)
     cl.set_defaults(func=_cluster)
+
+    up = sub.add_parser("up", help="the embedded cluster + a real Airflow with the example DAGs, until Ctrl-C")
+    up.add_argument("--work-dir", default=str(mc.DEFAULT_WORK_DIR))
+    up.add_argument("--port-base", type=int, default=mc.DEFAULT_PORT_BASE)
+    up.add_argument("--airflow-home", default=str(mc.REPO_ROOT / ".airflow-up"))
+    up.add_argument("--dags", default=str(mc.REPO_ROOT / "dags"), help="DAGs folder (default: the example DAGs)")
+    up.add_argument("--port", type=int, default=28080, help="the api-server's port on 127.0.0.1")
+    up.add_argument("--password", default="admin", help="the admin user's password")
+    up.add_argument("--timeout", type=float, default=300)
+    up.set_defaults(func=_up)
 
     sb = sub.add_parser("submit", help="submit a job spec (YAML/JSON) to the embedded cluster")
     sb.add_argument("spec")

@@ -165,7 +165,7 @@ def start(
     gpus: int = 2,
     gpu_memory_mb: int = 32768,
     nm_memory_mb: int = 8192,
-    nm_vcores: int = 8,
+    nm_vcores: int = 16,
     timeout: float = 180.0,
     java: str = "java",
     melon_config: bool = True,
@@ -278,6 +278,14 @@ def airflow_connections(details: ClusterDetails, python: str) -> dict:
         },
         "webhdfs_default": {"conn_type": "webhdfs", "host": host, "port": port, "login": details.user},
     }
+
+
+def connection_exports(details: ClusterDetails, python: str) -> list[str]:
+    """``export AIRFLOW_CONN_...='...'`` lines that point an Airflow at this cluster."""
+    import shlex
+
+    return [f"export AIRFLOW_CONN_{conn_id.upper()}={shlex.quote(json.dumps(conn))}"
+            for conn_id, conn in airflow_connections(details, python).items()]
 
 
 def airflow_env(details: ClusterDetails, airflow_home: Path, dags_folder: Path, python: str) -> dict:

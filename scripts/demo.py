@@ -54,12 +54,13 @@ def main() -> int:
         print(f"[demo] model published at: {result['published']}")
         local = copy_out(details, result, run_id)
         print(f"[demo] copied to {local} (the model and result.json; HDFS goes away with the cluster)")
-        print(f"[demo] task logs: {airflow_home}/logs/dag_id={DAG_ID}/")
+        print(f"[demo] task logs: {airflow_home}/logs/dag_id={DAG_ID}/ (kept)")
         return 0
     finally:
         stack.stop()
         mc.stop(work_dir)
-        print("[demo] Airflow and the mini cluster stopped")
+        print("[demo] Airflow and the mini cluster are stopped; the files above stay. "
+              "`make up` runs them again and stays up, with the UI.")
 
 
 def copy_out(details, result: dict, run_id: str) -> Path:
