@@ -1,0 +1,119 @@
+"""Plots for the docs, drawn as SVG (no plotting library needed) from the measured data and the benchmark results:
+
+* ``docs/img/gpu-colocation.svg`` — k identical training processes sharing one H200 (``../shared/data/
+  h200-colocate.json``): aggregate throughput over one process's, ResNet-18 vs ResNet-50, beside ideal sharing.
+* ``docs/img/policy-makespan.svg`` — ``benchmarks/results/bench_policy.txt`` (family A traces): makespan per policy.
+
+Usage: ``python benchmarks/plot_results.py [--data ../shared/data] [--out docs/img]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+COLORS = ["#1976d2", "#f57c00", "#388e3c", "#7b1fa2", "#c2185b", "#455a64"]
+
+
+def _svg(width: int, height: int, body: list[str], title: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>'
+            f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14" font-weight="bold">{title}</text>'
+            + "".join(body) + "</svg>\n")
+
+
+def colocation(data_dir: Path) -> str:
+    rows = json.loads((data_dir / "h200-colocate.json").read_text())
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r.get("mode", "plain") == "plain" and r.get("speedup_vs_1"):
+            series.setdefault(r["workload"], []).append((int(r["k"]), float(r["speedup_vs_1"])))
+    W, H, L, B, T, R = 560, 340, 60, 50, 40, 170
+    kmax = max(k for pts in series.values() for k, _ in pts)
+    ymax = kmax
+    sx = lambda k: L + (k - 1) / (kmax - 1) * (W - L - R)  # noqa: E731
+    sy = lambda v: H - B - v / ymax * (H - B - T)  # noqa: E731
+    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="#333"/>',
+            f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="#333"/>',
+            f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">processes sharing one GPU (k)</text>',
+            f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
+            'aggregate throughput / one process</text>']
+    for k in sorted({k for pts in series.values() for k, _ in pts}):
+        body.append(f'<text x="{sx(k)}" y="{H - B + 16}" text-anchor="middle">{k}</text>')
+    for v in range(0, ymax + 1, 2):
+        body.append(f'<text x="{L - 8}" y="{sy(v) + 4}" text-anchor="end">{v}</text>'
+                    f'<line x1="{L}" y1="{sy(v)}" x2="{W - R}" y2="{sy(v)}" stroke="#eee"/>')
+    body.append(f'<polyline fill="none" stroke="#999" stroke-dasharray="4 4" points="{sx(1)},{sy(1)} {sx(kmax)},{sy(kmax)}"/>'
+                f'<text x="{W - R + 8}" y="{T + 10}" fill="#777">ideal (k ×)</text>')
+    for i, (name, pts) in enumerate(sorted(series.items())):
+        pts.sort()
+        color = COLORS[i % len(COLORS)]
+        body.append(f'<polyline fill="none" stroke="{color}" stroke-width="2.5" points="'
+                    + " ".join(f"{sx(k):.1f},{sy(v):.1f}" for k, v in pts) + '"/>')
+        body += [f'<circle cx="{sx(k):.1f}" cy="{sy(v):.1f}" r="3.5" fill="{color}"/>'
+                 f'<text x="{sx(k) + 6:.1f}" y="{sy(v) - 6:.1f}" fill="{color}">{v:.2f}</text>' for k, v in pts]
+        body.append(f'<text x="{W - R + 8}" y="{T + 30 + 18 * i}" fill="{color}">{name.split("-")[0]}</text>')
+    return _svg(W, H, body, "Co-located training on one H200 (time-sliced, no MPS)")
+
+
+def policy(results: Path) -> str:
+    text = results.read_text()
+    section = text.split("##### A.", 1)[1].split("#####", 1)[0]
+    traces: dict[str, dict[str, float]] = {}
+    for block in section.split("=== ")[1:]:
+        name = block.split(":", 1)[0].strip()
+        traces[name] = {}
+        for line in block.splitlines():
+            m = re.match(r"^(\([a-d]'?\*?\)) .*?\s(\d+\.\d+) h", line)
+            if m:
+                traces[name][m.group(1)] = float(m.group(2))
+    policies = ["(a)", "(b)", "(c)", "(c')", "(d*)", "(d)"]
+    labels = {"(a)": "exclusive", "(b)": "pack by memory", "(c)": "MeLoN: pack where it pays", "(c')": "(c') variant",
+              "(d*)": "bound under (c)'s rules", "(d)": "ideal bound"}
+    W, H, L, B, T = 720, 360, 60, 70, 40
+    vmax = max(v for t in traces.values() for v in t.values())
+    group_w = (W - L - 20) / len(traces)
+    bar_w = group_w / (len(policies) + 1)
+    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - 20}" y2="{H - B}" stroke="#333"/>',
+            f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
+            'makespan (h)</text>']
+    sy = lambda v: H - B - v / vmax * (H - B - T)  # noqa: E731
+    for v in range(0, int(vmax) + 1, 4):
+        body.append(f'<text x="{L - 8}" y="{sy(v) + 4}" text-anchor="end">{v}</text>'
+                    f'<line x1="{L}" y1="{sy(v)}" x2="{W - 20}" y2="{sy(v)}" stroke="#eee"/>')
+    for g, (trace, values) in enumerate(traces.items()):
+        x0 = L + g * group_w + bar_w / 2
+        for i, p in enumerate(policies):
+            if p not in values:
+                continue
+            x = x0 + i * bar_w
+            body.append(f'<rect x="{x:.1f}" y="{sy(values[p]):.1f}" width="{bar_w - 2:.1f}" height="{H - B - sy(values[p]):.1f}" '
+                        f'fill="{COLORS[i % len(COLORS)]}"><title>{trace} {p}: {values[p]} h</title></rect>'
+                        f'<text x="{x + bar_w / 2 - 1:.1f}" y="{sy(values[p]) - 3:.1f}" text-anchor="middle" font-size="9">'
+                        f'{values[p]:.1f}</text>')
+        body.append(f'<text x="{x0 + len(policies) * bar_w / 2:.1f}" y="{H - B + 16}" text-anchor="middle">{trace}</text>')
+    for i, p in enumerate(policies):
+        body.append(f'<rect x="{L + (i % 3) * 210}" y="{H - 34 + (i // 3) * 16}" width="10" height="10" '
+                    f'fill="{COLORS[i % len(COLORS)]}"/><text x="{L + (i % 3) * 210 + 14}" y="{H - 25 + (i // 3) * 16}">'
+                    f'{p} {labels[p]}</text>')
+    return _svg(W, H, body, "Simulated makespan per policy (8 GPUs; benchmarks/bench_policy.py)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data"))
+    parser.add_argument("--out", default=str(HERE.parent / "docs" / "img"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu-colocation.svg").write_text(colocation(Path(args.data)))
+    (out / "policy-makespan.svg").write_text(policy(HERE / "results" / "bench_policy.txt"))
+    print(f"wrote {out / 'gpu-colocation.svg'} and {out / 'policy-makespan.svg'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
