@@ -103,6 +103,10 @@ def test_am_refuses_calls_without_the_secret(jobs):
 
 
 def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster):
+    """An input is localized PUBLIC: each NodeManager downloads it once into its public cache
+    (``<local-dir>/filecache``, not a user's ``usercache/<user>/filecache``), and a second job on that node uses
+    the same copy. The second job's 4 tasks of 3 GB cannot fit one 8 GB node, so it runs on both nodes, and
+    whichever node the first job used is shared."""
     name = f"blob-{uuid.uuid4().hex[:8]}.bin"
     data = f"/user/root/it-datasets/{name}"
     melon_hook.hdfs.write(data, data=b"x" * 100_000, overwrite=True)
@@ -110,19 +114,22 @@ def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster
         "framework": "generic", "inputs": [{"path": data, "name": "blob.bin"}],
         "entrypoint": "python -c \"import os; print('SIZE', os.path.getsize('blob.bin'), 'NM', "
                       "os.environ['NM_PORT'])\"",
-        "roles": {"worker": {"instances": 4, "memory": 256, "vcores": 1}},
     }
-    first = jobs.submit({**job, "name": "data-1"})
+    first = jobs.submit({**job, "name": "data-1", "roles": {"worker": {"instances": 4, "memory": 256}}})
     assert jobs.wait(first)["finalStatus"] == "SUCCEEDED"
-    second = jobs.submit({**job, "name": "data-2"})
+    second = jobs.submit({**job, "name": "data-2", "roles": {"worker": {"instances": 4, "memory": 3072}}})
     assert jobs.wait(second)["finalStatus"] == "SUCCEEDED"
     nodes = {a: {line.split("NM ")[1].strip() for text in jobs.container_logs(a).values()
                  for line in text.splitlines() if line.startswith("SIZE 100000")} for a in (first, second)}
-    assert all(len(v) >= 1 for v in nodes.values()), nodes
-    # YARN's public cache: one localized copy per NodeManager, however many jobs used it.
-    copies = list(Path(minicluster.work_dir).rglob(f"filecache/*/{name}"))
-    assert 1 <= len(copies) <= 2, copies
-    assert nodes[first] & nodes[second], f"no node ran both jobs: {nodes}"
+    assert len(nodes[second]) == 2 and nodes[first] <= nodes[second], nodes
+    local_dirs = sorted(Path(minicluster.work_dir).rglob("*localDir-nm-*"))
+    assert len(local_dirs) == 2, local_dirs
+    public = {d.name: list(d.glob(f"filecache/*/{name}")) for d in local_dirs}
+    private = list(Path(minicluster.work_dir).rglob(f"usercache/*/filecache/*/{name}"))
+    # one public copy per node that ran a task (both did), none private; a re-download by the second job on
+    # the node the first job used would have left two there
+    assert {d: len(c) for d, c in public.items()} == {d.name: 1 for d in local_dirs}, public
+    assert private == [], private
 
 
 PROGRESS = ("python -c \"import json, os, time\nfor step in range(1, 9):\n"
