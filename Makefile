@@ -20,7 +20,8 @@ test: setup
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
-# Slow extras (PyTorch DDP): installs the [pytorch] extra first.
+# Everything: installs the [pytorch] extra first; MELON_TEST_ALL=1 turns any skipped test into a failure
+# (tests/conftest.py), so a missing torch, chromium or dataset cannot pass silently.
 test-all: setup
 	$(PY) -m pip install -q -c constraints.txt -e '.[pytorch]'
 	MELON_TEST_ALL=1 $(PY) -m pytest -q -p no:cacheprovider --timeout=1800 tests --ignore=tests/docker

@@ -119,3 +119,15 @@ def jobs(melon_hook, minicluster, tmp_path_factory):
     j = Jobs(melon_hook, minicluster, tmp_path_factory)
     yield j
     j.kill_all()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """``MELON_TEST_ALL=1`` (``make test-all``): every optional part is installed, so a skipped test is a failure
+    (a missing torch, chromium or dataset must not pass silently)."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("MELON_TEST_ALL") == "1" and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"MELON_TEST_ALL=1: every test must run, this one skipped: {reason}"

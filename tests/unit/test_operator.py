@@ -97,6 +97,9 @@ def make_op(**kw):
     return MelonTrainOperator(**kw)
 
 
+REAL_SLEEP = MelonTrainOperator._sleep  # the product's poll sleep, before the fixture mocks it
+
+
 @pytest.fixture
 def hooks():
     """Public hook methods mocked (autospec: a wrong signature fails the test)."""
@@ -521,14 +524,18 @@ def test_sync_outage_beyond_budget_fails_without_killing(hooks):
 
 
 def test_sync_timeout_kills(hooks):
-    clock = {"now": 1_000_000.0}
+    """The operator's own sleep, clamped to the deadline (polls at t = 0, 5, 10, then sleeps the 2 s left)."""
+    clock = mock.Mock(now=1_000_000.0, sleeps=[])
+    clock.time.side_effect = lambda: clock.now
+    clock.sleep.side_effect = lambda s: (clock.sleeps.append(s), setattr(clock, "now", clock.now + s))
     hooks.get_app.return_value = app("RUNNING")
-    hooks.sleep.side_effect = lambda self, remaining: clock.__setitem__("now", clock["now"] + 5)
-    with mock.patch("airflow_provider_melon.operators.train.time.time", side_effect=lambda: clock["now"]):
+    hooks.sleep.side_effect = REAL_SLEEP
+    with mock.patch("airflow_provider_melon.operators.train.time", clock):
         with pytest.raises(AirflowException, match="timeout.*killed"):
             make_op(timeout=12).execute(make_context())
     hooks.kill.assert_called_once_with(mock.ANY, APP)
     assert hooks.get_app.call_count == 1 + 3  # after submit, then polls at t = 0, 5, 10 (deadline 12)
+    assert clock.sleeps == [5, 5, 2] and clock.now == 1_000_012.0  # no overshoot past the deadline
 
 
 def test_execution_timeout_bounds_the_deadline(hooks):

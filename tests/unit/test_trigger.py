@@ -6,6 +6,7 @@ trigger's sleep advances, so poll intervals of the real minimum (5 s) cost nothi
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from unittest import mock
 
@@ -46,6 +47,30 @@ class Clock:
         self.now += delay
 
 
+class _AsyncioOnClock:
+    """The trigger module's ``asyncio`` with ``sleep`` on the test's fake clock (everything else is asyncio's)."""
+
+    clock: "Clock | None" = None
+
+    def __getattr__(self, name):
+        return getattr(asyncio, name)
+
+    async def sleep(self, delay):
+        await self.clock.sleep(delay)
+
+
+_ON_CLOCK = _AsyncioOnClock()
+
+
+@pytest.fixture(autouse=True)
+def _trigger_sleeps_on_the_fake_clock(monkeypatch):
+    import airflow_provider_melon.triggers.yarn as trigger_module
+
+    monkeypatch.setattr(trigger_module, "asyncio", _ON_CLOCK)
+    yield
+    _ON_CLOCK.clock = None
+
+
 def make_trigger(responses=None, *, clock=None, am_status=None, **kw):
     """A trigger on a mocked AsyncYarnHook; ``responses`` feed get_application (values or exceptions)."""
     kw.setdefault("app_id", APP)
@@ -62,12 +87,7 @@ def make_trigger(responses=None, *, clock=None, am_status=None, **kw):
     clock = clock or Clock()
     trig._now = clock.time
     trig._sleep_clock = clock
-
-    async def _sleep():
-        remaining = trig._remaining()
-        await clock.sleep(trig.poll_interval if remaining is None else max(0.0, min(trig.poll_interval, remaining)))
-
-    trig._sleep = _sleep
+    _ON_CLOCK.clock = clock  # the trigger's own _sleep (its clamp to the deadline) sleeps on this clock
     trig._log = mock.Mock()
     return trig, hook
 
