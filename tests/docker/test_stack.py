@@ -8,6 +8,7 @@ import json
 import re
 import threading
 import time
+import urllib.error
 import urllib.request
 from urllib.parse import quote
 
@@ -179,3 +180,17 @@ def test_a_task_that_finds_no_gpu_on_a_node_is_placed_on_another(stack):
                 urllib.request.urlopen(urllib.request.Request(
                     f"{RM_URL}/ws/v1/cluster/apps/{app_id}/state?user.name=airflow", method="PUT",
                     data=b'{"state": "KILLED"}', headers={"Content-Type": "application/json"}), timeout=30).close()
+
+
+def test_the_wheel_brings_the_ui_plugin(stack):
+    """Installed from the wheel, the provider's UI plugin is served by the deployment's api-server (behind its
+    login), and reads this cluster: two nodes with their own GPU sizes."""
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{stack.api.url}/melon/api/gpus", timeout=30)
+    assert err.value.code == 401
+    gpus = stack.api._http("GET", "/melon/api/gpus")
+    sizes = {n["id"]: [g["total_mb"] for g in n["gpus"]] for n in gpus["nodes"]}
+    assert sizes == {"nodemanager-1:45454": [16384, 16384], "nodemanager-2:45454": [8192, 8192]}, sizes
+    page = urllib.request.urlopen(urllib.request.Request(f"{stack.api.url}/melon/gpus", headers={
+        "Authorization": f"Bearer {stack.api.token()}"}), timeout=30).read().decode()
+    assert "<title>MeLoN</title>" in page and "renderGpus" in page  # the page, with its script inlined
