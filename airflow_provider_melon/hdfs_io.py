@@ -54,11 +54,19 @@ _FIXES = (
 _JAVA_FRAME = re.compile(r"\s+at [\w$.<>]+\(.*?\)")
 
 
-class MelonHdfsError(RuntimeError):
-    """An HDFS operation failed; ``str()`` is one line: operation, path, cause, fix."""
+#: causes that pass (a NameNode restarting or failing over, DataNodes re-registering): worth retrying
+_TRANSIENT = ("SafeModeException", "RetriableException", "could only be written to 0 of the", "Connection refused",
+              "Connection reset", "Connection aborted", "RemoteDisconnected", "Read timed out",
+              "Max retries exceeded", "EOFException", "ConnectException", "SocketTimeoutException",
+              "Failed to find datanode")
 
-    def __init__(self, op: str, path: str, cause: str, fix: Optional[str] = None):
-        self.op, self.path, self.cause, self.fix = op, path, cause, fix
+
+class MelonHdfsError(RuntimeError):
+    """An HDFS operation failed; ``str()`` is one line: operation, path, cause, fix. ``retriable``: the cause is
+    one that passes (the NameNode restarting, in safe mode, unreachable for a moment)."""
+
+    def __init__(self, op: str, path: str, cause: str, fix: Optional[str] = None, retriable: bool = False):
+        self.op, self.path, self.cause, self.fix, self.retriable = op, path, cause, fix, retriable
         super().__init__(f"HDFS {op} {path} failed: {cause}" + (f" — fix: {fix}" if fix else ""))
 
 
@@ -77,7 +85,15 @@ def describe(op: str, path: str, exc: BaseException) -> MelonHdfsError:
     if exception and exception not in cause:
         cause = f"{exception}: {cause}"
     fix = next((fix for key, fix in _FIXES if key in raw or key in exception), None)
-    return MelonHdfsError(op, path, cause, fix)
+    retriable = isinstance(exc, (ConnectionError, TimeoutError)) or any(
+        key in raw or key in exception for key in _TRANSIENT)
+    try:
+        import requests
+
+        retriable = retriable or isinstance(exc, (requests.ConnectionError, requests.Timeout))
+    except ImportError:  # pragma: no cover
+        pass
+    return MelonHdfsError(op, path, cause, fix, retriable)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -149,10 +165,17 @@ def _already_exists(exc: BaseException) -> bool:
                                        "already exists", "already being created"))
 
 
+#: our own temporary files and locks whose clean-up failed (the NameNode was away): removed by the next put_once,
+#: so a retried upload does not wait on its own lock
+_ORPHANS: set[str] = set()
+
+
 def _delete_quietly(client: Any, path: str) -> None:
     try:
         client.delete(path)
+        _ORPHANS.discard(path)
     except Exception as exc:  # noqa: BLE001 - clean-up is best effort; the name is unique
+        _ORPHANS.add(path)
         log.debug("could not delete %s: %s", path, exc)
 
 
@@ -174,8 +197,7 @@ def _write_beside_and_rename(client: Any, path: str, data: bytes) -> bool:
                 return False  # someone else's identical copy is in place
             raise
     finally:
-        if _status(client, tmp) is not None:
-            _delete_quietly(client, tmp)
+        _delete_quietly(client, tmp)  # gone already after the rename: a no-op then
 
 
 def put_once(client: Any, path: str, data: bytes, *, lock_wait: Optional[float] = None) -> tuple[dict, bool]:
@@ -184,6 +206,8 @@ def put_once(client: Any, path: str, data: bytes, *, lock_wait: Optional[float] 
     A file already at ``path`` with the same length counts as cached. A file of another length is replaced
     (write beside, delete, rename). Concurrent callers upload once: see the module docstring.
     """
+    for orphan in sorted(_ORPHANS):
+        _delete_quietly(client, orphan)
     size = len(data)
     wait_bound = lock_wait if lock_wait is not None else _LOCK_WAIT_S + size / _LOCK_WAIT_BYTES_PER_S
     parent, name = _split(path)

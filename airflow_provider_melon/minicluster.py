@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,10 +170,13 @@ def start(
     timeout: float = 180.0,
     java: str = "java",
     melon_config: bool = True,
+    nm_expiry_ms: int = 600_000,
+    rm_recovery: bool = False,
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
-    an admin has before following the README's "configure your cluster" (used to test ``melon doctor``)."""
+    an admin has before following the README's "configure your cluster" (used to test ``melon doctor``).
+    ``nm_expiry_ms`` and ``rm_recovery`` are for fault tests (see :func:`control`)."""
     work_dir = Path(work_dir).resolve()
     if running_pid(work_dir):
         existing = read_details(work_dir)
@@ -189,6 +193,7 @@ def start(
         "--nodemanagers", str(nodemanagers), "--gpus", str(gpus), "--gpu-memory-mb", str(gpu_memory_mb),
         "--nm-memory-mb", str(nm_memory_mb), "--nm-vcores", str(nm_vcores),
         "--melon-config", "1" if melon_config else "0",
+        "--nm-expiry-ms", str(nm_expiry_ms), "--rm-recovery", "1" if rm_recovery else "0",
     ]
     with open(log_path(work_dir), "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -210,6 +215,19 @@ def start(
         f"mini cluster not ready within {timeout:.0f}s (expected {nodemanagers} RUNNING nodes with GPUs); "
         f"log tail:\n{_log_tail(work_dir)}"
     )
+
+
+def control(details: ClusterDetails, action: str, timeout: float = 180.0) -> dict:
+    """A fault, injected by the launcher (tests only): ``nodemanagers/<i>/crash`` (the NM goes silent, its
+    containers die; the RM finds it LOST after ``nm_expiry_ms``), ``namenode/restart``, ``resourcemanager/restart``
+    (keeps applications with ``rm_recovery``). Returns ``{"result": ..., "seconds": ...}`` once done."""
+    url = f"{details.details['control_url']}/{action.strip('/')}"
+    req = urllib.request.Request(url, method="POST", data=b"")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        raise MiniClusterError(f"control {action} failed ({exc.code}): {exc.read().decode(errors='replace')}") from None
 
 
 def stop(work_dir: Path = DEFAULT_WORK_DIR, timeout: float = 60.0) -> bool:

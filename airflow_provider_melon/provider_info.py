@@ -150,6 +150,11 @@ def get_provider_info() -> dict:
                         "version_added": "0.1.0", "type": "string", "example": None,
                         "default": "/user/{user}/.melon",
                     },
+                    "staging_retry_s": {
+                        "description": "Seconds an upload keeps retrying while the NameNode restarts, fails over or "
+                                       "is in safe mode.",
+                        "version_added": "0.2.0", "type": "integer", "example": None, "default": "120",
+                    },
                     "am_jar": {
                         "description": "Local path of an ApplicationMaster jar to use instead of the one shipped in the package.",
                         "version_added": "0.1.0", "type": "string", "example": "/opt/melon/melon-appmaster.jar",

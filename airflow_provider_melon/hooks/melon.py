@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+import tenacity
+
 from airflow_provider_melon import submission
-from airflow_provider_melon.hdfs_io import hdfs_errors, put_once, quiet_client_logs
+from airflow_provider_melon.hdfs_io import MelonHdfsError, hdfs_errors, put_once, quiet_client_logs
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
@@ -108,6 +110,7 @@ class MelonHook:
         default_python: Optional[str] = None,
         container_env: Optional[dict] = None,
         fs_default_fs: Optional[str] = None,
+        staging_retry_s: Optional[float] = None,
     ) -> None:
         self.yarn = yarn_hook or YarnHook(yarn_conn_id)
         self.webhdfs_conn_id = webhdfs_conn_id
@@ -125,6 +128,10 @@ class MelonHook:
         #: ``[melon] staging_dir`` ({user} is replaced): cache/ (content-addressed), apps/ (plans), profiles/
         self.staging_dir = (_conf("staging_dir") or "/user/{user}/.melon").format(user=self.user).rstrip("/")
         self.cache_dir = f"{self.staging_dir}/cache"
+        #: how long an upload keeps retrying a NameNode that is restarting / in safe mode (``[melon]
+        #: staging_retry_s``, default 120)
+        self.staging_retry_s = float(staging_retry_s if staging_retry_s is not None
+                                     else _conf("staging_retry_s") or 120)
 
     def _yarn_extra(self) -> dict:
         conn_id = getattr(self.yarn, "yarn_conn_id", None)
@@ -174,12 +181,21 @@ class MelonHook:
     def put_bytes(self, path: str, data: bytes, *, cached: bool = True) -> StagedFile:
         """Put ``data`` at ``path``. ``cached``: an immutable object (content-addressed) — uploaded once
         however many tasks stage it at the same time (:func:`put_once`); else written (overwritten) here."""
-        if cached:
-            st, fresh = put_once(self.hdfs, path, data)
-        else:
+        def put() -> tuple[dict, bool]:
+            if cached:
+                return put_once(self.hdfs, path, data)
             with hdfs_errors("write", path):
                 self.hdfs.write(path, data=data, overwrite=True)
-            st, fresh = self.file_status(path), True
+            return self.file_status(path), True
+
+        st, fresh = tenacity.Retrying(  # a NameNode restarting or in safe mode: retried, within a bound
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, MelonHdfsError) and e.retriable),
+            stop=tenacity.stop_after_delay(self.staging_retry_s),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=8),
+            before_sleep=lambda rs: log.warning("staging %s: %s; retrying (attempt %d, up to %.0f s)", path,
+                                                rs.outcome.exception(), rs.attempt_number, self.staging_retry_s),
+            reraise=True,
+        )(put)
         uploaded = len(data) if fresh else 0
         staged = StagedFile(self.hdfs_uri(path), int(st["length"]), int(st["modificationTime"]), uploaded)
         log.info("staged %s (%d bytes, %s)", staged.url, staged.size, "uploaded" if uploaded else "cached")

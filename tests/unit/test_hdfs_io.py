@@ -93,3 +93,63 @@ def test_losing_the_rename_race_counts_as_cached_and_cleans_up():
     assert (status["length"], uploaded) == (8, False)
     assert sorted(client.files) == ["/c/abc/code.zip"]  # temp file and lock removed
     assert any(p.endswith(".tmp") for p in client.deleted) and "/c/abc/.code.zip.lock" in client.deleted
+
+
+@pytest.mark.parametrize("exc, retriable", [
+    (HdfsError(JAVA_TRACE, exception="SafeModeException"), True),
+    (HdfsError("Failed to find datanode, suggest to check cluster health.", exception="IOException"), True),
+    (HdfsError("End of File Exception between local host ...; java.io.EOFException"), True),
+    (ConnectionRefusedError("[Errno 111] Connection refused"), True),
+    (HdfsError("Permission denied: user=bob, access=WRITE", exception="AccessControlException"), False),
+    (HdfsError("File /x already exists", exception="FileAlreadyExistsException"), False),
+])
+def test_transient_causes_are_retriable_and_others_are_not(exc, retriable):
+    with pytest.raises(MelonHdfsError) as info:
+        with hdfs_errors("write", "/x"):
+            raise exc
+    assert info.value.retriable is retriable
+
+
+class FlakyClient:
+    """An in-memory HDFS whose writes of temporary files and deletes fail while ``down`` (the NameNode away)."""
+
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.down = False
+
+    def status(self, path, strict=False):
+        if path in self.files:
+            return {"type": "FILE", "length": len(self.files[path]), "modificationTime": 1}
+        return None
+
+    def write(self, path, data, overwrite=False):
+        if path in self.files and not overwrite:
+            raise HdfsError(f"{path} already exists", exception="FileAlreadyExistsException")
+        if self.down and path.endswith(".tmp"):
+            self.files[path] = data[:3]  # half written
+            raise ConnectionResetError("[Errno 104] Connection reset by peer")
+        self.files[path] = data
+
+    def rename(self, src, dst):
+        self.files[dst] = self.files.pop(src)
+
+    def delete(self, path):
+        if self.down:
+            raise ConnectionRefusedError("[Errno 111] Connection refused")
+        return self.files.pop(path, None) is not None
+
+
+def test_a_retry_cleans_up_and_does_not_wait_on_its_own_lock(caplog):
+    client = FlakyClient()
+    client.down = True  # the NameNode goes away mid-upload: the half-written file and our lock stay behind
+    with pytest.raises(MelonHdfsError) as info:
+        put_once(client, "/c/a/code.zip", b"x" * 10)
+    assert info.value.retriable
+    assert "/c/a/.code.zip.lock" in client.files and any(p.endswith(".tmp") for p in client.files)
+    assert "/c/a/code.zip" not in client.files  # nothing half-written under the target
+    client.down = False
+    caplog.set_level(logging.WARNING, logger="airflow_provider_melon.hdfs_io")
+    st, uploaded = put_once(client, "/c/a/code.zip", b"x" * 10, lock_wait=30)  # the retry
+    assert uploaded and st["length"] == 10
+    assert sorted(client.files) == ["/c/a/code.zip"]  # our orphans removed, no lock left
+    assert "upload lock" not in caplog.text  # it did not wait out its own lock as a stranger's

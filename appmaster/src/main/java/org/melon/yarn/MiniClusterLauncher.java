@@ -36,6 +36,7 @@ public final class MiniClusterLauncher {
   private MiniDFSCluster dfs;
   private MiniYARNCluster yarn;
   private File details;
+  private com.sun.net.httpserver.HttpServer control;
 
   public static void main(String[] args) {
     try {
@@ -75,6 +76,10 @@ public final class MiniClusterLauncher {
     opts.put("gpu-memory-mb", "32768");
     // 0: a vanilla YARN (no GPU resource types, the default memory-only calculator), to test `melon doctor`
     opts.put("melon-config", "1");
+    // fault tests: how long the RM waits for a silent NodeManager; 1 = RM recovery (state in the work dir, NMs
+    // over RPC) so the RM can be restarted with its applications kept
+    opts.put("nm-expiry-ms", "600000");
+    opts.put("rm-recovery", "0");
     opts.put("details", null);
     for (int i = 0; i < args.length; i++) {
       String a = args[i];
@@ -196,6 +201,20 @@ public final class MiniClusterLauncher {
     // Containers run {{JAVA_HOME}}/bin/java: make sure JAVA_HOME is set even if our env lacks it.
     conf.set(YarnConfiguration.NM_ADMIN_USER_ENV, "JAVA_HOME=" + System.getProperty("java.home"));
     conf.setBoolean(YarnConfiguration.TIMELINE_SERVICE_ENABLED, false);
+
+    conf.setLong(YarnConfiguration.RM_NM_EXPIRY_INTERVAL_MS, Long.parseLong(opt("nm-expiry-ms")));
+    if (intOpt("rm-recovery") != 0) {
+      conf.setBoolean(YarnConfiguration.RECOVERY_ENABLED, true);
+      conf.setBoolean(YarnConfiguration.RM_WORK_PRESERVING_RECOVERY_ENABLED, true);
+      conf.set(YarnConfiguration.RM_STORE,
+          "org.apache.hadoop.yarn.server.resourcemanager.recovery.FileSystemRMStateStore");
+      conf.set(YarnConfiguration.FS_RM_STATE_STORE_URI, new File(work, "rmstore").toURI().toString());
+      conf.setLong(YarnConfiguration.RM_WORK_PRESERVING_RECOVERY_SCHEDULING_WAIT_MS, 2000);
+      // NodeManagers reach the RM by RPC (not in-JVM calls bound to one RM instance), so they re-sync with the
+      // restarted one as real daemons do
+      conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_USE_RPC, true);
+      conf.setLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_RETRY_INTERVAL_MS, 1000);
+    }
     return conf;
   }
 
@@ -264,6 +283,7 @@ public final class MiniClusterLauncher {
     writeXml(dfs.getConfiguration(0), new File(confDir, "hdfs-site.xml"));
     writeXml(live, new File(confDir, "core-site.xml"));
     writeXml(live, new File(confDir, "yarn-site.xml"));
+    startControl();
     writeDetails(confDir);
     System.out.printf("MiniClusterLauncher ready in %.1f s: %s%n", (System.nanoTime() - t0) / 1e9, details);
     System.out.flush();
@@ -331,6 +351,7 @@ public final class MiniClusterLauncher {
     d.put("nodemanagers", intOpt("nodemanagers"));
     d.put("gpus_per_node", intOpt("gpus"));
     d.put("gpu_memory_mb_per_node", intOpt("gpu-memory-mb"));
+    d.put("control_url", "http://127.0.0.1:" + control.getAddress().getPort());
     StringBuilder json = new StringBuilder("{");
     for (Map.Entry<String, Object> e : d.entrySet()) {
       if (json.length() > 1) {
@@ -344,6 +365,94 @@ public final class MiniClusterLauncher {
     File tmp = new File(details.getPath() + ".tmp");
     Files.write(tmp.toPath(), json.toString().getBytes(StandardCharsets.UTF_8));
     Files.move(tmp.toPath(), details.toPath(), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+  }
+
+  /**
+   * Fault controls for tests, on a loopback port (its URL is {@code control_url} in the details JSON), each a POST
+   * that returns when done:
+   * <ul>
+   *   <li>{@code /nodemanagers/<i>/crash}: NodeManager i goes silent as a crashed host would: its containers are
+   *       killed and it stops heartbeating without unregistering, so the RM finds it LOST only after
+   *       {@code --nm-expiry-ms};</li>
+   *   <li>{@code /namenode/restart}: the NameNode restarts (same ports) and waits until it is active;</li>
+   *   <li>{@code /resourcemanager/restart}: the RM restarts; with {@code --rm-recovery 1} it recovers its
+   *       applications from the state store and NodeManagers and AMs re-sync (work-preserving).</li>
+   * </ul>
+   */
+  private void startControl() throws IOException {
+    control = com.sun.net.httpserver.HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+    control.createContext("/", ex -> {
+      String path = ex.getRequestURI().getPath();
+      int code = 200;
+      String body;
+      long t0 = System.nanoTime();
+      try {
+        if (!"POST".equals(ex.getRequestMethod())) {
+          code = 405;
+          body = "POST only";
+        } else {
+          body = controlAction(path);
+          if (body == null) {
+            code = 404;
+            body = "unknown control " + path;
+          }
+        }
+      } catch (Exception e) {
+        code = 500;
+        body = e.toString();
+        e.printStackTrace();
+      }
+      String json = "{\"result\": " + Json.quote(body) + ", \"seconds\": "
+          + String.format("%.2f", (System.nanoTime() - t0) / 1e9) + "}";
+      System.out.println("MiniClusterLauncher control " + path + " -> " + code + " " + body);
+      byte[] bytes = json.getBytes(StandardCharsets.UTF_8);
+      ex.getResponseHeaders().set("Content-Type", "application/json");
+      ex.sendResponseHeaders(code, bytes.length);
+      try (OutputStream out = ex.getResponseBody()) {
+        out.write(bytes);
+      }
+    });
+    control.start();
+  }
+
+  private synchronized String controlAction(String path) throws Exception {
+    java.util.regex.Matcher nm = java.util.regex.Pattern.compile("/nodemanagers/(\\d+)/crash").matcher(path);
+    if (nm.matches()) {
+      return crashNodeManager(Integer.parseInt(nm.group(1)));
+    }
+    if (path.equals("/namenode/restart")) {
+      dfs.restartNameNode(true);
+      return "NameNode restarted";
+    }
+    if (path.equals("/resourcemanager/restart")) {
+      yarn.restartResourceManager(yarn.getActiveRMIndex() < 0 ? 0 : yarn.getActiveRMIndex());
+      restoreRmWebUi();
+      return "ResourceManager restarted";
+    }
+    return null;
+  }
+
+  private String crashNodeManager(int i) throws Exception {
+    NodeManager nm = yarn.getNodeManager(i);
+    String id = String.valueOf(nm.getNMContext().getNodeId());
+    List<String> killed = new ArrayList<>();
+    for (org.apache.hadoop.yarn.api.records.ContainerId cid : nm.getNMContext().getContainers().keySet()) {
+      String pid = nm.getNMContext().getContainerExecutor().getProcessId(cid);
+      if (pid != null) {
+        ProcessHandle.of(Long.parseLong(pid)).ifPresent(p -> {
+          p.descendants().forEach(ProcessHandle::destroyForcibly);
+          p.destroyForcibly();
+        });
+        killed.add(cid.toString());
+      }
+    }
+    // no goodbye to the RM: stop() skips unregistering when the updater "failed to connect"
+    java.lang.reflect.Field f =
+        org.apache.hadoop.yarn.server.nodemanager.NodeStatusUpdaterImpl.class.getDeclaredField("failedToConnect");
+    f.setAccessible(true);
+    f.set(nm.getNodeStatusUpdater(), true);
+    bounded("crash-nm-" + i, nm::stop);
+    return "NodeManager " + id + " crashed; killed containers " + killed;
   }
 
   private void installSignalHandlers() {
