@@ -221,7 +221,7 @@ def control(details: ClusterDetails, action: str, timeout: float = 180.0) -> dic
     """A fault, injected by the launcher (tests only): ``nodemanagers/<i>/crash`` (the NM goes silent, its
     containers die; the RM finds it LOST after ``nm_expiry_ms``), ``namenode/restart``, ``resourcemanager/restart``
     (keeps applications with ``rm_recovery``). Returns ``{"result": ..., "seconds": ...}`` once done."""
-    url = f"{details.details['control_url']}/{action.strip('/')}"
+    url = f"{details.details['control_url']}/{action.lstrip('/')}"
     req = urllib.request.Request(url, method="POST", data=b"")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:

@@ -30,6 +30,10 @@ FAULT_ROWS: list[dict] = []
 
 @pytest.fixture(scope="session")
 def fault_cluster():
+    reuse = os.environ.get("MELON_FAULT_CLUSTER_DIR")  # a running one, while iterating on these tests
+    if reuse:
+        yield mc.read_details(Path(reuse))
+        return
     work_dir = Path(tempfile.mkdtemp(prefix="melon-faults-"))
     port_base = int(os.environ.get("MELON_FAULT_PORT_BASE", "21000"))
     try:

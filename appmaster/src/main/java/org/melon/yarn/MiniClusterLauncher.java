@@ -375,8 +375,9 @@ public final class MiniClusterLauncher {
    *       killed and it stops heartbeating without unregistering, so the RM finds it LOST only after
    *       {@code --nm-expiry-ms};</li>
    *   <li>{@code /namenode/restart}: the NameNode restarts (same ports) and waits until it is active;</li>
-   *   <li>{@code /resourcemanager/restart}: the RM restarts; with {@code --rm-recovery 1} it recovers its
-   *       applications from the state store and NodeManagers and AMs re-sync (work-preserving).</li>
+   *   <li>{@code /resourcemanager/restart[?down_ms=N]}: the RM restarts (after N ms down); with
+   *       {@code --rm-recovery 1} it recovers its applications from the state store and NodeManagers and AMs
+   *       re-sync (work-preserving).</li>
    * </ul>
    */
   private void startControl() throws IOException {
@@ -391,7 +392,9 @@ public final class MiniClusterLauncher {
           code = 405;
           body = "POST only";
         } else {
-          body = controlAction(path);
+          String query = ex.getRequestURI().getQuery();
+          long downMs = query != null && query.startsWith("down_ms=") ? Long.parseLong(query.substring(8)) : 0;
+          body = controlAction(path, downMs);
           if (body == null) {
             code = 404;
             body = "unknown control " + path;
@@ -415,7 +418,7 @@ public final class MiniClusterLauncher {
     control.start();
   }
 
-  private synchronized String controlAction(String path) throws Exception {
+  private synchronized String controlAction(String path, long downMs) throws Exception {
     java.util.regex.Matcher nm = java.util.regex.Pattern.compile("/nodemanagers/(\\d+)/crash").matcher(path);
     if (nm.matches()) {
       return crashNodeManager(Integer.parseInt(nm.group(1)));
@@ -425,7 +428,12 @@ public final class MiniClusterLauncher {
       return "NameNode restarted";
     }
     if (path.equals("/resourcemanager/restart")) {
-      yarn.restartResourceManager(yarn.getActiveRMIndex() < 0 ? 0 : yarn.getActiveRMIndex());
+      int rm = yarn.getActiveRMIndex() < 0 ? 0 : yarn.getActiveRMIndex();
+      if (downMs > 0) {  // an outage that spans several polls of the clients
+        yarn.stopResourceManager(rm);
+        Thread.sleep(downMs);
+      }
+      yarn.restartResourceManager(rm);
       restoreRmWebUi();
       return "ResourceManager restarted";
     }
