@@ -14,7 +14,9 @@ demo: setup
 up: setup
 	.venv/bin/melon up
 
+# JUnit tests of the ApplicationMaster (no cluster, under a minute) first, then the Python suite.
 test: setup
+	mvn -q -B -f appmaster/pom.xml test
 	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS) tests --ignore=tests/docker
 
 test-unit: setup

@@ -424,7 +424,8 @@ class Executor:
     def register(self, host: str, port: int) -> dict:
         cfg = self.cfg
         body = {"role": cfg.role, "index": cfg.index, "host": host, "port": port, "gpu": self.gpu_label,
-                "gpu_memory_mb": cfg.gpu_memory_mb, "pid": os.getpid(), "mps": self.mps}
+                "gpu_memory_mb": cfg.gpu_memory_mb, "pid": os.getpid(), "mps": self.mps,
+                "container_id": cfg.container_id}  # the AM refuses (409) a container that is no longer the task's
         deadline = time.monotonic() + cfg.register_timeout_s
         log(f"registering {cfg.task} at {host}:{port} with {cfg.am_url}")
         last_note = 0.0
@@ -486,7 +487,8 @@ class Executor:
             raise Fatal(EXIT_CONFIG, f"cannot start {argv[0]!r}: {exc}") from None
 
     def heartbeat(self, message: str = "") -> Optional[int]:
-        body = {"role": self.cfg.role, "index": self.cfg.index, "gpu": self.gpu_label}
+        body = {"role": self.cfg.role, "index": self.cfg.index, "gpu": self.gpu_label,
+                "container_id": self.cfg.container_id}
         body.update(read_progress(self.cfg.progress_file))
         if self.gpu_indices and self.gpu_source == "nvml" and self.child is not None:
             used = _devices.process_memory_mb(self.gpu_indices[0], _descendants(self.child.pid))

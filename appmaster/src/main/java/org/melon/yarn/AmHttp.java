@@ -1,0 +1,292 @@
+package org.melon.yarn;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.function.Predicate;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.ObjectReader;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+
+import org.melon.yarn.TaskBook.Task;
+
+/**
+ * The AM's HTTP API (docs/protocol.md section 2), also its YARN tracking page. {@code GET /status} (JSON) and
+ * {@code GET /} (HTML) are open and read-only. {@code POST /register} and {@code POST /heartbeat} need the
+ * application's secret in {@code X-Melon-Secret} and are checked in this order, each failure changing nothing:
+ * <ul>
+ *   <li>403: missing or wrong secret (also when the AM has none); the body is not read. 403 and not 401: the
+ *       executor exits 3 on exactly 403, and there is no authentication scheme to offer;</li>
+ *   <li>413: a body over {@link #MAX_BODY} bytes (a declared Content-Length is refused unread; otherwise at most
+ *       MAX_BODY + 1 bytes are read);</li>
+ *   <li>400: not one JSON object, {@code role} not a string, {@code index} not an integer, or a field of the
+ *       wrong type;</li>
+ *   <li>404: no task {@code role:index} in the plan;</li>
+ *   <li>409: a conflicting registration or a call from a stale container ({@link TaskBook#register}).</li>
+ * </ul>
+ * Other paths: 404; other methods: 405; anything unexpected: 500 (logged).
+ */
+final class AmHttp {
+
+  static final int MAX_BODY = 64 * 1024;
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final ObjectReader READER = JSON.reader().with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
+
+  static {
+    // An answer goes out as headers, then body: without TCP_NODELAY the body waits for the caller's delayed ACK
+    // (~40 ms a call). Read once, when the JDK's server is first used; a value set on the command line wins.
+    if (System.getProperty("sun.net.httpserver.nodelay") == null) {
+      System.setProperty("sun.net.httpserver.nodelay", "true");
+    }
+  }
+
+  private final TaskBook book;
+  private final String secret;
+  private final String appId;
+  private final JsonNode labels;
+  private HttpServer server;
+  private ExecutorService executor;
+
+  AmHttp(TaskBook book, String secret, String appId, JsonNode labels) {
+    this.book = book;
+    this.secret = secret == null ? "" : secret;
+    this.appId = appId;
+    this.labels = labels != null && labels.isObject() ? labels : JSON.createObjectNode();
+  }
+
+  /** Serve on {@code bindHost} (the AM: all interfaces; tests: loopback), on an ephemeral port. */
+  synchronized int start(String bindHost) throws IOException {
+    server = HttpServer.create(new InetSocketAddress(bindHost, 0), 64);
+    executor = Executors.newFixedThreadPool(8);
+    server.setExecutor(executor);
+    server.createContext("/", this::handle);
+    server.start();
+    return server.getAddress().getPort();
+  }
+
+  synchronized void stop() {
+    server.stop(0);
+    executor.shutdownNow();
+  }
+
+  /** An answer other than 2xx, with its reason. */
+  private static final class HttpError extends Exception {
+    final int code;
+
+    HttpError(int code, String message) {
+      super(message, null, false, false);
+      this.code = code;
+    }
+  }
+
+  private void handle(HttpExchange ex) throws IOException {
+    try {
+      String path = ex.getRequestURI().getPath();
+      boolean read = "/status".equals(path) || "/".equals(path);
+      boolean write = "/register".equals(path) || "/heartbeat".equals(path);
+      if (!read && !write) {
+        throw new HttpError(404, "not found");
+      }
+      if (!ex.getRequestMethod().equals(read ? "GET" : "POST")) {
+        throw new HttpError(405, "method not allowed");
+      }
+      if ("/status".equals(path)) {
+        send(ex, 200, "application/json", JSON.writeValueAsString(statusJson()));
+        return;
+      }
+      if ("/".equals(path)) {
+        send(ex, 200, "text/html; charset=utf-8", html());
+        return;
+      }
+      authenticate(ex);
+      JsonNode body = readBody(ex);
+      Task t = task(body);
+      TaskBook.Reply reply;
+      if ("/register".equals(path)) {
+        expect(body, "port", n -> n.canConvertToInt() && n.isIntegralNumber() && n.asInt() >= 0 && n.asInt() <= 65535,
+            true, "an integer port");
+        expect(body, "host", JsonNode::isTextual, false, "a string");
+        expect(body, "gpu_memory_mb", JsonNode::isNumber, false, "a number");
+        expect(body, "mps", JsonNode::isBoolean, false, "a boolean");
+        reply = book.register(t, body);
+      } else {
+        expect(body, "step", JsonNode::isNumber, false, "a number");
+        expect(body, "loss", JsonNode::isNumber, false, "a number");
+        expect(body, "gpu_memory_used_mb", JsonNode::isNumber, false, "a number");
+        expect(body, "message", JsonNode::isTextual, false, "a string");
+        reply = book.heartbeat(t, body);
+      }
+      send(ex, reply.code(), "application/json", JSON.writeValueAsString(reply.body()));
+    } catch (HttpError e) {
+      send(ex, e.code, "application/json", JSON.writeValueAsString(Map.of("error", e.getMessage())));
+    } catch (IOException e) {
+      // the caller went away mid-request: nobody to answer
+    } catch (RuntimeException e) {
+      MelonApplicationMaster.log("HTTP " + ex.getRequestMethod() + " " + ex.getRequestURI() + " failed: " + e);
+      send(ex, 500, "application/json", JSON.writeValueAsString(Map.of("error", "internal error")));
+    } finally {
+      ex.close();
+    }
+  }
+
+  private void authenticate(HttpExchange ex) throws HttpError {
+    String given = ex.getRequestHeaders().getFirst("X-Melon-Secret");
+    if (given == null || secret.isEmpty() || !MessageDigest.isEqual(
+        given.getBytes(StandardCharsets.UTF_8), secret.getBytes(StandardCharsets.UTF_8))) {
+      throw new HttpError(403, "bad or missing X-Melon-Secret");
+    }
+  }
+
+  /** The body as one JSON object, read no further than {@link #MAX_BODY} + 1 bytes. */
+  private static JsonNode readBody(HttpExchange ex) throws IOException, HttpError {
+    String declared = ex.getRequestHeaders().getFirst("Content-Length");
+    if (declared != null) {
+      try {
+        if (Long.parseLong(declared.trim()) > MAX_BODY) {
+          throw new HttpError(413, "request body over " + MAX_BODY + " bytes");
+        }
+      } catch (NumberFormatException e) {
+        throw new HttpError(400, "bad Content-Length");
+      }
+    }
+    // Not InputStream.readNBytes: on a chunked body it asks for 0 more bytes once it has them all, and the JDK's
+    // chunked stream then waits for the next chunk's header.
+    byte[] bytes = new byte[MAX_BODY + 1];
+    int n = 0;
+    InputStream in = ex.getRequestBody();
+    for (int r; n < bytes.length && (r = in.read(bytes, n, bytes.length - n)) != -1; ) {
+      n += r;
+    }
+    if (n > MAX_BODY) {
+      throw new HttpError(413, "request body over " + MAX_BODY + " bytes");
+    }
+    JsonNode body;
+    try {
+      body = READER.readTree(bytes, 0, n);
+    } catch (JsonProcessingException e) {
+      throw new HttpError(400, "malformed JSON: " + e.getOriginalMessage());
+    }
+    if (body == null || !body.isObject()) {
+      throw new HttpError(400, "the body must be a JSON object");
+    }
+    return body;
+  }
+
+  private Task task(JsonNode body) throws HttpError {
+    JsonNode role = body.path("role");
+    JsonNode index = body.path("index");
+    if (!role.isTextual() || !index.isIntegralNumber() || !index.canConvertToInt()) {
+      throw new HttpError(400, "\"role\" (a string) and \"index\" (an integer) are required");
+    }
+    Task t = book.task(role.asText(), index.asInt());
+    if (t == null) {
+      throw new HttpError(404, "unknown task " + role.asText() + ":" + index.asInt());
+    }
+    return t;
+  }
+
+  /** Field {@code name}, if present and not null (or {@code required}), must pass {@code ok}: else 400. */
+  private static void expect(JsonNode body, String name, Predicate<JsonNode> ok, boolean required, String what)
+      throws HttpError {
+    JsonNode v = body.path(name);
+    if ((v.isMissingNode() || v.isNull()) ? required : !ok.test(v)) {
+      throw new HttpError(400, "\"" + name + "\" must be " + what);
+    }
+  }
+
+  private static void send(HttpExchange ex, int code, String type, String body) throws IOException {
+    byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
+    ex.getResponseHeaders().set("Content-Type", type);
+    ex.sendResponseHeaders(code, bytes.length);
+    try (OutputStream out = ex.getResponseBody()) {
+      out.write(bytes);
+    }
+  }
+
+  // ---------------------------------------------------------------- read-only pages
+
+  ObjectNode statusJson() {
+    synchronized (book) {
+      ObjectNode root = JSON.createObjectNode();
+      root.put("app_id", appId);
+      root.put("state", book.state());
+      root.put("diagnostics", book.diagnostics());
+      root.set("labels", labels);
+      ArrayNode arr = root.putArray("tasks");
+      for (Task t : book.tasks) {
+        ObjectNode o = arr.addObject();
+        o.put("role", t.role.name);
+        o.put("index", t.index);
+        o.put("state", t.state);
+        o.put("container_id", t.container == null ? null : t.container.getId().toString());
+        o.put("host", t.host);
+        o.put("node_id", t.container == null ? null : t.container.getNodeId().toString());
+        o.put("port", t.port);
+        o.put("attempt", t.attempt);
+        o.put("exit_code", t.exitCode);
+        o.put("gpu", t.gpu);
+        o.put("gpu_memory_mb", t.gpuMemoryMb);
+        o.put("expected_gpu_memory_mb", t.role.gpuMemoryMb);
+        o.put("gpus", t.role.gpus);
+        o.put("gpu_memory_used_mb", t.gpuMemoryUsedMb);
+        o.put("mps", t.mps);
+        o.put("step", t.step);
+        o.put("loss", t.loss);
+        o.put("message", t.message);
+        o.put("updated", t.updated);
+        ArrayNode h = o.putArray("history");
+        for (double[] p : t.history) {
+          ArrayNode point = h.addArray();
+          point.add((long) p[0]);
+          point.add((long) p[1]);
+          if (Double.isNaN(p[2])) {
+            point.addNull();
+          } else {
+            point.add(p[2]);
+          }
+        }
+      }
+      return root;
+    }
+  }
+
+  private String html() {
+    ObjectNode s = statusJson();
+    StringBuilder b = new StringBuilder("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>MeLoN ")
+        .append(esc(appId)).append("</title></head><body><h1>MeLoN ").append(esc(appId)).append(": ")
+        .append(esc(s.path("state").asText())).append("</h1><p>").append(esc(s.path("diagnostics").asText()))
+        .append("</p><table border=\"1\" cellpadding=\"4\"><tr>");
+    String[] cols = {"role", "index", "state", "container_id", "host", "port", "attempt", "exit_code", "gpu",
+        "gpu_memory_mb", "gpu_memory_used_mb", "step", "loss", "message", "updated"};
+    for (String c : cols) {
+      b.append("<th>").append(c).append("</th>");
+    }
+    b.append("</tr>");
+    for (JsonNode t : s.path("tasks")) {
+      b.append("<tr>");
+      for (String c : cols) {
+        b.append("<td>").append(t.path(c).isNull() ? "" : esc(t.path(c).asText())).append("</td>");
+      }
+      b.append("</tr>");
+    }
+    return b.append("</table></body></html>").toString();
+  }
+
+  private static String esc(String s) {
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\"", "&quot;");
+  }
+}

@@ -1,0 +1,480 @@
+package org.melon.yarn;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.CountDownLatch;
+import java.util.function.Function;
+import java.util.function.LongSupplier;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+
+/**
+ * The AM's bookkeeping and decisions (docs/protocol.md section 2), kept apart from the YARN clients so that they
+ * can be tested without a cluster: the plan's tasks, the gang barrier and its timeout, per-role restart budgets,
+ * exit 75 (no GPU fits on that node: retry elsewhere), success and failure. What it decides to ask of YARN goes
+ * through {@link Yarn}. One lock: every method holds this object's monitor, and the AM takes the same monitor
+ * ({@code synchronized (book)}) around its own steps that read or change tasks.
+ */
+final class TaskBook {
+
+  static final int EXIT_NO_GPU_FIT = 75;
+  static final int MAX_NO_FIT_RETRIES = 3;
+  /** Step/loss samples kept per task for progress charts (oldest dropped first). */
+  static final int HISTORY = 500;
+  /** A node avoided after an exit 75 is given back after this long, or once the task runs elsewhere. */
+  static final long AVOID_MS = 120_000;
+
+  /** What the book asks of YARN: the AM does it with its clients, tests record it. */
+  interface Yarn {
+    /** Ask for a container for {@code t} (already PENDING, its attempt counted). */
+    void request(Task t);
+
+    /** Change the application's blacklist; either list may be null. */
+    void blacklist(List<String> add, List<String> remove);
+
+    /** Hosts of the cluster's usable nodes (the last one is never avoided). */
+    Set<String> runningHosts();
+  }
+
+  /** An answer to an HTTP call: status code and a body for Jackson. */
+  record Reply(int code, Object body) {
+  }
+
+  /** A role from the plan plus its restart budget. */
+  static final class Role {
+    String name;
+    int instances;
+    int memoryMb;
+    int vcores;
+    int gpus;
+    int gpuMemoryMb;
+    int restarts;
+    /** Whether the role's tasks decide the application's outcome (a ps role does not). */
+    boolean tracked;
+    int restartsUsed;
+  }
+
+  /** One task = one container at a time. */
+  static final class Task {
+    final Role role;
+    final int index;
+    final int number;
+    String state = "PENDING";
+    int attempt;
+    int noFitRetries;
+    ContainerRequest request;
+    Container container;
+    String nodeHost;
+    String host;
+    int port;
+    boolean registered;
+    Integer exitCode;
+    /** The host this task left with exit 75 (no GPU fits there): avoided until the task is placed elsewhere. */
+    String avoidHost;
+    String gpu;
+    /** GPU memory reserved for the task on its GPU (its expected memory), MiB. */
+    long gpuMemoryMb;
+    /** GPU memory the task's processes use (NVML, from heartbeats), MiB; null without a GPU. */
+    Long gpuMemoryUsedMb;
+    /** Whether the task's node runs a CUDA MPS control daemon (reported at registration). */
+    boolean mps;
+    Long step;
+    Double loss;
+    /** [epoch ms, step, loss] each time the step changed, at most {@link #HISTORY}. */
+    final ArrayDeque<double[]> history = new ArrayDeque<>();
+    String message;
+    long updated;
+
+    Task(Role role, int index, int number, long now) {
+      this.role = role;
+      this.index = index;
+      this.number = number;
+      this.updated = now;
+    }
+
+    String name() {
+      return role.name + ":" + index;
+    }
+
+    boolean live() {
+      return container != null && ("ALLOCATED".equals(state) || "RUNNING".equals(state)
+          || "REGISTERED".equals(state));
+    }
+  }
+
+  final List<Task> tasks = new ArrayList<>();
+  /** Counted down once the application's outcome is decided ({@link #finish}). */
+  final CountDownLatch done = new CountDownLatch(1);
+  private final Map<ContainerId, Task> byContainer = new HashMap<>();
+  private final Yarn yarn;
+  private final LongSupplier clock;
+  private final long registerTimeoutMs;
+  /** The role whose index-0 success ends the job; null: all tracked tasks must succeed. */
+  private final String successRole;
+  private long gangWaitSince;
+  private boolean gangComplete;
+  /** Hosts on the application's blacklist (node avoidance after exit 75) and since when. */
+  private final Map<String, Long> avoided = new HashMap<>();
+  private String state = "RUNNING";
+  private String diagnostics = "";
+
+  TaskBook(JsonNode plan, Yarn yarn, LongSupplier clock) {
+    this.yarn = yarn;
+    this.clock = clock;
+    this.registerTimeoutMs = plan.path("register_timeout_s").asLong(300) * 1000L;
+    this.successRole = plan.path("success_role").isTextual() ? plan.path("success_role").asText() : null;
+    this.gangWaitSince = clock.getAsLong();
+    int number = 0;
+    for (JsonNode r : plan.path("roles")) {
+      Role role = new Role();
+      role.name = r.path("name").asText();
+      role.instances = r.path("instances").asInt(1);
+      role.memoryMb = r.path("memory_mb").asInt(1024);
+      role.vcores = r.path("vcores").asInt(1);
+      role.gpus = r.path("gpus").asInt(0);
+      role.gpuMemoryMb = r.path("gpu_memory_mb").asInt(0);
+      role.restarts = r.path("restarts").asInt(0);
+      role.tracked = r.path("tracked").asBoolean(true);
+      for (int i = 0; i < role.instances; i++) {
+        tasks.add(new Task(role, i, number++, gangWaitSince));
+      }
+    }
+  }
+
+  synchronized String state() {
+    return state;
+  }
+
+  synchronized String diagnostics() {
+    return diagnostics;
+  }
+
+  private boolean running() {
+    return "RUNNING".equals(state);
+  }
+
+  private long now() {
+    return clock.getAsLong();
+  }
+
+  /** The task {@code role:index}, or null. The task list never changes, so no lock is needed. */
+  Task task(String role, int index) {
+    for (Task t : tasks) {
+      if (t.role.name.equals(role) && t.index == index) {
+        return t;
+      }
+    }
+    return null;
+  }
+
+  // ---------------------------------------------------------------- containers
+
+  /** The task a new container is for, now ALLOCATED to it; null if nothing waits for it (release it). */
+  synchronized Task allocated(Container c) {
+    long id = c.getAllocationRequestId();
+    Task t = id >= 0 && id < tasks.size() ? tasks.get((int) id) : null;
+    if (t == null || !"PENDING".equals(t.state) || !running()) {
+      return null;
+    }
+    t.container = c;
+    t.nodeHost = c.getNodeId().getHost();
+    t.host = t.nodeHost;
+    if (t.avoidHost != null) {  // placed again: its avoided node may be given back
+      String left = t.avoidHost;
+      t.avoidHost = null;
+      releaseAvoidance(left, "task " + t.name() + " placed on " + t.nodeHost);
+    }
+    t.state = "ALLOCATED";
+    t.exitCode = null;
+    t.updated = now();
+    byContainer.put(c.getId(), t);
+    return t;
+  }
+
+  synchronized void started(ContainerId id) {
+    Task t = byContainer.get(id);
+    if (t != null && "ALLOCATED".equals(t.state)) {
+      t.state = "RUNNING";
+      t.updated = now();
+    }
+  }
+
+  synchronized void stopped(ContainerId id) {
+    for (Task t : tasks) {
+      if (t.container != null && t.container.getId().equals(id) && t.live()) {
+        t.state = "KILLED";
+        t.updated = now();
+      }
+    }
+  }
+
+  /**
+   * A container of ours ended with {@code code}. 0: the task SUCCEEDED (maybe the application too). 75 (no GPU
+   * fits on that node), at most {@link #MAX_NO_FIT_RETRIES} times per task: a new container elsewhere, outside the
+   * restart budget. Other codes: a new container while the role's budget lasts, else the task FAILED, and the
+   * application with it if the role is tracked; the diagnostics name the task, its node, the code and
+   * {@code stderrTail} of the task. Once the application is decided, a live task is only marked KILLED.
+   */
+  synchronized void completed(ContainerId id, int code, Function<Task, String> stderrTail) {
+    Task t = byContainer.remove(id);
+    if (t == null || t.container == null || !t.container.getId().equals(id)) {
+      return;
+    }
+    t.exitCode = code;
+    t.updated = now();
+    if (!running()) {
+      if (t.live()) {
+        t.state = "KILLED";
+      }
+      return;
+    }
+    MelonApplicationMaster.log("task " + t.name() + " (" + id + ") exited " + code);
+    if (code == 0) {
+      t.state = "SUCCEEDED";
+      checkSuccess(t);
+      return;
+    }
+    if (code == EXIT_NO_GPU_FIT && t.noFitRetries < MAX_NO_FIT_RETRIES) {
+      t.noFitRetries++;
+      avoid(t, t.nodeHost);
+      restart(t, "no GPU fits on " + t.nodeHost + " (exit 75), retry " + t.noFitRetries);
+      return;
+    }
+    if (t.role.restartsUsed < t.role.restarts) {
+      t.role.restartsUsed++;
+      restart(t, "exit " + code + ", restart " + t.role.restartsUsed + "/" + t.role.restarts + " of role "
+          + t.role.name);
+      return;
+    }
+    t.state = "FAILED";
+    String diag = "task " + t.name() + " on " + t.nodeHost + " exited " + code + ": " + stderrTail.apply(t);
+    if (t.role.tracked) {
+      finish("FAILED", diag);
+    } else {
+      MelonApplicationMaster.log("untracked " + diag);
+    }
+  }
+
+  private void restart(Task t, String why) {
+    MelonApplicationMaster.log("restarting task " + t.name() + ": " + why);
+    t.attempt++;
+    if (t.registered && gangComplete) {  // the gang is incomplete again: its timeout counts from now
+      gangComplete = false;
+      gangWaitSince = now();
+    }
+    t.registered = false;
+    t.state = "PENDING";
+    t.container = null;
+    t.updated = now();
+    yarn.request(t);
+  }
+
+  private void checkSuccess(Task t) {
+    if (successRole != null) {
+      if (t.role.name.equals(successRole) && t.index == 0) {
+        finish("SUCCEEDED", "task " + t.name() + " succeeded");
+      }
+      return;
+    }
+    boolean anyTracked = tasks.stream().anyMatch(x -> x.role.tracked);
+    boolean all = tasks.stream().filter(x -> x.role.tracked || !anyTracked)
+        .allMatch(x -> "SUCCEEDED".equals(x.state));
+    if (all) {
+      finish("SUCCEEDED", "all tracked tasks succeeded");
+    }
+  }
+
+  /** The application's outcome (the first one decided wins). */
+  synchronized void finish(String finalState, String diag) {
+    if (!running()) {
+      return;
+    }
+    MelonApplicationMaster.log("finishing " + finalState + ": " + diag);
+    state = finalState;
+    diagnostics = diag;
+    done.countDown();
+  }
+
+  synchronized float progress() {
+    long finished = tasks.stream().filter(t -> "SUCCEEDED".equals(t.state)).count();
+    return tasks.isEmpty() ? 0f : Math.min(1f, (float) finished / tasks.size());
+  }
+
+  // ---------------------------------------------------------------- node avoidance (exit 75)
+
+  /** Put {@code host} on the application's blacklist while {@code t} is re-requested, so YARN places the task on
+   * another node. Bounded: never the last usable node (the RM's RUNNING nodes, else the hosts seen so far), and
+   * given back once the task is placed elsewhere or after {@link #AVOID_MS}. */
+  private void avoid(Task t, String host) {
+    if (host == null) {
+      return;
+    }
+    if (avoided.containsKey(host)) {
+      t.avoidHost = host;
+      return;
+    }
+    Set<String> others = new TreeSet<>(yarn.runningHosts());
+    others.removeAll(avoided.keySet());
+    others.remove(host);
+    if (others.isEmpty()) {
+      MelonApplicationMaster.log("not avoiding " + host + " for task " + t.name() + ": no other node is known");
+      return;
+    }
+    t.avoidHost = host;
+    avoided.put(host, now());
+    yarn.blacklist(List.of(host), null);
+    MelonApplicationMaster.log("avoiding node " + host + " for task " + t.name()
+        + " (exit 75: no GPU fits there); other nodes " + others);
+  }
+
+  private void releaseAvoidance(String host, String why) {
+    if (!avoided.containsKey(host) || tasks.stream().anyMatch(x -> host.equals(x.avoidHost))) {
+      return;
+    }
+    avoided.remove(host);
+    yarn.blacklist(null, List.of(host));
+    MelonApplicationMaster.log("node " + host + " no longer avoided: " + why);
+  }
+
+  /** Give back the nodes avoided for longer than {@link #AVOID_MS} (the AM calls this every 500 ms). */
+  synchronized void expireAvoidance() {
+    long now = now();
+    for (String host : new ArrayList<>(avoided.keySet())) {
+      if (now - avoided.get(host) > AVOID_MS) {
+        tasks.stream().filter(x -> host.equals(x.avoidHost)).forEach(x -> x.avoidHost = null);
+        releaseAvoidance(host, "avoided for " + AVOID_MS / 1000 + " s");
+      }
+    }
+  }
+
+  synchronized Set<String> avoidedHosts() {
+    return new TreeSet<>(avoided.keySet());
+  }
+
+  // ---------------------------------------------------------------- gang registration
+
+  /**
+   * {@code t} says where it listens ({@code host}, {@code port}; optional {@code container_id}, {@code gpu},
+   * {@code gpu_memory_mb}, {@code mps}). The gang barrier: 202 {"waiting": n missing} until every task has
+   * registered, then 200 {"cluster": {role: ["host:port", ...]}} (to every caller from then on).
+   *
+   * <p>The executor polls with the same body until it gets 200, so a repeated registration from the same
+   * container with the same address is idempotent (same answer). A conflicting one changes nothing and gets 409:
+   * a {@code container_id} that is not the task's current container (a stale attempt), or, once the task is
+   * registered, another address (its peers may already have been told the first one). A restarted task is a new
+   * registration: its old address is replaced.
+   */
+  synchronized Reply register(Task t, JsonNode body) {
+    Reply stale = staleContainer(t, body);
+    if (stale != null) {
+      return stale;
+    }
+    String host = body.path("host").asText(t.host);
+    int port = body.path("port").asInt();
+    if (t.registered && !(Objects.equals(host, t.host) && port == t.port)) {
+      return new Reply(409, Map.of("error", "task " + t.name() + " is already registered at " + t.host + ":"
+          + t.port + ", not " + host + ":" + port));
+    }
+    t.host = host;
+    t.port = port;
+    t.gpu = body.path("gpu").isNull() || body.path("gpu").isMissingNode() ? null : body.path("gpu").asText();
+    t.gpuMemoryMb = body.path("gpu_memory_mb").asLong(0);
+    t.mps = body.path("mps").asBoolean(false);
+    if (!t.registered) {
+      MelonApplicationMaster.log("task " + t.name() + " registered at " + t.host + ":" + t.port);
+    }
+    t.registered = true;
+    if ("ALLOCATED".equals(t.state) || "RUNNING".equals(t.state)) {
+      t.state = "REGISTERED";
+    }
+    t.updated = now();
+    long missing = tasks.stream().filter(x -> !x.registered).count();
+    if (missing > 0) {
+      return new Reply(202, Map.of("waiting", missing));
+    }
+    gangComplete = true;
+    Map<String, List<String>> cluster = new LinkedHashMap<>();
+    for (Task x : tasks) {
+      cluster.computeIfAbsent(x.role.name, k -> new ArrayList<>()).add(x.host + ":" + x.port);
+    }
+    return new Reply(200, Map.of("cluster", cluster));
+  }
+
+  /** Progress of {@code t}: {@code step}, {@code loss}, {@code gpu}, {@code gpu_memory_used_mb}, {@code message}
+   * (all optional; optional {@code container_id} as for {@link #register}). */
+  synchronized Reply heartbeat(Task t, JsonNode body) {
+    Reply stale = staleContainer(t, body);
+    if (stale != null) {
+      return stale;
+    }
+    if (body.hasNonNull("loss")) {
+      t.loss = body.path("loss").asDouble();
+    }
+    if (body.hasNonNull("step")) {
+      long step = body.path("step").asLong();
+      if (t.step == null || step != t.step) {
+        t.history.addLast(new double[] {now(), step, t.loss == null ? Double.NaN : t.loss});
+        if (t.history.size() > HISTORY) {
+          t.history.removeFirst();
+        }
+      }
+      t.step = step;
+    }
+    if (body.hasNonNull("gpu")) {
+      t.gpu = body.path("gpu").asText();
+    }
+    if (body.hasNonNull("gpu_memory_used_mb")) {
+      t.gpuMemoryUsedMb = body.path("gpu_memory_used_mb").asLong();
+    }
+    if (body.hasNonNull("message")) {
+      t.message = body.path("message").asText();
+    }
+    t.updated = now();
+    return new Reply(200, Map.of("ok", true));
+  }
+
+  /** 409 if the body names a container ({@code container_id}, non-empty) other than the task's current one;
+   * callers that name none (older executors) are taken at their word. */
+  private static Reply staleContainer(Task t, JsonNode body) {
+    String given = body.path("container_id").isTextual() ? body.path("container_id").asText() : "";
+    if (given.isEmpty()) {
+      return null;
+    }
+    String current = t.container == null ? null : t.container.getId().toString();
+    if (given.equals(current)) {
+      return null;
+    }
+    return new Reply(409, Map.of("error", "task " + t.name() + " does not run in " + given + " (its container: "
+        + (current == null ? "none" : current) + ")"));
+  }
+
+  /** Fail the application if the gang has not registered within {@code register_timeout_s} (the AM calls this
+   * every 500 ms); a task that already exited 0 is not missing. */
+  synchronized void checkGangTimeout() {
+    if (!running() || gangComplete) {
+      return;
+    }
+    if (now() - gangWaitSince > registerTimeoutMs) {
+      List<String> missing = new ArrayList<>();
+      for (Task t : tasks) {
+        if (!t.registered && !"SUCCEEDED".equals(t.state)) {
+          missing.add(t.name());
+        }
+      }
+      if (!missing.isEmpty()) {
+        finish("FAILED", "gang registration timed out: missing " + String.join(", ", missing));
+      }
+    }
+  }
+}

@@ -1,0 +1,105 @@
+package org.melon.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertSame;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.LongSupplier;
+
+import com.fasterxml.jackson.core.json.JsonReadFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.json.JsonMapper;
+
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.api.records.Priority;
+import org.apache.hadoop.yarn.api.records.Resource;
+
+import org.melon.yarn.TaskBook.Task;
+
+/** Plans, containers, a settable clock and a YARN that records what the book asks of it. */
+final class Fixtures {
+  private Fixtures() {
+  }
+
+  /** Lenient JSON for readable plans in tests: 'single quotes' and unquoted names. */
+  static final JsonMapper LENIENT = JsonMapper.builder()
+      .enable(JsonReadFeature.ALLOW_SINGLE_QUOTES, JsonReadFeature.ALLOW_UNQUOTED_FIELD_NAMES).build();
+
+  static JsonNode json(String lenient) {
+    try {
+      return LENIENT.readTree(lenient);
+    } catch (Exception e) {
+      throw new IllegalArgumentException(lenient, e);
+    }
+  }
+
+  /** Records requests ("worker:1#2" = task worker:1, attempt 2) and blacklist changes ("+host", "-host"). */
+  static final class FakeYarn implements TaskBook.Yarn {
+    final List<String> requests = new ArrayList<>();
+    final List<String> blacklist = new ArrayList<>();
+    Set<String> hosts = new TreeSet<>(Set.of("node-a", "node-b", "node-c"));
+    int hostQueries;
+
+    @Override
+    public void request(Task t) {
+      requests.add(t.name() + "#" + t.attempt);
+    }
+
+    @Override
+    public void blacklist(List<String> add, List<String> remove) {
+      if (add != null) {
+        add.forEach(h -> blacklist.add("+" + h));
+      }
+      if (remove != null) {
+        remove.forEach(h -> blacklist.add("-" + h));
+      }
+    }
+
+    @Override
+    public Set<String> runningHosts() {
+      hostQueries++;
+      return hosts;
+    }
+  }
+
+  /** A clock that moves only when told. */
+  static final class Clock implements LongSupplier {
+    long now = 1_700_000_000_000L;
+
+    @Override
+    public long getAsLong() {
+      return now;
+    }
+
+    void advance(long ms) {
+      now += ms;
+    }
+  }
+
+  private static final AtomicLong SEQ = new AtomicLong();
+  static final ApplicationId APP = ApplicationId.newInstance(1_700_000_000_000L, 7);
+
+  /** A new container for {@code t} (its allocation request id is the task's number) on {@code host}. */
+  static Container container(Task t, String host) {
+    ContainerId id = ContainerId.newContainerId(ApplicationAttemptId.newInstance(APP, 1), SEQ.incrementAndGet());
+    Container c = Container.newInstance(id, NodeId.newInstance(host, 45454), host + ":8042",
+        Resource.newInstance(256, 1), Priority.newInstance(1), null);
+    c.setAllocationRequestId(t.number);
+    return c;
+  }
+
+  /** Allocate a container on {@code host} to {@code t} and start it. */
+  static Container place(TaskBook book, Task t, String host) {
+    Container c = container(t, host);
+    assertSame(t, book.allocated(c), "the book takes the container for " + t.name());
+    book.started(c.getId());
+    return c;
+  }
+}

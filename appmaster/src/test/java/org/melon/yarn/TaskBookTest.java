@@ -1,0 +1,441 @@
+package org.melon.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.melon.yarn.Fixtures.json;
+import static org.melon.yarn.Fixtures.place;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CyclicBarrier;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Function;
+
+import org.apache.hadoop.yarn.api.records.Container;
+import org.junit.jupiter.api.Test;
+
+import org.melon.yarn.Fixtures.Clock;
+import org.melon.yarn.Fixtures.FakeYarn;
+import org.melon.yarn.TaskBook.Reply;
+import org.melon.yarn.TaskBook.Task;
+
+/** The AM's state machine without a cluster: gang barrier, restart budgets, exit 75, untracked roles, outcome. */
+class TaskBookTest {
+
+  private final FakeYarn yarn = new FakeYarn();
+  private final Clock clock = new Clock();
+  /** stderr tails the book asked for (task names): only for a task that finally FAILED. */
+  private final List<String> tails = new ArrayList<>();
+  private final Function<Task, String> tail = t -> {
+    tails.add(t.name());
+    return "Traceback ...\nRuntimeError: boom in " + t.name();
+  };
+
+  private TaskBook book(String plan) {
+    return new TaskBook(json(plan), yarn, clock);
+  }
+
+  /** chief x1, worker x2 (restarts 1), ps x1 (untracked); all tasks must succeed unless success_role is set. */
+  private TaskBook training(String extra) {
+    return book("{register_timeout_s: 60, " + extra + " roles: ["
+        + "{name: 'chief', instances: 1}, {name: 'worker', instances: 2, restarts: 1},"
+        + "{name: 'ps', instances: 1, tracked: false}]}");
+  }
+
+  private static Reply register(TaskBook book, String role, int index, int port) {
+    Task t = book.task(role, index);
+    return book.register(t, json("{host: 'h-" + role + index + "', port: " + port + "}"));
+  }
+
+  private Map<String, Container> placeAll(TaskBook book) {
+    Map<String, Container> containers = new HashMap<>();
+    String[] hosts = {"node-a", "node-b", "node-c"};
+    for (Task t : book.tasks) {
+      containers.put(t.name(), place(book, t, hosts[t.number % hosts.length]));
+    }
+    return containers;
+  }
+
+  private void exit(TaskBook book, Container c, int code) {
+    book.completed(c.getId(), code, tail);
+  }
+
+  // ---------------------------------------------------------------- gang barrier
+
+  @Test
+  void noTaskIsToldTheClusterUntilTheWholeGangRegistered() {
+    TaskBook book = training("");
+    placeAll(book);
+    assertEquals(new Reply(202, Map.of("waiting", 3L)), register(book, "worker", 1, 2001));
+    assertEquals(new Reply(202, Map.of("waiting", 2L)), register(book, "ps", 0, 3000));
+    assertEquals(new Reply(202, Map.of("waiting", 1L)), register(book, "chief", 0, 1000));
+    // a task polling again before the gang is complete still waits, and changes nothing
+    assertEquals(new Reply(202, Map.of("waiting", 1L)), register(book, "worker", 1, 2001));
+    Reply done = register(book, "worker", 0, 2000);
+    Map<String, List<String>> cluster = Map.of("chief", List.of("h-chief0:1000"),
+        "worker", List.of("h-worker0:2000", "h-worker1:2001"), "ps", List.of("h-ps0:3000"));
+    assertEquals(new Reply(200, Map.of("cluster", cluster)), done);
+    // every later poll gets the same cluster
+    assertEquals(done, register(book, "chief", 0, 1000));
+    assertEquals(done, register(book, "worker", 1, 2001));
+    for (Task t : book.tasks) {
+      assertEquals("REGISTERED", t.state, t.name());
+    }
+  }
+
+  @Test
+  void gangRegistrationTimesOutNamingTheMissingTasks() {
+    TaskBook book = training("");
+    placeAll(book);
+    register(book, "chief", 0, 1000);
+    register(book, "worker", 1, 2001);
+    clock.advance(60_000);
+    book.checkGangTimeout();
+    assertEquals("RUNNING", book.state(), "not before register_timeout_s has passed");
+    clock.advance(1);
+    book.checkGangTimeout();
+    assertEquals("FAILED", book.state());
+    assertEquals("gang registration timed out: missing worker:0, ps:0", book.diagnostics());
+    assertEquals(0, book.done.getCount(), "the AM is told to finish");
+  }
+
+  @Test
+  void aTaskThatAlreadySucceededIsNotMissingFromTheGang() {
+    TaskBook book = book("{register_timeout_s: 10, roles: [{name: 'worker', instances: 2}]}");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("worker:1"), 0);  // finished before registering (e.g. nothing to do)
+    clock.advance(10_001);
+    book.checkGangTimeout();
+    assertEquals("gang registration timed out: missing worker:0", book.diagnostics());
+  }
+
+  @Test
+  void aCompleteGangNeverTimesOut() {
+    TaskBook book = book("{register_timeout_s: 10, roles: [{name: 'worker', instances: 2}]}");
+    placeAll(book);
+    register(book, "worker", 0, 1);
+    register(book, "worker", 1, 2);
+    clock.advance(3_600_000);
+    book.checkGangTimeout();
+    assertEquals("RUNNING", book.state());
+  }
+
+  @Test
+  void aRestartedTaskReopensTheBarrierAndItsTimeoutCountsFromTheRestart() {
+    TaskBook book = book("{register_timeout_s: 10, roles: [{name: 'worker', instances: 2, restarts: 1}]}");
+    Map<String, Container> c = placeAll(book);
+    register(book, "worker", 0, 1);
+    assertEquals(200, register(book, "worker", 1, 2).code());
+    clock.advance(50_000);
+    exit(book, c.get("worker:1"), 1);
+    Task w1 = book.task("worker", 1);
+    assertEquals(List.of("worker:1#1"), yarn.requests);
+    assertEquals("PENDING", w1.state);
+    assertFalse(w1.registered);
+    assertEquals(new Reply(202, Map.of("waiting", 1L)), register(book, "worker", 0, 1), "barrier closed again");
+    clock.advance(10_000);
+    book.checkGangTimeout();
+    assertEquals("RUNNING", book.state(), "timeout counts from the restart, not from the start");
+    Container again = place(book, w1, "node-c");
+    assertEquals("RUNNING", w1.state);
+    // the restarted task registers at its new address: replaced, and the gang is complete again
+    Reply r = book.register(w1, json("{host: 'new-host', port: 9, container_id: '" + again.getId() + "'}"));
+    assertEquals(new Reply(200, Map.of("cluster", Map.of("worker", List.of("h-worker0:1", "new-host:9")))), r);
+    clock.advance(3_600_000);
+    book.checkGangTimeout();
+    assertEquals("RUNNING", book.state());
+  }
+
+  @Test
+  void concurrentRegistrationsCompleteTheGangExactlyOnce() throws Exception {
+    int n = 16;
+    for (int round = 0; round < 50; round++) {  // a missing lock shows in the first rounds
+      TaskBook book = book("{roles: [{name: 'worker', instances: " + n + "}]}");
+      placeAll(book);
+      CyclicBarrier go = new CyclicBarrier(n);
+      AtomicInteger complete = new AtomicInteger();
+      Set<Object> waiting = ConcurrentHashMap.newKeySet();
+      List<Thread> threads = new ArrayList<>();
+      for (int i = 0; i < n; i++) {
+        int index = i;
+        threads.add(new Thread(() -> {
+          try {
+            go.await();
+          } catch (Exception e) {
+            throw new IllegalStateException(e);
+          }
+          Reply r = register(book, "worker", index, 1000 + index);
+          if (r.code() == 200) {
+            complete.incrementAndGet();
+          } else {
+            waiting.add(((Map<?, ?>) r.body()).get("waiting"));
+          }
+        }));
+      }
+      threads.forEach(Thread::start);
+      for (Thread t : threads) {
+        t.join();
+      }
+      assertEquals(1, complete.get(), "round " + round);
+      assertEquals(n - 1, waiting.size(), "each registration saw its own count, round " + round);
+    }
+  }
+
+  // ---------------------------------------------------------------- restart budgets and failure
+
+  @Test
+  void aFailedTaskRestartsWhileItsRolesBudgetLastsThenTheAppFailsNamingTaskAndCode() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 2, restarts: 2}]}");
+    Map<String, Container> c = placeAll(book);
+    Task w0 = book.task("worker", 0);
+    Task w1 = book.task("worker", 1);
+    exit(book, c.get("worker:0"), 1);
+    assertEquals(List.of("worker:0#1"), yarn.requests, "restart 1/2: a new container, attempt 1");
+    assertEquals("PENDING", w0.state);
+    assertNull(w0.container);
+    assertEquals(1, w0.exitCode);
+    Container w0again = place(book, w0, "node-b");
+    assertNull(w0.exitCode, "a new attempt has no exit code yet");
+    // the budget belongs to the role: worker:1 uses the second restart
+    exit(book, c.get("worker:1"), 137);
+    assertEquals(List.of("worker:0#1", "worker:1#1"), yarn.requests);
+    assertEquals(2, w1.role.restartsUsed);
+    assertTrue(tails.isEmpty(), "no diagnostics while restarting");
+    assertEquals("RUNNING", book.state());
+    // budget spent: the next failure of any worker fails the application
+    exit(book, w0again, 137);
+    assertEquals(List.of("worker:0#1", "worker:1#1"), yarn.requests, "no third restart");
+    assertEquals("FAILED", w0.state);
+    assertEquals("FAILED", book.state());
+    assertEquals("task worker:0 on node-b exited 137: Traceback ...\nRuntimeError: boom in worker:0",
+        book.diagnostics());
+    assertEquals(List.of("worker:0"), tails);
+    assertEquals(0, book.done.getCount());
+  }
+
+  @Test
+  void budgetsAreSeparatePerRole() {
+    TaskBook book = book("{roles: [{name: 'chief', instances: 1, restarts: 0},"
+        + " {name: 'worker', instances: 1, restarts: 3}]}");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("worker:0"), 2);
+    assertEquals(List.of("worker:0#1"), yarn.requests);
+    exit(book, c.get("chief:0"), 2);
+    assertEquals(List.of("worker:0#1"), yarn.requests, "the chief's budget is 0, whatever the workers have");
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("task chief:0 on node-a exited 2: "), book.diagnostics());
+  }
+
+  @Test
+  void aNegativeYarnExitStatusIsReportedAsIs() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1}]}");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("worker:0"), -1000);  // e.g. localization failed
+    assertTrue(book.diagnostics().startsWith("task worker:0 on node-a exited -1000: "), book.diagnostics());
+  }
+
+  @Test
+  void aCompletionOfAContainerThatIsNotTheTasksCurrentOneIsIgnored() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, restarts: 1}]}");
+    Map<String, Container> c = placeAll(book);
+    Task w0 = book.task("worker", 0);
+    exit(book, c.get("worker:0"), 1);
+    Container second = place(book, w0, "node-b");
+    exit(book, c.get("worker:0"), 1);  // the first container's completion, reported twice
+    exit(book, Fixtures.container(w0, "node-c"), 1);  // a container that was never the task's
+    assertEquals("RUNNING", w0.state);
+    assertSame(second, w0.container);
+    assertEquals(List.of("worker:0#1"), yarn.requests);
+    assertEquals("RUNNING", book.state());
+  }
+
+  @Test
+  void aContainerNobodyWaitsForIsRefused() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1}]}");
+    Task w0 = book.task("worker", 0);
+    place(book, w0, "node-a");
+    assertNull(book.allocated(Fixtures.container(w0, "node-b")), "the task already has a container");
+    Container bogus = Fixtures.container(w0, "node-b");
+    bogus.setAllocationRequestId(5);
+    assertNull(book.allocated(bogus), "no task 5");
+  }
+
+  // ---------------------------------------------------------------- exit 75: no GPU fits on this node
+
+  @Test
+  void exit75RetriesElsewhereWithoutUsingTheBudgetThreeTimesThenCountsAsAFailure() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, restarts: 1}]}");
+    Task w0 = book.task("worker", 0);
+    Container c = place(book, w0, "node-a");
+    String[] next = {"node-b", "node-c", "node-a"};
+    for (int i = 1; i <= 3; i++) {
+      String left = c.getNodeId().getHost();
+      exit(book, c, 75);
+      assertEquals(i, w0.noFitRetries);
+      assertEquals(0, w0.role.restartsUsed, "exit 75 does not use the restart budget");
+      assertEquals("PENDING", w0.state);
+      assertEquals(left, w0.avoidHost);
+      assertTrue(book.avoidedHosts().contains(left));
+      c = place(book, w0, next[i - 1]);
+      assertNull(w0.avoidHost, "placed elsewhere: nothing avoided any more");
+      assertEquals(Set.of(), book.avoidedHosts());
+    }
+    assertEquals(List.of("+node-a", "-node-a", "+node-b", "-node-b", "+node-c", "-node-c"), yarn.blacklist);
+    assertEquals(List.of("worker:0#1", "worker:0#2", "worker:0#3"), yarn.requests);
+    // a fourth exit 75 is an ordinary failure: the budget's restart, on any node
+    exit(book, c, 75);
+    assertEquals(1, w0.role.restartsUsed);
+    assertNull(w0.avoidHost);
+    assertEquals(6, yarn.blacklist.size(), "no avoidance past the retries");
+    c = place(book, w0, "node-a");
+    exit(book, c, 75);
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("task worker:0 on node-a exited 75: "), book.diagnostics());
+  }
+
+  @Test
+  void theLastUsableNodeIsNeverAvoided() {
+    yarn.hosts = Set.of("node-a");
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1}]}");
+    Task w0 = book.task("worker", 0);
+    exit(book, place(book, w0, "node-a"), 75);
+    assertEquals(List.of("worker:0#1"), yarn.requests, "retried all the same");
+    assertEquals(List.of(), yarn.blacklist);
+    assertNull(w0.avoidHost);
+  }
+
+  @Test
+  void anAvoidedNodeIsGivenBackAfterAvoidMs() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1}]}");
+    Task w0 = book.task("worker", 0);
+    exit(book, place(book, w0, "node-a"), 75);
+    assertEquals(List.of("+node-a"), yarn.blacklist);
+    clock.advance(TaskBook.AVOID_MS);
+    book.expireAvoidance();
+    assertEquals(List.of("+node-a"), yarn.blacklist, "not before AVOID_MS has passed");
+    clock.advance(1);
+    book.expireAvoidance();
+    assertEquals(List.of("+node-a", "-node-a"), yarn.blacklist);
+    assertNull(w0.avoidHost);
+    place(book, w0, "node-a");
+    assertEquals(2, yarn.blacklist.size(), "nothing left to give back");
+  }
+
+  @Test
+  void aNodeAvoidedByTwoTasksIsGivenBackWhenBothRunElsewhere() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 2}]}");
+    Task w0 = book.task("worker", 0);
+    Task w1 = book.task("worker", 1);
+    Container c0 = place(book, w0, "node-a");
+    Container c1 = place(book, w1, "node-a");
+    exit(book, c0, 75);
+    exit(book, c1, 75);
+    assertEquals(List.of("+node-a"), yarn.blacklist, "blacklisted once");
+    assertEquals(1, yarn.hostQueries, "the cluster's nodes are read only for a new avoidance");
+    place(book, w0, "node-b");
+    assertEquals(List.of("+node-a"), yarn.blacklist, "worker:1 still avoids node-a");
+    place(book, w1, "node-c");
+    assertEquals(List.of("+node-a", "-node-a"), yarn.blacklist);
+  }
+
+  @Test
+  void avoidanceNeverTakesTheLastNodeLeft() {
+    yarn.hosts = Set.of("node-a", "node-b");
+    TaskBook book = book("{roles: [{name: 'worker', instances: 2}]}");
+    exit(book, place(book, book.task("worker", 0), "node-a"), 75);
+    exit(book, place(book, book.task("worker", 1), "node-b"), 75);
+    assertEquals(List.of("+node-a"), yarn.blacklist, "node-b is the only node not avoided");
+    assertEquals(Set.of("node-a"), book.avoidedHosts());
+  }
+
+  // ---------------------------------------------------------------- untracked roles and the outcome
+
+  @Test
+  void anUntrackedRoleNeitherFailsNorBlocksSuccess() {
+    TaskBook book = training("");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("ps:0"), 1);  // ps: no restarts, untracked
+    assertEquals("FAILED", book.task("ps", 0).state);
+    assertEquals(List.of("ps:0"), tails, "its tail is logged");
+    assertEquals("RUNNING", book.state());
+    exit(book, c.get("worker:0"), 0);
+    exit(book, c.get("chief:0"), 0);
+    assertEquals("RUNNING", book.state(), "worker:1 still runs");
+    assertEquals(0.5f, book.progress());
+    exit(book, c.get("worker:1"), 0);
+    assertEquals("SUCCEEDED", book.state());
+    assertEquals("all tracked tasks succeeded", book.diagnostics());
+  }
+
+  @Test
+  void anUntrackedTaskThatStillRunsDoesNotBlockSuccess() {
+    TaskBook book = training("");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("worker:0"), 0);
+    exit(book, c.get("worker:1"), 0);
+    exit(book, c.get("chief:0"), 0);
+    assertEquals("SUCCEEDED", book.state());
+    assertEquals("RUNNING", book.task("ps", 0).state, "the AM stops it at shutdown");
+  }
+
+  @Test
+  void withNoTrackedRoleEveryTaskMustSucceed() {
+    TaskBook book = book("{roles: [{name: 'a', instances: 1, tracked: false},"
+        + " {name: 'b', instances: 1, tracked: false}]}");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("a:0"), 0);
+    assertEquals("RUNNING", book.state());
+    exit(book, c.get("b:0"), 0);
+    assertEquals("SUCCEEDED", book.state());
+  }
+
+  @Test
+  void theSuccessRolesFirstTaskDecidesSuccess() {
+    TaskBook book = training("success_role: 'chief',");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("worker:0"), 0);
+    exit(book, c.get("worker:1"), 0);
+    assertEquals("RUNNING", book.state(), "all workers done, but the chief decides");
+    exit(book, c.get("chief:0"), 0);
+    assertEquals("SUCCEEDED", book.state());
+    assertEquals("task chief:0 succeeded", book.diagnostics());
+  }
+
+  @Test
+  void aTrackedFailureFailsTheAppEvenWithASuccessRole() {
+    TaskBook book = training("success_role: 'chief',");
+    Map<String, Container> c = placeAll(book);
+    Task w1 = book.task("worker", 1);
+    exit(book, c.get("worker:1"), 1);
+    exit(book, place(book, w1, "node-a"), 1);
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("task worker:1 on node-a exited 1: "), book.diagnostics());
+  }
+
+  @Test
+  void onceDecidedTheOutcomeStaysAndLiveTasksAreOnlyMarkedKilled() {
+    TaskBook book = training("");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("worker:1"), 1);
+    assertEquals(List.of("worker:1#1"), yarn.requests, "worker:1 waits for a new container");
+    book.finish("FAILED", "first");
+    book.finish("SUCCEEDED", "second");
+    assertEquals("FAILED", book.state());
+    assertEquals("first", book.diagnostics());
+    exit(book, c.get("worker:0"), 1);
+    exit(book, c.get("chief:0"), 0);
+    assertEquals("KILLED", book.task("worker", 0).state);
+    assertEquals("KILLED", book.task("chief", 0).state);
+    assertEquals(List.of("worker:1#1"), yarn.requests, "no restarts after the end");
+    assertNull(book.allocated(Fixtures.container(book.task("worker", 1), "node-a")), "nor new containers");
+    book.stopped(c.get("ps:0").getId());
+    assertEquals("KILLED", book.task("ps", 0).state);
+  }
+}
