@@ -282,13 +282,27 @@ class LocalAirflow(AirflowApi):
         if result.returncode != 0:
             raise LocalAirflowError(f"airflow db migrate failed:\n{(result.stdout + result.stderr)[-3000:]}")
         for component in COMPONENTS:
-            args = [self.airflow_bin, component]
-            if component == "api-server":
-                args += ["--host", "127.0.0.1", "--port", str(self.port)]
-            with open(self.log_file(component), "wb") as log:
-                self.procs[component] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.start_component(component)
         self.wait_healthy(timeout)
+
+    def start_component(self, component: str) -> subprocess.Popen:
+        """Start one component (its output appended to ``<AIRFLOW_HOME>/<component>.log``)."""
+        args = [self.airflow_bin, component]
+        if component == "api-server":
+            args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        with open(self.log_file(component), "ab") as log:
+            self.procs[component] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        return self.procs[component]
+
+    def kill_component(self, component: str, sig: int = signal.SIGKILL) -> None:
+        """Kill one component's process group (SIGKILL: as a crashed host would lose it; no clean-up runs)."""
+        proc = self.procs.pop(component)
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
 
     def _check_alive(self) -> None:
         for name, proc in self.procs.items():

@@ -5,7 +5,7 @@ JVM, Airflow's triggerer) with signals, as a crashed process or host would die; 
 (:func:`airflow_provider_melon.minicluster.control`: a NodeManager going silent, the NameNode or the RM
 restarting). The cluster here is not the session's: three NodeManagers (so a lost node's tasks have somewhere to
 go), a 12 s NodeManager expiry (the RM finds a silent node LOST after 12 s instead of 10 min) and RM recovery
-(work-preserving, state in the work dir). It is started for the tests that need it and stopped after them.
+(work-preserving, state in the work dir). It is started for the tests that need it and stopped after them (package scope).
 
 Each test records a row (fault, recovered, seconds to recover, duplicate applications, lost outputs); the table
 is printed at the end of the run.
@@ -14,6 +14,7 @@ is printed at the end of the run.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -28,7 +29,7 @@ from tests.conftest import Jobs
 FAULT_ROWS: list[dict] = []
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fault_cluster():
     reuse = os.environ.get("MELON_FAULT_CLUSTER_DIR")  # a running one, while iterating on these tests
     if reuse:
@@ -97,16 +98,16 @@ def _environ(pid: int) -> dict[str, str]:
 
 def container_group(container_prefix: str, **env) -> int:
     """The process group of the container whose ``CONTAINER_ID`` starts with ``container_prefix`` and whose
-    environment has ``env`` (the NodeManager starts each container in its own session: its launch script leads
-    the group)."""
+    environment has ``env``: the NodeManager starts each container's command in its own session (``setsid``),
+    whose leader has the container's environment."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         e = _environ(pid)
-        if e.get("CONTAINER_ID", "").startswith(container_prefix) and all(e.get(k) == v for k, v in env.items()):
+        if re.sub(r"^container_e\d+_", "container_", e.get("CONTAINER_ID", "")).startswith(container_prefix) and all(e.get(k) == v for k, v in env.items()):
             try:
-                if os.getpgid(pid) == pid:
+                if os.getpgid(pid) == pid:  # the leader only: its parent (the NM's launcher) is in the NM's group
                     return pid
             except ProcessLookupError:
                 continue
@@ -114,6 +115,7 @@ def container_group(container_prefix: str, **env) -> int:
 
 
 def app_containers_prefix(app_id: str, attempt: int = 1) -> str:
+    """``container_<cluster ts>_<app>_<attempt>_`` (an RM epoch, ``e05_`` after restarts, is left out)."""
     return f"container_{app_id[len('application_'):]}_{attempt:02d}_"
 
 

@@ -90,3 +90,125 @@ def test_rm_restart_keeps_the_app_and_pollers_report_its_true_end(fault_jobs, fa
     assert failed_calls, "no poll met the outage"
     report("RM down 15 s, then restarted (work-preserving recovery)", recovered=True, seconds=recovered_s)
     print(f"RM restart {restart['seconds']} s; app answered again {recovered_s:.1f} s after the restart began")
+
+
+# A task that checkpoints: one step a second, its last step in a file (a stand-in for a training checkpoint: the
+# mini cluster's containers share this host's disk), resumed from on restart.
+CHECKPOINTED = """\
+import os, sys, time
+ckpt = os.path.join(sys.argv[1], os.environ["MELON_ROLE"] + os.environ["MELON_INDEX"])
+start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+print(f"resumed from step {start}" if start else "fresh start", flush=True)
+for step in range(start + 1, int(sys.argv[2]) + 1):
+    time.sleep(1)
+    with open(ckpt + ".tmp", "w") as f:
+        f.write(str(step))
+    os.replace(ckpt + ".tmp", ckpt)
+    print(f"step {step}", flush=True)
+"""
+
+
+def checkpointed_job(tmp_path, name: str, steps: int, **extra) -> dict:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "steps.py").write_text(CHECKPOINTED)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    return {"name": name, "framework": "generic", "code": str(code),
+            "entrypoint": f"python steps.py {ckpt} {steps}", **extra}
+
+
+def read_step(tmp_path, task: str) -> int:
+    try:
+        return int((tmp_path / "ckpt" / task).read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def test_worker_sigkilled_restarts_within_budget_and_resumes_then_fails_past_it(fault_jobs, fault_hook, tmp_path,
+                                                                               report):
+    app_id = fault_jobs.submit(checkpointed_job(
+        tmp_path, "worker-kill", 40, roles={"worker": {"instances": 2, "memory": 256, "restarts": 1}}))
+    fault_jobs.wait_status(app_id, lambda s: all_registered(s, 2), timeout=120)
+    wait_for(lambda: read_step(tmp_path, "worker1") >= 5, 60, "worker:1 at step 5")
+    group = container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX="1")
+    sigkill_group(group)
+    killed_at, t0 = read_step(tmp_path, "worker1"), time.monotonic()
+    # the AM restarts worker:1 (its role's budget is 1), which resumes from its checkpoint
+    status = fault_jobs.wait_status(
+        app_id, lambda s: any(t["index"] == 1 and t["attempt"] == 1 and t["state"] == "REGISTERED"
+                              for t in s["tasks"]), timeout=120)
+    recovered_s = time.monotonic() - t0
+    wait_for(lambda: any(f"resumed from step {killed_at}" in text for text in fault_jobs.container_logs(app_id).values()),
+             60, f"worker:1 resumed from step {killed_at}")
+    report("worker container SIGKILLed, within its role's restart budget", recovered=True, seconds=recovered_s)
+
+    # a second kill is past the budget: the application fails, naming the task and the signal
+    wait_for(lambda: read_step(tmp_path, "worker1") >= killed_at + 3, 60, "worker:1 training again")
+    sigkill_group(container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX="1",
+                                  MELON_TASK_ATTEMPT="1"))
+    final = fault_jobs.wait(app_id, timeout=120)
+    assert (final["state"], final["finalStatus"]) == ("FINISHED", "FAILED"), final
+    assert "task worker:1 on" in final["diagnostics"] and "exited 137 (killed by SIGKILL)" in final["diagnostics"], \
+        final["diagnostics"]
+    assert status["tasks"][0]["attempt"] == 0  # worker:0 was never touched
+    report("worker container SIGKILLed again, past the budget -> FAILED naming it", recovered=False,
+           seconds=0.0)
+
+
+def test_am_killed_next_attempt_restarts_the_gang_one_app(fault_jobs, fault_hook, tmp_path, report):
+    name = f"am-kill-{int(time.time())}"
+    app_id = fault_jobs.submit(checkpointed_job(
+        tmp_path, name, 25, max_attempts=2, roles={"worker": {"instances": 2, "memory": 256}}))
+    fault_jobs.wait_status(app_id, lambda s: all_registered(s, 2), timeout=120)
+    op = MelonTrainOperator(task_id="t", job={"name": name, "entrypoint": "x"}, poll_interval=5)
+    op.__dict__["hook"] = fault_hook
+    result: dict = {}
+    follower = threading.Thread(target=lambda: result.update(
+        op=op.poll_until_complete(app_id, {"ti": mock.Mock(map_index=-1), "run_id": "r"})))
+    follower.start()
+    wait_for(lambda: read_step(tmp_path, "worker0") >= 3, 60, "training under way")
+    sigkill_group(container_group(app_containers_prefix(app_id) + "000001"))  # the AM's container
+    t0 = time.monotonic()
+    wait_for(lambda: len(fault_hook.yarn.app_attempts(app_id)) == 2, 120, "a second AM attempt")
+    status = fault_jobs.wait_status(app_id, lambda s: all_registered(s, 2), timeout=180)
+    recovered_s = time.monotonic() - t0
+    final = fault_jobs.wait(app_id, timeout=240)
+    follower.join(timeout=120)
+    assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), final["diagnostics"]
+    assert result.get("op", {}).get("final_status") == "SUCCEEDED", result
+    assert all(f"_{app_id[len('application_'):]}_02_" in t["container_id"] for t in status["tasks"]), status
+    # the restarted gang resumed from the tasks' checkpoints (the first attempt's containers were stopped)
+    logs = fault_jobs.container_logs(app_id)
+    assert sum("resumed from step" in text for cid, text in logs.items() if "_02_" in cid) == 2, logs
+    duplicates = len(apps_named(fault_hook, name)) - 1
+    assert duplicates == 0
+    report("AM container SIGKILLed (max_attempts 2): gang restarted by attempt 2", recovered=True,
+           seconds=recovered_s, duplicate_apps=duplicates)
+
+
+def test_node_lost_its_task_reruns_on_another_node(fault_jobs, fault_hook, fault_cluster, tmp_path, report):
+    """Run last in this module: the cluster keeps two NodeManagers after it. Tasks of 4 GB on 8 GB nodes next
+    to a 512 MB AM: the two never share a node with each other, so one runs away from the AM's node."""
+    app_id = fault_jobs.submit(checkpointed_job(
+        tmp_path, "node-lost", 30, roles={"worker": {"instances": 2, "memory": 4096}}))
+    status = fault_jobs.wait_status(app_id, lambda s: all_registered(s, 2), timeout=120)
+    am_node = fault_hook.yarn.app_attempts(app_id)[-1]["nodeId"]
+    victim = next(t for t in status["tasks"] if t["node_id"] != am_node)
+    wait_for(lambda: read_step(tmp_path, f"worker{victim['index']}") >= 3, 60, "training under way")
+    t0 = time.monotonic()
+    crashed = mc.control(fault_cluster, f"nodemanagers/{victim['node_id']}/crash")
+    assert victim["container_id"] in crashed["result"], crashed
+    moved = fault_jobs.wait_status(app_id, lambda s: any(
+        t["index"] == victim["index"] and t["attempt"] == 1 and t["state"] == "REGISTERED" for t in s["tasks"]),
+        timeout=120)
+    recovered_s = time.monotonic() - t0
+    again = next(t for t in moved["tasks"] if t["index"] == victim["index"])
+    assert again["node_id"] != victim["node_id"]
+    final = fault_jobs.wait(app_id, timeout=240)
+    assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), final["diagnostics"]
+    lost = [n for n in fault_hook.yarn.nodes() if n.get("id") == victim["node_id"]]
+    print(f"crashed {victim['node_id']} ({lost[0].get('state') if lost else '?'}); worker:{victim['index']} "
+          f"re-registered on {again['node_id']} {recovered_s:.1f} s after the crash")
+    report("NodeManager lost mid-job (12 s expiry): task re-run on another node", recovered=True,
+           seconds=recovered_s)

@@ -1,0 +1,22 @@
+"""A DAG for the triggerer fault test: one deferrable train task whose job runs ``params.seconds``."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_melon.operators.train import MelonTrainOperator
+
+with DAG(dag_id="melon_fault_probe", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, params={"seconds": 60}) as dag:
+    MelonTrainOperator(
+        task_id="train",
+        deferrable=True,
+        poll_interval=5,
+        job={
+            "name": "fault-probe",
+            "framework": "generic",
+            "entrypoint": "python -c \"import time; time.sleep({{ params.seconds }}); print('probe done')\"",
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
+        },
+    )
