@@ -371,7 +371,7 @@ public final class MiniClusterLauncher {
    * Fault controls for tests, on a loopback port (its URL is {@code control_url} in the details JSON), each a POST
    * that returns when done:
    * <ul>
-   *   <li>{@code /nodemanagers/<i>/crash}: NodeManager i goes silent as a crashed host would: its containers are
+   *   <li>{@code /nodemanagers/<i or host:port>/crash}: that NodeManager goes silent as a crashed host would: its containers are
    *       killed and it stops heartbeating without unregistering, so the RM finds it LOST only after
    *       {@code --nm-expiry-ms};</li>
    *   <li>{@code /namenode/restart}: the NameNode restarts (same ports) and waits until it is active;</li>
@@ -419,9 +419,15 @@ public final class MiniClusterLauncher {
   }
 
   private synchronized String controlAction(String path, long downMs) throws Exception {
-    java.util.regex.Matcher nm = java.util.regex.Pattern.compile("/nodemanagers/(\\d+)/crash").matcher(path);
-    if (nm.matches()) {
-      return crashNodeManager(Integer.parseInt(nm.group(1)));
+    java.util.regex.Matcher nm = java.util.regex.Pattern.compile("/nodemanagers/([^/]+)/crash").matcher(path);
+    if (nm.matches()) {  // by index, or by node id (host:port)
+      for (int i = 0; i < intOpt("nodemanagers"); i++) {
+        String id = String.valueOf(yarn.getNodeManager(i).getNMContext().getNodeId());
+        if (nm.group(1).equals(String.valueOf(i)) || nm.group(1).equals(id)) {
+          return crashNodeManager(i);
+        }
+      }
+      return null;
     }
     if (path.equals("/namenode/restart")) {
       dfs.restartNameNode(true);

@@ -30,6 +30,8 @@ final class TaskBook {
 
   static final int EXIT_NO_GPU_FIT = 75;
   static final int MAX_NO_FIT_RETRIES = 3;
+  /** Re-runs of one task after exits that are not its fault (its node lost, disks failed, preempted). */
+  static final int MAX_NOT_ITS_FAULT = 3;
   /** Step/loss samples kept per task for progress charts (oldest dropped first). */
   static final int HISTORY = 500;
   /** A node avoided after an exit 75 is given back after this long, or once the task runs elsewhere. */
@@ -73,6 +75,7 @@ final class TaskBook {
     String state = "PENDING";
     int attempt;
     int noFitRetries;
+    int notItsFault;
     ContainerRequest request;
     Container container;
     String nodeHost;
@@ -251,19 +254,54 @@ final class TaskBook {
       restart(t, "no GPU fits on " + t.nodeHost + " (exit 75), retry " + t.noFitRetries);
       return;
     }
+    if (notItsFault(code) && t.notItsFault < MAX_NOT_ITS_FAULT) {
+      t.notItsFault++;
+      restart(t, describeExit(code) + " on " + t.nodeHost + ", re-run " + t.notItsFault + "/" + MAX_NOT_ITS_FAULT
+          + " (not counted against the role's restarts)");
+      return;
+    }
     if (t.role.restartsUsed < t.role.restarts) {
       t.role.restartsUsed++;
-      restart(t, "exit " + code + ", restart " + t.role.restartsUsed + "/" + t.role.restarts + " of role "
+      restart(t, describeExit(code) + ", restart " + t.role.restartsUsed + "/" + t.role.restarts + " of role "
           + t.role.name);
       return;
     }
     t.state = "FAILED";
-    String diag = "task " + t.name() + " on " + t.nodeHost + " exited " + code + ": " + stderrTail.apply(t);
+    String diag = "task " + t.name() + " on " + t.nodeHost + " " + describeExit(code) + ": " + stderrTail.apply(t);
     if (t.role.tracked) {
       finish("FAILED", diag);
     } else {
       MelonApplicationMaster.log("untracked " + diag);
     }
+  }
+
+  /** YARN's codes for a container that ended through no fault of its task: its node was lost (-100 ABORTED),
+   * its disks failed (-101), or it was preempted (-102). */
+  static boolean notItsFault(int code) {
+    return code == -100 || code == -101 || code == -102;
+  }
+
+  /** "exited 137 (SIGKILL)", "exited -100 (its node was lost or the container was released)", "exited 3". */
+  static String describeExit(int code) {
+    String why = switch (code) {
+      case -100 -> "its node was lost or the container was released";
+      case -101 -> "the node's disks failed";
+      case -102 -> "preempted by the scheduler";
+      case -103 -> "killed by YARN: over its virtual memory limit";
+      case -104 -> "killed by YARN: over its physical memory limit";
+      case -105 -> "killed by the ApplicationMaster";
+      case -106 -> "killed by the ResourceManager";
+      case -108 -> "killed: the application finished";
+      case 75 -> "no GPU fits on its node";
+      default -> code > 128 && code < 128 + 65 ? signalName(code - 128) : null;
+    };
+    return "exited " + code + (why == null ? "" : " (" + why + ")");
+  }
+
+  private static String signalName(int sig) {
+    String[] names = {null, "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
+        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM"};
+    return sig < names.length && names[sig] != null ? "killed by " + names[sig] : "killed by signal " + sig;
   }
 
   private void restart(Task t, String why) {

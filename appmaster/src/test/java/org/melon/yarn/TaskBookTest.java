@@ -214,7 +214,8 @@ class TaskBookTest {
     assertEquals(List.of("worker:0#1", "worker:1#1"), yarn.requests, "no third restart");
     assertEquals("FAILED", w0.state);
     assertEquals("FAILED", book.state());
-    assertEquals("task worker:0 on node-b exited 137: Traceback ...\nRuntimeError: boom in worker:0",
+    assertEquals("task worker:0 on node-b exited 137 (killed by SIGKILL): Traceback ...\nRuntimeError: boom in "
+        + "worker:0",
         book.diagnostics());
     assertEquals(List.of("worker:0"), tails);
     assertEquals(0, book.done.getCount());
@@ -239,6 +240,35 @@ class TaskBookTest {
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("worker:0"), -1000);  // e.g. localization failed
     assertTrue(book.diagnostics().startsWith("task worker:0 on node-a exited -1000: "), book.diagnostics());
+  }
+
+  @Test
+  void aLostNodeOrPreemptionDoesNotUseTheRolesBudgetButIsBounded() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, restarts: 0}]}");
+    Map<String, Container> c = placeAll(book);
+    Task w0 = book.task("worker", 0);
+    exit(book, c.get("worker:0"), -100);  // its node was lost
+    Container second = place(book, w0, "node-b");
+    exit(book, second, -102);  // preempted
+    Container third = place(book, w0, "node-c");
+    exit(book, third, -101);  // disks failed
+    assertEquals(List.of("worker:0#1", "worker:0#2", "worker:0#3"), yarn.requests, "three re-runs, budget 0");
+    assertEquals(0, w0.role.restartsUsed);
+    assertEquals("RUNNING", book.state());
+    exit(book, place(book, w0, "node-d"), -100);  // a fourth: bounded
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith(
+        "task worker:0 on node-d exited -100 (its node was lost or the container was released): "),
+        book.diagnostics());
+  }
+
+  @Test
+  void exitCodesAreDescribed() {
+    assertEquals("exited 137 (killed by SIGKILL)", TaskBook.describeExit(137));
+    assertEquals("exited 143 (killed by SIGTERM)", TaskBook.describeExit(143));
+    assertEquals("exited 3", TaskBook.describeExit(3));
+    assertEquals("exited -104 (killed by YARN: over its physical memory limit)", TaskBook.describeExit(-104));
+    assertEquals("exited -1000", TaskBook.describeExit(-1000));
   }
 
   @Test
@@ -297,7 +327,7 @@ class TaskBookTest {
     c = place(book, w0, "node-a");
     exit(book, c, 75);
     assertEquals("FAILED", book.state());
-    assertTrue(book.diagnostics().startsWith("task worker:0 on node-a exited 75: "), book.diagnostics());
+    assertTrue(book.diagnostics().startsWith("task worker:0 on node-a exited 75 (no GPU fits on its node): "), book.diagnostics());
   }
 
   @Test
