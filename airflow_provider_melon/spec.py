@@ -26,6 +26,7 @@ TORCH_ROLES = ("master", "worker")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNIT_MB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+_OUTPUT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
 class JobSpecError(ValueError):
@@ -143,6 +144,10 @@ class JobSpec(BaseModel):
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     inputs: list[InputSpec] = Field(default_factory=list)
     outputs: dict[str, str] = Field(default_factory=dict)
+    #: the role whose task 0 publishes the outputs (default: the role that decides success, else the first
+    #: tracked role); an existing output is replaced only with overwrite_outputs
+    output_role: Optional[str] = None
+    overwrite_outputs: bool = False
     tensorboard_log_dir: Optional[str] = None
     register_timeout_s: int = Field(300, gt=0)
 
@@ -170,6 +175,17 @@ class JobSpec(BaseModel):
         if not path.is_dir():
             raise ValueError(f"code folder {str(path)!r} does not exist (give a folder or an hdfs:// path)")
         return str(path.resolve())
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, outputs: dict[str, str]) -> dict[str, str]:
+        for name, target in outputs.items():
+            if not _OUTPUT_NAME.match(name):
+                raise ValueError(f"output name {name!r} must start with a letter and hold only letters, digits "
+                                 "and '_' (it becomes $MELON_OUTPUT_<NAME>)")
+            if not str(target).strip():
+                raise ValueError(f"output {name!r} has an empty path")
+        return outputs
 
     @field_validator("roles")
     @classmethod
@@ -203,9 +219,18 @@ class JobSpec(BaseModel):
                 role.untracked = name == "ps"
         if all(role.untracked for role in roles.values()):
             raise ValueError("roles: at least one role must be tracked (untracked: false)")
+        if self.output_role is not None and self.output_role not in roles:
+            raise ValueError(f"output_role: {self.output_role!r} is not a role of the job ({', '.join(roles)})")
         return self
 
     # ---- derived -------------------------------------------------------------------------------------------
+    @property
+    def publishing_role(self) -> str:
+        """The role whose task 0 publishes the outputs: ``output_role``, else the success role, else the first
+        tracked role."""
+        return (self.output_role or self.success_role
+                or next(name for name, role in self.roles.items() if not role.untracked))
+
     @property
     def success_role(self) -> Optional[str]:
         """The role whose task 0 ends the job on success: chief (TF), master (PyTorch); else all tracked tasks."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -78,6 +79,8 @@ def build_plan(
     default_python: str = "python3",
     container_env: Optional[dict[str, str]] = None,
     labels: Optional[dict[str, Any]] = None,
+    webhdfs_url: Optional[str] = None,
+    hdfs_user: Optional[str] = None,
 ) -> dict:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
     submitted it) are echoed by the AM's ``/status``, for the UI."""
@@ -109,8 +112,16 @@ def build_plan(
     )
     if spec.tensorboard_log_dir:
         env["MELON_TENSORBOARD_LOG_DIR"] = spec.tensorboard_log_dir
-    for name, path in spec.outputs.items():
-        env[f"MELON_OUTPUT_{name.upper()}"] = path
+    if spec.outputs:  # published by the output task (runtime/outputs.py)
+        env["MELON_OUTPUTS_B64"] = base64.b64encode(json.dumps(spec.outputs, sort_keys=True).encode()).decode()
+        env["MELON_OUTPUT_ROLE"] = spec.publishing_role
+        env["MELON_OUTPUT_OVERWRITE"] = "1" if spec.overwrite_outputs else "0"
+        if webhdfs_url:
+            env.setdefault("MELON_WEBHDFS_URL", webhdfs_url)
+        if hdfs_user:
+            env.setdefault("MELON_HDFS_USER", hdfs_user)
+    if spec.inputs:
+        env["MELON_INPUTS"] = ",".join(i.link_name for i in spec.inputs)
     if spec.environment.docker_image:
         env["YARN_CONTAINER_RUNTIME_TYPE"] = "docker"
         env["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] = spec.environment.docker_image

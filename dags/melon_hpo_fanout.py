@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, BaseHook, task
+from airflow.sdk import DAG, task
 
 from airflow_provider_melon.hdfs_io import run_slug
 from airflow_provider_melon.operators.train import MelonTrainOperator
@@ -45,18 +45,15 @@ with DAG(
 
     @task
     def trials(where: dict) -> list[dict]:
-        conn = BaseHook.get_connection("webhdfs_default")
-        webhdfs = f"http://{conn.host}:{conn.port}"
-        user = conn.login or "root"
         return [
             {
                 "name": f"hpo-trial-{i}",
                 "framework": "generic",
                 "code": str(TRAINING),
-                "entrypoint": f"python hpo_trial.py --lr {lr} --metrics {where['out']}/trial-{i}.json "
-                f"--webhdfs {webhdfs} --user {user}",
+                # writes $MELON_OUTPUT_METRICS/metrics.json; MeLoN publishes it as the declared output
+                "entrypoint": f"python hpo_trial.py --lr {lr}",
                 "inputs": [{"path": where["data"], "name": "mnist.npz"}],
-                "outputs": {"metrics": f"{where['out']}/trial-{i}.json"},
+                "outputs": {"metrics": f"{where['out']}/trial-{i}"},
                 "roles": {"worker": {"instances": 1, "memory": "1g", "vcores": 1, "gpu_memory": "6GiB"}},
             }
             for i, lr in enumerate(GRID)
@@ -73,7 +70,7 @@ with DAG(
         client = _webhdfs()
         results = []
         for i in range(len(GRID)):
-            with client.read(f"{where['out']}/trial-{i}.json", encoding="utf-8") as reader:
+            with client.read(f"{where['out']}/trial-{i}/metrics.json", encoding="utf-8") as reader:
                 results.append(json.load(reader))
         best = max(results, key=lambda r: r["accuracy"])
         print(f"MELON_HPO_BEST {json.dumps(best)}")

@@ -38,20 +38,12 @@ def _webhdfs():
     return WebHDFSHook(webhdfs_conn_id="webhdfs_default").get_conn()
 
 
-def _webhdfs_url() -> str:
-    from airflow.sdk import BaseHook
-
-    conn = BaseHook.get_connection("webhdfs_default")
-    return f"http://{conn.host}:{conn.port}"
-
-
 with DAG(
     dag_id="melon_mnist_pipeline",
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["melon", "example"],
-    user_defined_macros={"webhdfs_url": _webhdfs_url},
     user_defined_filters={"run_slug": run_slug},
 ) as dag:
     # [START howto_melon_ingest]
@@ -71,8 +63,8 @@ with DAG(
         "name": "mnist-mwms",
         "framework": "tensorflow",
         "code": str(TRAINING),
-        "entrypoint": "python train.py --epochs 4 --model-dir " + RUN_DIR + "/model"
-        " --webhdfs {{ webhdfs_url() }} --user {{ conn.yarn_default.login or 'root' }}",
+        # train.py saves into $MELON_OUTPUT_MODEL; MeLoN publishes the chief's copy to outputs.model
+        "entrypoint": "python train.py --epochs 4",
         "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"}],
         "outputs": {"model": "hdfs://" + RUN_DIR + "/model"},
         "roles": {
@@ -98,9 +90,9 @@ with DAG(
             "name": "mnist-evaluate",
             "framework": "generic",
             "code": str(TRAINING),
-            "entrypoint": "python evaluate.py --model-dir " + RUN_DIR + "/model --metrics " + RUN_DIR
-            + "/metrics.json --webhdfs {{ webhdfs_url() }} --user {{ conn.yarn_default.login or 'root' }}",
-            "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"}],
+            "entrypoint": "python evaluate.py",
+            "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"},
+                       {"path": RUN_DIR + "/model", "name": "model", "visibility": "APPLICATION"}],
             "outputs": {"metrics": "hdfs://" + RUN_DIR + "/metrics.json"},
             "roles": {"worker": {"instances": 1, "memory": "2g", "vcores": 1}},
         },

@@ -32,6 +32,7 @@ import tenacity
 from airflow_provider_melon import submission
 from airflow_provider_melon.hdfs_io import MelonHdfsError, hdfs_errors, put_once, quiet_client_logs
 from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
 
@@ -172,10 +173,12 @@ class MelonHook:
         with hdfs_errors("status", path):
             return self.hdfs.status(self.hdfs_path(path), strict=False)
 
-    def stat_file(self, path: str) -> StagedFile:
+    def stat_file(self, path: str, *, folder_ok: bool = False) -> StagedFile:
+        """Size and time of an HDFS file (``folder_ok``: or folder: YARN localizes a folder whole) for a
+        localized resource."""
         st = self.file_status(path)
-        if not st or st.get("type") != "FILE":
-            raise FileNotFoundError(f"{path} is not a file in HDFS")
+        if not st or st.get("type") not in (("FILE", "DIRECTORY") if folder_ok else ("FILE",)):
+            raise FileNotFoundError(f"{path} is not a file{' or folder' if folder_ok else ''} in HDFS")
         return StagedFile(self.hdfs_uri(self.hdfs_path(path)), int(st["length"]), int(st["modificationTime"]))
 
     def put_bytes(self, path: str, data: bytes, *, cached: bool = True) -> StagedFile:
@@ -223,15 +226,32 @@ class MelonHook:
                 "wheel built with appmaster/build.sh, i.e. `pip wheel .` with JDK 17 and Maven) or set [melon] am_jar")
         report.files["am_jar"] = self.stage_content(submission.AM_JAR, self.am_jar.read_bytes())
         for item in spec.inputs:
-            report.files[f"input:{item.path}"] = self.stat_file(item.path)
+            report.files[f"input:{item.path}"] = self.stat_file(item.path, folder_ok=True)
         if spec.environment.archive:
             report.files["env_archive"] = self.stat_file(spec.environment.archive)
         return report
+
+    def _webhdfs_url(self) -> Optional[str]:
+        """Where the output task publishes (the WebHDFS address this hook uses; ``MELON_WEBHDFS_URL`` in the
+        connection's ``container_env`` wins, for clusters whose NodeManagers see the NameNode elsewhere)."""
+        url = getattr(self.hdfs, "url", None)
+        return str(url) if url else None
+
+    def check_outputs(self, spec: JobSpec) -> None:
+        """Refuse, before anything is submitted, a job whose HDFS output exists (unless ``overwrite_outputs``)."""
+        if spec.overwrite_outputs:
+            return
+        for name, target in spec.outputs.items():
+            path = _outputs.hdfs_path(target)
+            if path and self.file_status(path) is not None:
+                raise FileExistsError(f"outputs.{name}: {target} exists; set overwrite_outputs: true in the job to "
+                                      "replace it (or write each run to its own path, e.g. with run_slug)")
 
     # ---- submission -----------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, tags: Optional[list[str]] = None, labels: Optional[dict] = None) -> dict:
         """Stage, write the plan, submit. Returns ``{app_id, tracking_url, staging: StagingReport}``.
         ``labels`` go into the plan and come back in the AM's status (the operator passes its task instance)."""
+        self.check_outputs(spec)
         report = self.stage(spec)
         files = report.files
         new_app = self.yarn.new_application()
@@ -241,6 +261,7 @@ class MelonHook:
             inputs={i.path: files[f"input:{i.path}"] for i in spec.inputs},
             env_archive=files.get("env_archive"), default_python=self.default_python,
             container_env=self.container_env, labels=labels,
+            webhdfs_url=self._webhdfs_url() if spec.outputs else None, hdfs_user=self.user,
         )
         plan_file = self.put_bytes(f"{self.staging_dir}/apps/{app_id}/{submission.PLAN_FILE}",
                                    json.dumps(plan, indent=1, sort_keys=True).encode(), cached=False)

@@ -36,10 +36,14 @@ Environment read (set by the AM / the plan):
 ``MELON_KILL_GRACE_S``      after forwarding SIGTERM, SIGKILL the user's process after this long (default 10)
 ==========================  =================================================================================
 
-Progress file: the user's script may write ``{"step": 120, "loss": 0.31}`` (any subset; extra keys ignored)
-to ``$MELON_PROGRESS_FILE`` whenever it likes; write to a temp file and ``os.replace`` it so a heartbeat never
-reads half a file (a half-written file is simply skipped). Each heartbeat sends the latest values to the AM,
-whose ``/status`` page and Airflow show them.
+Progress file: the user's script calls ``airflow_provider_melon.runtime.report(step=, total=, loss=, **metrics)``
+(or writes ``{"step": 120, "total": 400, "loss": 0.31, "metrics": {...}}`` itself, to a temp file then
+``os.replace``) whenever it likes. Each heartbeat sends the latest values to the AM, which reports step/total to
+YARN as the application's progress; its ``/status`` page and Airflow show them.
+
+Outputs and inputs (``runtime/outputs.py``): ``$MELON_OUTPUT_<NAME>`` is a local folder per declared HDFS output,
+published to HDFS (write beside, rename) by the output task after the user's process exits 0;
+``$MELON_INPUT_<NAME>`` is each localized input's path.
 
 Steps: choose a GPU (``gpu.ledger``) -> reserve a port -> ``POST /register`` until the gang is complete ->
 build the framework env and the memory-cap bootstrap -> release the port and start the user's process
@@ -53,7 +57,8 @@ YARN restarts it within the role's budget. Ephemeral ports are handed out round-
 window is rarely hit.
 
 Exit codes: the user's code; 2 bad configuration; 3 the AM refused us (403: wrong secret); 4 registration
-failed (AM unreachable, gang timeout); 75 no GPU of this node fits (the AM re-requests a container
+failed (AM unreachable, gang timeout); 5 a declared output could not be published (empty, exists, HDFS
+error: the message names it); 75 no GPU of this node fits (the AM re-requests a container
 elsewhere without using the restart budget); 143 terminated (SIGTERM, forwarded to the user's process).
 
 The user's process stays in the executor's process group: the NodeManager kills a container by signalling
@@ -65,6 +70,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import shlex
 import shutil
@@ -82,12 +88,14 @@ from typing import List, Mapping, Optional, Tuple
 from airflow_provider_melon.gpu import devices as _devices
 from airflow_provider_melon.gpu.ledger import Ledger
 from airflow_provider_melon.runtime import framework as _framework
+from airflow_provider_melon.runtime import outputs as _outputs
 
 PREFIX = "[melon-executor]"
 
 EXIT_CONFIG = 2
 EXIT_AM_REFUSED = 3
 EXIT_REGISTER = 4
+EXIT_OUTPUT = 5  # a declared output could not be published (runtime/outputs.py)
 EXIT_NO_GPU_FITS = 75
 EXIT_TERMINATED = 143
 
@@ -228,7 +236,8 @@ def _parse(raw: bytes):
 
 
 def read_progress(path: str) -> dict:
-    """``{"step", "loss"}`` from the user's progress file (missing/half-written file -> {})."""
+    """``{"step", "total", "loss", "metrics"}`` from the user's progress file (what
+    :func:`airflow_provider_melon.runtime.report` writes; a missing/half-written file -> {})."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -236,11 +245,20 @@ def read_progress(path: str) -> dict:
         return {}
     if not isinstance(data, dict):
         return {}
-    out = {}
-    if isinstance(data.get("step"), (int, float)) and not isinstance(data.get("step"), bool):
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    out: dict = {}
+    if number(data.get("step")):
         out["step"] = int(data["step"])
-    if isinstance(data.get("loss"), (int, float)) and not isinstance(data.get("loss"), bool):
+    if number(data.get("total")) and data["total"] > 0:
+        out["total"] = int(data["total"])
+    if number(data.get("loss")):
         out["loss"] = float(data["loss"])
+    if isinstance(data.get("metrics"), dict):
+        metrics = {str(k)[:64]: float(v) for k, v in list(data["metrics"].items())[:32] if number(v)}
+        if metrics:
+            out["metrics"] = metrics
     return out
 
 
@@ -313,6 +331,7 @@ class Executor:
     def __init__(self, cfg: Config, env: Optional[Mapping[str, str]] = None):
         self.cfg = cfg
         self.env = dict(os.environ if env is None else env)
+        self.workdir = os.path.abspath(".")  # the container's folder: outputs are staged under it
         self.am = AmClient(cfg.am_url, cfg.secret)
         self.ledger = Ledger()
         self.gpu_indices: Optional[List[int]] = None
@@ -461,6 +480,10 @@ class Executor:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # same numbering as NVML
         env["CUDA_VISIBLE_DEVICES"] = self.gpu_label or ""
         env["MELON_GPU"] = self.gpu_label or ""
+        try:
+            env.update(_outputs.child_env(self.env, self.workdir))
+        except (_outputs.OutputError, OSError) as exc:
+            raise Fatal(EXIT_CONFIG, str(exc)) from None
         if cfg.framework == "tensorflow":
             env["TF_CONFIG"] = json.dumps(_framework.tf_config(cluster, cfg.role, cfg.index))
         elif cfg.framework == "pytorch":
@@ -553,7 +576,16 @@ class Executor:
                 self.heartbeat(message=f"user process exited {code}")
             except Exception:
                 pass
-            return EXIT_TERMINATED if self.terminating.is_set() else code
+            if self.terminating.is_set():
+                return EXIT_TERMINATED
+            if code == 0 and _outputs.is_output_task(self.env, cfg.role, cfg.index):
+                try:
+                    _outputs.publish(self.env, self.workdir, log)
+                except (_outputs.OutputError, OSError) as exc:
+                    log(f"ERROR: {exc}")
+                    self.heartbeat(message=str(exc)[:500])
+                    return EXIT_OUTPUT
+            return code
         except Terminated:
             log("terminated before the user's process started")
             return EXIT_TERMINATED

@@ -91,21 +91,25 @@ def _num(value: Any) -> Optional[float]:
         return None
 
 
+def _new_summary(instances: int) -> dict:
+    return {"instances": instances, "states": {}, "step": None, "total": None, "loss": None, "metrics": {},
+            "restarts": 0, "failed_exit_codes": []}
+
+
 def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]] = None) -> dict[str, dict]:
-    """Per-role summary of the AM's task list: instances, count per state, last step/loss, attempts, exits.
+    """Per-role summary of the AM's task list: instances, count per state, the furthest task's step (of total),
+    loss and metrics (what the job reported with ``airflow_provider_melon.runtime.report``), attempts, exits.
 
     ``roles`` (role → requested instances, from the job spec) fills in roles the AM did not report.
     """
     out: dict[str, dict] = {}
     for role, instances in (roles or {}).items():
-        out[role] = {"instances": int(instances), "states": {}, "step": None, "loss": None, "restarts": 0,
-                     "failed_exit_codes": []}
+        out[role] = _new_summary(int(instances))
     for task in tasks or []:
         if not isinstance(task, dict):
             continue
         role = str(task.get("role") or "?")
-        entry = out.setdefault(role, {"instances": 0, "states": {}, "step": None, "loss": None, "restarts": 0,
-                                      "failed_exit_codes": []})
+        entry = out.setdefault(role, _new_summary(0))
         if not roles:
             entry["instances"] += 1
         state = str(task.get("state") or "UNKNOWN")
@@ -113,9 +117,13 @@ def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]
         step = _num(task.get("step"))
         if step is not None and (entry["step"] is None or step >= entry["step"]):
             entry["step"] = int(step)
-            loss = _num(task.get("loss"))
+            loss, total = _num(task.get("loss")), _num(task.get("total"))
             if loss is not None:
                 entry["loss"] = loss
+            if total:
+                entry["total"] = int(total)
+            if isinstance(task.get("metrics"), dict) and task["metrics"]:
+                entry["metrics"] = {str(k): v for k, v in task["metrics"].items() if _num(v) is not None}
         attempt = _num(task.get("attempt"))
         if attempt:
             entry["restarts"] = max(entry["restarts"], int(attempt))
@@ -134,9 +142,11 @@ def progress_line(status: Optional[dict]) -> Optional[str]:
         states = ",".join(f"{s}={n}" for s, n in sorted(entry["states"].items()))
         text = f"{role}[{entry['instances']}] {states}"
         if entry["step"] is not None:
-            text += f" step={entry['step']}"
+            text += f" step={entry['step']}" + (f"/{entry['total']}" if entry["total"] else "")
         if entry["loss"] is not None:
             text += f" loss={entry['loss']:.4g}"
+        for name, value in list(entry["metrics"].items())[:4]:
+            text += f" {name}={value:.4g}"
         if entry["restarts"]:
             text += f" restarts={entry['restarts']}"
         parts.append(text)

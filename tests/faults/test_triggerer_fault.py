@@ -17,14 +17,19 @@ DAG_ID, TASK_ID = "melon_fault_probe", "train"
 
 
 def _ti(stack, run_id: str) -> dict:
-    [ti] = [t for t in stack.task_instances(DAG_ID, run_id) if t["task_id"] == TASK_ID]
+    """The train task instance; ``{}`` while the api-server does not answer (a loaded machine: not the fault)."""
+    try:
+        tis = stack.task_instances(DAG_ID, run_id)
+    except OSError:  # timeouts included
+        return {}
+    [ti] = [t for t in tis if t["task_id"] == TASK_ID]
     return ti
 
 
 def test_triggerer_killed_while_a_train_task_is_deferred(airflow_stack, melon_hook, report):
     stack = airflow_stack
     run_id = stack.trigger(DAG_ID, conf={"seconds": 60})
-    ti = wait_for(lambda: (lambda t: t if t["state"] == "deferred" and t.get("triggerer_job") else None)(
+    ti = wait_for(lambda: (lambda t: t if t.get("state") == "deferred" and t.get("triggerer_job") else None)(
         _ti(stack, run_id)), 300, "the train task deferred to a triggerer", every=1)
     first = ti["triggerer_job"]["id"]
     [app] = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
@@ -32,13 +37,14 @@ def test_triggerer_killed_while_a_train_task_is_deferred(airflow_stack, melon_ho
     stack.kill_component("triggerer")
     t0 = time.monotonic()
     time.sleep(10)  # no triggerer at all for a while: nothing fails, the application runs on
-    assert _ti(stack, run_id)["state"] == "deferred"
+    assert wait_for(lambda: _ti(stack, run_id).get("state"), 60, "the task's state") == "deferred"
     assert melon_hook.yarn.get_application(app["id"])["state"] == "RUNNING"
 
     stack.start_component("triggerer")
     def taken_over():
         t = _ti(stack, run_id)
-        return t if (t.get("triggerer_job") or {}).get("id") not in (None, first) or t["state"] == "success" else None
+        return t if (t.get("triggerer_job") or {}).get("id") not in (None, first) or t.get("state") == "success" \
+            else None
 
     resumed = wait_for(taken_over, 240, "a new triggerer to take the trigger over", every=1)
     picked_up_s = time.monotonic() - t0

@@ -4,6 +4,7 @@ restarts and diagnostics, the secret, and dataset localization."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -159,3 +160,34 @@ def test_status_carries_what_the_ui_draws(jobs, melon_hook):
     assert steps == sorted(set(steps)) and steps[0] >= 1  # one point per new step, in order
     assert all(abs(loss - 1.0 / step) < 1e-9 for _, step, loss in task["history"])
     assert jobs.wait(app_id)["finalStatus"] == "SUCCEEDED"
+
+
+REPORTING = ("python -c \"import time\nfrom airflow_provider_melon.runtime import report\n"
+             "for step in range(1, 11):\n"
+             "    report(step=step, total=10, loss=1.0 / step, accuracy=step / 10)\n"
+             "    time.sleep(1.5)\"")
+
+
+def test_reported_progress_moves_the_rm_progress_bar(jobs, melon_hook):
+    """``runtime.report(step, total, loss, **metrics)`` from the job's code: the AM reports step/total to YARN, so the
+    RM's progress moves while the job runs; the metrics reach /status."""
+    app_id = jobs.submit({"name": "report-progress", "framework": "generic", "entrypoint": REPORTING,
+                          "env": {"MELON_HEARTBEAT_S": "0.5"}, "roles": {"worker": {"memory": 256}}})
+    seen: list[float] = []
+    reported = None
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        app = jobs.app(app_id)
+        if app["state"] == "RUNNING":
+            seen.append(float(app.get("progress") or 0))
+            status = jobs.status(app_id) if reported is None else None
+            if status and status["tasks"] and status["tasks"][0].get("metrics"):
+                reported = status["tasks"][0]
+        if app["state"] in ("FINISHED", "FAILED", "KILLED"):
+            break
+        time.sleep(1)
+    status_seen = [p for p in seen if 0 < p < 100]
+    assert len(set(status_seen)) >= 3, seen  # several distinct values between 0 and 100 % while it ran
+    assert status_seen == sorted(status_seen), seen  # and they only went up
+    assert app["finalStatus"] == "SUCCEEDED" and float(app["progress"]) == 100.0, app
+    assert reported and reported["total"] == 10 and reported["metrics"]["accuracy"] == reported["step"] / 10, reported

@@ -73,11 +73,11 @@ def test_profile_operator_runs_one_task_and_pushes_the_expected_memory(melon_hoo
         sys.path.remove(str(MNIST))
     dataset = f"/user/{melon_hook.user}/melon-test/profile-{uuid.uuid4().hex[:8]}/mnist.npz"
     melon_hook.hdfs.write(dataset, data=to_npz_bytes(make_dataset()), overwrite=True)
-    webhdfs = melon_hook.hdfs.url
     job = {
         "name": "mnist-mwms", "framework": "tensorflow", "code": str(MNIST),
-        "entrypoint": f"python train.py --epochs 2 --model-dir /tmp/never-uploaded --webhdfs {webhdfs}",
+        "entrypoint": "python train.py --epochs 2",
         "inputs": [{"path": dataset, "name": "mnist.npz"}],
+        "outputs": {"model": f"/user/{melon_hook.user}/melon-test/never-published-{uuid.uuid4().hex[:8]}"},
         "roles": {"chief": {"memory": "2g", "gpu_memory": "2GiB"}, "worker": {"memory": "2g", "gpu_memory": "2GiB"}},
     }
     op = bind(MelonProfileOperator(task_id="profile", job=job, steps=3, deferrable=False, poll_interval=5,

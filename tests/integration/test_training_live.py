@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -27,16 +28,12 @@ def dataset(minicluster):
     return path
 
 
-def _webhdfs(minicluster) -> str:
-    return minicluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]
-
-
 def test_tensorflow_multiworker_trains_and_writes_model_to_hdfs(jobs, minicluster, dataset, melon_hook):
-    model_dir = "/user/root/it-models/mwms"
+    model_dir = f"/user/root/it-models/mwms-{uuid.uuid4().hex[:8]}"
     app_id = jobs.submit({
         "name": "mnist-mwms", "framework": "tensorflow", "code": str(TRAINING),
-        "entrypoint": f"python train.py --epochs 2 --model-dir {model_dir} --webhdfs {_webhdfs(minicluster)}",
-        "inputs": [{"path": dataset, "name": "mnist.npz"}],
+        "entrypoint": "python train.py --epochs 2",  # no HDFS code: the model is the job's declared output
+        "inputs": [{"path": dataset, "name": "mnist.npz"}], "outputs": {"model": model_dir},
         "roles": {"chief": {"memory": "1g", "gpu_memory": "2GiB"}, "worker": {"memory": "1g", "gpu_memory": "2GiB"}},
     })
     seen = jobs.wait_status(app_id, lambda s: len(s["tasks"]) == 2

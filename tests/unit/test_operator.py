@@ -403,8 +403,8 @@ def test_execute_complete_success_result_outlets_and_xcom(hooks):
     assert result["tasks"]["worker"]["states"] == {"SUCCEEDED": 1, "RUNNING": 1}
     assert result["tasks"]["worker"]["restarts"] == 1
     assert result["tasks"]["chief"]["step"] == 500
-    assert result["tasks"]["ps"] == {"instances": 1, "states": {}, "step": None, "loss": None, "restarts": 0,
-                                     "failed_exit_codes": []}
+    assert result["tasks"]["ps"] == {"instances": 1, "states": {}, "step": None, "total": None, "loss": None,
+                                     "metrics": {}, "restarts": 0, "failed_exit_codes": []}
     assert result["outputs"] == job()["outputs"]
     assert sorted(a.uri for a in op.outlets) == ["hdfs://nn:8020/models/mnist", "hdfs://nn:8020/user/alice/metrics"]
     xcom = pushed(ctx)

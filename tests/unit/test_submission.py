@@ -30,7 +30,8 @@ def spec(tmp_path):
 def test_plan_roles_resources_and_env(spec):
     data = StagedFile("hdfs://nn:8020/data/mnist.npz", 50, 555)
     plan = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": data},
-                                 default_python="/opt/py/bin/python", container_env={"MELON_GPU_INVENTORY": "/x"})
+                                 default_python="/opt/py/bin/python", container_env={"MELON_GPU_INVENTORY": "/x"},
+                                 webhdfs_url="http://nn:9870", hdfs_user="alice")
     roles = {r["name"]: r for r in plan["roles"]}
     assert roles["chief"] == {"name": "chief", "instances": 1, "memory_mb": 2048, "vcores": 1, "gpus": 0,
                               "gpu_memory_mb": 4096, "restarts": 0, "tracked": True}
@@ -45,7 +46,11 @@ def test_plan_roles_resources_and_env(spec):
     assert env["MELON_LARGE_ROLES"] == "chief"
     assert env["PYTHONPATH"] == "./melon_runtime"
     assert env["A"] == "1" and env["MELON_GPU_INVENTORY"] == "/x"
-    assert env["MELON_OUTPUT_MODEL"] == "hdfs:///models/mnist"
+    # outputs: published by the chief's task 0 (the success role) through WebHDFS as the job's user
+    assert json.loads(base64.b64decode(env["MELON_OUTPUTS_B64"])) == {"model": "hdfs:///models/mnist"}
+    assert (env["MELON_OUTPUT_ROLE"], env["MELON_OUTPUT_OVERWRITE"]) == ("chief", "0")
+    assert (env["MELON_WEBHDFS_URL"], env["MELON_HDFS_USER"]) == ("http://nn:9870", "alice")
+    assert env["MELON_INPUTS"] == "mnist.npz"
     local = {r["name"]: r for r in plan["local_resources"]}
     assert local["code"] == {"name": "code", "url": CODE.url, "type": "ARCHIVE", "visibility": "APPLICATION",
                              "size": 20, "timestamp": 222}

@@ -309,7 +309,8 @@ async def test_tags_mode_follows_newest_app_once_it_appears():
 # ---------------------------------------------------------------------------------------------- logging / progress
 
 AM_STATUS = {"app_id": APP, "state": "RUNNING", "tasks": [
-    {"role": "chief", "index": 0, "state": "RUNNING", "step": 120, "loss": 0.3125, "attempt": 0},
+    {"role": "chief", "index": 0, "state": "RUNNING", "step": 120, "total": 400, "loss": 0.3125, "attempt": 0,
+     "metrics": {"accuracy": 0.875}},
     {"role": "worker", "index": 0, "state": "RUNNING", "step": 118, "loss": 0.33, "attempt": 0},
     {"role": "worker", "index": 1, "state": "RUNNING", "step": 119, "loss": 0.32, "attempt": 1},
 ]}
@@ -325,7 +326,7 @@ async def test_progress_streamed_every_n_polls_and_last_tasks_in_event():
     assert hook.am_status.await_count == 3
     progress = [line for line in logged(trig) if "AM RUNNING" in line]
     assert len(progress) == 2
-    assert "chief[1] RUNNING=1 step=120 loss=0.3125" in progress[0]
+    assert "chief[1] RUNNING=1 step=120/400 loss=0.3125 accuracy=0.875" in progress[0]
     assert "worker[2] RUNNING=2 step=119 loss=0.32 restarts=1" in progress[0]
     assert "step=220" in progress[1]
     assert event.payload["tasks"][0]["step"] == 220  # the last view the AM gave
@@ -381,7 +382,10 @@ def test_duration_and_summary_helpers():
     assert duration_s({}) is None
     summary = task_summary(AM_STATUS["tasks"] + [{"role": "worker", "index": 2, "state": "FAILED", "exit_code": 3}],
                            {"chief": 1, "worker": 3, "ps": 1})
-    assert summary["worker"] == {"instances": 3, "states": {"RUNNING": 2, "FAILED": 1}, "step": 119, "loss": 0.32,
-                                 "restarts": 1, "failed_exit_codes": [3]}
+    assert summary["worker"] == {"instances": 3, "states": {"RUNNING": 2, "FAILED": 1}, "step": 119, "total": None,
+                                 "loss": 0.32, "metrics": {}, "restarts": 1, "failed_exit_codes": [3]}
+    assert (summary["chief"]["step"], summary["chief"]["total"], summary["chief"]["metrics"]) == (
+        120, 400, {"accuracy": 0.875})
+    assert "chief[1] RUNNING=1 step=120/400 loss=0.3125 accuracy=0.875" in progress_line(AM_STATUS)
     assert summary["ps"]["states"] == {}
     assert progress_line(None) is None

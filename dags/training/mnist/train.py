@@ -5,8 +5,10 @@ Known on TF 2.21 / Keras 3: `model.fit` under MultiWorkerMirroredStrategy fails 
 to a Tensor"), so this script uses tf-keras (Keras 2) with TF_USE_LEGACY_KERAS=1, set below before TF loads.
 
 Data: an .npz with x_train/y_train/x_test/y_test, localized by YARN from HDFS (the job's `inputs`).
-Output: the chief saves a SavedModel and uploads it to HDFS through WebHDFS (`--webhdfs`, `--model-dir`).
-Progress: each epoch's loss goes to $MELON_PROGRESS_FILE, which the executor heartbeats to the AM.
+Output: every task saves the SavedModel into $MELON_OUTPUT_MODEL (a local folder; the job's `outputs.model`);
+MeLoN publishes the chief's to HDFS once it succeeds. No HDFS code here.
+Progress: `airflow_provider_melon.runtime.keras_callback` reports each epoch (of the total) and its metrics; the AM
+turns it into the application's progress in YARN and Airflow.
 Profiling: with MELON_PROFILE_STEPS set (MelonProfileOperator / ``python -m airflow_provider_melon.gpu.profiler``)
 it trains that many steps, saves nothing to HDFS, and reports its memory model and step time to the profiler
 (``profiler.report``), which is what the profile is estimated from where there is no GPU to measure.
@@ -15,7 +17,6 @@ it trains that many steps, saves nothing to HDFS, and reports its memory model a
 import argparse
 import json
 import os
-import tempfile
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -33,15 +34,13 @@ def is_chief(tf_config: dict) -> bool:
     return task.get("type") == "chief" or (not has_chief and task.get("type") == "worker" and task.get("index") == 0)
 
 
-class Progress(keras.callbacks.Callback):
-    def __init__(self, path):
-        super().__init__()
-        self.path = path
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.path:
-            with open(self.path, "w") as fh:
-                json.dump({"step": epoch + 1, "loss": float((logs or {}).get("loss", 0.0))}, fh)
+def progress_callbacks() -> list:
+    """MeLoN's progress callback (the runtime is on the containers' path); none when run elsewhere."""
+    try:
+        from airflow_provider_melon.runtime import keras_callback
+    except ImportError:
+        return []
+    return [keras_callback()]
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -88,21 +87,13 @@ def build_model(num_classes: int, input_dim: int) -> keras.Model:
     return model
 
 
-def upload(webhdfs: str, user: str, local_dir: str, hdfs_dir: str) -> None:
-    from hdfs import InsecureClient
-
-    client = InsecureClient(webhdfs, user=user)
-    client.upload(hdfs_dir, local_dir, n_threads=1, overwrite=True)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", default="mnist.npz")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--model-dir", required=True, help="HDFS path for the SavedModel, e.g. /models/mnist/run1")
-    parser.add_argument("--webhdfs", required=True, help="WebHDFS base URL, e.g. http://namenode:9870")
-    parser.add_argument("--user", default=os.environ.get("USER", "root"))
+    parser.add_argument("--model-dir", default=os.environ.get("MELON_OUTPUT_MODEL"),
+                        help="local folder for the SavedModel (default $MELON_OUTPUT_MODEL)")
     args = parser.parse_args()
 
     tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
@@ -124,17 +115,15 @@ def main() -> int:
         model = build_model(num_classes, x.shape[1])
     timer = StepTimer()
     model.fit(dataset, epochs=1 if steps else args.epochs, steps_per_epoch=steps_per_epoch, verbose=2,
-              callbacks=[Progress(os.environ.get("MELON_PROGRESS_FILE")), timer])
+              callbacks=progress_callbacks() + [timer])
     if steps:
         report_profile(model, args.batch_size, timer)
 
-    # Every worker must take part in saving (collective ops); only the chief's copy is kept.
-    chief = is_chief(tf_config)
-    local_dir = tempfile.mkdtemp(prefix="model-")
-    model.save(os.path.join(local_dir, "saved_model"))
-    if chief and not steps:
-        upload(args.webhdfs, args.user, os.path.join(local_dir, "saved_model"), args.model_dir)
-        print(f"[train] model uploaded to hdfs://{args.model_dir}", flush=True)
+    # Every worker must take part in saving (collective ops); MeLoN publishes the chief's folder only.
+    if not steps and args.model_dir:
+        model.save(args.model_dir)
+        print(f"[train] model saved to {args.model_dir}" + (" (published by MeLoN)" if is_chief(tf_config) else ""),
+              flush=True)
     return 0
 
 

@@ -125,7 +125,9 @@ final class AmHttp {
         reply = book.register(t, body);
       } else {
         expect(body, "step", JsonNode::isNumber, false, "a number");
+        expect(body, "total", n -> n.isNumber() && n.asLong() > 0, false, "a positive number");
         expect(body, "loss", JsonNode::isNumber, false, "a number");
+        expect(body, "metrics", n -> n.isObject() && n.size() <= 32, false, "an object of at most 32 numbers");
         expect(body, "gpu_memory_used_mb", JsonNode::isNumber, false, "a number");
         expect(body, "message", JsonNode::isTextual, false, "a string");
         reply = book.heartbeat(t, body);
@@ -245,7 +247,10 @@ final class AmHttp {
         o.put("gpu_memory_used_mb", t.gpuMemoryUsedMb);
         o.put("mps", t.mps);
         o.put("step", t.step);
+        o.put("total", t.total);
         o.put("loss", t.loss);
+        ObjectNode metrics = o.putObject("metrics");
+        t.metrics.forEach(metrics::put);
         o.put("message", t.message);
         o.put("updated", t.updated);
         ArrayNode h = o.putArray("history");
@@ -271,7 +276,7 @@ final class AmHttp {
         .append(esc(s.path("state").asText())).append("</h1><p>").append(esc(s.path("diagnostics").asText()))
         .append("</p><table border=\"1\" cellpadding=\"4\"><tr>");
     String[] cols = {"role", "index", "state", "container_id", "host", "port", "attempt", "exit_code", "gpu",
-        "gpu_memory_mb", "gpu_memory_used_mb", "step", "loss", "message", "updated"};
+        "gpu_memory_mb", "gpu_memory_used_mb", "step", "total", "loss", "message", "updated"};
     for (String c : cols) {
       b.append("<th>").append(c).append("</th>");
     }

@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.CountDownLatch;
 import java.util.function.Function;
@@ -93,7 +94,11 @@ final class TaskBook {
     /** Whether the task's node runs a CUDA MPS control daemon (reported at registration). */
     boolean mps;
     Long step;
+    /** What {@code step} counts up to (epochs, steps), when the job reports it: progress = step / total. */
+    Long total;
     Double loss;
+    /** The job's other numbers from its last report (accuracy, learning rate, ...). */
+    final Map<String, Double> metrics = new TreeMap<>();
     /** [epoch ms, step, loss] each time the step changed, at most {@link #HISTORY}. */
     final ArrayDeque<double[]> history = new ArrayDeque<>();
     String message;
@@ -344,9 +349,32 @@ final class TaskBook {
     done.countDown();
   }
 
+  /** The application's progress for YARN (the RM's progress bar): the mean of {@code step / total} over the tasks
+   * that decide success (the success role's task 0, else the tracked tasks) when they report a total, a
+   * finished one counting 1; else the share of tasks finished. */
   synchronized float progress() {
+    if (tasks.isEmpty()) {
+      return 0f;
+    }
+    List<Task> deciding = new ArrayList<>();
+    for (Task t : tasks) {
+      if (successRole != null ? t.role.name.equals(successRole) && t.index == 0 : t.role.tracked) {
+        deciding.add(t);
+      }
+    }
+    if (!deciding.isEmpty() && deciding.stream().anyMatch(t -> t.total != null)) {
+      double sum = 0;
+      for (Task t : deciding) {
+        if ("SUCCEEDED".equals(t.state)) {
+          sum += 1;
+        } else if (t.total != null && t.step != null) {
+          sum += Math.min(1.0, Math.max(0.0, (double) t.step / t.total));
+        }
+      }
+      return (float) Math.min(1.0, sum / deciding.size());
+    }
     long finished = tasks.stream().filter(t -> "SUCCEEDED".equals(t.state)).count();
-    return tasks.isEmpty() ? 0f : Math.min(1f, (float) finished / tasks.size());
+    return Math.min(1f, (float) finished / tasks.size());
   }
 
   // ---------------------------------------------------------------- node avoidance (exit 75)
@@ -468,6 +496,17 @@ final class TaskBook {
         }
       }
       t.step = step;
+    }
+    if (body.hasNonNull("total")) {
+      t.total = body.path("total").asLong();
+    }
+    if (body.path("metrics").isObject()) {
+      t.metrics.clear();
+      body.path("metrics").fields().forEachRemaining(e -> {
+        if (e.getValue().isNumber() && t.metrics.size() < 32) {
+          t.metrics.put(e.getKey().length() > 64 ? e.getKey().substring(0, 64) : e.getKey(), e.getValue().asDouble());
+        }
+      });
     }
     if (body.hasNonNull("gpu")) {
       t.gpu = body.path("gpu").asText();

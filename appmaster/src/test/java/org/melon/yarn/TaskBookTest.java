@@ -263,6 +263,22 @@ class TaskBookTest {
   }
 
   @Test
+  void progressIsStepOverTotalOfTheDecidingTasksElseTheShareFinished() {
+    TaskBook book = training("success_role: 'chief',");
+    Map<String, Container> c = placeAll(book);
+    assertEquals(0f, book.progress());
+    exit(book, c.get("worker:0"), 0);
+    assertEquals(0.25f, book.progress(), 1e-6, "no totals reported: the share of tasks finished");
+    book.heartbeat(book.task("worker", 1), json("{step: 9, total: 10}"));
+    assertEquals(0.25f, book.progress(), 1e-6, "a worker's total does not decide: the chief does");
+    book.heartbeat(book.task("chief", 0), json("{step: 3, total: 4, loss: 0.5, metrics: {accuracy: 0.9}}"));
+    assertEquals(0.75f, book.progress(), 1e-6);
+    assertEquals(Map.of("accuracy", 0.9), book.task("chief", 0).metrics);
+    book.heartbeat(book.task("chief", 0), json("{step: 7, total: 4}"));
+    assertEquals(1f, book.progress(), 1e-6, "never past 1");
+  }
+
+  @Test
   void exitCodesAreDescribed() {
     assertEquals("exited 137 (killed by SIGKILL)", TaskBook.describeExit(137));
     assertEquals("exited 143 (killed by SIGTERM)", TaskBook.describeExit(143));

@@ -1,0 +1,135 @@
+"""Outputs and inputs without HDFS code in the job (stdlib only).
+
+For each declared output whose target is in HDFS (``hdfs://…`` or an absolute path), every task gets a local
+folder in ``$MELON_OUTPUT_<NAME>`` (``outputs: {model: …}`` → ``MELON_OUTPUT_MODEL``); after the job's process
+exits 0 in the *output task* (task 0 of the job's ``output_role``: by default the role that decides success, e.g.
+the chief), the folder is published to the declared path: uploaded to a unique name beside it, then renamed into
+place, so a killed or retried attempt never leaves a half-written model under the name. The folder is the output,
+except when the job wrote a single file named as the target (``metrics.json`` for ``…/metrics.json``): that file
+is. Other tasks' folders are
+not published (in MultiWorkerMirroredStrategy every worker saves; only the chief's copy counts). An output that
+exists already is only replaced when the job says ``overwrite_outputs: true``; a declared output the job wrote
+nothing to fails the task, naming it. Outputs elsewhere (``file://``, ``s3a://``) are passed through as given.
+
+Each localized input (``inputs: [{name: mnist.npz, …}]``) is in ``$MELON_INPUT_<NAME>`` (``MELON_INPUT_MNIST_NPZ``):
+its absolute path in the container.
+
+Environment from the submission: ``MELON_OUTPUTS_B64`` (base64 JSON name → path), ``MELON_OUTPUT_ROLE``,
+``MELON_OUTPUT_OVERWRITE``, ``MELON_WEBHDFS_URL``, ``MELON_HDFS_USER``, ``MELON_INPUTS`` (link names).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import uuid
+from typing import Callable, Mapping, Optional
+
+from airflow_provider_melon.runtime.webhdfs import WebHdfs, WebHdfsError
+
+LOCAL_ROOT = "melon-outputs"
+
+
+class OutputError(RuntimeError):
+    pass
+
+
+def env_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def hdfs_path(target: str) -> Optional[str]:
+    """``hdfs://nn:8020/a/b`` or ``/a/b`` → ``/a/b``; anything else (``file://``, ``s3a://``) → None."""
+    if target.startswith("hdfs://"):
+        rest = target[len("hdfs://"):]
+        return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+    return target if target.startswith("/") else None
+
+
+def declared(env: Mapping[str, str]) -> dict[str, str]:
+    raw = env.get("MELON_OUTPUTS_B64")
+    if not raw:
+        return {}
+    try:
+        outputs = json.loads(base64.b64decode(raw).decode("utf-8"))
+    except ValueError as exc:
+        raise OutputError(f"MELON_OUTPUTS_B64 is not base64 JSON: {exc}") from None
+    return {str(k): str(v) for k, v in outputs.items()}
+
+
+def child_env(env: Mapping[str, str], workdir: str) -> dict[str, str]:
+    """``MELON_OUTPUT_<NAME>`` (a fresh local folder for HDFS outputs) and ``MELON_INPUT_<NAME>`` for the job."""
+    out: dict[str, str] = {}
+    for name, target in declared(env).items():
+        if hdfs_path(target) is None:
+            out[f"MELON_OUTPUT_{env_name(name)}"] = target
+            continue
+        local = os.path.abspath(os.path.join(workdir, LOCAL_ROOT, name))
+        os.makedirs(local, exist_ok=True)
+        out[f"MELON_OUTPUT_{env_name(name)}"] = local
+    for link in filter(None, (env.get("MELON_INPUTS") or "").split(",")):
+        out[f"MELON_INPUT_{env_name(link)}"] = os.path.abspath(link)
+    return out
+
+
+def is_output_task(env: Mapping[str, str], role: str, index: int) -> bool:
+    return bool(declared(env)) and env.get("MELON_OUTPUT_ROLE") == role and index == 0
+
+
+def publish(env: Mapping[str, str], workdir: str, log: Callable[[str], None],
+            client: Optional[WebHdfs] = None) -> dict[str, str]:
+    """Publish each HDFS output folder of this task to its declared path (see the module docstring). Returns
+    name → HDFS path. Raises :class:`OutputError` naming the output."""
+    outputs = {n: t for n, t in declared(env).items() if hdfs_path(t) is not None}
+    if not outputs:
+        return {}
+    if client is None:
+        url, user = env.get("MELON_WEBHDFS_URL"), env.get("MELON_HDFS_USER") or env.get("USER") or "root"
+        if not url:
+            raise OutputError("MELON_WEBHDFS_URL is not set: cannot publish outputs " + ", ".join(outputs))
+        client = WebHdfs(url, user)
+    overwrite = env.get("MELON_OUTPUT_OVERWRITE", "0") in ("1", "true", "True")
+    published = {}
+    for name, target in outputs.items():
+        path = hdfs_path(target).rstrip("/") or "/"
+        local = os.path.join(workdir, LOCAL_ROOT, name)
+        items = os.listdir(local) if os.path.isdir(local) else []
+        if not items:
+            raise OutputError(f"output {name!r}: the job wrote nothing to $MELON_OUTPUT_{env_name(name)} ({local}); "
+                              f"nothing to publish to {target}")
+        # a file named as the target (metrics.json for .../metrics.json), written alone, is the output itself;
+        # else the folder is
+        base = path.rsplit("/", 1)[-1]
+        source = os.path.join(local, base) if items == [base] and os.path.isfile(os.path.join(local, base)) \
+            else local
+        try:
+            published[name] = _publish_one(client, source, path, overwrite, log, name)
+        except WebHdfsError as exc:
+            raise OutputError(f"output {name!r}: {exc}") from None
+    return published
+
+
+def _publish_one(client: WebHdfs, source: str, path: str, overwrite: bool, log, name: str) -> str:
+    parent, base = path.rsplit("/", 1) if path.count("/") > 1 else ("", path.lstrip("/"))
+    tmp = f"{parent}/.{base}.melon-{uuid.uuid4().hex[:12]}.tmp"
+    client.mkdirs(parent or "/")
+    files = client.upload_tree(source, tmp)
+    if client.status(path) is not None:
+        if not overwrite:
+            client.delete(tmp)
+            raise OutputError(f"output {name!r}: {path} exists; set overwrite_outputs: true in the job to replace it")
+        old = f"{parent}/.{base}.melon-old-{uuid.uuid4().hex[:12]}"
+        if not client.rename(path, old):
+            client.delete(tmp)
+            raise OutputError(f"output {name!r}: could not move the existing {path} aside")
+        if not client.rename(tmp, path):
+            client.rename(old, path)
+            raise OutputError(f"output {name!r}: could not rename the upload into {path}")
+        client.delete(old)
+    elif not client.rename(tmp, path):
+        client.delete(tmp)
+        raise OutputError(f"output {name!r}: could not rename the upload into {path} (written meanwhile?)")
+    log(f"output {name!r}: {files} file(s) published to {path}")
+    return path

@@ -1,0 +1,93 @@
+"""Progress from the job's own code to MeLoN: ``report(step=..., total=..., loss=..., **metrics)``. Stdlib only.
+
+The executor heartbeats what is reported to the ApplicationMaster, which reports ``step / total`` as the
+application's progress to YARN (the RM's progress bar), shows it on ``/status`` (and so in the trigger's log lines
+and the UI plugin), and hands the last metrics to the train operator's XCom at the end. Outside a MeLoN container
+(no ``MELON_PROGRESS_FILE``) ``report`` does nothing and returns False, so the same script runs anywhere.
+
+* :func:`report` — call it whenever you like (each call replaces the last; written to a temporary file and
+  renamed, so a heartbeat never reads half a report).
+* :func:`keras_callback` — a Keras callback reporting each epoch (``total`` = the epochs; ``loss`` and the other
+  epoch logs as metrics). Works with ``tf_keras`` (Keras 2) and Keras 3.
+* :class:`StepReporter` — for hand-written loops (PyTorch): ``r = StepReporter(total=steps)``; ``r.step(loss=...)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Optional
+
+MAX_METRICS = 32
+
+
+def _number(name: str, value: Any) -> float:
+    try:
+        number = float(value.item() if hasattr(value, "item") else value)  # numpy / torch scalars
+    except (TypeError, ValueError):
+        raise TypeError(f"report(): {name} must be a number, got {type(value).__name__} {value!r}") from None
+    return number
+
+
+def report(step: Optional[int] = None, total: Optional[int] = None, loss: Optional[float] = None,
+           **metrics: Any) -> bool:
+    """Report progress: ``step`` of ``total`` (e.g. epochs or optimizer steps), the current ``loss`` and any
+    other numeric ``metrics`` (accuracy=0.97, lr=1e-3; at most 32, non-finite values dropped). Returns whether
+    it was written (False outside MeLoN)."""
+    path = os.environ.get("MELON_PROGRESS_FILE")
+    body: dict[str, Any] = {}
+    if step is not None:
+        body["step"] = int(_number("step", step))
+    if total is not None:
+        total = int(_number("total", total))
+        if total <= 0:
+            raise ValueError(f"report(): total must be positive, got {total}")
+        body["total"] = total
+    if loss is not None and math.isfinite(_number("loss", loss)):
+        body["loss"] = _number("loss", loss)
+    clean = {}
+    for name, value in list(metrics.items())[:MAX_METRICS]:
+        number = _number(name, value)
+        if math.isfinite(number):
+            clean[str(name)[:64]] = number
+    if clean:
+        body["metrics"] = clean
+    if not path:
+        return False
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(body, f)
+    os.replace(tmp, path)
+    return True
+
+
+class StepReporter:
+    """``r = StepReporter(total=len(loader) * epochs)``; then ``r.step(loss=loss.item(), lr=...)`` each step."""
+
+    def __init__(self, total: Optional[int] = None, every: int = 1):
+        self.total, self.every, self.count = total, max(1, int(every)), 0
+
+    def step(self, loss: Optional[float] = None, **metrics: Any) -> None:
+        self.count += 1
+        if self.count % self.every == 0 or (self.total and self.count >= self.total):
+            report(step=self.count, total=self.total, loss=loss, **metrics)
+
+
+def keras_callback(total_epochs: Optional[int] = None):
+    """A Keras callback reporting each epoch's end (imports Keras only when called: tf_keras if
+    ``TF_USE_LEGACY_KERAS`` is set, else keras)."""
+    if os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True"):
+        import tf_keras as keras  # noqa: PLC0415
+    else:
+        import keras  # noqa: PLC0415
+
+    class MelonProgress(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            logs = dict(logs or {})
+            total = total_epochs or (self.params or {}).get("epochs")
+            loss = logs.pop("loss", None)
+            report(step=epoch + 1, total=total, loss=loss,
+                   **{k: v for k, v in logs.items() if isinstance(v, (int, float)) or hasattr(v, "item")})
+
+    return MelonProgress()
