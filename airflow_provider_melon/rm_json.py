@@ -55,11 +55,14 @@ _UNIT_FACTORS_TO_MI = {
 
 def _in_mi(value: int | float, units: str | None) -> int | float:
     """Convert a memory-like value in ``units`` to MiB (unknown/absent units: as is)."""
-    factor = _UNIT_FACTORS_TO_MI.get(units or "")
+    factor = _UNIT_FACTORS_TO_MI.get(units) if isinstance(units, str) else None
     if not factor or factor == 1:
         return value
-    converted = value * factor
-    return int(converted) if float(converted).is_integer() else converted
+    try:
+        converted = value * factor
+        return int(converted) if float(converted).is_integer() else converted
+    except OverflowError:  # an absurd value (an int beyond float range): kept as the RM gave it
+        return value
 
 
 def parse_resource(resource: Any) -> dict[str, Any]:

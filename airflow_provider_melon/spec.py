@@ -4,8 +4,15 @@ A ``JobSpec`` names the code, the entrypoint, the framework and one ``RoleSpec``
 asks for whole GPUs (``gpus: N``, YARN's ``yarn.io/gpu``, exclusive) *or* an expected GPU memory
 (``gpu_memory: 6GiB``, MeLoN's shared mode, YARN resource ``melon.io/gpu-memory`` in MiB) — never both.
 
-Every invalid input raises :class:`JobSpecError`, whose message names the offending field
+Every invalid input raises :class:`JobSpecError`, whose one-line message names the offending field
 (``roles.chief.instances: ...``). Specs round-trip through dict, JSON and YAML.
+
+What YARN and the container cannot carry is refused here, not at submission: a NUL byte or a lone surrogate
+in any string, an entrypoint ``shlex`` cannot split, env names that are not shell names, output names beyond
+``[A-Za-z0-9_]``, input/env-archive names that are not plain file names (or clash with one another or with
+``code``, ``melon_runtime``...), non-ASCII or over-long tags, counts and sizes beyond a Java int. Any other text
+(arguments, env values, paths) may hold shell metacharacters: ``submission.py`` makes them reach the process
+unchanged.
 
 Sizes: an int is MiB; a string is a number with an optional binary unit ``k|m|g|t`` (``Ki/Mi/Gi/Ti``,
 ``KiB/MiB/GiB/TiB``, ``KB/MB/GB/TB`` are read the same way, as powers of 1024, which is what YARN does).
@@ -15,22 +22,87 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 FRAMEWORKS = ("tensorflow", "pytorch", "generic")
 TF_ROLES = ("chief", "worker", "ps", "evaluator")
 TORCH_ROLES = ("master", "worker")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNIT_MB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-_OUTPUT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")  # fullmatch: `$` would let a final newline in
+#: an environment variable name: YARN writes ``export NAME="value"`` into the container's launch script
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a file name YARN links into the container (``ln -sf -- "<cache>" "<name>"``): no '/', no quoting characters
+_LINK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+@=,~-]*")
+#: what a Docker image reference may hold (YARN's docker runtime reads it unquoted)
+_DOCKER_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+#: names already taken in a task container's folder: the code and runtime archives, the executor's work folder,
+#: and YARN's own files
+RESERVED_LINKS = ("code", "melon_runtime", "melon-work", "tmp", "launch_container.sh", "container_tokens")
+#: YARN takes ASCII application tags of at most 100 characters (ApplicationSubmissionContext.checkTags)
+MAX_TAG_LENGTH = 100
+#: Java int: YARN (and the AM's JSON reader) take counts, sizes in MiB, priorities and timeouts as int32
+INT32_MAX = 2**31 - 1
 
 
 class JobSpecError(ValueError):
     """An invalid job spec; the message names each offending field."""
+
+
+class _FieldError(ValueError):
+    """Raised by a model-level check about one field: ``field`` is appended to the error's location."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _text(value: str) -> str:
+    """Every string of a spec: no NUL byte (no environment, argv or path can carry one) and valid Unicode
+    (the entrypoint travels as UTF-8; a lone surrogate cannot be encoded)."""
+    if "\x00" in value:
+        raise ValueError(f"must not contain a NUL byte: {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"must be valid Unicode text (it holds a lone surrogate): {value!r}") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_text)]
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not an environment variable name (letters, digits, '_'; not starting "
+                         "with a digit)")
+    return value
+
+
+EnvName = Annotated[Text, AfterValidator(_env_name)]
+
+
+def check_link_name(link: str) -> Optional[str]:
+    """Why ``link`` cannot name a file YARN localizes into a task container, or None when it can."""
+    if not _LINK_NAME.fullmatch(link):
+        return (f"{link!r} cannot be a file name in the container (letters, digits and '_.+@=,~-', not "
+                "starting with '.' or '-')")
+    if link in RESERVED_LINKS:
+        return f"{link!r} is taken in the container (reserved: {', '.join(RESERVED_LINKS)})"
+    return None
 
 
 def parse_size_mb(value: Union[int, float, str]) -> int:
@@ -44,8 +116,10 @@ def parse_size_mb(value: Union[int, float, str]) -> int:
         if not match:
             raise ValueError(f"unparsable size {value!r} (use e.g. 2048, '512m', '2g', '6GiB')")
         mb = float(match.group(1)) * _UNIT_MB[match.group(2).lower()]
-    if mb <= 0:
+    if not mb > 0:  # also NaN
         raise ValueError(f"size must be positive, got {value!r}")
+    if mb > INT32_MAX:
+        raise ValueError(f"size must be at most {INT32_MAX} MiB, got {value!r}")
     return max(1, int(round(mb)))
 
 
@@ -54,14 +128,21 @@ class RoleSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    instances: int = Field(1, gt=0)
-    memory: Union[int, str] = 2048  # MiB
-    vcores: int = Field(1, gt=0)
-    gpus: Optional[int] = Field(None, gt=0)
-    gpu_memory: Optional[Union[int, str]] = None
-    restarts: int = Field(0, ge=0)
+    instances: int = Field(1, gt=0, le=INT32_MAX)
+    memory: Union[int, Text] = 2048  # MiB
+    vcores: int = Field(1, gt=0, le=INT32_MAX)
+    gpus: Optional[int] = Field(None, gt=0, le=INT32_MAX)
+    gpu_memory: Optional[Union[int, Text]] = None
+    restarts: int = Field(0, ge=0, le=INT32_MAX)
     untracked: Optional[bool] = None
     large: bool = False  # the task saturates a GPU on its own (see gpu.policy.packing_pays)
+
+    @field_validator("memory", "gpu_memory", mode="before")
+    @classmethod
+    def _not_bool(cls, value):
+        if isinstance(value, bool):  # pydantic would take True for 1 (MiB) before parse_size_mb sees it
+            raise ValueError(f"not a size: {value!r}")
+        return value
 
     @field_validator("memory", "gpu_memory")
     @classmethod
@@ -88,8 +169,8 @@ class InputSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str
-    name: Optional[str] = None
+    path: Text
+    name: Optional[Text] = None
     type: Literal["FILE", "ARCHIVE"] = "FILE"
     visibility: Literal["PUBLIC", "PRIVATE", "APPLICATION"] = "PUBLIC"
 
@@ -99,6 +180,21 @@ class InputSpec(BaseModel):
         if not value.startswith(("hdfs://", "/")):
             raise ValueError(f"must be an hdfs:// URI or an absolute HDFS path, got {value!r}")
         return value
+
+    @field_validator("name")
+    @classmethod
+    def _link(cls, value: Optional[str]) -> Optional[str]:
+        problem = None if value is None else check_link_name(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _derived_link(self):
+        problem = None if self.name is not None else check_link_name(self.link_name)
+        if problem:
+            raise _FieldError("path", f"its last part is the file's name in the container: {problem}; set name")
+        return self
 
     @property
     def link_name(self) -> str:
@@ -110,9 +206,16 @@ class EnvironmentSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    python: Optional[str] = None
-    archive: Optional[str] = None
-    docker_image: Optional[str] = None
+    python: Optional[Text] = None
+    archive: Optional[Text] = None
+    docker_image: Optional[Text] = None
+
+    @field_validator("docker_image")
+    @classmethod
+    def _image(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _DOCKER_IMAGE.fullmatch(value):
+            raise ValueError(f"not a Docker image reference (e.g. 'registry:5000/team/tf:2.21'): {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -120,9 +223,16 @@ class EnvironmentSpec(BaseModel):
             raise ValueError("give either archive or docker_image, not both")
         if self.archive:
             if not self.archive.startswith(("hdfs://", "/")):
-                raise ValueError(f"archive must be an hdfs:// URI or absolute HDFS path, got {self.archive!r}")
+                raise _FieldError("archive", f"must be an hdfs:// URI or absolute HDFS path, got {self.archive!r}")
             if not self.python:
-                raise ValueError("archive needs python: the interpreter's path inside it, e.g. 'env/bin/python'")
+                raise _FieldError("python", "an archive needs python: the interpreter's path inside it, e.g. "
+                                            "'env/bin/python'")
+            link, _, rest = self.python.partition("/")
+            problem = check_link_name(link)
+            if problem or not rest:
+                raise _FieldError("python", "with an archive, give the interpreter's relative path inside it, "
+                                            f"'<folder>/bin/python' (the folder names the unpacked archive), "
+                                            f"got {self.python!r}" + (f": {problem}" if problem else ""))
         return self
 
 
@@ -131,30 +241,30 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: Text
     framework: Literal["tensorflow", "pytorch", "generic"] = "generic"
-    code: Optional[str] = None
-    entrypoint: str
-    env: dict[str, str] = Field(default_factory=dict)
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = Field(1, gt=0)
-    tags: list[str] = Field(default_factory=list)
-    roles: dict[str, RoleSpec]
+    code: Optional[Text] = None
+    entrypoint: Text
+    env: dict[EnvName, Text] = Field(default_factory=dict)
+    queue: Text = "default"
+    priority: int = Field(0, ge=-INT32_MAX, le=INT32_MAX)
+    max_attempts: int = Field(1, gt=0, le=INT32_MAX)
+    tags: list[Text] = Field(default_factory=list)
+    roles: dict[Text, RoleSpec]
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     inputs: list[InputSpec] = Field(default_factory=list)
-    outputs: dict[str, str] = Field(default_factory=dict)
+    outputs: dict[Text, Text] = Field(default_factory=dict)
     #: the role whose task 0 publishes the outputs (default: the role that decides success, else the first
     #: tracked role); an existing output is replaced only with overwrite_outputs
-    output_role: Optional[str] = None
+    output_role: Optional[Text] = None
     overwrite_outputs: bool = False
-    tensorboard_log_dir: Optional[str] = None
-    register_timeout_s: int = Field(300, gt=0)
+    tensorboard_log_dir: Optional[Text] = None
+    register_timeout_s: int = Field(300, gt=0, le=INT32_MAX)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError(f"must start with a letter and hold only letters, digits, '_', '.', '-': {value!r}")
         return value
 
@@ -163,7 +273,40 @@ class JobSpec(BaseModel):
     def _entrypoint(cls, value: str) -> str:
         if not value or not value.strip():
             raise ValueError("must not be empty")
+        try:  # the executor splits it the same way (runtime/executor.py)
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot be split into arguments as a shell would ({exc}): {value!r}") from None
+        if not argv:
+            raise ValueError(f"holds no command, only quoting or comments: {value!r}")
         return value.strip()
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, tags: list[str]) -> list[str]:
+        for i, tag in enumerate(tags):
+            if not tag.strip() or not tag.isascii() or len(tag) > MAX_TAG_LENGTH:
+                raise _FieldError(str(i), f"YARN takes non-empty ASCII tags of at most {MAX_TAG_LENGTH} "
+                                          f"characters, got {tag!r}")
+        return tags
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, outputs: dict[str, str]) -> dict[str, str]:
+        for name in outputs:  # each becomes the environment variable MELON_OUTPUT_<NAME>
+            if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+                raise _FieldError(name, "an output's name becomes MELON_OUTPUT_<NAME>: letters, digits and '_' "
+                                        f"only, got {name!r}")
+            if not outputs[name].strip():
+                raise _FieldError(name, "an output needs a path")
+        return outputs
 
     @field_validator("code")
     @classmethod
@@ -176,24 +319,13 @@ class JobSpec(BaseModel):
             raise ValueError(f"code folder {str(path)!r} does not exist (give a folder or an hdfs:// path)")
         return str(path.resolve())
 
-    @field_validator("outputs")
-    @classmethod
-    def _outputs(cls, outputs: dict[str, str]) -> dict[str, str]:
-        for name, target in outputs.items():
-            if not _OUTPUT_NAME.match(name):
-                raise ValueError(f"output name {name!r} must start with a letter and hold only letters, digits "
-                                 "and '_' (it becomes $MELON_OUTPUT_<NAME>)")
-            if not str(target).strip():
-                raise ValueError(f"output {name!r} has an empty path")
-        return outputs
-
     @field_validator("roles")
     @classmethod
     def _roles(cls, roles: dict[str, RoleSpec]) -> dict[str, RoleSpec]:
         if not roles:
             raise ValueError("at least one role is needed")
         for role in roles:
-            if not _NAME.match(role):
+            if not _NAME.fullmatch(role):
                 raise ValueError(f"role name {role!r} must start with a letter (letters, digits, '_', '.', '-')")
         return roles
 
@@ -221,6 +353,14 @@ class JobSpec(BaseModel):
             raise ValueError("roles: at least one role must be tracked (untracked: false)")
         if self.output_role is not None and self.output_role not in roles:
             raise ValueError(f"output_role: {self.output_role!r} is not a role of the job ({', '.join(roles)})")
+        # every localized file gets one name in the container: YARN keeps only one resource per name
+        seen = {self.environment.python.split("/", 1)[0]: "environment.python"} if self.environment.archive else {}
+        for i, item in enumerate(self.inputs):
+            link = item.link_name
+            if link in seen:
+                raise _FieldError(f"inputs.{i}.name", f"{link!r} is already the container name of {seen[link]}; "
+                                                      "give each input its own name")
+            seen[link] = f"inputs.{i}"
         return self
 
     # ---- derived -------------------------------------------------------------------------------------------
@@ -300,6 +440,15 @@ class JobSpec(BaseModel):
                 if text.endswith(".json"):
                     return cls.from_json(body, base_dir=base)
                 return cls.from_yaml(body, base_dir=base)
+            if text.lstrip().startswith("{"):
+                # JSON text (e.g. a template rendered with tojson): read as JSON, since YAML decodes a \uD83D\uDE00
+                # escape pair as two lone surrogates instead of one character
+                try:
+                    data = json.loads(text)
+                except ValueError:
+                    pass  # a YAML flow mapping
+                else:
+                    return cls.from_dict(data, base_dir=base_dir)
             return cls.from_yaml(text, base_dir=base_dir)
         raise JobSpecError(f"job: expected a JobSpec, dict or YAML/JSON path, got {type(job).__name__}")
 
@@ -307,7 +456,13 @@ class JobSpec(BaseModel):
 def _format_errors(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "job"
+        # a key given by the user (env, roles, outputs) is quoted when it would break the one-line message
+        parts = list(err["loc"])
+        field = getattr((err.get("ctx") or {}).get("error"), "field", None)
+        if field is not None:
+            parts.append(field)
+        loc = ".".join(str(p) if str(p) and str(p).isprintable() else repr(p) for p in parts)
+        loc = loc or "job"
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]

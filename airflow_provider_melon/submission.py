@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -33,6 +34,42 @@ DEFAULT_AM_CLASSPATH = "<CPS>".join(
         "{{HADOOP_YARN_HOME}}/share/hadoop/yarn/lib/*",
     ]
 )
+
+
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What the NodeManager's launch script would read specially in a value (see yarn_shell_value): YARN's own
+# tokens, split with an empty "" so YARN does not see them, and bash's specials inside double quotes.
+_YARN_SPECIAL = r"(?P<split>\{(?=\{)|\}(?=\})|<(?=(?:CPS|LOG_DIR|ADD_OPENS)>))|(?P<escape>[\\\"`$])"
+_YARN_LITERAL = re.compile(_YARN_SPECIAL)
+# ... and, for values that may refer to variables, the references YARN documents, kept as they are.
+_YARN_EXPANDING = re.compile(
+    r"(?P<ref>\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}|\{\{[A-Za-z_][A-Za-z0-9_]*\}\}"
+    r"|<CPS>|<LOG_DIR>)|" + _YARN_SPECIAL
+)
+
+
+def _yarn_token(match: re.Match) -> str:
+    if match.group("split"):
+        return match.group("split") + '""'
+    if match.group("escape"):
+        return "\\" + match.group("escape")
+    return match.group("ref")
+
+
+def yarn_shell_value(value: str, *, expand: bool = False) -> str:
+    """``value`` as it must be handed to YARN so that the container's shell yields ``value`` itself.
+
+    The NodeManager (Hadoop 3.5 ``ContainerLaunch``) writes each environment value as ``export K="<value>"`` and
+    the command as ``exec /bin/bash -c "<command>"`` into ``launch_container.sh``, unescaped, after replacing
+    ``{{`` by ``$``, ``}}`` by nothing and ``<CPS>``/``<LOG_DIR>``/``<ADD_OPENS>`` by their values. So a ``"``,
+    ``$(…)`` or a backtick in a value would end the quotes or run a command. Here backslash, ``"``, backtick
+    and ``$`` are backslash-escaped (the escapes bash honours inside double quotes) and YARN's tokens are split
+    by an empty ``""``, which bash drops. ``expand``: the variable references documented for job environment
+    values stay live — ``$NAME``, ``${NAME}``, ``{{NAME}}``, ``<CPS>``, ``<LOG_DIR>`` — and nothing else.
+    """
+    if "\x00" in value:
+        raise ValueError(f"a NUL byte cannot travel through YARN's launch script: {value!r}")
+    return (_YARN_EXPANDING if expand else _YARN_LITERAL).sub(_yarn_token, value)
 
 
 @dataclass(frozen=True)
@@ -99,11 +136,17 @@ def build_plan(
         link = spec.environment.python.split("/", 1)[0]
         local.append(dict(name=link, url=env_archive.url, type="ARCHIVE", visibility="PUBLIC",
                           size=env_archive.size, timestamp=env_archive.timestamp))
-    env = dict(container_env or {})
-    env.update(spec.env)
-    env.update(
-        PYTHONPATH=f"./{RUNTIME_LINK}" + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else ""),
-        # base64: YARN writes env values unescaped into launch_container.sh, and entrypoints carry quotes.
+    # YARN writes every value into launch_container.sh (see yarn_shell_value): the job's and the connection's
+    # values may refer to variables ($NAME, {{NAME}}), ours are literal.
+    user_env = dict(container_env or {})
+    user_env.update(spec.env)
+    for key in user_env:
+        if not isinstance(key, str) or not _SHELL_NAME.fullmatch(key):
+            raise ValueError(f"env: {key!r} is not an environment variable name")
+    # str(): a connection's container_env is JSON, where a value may be a number
+    env = {key: yarn_shell_value(str(value), expand=True) for key, value in user_env.items()}
+    ours = dict(
+        # base64: the executor decodes it, so the entrypoint's quotes never meet a shell before its own shlex
         MELON_ENTRYPOINT_B64=base64.b64encode(spec.entrypoint.encode()).decode(),
         MELON_FRAMEWORK=spec.framework,
         MELON_JOB_NAME=spec.name,
@@ -111,20 +154,22 @@ def build_plan(
         PYTHONUNBUFFERED="1",
     )
     if spec.tensorboard_log_dir:
-        env["MELON_TENSORBOARD_LOG_DIR"] = spec.tensorboard_log_dir
+        ours["MELON_TENSORBOARD_LOG_DIR"] = spec.tensorboard_log_dir
     if spec.outputs:  # published by the output task (runtime/outputs.py)
-        env["MELON_OUTPUTS_B64"] = base64.b64encode(json.dumps(spec.outputs, sort_keys=True).encode()).decode()
-        env["MELON_OUTPUT_ROLE"] = spec.publishing_role
-        env["MELON_OUTPUT_OVERWRITE"] = "1" if spec.overwrite_outputs else "0"
-        if webhdfs_url:
-            env.setdefault("MELON_WEBHDFS_URL", webhdfs_url)
-        if hdfs_user:
-            env.setdefault("MELON_HDFS_USER", hdfs_user)
+        ours["MELON_OUTPUTS_B64"] = base64.b64encode(json.dumps(spec.outputs, sort_keys=True).encode()).decode()
+        ours["MELON_OUTPUT_ROLE"] = spec.publishing_role
+        ours["MELON_OUTPUT_OVERWRITE"] = "1" if spec.overwrite_outputs else "0"
+        if webhdfs_url and "MELON_WEBHDFS_URL" not in user_env:
+            ours["MELON_WEBHDFS_URL"] = webhdfs_url
+        if hdfs_user and "MELON_HDFS_USER" not in user_env:
+            ours["MELON_HDFS_USER"] = hdfs_user
     if spec.inputs:
-        env["MELON_INPUTS"] = ",".join(i.link_name for i in spec.inputs)
-    if spec.environment.docker_image:
-        env["YARN_CONTAINER_RUNTIME_TYPE"] = "docker"
-        env["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] = spec.environment.docker_image
+        ours["MELON_INPUTS"] = ",".join(i.link_name for i in spec.inputs)
+    if spec.environment.docker_image:  # read by YARN's docker runtime as is: the spec allows no special character
+        ours["YARN_CONTAINER_RUNTIME_TYPE"] = "docker"
+        ours["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] = spec.environment.docker_image
+    env.update({key: yarn_shell_value(value) for key, value in ours.items()})
+    env["PYTHONPATH"] = f"./{RUNTIME_LINK}" + (f":{env['PYTHONPATH']}" if user_env.get("PYTHONPATH") else "")
     python = container_python(spec, default_python)
     return {
         "app_name": spec.name,
@@ -135,7 +180,8 @@ def build_plan(
             for name, role in spec.roles.items()
         ],
         "success_role": spec.success_role,
-        "command": f"{shlex.quote(python)} -m airflow_provider_melon.runtime.executor",
+        # shlex for the `bash -c` that runs it, yarn_shell_value for the double quotes YARN puts around it
+        "command": yarn_shell_value(f"{shlex.quote(python)} -m airflow_provider_melon.runtime.executor"),
         "env": env,
         "local_resources": local,
         "register_timeout_s": spec.register_timeout_s,

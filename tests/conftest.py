@@ -36,6 +36,20 @@ AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # hypothesis comes with the test extra; without it only the property tests fail to import
+    pass
+else:
+    # Property tests (tests/unit/test_fuzz_*.py, test_archive_safety.py) stay bounded: "melon" (the default) is
+    # derandomized, so every run tries the same examples and a CI failure reproduces locally, and writes no
+    # example database into the tree. HYPOTHESIS_PROFILE=melon-explore searches 10x wider with fresh randomness.
+    settings.register_profile("melon", max_examples=50, deadline=None, derandomize=True, database=None,
+                              print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("melon-explore", parent=settings.get_profile("melon"), max_examples=500,
+                              derandomize=False)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "melon"))
+
 
 @pytest.fixture(scope="session")
 def minicluster():

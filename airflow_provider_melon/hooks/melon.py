@@ -57,15 +57,44 @@ def deterministic_zip(files: Iterable[tuple[str, Path]]) -> bytes:
 
 
 def folder_files(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
+    """``(archive name, path)`` of every regular file under ``folder``, for :func:`deterministic_zip`.
+
+    Archive names are relative paths inside the folder (never absolute, never ``..``), and the zip holds regular
+    files only, so the archive YARN unpacks into a container cannot point outside it. A symlink to a file is
+    packed as the file it points to; a symlinked folder is not followed (a warning says so). A broken symlink
+    or a file name that is not UTF-8 (a zip entry name must be) is an error naming it; sockets, FIFOs and
+    devices are skipped with a warning (reading a FIFO would block the submission).
+    """
     out = []
     for root, dirs, names in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        for name in dirs:
+            if os.path.islink(os.path.join(root, name)):  # os.walk does not descend into it
+                log.warning("code folder %s: symlinked folder %s is not followed (not packed)", folder,
+                            _shown(Path(root, name).relative_to(folder)))
         for name in names:
             if name.endswith((".pyc", ".pyo")):
                 continue
             path = Path(root) / name
-            out.append((prefix + path.relative_to(folder).as_posix(), path))
+            rel = path.relative_to(folder)
+            try:
+                rel.as_posix().encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"code folder {folder}: file name {_shown(rel)} is not UTF-8; rename it") from None
+            if not path.exists():
+                raise ValueError(f"code folder {folder}: {_shown(rel)} is a broken symlink (to "
+                                 f"{os.readlink(path)!r}); remove it or make it point at a file")
+            if not path.is_file():
+                log.warning("code folder %s: %s is not a regular file (socket, FIFO or device): skipped", folder,
+                            _shown(rel))
+                continue
+            out.append((prefix + rel.as_posix(), path))
     return out
+
+
+def _shown(rel: Path) -> str:
+    """A path for a message: undecodable bytes shown as bytes, not as surrogates."""
+    return repr(os.fsencode(rel)) if any("\udc80" <= c <= "\udcff" for c in str(rel)) else repr(str(rel))
 
 
 def runtime_files() -> list[tuple[str, Path]]:

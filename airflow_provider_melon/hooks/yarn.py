@@ -18,6 +18,11 @@ Behaviour on every call (``YarnHook._request``):
   :class:`YarnApiError` at once, carrying the status, the URL and the RM's own message.
 * **Parsing** — Hadoop 3.5 (Jersey 2) omits empty fields, or renders empty maps/lists as ``""``/``null``,
   and a one-element list may come as a bare object: every accessor tolerates all of these.
+* **Malformed answers** (an HTML page from a proxy, truncated or non-JSON bodies, a body that cannot be decoded,
+  an unusable redirect, JSON of another shape) raise :class:`YarnApiError` with a one-line message, never
+  another exception. Lists and cluster/node views read what they can (missing fields count as absent); the
+  calls whose answer *is* one field — ``get_application`` (``state``), ``get_state``, ``new_application``
+  (``application-id``) — raise when it is missing.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
 MAX_REDIRECTS = 3
 #: Failures with no usable HTTP answer: the next RM is tried, then the whole pass is retried.
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
+#: Longest RM message kept in a YarnApiError (a proxy's error page can be megabytes)
+MAX_MESSAGE = 500
 
 def _rm_fix(status: int | None, message: str) -> str | None:
     """The fix a user can apply for a failed RM call, where the status and message tell it."""
@@ -86,19 +93,24 @@ def _rm_fix(status: int | None, message: str) -> str | None:
 
 
 class YarnApiError(Exception):
-    """A failed RM call: ``status`` (``None`` when no HTTP answer came), ``url`` and the RM's ``message``.
-    ``str()`` is one line: what failed, the RM's own message (without a Java stack trace) and, where known,
-    the fix."""
+    """A failed RM call: ``status`` (``None`` when no HTTP answer came, or none that could be read:
+    ``unreadable``), ``url`` and the RM's ``message``. ``str()`` is one line: what failed, the RM's own message
+    (without a Java stack trace) and, where known, the fix."""
 
     def __init__(self, message: str, *, status: int | None = None, url: str | None = None,
-                 exception: str | None = None):
+                 exception: str | None = None, unreadable: bool = False):
         self.status = status
         self.url = url
         self.message = " ".join(str(message).split("\n\tat ", 1)[0].split())
-        self.exception = exception
-        self.fix = _rm_fix(status, self.message)
+        if len(self.message) > MAX_MESSAGE:
+            self.message = self.message[:MAX_MESSAGE] + "…"
+        self.exception = None if exception is None else str(exception)
+        self.fix = None if unreadable else _rm_fix(status, self.message)
         where = f" for {url}" if url else ""
-        head = f"YARN RM returned {status}{where}" if status is not None else f"YARN RM unreachable{where}"
+        if status is not None:
+            head = f"YARN RM returned {status}{where}"
+        else:
+            head = f"YARN RM answer unreadable{where}" if unreadable else f"YARN RM unreachable{where}"
         super().__init__(f"{head}: {self.message}" + (f" — fix: {self.fix}" if self.fix else ""))
 
     @classmethod
@@ -129,7 +141,7 @@ def _extract_rm_message(resp: requests.Response) -> tuple[str, str | None]:
         pass
     try:
         body = json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):
         body = None
     if isinstance(body, dict):
         remote = body.get("RemoteException") or body.get("remoteException")
@@ -140,8 +152,8 @@ def _extract_rm_message(resp: requests.Response) -> tuple[str, str | None]:
             if body.get(key):
                 return str(body[key]), None
     text = " ".join(text.split())
-    if len(text) > 500:
-        text = text[:500] + "…"
+    if len(text) > MAX_MESSAGE:
+        text = text[:MAX_MESSAGE] + "…"
     return text or (resp.reason or f"HTTP {resp.status_code}"), None
 
 
@@ -393,8 +405,13 @@ class YarnHook(BaseHook):
                     location = resp.headers.get("Location")
                     if not location:
                         raise _StandbyNoActive(url, resp)
-                    location = urljoin(url, location)
-                    loc = urlsplit(location)
+                    try:
+                        location = urljoin(url, location)
+                        loc = urlsplit(location)
+                        loc.port  # noqa: B018 - raises ValueError on a port that is not a number
+                    except ValueError as err:
+                        raise YarnApiError(f"unusable redirect Location {location!r}: {err}", status=307,
+                                           url=url) from None
                     # keep the Location's path + query; re-add our params it lacks (e.g. user.name)
                     present = {k for k, _ in parse_qsl(loc.query, keep_blank_values=True)}
                     call_params = {k: v for k, v in params.items() if k not in present}
@@ -414,6 +431,13 @@ class YarnHook(BaseHook):
                 last = YarnApiError(f"{type(err).__name__}: {err}", status=None, url=url)
                 log.info("YARN RM %s failed (%s); trying the next RM", base, type(err).__name__)
                 continue
+            except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema,
+                    requests.exceptions.MissingSchema) as err:  # the configured RM address is not a URL
+                raise YarnApiError(f"{type(err).__name__}: {err}", status=None, url=url) from None
+            except (requests.RequestException, ValueError) as err:
+                # e.g. a body that cannot be decoded, a bad header; ValueError: requests parses a 3xx's Location
+                # even when not following it ("Invalid IPv6 URL")
+                raise YarnApiError(f"{type(err).__name__}: {err}", status=None, url=url, unreadable=True) from None
             if resp.status_code >= 500:
                 self._remember_active(base)
                 raise _RetryableError(YarnApiError.from_response(resp))
@@ -538,8 +562,8 @@ class YarnHook(BaseHook):
         """``POST /apps/new-application`` → ``{"application-id", "maximum-resource-capability": {...}}``;
         the capability also gets a flat ``resources`` dict."""
         body = _json_body(self._request("POST", "/ws/v1/cluster/apps/new-application"))
-        if not body.get("application-id"):
-            raise YarnApiError(f"new-application returned no application-id: {body!r}", status=200,
+        if not body.get("application-id") or not isinstance(body["application-id"], str):
+            raise YarnApiError(f"new-application returned no application-id: {_short(body)}", status=200,
                                url=self.active_rm + "/ws/v1/cluster/apps/new-application")
         body["maximum-resource-capability"] = parse_resource(body.get("maximum-resource-capability"))
         return body
@@ -566,14 +590,18 @@ class YarnHook(BaseHook):
         """``/apps/{id}`` → the ``app`` object (``state``, ``finalStatus``, ``diagnostics``, ``trackingUrl``…).
         ``applicationTags`` is also given as a list under ``applicationTagList``."""
         body = self._get_json(f"/ws/v1/cluster/apps/{_q(app_id)}")
-        return _normalise_app(body.get("app", body))
+        app = _normalise_app(body.get("app", body))
+        if not app.get("state") or not isinstance(app["state"], str):
+            raise YarnApiError(f"no application state in the RM's answer: {_short(body)}", status=200,
+                               url=self.active_rm + f"/ws/v1/cluster/apps/{app_id}")
+        return app
 
     def get_state(self, app_id: str) -> str:
         """``/apps/{id}/state`` → ``NEW|NEW_SAVING|SUBMITTED|ACCEPTED|RUNNING|FINISHED|FAILED|KILLED``."""
         body = self._get_json(f"/ws/v1/cluster/apps/{_q(app_id)}/state")
         state = body.get("state")
-        if not state:
-            raise YarnApiError(f"no state in RM answer {body!r}", status=200,
+        if not state or not isinstance(state, str):
+            raise YarnApiError(f"no state in RM answer {_short(body)}", status=200,
                                url=self.active_rm + f"/ws/v1/cluster/apps/{app_id}/state")
         return str(state)
 
@@ -657,7 +685,7 @@ class YarnHook(BaseHook):
             return None
         try:
             body = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return body if isinstance(body, dict) else {"value": body}
 
@@ -732,10 +760,17 @@ def _json_body(resp: requests.Response) -> dict[str, Any]:
         return {}
     try:
         body = resp.json()
-    except ValueError as err:
-        raise YarnApiError(f"RM answered non-JSON: {resp.text[:200]!r}", status=resp.status_code,
+    except (ValueError, RecursionError) as err:  # RecursionError: JSON nested deeper than Python recurses
+        kind = resp.headers.get("Content-Type") or "no Content-Type"
+        raise YarnApiError(f"RM answered non-JSON ({kind}): {resp.text[:200]!r}", status=resp.status_code,
                            url=resp.url) from err
     return body if isinstance(body, dict) else {"value": body}
+
+
+def _short(body: Any) -> str:
+    """A body for an error message: its repr, cut."""
+    text = repr(body)
+    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def _normalise_app(app: Any) -> dict[str, Any]:

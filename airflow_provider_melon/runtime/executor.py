@@ -498,7 +498,11 @@ class Executor:
         return env
 
     def start_child(self, env: Mapping) -> subprocess.Popen:
-        argv = resolve_python(shlex.split(self.cfg.entrypoint))
+        try:
+            argv = resolve_python(shlex.split(self.cfg.entrypoint))
+        except ValueError as exc:  # unbalanced quotes: the spec refuses them, a hand-set variable may not
+            raise Fatal(EXIT_CONFIG, f"MELON_ENTRYPOINT cannot be split into arguments ({exc}): "
+                                     f"{self.cfg.entrypoint!r}") from None
         if not argv:
             raise Fatal(EXIT_CONFIG, "MELON_ENTRYPOINT is empty")
         cwd = prepare_workdir(".")
@@ -506,7 +510,7 @@ class Executor:
         self.release_port()  # the framework binds it itself (see the module docstring on the race)
         try:
             return subprocess.Popen(argv, env=dict(env), cwd=cwd)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument or the environment
             raise Fatal(EXIT_CONFIG, f"cannot start {argv[0]!r}: {exc}") from None
 
     def heartbeat(self, message: str = "") -> Optional[int]:

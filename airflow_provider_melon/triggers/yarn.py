@@ -12,6 +12,11 @@ operator can summarise.
 
 * RM outages: consecutive failed polls are tolerated up to ``max_consecutive_failures`` (the hook itself
   already retries each call); one more gives an ``error`` event. A successful poll resets the count.
+* Malformed RM answers (a proxy's HTML page, truncated JSON, an application without a state) reach the trigger
+  as the hook's :class:`YarnApiError` and count as failed polls, like an outage: the next poll retries, and
+  the ``error`` event, once the budget is spent, carries the hook's one-line message. Odd values inside an
+  otherwise usable answer (a non-text ``diagnostics``, a task list that is not a list, a step of ``Infinity``
+  in the AM's status) never raise: the helpers below read what they can.
 * Logging: every state change; a heartbeat line every ``log_every_n`` polls; while the application runs,
   the AM's task states and last step/loss every ``log_every_n`` polls (``stream_progress``).
 * ``deadline`` (epoch seconds) is the task's timeout: reached → ``timeout`` event (the operator kills the
@@ -29,6 +34,7 @@ application the same way.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any, AsyncIterator, Iterable, Optional, Sequence
 
@@ -75,20 +81,23 @@ def duration_s(app: dict) -> Optional[float]:
     elapsed = app.get("elapsedTime")
     try:
         if elapsed not in (None, "", 0, "0"):
-            return round(float(elapsed) / 1000.0, 3)
+            seconds = float(elapsed) / 1000.0
+            return round(seconds, 3) if math.isfinite(seconds) else None
         started, finished = float(app.get("startedTime") or 0), float(app.get("finishedTime") or 0)
     except (TypeError, ValueError):
         return None
-    if started > 0 and finished >= started:
+    if started > 0 and finished >= started and math.isfinite(finished - started):
         return round((finished - started) / 1000.0, 3)
     return None
 
 
 def _num(value: Any) -> Optional[float]:
+    """A finite number from a JSON value, else None (``Infinity``/``NaN`` parse as floats, but mean nothing)."""
     try:
-        return None if value is None or value == "" else float(value)
-    except (TypeError, ValueError):
+        number = None if value is None or value == "" or isinstance(value, bool) else float(value)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if number is not None and math.isfinite(number) else None
 
 
 def _new_summary(instances: int) -> dict:
@@ -105,7 +114,7 @@ def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]
     out: dict[str, dict] = {}
     for role, instances in (roles or {}).items():
         out[role] = _new_summary(int(instances))
-    for task in tasks or []:
+    for task in tasks if isinstance(tasks, (list, tuple)) else []:
         if not isinstance(task, dict):
             continue
         role = str(task.get("role") or "?")
@@ -128,7 +137,7 @@ def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]
         if attempt:
             entry["restarts"] = max(entry["restarts"], int(attempt))
         code = task.get("exit_code")
-        if code not in (None, "", 0, "0"):
+        if isinstance(code, (int, str)) and code not in (None, "", 0, "0"):
             entry["failed_exit_codes"].append(code)
     return out
 
@@ -162,7 +171,7 @@ def make_event_payload(status: str, app_id: Optional[str], app: Optional[dict], 
         "app_id": app_id,
         "state": app.get("state"),
         "final_status": app.get("finalStatus"),
-        "diagnostics": app.get("diagnostics") or "",
+        "diagnostics": str(app.get("diagnostics") or ""),
         "duration_s": duration_s(app),
         "tracking_url": app.get("trackingUrl"),
         "message": message,
@@ -174,7 +183,7 @@ def outcome_message(app_id: str, app: dict, verdict: str, target_states: Iterabl
     state, final = app.get("state"), app.get("finalStatus")
     if verdict == "success":
         return f"YARN application {app_id} reached {state} (final status {final})"
-    diag = (app.get("diagnostics") or "").strip()
+    diag = str(app.get("diagnostics") or "").strip()
     text = f"YARN application {app_id} ended {state}/{final}"
     if state not in TERMINAL_STATES or (state == "FINISHED" and final == "SUCCEEDED"):
         text = f"YARN application {app_id} is {state}/{final}, not one of {', '.join(target_states)}"
@@ -302,10 +311,11 @@ class YarnApplicationTrigger(BaseTrigger):
 
     async def _resolve_by_tags(self) -> Optional[dict]:
         apps = await self.hook.find_applications(self.tags, match_all=True)
+        apps = [a for a in apps if isinstance(a.get("id"), str) and a["id"]]  # one without an id cannot be followed
         if not apps:
             return None
         app = apps[0]  # newest first
-        self.app_id = app.get("id")
+        self.app_id = app["id"]
         self.log.info("Following YARN application %s (newest with tags %s)", self.app_id, ", ".join(self.tags))
         return app
 
@@ -361,7 +371,7 @@ class YarnApplicationTrigger(BaseTrigger):
                 running_polls += state == "RUNNING"
                 if self.stream_progress and state == "RUNNING" and (running_polls - 1) % self.log_every_n == 0:
                     status = await self.am_status()
-                    if status:
+                    if isinstance(status, dict) and status:
                         self._last_tasks = status.get("tasks") or self._last_tasks
                         line = progress_line(status)
                         if line:
