@@ -364,7 +364,12 @@ def _print_outcome(app: dict) -> None:
 
 def cmd_status(args, cluster: Cluster) -> int:
     app = cluster.yarn.get_application(_check_app_id(args.app_id))
-    am = cluster.yarn.am_status(args.app_id) if app.get("state") == "RUNNING" else None
+    am = None
+    if app.get("state") == "RUNNING":
+        try:  # the AM's own view of its tasks, through the RM's proxy: best effort (it may be starting or ending)
+            am = cluster.yarn.am_status(args.app_id)
+        except Exception as exc:  # noqa: BLE001
+            logging.getLogger(__name__).info("AM status of %s unavailable: %s", args.app_id, exc)
     if args.json:
         _print_json({"app": app_summary(app), "am": am})
         return app_exit_code(app)
@@ -606,7 +611,8 @@ def add_commands(sub, formatter) -> None:
 
     lg = add("logs", "the AM's and tasks' container logs, from the NodeManagers", cmd_logs)
     lg.add_argument("app_id")
-    lg.add_argument("-f", "--follow", action="store_true", help="print new lines as they come, until the app ends")
+    lg.add_argument("-f", "--follow", action="store_true", help="print new lines as they come, until the app ends "
+                    "(with --json: one JSON object per line)")
     lg.add_argument("--file", action="append", help="only this log file (stdout, stderr, AppMaster.stdout, ...; "
                     "repeatable; default: all but the NodeManager's launch files)")
     lg.add_argument("--container", action="append", help="only this container: its id, id suffix (000002) or "

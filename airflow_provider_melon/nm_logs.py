@@ -171,7 +171,8 @@ class NodeLogs:
         return resp
 
     def files(self, ref: ContainerRef) -> Optional[dict[str, int]]:
-        """Log file name → size, or None when the NodeManager serves no log of this container (any more)."""
+        """Log file name → size, or None when the NodeManager serves no log of this container (any more: an
+        ended app's log folder deleted, it answers an empty list)."""
         resp = self._get(ref, "")
         if resp is None:
             return None
@@ -185,7 +186,7 @@ class NodeLogs:
                 entry = as_dict(entry)
                 if entry.get("fileName"):
                     out[str(entry["fileName"])] = int(entry.get("fileSize") or 0)
-        return out
+        return out or None  # a container's log folder always holds files (launch_container.sh, ...) until deleted
 
     def fetch(self, ref: ContainerRef, name: str, size: Optional[int] = None) -> Optional[tuple[int, bytes]]:
         """``(file length, bytes)``: the first ``size`` bytes, the last ``-size``, or all; None when not served."""

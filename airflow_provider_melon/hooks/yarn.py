@@ -857,6 +857,9 @@ class AsyncYarnHook:
     async def am_status(self, app_id: str, path: str = "/status", *, retries: int = 0) -> dict[str, Any] | None:
         return await self._call("am_status", app_id, path, retries=retries)
 
+    async def get_url(self, url: str, params: dict[str, Any] | None = None, **kw: Any) -> requests.Response:
+        return await self._call("get_url", url, params, **kw)
+
     async def test_connection(self) -> tuple[bool, str]:
         return await self._call("test_connection")
 
