@@ -1,4 +1,5 @@
-"""``melon`` command line: the embedded mini cluster, job submission, cluster checks (``melon doctor``), packing a
+"""``melon`` command line: MeLoN jobs on any YARN cluster (``melon submit|status|ls|logs|kill|wait``, in
+:mod:`airflow_provider_melon.cli_jobs`), the embedded mini cluster, cluster checks (``melon doctor``), packing a
 Python environment, and the parameter-server planner (``melon plan ...``,
 :func:`airflow_provider_melon.planner.plan_main`)."""
 
@@ -69,17 +70,6 @@ def _up(args) -> int:
         print("[up] Airflow and the mini cluster stopped", flush=True)
 
 
-def _submit(args) -> int:
-    from airflow_provider_melon.hooks.melon import MelonHook
-    from airflow_provider_melon.spec import JobSpec
-
-    spec = JobSpec.load(Path(args.spec).resolve())
-    hook = melon_hook_for_cluster(Path(args.work_dir))
-    result = hook.submit(spec)
-    print(json.dumps({"app_id": result["app_id"], "uploaded_bytes": result["staging"].uploaded_bytes}))
-    return 0
-
-
 def melon_hook_for_cluster(work_dir: Path):
     """A MelonHook bound to the embedded cluster in ``work_dir`` (no Airflow connection needed)."""
     from hdfs import InsecureClient
@@ -123,8 +113,12 @@ QUIET_NAMESPACES = "airflow.task.hooks.airflow.providers.apache.hdfs=WARNING"
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AIRFLOW__LOGGING__NAMESPACE_LEVELS", QUIET_NAMESPACES)
-    parser = argparse.ArgumentParser(prog="melon", description=__doc__)
+    from airflow_provider_melon import cli_jobs
+
+    parser = argparse.ArgumentParser(prog="melon", description=__doc__, epilog=cli_jobs.EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    cli_jobs.add_commands(sub, argparse.RawDescriptionHelpFormatter)
 
     cl = sub.add_parser("minicluster", help="start/stop/status of the embedded Hadoop 3.5 cluster")
     cl.add_argument("action", choices=["start", "stop", "status"])
@@ -146,11 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--password", default="admin", help="the admin user's password")
     up.add_argument("--timeout", type=float, default=300)
     up.set_defaults(func=_up)
-
-    sb = sub.add_parser("submit", help="submit a job spec (YAML/JSON) to the embedded cluster")
-    sb.add_argument("spec")
-    sb.add_argument("--work-dir", default=str(mc.DEFAULT_WORK_DIR))
-    sb.set_defaults(func=_submit)
 
     dr = sub.add_parser("doctor", help="check that a cluster is ready for MeLoN jobs (each finding with its fix); "
                         "exit 1 if any check fails")

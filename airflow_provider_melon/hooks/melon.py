@@ -183,6 +183,11 @@ class MelonHook:
                 self._hdfs = webhdfs.get_conn()
         return self._hdfs
 
+    @hdfs.setter
+    def hdfs(self, client) -> None:
+        """Use ``client`` (an ``hdfs.Client``, or a wrapper of one: the CLI's upload progress) for HDFS."""
+        self._hdfs = client
+
     def hdfs_uri(self, path: str) -> str:
         if path.startswith("hdfs://"):
             return path

@@ -471,6 +471,15 @@ class YarnHook(BaseHook):
         except _RetryableError as err:
             raise err.error from None
 
+    def get_url(self, url: str, params: dict[str, Any] | None = None, **kw: Any) -> requests.Response:
+        """GET an absolute URL of another YARN daemon's web service (a NodeManager's ``/ws/v1/node/...``) with this
+        hook's session, auth (``user.name`` under simple auth, SPNEGO under Kerberos) and timeout. No HA failover,
+        no retries, redirects not followed: the response is returned whatever its status; transport errors raise
+        ``requests.RequestException``."""
+        self._ensure_configured()
+        return self.get_conn().get(url, params=self._params(params), timeout=self.timeout, allow_redirects=False,
+                                   **kw)
+
     def _get_json(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         return _json_body(self._request("GET", path, params=params))
 
@@ -882,6 +891,9 @@ class AsyncYarnHook:
 
     async def am_status(self, app_id: str, path: str = "/status", *, retries: int = 0) -> dict[str, Any] | None:
         return await self._call("am_status", app_id, path, retries=retries)
+
+    async def get_url(self, url: str, params: dict[str, Any] | None = None, **kw: Any) -> requests.Response:
+        return await self._call("get_url", url, params, **kw)
 
     async def test_connection(self) -> tuple[bool, str]:
         return await self._call("test_connection")

@@ -94,10 +94,10 @@ def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(whe
     inside = [p for p in seen["path"] if p.startswith(str(REPO)) and p != deps]
     assert not inside, f"paths into the checkout on sys.path: {inside}"
 
-    result = subprocess.run([str(venv / "bin" / "melon"), "submit", str(spec), "--work-dir", str(minicluster.work_dir)],
-                            cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([str(venv / "bin" / "melon"), "submit", str(spec), "--work-dir", str(minicluster.work_dir),
+                             "--json"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    app_id = json.loads(result.stdout.strip().splitlines()[-1])["app_id"]
+    app_id = json.loads(result.stdout)["app_id"]
     app = jobs.wait(app_id, timeout=300)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
 

@@ -668,3 +668,15 @@ def test_unexpected_redirect_on_json_call_is_an_error(m):
     with pytest.raises(YarnApiError, match="unexpected redirect") as exc:
         make_hook().cluster_info()
     assert exc.value.status == 302
+
+
+def test_get_url_reaches_another_daemon_with_the_hooks_auth_and_no_redirects(m):
+    """What the CLI reads NodeManagers' logs with: the hook's session, user.name, timeout; the answer as it is."""
+    hook = make_hook()
+    m.get("http://nm1:8042/ws/v1/node/containers/c1/logs", json={"containerLogsInfo": {}})
+    resp = hook.get_url("http://nm1:8042/ws/v1/node/containers/c1/logs", {"size": -10})
+    assert resp.status_code == 200 and m.last_request.qs == {"size": ["-10"], "user.name": ["alice"]}
+    m.get("http://nm1:8042/moved", status_code=307, headers={"Location": "http://logserver/x"})
+    assert hook.get_url("http://nm1:8042/moved").status_code == 307  # not followed
+    m.get("http://nm1:8042/missing", status_code=404)
+    assert hook.get_url("http://nm1:8042/missing").status_code == 404  # no YarnApiError: the caller decides

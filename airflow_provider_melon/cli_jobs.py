@@ -1,0 +1,725 @@
+"""``melon submit | status | ls | logs | kill | wait``: MeLoN jobs on any YARN cluster.
+
+The cluster comes from an Airflow connection (``--conn-id``, with ``--webhdfs-conn-id`` for staging: the provider's
+own hooks, as in Airflow), from RM URLs (``--rm``, repeatable or comma-separated for HA, ``--webhdfs``,
+``--user``), or, when neither is given, from the embedded mini cluster in ``--work-dir``.
+Output is human-readable, or JSON with ``--json``; exit codes are in :data:`EXIT_CODES` (``melon --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from airflow_provider_melon import minicluster as mc
+
+EXIT_CODES = """\
+exit codes of submit, status, ls, logs, kill, wait:
+  0    success: the app SUCCEEDED (wait, status, submit --wait) or is still running (status)
+  1    the app FAILED or was KILLED (wait, status, submit --wait); any other error
+  2    bad usage or a bad job spec (the message names the field)
+  3    the cluster is unreachable (ResourceManager, NameNode, NodeManagers)
+  4    not found: no such application, or its logs are gone
+  124  wait --timeout (or kill --timeout) expired before the app ended"""
+
+OK, APP_FAILED, USAGE, UNREACHABLE, NOT_FOUND, TIMED_OUT = 0, 1, 2, 3, 4, 124
+TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
+RM_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
+APP_ID = re.compile(r"^application_\d+_\d+$")
+#: the RM may be restarting or failing over while we poll an app we have seen: keep polling this long
+POLL_GRACE_S = 120.0
+
+
+class CliError(Exception):
+    """A failure with its exit code; ``str()`` is the one line printed."""
+
+    code = APP_FAILED
+
+
+class UsageError(CliError):
+    code = USAGE
+
+
+class Unreachable(CliError):
+    code = UNREACHABLE
+
+
+class NotFound(CliError):
+    code = NOT_FOUND
+
+
+# ---- the cluster ----------------------------------------------------------------------------------------------
+def _split_urls(values: Optional[list[str]]) -> list[str]:
+    return [u.strip() for v in values or [] for u in v.split(",") if u.strip()]
+
+
+class Cluster:
+    """The hooks for the cluster the command line names (see the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.rm_urls = _split_urls(args.rm)
+        if self.rm_urls and args.conn_id:
+            raise UsageError("give the cluster either as --conn-id or as --rm, not both")
+        self.mode = "rm" if self.rm_urls else "conn" if args.conn_id else "embedded"
+        self.details = None
+        if self.mode == "embedded":
+            self.details = mc.read_details(Path(args.work_dir))
+            if self.details is None:
+                raise Unreachable(f"no cluster given and no mini cluster running in {args.work_dir}: pass --rm URL "
+                                  "or --conn-id ID (or start one with `melon minicluster start`)")
+        self._yarn = None
+
+    @property
+    def yarn(self):
+        if self._yarn is None:
+            from airflow_provider_melon.hooks.yarn import YarnHook
+
+            if self.mode == "conn":
+                self._yarn = YarnHook(self.args.conn_id, user=self.args.user)
+            else:
+                urls = self.rm_urls or [self.details.rm_web_url]
+                user = self.args.user or (self.details.user if self.details else None)
+                self._yarn = YarnHook(rm_urls=urls, user=user, retries=1, backoff=0.5)
+        return self._yarn
+
+    def melon_hook(self):
+        """A MelonHook for staging and submitting: the connection's extras, the embedded cluster's details, or
+        the submit options (which override either)."""
+        from airflow_provider_melon.hooks.melon import MelonHook
+
+        a = self.args
+        env = dict(mc.container_env(self.details)) if self.details else {}
+        for item in a.container_env or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise UsageError(f"--container-env {item!r}: expected KEY=VALUE")
+            env[key] = value
+        webhdfs = a.webhdfs or (self.details.webhdfs_url if self.details else None)
+        if self.mode == "rm" and not webhdfs:
+            raise UsageError("submit with --rm needs --webhdfs URL (the NameNode's HTTP address, e.g. "
+                             "http://namenode:9870), to stage the job's files")
+        yarn = self.yarn
+        client = None
+        if webhdfs:
+            from hdfs import InsecureClient
+
+            client = InsecureClient(webhdfs.rstrip("/").rsplit("/webhdfs/v1", 1)[0], user=yarn.remote_user)
+        details = self.details
+        hook = MelonHook(
+            a.conn_id or "yarn_default", a.webhdfs_conn_id or "webhdfs_default", yarn_hook=yarn,
+            hdfs_client=client, am_classpath=a.am_classpath or (details.am_classpath if details else None),
+            default_python=a.python or (sys.executable if details else None), container_env=env,
+            fs_default_fs=a.fs_default_fs or (details.fs_default_fs if details else None),
+            staging_retry_s=a.staging_retry_s,
+        )
+        if not hook.fs_default_fs:
+            value = yarn.rm_conf("fs.defaultFS")  # the RM's own configuration names the cluster's file system
+            if not value or not value.startswith("hdfs://"):
+                raise UsageError(f"the cluster's fs.defaultFS is unknown (the RM says {value!r}): pass "
+                                 "--fs-default-fs hdfs://namenode:8020")
+            hook.fs_default_fs = value
+        return hook
+
+
+# ---- output helpers -------------------------------------------------------------------------------------------
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def app_summary(app: dict) -> dict:
+    """The fields of an RM application the CLI shows (``--json`` prints this)."""
+    finished = int(app.get("finishedTime") or 0)
+    return {
+        "id": app.get("id"), "name": app.get("name"), "user": app.get("user"), "queue": app.get("queue"),
+        "type": app.get("applicationType"), "state": app.get("state"), "final_status": app.get("finalStatus"),
+        "progress": float(app.get("progress") or 0.0), "elapsed_s": round(int(app.get("elapsedTime") or 0) / 1000, 1),
+        "started": int(app.get("startedTime") or 0) or None, "finished": finished or None,
+        "tags": list(app.get("applicationTagList") or []), "tracking_url": app.get("trackingUrl"),
+        "diagnostics": (app.get("diagnostics") or "").strip(),
+    }
+
+
+def succeeded(app: dict) -> bool:
+    return app.get("state") == "FINISHED" and app.get("finalStatus") == "SUCCEEDED"
+
+
+def app_exit_code(app: dict) -> int:
+    """0 while running or once SUCCEEDED; 1 once FAILED or KILLED."""
+    return OK if app.get("state") not in TERMINAL or succeeded(app) else APP_FAILED
+
+
+def _state(app: dict) -> str:
+    return f"{app.get('state')}/{app.get('finalStatus') or 'UNDEFINED'}"
+
+
+def _first_line(text: str, width: int = 160) -> str:
+    line = " ".join(str(text or "").split("\n", 1)[0].split())
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=1, sort_keys=True))
+
+
+def _check_app_id(app_id: str) -> str:
+    if not APP_ID.match(app_id):
+        raise UsageError(f"{app_id!r} is not a YARN application id (application_<cluster timestamp>_<sequence>)")
+    return app_id
+
+
+class Progress:
+    """A one-line text bar on stderr, drawn only when stderr is a terminal (never into pipes or files)."""
+
+    WIDTH = 24
+
+    def __init__(self, stream=None, enabled: Optional[bool] = None):
+        self.stream = stream or sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
+        self._shown = 0
+        self._last = 0.0
+
+    def update(self, fraction: Optional[float], text: str, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1:
+            return
+        self._last = now
+        line = text
+        if fraction is not None:
+            frac = min(max(fraction, 0.0), 1.0)
+            done = int(frac * self.WIDTH)
+            line = f"[{'#' * done}{'.' * (self.WIDTH - done)}] {frac * 100:3.0f}% {text}"
+        line = line[: max(shutil.get_terminal_size((100, 20)).columns - 1, 20)]
+        self.stream.write("\r" + line + " " * max(self._shown - len(line), 0))
+        self.stream.flush()
+        self._shown = len(line)
+
+    def clear(self) -> None:
+        if self.enabled and self._shown:
+            self.stream.write("\r" + " " * self._shown + "\r")
+            self.stream.flush()
+            self._shown = 0
+
+
+class _ReadProgress:
+    """Bytes to upload, read in blocks by the HTTP client (with a known length), reporting how far it got."""
+
+    def __init__(self, data: bytes, report: Callable[[int], None]):
+        self._buf, self._len, self._report = io.BytesIO(data), len(data), report
+
+    def __len__(self) -> int:
+        return self._len
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._buf.read(size)
+        self._report(self._buf.tell())
+        return chunk
+
+
+class UploadProgress:
+    """An ``hdfs`` client whose bigger writes (the staged code, runtime and AM jar) draw the progress bar; every
+    other call passes through unchanged."""
+
+    MIN_BYTES = 64 * 1024
+    _TMP = re.compile(r"^\.(.+)\.[0-9a-f]{32}\.tmp$")  # hdfs_io writes beside the target, then renames
+
+    def __init__(self, client, bar: Progress):
+        self._client, self._bar = client, bar
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def write(self, hdfs_path: str, data=None, **kwargs):
+        if not self._bar.enabled or not isinstance(data, (bytes, bytearray)) or len(data) < self.MIN_BYTES:
+            return self._client.write(hdfs_path, data=data, **kwargs)
+        base = hdfs_path.rsplit("/", 1)[-1]
+        match = self._TMP.match(base)
+        name, total = (match.group(1) if match else base), len(data)
+
+        def report(done: int) -> None:
+            self._bar.update(done / total, f"staging {name} {done / 2**20:.1f}/{total / 2**20:.1f} MiB",
+                             force=done >= total)
+
+        try:
+            return self._client.write(hdfs_path, data=_ReadProgress(bytes(data), report), **kwargs)
+        finally:
+            self._bar.clear()
+
+
+# ---- polling --------------------------------------------------------------------------------------------------
+def _transient(exc: Exception) -> bool:
+    status = getattr(exc, "status", "no")
+    return status is None or status == 307 or (isinstance(status, int) and (status >= 500 or status == 404))
+
+
+class AppPoller:
+    """Reads an app's RM record again and again. Once the app has been seen, an RM that is away (restarting,
+    failing over: no answer, 5xx, 404 while it recovers) gives None for up to :data:`POLL_GRACE_S`, then raises."""
+
+    def __init__(self, yarn, app_id: str, seen: bool = False):
+        self.yarn, self.app_id, self.seen = yarn, app_id, seen
+        self._trouble_since: Optional[float] = None
+
+    def get(self) -> Optional[dict]:
+        from airflow_provider_melon.hooks.yarn import YarnApiError
+
+        try:
+            app = self.yarn.get_application(self.app_id)
+        except YarnApiError as exc:
+            if not self.seen or not _transient(exc):
+                raise
+            self._trouble_since = self._trouble_since or time.monotonic()
+            if time.monotonic() - self._trouble_since > POLL_GRACE_S:
+                raise
+            return None
+        self.seen, self._trouble_since = True, None
+        return app
+
+
+def wait_for(yarn, app_id: str, *, timeout: Optional[float], interval: float, bar: Progress,
+             first: Optional[dict] = None) -> Optional[dict]:
+    """Poll the RM until the app ends: its last RM record, or None when ``timeout`` passed first."""
+    start = time.monotonic()
+    poller = AppPoller(yarn, app_id, seen=first is not None)
+    app = first
+    while True:
+        if app is None:
+            app = poller.get()
+        if app is not None:
+            bar.update(float(app.get("progress") or 0) / 100,
+                       f"{_state(app)} {_duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}")
+            if app.get("state") in TERMINAL:
+                bar.clear()
+                return app
+        waited = time.monotonic() - start
+        if timeout is not None and waited >= timeout:
+            bar.clear()
+            return None
+        time.sleep(interval if timeout is None else max(min(interval, timeout - waited), 0.05))
+        app = None
+
+
+# ---- commands -------------------------------------------------------------------------------------------------
+def cmd_submit(args, cluster: Cluster) -> int:
+    from airflow_provider_melon.spec import JobSpec
+
+    path = Path(args.spec)
+    if not path.is_file():
+        raise UsageError(f"job spec {args.spec}: no such file")
+    text = path.read_text()
+    base = path.resolve().parent
+    spec = JobSpec.from_json(text, base_dir=base) if path.suffix == ".json" else JobSpec.from_yaml(text, base_dir=base)
+    hook = cluster.melon_hook()
+    bar = Progress()
+    hook.hdfs = UploadProgress(hook.hdfs, bar)
+    result = hook.submit(spec, tags=args.tag or None)
+    app_id, report = result["app_id"], result["staging"]
+    out: dict[str, Any] = {
+        "app_id": app_id, "name": spec.name, "uploaded_bytes": report.uploaded_bytes,
+        "staged": {k: {"url": f.url, "size": f.size, "uploaded_bytes": f.uploaded_bytes}
+                   for k, f in report.files.items()},
+    }
+    code = OK
+    if not args.json:
+        cached = sum(1 for f in report.files.values() if not f.uploaded_bytes)
+        print(f"submitted {app_id} ({spec.name}): {report.uploaded_bytes} bytes uploaded, "
+              f"{cached} of {len(report.files)} staged files cached")
+    if args.wait:
+        app = wait_for(cluster.yarn, app_id, timeout=args.timeout, interval=args.interval, bar=bar)
+        if app is None:
+            out["final"] = None
+            code = TIMED_OUT
+            if not args.json:
+                print(f"{app_id} still running after {args.timeout:g} s", file=sys.stderr)
+        else:
+            out["final"] = app_summary(app)
+            code = app_exit_code(app)
+            if not args.json:
+                _print_outcome(app)
+    if args.json:
+        _print_json(out)
+    return code
+
+
+def _print_outcome(app: dict) -> None:
+    print(f"{app.get('id')} {_state(app)} after {_duration(int(app.get('elapsedTime') or 0) / 1000)}")
+    if not succeeded(app) and app.get("diagnostics"):
+        print(f"  diagnostics: {_first_line(app['diagnostics'], 400)}")
+
+
+def cmd_status(args, cluster: Cluster) -> int:
+    app = cluster.yarn.get_application(_check_app_id(args.app_id))
+    am = None
+    if app.get("state") == "RUNNING":
+        try:  # the AM's own view of its tasks, through the RM's proxy: best effort (it may be starting or ending)
+            am = cluster.yarn.am_status(args.app_id)
+        except Exception as exc:  # noqa: BLE001
+            logging.getLogger(__name__).info("AM status of %s unavailable: %s", args.app_id, exc)
+    if args.json:
+        _print_json({"app": app_summary(app), "am": am})
+        return app_exit_code(app)
+    s = app_summary(app)
+    print(f"{s['id']}  {s['name']}")
+    print(f"  state     {_state(app)}   progress {s['progress']:.0f}%   elapsed {_duration(s['elapsed_s'])}")
+    print(f"  user      {s['user']}   queue {s['queue']}   type {s['type']}   tags {','.join(s['tags']) or '-'}")
+    if s["tracking_url"]:
+        print(f"  tracking  {s['tracking_url']}")
+    if s["diagnostics"]:
+        print(f"  diagnostics  {_first_line(s['diagnostics'], 400)}")
+    tasks = (am or {}).get("tasks") or []
+    if tasks:
+        print(f"  tasks ({(am or {}).get('state') or 'AM'}):")
+        for t in tasks:
+            where = t.get("node_id") or t.get("host") or "-"
+            extra = f" exit {t['exit_code']}" if t.get("exit_code") is not None else ""
+            print(f"    {t.get('role')}:{t.get('index')}  {t.get('state')}  {t.get('container_id') or '-'}  "
+                  f"{where}{extra}")
+    return app_exit_code(app)
+
+
+def cmd_ls(args, cluster: Cluster) -> int:
+    states = [s.strip().upper() for v in args.state or [] for s in v.split(",") if s.strip()]
+    bad = [s for s in states if s not in RM_STATES]
+    if bad:
+        raise UsageError(f"--state {','.join(bad)}: YARN states are {', '.join(RM_STATES)}")
+    if args.limit < 0:
+        raise UsageError(f"--limit {args.limit}: must be 0 (all) or more")
+    tags = [t.strip().lower() for v in args.tag or [] for t in v.split(",") if t.strip()]
+    apps = cluster.yarn.list_applications(states=states or None, applicationTags=tags or None,
+                                          applicationTypes=None if args.all_types else "MELON")
+    if tags:  # the RM matches any tag; every one named must be there
+        apps = [a for a in apps if set(tags) <= set(a.get("applicationTagList") or [])]
+    if not args.all_types:
+        apps = [a for a in apps if str(a.get("applicationType") or "").upper() == "MELON"]
+    apps.sort(key=lambda a: int(a.get("startedTime") or 0), reverse=True)
+    if args.limit:
+        apps = apps[: args.limit]
+    rows = [app_summary(a) for a in apps]
+    if args.json:
+        _print_json(rows)
+        return OK
+    table = [("ID", "NAME", "USER", "STATE", "PROGRESS", "ELAPSED")]
+    table += [(r["id"], _first_line(r["name"], 40), r["user"] or "-", f"{r['state']}/{r['final_status']}",
+               f"{r['progress']:.0f}%", _duration(r["elapsed_s"])) for r in rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
+    if not rows:
+        print("(no applications)", file=sys.stderr)
+    return OK
+
+
+def cmd_wait(args, cluster: Cluster) -> int:
+    app_id = _check_app_id(args.app_id)
+    first = cluster.yarn.get_application(app_id)  # an unknown id fails here (4), not after a grace period
+    app = wait_for(cluster.yarn, app_id, timeout=args.timeout, interval=args.interval, bar=Progress(), first=first)
+    if app is None:
+        print(f"error: {app_id} still running after {args.timeout:g} s (wait --timeout)", file=sys.stderr)
+        return TIMED_OUT
+    if args.json:
+        _print_json(app_summary(app))
+    else:
+        _print_outcome(app)
+    return app_exit_code(app)
+
+
+def cmd_kill(args, cluster: Cluster) -> int:
+    yarn = cluster.yarn
+    app_id = _check_app_id(args.app_id)
+    app = yarn.get_application(app_id)
+    if app.get("state") in TERMINAL:
+        message = f"{app_id} already ended ({_state(app)}): nothing to kill"
+    else:
+        yarn.kill_application(app_id)
+        if args.no_wait:
+            app, message = yarn.get_application(app_id), f"kill of {app_id} requested"
+        else:
+            ended = wait_for(yarn, app_id, timeout=args.timeout, interval=1.0, bar=Progress(), first=None)
+            if ended is None:
+                print(f"error: kill of {app_id} requested, but it is still running after {args.timeout:g} s",
+                      file=sys.stderr)
+                return TIMED_OUT
+            app, message = ended, f"{app_id} {_state(ended)}"
+    if args.json:
+        _print_json(app_summary(app))
+    else:
+        print(message)
+    return OK
+
+
+def cmd_logs(args, cluster: Cluster) -> int:
+    from airflow_provider_melon import nm_logs
+
+    yarn = cluster.yarn
+    app_id = _check_app_id(args.app_id)
+    app = yarn.get_application(app_id)
+    logs = nm_logs.NodeLogs(yarn, app_id)
+
+    def chosen(ref) -> bool:
+        only = args.container
+        return not only or any(c in (ref.id, ref.label) or ref.id.endswith("_" + c.lstrip("_")) for c in only)
+
+    if args.follow:
+        return _follow(args, yarn, app, logs, chosen)
+    served, out = False, []
+    for ref in logs.discover(app.get("state") not in TERMINAL):
+        files = logs.files(ref)
+        if files is None:
+            continue
+        served = True
+        if not chosen(ref):
+            continue
+        for name, size in files.items():
+            if not nm_logs.wanted_file(name, args.file):
+                continue
+            got = logs.fetch(ref, name) if size else (0, b"")
+            text = got[1].decode("utf-8", "replace") if got else ""
+            out.append({"container": ref.id, "label": ref.label, "node": ref.node_id, "file": name, "text": text})
+    if not served:
+        _no_logs(app, logs)
+    if args.json:
+        _print_json({"app": app_summary(app), "logs": out})
+        return OK
+    for item in out:
+        if not item["text"]:
+            continue
+        print(f"==> {item['label']} {item['container']} on {item['node'] or '?'}: {item['file']} <==")
+        sys.stdout.write(item["text"] if item["text"].endswith("\n") else item["text"] + "\n")
+    if not out:
+        print(f"({app_id}: no log output yet)", file=sys.stderr)
+    return OK
+
+
+def _no_logs(app: dict, logs) -> None:
+    """No NodeManager served any log of the app: say why (raises), unless it simply has not started yet."""
+    from airflow_provider_melon import nm_logs
+
+    if logs.unreachable:
+        raise Unreachable(f"NodeManager(s) {', '.join(sorted(logs.unreachable))} unreachable: cannot read the logs "
+                          f"of {app.get('id')}")
+    if app.get("state") in TERMINAL:
+        raise NotFound(nm_logs.gone_message(str(app.get("id")), app))
+
+
+def _follow(args, yarn, app: dict, logs, chosen) -> int:
+    """Print every log line once, as it comes, until the app ends (then what is left, and stop)."""
+    from airflow_provider_melon import nm_logs
+
+    tails: dict[tuple[str, str], nm_logs.LogTail] = {}
+    served = False
+    poller = AppPoller(yarn, str(app["id"]), seen=True)
+
+    def emit(ref, name: str, lines: list[str]) -> None:
+        for line in lines:
+            if args.json:
+                print(json.dumps({"container": ref.id, "label": ref.label, "file": name, "line": line}))
+            else:
+                print(f"[{ref.label} {name}] {line}")
+        if lines:
+            sys.stdout.flush()
+
+    while True:
+        running = app.get("state") not in TERMINAL
+        for ref in logs.discover(running):
+            files = logs.files(ref)
+            if files is None:
+                continue
+            served = True
+            if not chosen(ref):
+                continue
+            for name, size in files.items():
+                if nm_logs.wanted_file(name, args.file):
+                    tail = tails.setdefault((ref.id, name), nm_logs.LogTail(logs, ref, name))
+                    emit(ref, name, tail.lines(size))
+        if not running:
+            for (cid, name), tail in tails.items():
+                emit(logs.containers[cid], name, tail.flush())
+            if not served:
+                _no_logs(app, logs)
+            return OK
+        time.sleep(args.interval)
+        app = poller.get() or app
+
+
+# ---- the command line -----------------------------------------------------------------------------------------
+def _cluster_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    g = parent.add_argument_group("cluster (default: the embedded mini cluster in --work-dir)")
+    g.add_argument("--conn-id", help="Airflow connection of the ResourceManager (type yarn), e.g. yarn_default")
+    g.add_argument("--webhdfs-conn-id", help="Airflow connection of WebHDFS, for submit's staging (default "
+                   "webhdfs_default)")
+    g.add_argument("--rm", action="append", metavar="URL",
+                   help="ResourceManager web URL (http://rm:8088); repeat or comma-separate for HA")
+    g.add_argument("--webhdfs", metavar="URL", help="NameNode HTTP URL for submit's staging (http://nn:9870)")
+    g.add_argument("--user", help="user for simple auth (default: the connection's login, else HADOOP_USER_NAME, "
+                   "else your login)")
+    g.add_argument("--work-dir", default=str(mc.DEFAULT_WORK_DIR), help="the embedded cluster's folder")
+    parent.add_argument("--json", action="store_true", help="print JSON")
+    parent.add_argument("-v", "--verbose", action="store_true", help="log what the hooks do (on stderr)")
+    return parent
+
+
+def add_commands(sub, formatter) -> None:
+    """Add the job commands to the ``melon`` parser's sub-parsers."""
+    common = _cluster_options()
+
+    def add(name: str, help_: str, func) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_, description=help_ + ".", epilog=EXIT_CODES,
+                           formatter_class=formatter)
+        p.set_defaults(func=run, command_func=func)
+        return p
+
+    sb = add("submit", "stage and submit a job spec (YAML or JSON file)", cmd_submit)
+    sb.add_argument("spec", help="the job spec file (.yaml, .yml or .json)")
+    sb.add_argument("--tag", action="append", help="an application tag (repeatable), besides the spec's tags")
+    sb.add_argument("--wait", action="store_true", help="then wait until the app ends (exit code as `wait`)")
+    sb.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds (exit 124)")
+    sb.add_argument("--interval", type=float, default=2.0, help="with --wait: seconds between polls")
+    s = sb.add_argument_group("cluster settings a yarn connection's extra would give (override it)")
+    s.add_argument("--fs-default-fs", help="hdfs://namenode:8020 (default: the RM's fs.defaultFS)")
+    s.add_argument("--am-classpath", help="the AM's Hadoop classpath (default: YARN's application classpath)")
+    s.add_argument("--python", help="the NodeManagers' interpreter for jobs that name none (default python3)")
+    s.add_argument("--container-env", action="append", metavar="KEY=VALUE", help="environment of every container")
+    s.add_argument("--staging-retry-s", type=float, default=30.0,
+                   help="how long staging retries a NameNode that is away (default 30)")
+
+    st = add("status", "an application's state, progress and tasks (exit 1 if it FAILED or was KILLED)",
+             cmd_status)
+    st.add_argument("app_id")
+
+    ls = add("ls", "list MeLoN applications, newest first", cmd_ls)
+    ls.add_argument("--state", action="append", help="only these YARN states (repeatable or comma-separated: "
+                    "RUNNING, FINISHED, FAILED, KILLED, ACCEPTED, ...)")
+    ls.add_argument("--tag", action="append", help="only apps carrying this tag (repeatable: all of them)")
+    ls.add_argument("--limit", type=int, default=20, help="at most this many (default 20; 0: all)")
+    ls.add_argument("--all-types", action="store_true", help="not only MeLoN apps (Spark, MapReduce, ...)")
+
+    lg = add("logs", "the AM's and tasks' container logs, from the NodeManagers", cmd_logs)
+    lg.add_argument("app_id")
+    lg.add_argument("-f", "--follow", action="store_true", help="print new lines as they come, until the app ends "
+                    "(with --json: one JSON object per line)")
+    lg.add_argument("--file", action="append", help="only this log file (stdout, stderr, AppMaster.stdout, ...; "
+                    "repeatable; default: all but the NodeManager's launch files)")
+    lg.add_argument("--container", action="append", help="only this container: its id, id suffix (000002) or "
+                    "task (am, worker:0); repeatable")
+    lg.add_argument("--interval", type=float, default=2.0, help="with -f: seconds between polls")
+
+    kl = add("kill", "kill an application and wait until YARN reports it KILLED", cmd_kill)
+    kl.add_argument("app_id")
+    kl.add_argument("--no-wait", action="store_true", help="return once the RM accepted the kill")
+    kl.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for KILLED (default 120)")
+
+    wt = add("wait", "wait until an application ends (exit 0 if it SUCCEEDED, 1 if not)", cmd_wait)
+    wt.add_argument("app_id")
+    wt.add_argument("--timeout", type=float, help="give up after this many seconds (exit 124)")
+    wt.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
+
+
+def _quiet_logging(verbose: bool) -> None:
+    """Airflow's logging writes to stdout; the CLI keeps stdout for its output, so log records go to stderr, and
+    only errors unless ``--verbose``."""
+    import airflow_provider_melon.hooks.yarn  # noqa: F401 - importing Airflow sets up its logging first
+
+    for handler in logging.root.handlers:
+        if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.stdout:
+            handler.setStream(sys.stderr)
+    if not logging.root.handlers:
+        logging.basicConfig(stream=sys.stderr)
+    level = logging.INFO if verbose else logging.ERROR
+    for name in ("airflow_provider_melon", "hdfs", "airflow", "urllib3"):
+        logging.getLogger(name).setLevel(level)
+
+
+def run(args) -> int:
+    """Run a job command; every failure becomes one line on stderr and its exit code (:data:`EXIT_CODES`)."""
+    try:
+        if getattr(args, "app_id", None) is not None:
+            _check_app_id(args.app_id)  # before looking for the cluster: bad input is told first
+        _quiet_logging(args.verbose)
+        return args.command_func(args, Cluster(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `melon logs APP | head`: the reader has what it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
+    except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
+        code, message = classify(exc, args)
+        print(f"error: {message}", file=sys.stderr)
+        if args.verbose and not isinstance(exc, CliError):
+            import traceback
+
+            traceback.print_exc()
+        return code
+
+
+def _base(url: Optional[str]) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url or "")
+    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else "?"
+
+
+def _cause(message: str) -> str:
+    """The gist of a transport error (requests' messages nest the whole connection pool's story)."""
+    for key, text in (("refused", "connection refused"), ("timed out", "timed out"), ("Timeout", "timed out"),
+                      ("Name or service not known", "unknown host"), ("nodename nor servname", "unknown host"),
+                      ("standby", "standby ResourceManager and no active one known")):
+        if key in message:
+            return text
+    return _first_line(message, 200)
+
+
+def classify(exc: BaseException, args=None) -> tuple[int, str]:
+    """An exception → (exit code, one-line message)."""
+    from airflow_provider_melon.hdfs_io import MelonHdfsError
+    from airflow_provider_melon.nm_logs import NodeManagerError
+    from airflow_provider_melon.spec import JobSpecError
+
+    if isinstance(exc, CliError):
+        return exc.code, str(exc)
+    if isinstance(exc, JobSpecError):
+        return USAGE, f"{getattr(args, 'spec', 'job spec')}: {exc}"
+    if isinstance(exc, mc.MiniClusterError):
+        return USAGE, str(exc)
+    name = type(exc).__name__
+    if name == "AirflowNotFoundException":
+        return USAGE, f"{exc} (an Airflow connection: `airflow connections add`, or AIRFLOW_CONN_<ID>)"
+    try:
+        from airflow_provider_melon.hooks.yarn import YarnApiError
+    except ImportError:  # pragma: no cover
+        YarnApiError = ()  # type: ignore[assignment]  # noqa: N806
+    if YarnApiError and isinstance(exc, YarnApiError):
+        if exc.status is None or exc.status == 307:
+            return UNREACHABLE, f"cannot reach the ResourceManager {_base(exc.url)}: {_cause(exc.message)}"
+        if exc.status == 404 and getattr(args, "app_id", None):
+            return NOT_FOUND, f"no application {args.app_id} on this cluster ({exc.message})"
+        return APP_FAILED, str(exc)
+    if isinstance(exc, MelonHdfsError):
+        return (UNREACHABLE if exc.retriable else APP_FAILED), str(exc)
+    if isinstance(exc, NodeManagerError):
+        return APP_FAILED, str(exc)
+    import requests
+
+    if isinstance(exc, requests.RequestException):
+        return UNREACHABLE, f"{name}: {exc}"
+    if isinstance(exc, ValueError) and "ResourceManager URL" in str(exc):
+        return USAGE, str(exc)
+    return APP_FAILED, f"{name}: {_first_line(str(exc), 400)}" + ("" if getattr(args, "verbose", False)
+                                                                   else " (-v for the traceback)")

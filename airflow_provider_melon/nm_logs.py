@@ -1,0 +1,273 @@
+"""Container logs of a YARN application, read from the NodeManagers' REST API: works on any cluster (the mini
+cluster's NodeManagers serve the same API on loopback), needs no access to the nodes' disks.
+
+Where the containers are:
+
+* the RM's application attempts (``/ws/v1/cluster/apps/{id}/appattempts``) name each attempt's AM container and
+  its NodeManager;
+* the MeLoN AM logs each task container it launches (``MelonAM: task worker:0 attempt 0 -> container_… on
+  host:port``) in its ``AppMaster.stdout``, which names every task's container and node, also once the app has
+  ended (the RM then lists no containers, and a NodeManager no longer lists the app's);
+* for a running app, the RM's containers of the current attempt (``…/appattempts/{attempt}/containers``) add any
+  container the AM has not named yet.
+
+Node ids are mapped to NodeManager web addresses through the RM's node list.
+
+What a NodeManager serves: ``/ws/v1/node/containers/{id}/logs`` (each log file's name and size) and
+``/ws/v1/node/containers/{id}/logs/{file}?size=-N`` (the file's last N bytes, inside a header that gives the file's
+whole length, ``LogLength:``, and a footer). :class:`LogTail` reads a file from an offset, so following it never
+repeats a line. With log aggregation off, a NodeManager deletes an ended app's logs after
+``yarn.nodemanager.log.retain-seconds``: :func:`gone_message` says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Optional
+from urllib.parse import quote, urlsplit
+
+import requests
+
+from airflow_provider_melon.rm_json import as_dict, as_list
+
+if TYPE_CHECKING:
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+log = logging.getLogger(__name__)
+
+TASK_LAUNCH = re.compile(r"MelonAM: task (\S+) attempt (\d+) -> (container_[0-9a-z_]+) on (\S+)")
+AM_LOG = "AppMaster.stdout"
+#: files every YARN container has, written by the NodeManager, not by the task
+BOILERPLATE = frozenset({"launch_container.sh", "directory.info", "prelaunch.out", "prelaunch.err"})
+_CONTENTS = b"LogContents:\n"
+_LENGTH = re.compile(rb"LogLength:\s*(\d+)")
+_CHUNK = 64 * 1024
+
+
+class NodeManagerError(RuntimeError):
+    """A NodeManager answered something that is not a container log."""
+
+
+@dataclass
+class ContainerRef:
+    """One container: its id, what ran in it (``am``, ``worker:0``; ``#n`` for a retry) and its NodeManager."""
+
+    id: str
+    label: str
+    node_id: Optional[str] = None
+    nm_url: Optional[str] = None
+
+    @property
+    def sort_key(self) -> tuple:
+        parts = self.id.split("_")  # container_[e<epoch>_]<cluster ts>_<app>_<attempt>_<seq>
+        try:
+            return int(parts[-2]), int(parts[-1])
+        except (IndexError, ValueError):
+            return 0, 0
+
+
+def parse_log_answer(body: bytes, requested: Optional[int]) -> tuple[int, bytes]:
+    """``(file length, bytes served)`` from a NodeManager's answer to ``…/logs/{file}[?size=N]``. The bytes served
+    are the file's first N (N > 0), last |N| (N < 0) or all (no size) of ``LogLength`` bytes, right after the
+    header's ``LogContents:`` line, followed by the NodeManager's footer."""
+    start = body.find(_CONTENTS)
+    length = _LENGTH.search(body[:start]) if start >= 0 else None
+    if length is None:
+        raise NodeManagerError(f"not a container log answer: {body[:120]!r}")
+    total = int(length.group(1))
+    served = total if requested is None else min(abs(requested), total)
+    start += len(_CONTENTS)
+    return total, body[start:start + served]
+
+
+class NodeLogs:
+    """Find an application's containers and read their log files from the NodeManagers (see the module doc)."""
+
+    def __init__(self, yarn: "YarnHook", app_id: str):
+        self.yarn = yarn
+        self.app_id = app_id
+        self.containers: dict[str, ContainerRef] = {}
+        self.unreachable: set[str] = set()  # NodeManager URLs that did not answer
+        self._nodes: Optional[dict[str, str]] = None
+        self._am_logs: dict[str, LogTail] = {}
+
+    # ---- where ---------------------------------------------------------------------------------------------
+    def nm_url(self, address: Optional[str]) -> Optional[str]:
+        """``host:port`` (or a URL) of a NodeManager's web server → its base URL."""
+        if not address:
+            return None
+        if "://" in address:
+            return address.rstrip("/")
+        scheme = urlsplit(self.yarn.active_rm).scheme or "http"
+        return f"{scheme}://{address}"
+
+    def node_url(self, node_id: str) -> Optional[str]:
+        if self._nodes is None or node_id not in self._nodes:
+            self._nodes = {str(n.get("id")): n.get("nodeHTTPAddress") for n in self.yarn.nodes()}
+        return self.nm_url(self._nodes.get(node_id))
+
+    def _add(self, ref: ContainerRef) -> None:
+        known = self.containers.get(ref.id)
+        if known is None:
+            self.containers[ref.id] = ref
+            return
+        if known.label == "container" and ref.label != "container":
+            known.label = ref.label
+        known.nm_url = known.nm_url or ref.nm_url
+        known.node_id = known.node_id or ref.node_id
+
+    def discover(self, running: bool) -> list[ContainerRef]:
+        """The app's containers known so far (AM containers, the tasks its AM launched, and, while ``running``,
+        the RM's containers of the current attempt), in id order."""
+        attempts = sorted(self.yarn.app_attempts(self.app_id), key=lambda a: int(a.get("id") or 0))
+        for attempt in attempts:
+            cid = attempt.get("containerId")
+            if not cid:
+                continue
+            number = int(attempt.get("id") or 1)
+            self._add(ContainerRef(cid, "am" if number == 1 else f"am#{number}", attempt.get("nodeId"),
+                                   self.nm_url(attempt.get("nodeHttpAddress"))))
+            tail = self._am_logs.setdefault(cid, LogTail(self, self.containers[cid], AM_LOG))
+            for line in tail.lines():
+                match = TASK_LAUNCH.search(line)
+                if match:
+                    task, retry, task_cid, node_id = match.groups()
+                    self._add(ContainerRef(task_cid, task if retry == "0" else f"{task}#{retry}", node_id,
+                                           self.node_url(node_id)))
+        if running and attempts and attempts[-1].get("appAttemptId"):
+            try:
+                listed = self.yarn.app_containers(self.app_id, attempts[-1]["appAttemptId"])
+            except Exception as exc:  # noqa: BLE001 - the attempt just ended: the AM's log named them all
+                log.debug("containers of %s: %s", attempts[-1]["appAttemptId"], exc)
+                listed = []
+            for c in listed:
+                if c.get("containerId"):
+                    self._add(ContainerRef(c["containerId"], "container", c.get("nodeId"),
+                                           self.nm_url(c.get("nodeHttpAddress"))))
+        return sorted(self.containers.values(), key=lambda c: c.sort_key)
+
+    # ---- what ----------------------------------------------------------------------------------------------
+    def _get(self, ref: ContainerRef, path: str, params: Optional[dict] = None,
+             accept: str = "application/json") -> Optional[requests.Response]:
+        """GET a container's log resource from its NodeManager; None when it does not serve it (404) or is down."""
+        if not ref.nm_url:
+            return None
+        url = f"{ref.nm_url}/ws/v1/node/containers/{quote(ref.id, safe='')}/logs{path}"
+        try:
+            resp = self.yarn.get_url(url, params, headers={"Accept": accept})
+        except requests.RequestException as exc:
+            if ref.nm_url not in self.unreachable:
+                log.warning("NodeManager %s unreachable: %s", ref.nm_url, type(exc).__name__)
+            self.unreachable.add(ref.nm_url)
+            return None
+        self.unreachable.discard(ref.nm_url)
+        if resp.status_code in (404, 410):
+            return None
+        if resp.status_code != 200:
+            raise NodeManagerError(f"NodeManager {ref.nm_url} answered {resp.status_code} for {url}: "
+                                   f"{' '.join(resp.text.split())[:200]}")
+        return resp
+
+    def files(self, ref: ContainerRef) -> Optional[dict[str, int]]:
+        """Log file name → size, or None when the NodeManager serves no log of this container (any more: an
+        ended app's log folder deleted, it answers an empty list)."""
+        resp = self._get(ref, "")
+        if resp is None:
+            return None
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise NodeManagerError(f"NodeManager {ref.nm_url}: not JSON: {resp.text[:120]!r}") from exc
+        out: dict[str, int] = {}
+        for info in _log_infos(body):
+            for entry in as_list(info.get("containerLogInfo")):
+                entry = as_dict(entry)
+                if entry.get("fileName"):
+                    out[str(entry["fileName"])] = int(entry.get("fileSize") or 0)
+        return out or None  # a container's log folder always holds files (launch_container.sh, ...) until deleted
+
+    def fetch(self, ref: ContainerRef, name: str, size: Optional[int] = None) -> Optional[tuple[int, bytes]]:
+        """``(file length, bytes)``: the first ``size`` bytes, the last ``-size``, or all; None when not served."""
+        resp = self._get(ref, f"/{quote(name, safe='')}", None if size is None else {"size": size},
+                         accept="text/plain, application/octet-stream")
+        return None if resp is None else parse_log_answer(resp.content, size)
+
+
+def _log_infos(body) -> Iterable[dict]:
+    """The ``containerLogsInfo`` objects of a NodeManager's answer (one, or a list: local and aggregated)."""
+    if isinstance(body, list):
+        for item in body:
+            yield from _log_infos(item)
+        return
+    body = as_dict(body)
+    if "containerLogInfo" in body:
+        yield body
+        return
+    for key in ("containerLogsInfo", "containerLogsInfoes"):
+        if key in body:
+            yield from _log_infos(as_list(body[key], "containerLogsInfo"))
+
+
+class LogTail:
+    """One log file of one container, read on from where the last read stopped (byte offsets: nothing read twice).
+    :meth:`lines` gives complete lines only; :meth:`flush` the rest once the container is done."""
+
+    def __init__(self, logs: NodeLogs, ref: ContainerRef, name: str):
+        self.logs, self.ref, self.name = logs, ref, name
+        self.offset = 0
+        self.pending = b""
+        self.served = False  # the NodeManager has served this file at least once
+
+    def read(self, size_hint: Optional[int] = None) -> bytes:
+        """The bytes appended since the last read (b"" when none or when not served). ``size_hint``: the file's size
+        from the NodeManager's listing; equal to the offset means nothing new, so nothing is fetched."""
+        if size_hint is not None and size_hint == self.offset:
+            return b""
+        want = _CHUNK if size_hint is None else max(size_hint - self.offset, 0) + _CHUNK
+        for _ in range(3):  # the last `want` bytes, widened until they reach back to the offset
+            got = self.logs.fetch(self.ref, self.name, -want)
+            if got is None:
+                return b""
+            total, data = got
+            self.served = True
+            if total < self.offset:  # truncated or replaced: read it again from its start
+                self.offset, self.pending = 0, b""
+            start = total - len(data)
+            if start <= self.offset:
+                new = data[self.offset - start:]
+                self.offset = total
+                return new
+            want = total - self.offset + _CHUNK
+        got = self.logs.fetch(self.ref, self.name)
+        if got is None:
+            return b""
+        total, data = got
+        new, self.offset = data[self.offset:], total
+        return new
+
+    def lines(self, size_hint: Optional[int] = None) -> list[str]:
+        buf = self.pending + self.read(size_hint)
+        *complete, self.pending = buf.split(b"\n")
+        return [line.decode("utf-8", "replace") for line in complete]
+
+    def flush(self) -> list[str]:
+        rest, self.pending = self.pending, b""
+        return [rest.decode("utf-8", "replace")] if rest else []
+
+
+def wanted_file(name: str, only: Optional[Iterable[str]]) -> bool:
+    """Files shown: those named with ``--file``, else all but the NodeManager's own (launch script, prelaunch)."""
+    return name in set(only) if only else name not in BOILERPLATE
+
+
+def gone_message(app_id: str, app: dict) -> str:
+    """Why no NodeManager serves an ended app's logs, and where they may be instead."""
+    aggregation = str(app.get("logAggregationStatus") or "").upper()
+    if aggregation in ("", "DISABLED", "NOT_START"):
+        why = ("log aggregation is off, and NodeManagers delete an ended app's logs after "
+               "yarn.nodemanager.log.retain-seconds")
+    else:
+        why = f"log aggregation {aggregation}: read them with `yarn logs -applicationId {app_id}`"
+    return f"the logs of {app_id} are gone: no NodeManager serves them any more ({why})"

@@ -1,0 +1,201 @@
+"""The `melon` job commands against the real mini cluster, as a user runs them: the CLI in a subprocess, pointed at
+the cluster by its RM and WebHDFS URLs (`--rm`, `--webhdfs`; nothing read from the cluster's work dir) or by an
+Airflow connection (`--conn-id`), logs read from the NodeManagers' REST API."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_melon import minicluster as mc
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "airflow_provider_melon.cli"]
+TERMINAL = {"FINISHED", "FAILED", "KILLED"}
+
+
+class Melon:
+    """Runs `melon ...` against the mini cluster by URL; remembers what it submitted, to kill leftovers."""
+
+    def __init__(self, cluster: mc.ClusterDetails, tmp: Path):
+        self.cluster, self.tmp = cluster, tmp
+        self.where = ["--rm", cluster.rm_web_url, "--webhdfs", cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0],
+                      "--user", cluster.user]
+        self.submitted: list[str] = []
+
+    def run(self, *args: str, env: dict | None = None, where: bool = True, timeout: float = 600
+            ) -> subprocess.CompletedProcess:
+        argv = [*CLI, *args, *(self.where if where else [])]
+        return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+
+    def submit(self, job: dict, *extra: str, where: bool = True, env: dict | None = None) -> dict:
+        spec = self.tmp / f"{job['name']}.json"
+        spec.write_text(json.dumps(job))
+        # what a yarn connection's extra would give for this cluster: its AM classpath, the NMs' python, the
+        # containers' environment (the mini cluster's virtual GPU inventory)
+        settings = ["--am-classpath", self.cluster.am_classpath, "--python", sys.executable]
+        for key, value in mc.container_env(self.cluster).items():
+            settings += ["--container-env", f"{key}={value}"]
+        result = self.run("submit", str(spec), "--json", *settings, *extra, where=where, env=env)
+        assert result.returncode in (0, 1), result.stderr
+        out = json.loads(result.stdout)
+        self.submitted.append(out["app_id"])
+        return out | {"returncode": result.returncode}
+
+    def json(self, *args: str, **kw):
+        result = self.run(*args, "--json", **kw)
+        return result.returncode, json.loads(result.stdout) if result.stdout.strip() else None, result.stderr
+
+
+@pytest.fixture
+def melon(minicluster, yarn_hook, tmp_path):
+    m = Melon(minicluster, tmp_path)
+    yield m
+    for app_id in m.submitted:
+        try:
+            if yarn_hook.get_application(app_id)["state"] not in TERMINAL:
+                yarn_hook.kill_application(app_id)
+        except Exception:  # noqa: BLE001 - best-effort clean-up
+            pass
+
+
+def generic(name: str, entrypoint: str, **roles) -> dict:
+    return {"name": name, "framework": "generic", "entrypoint": entrypoint,
+            "roles": roles or {"worker": {"instances": 1, "memory": 256}}}
+
+
+def test_submit_status_ls_logs_follow_wait(melon, minicluster):
+    ticker = "import time\nfor i in range(6):\n    print('tick', i, flush=True)\n    time.sleep(1)\nprint('hi from melon cli')"
+    sub = melon.submit(generic("cli-live-hello", f'python -c "{ticker}"'))
+    app_id = sub["app_id"]
+    assert sub["returncode"] == 0 and app_id.startswith("application_") and set(sub["staged"]) >= {"runtime", "am_jar"}
+
+    status = melon.run("status", app_id)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith(f"{app_id}  cli-live-hello") and "state " in status.stdout
+
+    code, apps, err = melon.json("ls", "--limit", "0")
+    assert code == 0, err
+    mine = [a for a in apps if a["id"] == app_id]
+    assert len(mine) == 1 and mine[0]["name"] == "cli-live-hello" and mine[0]["user"] == minicluster.user
+
+    # follow until the app ends: every line of the task once, in order, and the AM's own log
+    follow = melon.run("logs", app_id, "-f", "--interval", "0.5")
+    assert follow.returncode == 0, follow.stderr
+    task_lines = [line for line in follow.stdout.splitlines() if line.startswith("[worker:0 stdout] ")]
+    assert task_lines == [f"[worker:0 stdout] tick {i}" for i in range(6)] + ["[worker:0 stdout] hi from melon cli"]
+    assert any(line.startswith("[am AppMaster.stdout] ") and "MelonAM: task worker:0 attempt 0 ->" in line
+               for line in follow.stdout.splitlines())
+
+    waited = melon.run("wait", app_id)
+    assert waited.returncode == 0, waited.stderr
+    assert f"{app_id} FINISHED/SUCCEEDED" in waited.stdout
+
+    logs = melon.run("logs", app_id, "--file", "stdout")
+    assert logs.returncode == 0, logs.stderr
+    assert f"==> worker:0 container_{app_id[len('application_'):]}_01_000002" in logs.stdout
+    assert logs.stdout.count("hi from melon cli") == 1 and "MelonAM" not in logs.stdout
+
+    code, final, _ = melon.json("status", app_id)
+    assert code == 0 and (final["app"]["state"], final["app"]["final_status"]) == ("FINISHED", "SUCCEEDED")
+
+
+def test_failing_job_exits_1_and_its_logs_go_with_the_nodemanagers_files(melon, minicluster):
+    sub = melon.submit(generic("cli-live-fail", "python -c \"import sys; print('about to fail'); sys.exit(3)\""))
+    app_id = sub["app_id"]
+    waited = melon.run("wait", app_id)
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    assert "FAILED" in waited.stdout and "exited 3" in waited.stdout
+    assert melon.run("status", app_id).returncode == 1
+
+    logs = melon.run("logs", app_id, "--container", "worker:0")
+    assert logs.returncode == 0 and "about to fail" in logs.stdout, logs.stderr
+
+    # what a NodeManager does yarn.nodemanager.log.retain-seconds after an app ended, with log aggregation off:
+    # delete its logs
+    app_dirs = [p for p in Path(minicluster.work_dir).rglob(app_id) if p.is_dir() and "logDir" in str(p.parent)]
+    assert app_dirs
+    for path in app_dirs:
+        shutil.rmtree(path)
+    gone = melon.run("logs", app_id)
+    assert gone.returncode == 4, gone.stdout + gone.stderr
+    assert f"the logs of {app_id} are gone" in gone.stderr and "log aggregation is off" in gone.stderr
+    assert "Traceback" not in gone.stderr
+
+
+def test_kill_a_sleeping_job(melon):
+    app_id = melon.submit(generic("cli-live-sleep", "sleep 600"))["app_id"]
+    timed_out = melon.run("wait", app_id, "--timeout", "1")
+    assert timed_out.returncode == 124 and "still running" in timed_out.stderr
+
+    killed = melon.run("kill", app_id)
+    assert killed.returncode == 0, killed.stderr
+    status = melon.run("status", app_id)
+    assert status.returncode == 1 and "KILLED/KILLED" in status.stdout
+    assert melon.run("wait", app_id).returncode == 1
+    again = melon.run("kill", app_id)
+    assert again.returncode == 0 and "already ended" in again.stdout
+
+
+def test_unknown_app_unreachable_cluster_and_bad_input(melon, minicluster):
+    unknown = melon.run("status", "application_1_9999")
+    assert unknown.returncode == 4 and "no application application_1_9999" in unknown.stderr
+    assert melon.run("logs", "application_1_9999").returncode == 4
+    assert melon.run("kill", "application_1_9999").returncode == 4
+
+    down = melon.run("status", "application_1_9999", "--rm", "http://127.0.0.1:1", where=False)
+    assert down.returncode == 3 and "cannot reach the ResourceManager http://127.0.0.1:1" in down.stderr
+    assert melon.run("ls", "--rm", "http://127.0.0.1:1", where=False).returncode == 3
+
+    bad = melon.run("status", "not-an-app")
+    assert bad.returncode == 2 and "not a YARN application id" in bad.stderr
+    for result in (unknown, down, bad):
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_airflow_connection_path(melon, minicluster):
+    """The cluster named by Airflow connections (environment variables), read by the provider's hooks."""
+    conns = mc.airflow_connections(minicluster, sys.executable)
+    env = {"AIRFLOW_CONN_MY_YARN": json.dumps(conns["yarn_default"]),
+           "AIRFLOW_CONN_MY_HDFS": json.dumps(conns["webhdfs_default"])}
+    spec = melon.tmp / "conn.yaml"
+    spec.write_text("name: cli-live-conn\nentrypoint: python -c \"print('via a connection')\"\n"
+                    "roles: {worker: {memory: 256}}\n")
+    submitted = melon.run("submit", str(spec), "--conn-id", "my_yarn", "--webhdfs-conn-id", "my_hdfs", "--wait",
+                          "--json", env=env, where=False)
+    assert submitted.returncode == 0, submitted.stderr
+    out = json.loads(submitted.stdout)
+    melon.submitted.append(out["app_id"])
+    assert out["final"]["final_status"] == "SUCCEEDED"
+
+    status = melon.run("status", out["app_id"], "--conn-id", "my_yarn", "--json", env=env, where=False)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["app"]["name"] == "cli-live-conn"
+    logs = melon.run("logs", out["app_id"], "--conn-id", "my_yarn", "--file", "stdout", env=env, where=False)
+    assert logs.returncode == 0 and "via a connection" in logs.stdout
+
+
+def test_the_embedded_cluster_is_the_default(melon, minicluster):
+    """No --rm, no --conn-id: the mini cluster in --work-dir (URLs, AM classpath, python from its details)."""
+    spec = melon.tmp / "embedded.yaml"
+    spec.write_text("name: cli-live-embedded\nentrypoint: python -c \"print('embedded')\"\nroles: {worker: {memory: 256}}\n")
+    here = ["--work-dir", str(minicluster.work_dir)]
+    submitted = melon.run("submit", str(spec), "--wait", *here, where=False)
+    assert submitted.returncode == 0, submitted.stderr
+    first = submitted.stdout.splitlines()[0]
+    assert first.startswith("submitted application_") and "(cli-live-embedded)" in first
+    app_id = first.split()[1]
+    melon.submitted.append(app_id)
+    assert f"{app_id} FINISHED/SUCCEEDED" in submitted.stdout
+    listed = melon.run("ls", "--state", "FINISHED", *here, where=False)
+    assert listed.returncode == 0 and any(line.split()[0] == app_id and "cli-live-embedded" in line
+                                          for line in listed.stdout.splitlines()[1:])
