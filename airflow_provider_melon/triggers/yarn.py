@@ -20,6 +20,11 @@ operator can summarise.
   application when ``cancel_on_kill``; ``cleanup()`` (every exit, triggerer restarts included) never does.
 * ``tags`` instead of ``app_id`` (the sensor on applications submitted elsewhere): the newest application
   carrying every tag is followed once it appears.
+* ``job_logs`` (the operator turns it on): while the application runs, the chief's stdout/stderr and any failing
+  task's are read from the NodeManagers every poll and logged as ``chief:0 | ...`` lines (the triggerer writes them
+  into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.logs.LogFollower`
+  does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
+  from its serialized kwargs repeats no line.
 
 The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
 the trigger (state classification, progress lines, per-role task summaries), so all three judge an
@@ -35,6 +40,7 @@ from typing import Any, AsyncIterator, Iterable, Optional, Sequence
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
+from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
 from airflow_provider_melon.version_compat import trigger_has_on_kill
 
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
@@ -191,6 +197,10 @@ class YarnApplicationTrigger(BaseTrigger):
     :param consecutive_failures: failed polls so far (serialized with the rest of the state).
     :param target_states / failure_states: see :func:`classify`.
     :param stream_progress: log the AM's task progress while the application runs.
+    :param job_logs: stream the chief's and failing tasks' stdout/stderr into the log (module docstring).
+    :param log_chief: ``role:index`` of the task that decides success (None: derived from the AM's task list).
+    :param log_lines_per_poll / log_max_bytes: caps of the job log lines per poll and bytes per task run.
+    :param log_state: the log follower's state (offsets) to resume from (serialized with the rest).
     """
 
     def __init__(
@@ -208,6 +218,11 @@ class YarnApplicationTrigger(BaseTrigger):
         target_states: Sequence[str] = DEFAULT_TARGET_STATES,
         failure_states: Sequence[str] = DEFAULT_FAILURE_STATES,
         stream_progress: bool = True,
+        job_logs: bool = False,
+        log_chief: Optional[str] = None,
+        log_lines_per_poll: int = DEFAULT_LINES_PER_POLL,
+        log_max_bytes: int = DEFAULT_MAX_BYTES,
+        log_state: Optional[dict] = None,
     ) -> None:
         super().__init__()
         if not app_id and not tags:
@@ -227,6 +242,12 @@ class YarnApplicationTrigger(BaseTrigger):
         self.target_states = tuple(target_states)
         self.failure_states = tuple(failure_states)
         self.stream_progress = bool(stream_progress)
+        self.job_logs = bool(job_logs)
+        self.log_chief = log_chief
+        self.log_lines_per_poll = int(log_lines_per_poll)
+        self.log_max_bytes = int(log_max_bytes)
+        self.log_state = log_state
+        self._follower: Optional[LogFollower] = None
         self._last_tasks: Optional[list] = None
         self._melon_hook: Any = None
 
@@ -247,6 +268,11 @@ class YarnApplicationTrigger(BaseTrigger):
                 "target_states": list(self.target_states),
                 "failure_states": list(self.failure_states),
                 "stream_progress": self.stream_progress,
+                "job_logs": self.job_logs,
+                "log_chief": self.log_chief,
+                "log_lines_per_poll": self.log_lines_per_poll,
+                "log_max_bytes": self.log_max_bytes,
+                "log_state": self._follower.state() if self._follower is not None else self.log_state,
             },
         )
 
@@ -270,6 +296,31 @@ class YarnApplicationTrigger(BaseTrigger):
         except Exception as exc:  # noqa: BLE001 - progress is best effort
             self.log.debug("AM status of %s unavailable: %s", self.app_id, exc)
             return None
+
+    @property
+    def follower(self) -> LogFollower:
+        if self._follower is None:
+            self._follower = LogFollower(self.log_chief, lines_per_poll=self.log_lines_per_poll,
+                                         max_bytes=self.log_max_bytes, state=self.log_state)
+        return self._follower
+
+    async def _stream_job_logs(self, status: Optional[dict], app: Optional[dict], final: bool = False) -> None:
+        """The job's new output lines into the log (never raises but for cancellation)."""
+        try:
+            lines = await self.follower.apoll(self.hook, status, app=app, final=final)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - apoll does not raise; belt and braces
+            self.log.debug("job logs of %s unavailable: %s", self.app_id, exc)
+            return
+        for line in lines:
+            self.log.info("%s", line)
+
+    def _event(self, status: str, app: Optional[dict], message: str) -> TriggerEvent:
+        payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
+        if self.job_logs:
+            payload["log_state"] = self.follower.state()
+        return TriggerEvent(payload)
 
     def _sync_am_status(self, app_id: str) -> Optional[dict]:
         if self._melon_hook is None:
@@ -309,7 +360,7 @@ class YarnApplicationTrigger(BaseTrigger):
                     msg = (f"YARN application {self.app_id or '(tags ' + ','.join(self.tags or []) + ')'} "
                            f"did not finish before the task's timeout (last state {self.last_state})")
                     self.log.error(msg)
-                    yield TriggerEvent(make_event_payload("timeout", self.app_id, app, msg, self._last_tasks))
+                    yield self._event("timeout", app, msg)
                     return
                 try:
                     if self.app_id is None:
@@ -331,8 +382,7 @@ class YarnApplicationTrigger(BaseTrigger):
                         msg = (f"YARN RM unreachable for {self.consecutive_failures} polls in a row "
                                f"(budget {self.max_consecutive_failures}) while following {self.app_id}: {exc}")
                         self.log.error(msg)
-                        payload = make_event_payload("error", self.app_id, app, msg, self._last_tasks)
-                        yield TriggerEvent(payload)
+                        yield self._event("error", app, msg)
                         return
                     self.log.warning("Polling YARN application %s failed (%d/%d in a row): %s", self.app_id,
                                      self.consecutive_failures, self.max_consecutive_failures, exc)
@@ -349,18 +399,24 @@ class YarnApplicationTrigger(BaseTrigger):
                     self.log.info("YARN application %s still %s (poll %d, progress %s%%)", self.app_id, state,
                                   polls, app.get("progress", "?"))
                 running_polls += state == "RUNNING"
-                if self.stream_progress and state == "RUNNING" and (running_polls - 1) % self.log_every_n == 0:
-                    status = await self.am_status()
+                progress_due = (self.stream_progress and state == "RUNNING"
+                                and (running_polls - 1) % self.log_every_n == 0)
+                if progress_due or (self.job_logs and state == "RUNNING"):
+                    status = await self.am_status()  # job logs: every running poll (the tasks' containers)
                     if status:
                         self._last_tasks = status.get("tasks") or self._last_tasks
-                        line = progress_line(status)
+                        line = progress_line(status) if progress_due else None
                         if line:
                             self.log.info("%s: %s", self.app_id, line)
+                    if self.job_logs:
+                        await self._stream_job_logs(status, app)
                 verdict = classify(app, self.target_states, self.failure_states)
                 if verdict is not None:
+                    if self.job_logs and state in TERMINAL_STATES:
+                        await self._stream_job_logs(None, app, final=True)  # the rest, read once
                     msg = outcome_message(self.app_id, app, verdict, self.target_states)
                     (self.log.info if verdict == "success" else self.log.error)(msg)
-                    yield TriggerEvent(make_event_payload(verdict, self.app_id, app, msg, self._last_tasks))
+                    yield self._event(verdict, app, msg)
                     return
                 await self._sleep()
         except asyncio.CancelledError:
