@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -155,6 +156,7 @@ class LogFollower:
         self._answered: dict[str, set] = {}  # this poll: container -> files read (or found missing)
         self._missing: dict[str, set] = {}  # this poll: container -> files the NM does not have (404)
         self._out: list[str] = []
+        self._before = ""
 
     # ---- state -----------------------------------------------------------------------------------------------
     @staticmethod
@@ -170,11 +172,17 @@ class LogFollower:
             "failed": int(s.get("failed") or 0),
             "capped": bool(s.get("capped")),
             "resume": bool(s.get("resume")),
+            "seq": int(s.get("seq") or 0),  # polls that moved something: which of two states is later
         }
 
     def state(self) -> dict:
         """A JSON-able copy of what a successor needs to go on without repeating or losing lines."""
         return copy.deepcopy(self._s)
+
+    @staticmethod
+    def progress(state: Optional[dict]) -> int:
+        """How far a :meth:`state` has got (0 for none): of two states of one follower, the later is larger."""
+        return int((state or {}).get("seq") or 0) if isinstance(state, dict) else 0
 
     @property
     def emitted_bytes(self) -> int:
@@ -448,6 +456,7 @@ class LogFollower:
             self._finish(cid)
 
     def _begin(self, status: Optional[dict], app: Optional[dict], final: bool) -> bool:
+        self._before = json.dumps(self._s, sort_keys=True)
         self._out = []
         self._polls += 1
         self._final = final
@@ -459,6 +468,11 @@ class LogFollower:
         self._observe(status, final, str((app or {}).get("diagnostics") or ""))
         return bool(self._s["follow"])
 
+    def _end(self) -> list[str]:
+        if json.dumps(self._s, sort_keys=True) != self._before:
+            self._s["seq"] += 1
+        return self._out
+
     # ---- drivers -----------------------------------------------------------------------------------------------
     def poll(self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None,
              final: bool = False) -> list[str]:
@@ -466,7 +480,7 @@ class LogFollower:
         ``app`` the RM's application, ``final`` once it has ended. Returns the lines to log; never raises."""
         try:
             if not self._begin(status, app, final):
-                return self._out
+                return self._end()
             if self._needs_nodes():
                 try:
                     self._set_nodes(hook.nodes())
@@ -494,14 +508,14 @@ class LogFollower:
         except Exception as exc:  # noqa: BLE001 - job logs are best effort; never fail the task
             log.debug("container log streaming failed", exc_info=True)
             self._out.append(f"... job log streaming hiccup: {exc}")
-        return self._out
+        return self._end()
 
     async def apoll(self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None,
                     final: bool = False) -> list[str]:
         """:meth:`poll` with an :class:`AsyncYarnHook` (the trigger); the files are read concurrently."""
         try:
             if not self._begin(status, app, final):
-                return self._out
+                return self._end()
             if self._needs_nodes():
                 try:
                     self._set_nodes(await hook.nodes())
@@ -524,7 +538,7 @@ class LogFollower:
         except Exception as exc:  # noqa: BLE001
             log.debug("container log streaming failed", exc_info=True)
             self._out.append(f"... job log streaming hiccup: {exc}")
-        return self._out
+        return self._end()
 
     def _http(self, cid: str) -> str:
         return self._s["follow"][cid]["http"]

@@ -24,7 +24,10 @@ operator can summarise.
   task's are read from the NodeManagers every poll and logged as ``chief:0 | ...`` lines (the triggerer writes them
   into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.logs.LogFollower`
   does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
-  from its serialized kwargs repeats no line.
+  from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
+  triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll that moved
+  them the trigger also saves them in an XCom of its task instance (``melon_job_log_state``; XComs live until
+  the task's next try), and a trigger that starts reads it and goes on from the later of the two.
 
 The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
 the trigger (state classification, progress lines, per-role task summaries), so all three judge an
@@ -34,6 +37,7 @@ application the same way.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any, AsyncIterator, Iterable, Optional, Sequence
 
@@ -48,6 +52,8 @@ TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 DEFAULT_TARGET_STATES = ("FINISHED",)
 DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
 MIN_POLL_INTERVAL = 5.0
+#: XCom (of the deferred task instance) holding the job log follower's state, for a triggerer that crashed.
+LOG_STATE_XCOM_KEY = "melon_job_log_state"
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -248,6 +254,7 @@ class YarnApplicationTrigger(BaseTrigger):
         self.log_max_bytes = int(log_max_bytes)
         self.log_state = log_state
         self._follower: Optional[LogFollower] = None
+        self._saved_log_state: Optional[str] = None
         self._last_tasks: Optional[list] = None
         self._melon_hook: Any = None
 
@@ -315,6 +322,57 @@ class YarnApplicationTrigger(BaseTrigger):
             return
         for line in lines:
             self.log.info("%s", line)
+        await self._save_log_state()
+
+    def _xcom_ids(self) -> Optional[dict]:
+        ti = self.task_instance
+        if ti is None or not getattr(ti, "run_id", None):
+            return None
+        map_index = getattr(ti, "map_index", None)
+        return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                "map_index": -1 if map_index is None else int(map_index)}
+
+    async def _save_log_state(self) -> None:
+        """The follower's state into the task instance's XCom when it moved (best effort: never raises)."""
+        ids = self._xcom_ids()
+        if ids is None or self._follower is None:
+            return
+        state = self._follower.state()
+        text = json.dumps(state, sort_keys=True)
+        if text == self._saved_log_state:
+            return
+        try:
+            from airflow_provider_melon.version_compat import XCom
+
+            await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value={"app_id": self.app_id, "state": state},
+                                             **ids), 30)
+            self._saved_log_state = text
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a triggerer crash would repeat some lines; nothing worse
+            self.log.debug("could not save the job log offsets of %s: %s", self.app_id, exc)
+
+    async def _restore_log_state(self) -> None:
+        """Go on from the saved offsets when they are later than the serialized ones (a crashed triggerer)."""
+        ids = self._xcom_ids()
+        if ids is None or not self.job_logs:
+            return
+        try:
+            from airflow_provider_melon.version_compat import XCom
+
+            saved = await asyncio.wait_for(XCom.aget_one(key=LOG_STATE_XCOM_KEY, **ids), 30)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.log.debug("could not read the saved job log offsets of %s: %s", self.app_id, exc)
+            return
+        if not isinstance(saved, dict) or saved.get("app_id") != self.app_id or not isinstance(saved.get("state"), dict):
+            return
+        if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
+            self.log_state, self._follower = saved["state"], None
+            self._saved_log_state = json.dumps(saved["state"], sort_keys=True)
+            self.log.info("Job log of %s goes on where the previous trigger left it (the triggerer restarted)",
+                          self.app_id)
 
     def _event(self, status: str, app: Optional[dict], message: str) -> TriggerEvent:
         payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
@@ -353,6 +411,7 @@ class YarnApplicationTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         polls = running_polls = 0
         app: Optional[dict] = None
+        await self._restore_log_state()
         try:
             while True:
                 remaining = self._remaining()

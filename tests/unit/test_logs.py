@@ -235,46 +235,95 @@ def test_reattached_without_offsets_starts_at_the_tail_at_a_line_start_and_says_
     assert job_lines(lines, "chief:0 | new ") == [str(i) for i in range(3000)]
 
 
-def test_trigger_serialize_carries_the_offsets_and_a_recreated_trigger_goes_on(nm):
+def _trigger(nm, script, ti=None, **kw):
+    """A trigger on a real AsyncYarnHook whose RM answers follow ``script``: (what the chief prints meanwhile, the
+    application; None: hang until cancelled)."""
     from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 
-    def fresh(script, **kw):
-        """A trigger whose RM answers follow ``script``: (what the chief prints meanwhile, the app or None: hang)."""
-        trig = YarnApplicationTrigger(**kw)
-        trig._hook = AsyncYarnHook(rm_urls=[RM], user="alice", retries=0, backoff=0)
-        trig._log = mock.Mock()
-        trig._sleep = mock.AsyncMock()
-        trig.am_status = mock.AsyncMock(return_value=RUNNING)
-        trig.hung = asyncio.Event()
-        steps = iter(script)
+    trig = YarnApplicationTrigger(**kw)
+    trig._hook = AsyncYarnHook(rm_urls=[RM], user="alice", retries=0, backoff=0)
+    trig._log = mock.Mock()
+    trig._sleep = mock.AsyncMock()
+    trig.am_status = mock.AsyncMock(return_value=RUNNING)
+    trig._task_instance = ti
+    trig.hung = asyncio.Event()
+    steps = iter(script)
 
-        async def get_application(app_id):
-            printed, answer = next(steps)
-            nm.write(CHIEF_CID, "stdout", printed)
-            if answer is None:
-                trig.hung.set()
-                await asyncio.Event().wait()  # until cancelled
-            return answer
-        trig._hook.get_application = get_application
-        return trig
+    async def get_application(app_id):
+        printed, answer = next(steps)
+        nm.write(CHIEF_CID, "stdout", printed)
+        if answer is None:
+            trig.hung.set()
+            await asyncio.Event().wait()
+        return answer
+    trig._hook.get_application = get_application
+    return trig
 
+
+async def _run_until_hung(trig):
+    task = asyncio.ensure_future(trig.run().__anext__())
+    await trig.hung.wait()  # its polls are done, the next one waits for the RM
+    task.cancel()  # the triggerer stops it
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def _shown(*triggers) -> list[str]:
+    return job_lines([c.args[1] for t in triggers for c in t._log.info.call_args_list if c.args[0] == "%s"],
+                     "chief:0 | ")
+
+
+def test_trigger_serialize_carries_the_offsets_and_a_recreated_trigger_goes_on(nm):
     async def scenario():
-        first = fresh([("a 0\na 1\n", app()), ("a 2\n", app()), ("", None)], app_id=APP, poll_interval=5,
-                      job_logs=True, log_chief="chief:0")
-        task = asyncio.ensure_future(first.run().__anext__())
-        await first.hung.wait()  # two polls done, the third waits for the RM
-        task.cancel()  # the triggerer stops it...
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        first = _trigger(nm, [("a 0\na 1\n", app()), ("a 2\n", app()), ("", None)], app_id=APP, poll_interval=5,
+                         job_logs=True, log_chief="chief:0")
+        await _run_until_hung(first)
         classpath, kwargs = first.serialize()  # ... and starts it again from its serialized kwargs
-        second = fresh([("a 3\n", app("FINISHED", "SUCCEEDED"))], **json.loads(json.dumps(kwargs)))
+        second = _trigger(nm, [("a 3\n", app("FINISHED", "SUCCEEDED"))], **json.loads(json.dumps(kwargs)))
         event = [e async for e in second.run()][0]
         return first, second, event
 
     first, second, event = asyncio.run(scenario())
-    shown = [c.args[1] for t in (first, second) for c in t._log.info.call_args_list if c.args[0] == "%s"]
-    assert job_lines(shown, "chief:0 | ") == ["a 0", "a 1", "a 2", "a 3"]
+    assert _shown(first, second) == ["a 0", "a 1", "a 2", "a 3"]
     assert event.payload["status"] == "success" and event.payload["log_state"]["done"] == [CHIEF_CID]
+
+
+def test_a_crashed_triggerer_recreates_the_trigger_from_its_deferral_kwargs_and_the_xcom_has_the_offsets(nm):
+    """Airflow keeps a trigger's kwargs as they were when the task deferred; the offsets reached since are in an
+    XCom of the task instance, which the trigger of the new triggerer reads."""
+    from types import SimpleNamespace
+
+    from airflow_provider_melon.triggers.yarn import LOG_STATE_XCOM_KEY
+    from airflow_provider_melon.version_compat import XCom
+
+    xcoms: dict = {}
+
+    async def aset(*, key, value, dag_id, task_id, run_id, map_index):
+        xcoms[(key, dag_id, task_id, run_id, map_index)] = json.loads(json.dumps(value))
+
+    async def aget_one(*, key, dag_id, task_id, run_id, map_index):
+        return xcoms.get((key, dag_id, task_id, run_id, map_index))
+
+    ti = SimpleNamespace(dag_id="d", task_id="train", run_id="r1", map_index=-1)
+    deferred = {"app_id": APP, "poll_interval": 5, "job_logs": True, "log_chief": "chief:0"}
+
+    async def scenario():
+        first = _trigger(nm, [("a 0\na 1\n", app()), ("a 2\n", app()), ("", None)], ti=ti, **deferred)
+        await _run_until_hung(first)
+        second = _trigger(nm, [("a 3\n", app("FINISHED", "SUCCEEDED"))], ti=ti, **deferred)  # the DB's kwargs
+        event = [e async for e in second.run()][0]
+        return first, second, event
+
+    with mock.patch.object(XCom, "aset", aset), mock.patch.object(XCom, "aget_one", aget_one):
+        first, second, event = asyncio.run(scenario())
+    assert _shown(first, second) == ["a 0", "a 1", "a 2", "a 3"]
+    saved = xcoms[(LOG_STATE_XCOM_KEY, "d", "train", "r1", -1)]
+    assert saved["app_id"] == APP and saved["state"]["done"] == [CHIEF_CID]
+    # a trigger of another application (a new try that submitted again) ignores it
+    other = _trigger(nm, [], ti=ti, **dict(deferred, app_id="application_1700000000000_0043"))
+    with mock.patch.object(XCom, "aget_one", aget_one):
+        asyncio.run(other._restore_log_state())
+    assert other.log_state is None
 
 
 # ---------------------------------------------------------------------------------------------- failures
