@@ -31,9 +31,9 @@ a running application, after a worker crash or a retry) starts each container it
 **Caps.** At most ``lines_per_poll`` lines per poll (default 200, shared fairly between the files that have new
 lines; the newest are kept, with ``... N lines skipped (more than 200 lines per poll); full log: <link>``) and
 ``max_bytes`` bytes per task run (default 5 MiB; then ``... job log truncated: 5.0 MiB shown, the limit for this
-task; full log: <links>`` and no more fetches). The link is the NodeManager's page of that container
-(``http://<nm>/node/containerlogs/<container>/<user>``; with log aggregation on, the NM redirects it to the
-aggregated log once the application has ended).
+task; full log: <links>`` and no more fetches). The link is the NodeManager's page of that container's logs as
+YARN's own UI links it (``http://<nm>/node/containerlogs/<container>/<user>``, ``…/<file>/?start=0`` for one whole
+file; with log aggregation on, the NM redirects it to the aggregated log once the application has ended).
 
 **Failures never fail the task.** A node that does not answer gives one line (``logs of worker:1 unavailable: node
 host:port unreachable (ConnectError)``) and is retried every :data:`RETRY_EVERY_POLLS` polls and once at the end; a
@@ -272,12 +272,14 @@ class LogFollower:
                 self._nodes[str(node["id"])] = str(node["nodeHTTPAddress"])
 
     # ---- links and notes ---------------------------------------------------------------------------------------
-    def _link(self, cid: str) -> str:
+    def _link(self, cid: str, file: Optional[str] = None) -> str:
+        """The NodeManager's web page of the container's logs (of one whole ``file``), as YARN's UI links it."""
         entry = self._s["follow"].get(cid) or {}
         http = entry.get("http") or self._nodes.get(entry.get("node") or "") or entry.get("node") or "?"
         if "://" not in http:
             http = f"{self._scheme}://{http}"
-        return f"{http}/node/containerlogs/{cid}/{self._user or '?'}"
+        page = f"{http}/node/containerlogs/{cid}/{self._user or '?'}"
+        return f"{page}/{file}/?start=0" if file else page
 
     def _note(self, text: str) -> None:
         self._out.append(text)
@@ -355,7 +357,7 @@ class LogFollower:
                 skip = cut + 1 if cut >= 0 else len(data)
                 offset = start + skip
                 notes.append(f"{prefix}... {offset} earlier bytes not shown (reattached to a running "
-                             f"application); full log: {self._link(fetch.cid)}")
+                             f"application); full log: {self._link(fetch.cid, fetch.file)}")
         elif chunk.length < offset:  # the file was replaced (never seen with YARN): read it again from its start
             notes.append(f"{prefix}... the log file restarted")
             offset = 0
@@ -366,7 +368,7 @@ class LogFollower:
             cut = data.find(b"\n")
             skip = cut + 1 if cut >= 0 else len(data)
             notes.append(f"{prefix}... {start + skip - offset} bytes skipped (more than {_mib(FETCH_WINDOW)} since "
-                         f"the last poll); full log: {self._link(fetch.cid)}")
+                         f"the last poll); full log: {self._link(fetch.cid, fetch.file)}")
             offset = start + skip
         new = data[offset - start:]
         if entry["final"]:
@@ -424,7 +426,7 @@ class LogFollower:
             skipped = len(item.lines) - keep
             if skipped:
                 self._note(f"{prefix}... {skipped} lines skipped (more than {self.lines_per_poll} lines per poll); "
-                           f"full log: {self._link(item.cid)}")
+                           f"full log: {self._link(item.cid, item.file)}")
             for text in item.lines[skipped:]:
                 size = len(text.encode("utf-8", errors="replace")) + 1
                 if self._s["emitted"] + size > self.max_bytes:

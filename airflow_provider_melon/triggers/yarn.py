@@ -27,7 +27,10 @@ operator can summarise.
   from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
   triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll that moved
   them the trigger also saves them in an XCom of its task instance (``melon_job_log_state``; XComs live until
-  the task's next try), and a trigger that starts reads it and goes on from the later of the two.
+  the task's next try), and a trigger that starts reads it and goes on from the later of the two. Both run beside
+  the poll loop (the triggerer's first XCom call can take long: it starts its in-process API then): until the
+  saved offsets are read, job log reads wait (their lines come later, none lost or repeated); a save runs while
+  the next poll goes on, one at a time.
 
 The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
 the trigger (state classification, progress lines, per-role task summaries), so all three judge an
@@ -54,6 +57,8 @@ DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
 MIN_POLL_INTERVAL = 5.0
 #: XCom (of the deferred task instance) holding the job log follower's state, for a triggerer that crashed.
 LOG_STATE_XCOM_KEY = "melon_job_log_state"
+#: Longest wait for that XCom (read or write) through the triggerer.
+RESTORE_WAIT_S = 300.0
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -255,6 +260,8 @@ class YarnApplicationTrigger(BaseTrigger):
         self.log_state = log_state
         self._follower: Optional[LogFollower] = None
         self._saved_log_state: Optional[str] = None
+        self._restoring: Optional[asyncio.Future] = None  # reading the saved offsets (a crashed triggerer)
+        self._saving: Optional[asyncio.Future] = None  # the save in flight
         self._last_tasks: Optional[list] = None
         self._melon_hook: Any = None
 
@@ -312,7 +319,18 @@ class YarnApplicationTrigger(BaseTrigger):
         return self._follower
 
     async def _stream_job_logs(self, status: Optional[dict], app: Optional[dict], final: bool = False) -> None:
-        """The job's new output lines into the log (never raises but for cancellation)."""
+        """The job's new output lines into the log (never raises but for cancellation). Waits for the saved
+        offsets to be read: while running by skipping this poll, at the end for at most RESTORE_WAIT_S."""
+        if self._restoring is not None:
+            if not self._restoring.done() and not final:
+                return
+            try:
+                await asyncio.wait_for(asyncio.shield(self._restoring), RESTORE_WAIT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - go on from the serialized offsets
+                self.log.debug("saved job log offsets of %s not read: %s", self.app_id, exc)
+            self._restoring = None
         try:
             lines = await self.follower.apoll(self.hook, status, app=app, final=final)
         except asyncio.CancelledError:
@@ -322,7 +340,8 @@ class YarnApplicationTrigger(BaseTrigger):
             return
         for line in lines:
             self.log.info("%s", line)
-        await self._save_log_state()
+        if self._xcom_ids() is not None and (self._saving is None or self._saving.done()):
+            self._saving = asyncio.ensure_future(self._save_log_state())
 
     def _xcom_ids(self) -> Optional[dict]:
         ti = self.task_instance
@@ -335,22 +354,23 @@ class YarnApplicationTrigger(BaseTrigger):
     async def _save_log_state(self) -> None:
         """The follower's state into the task instance's XCom when it moved (best effort: never raises)."""
         ids = self._xcom_ids()
-        if ids is None or self._follower is None:
-            return
-        state = self._follower.state()
-        text = json.dumps(state, sort_keys=True)
-        if text == self._saved_log_state:
-            return
-        try:
-            from airflow_provider_melon.version_compat import XCom
+        while ids is not None and self._follower is not None:  # again while the state moved during a save
+            state = self._follower.state()
+            text = json.dumps(state, sort_keys=True)
+            if text == self._saved_log_state:
+                return
+            try:
+                from airflow_provider_melon.version_compat import XCom
 
-            await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value={"app_id": self.app_id, "state": state},
-                                             **ids), 30)
-            self._saved_log_state = text
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a triggerer crash would repeat some lines; nothing worse
-            self.log.debug("could not save the job log offsets of %s: %s", self.app_id, exc)
+                await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value={"app_id": self.app_id,
+                                                                                 "state": state}, **ids),
+                                       RESTORE_WAIT_S)
+                self._saved_log_state = text
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a triggerer crash would repeat some lines; nothing worse
+                self.log.debug("could not save the job log offsets of %s: %s", self.app_id, exc)
+                return
 
     async def _restore_log_state(self) -> None:
         """Go on from the saved offsets when they are later than the serialized ones (a crashed triggerer)."""
@@ -360,7 +380,7 @@ class YarnApplicationTrigger(BaseTrigger):
         try:
             from airflow_provider_melon.version_compat import XCom
 
-            saved = await asyncio.wait_for(XCom.aget_one(key=LOG_STATE_XCOM_KEY, **ids), 30)
+            saved = await asyncio.wait_for(XCom.aget_one(key=LOG_STATE_XCOM_KEY, **ids), RESTORE_WAIT_S)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -411,7 +431,8 @@ class YarnApplicationTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         polls = running_polls = 0
         app: Optional[dict] = None
-        await self._restore_log_state()
+        if self.job_logs and self._xcom_ids() is not None:
+            self._restoring = asyncio.ensure_future(self._restore_log_state())
         try:
             while True:
                 remaining = self._remaining()
@@ -479,6 +500,9 @@ class YarnApplicationTrigger(BaseTrigger):
                     return
                 await self._sleep()
         except asyncio.CancelledError:
+            for pending in (self._restoring, self._saving):
+                if pending is not None and not pending.done():
+                    pending.cancel()
             # Below Airflow 3.3 there is no on_kill(): kill here if the task is no longer deferred (the user
             # acted on it), not when the triggerer merely stops or moves this trigger.
             if self.cancel_on_kill and self.app_id and not trigger_has_on_kill():

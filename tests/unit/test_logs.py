@@ -163,7 +163,7 @@ def test_per_poll_cap_keeps_the_newest_lines_with_a_truncation_line_and_shares_f
     nm.write(CHIEF_CID, "stdout", "".join(f"out {i}\n" for i in range(30)))
     nm.write(CHIEF_CID, "stderr", "err 0\nerr 1\n")
     lines = f.poll(hook, RUNNING, app=app())
-    link = f"http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice"
+    link = f"http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice/stdout/?start=0"
     # 10 lines: the small file keeps its 2, the big one shows its newest 8 after the truncation line
     assert lines == ([f"chief:0 | ... 22 lines skipped (more than 10 lines per poll); full log: {link}"]
                      + [f"chief:0 | out {i}" for i in range(22, 30)]
@@ -225,7 +225,7 @@ def test_reattached_without_offsets_starts_at_the_tail_at_a_line_start_and_says_
     assert shown[-1] == "01999" and len(shown) == RESUME_TAIL_BYTES // len("old line 00000\n")
     skipped = len(old) - len(shown) * len("old line 00000\n")
     assert lines[0] == (f"chief:0 | ... {skipped} earlier bytes not shown (reattached to a running application); "
-                        f"full log: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice")
+                        f"full log: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice/stdout/?start=0")
     assert "chief:0 stderr | short" in lines  # a file within the tail is shown whole
     # a container that starts after the reattach (the chief restarted) is read from its first byte
     new_cid = "container_1700000000000_0042_01_000009"
@@ -243,7 +243,7 @@ def _trigger(nm, script, ti=None, **kw):
     trig = YarnApplicationTrigger(**kw)
     trig._hook = AsyncYarnHook(rm_urls=[RM], user="alice", retries=0, backoff=0)
     trig._log = mock.Mock()
-    trig._sleep = mock.AsyncMock()
+    trig._sleep = lambda: asyncio.sleep(0.01)  # the poll interval, short: other tasks (XCom calls) run meanwhile
     trig.am_status = mock.AsyncMock(return_value=RUNNING)
     trig._task_instance = ti
     trig.hung = asyncio.Event()
@@ -302,23 +302,39 @@ def test_a_crashed_triggerer_recreates_the_trigger_from_its_deferral_kwargs_and_
         xcoms[(key, dag_id, task_id, run_id, map_index)] = json.loads(json.dumps(value))
 
     async def aget_one(*, key, dag_id, task_id, run_id, map_index):
+        for _ in range(20):  # slow, as a triggerer's first XCom call is (it starts its in-process API)
+            await asyncio.sleep(0.01)
         return xcoms.get((key, dag_id, task_id, run_id, map_index))
 
     ti = SimpleNamespace(dag_id="d", task_id="train", run_id="r1", map_index=-1)
     deferred = {"app_id": APP, "poll_interval": 5, "job_logs": True, "log_chief": "chief:0"}
 
+    printed = iter(range(1000))
+    # the chief prints a line per poll; the first trigger's RM stops answering once it has shown lines and saved
+    # their offsets (then the triggerer dies)
+    first = _trigger(nm, ((f"a {next(printed)}\n", app()) for _ in range(1000)), ti=ti, **deferred)  # lazily
+    real_get = first._hook.get_application
+
+    async def get_application(app_id):
+        if _shown(first) and first._saving is not None and first._saving.done():
+            first.hung.set()
+            await asyncio.Event().wait()
+        return await real_get(app_id)
+    first._hook.get_application = get_application
+
     async def scenario():
-        first = _trigger(nm, [("a 0\na 1\n", app()), ("a 2\n", app()), ("", None)], ti=ti, **deferred)
         await _run_until_hung(first)
-        second = _trigger(nm, [("a 3\n", app("FINISHED", "SUCCEEDED"))], ti=ti, **deferred)  # the DB's kwargs
+        last = next(printed)
+        second = _trigger(nm, [(f"a {last}\n", app("FINISHED", "SUCCEEDED"))], ti=ti, **deferred)  # the DB's kwargs
         event = [e async for e in second.run()][0]
-        return first, second, event
+        return last, second, event
 
     with mock.patch.object(XCom, "aset", aset), mock.patch.object(XCom, "aget_one", aget_one):
-        first, second, event = asyncio.run(scenario())
-    assert _shown(first, second) == ["a 0", "a 1", "a 2", "a 3"]
+        last, second, event = asyncio.run(scenario())
+    assert _shown(first) and _shown(second), "each trigger showed part of the output"
+    assert _shown(first, second) == [f"a {i}" for i in range(last + 1)]
     saved = xcoms[(LOG_STATE_XCOM_KEY, "d", "train", "r1", -1)]
-    assert saved["app_id"] == APP and saved["state"]["done"] == [CHIEF_CID]
+    assert saved["app_id"] == APP and saved["state"]["seq"] > 0
     # a trigger of another application (a new try that submitted again) ignores it
     other = _trigger(nm, [], ti=ti, **dict(deferred, app_id="application_1700000000000_0043"))
     with mock.patch.object(XCom, "aget_one", aget_one):
