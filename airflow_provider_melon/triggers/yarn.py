@@ -58,7 +58,7 @@ MIN_POLL_INTERVAL = 5.0
 #: XCom (of the deferred task instance) holding the job log follower's state, for a triggerer that crashed.
 LOG_STATE_XCOM_KEY = "melon_job_log_state"
 #: Longest wait for that XCom (read or write) through the triggerer.
-RESTORE_WAIT_S = 300.0
+RESTORE_WAIT_S = 120.0
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -386,7 +386,8 @@ class YarnApplicationTrigger(BaseTrigger):
         except Exception as exc:  # noqa: BLE001
             self.log.debug("could not read the saved job log offsets of %s: %s", self.app_id, exc)
             return
-        if not isinstance(saved, dict) or saved.get("app_id") != self.app_id or not isinstance(saved.get("state"), dict):
+        if not isinstance(saved, dict) or saved.get("app_id") != self.app_id \
+                or not isinstance(saved.get("state"), dict):
             return
         if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
             self.log_state, self._follower = saved["state"], None

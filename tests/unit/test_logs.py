@@ -1,10 +1,10 @@
 """LogFollower: offsets, partial lines, caps and the truncation line, serialization round trips (follower and
 trigger), reattach, failing tasks, a dead node, 404s — and the operator's sync loop and the trigger using it.
 
-The NodeManagers are emulated on requests_mock with the answer format of Hadoop 3.5's NMWebServices (the header with
-the whole file's ``LogLength``, the bytes ``size`` asks for — the last ``-size`` bytes when negative — and the footer),
-as read from a real NM (tests/integration/test_logs_live.py runs the same paths against the mini cluster). The real
-YarnHook makes every call, so its parsing and auth parameters are exercised too.
+The NodeManagers are emulated on requests_mock with the answer format of Hadoop 3.5's NMWebServices (the header
+with the whole file's ``LogLength``, the bytes ``size`` asks for — the last ``-size`` bytes when negative — and the
+footer), as read from a real NM (tests/integration/test_logs_live.py runs the same paths against the mini cluster).
+The real YarnHook makes every call, so its parsing and auth parameters are exercised too.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def test_parse_locates_the_bytes_by_length_not_by_the_footer():
     body = (b"Container: c on n\nLogAggregationType: LOCAL\n===\nLogType:stdout\nLogLastModifiedTime:x\n"
             b"LogLength:100\nLogContents:\nEnd of LogType:stdout is printed by the job\nEnd of LogType:stdout.\n")
     chunk = parse_container_log(body, -42)
-    assert chunk.length == 100 and chunk.start == 58 and chunk.data == b"End of LogType:stdout is printed by the job"[:42]
+    assert chunk.length == 100 and chunk.start == 58
+    assert chunk.data == b"End of LogType:stdout is printed by the job"[:42]
     with pytest.raises(ValueError):
         parse_container_log(b"<html>login</html>", -10)
 
@@ -178,7 +179,8 @@ def test_total_cap_says_truncated_with_the_links_and_stops_reading(nm, hook):
     lines = f.poll(hook, RUNNING, app=app())
     assert job_lines(lines, "chief:0 | ") == [f"line {i:02d} ..........." for i in range(5)]
     assert lines[-1] == ("... job log truncated: 100 bytes shown, the limit for this task is 100 bytes "
-                         f"(job_log_max_bytes); full log: chief:0: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice")
+                         "(job_log_max_bytes); full log: "
+                         f"chief:0: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice")
     assert f.emitted_bytes == 100 and f.state()["capped"] is True
     asked = len(nm.requests)
     nm.write(CHIEF_CID, "stdout", "more\n")
