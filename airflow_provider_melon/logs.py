@@ -6,9 +6,9 @@ triggerer), with one state and one set of rules:
 
 **Which containers.** The *chief* — the task that decides success: ``chief:0``/``master:0`` when the job has that
 role, else index 0 of the first tracked role (the operator passes it from the spec; without it the AM's task list
-decides the same way, ``ps`` counting as untracked) — from the moment the AM reports its container, and any *failing* task:
-one the AM reports FAILED, a task whose container was replaced (a restart: its previous container failed), and, once
-the application has failed, the task the RM diagnostics name (``task worker:1 on …``). At most
+decides the same way, ``ps`` counting as untracked) — from the moment the AM reports its container, and any
+*failing* task: one the AM reports FAILED, a task whose container was replaced (a restart: its previous container
+failed), and, once the application has failed, the task the RM diagnostics name (``task worker:1 on …``). At most
 :data:`MAX_FAILED_CONTAINERS` failed containers are shown per task run. A container whose task has ended is read one
 last time in full (its last line even without a newline) and then never again.
 
