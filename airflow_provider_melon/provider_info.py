@@ -145,6 +145,16 @@ def get_provider_info() -> dict:
                         "description": "Seconds between RM polls of a running application (minimum 5).",
                         "version_added": "0.1.0", "type": "integer", "example": None, "default": "10",
                     },
+                    "job_log_lines_per_poll": {
+                        "description": "Most lines of the job's own output (the chief's and failing tasks' "
+                                       "stdout/stderr) MelonTrainOperator puts in the task log per poll.",
+                        "version_added": "0.2.0", "type": "integer", "example": None, "default": "200",
+                    },
+                    "job_log_max_bytes": {
+                        "description": "Most bytes of the job's own output in the log of one task run; then a line "
+                                       "links the full logs on the NodeManagers.",
+                        "version_added": "0.2.0", "type": "integer", "example": None, "default": "5242880",
+                    },
                     "staging_dir": {
                         "description": "HDFS folder for content-addressed staging; {user} is the submitting user.",
                         "version_added": "0.1.0", "type": "string", "example": None,

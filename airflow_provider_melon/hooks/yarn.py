@@ -23,6 +23,9 @@ Behaviour on every call (``YarnHook._request``):
   another exception. Lists and cluster/node views read what they can (missing fields count as absent); the
   calls whose answer *is* one field — ``get_application`` (``state``), ``get_state``, ``new_application``
   (``application-id``) — raise when it is missing.
+* **NodeManagers** — :meth:`YarnHook.container_log` reads a container's log file from its NodeManager's REST API
+  through the same session (SPNEGO or ``user.name``), with a short timeout and no retries: the caller (the job log
+  follower, :mod:`airflow_provider_melon.logs`) polls again anyway. Failures raise :class:`NodeManagerError`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ import getpass
 import json
 import logging
 import os
+import re
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from urllib.parse import parse_qsl, quote, urljoin, urlsplit
 
@@ -117,6 +122,49 @@ class YarnApiError(Exception):
     def from_response(cls, resp: requests.Response) -> YarnApiError:
         message, exception = _extract_rm_message(resp)
         return cls(message, status=resp.status_code, url=resp.url, exception=exception)
+
+
+class NodeManagerError(YarnApiError):
+    """A failed NodeManager call (container logs): ``status`` None when the node did not answer at all."""
+
+    def __init__(self, message: str, *, node: str, status: int | None = None, url: str | None = None):
+        super().__init__(message, status=status, url=url)
+        self.node = node
+        self.fix = None
+        head = f"NodeManager {node} returned {status}" if status is not None else f"NodeManager {node} unreachable"
+        self.args = (f"{head}: {self.message}",)
+
+
+@dataclass(frozen=True)
+class ContainerLogChunk:
+    """Bytes ``[start, start + len(data))`` of a container's log file, which was ``length`` bytes long when read."""
+
+    length: int
+    start: int
+    data: bytes
+    url: str
+
+
+def parse_container_log(body: bytes, size: int | None, url: str = "") -> ContainerLogChunk:
+    """The NodeManager's ``/containers/{id}/logs/{file}`` answer (Hadoop 3.5 ``LogToolUtils``): a header
+    (``Container:``, ``LogAggregationType:``, ``LogType:``, ``LogLastModifiedTime:``, ``LogLength:<whole file>``,
+    ``LogContents:``), then the bytes asked for (``size`` > 0: the first ``size``; < 0: the last ``-size``; None: all),
+    then a footer (``End of LogType:...``). The bytes are located by length, not by the footer, so a log that
+    itself prints "End of LogType:" is read right."""
+    marker = b"LogContents:\n"
+    head_end = body.find(marker)
+    match = re.search(rb"^LogLength:\s*(\d+)\s*$", body[:head_end if head_end >= 0 else 4096], re.MULTILINE)
+    if head_end < 0 or not match:
+        raise ValueError(f"not a NodeManager log answer: {body[:120]!r}")
+    length = int(match.group(1))
+    wanted = length if size is None else min(abs(size), length)
+    begin = head_end + len(marker)
+    data = body[begin:begin + wanted]
+    if len(data) < wanted:  # the answer was cut short: keep what came
+        footer = data.rfind(b"End of LogType:")
+        data = data[:footer] if footer >= 0 else data
+    start = length - wanted if size is not None and size < 0 else 0
+    return ContainerLogChunk(length=length, start=start, data=data, url=url)
 
 
 class _RetryableError(Exception):
@@ -698,6 +746,40 @@ class YarnHook(BaseHook):
             return None
         return body if isinstance(body, dict) else {"value": body}
 
+    # ---------------------------------------------------------------- NodeManagers (container logs)
+
+    def node_base_url(self, node_http: str) -> str:
+        """``http(s)://<node http address>``: the RM's ``nodeHTTPAddress`` carries no scheme; the NMs use the RM's."""
+        node_http = str(node_http).strip().rstrip("/")
+        if "://" in node_http:
+            return node_http
+        return f"{urlsplit(self.active_rm).scheme or 'http'}://{node_http}"
+
+    def container_log(self, node_http: str, container_id: str, filename: str = "stdout",
+                      size: int | None = None) -> ContainerLogChunk:
+        """Part of a container's log file, from its NodeManager's REST API
+        (``GET /ws/v1/node/containers/{id}/logs/{file}?size=``, Hadoop 3.5: ``size`` > 0 the first bytes, < 0 the
+        last bytes, absent the whole file; there is no start offset, so callers ask for the tail and place it by
+        the whole file's ``LogLength``, see :func:`parse_container_log`). The hook's session carries the auth.
+        Redirects are followed (an NM that no longer holds the logs may redirect to the aggregated log server,
+        which answers in the same format). Raises :class:`NodeManagerError` (status None: unreachable)."""
+        self._ensure_configured()
+        url = f"{self.node_base_url(node_http)}/ws/v1/node/containers/{_q(container_id)}/logs/{_q(filename)}"
+        params = self._params({"size": size})
+        timeout = (min(self.timeout[0], 5.0), min(self.timeout[1], 15.0))
+        try:
+            resp = self.get_conn().get(url, params=params, timeout=timeout, allow_redirects=True,
+                                       headers={"Accept": "text/plain, */*"})
+        except requests.RequestException as err:
+            raise NodeManagerError(f"{type(err).__name__}: {err}", node=node_http, url=url) from None
+        if resp.status_code >= 400:
+            message, _ = _extract_rm_message(resp)
+            raise NodeManagerError(message, node=node_http, status=resp.status_code, url=resp.url)
+        try:
+            return parse_container_log(resp.content, size, resp.url)
+        except ValueError as err:
+            raise NodeManagerError(str(err), node=node_http, status=resp.status_code, url=resp.url) from None
+
     # ---------------------------------------------------------------- Airflow integration
 
     def test_connection(self) -> tuple[bool, str]:
@@ -894,6 +976,12 @@ class AsyncYarnHook:
 
     async def get_url(self, url: str, params: dict[str, Any] | None = None, **kw: Any) -> requests.Response:
         return await self._call("get_url", url, params, **kw)
+    async def node_base_url(self, node_http: str) -> str:
+        return await self._call("node_base_url", node_http)
+
+    async def container_log(self, node_http: str, container_id: str, filename: str = "stdout",
+                            size: int | None = None) -> ContainerLogChunk:
+        return await self._call("container_log", node_http, container_id, filename, size)
 
     async def test_connection(self) -> tuple[bool, str]:
         return await self._call("test_connection")
@@ -904,7 +992,8 @@ class AsyncYarnHook:
 
 
 __all__ = [
-    "AsyncYarnHook", "CONN_FIELDS", "GPU_MEMORY_RESOURCE", "GPU_RESOURCE", "TERMINAL_STATES",
+    "AsyncYarnHook", "CONN_FIELDS", "ContainerLogChunk", "GPU_MEMORY_RESOURCE", "GPU_RESOURCE", "NodeManagerError",
+    "TERMINAL_STATES",
     "UI_FIELD_BEHAVIOUR", "YarnApiError", "YarnHook", "as_list", "normalise_node", "parse_resource",
-    "split_tags",
+    "parse_container_log", "split_tags",
 ]

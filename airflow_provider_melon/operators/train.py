@@ -27,6 +27,14 @@ What ``execute`` does, in order:
 4. **Wait** — ``deferrable``: check the state once (finish at once if already terminal), then defer to
    :class:`YarnApplicationTrigger`. Otherwise poll here with the same rules (failure budget, heartbeat,
    AM progress every ``log_every_n`` polls, ``timeout``).
+   **Job logs** (``job_logs``, default on with ``stream_logs``): either way, the job's own output reaches the task
+   log while it runs: the chief's stdout/stderr (``chief:0 | ...``; the task that decides success) and any failing
+   task's, read from the NodeManagers every poll by :class:`airflow_provider_melon.logs.LogFollower` (byte offsets:
+   no line twice, none lost, also across a re-created trigger), the rest once the application has ended. At most
+   ``job_log_lines_per_poll`` lines per poll and ``job_log_max_bytes`` per task run, then a ``... truncated, full
+   log: <link>`` line. A task that reattaches to a running application (a retry, a crashed worker) knows no
+   offsets: it shows each container's last 16 KiB and says that earlier lines are not shown. No log failure
+   (a dead node, a 404) fails the task: one line says so.
 5. **Finish** — success returns (and pushes as ``return_value``) ``{"app_id", "final_status", "state",
    "tasks" (per role), "task_source", "diagnostics", "outputs", "tracking_url", "duration_s"}`` and sets the
    task's outlets to an :class:`Asset` per ``hdfs://`` output. FAILED/KILLED raises ``AirflowException``
@@ -49,6 +57,7 @@ from urllib.parse import urlsplit
 from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
+from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
     TensorBoardLink,
@@ -135,6 +144,11 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         (``cancel_on_kill``) and the task fails. Default: ``execution_timeout`` (if any).
     :param cancel_on_kill: kill the application when the task is killed or times out.
     :param stream_logs: log the AM's task states and last step/loss while the application runs.
+    :param job_logs: stream the job's output (the chief's and failing tasks' stdout/stderr) into the task log
+        (module docstring). Default: ``stream_logs``.
+    :param job_log_lines_per_poll: most job log lines per poll (default ``[melon] job_log_lines_per_poll``, 200).
+    :param job_log_max_bytes: most bytes of job output in the log of one task run (default
+        ``[melon] job_log_max_bytes``, 5 MiB); then a line links the full logs.
     :param gpu_memory: override of ``gpu_memory`` for every role that declares one (e.g. a profiled figure
         from XCom). Templated; empty/``None`` means no override.
     :param reattach: look for this task instance's application by tags before submitting.
@@ -166,6 +180,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         preflight: bool = True,
         max_consecutive_failures: int = 5,
         log_every_n: int = 6,
+        job_logs: Optional[bool] = None,
+        job_log_lines_per_poll: Optional[int] = None,
+        job_log_max_bytes: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -186,6 +203,16 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self.preflight = preflight
         self.max_consecutive_failures = max(0, int(max_consecutive_failures))
         self.log_every_n = max(1, int(log_every_n))
+        self.job_logs = bool(stream_logs if job_logs is None else job_logs)
+        if job_log_lines_per_poll is None:
+            job_log_lines_per_poll = conf.getint("melon", "job_log_lines_per_poll", fallback=DEFAULT_LINES_PER_POLL)
+        if job_log_max_bytes is None:
+            job_log_max_bytes = conf.getint("melon", "job_log_max_bytes", fallback=DEFAULT_MAX_BYTES)
+        if int(job_log_lines_per_poll) < 1 or int(job_log_max_bytes) < 1:
+            raise ValueError("job_log_lines_per_poll and job_log_max_bytes must be positive")
+        self.job_log_lines_per_poll = int(job_log_lines_per_poll)
+        self.job_log_max_bytes = int(job_log_max_bytes)
+        self._submitted: set[str] = set()  # applications this process submitted (their logs start at byte 0)
         self._app_id: Optional[str] = None
         self._spec: Optional[JobSpec] = None
         self._deadline: Optional[float] = None
@@ -275,6 +302,8 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                 deadline=self._deadline, cancel_on_kill=self.cancel_on_kill,
                 max_consecutive_failures=self.max_consecutive_failures, log_every_n=self.log_every_n,
                 last_state=(app or {}).get("state"), stream_progress=self.stream_logs,
+                job_logs=self.job_logs, log_chief=self._log_chief(), log_lines_per_poll=self.job_log_lines_per_poll,
+                log_max_bytes=self.job_log_max_bytes, log_state=self._initial_log_state(app_id),
             ),
             method_name="execute_complete",
             kwargs=extra,
@@ -340,6 +369,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                                                           "map_index": map_index})
         app_id = result["app_id"]
         self._app_id = app_id
+        self._submitted.add(app_id)
         app = self._get_app_or_none(app_id)
         self._announce(context, app_id, app)
         return app_id, app
@@ -411,6 +441,28 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         if rm:
             MelonAmStatusLink.persist(context, yarn_application_url(rm, app_id))
 
+    # ---- job logs -----------------------------------------------------------------------------------------
+    def _log_chief(self) -> Optional[str]:
+        """``role:0`` of the task that decides success (chief/master, else the first tracked role)."""
+        spec = self._spec
+        if spec is None:
+            return None
+        return chief_of((name, bool(role.untracked)) for name, role in spec.roles.items())
+
+    def _initial_log_state(self, app_id: str) -> Optional[dict]:
+        """None for an application this process submitted (its logs start at byte 0); else (reattached: what
+        was shown before is unknown) the follower starts at each container's tail and says so."""
+        return None if app_id in self._submitted else {"resume": True}
+
+    def _log_follower(self, app_id: str) -> LogFollower:
+        return LogFollower(self._log_chief(), lines_per_poll=self.job_log_lines_per_poll,
+                           max_bytes=self.job_log_max_bytes, state=self._initial_log_state(app_id))
+
+    def _stream_job_logs(self, follower: LogFollower, status: Optional[dict], app: Optional[dict],
+                         final: bool = False) -> None:
+        for line in follower.poll(self.yarn_hook, status, app=app, final=final):  # never raises
+            self.log.info("%s", line)
+
     # ---- ResumableJobMixin (synchronous path) -------------------------------------------------------------
     def submit_job(self, context: "Context") -> str:
         app_id, _ = self._attach_or_submit(context)
@@ -440,6 +492,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         last_state: Optional[str] = None
         app: Optional[dict] = None
         announced = app_id in self._announced
+        follower = self._log_follower(app_id) if self.job_logs else None
         while True:
             remaining = None if self._deadline is None else self._deadline - time.time()
             if remaining is not None and remaining <= 0:
@@ -473,15 +526,20 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                 self.log.info("YARN application %s still %s (poll %d, progress %s%%)", app_id, state, polls,
                               app.get("progress", "?"))
             running_polls += state == "RUNNING"
-            if self.stream_logs and state == "RUNNING" and (running_polls - 1) % self.log_every_n == 0:
-                status = self.hook.am_status(app_id)
+            progress_due = self.stream_logs and state == "RUNNING" and (running_polls - 1) % self.log_every_n == 0
+            if progress_due or (follower is not None and state == "RUNNING"):
+                status = self.hook.am_status(app_id)  # job logs: every running poll (the tasks' containers)
                 if status:
                     self._last_tasks = status.get("tasks") or self._last_tasks
-                    line = progress_line(status)
+                    line = progress_line(status) if progress_due else None
                     if line:
                         self.log.info("%s: %s", app_id, line)
+                if follower is not None:
+                    self._stream_job_logs(follower, status, app)
             verdict = classify(app)
             if verdict is not None:
+                if follower is not None:
+                    self._stream_job_logs(follower, None, app, final=True)  # the rest, read once
                 msg = outcome_message(app_id, app, verdict, ("FINISHED",))
                 return self._complete(context, make_event_payload(verdict, app_id, app, msg, self._last_tasks),
                                       **extra)

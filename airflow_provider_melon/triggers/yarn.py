@@ -25,6 +25,17 @@ operator can summarise.
   application when ``cancel_on_kill``; ``cleanup()`` (every exit, triggerer restarts included) never does.
 * ``tags`` instead of ``app_id`` (the sensor on applications submitted elsewhere): the newest application
   carrying every tag is followed once it appears.
+* ``job_logs`` (the operator turns it on): while the application runs, the chief's stdout/stderr and any failing
+  task's are read from the NodeManagers every poll and logged as ``chief:0 | ...`` lines (the triggerer writes them
+  into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.logs.LogFollower`
+  does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
+  from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
+  triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll that moved
+  them the trigger also saves them in an XCom of its task instance (``melon_job_log_state``; XComs live until
+  the task's next try), and a trigger that starts reads it and goes on from the later of the two. Both run beside
+  the poll loop (the triggerer's first XCom call can take long: it starts its in-process API then): until the
+  saved offsets are read, job log reads wait (their lines come later, none lost or repeated); a save runs while
+  the next poll goes on, one at a time.
 
 The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
 the trigger (state classification, progress lines, per-role task summaries), so all three judge an
@@ -34,6 +45,7 @@ application the same way.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from typing import Any, AsyncIterator, Iterable, Optional, Sequence
@@ -41,6 +53,7 @@ from typing import Any, AsyncIterator, Iterable, Optional, Sequence
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
+from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
 from airflow_provider_melon.version_compat import trigger_has_on_kill
 
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
@@ -48,6 +61,10 @@ TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 DEFAULT_TARGET_STATES = ("FINISHED",)
 DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
 MIN_POLL_INTERVAL = 5.0
+#: XCom (of the deferred task instance) holding the job log follower's state, for a triggerer that crashed.
+LOG_STATE_XCOM_KEY = "melon_job_log_state"
+#: Longest wait for that XCom (read or write) through the triggerer.
+RESTORE_WAIT_S = 120.0
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -210,6 +227,10 @@ class YarnApplicationTrigger(BaseTrigger):
     :param consecutive_failures: failed polls so far (serialized with the rest of the state).
     :param target_states / failure_states: see :func:`classify`.
     :param stream_progress: log the AM's task progress while the application runs.
+    :param job_logs: stream the chief's and failing tasks' stdout/stderr into the log (module docstring).
+    :param log_chief: ``role:index`` of the task that decides success (None: derived from the AM's task list).
+    :param log_lines_per_poll / log_max_bytes: caps of the job log lines per poll and bytes per task run.
+    :param log_state: the log follower's state (offsets) to resume from (serialized with the rest).
     """
 
     def __init__(
@@ -227,6 +248,11 @@ class YarnApplicationTrigger(BaseTrigger):
         target_states: Sequence[str] = DEFAULT_TARGET_STATES,
         failure_states: Sequence[str] = DEFAULT_FAILURE_STATES,
         stream_progress: bool = True,
+        job_logs: bool = False,
+        log_chief: Optional[str] = None,
+        log_lines_per_poll: int = DEFAULT_LINES_PER_POLL,
+        log_max_bytes: int = DEFAULT_MAX_BYTES,
+        log_state: Optional[dict] = None,
     ) -> None:
         super().__init__()
         if not app_id and not tags:
@@ -246,6 +272,15 @@ class YarnApplicationTrigger(BaseTrigger):
         self.target_states = tuple(target_states)
         self.failure_states = tuple(failure_states)
         self.stream_progress = bool(stream_progress)
+        self.job_logs = bool(job_logs)
+        self.log_chief = log_chief
+        self.log_lines_per_poll = int(log_lines_per_poll)
+        self.log_max_bytes = int(log_max_bytes)
+        self.log_state = log_state
+        self._follower: Optional[LogFollower] = None
+        self._saved_log_state: Optional[str] = None
+        self._restoring: Optional[asyncio.Future] = None  # reading the saved offsets (a crashed triggerer)
+        self._saving: Optional[asyncio.Future] = None  # the save in flight
         self._last_tasks: Optional[list] = None
         self._melon_hook: Any = None
 
@@ -266,6 +301,11 @@ class YarnApplicationTrigger(BaseTrigger):
                 "target_states": list(self.target_states),
                 "failure_states": list(self.failure_states),
                 "stream_progress": self.stream_progress,
+                "job_logs": self.job_logs,
+                "log_chief": self.log_chief,
+                "log_lines_per_poll": self.log_lines_per_poll,
+                "log_max_bytes": self.log_max_bytes,
+                "log_state": self._follower.state() if self._follower is not None else self.log_state,
             },
         )
 
@@ -289,6 +329,96 @@ class YarnApplicationTrigger(BaseTrigger):
         except Exception as exc:  # noqa: BLE001 - progress is best effort
             self.log.debug("AM status of %s unavailable: %s", self.app_id, exc)
             return None
+
+    @property
+    def follower(self) -> LogFollower:
+        if self._follower is None:
+            self._follower = LogFollower(self.log_chief, lines_per_poll=self.log_lines_per_poll,
+                                         max_bytes=self.log_max_bytes, state=self.log_state)
+        return self._follower
+
+    async def _stream_job_logs(self, status: Optional[dict], app: Optional[dict], final: bool = False) -> None:
+        """The job's new output lines into the log (never raises but for cancellation). Waits for the saved
+        offsets to be read: while running by skipping this poll, at the end for at most RESTORE_WAIT_S."""
+        if self._restoring is not None:
+            if not self._restoring.done() and not final:
+                return
+            try:
+                await asyncio.wait_for(asyncio.shield(self._restoring), RESTORE_WAIT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - go on from the serialized offsets
+                self.log.debug("saved job log offsets of %s not read: %s", self.app_id, exc)
+            self._restoring = None
+        try:
+            lines = await self.follower.apoll(self.hook, status, app=app, final=final)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - apoll does not raise; belt and braces
+            self.log.debug("job logs of %s unavailable: %s", self.app_id, exc)
+            return
+        for line in lines:
+            self.log.info("%s", line)
+        if self._xcom_ids() is not None and (self._saving is None or self._saving.done()):
+            self._saving = asyncio.ensure_future(self._save_log_state())
+
+    def _xcom_ids(self) -> Optional[dict]:
+        ti = self.task_instance
+        if ti is None or not getattr(ti, "run_id", None):
+            return None
+        map_index = getattr(ti, "map_index", None)
+        return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                "map_index": -1 if map_index is None else int(map_index)}
+
+    async def _save_log_state(self) -> None:
+        """The follower's state into the task instance's XCom when it moved (best effort: never raises)."""
+        ids = self._xcom_ids()
+        while ids is not None and self._follower is not None:  # again while the state moved during a save
+            state = self._follower.state()
+            text = json.dumps(state, sort_keys=True)
+            if text == self._saved_log_state:
+                return
+            try:
+                from airflow_provider_melon.version_compat import XCom
+
+                await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value={"app_id": self.app_id,
+                                                                                 "state": state}, **ids),
+                                       RESTORE_WAIT_S)
+                self._saved_log_state = text
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a triggerer crash would repeat some lines; nothing worse
+                self.log.debug("could not save the job log offsets of %s: %s", self.app_id, exc)
+                return
+
+    async def _restore_log_state(self) -> None:
+        """Go on from the saved offsets when they are later than the serialized ones (a crashed triggerer)."""
+        ids = self._xcom_ids()
+        if ids is None or not self.job_logs:
+            return
+        try:
+            from airflow_provider_melon.version_compat import XCom
+
+            saved = await asyncio.wait_for(XCom.aget_one(key=LOG_STATE_XCOM_KEY, **ids), RESTORE_WAIT_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.log.debug("could not read the saved job log offsets of %s: %s", self.app_id, exc)
+            return
+        if not isinstance(saved, dict) or saved.get("app_id") != self.app_id \
+                or not isinstance(saved.get("state"), dict):
+            return
+        if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
+            self.log_state, self._follower = saved["state"], None
+            self._saved_log_state = json.dumps(saved["state"], sort_keys=True)
+            self.log.info("Job log of %s goes on where the previous trigger left it (the triggerer restarted)",
+                          self.app_id)
+
+    def _event(self, status: str, app: Optional[dict], message: str) -> TriggerEvent:
+        payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
+        if self.job_logs:
+            payload["log_state"] = self.follower.state()
+        return TriggerEvent(payload)
 
     def _sync_am_status(self, app_id: str) -> Optional[dict]:
         if self._melon_hook is None:
@@ -322,6 +452,8 @@ class YarnApplicationTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         polls = running_polls = 0
         app: Optional[dict] = None
+        if self.job_logs and self._xcom_ids() is not None:
+            self._restoring = asyncio.ensure_future(self._restore_log_state())
         try:
             while True:
                 remaining = self._remaining()
@@ -329,7 +461,7 @@ class YarnApplicationTrigger(BaseTrigger):
                     msg = (f"YARN application {self.app_id or '(tags ' + ','.join(self.tags or []) + ')'} "
                            f"did not finish before the task's timeout (last state {self.last_state})")
                     self.log.error(msg)
-                    yield TriggerEvent(make_event_payload("timeout", self.app_id, app, msg, self._last_tasks))
+                    yield self._event("timeout", app, msg)
                     return
                 try:
                     if self.app_id is None:
@@ -351,8 +483,7 @@ class YarnApplicationTrigger(BaseTrigger):
                         msg = (f"YARN RM unreachable for {self.consecutive_failures} polls in a row "
                                f"(budget {self.max_consecutive_failures}) while following {self.app_id}: {exc}")
                         self.log.error(msg)
-                        payload = make_event_payload("error", self.app_id, app, msg, self._last_tasks)
-                        yield TriggerEvent(payload)
+                        yield self._event("error", app, msg)
                         return
                     self.log.warning("Polling YARN application %s failed (%d/%d in a row): %s", self.app_id,
                                      self.consecutive_failures, self.max_consecutive_failures, exc)
@@ -369,21 +500,30 @@ class YarnApplicationTrigger(BaseTrigger):
                     self.log.info("YARN application %s still %s (poll %d, progress %s%%)", self.app_id, state,
                                   polls, app.get("progress", "?"))
                 running_polls += state == "RUNNING"
-                if self.stream_progress and state == "RUNNING" and (running_polls - 1) % self.log_every_n == 0:
-                    status = await self.am_status()
+                progress_due = (self.stream_progress and state == "RUNNING"
+                                and (running_polls - 1) % self.log_every_n == 0)
+                if progress_due or (self.job_logs and state == "RUNNING"):
+                    status = await self.am_status()  # job logs: every running poll (the tasks' containers)
                     if isinstance(status, dict) and status:
                         self._last_tasks = status.get("tasks") or self._last_tasks
-                        line = progress_line(status)
+                        line = progress_line(status) if progress_due else None
                         if line:
                             self.log.info("%s: %s", self.app_id, line)
+                    if self.job_logs:
+                        await self._stream_job_logs(status, app)
                 verdict = classify(app, self.target_states, self.failure_states)
                 if verdict is not None:
+                    if self.job_logs and state in TERMINAL_STATES:
+                        await self._stream_job_logs(None, app, final=True)  # the rest, read once
                     msg = outcome_message(self.app_id, app, verdict, self.target_states)
                     (self.log.info if verdict == "success" else self.log.error)(msg)
-                    yield TriggerEvent(make_event_payload(verdict, self.app_id, app, msg, self._last_tasks))
+                    yield self._event(verdict, app, msg)
                     return
                 await self._sleep()
         except asyncio.CancelledError:
+            for pending in (self._restoring, self._saving):
+                if pending is not None and not pending.done():
+                    pending.cancel()
             # Below Airflow 3.3 there is no on_kill(): kill here if the task is no longer deferred (the user
             # acted on it), not when the triggerer merely stops or moves this trigger.
             if self.cancel_on_kill and self.app_id and not trigger_has_on_kill():

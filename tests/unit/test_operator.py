@@ -494,10 +494,11 @@ def test_sync_poll_until_success_with_progress(hooks):
     # the first answer is read right after submit; then three polls
     hooks.get_app.side_effect = [app("ACCEPTED"), app("RUNNING"), app("RUNNING"), app("FINISHED", "SUCCEEDED")]
     hooks.am_status.side_effect = [{"state": "RUNNING", "tasks": AM_TASKS}, None]
-    result = make_op(log_every_n=2).execute(make_context())
+    result = make_op(log_every_n=2, job_logs=False).execute(make_context())
     assert result["final_status"] == "SUCCEEDED"
     assert hooks.sleep.call_count == 2
-    # AM asked on the 1st running poll (not the 2nd: every 2 polls) and once more at the end (gone: None)
+    # AM asked on the 1st running poll (not the 2nd: every 2 polls) and once more at the end (gone: None); with
+    # job logs on it is asked on every running poll (the tasks' containers): tests/unit/test_logs.py
     assert hooks.am_status.call_count == 2
     assert result["task_source"] == "am-last-seen"
     assert result["tasks"]["chief"]["step"] == 500

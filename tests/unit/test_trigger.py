@@ -112,14 +112,17 @@ def test_serialize_round_trip_keeps_all_state():
     trig = YarnApplicationTrigger(app_id=APP, yarn_conn_id="yarn_x", poll_interval=7, deadline=1_700_000_123.5,
                                   cancel_on_kill=False, max_consecutive_failures=9, log_every_n=3,
                                   last_state="RUNNING", consecutive_failures=2, stream_progress=False,
-                                  target_states=("RUNNING",), failure_states=("KILLED",))
+                                  target_states=("RUNNING",), failure_states=("KILLED",), job_logs=True,
+                                  log_chief="chief:0", log_lines_per_poll=50, log_max_bytes=4096,
+                                  log_state={"resume": True})
     classpath, kwargs = trig.serialize()
     assert classpath == "airflow_provider_melon.triggers.yarn.YarnApplicationTrigger"
     assert kwargs == {
         "app_id": APP, "yarn_conn_id": "yarn_x", "poll_interval": 7.0, "deadline": 1_700_000_123.5,
         "cancel_on_kill": False, "max_consecutive_failures": 9, "log_every_n": 3, "last_state": "RUNNING",
         "consecutive_failures": 2, "tags": None, "target_states": ["RUNNING"], "failure_states": ["KILLED"],
-        "stream_progress": False,
+        "stream_progress": False, "job_logs": True, "log_chief": "chief:0", "log_lines_per_poll": 50,
+        "log_max_bytes": 4096, "log_state": {"resume": True},
     }
     module, name = classpath.rsplit(".", 1)
     clone = getattr(importlib.import_module(module), name)(**kwargs)

@@ -1,4 +1,5 @@
-"""A DAG for the triggerer fault test: one deferrable train task whose job runs ``params.seconds``."""
+"""A DAG for the triggerer fault test: one deferrable train task whose job runs ``params.seconds``, printing
+``probe <i>`` every second (the job log the trigger streams into the task log) and ``probe done``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ with DAG(dag_id="melon_fault_probe", schedule=None, start_date=pendulum.datetime
         job={
             "name": "fault-probe",
             "framework": "generic",
-            "entrypoint": "python -c \"import time; time.sleep({{ params.seconds }}); print('probe done')\"",
+            "entrypoint": "python -c \"import time\nfor i in range({{ params.seconds }}): "
+                          "print('probe', i, flush=True); time.sleep(1)\nprint('probe done')\"",
             "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
         },
     )

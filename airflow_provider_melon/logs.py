@@ -1,0 +1,550 @@
+"""The job's own output in the Airflow task log: :class:`LogFollower` streams containers' stdout/stderr.
+
+Used by both the operator's synchronous poll loop and
+:class:`~airflow_provider_melon.triggers.yarn.YarnApplicationTrigger` (whose lines land in the task log under the
+triggerer), with one state and one set of rules:
+
+**Which containers.** The *chief* — the task that decides success: ``chief:0``/``master:0`` when the job has that
+role, else index 0 of the first tracked role (the operator passes it from the spec; without it the AM's task list
+decides the same way, ``ps`` counting as untracked) — from the moment the AM reports its container, and any
+*failing* task: one the AM reports FAILED, a task whose container was replaced (a restart: its previous container
+failed), and, once the application has failed, the task the RM diagnostics name (``task worker:1 on …``). At most
+:data:`MAX_FAILED_CONTAINERS` failed containers are shown per task run. A container whose task has ended is read one
+last time in full (its last line even without a newline) and then never again.
+
+**Where.** The AM's ``/status`` gives each task's ``container_id`` and ``node_id``; the RM's node list maps the node
+to its NodeManager's HTTP address, and :meth:`YarnHook.container_log` reads the file from the NM's REST API
+(Hadoop 3.5: ``/ws/v1/node/containers/{id}/logs/{file}?size=-N`` returns the *last* N bytes plus the whole file's
+``LogLength`` — there is no start offset, so the follower asks for the tail it has not seen and places it by length).
+
+**Offsets.** Per container and file, the byte offset of the first byte not yet shown (always at a line start): a
+poll asks for ``size=-(last known length - offset + slack)`` bytes, capped at :data:`FETCH_WINDOW`, and if the
+answer starts after the offset (the file grew faster) asks once more with the larger window. Only complete lines
+are shown; a partial last line stays behind the offset until its newline arrives (a line longer than
+:data:`MAX_LINE_BYTES` is cut and shown). So no line is shown twice or lost across polls.
+
+**Surviving restarts.** :meth:`state` is a small JSON-able dict (offsets, the containers followed, bytes shown, …):
+the trigger puts it in its ``serialize()`` kwargs and its event, so a trigger re-created from them resumes where
+this one stopped. A follower that starts *without* offsets for a task that already ran (the operator reattached to
+a running application, after a worker crash or a retry) starts each container it sees first at
+``max(0, length - RESUME_TAIL_BYTES)`` (at a line start) and says ``... N earlier bytes not shown (reattached)``.
+
+**Caps.** At most ``lines_per_poll`` lines per poll (default 200, shared fairly between the files that have new
+lines; the newest are kept, with ``... N lines skipped (more than 200 lines per poll); full log: <link>``) and
+``max_bytes`` bytes per task run (default 5 MiB; then ``... job log truncated: 5.0 MiB shown, the limit for this
+task; full log: <links>`` and no more fetches). The link is the NodeManager's page of that container's logs as
+YARN's own UI links it (``http://<nm>/node/containerlogs/<container>/<user>``, ``…/<file>/?start=0`` for one whole
+file; with log aggregation on, the NM redirects it to the aggregated log once the application has ended).
+
+**Failures never fail the task.** A node that does not answer gives one line (``logs of worker:1 unavailable: node
+host:port unreachable (ConnectError)``) and is retried every :data:`RETRY_EVERY_POLLS` polls and once at the end; a
+log file not there yet (404 while running) is silent; one gone after the end gives one line with the link (and, with
+log aggregation on, says so). :meth:`LogFollower.poll` / :meth:`LogFollower.apoll` never raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from airflow_provider_melon.hooks.yarn import NodeManagerError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LINES_PER_POLL = 200
+DEFAULT_MAX_BYTES = 5 * 1024 * 1024
+#: Largest tail asked of a NodeManager in one request.
+FETCH_WINDOW = 1024 * 1024
+#: Extra bytes asked beyond the last known length (the file grew since).
+SLACK = 64 * 1024
+#: A line longer than this without a newline is cut and shown, so the offset keeps moving.
+MAX_LINE_BYTES = 64 * 1024
+#: Reattached without offsets: how much of each container's existing output is shown.
+RESUME_TAIL_BYTES = 16 * 1024
+#: An unreachable node is asked again every this many polls (and once after the application ended).
+RETRY_EVERY_POLLS = 6
+MAX_FAILED_CONTAINERS = 5
+FILES = ("stdout", "stderr")
+TERMINAL_TASK_STATES = ("SUCCEEDED", "FAILED", "KILLED")
+STATE_VERSION = 1
+
+_FAILED_TASK = re.compile(r"\btask ([A-Za-z][A-Za-z0-9_.-]*:\d+) on ")
+
+
+def chief_of(roles: Iterable[tuple[str, bool]]) -> Optional[str]:
+    """``role:0`` of the task that decides success from ``(role, untracked)`` pairs in the job's order: ``chief``
+    or ``master`` if present, else the first tracked role (see ``JobSpec.success_role`` and the AM's TaskBook)."""
+    roles = list(roles)
+    for name in ("chief", "master"):
+        if any(role == name for role, _ in roles):
+            return f"{name}:0"
+    for role, untracked in roles:
+        if not untracked:
+            return f"{role}:0"
+    return None
+
+
+def _chief_from_tasks(tasks: list[dict]) -> Optional[str]:
+    order: list[str] = []
+    for task in tasks:
+        role = str(task.get("role") or "")
+        if role and role not in order:
+            order.append(role)
+    return chief_of((role, role == "ps") for role in order)
+
+
+def _mib(n: int) -> str:
+    """A byte count for people: ``512 bytes``, ``64 KiB``, ``5.0 MiB``."""
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.0f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+@dataclass
+class _Fetch:
+    cid: str
+    file: str
+    size: int
+    offset: Optional[int]  # None: not known (reattached): start at the tail
+    retried: bool = False
+
+
+@dataclass
+class _Pending:
+    """New complete lines of one file in this poll, before the per-poll cap."""
+
+    cid: str
+    file: str
+    lines: list[str]
+    end: int  # offset after these lines
+    notes: list[str] = field(default_factory=list)
+
+
+class LogFollower:
+    """Follows the job's containers' logs; see the module docstring. One instance per followed application.
+
+    :param chief: ``role:index`` of the task that decides success (None: derived from the AM's task list).
+    :param lines_per_poll: most job lines put in the task log per poll.
+    :param max_bytes: most bytes of job output put in the task log per task run.
+    :param state: :meth:`state` of an earlier follower (a re-created trigger), or ``{"resume": True}`` when the
+        application ran before this follower and no offsets are known (reattach).
+    """
+
+    def __init__(self, chief: Optional[str] = None, *, lines_per_poll: int = DEFAULT_LINES_PER_POLL,
+                 max_bytes: int = DEFAULT_MAX_BYTES, state: Optional[dict] = None) -> None:
+        self.chief = chief
+        self.lines_per_poll = max(1, int(lines_per_poll))
+        self.max_bytes = max(1, int(max_bytes))
+        self._s = self._load(state)
+        self._polls = 0
+        self._lengths: dict[tuple[str, str], int] = {}  # last LogLength seen (sizes the next request)
+        self._nodes: dict[str, str] = {}  # node id -> NM http address (from the RM)
+        self._unreachable: dict[str, int] = {}  # container -> poll of its last failed attempt
+        self._unreachable_error: dict[str, BaseException] = {}
+        self._user: Optional[str] = None
+        self._scheme = "http"
+        self._aggregation: Optional[str] = None
+        self._app: Optional[dict] = None
+        self._final = False  # this poll comes after the application ended
+        self._nodes_read = False  # the RM's node list was read in this poll
+        self._answered: dict[str, set] = {}  # this poll: container -> files read (or found missing)
+        self._missing: dict[str, set] = {}  # this poll: container -> files the NM does not have (404)
+        self._out: list[str] = []
+        self._before = ""
+
+    # ---- state -----------------------------------------------------------------------------------------------
+    @staticmethod
+    def _load(state: Optional[dict]) -> dict:
+        s = copy.deepcopy(state) if isinstance(state, dict) else {}
+        return {
+            "v": STATE_VERSION,
+            "tasks": dict(s.get("tasks") or {}),  # task -> [container, node] last seen
+            "follow": dict(s.get("follow") or {}),  # container -> {task, node, http, why, final, offsets}
+            "done": list(s.get("done") or []),  # containers read to their end
+            "reported": list(s.get("reported") or []),  # containers whose unavailability was said
+            "emitted": int(s.get("emitted") or 0),
+            "failed": int(s.get("failed") or 0),
+            "capped": bool(s.get("capped")),
+            "resume": bool(s.get("resume")),
+            "seq": int(s.get("seq") or 0),  # polls that moved something: which of two states is later
+        }
+
+    def state(self) -> dict:
+        """A JSON-able copy of what a successor needs to go on without repeating or losing lines."""
+        return copy.deepcopy(self._s)
+
+    @staticmethod
+    def progress(state: Optional[dict]) -> int:
+        """How far a :meth:`state` has got (0 for none): of two states of one follower, the later is larger."""
+        return int((state or {}).get("seq") or 0) if isinstance(state, dict) else 0
+
+    @property
+    def emitted_bytes(self) -> int:
+        return self._s["emitted"]
+
+    # ---- what to follow ----------------------------------------------------------------------------------------
+    def _observe_app(self, app: Optional[dict]) -> None:
+        if not app:
+            return
+        self._app = app
+        self._user = app.get("user") or self._user
+        for key in ("amContainerLogs", "trackingUrl"):
+            url = str(app.get(key) or "")
+            if "://" in url:
+                self._scheme = url.split("://", 1)[0]
+                break
+        self._aggregation = app.get("logAggregationStatus") or self._aggregation
+
+    def _follow(self, cid: str, task: str, node: Optional[str], why: str, final: bool) -> bool:
+        """Follow ``cid`` (``final``: its task has ended: read it to its end). True when newly followed."""
+        if cid in self._s["done"]:
+            return False
+        entry = self._s["follow"].get(cid)
+        new = entry is None
+        if new:
+            if why == "failed":
+                if self._s["failed"] >= MAX_FAILED_CONTAINERS:
+                    return False
+                self._s["failed"] += 1
+            entry = {"task": task, "node": node, "http": None, "why": why, "final": False, "offsets": {}}
+            self._s["follow"][cid] = entry
+        entry["final"] = entry["final"] or final
+        entry["node"] = entry.get("node") or node
+        return new
+
+    def _observe(self, status: Optional[dict], final: bool, diagnostics: str) -> None:
+        tasks = [t for t in ((status or {}).get("tasks") or []) if isinstance(t, dict)]
+        chief = self.chief or (_chief_from_tasks(tasks) if tasks else None)
+        if chief and not self.chief:
+            self.chief = chief
+        for task in tasks:
+            name = f"{task.get('role')}:{task.get('index')}"
+            cid, node = task.get("container_id"), task.get("node_id")
+            state = str(task.get("state") or "")
+            prev = self._s["tasks"].get(name)
+            if prev and prev[0] and cid and prev[0] != cid:
+                # a new container: the previous one ended (the AM re-runs a task only when its container failed)
+                why = "chief" if prev[0] in self._s["follow"] else "failed"
+                if self._follow(prev[0], name, prev[1], why, final=True) or why == "chief":
+                    self._note(f"{name}: its container {prev[0]} ended and the task was started again (attempt "
+                               f"{task.get('attempt')}, {cid})" + ("; the output of the ended one follows"
+                                                                  if why == "failed" else ""))
+            if not cid:
+                continue
+            self._s["tasks"][name] = [cid, node]
+            if name == chief:
+                self._follow(cid, name, node, "chief", final=state in TERMINAL_TASK_STATES)
+            if state == "FAILED" and self._follow(cid, name, node, "failed", final=True):
+                code = task.get("exit_code")
+                self._note(f"{name} failed" + (f" (exit {code})" if code not in (None, "") else "")
+                           + "; its output follows")
+        if final:
+            for match in _FAILED_TASK.finditer(diagnostics or ""):
+                name = match.group(1)
+                prev = self._s["tasks"].get(name)
+                if prev and self._follow(prev[0], name, prev[1], "failed", final=True):
+                    self._note(f"{name} failed the application; its output follows")
+            for entry in self._s["follow"].values():
+                entry["final"] = True
+            if not self._s["follow"] and not self._s["done"] and not self._s["tasks"]:
+                self._note("no job output to show: the application ended before its ApplicationMaster reported "
+                           f"the tasks' containers; see {(self._app or {}).get('trackingUrl') or 'the RM'}")
+        if tasks and self._s["resume"]:
+            # offsets are unknown only for what ran before this follower: containers seen later start at 0
+            for cid, entry in self._s["follow"].items():
+                for name in FILES:
+                    entry["offsets"].setdefault(name, None)
+            self._s["resume"] = False
+
+    def _needs_nodes(self) -> bool:
+        return any(not entry.get("http") and entry.get("node") and entry["node"] not in self._nodes
+                   for entry in self._s["follow"].values())
+
+    def _set_nodes(self, nodes: Any) -> None:
+        for node in nodes or []:
+            if isinstance(node, dict) and node.get("id") and node.get("nodeHTTPAddress"):
+                self._nodes[str(node["id"])] = str(node["nodeHTTPAddress"])
+
+    # ---- links and notes ---------------------------------------------------------------------------------------
+    def _link(self, cid: str, file: Optional[str] = None) -> str:
+        """The NodeManager's web page of the container's logs (of one whole ``file``), as YARN's UI links it."""
+        entry = self._s["follow"].get(cid) or {}
+        http = entry.get("http") or self._nodes.get(entry.get("node") or "") or entry.get("node") or "?"
+        if "://" not in http:
+            http = f"{self._scheme}://{http}"
+        page = f"{http}/node/containerlogs/{cid}/{self._user or '?'}"
+        return f"{page}/{file}/?start=0" if file else page
+
+    def _note(self, text: str) -> None:
+        self._out.append(text)
+
+    def _report(self, cid: str, text: str) -> None:
+        if cid not in self._s["reported"]:
+            self._s["reported"].append(cid)
+            self._note(text)
+
+    def _finish(self, cid: str) -> None:
+        self._s["follow"].pop(cid, None)
+        if cid not in self._s["done"]:
+            self._s["done"].append(cid)
+
+    # ---- one poll ----------------------------------------------------------------------------------------------
+    def _fetches(self) -> list[_Fetch]:
+        fetches = []
+        for cid, entry in list(self._s["follow"].items()):
+            if not entry.get("http"):
+                entry["http"] = self._nodes.get(entry.get("node") or "")
+            if not entry.get("http"):
+                if self._nodes_read or self._final:
+                    self._report(cid, f"logs of {entry['task']} unavailable: its node {entry.get('node') or '?'} "
+                                      "is unknown to the ResourceManager")
+                    if self._final:
+                        self._finish(cid)
+                continue
+            failed_at = self._unreachable.get(cid)
+            if failed_at is not None and not self._final and self._polls - failed_at < RETRY_EVERY_POLLS:
+                continue
+            for name in FILES:
+                offset = entry["offsets"].get(name, 0)
+                known = self._lengths.get((cid, name))
+                if offset is None:
+                    size = RESUME_TAIL_BYTES
+                elif known is None:
+                    size = FETCH_WINDOW
+                else:
+                    size = min(FETCH_WINDOW, max(0, known - offset) + SLACK)
+                fetches.append(_Fetch(cid, name, -size, offset))
+        return fetches
+
+    def _absorb(self, fetch: _Fetch, result: Any, pending: list[_Pending]) -> Optional[_Fetch]:
+        """One NM answer (a ContainerLogChunk or an exception). Returns a second, larger fetch when needed."""
+        entry = self._s["follow"].get(fetch.cid)
+        if entry is None:
+            return None
+        task = entry["task"]
+        if isinstance(result, BaseException):
+            status = getattr(result, "status", None)
+            if status == 404:
+                self._answered.setdefault(fetch.cid, set()).add(fetch.file)
+                self._missing.setdefault(fetch.cid, set()).add(fetch.file)
+                return None
+            self._unreachable[fetch.cid] = self._polls
+            self._unreachable_error[fetch.cid] = result
+            if isinstance(result, NodeManagerError) and status is None:
+                reason = result.message.split(":", 1)[0] or type(result).__name__
+                self._report(fetch.cid, f"logs of {task} unavailable: node {entry.get('node') or entry['http']} "
+                                        f"unreachable ({reason}); full log: {self._link(fetch.cid)}")
+            else:
+                self._report(fetch.cid, f"logs of {task} unavailable: {result}")
+            return None
+        self._unreachable.pop(fetch.cid, None)
+        chunk = result
+        self._lengths[(fetch.cid, fetch.file)] = chunk.length
+        offset = fetch.offset
+        notes: list[str] = []
+        prefix = self._prefix(task, fetch.file)
+        data, start = chunk.data, chunk.start
+        if offset is None:  # reattached: start at the tail, at a line start
+            offset = start
+            if start > 0:
+                cut = data.find(b"\n")
+                skip = cut + 1 if cut >= 0 else len(data)
+                offset = start + skip
+                notes.append(f"{prefix}... {offset} earlier bytes not shown (reattached to a running "
+                             f"application); full log: {self._link(fetch.cid, fetch.file)}")
+        elif chunk.length < offset:  # the file was replaced (never seen with YARN): read it again from its start
+            notes.append(f"{prefix}... the log file restarted")
+            offset = 0
+        if start > offset:
+            if not fetch.retried and abs(fetch.size) < FETCH_WINDOW:
+                return _Fetch(fetch.cid, fetch.file, -min(FETCH_WINDOW, chunk.length - offset + SLACK), offset,
+                              retried=True)
+            cut = data.find(b"\n")
+            skip = cut + 1 if cut >= 0 else len(data)
+            notes.append(f"{prefix}... {start + skip - offset} bytes skipped (more than {_mib(FETCH_WINDOW)} since "
+                         f"the last poll); full log: {self._link(fetch.cid, fetch.file)}")
+            offset = start + skip
+        new = data[offset - start:]
+        if entry["final"]:
+            complete, rest = new, b""
+        else:
+            nl = new.rfind(b"\n")
+            complete, rest = new[:nl + 1], new[nl + 1:]
+            if len(rest) > MAX_LINE_BYTES:
+                complete, rest = new, b""
+        lines = complete.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        texts = []
+        for raw in lines:
+            text = raw.decode("utf-8", errors="replace").rstrip("\r")
+            if "\r" in text:  # progress bars: what a terminal would show
+                text = text.rsplit("\r", 1)[-1] or text.replace("\r", " ")
+            if len(raw) > MAX_LINE_BYTES:
+                text = text[:MAX_LINE_BYTES] + f" [line cut at {MAX_LINE_BYTES} bytes]"
+            texts.append(text)
+        pending.append(_Pending(fetch.cid, fetch.file, texts, offset + len(complete), notes))
+        self._answered.setdefault(fetch.cid, set()).add(fetch.file)
+        return None
+
+    @staticmethod
+    def _prefix(task: str, file: str) -> str:
+        return f"{task} | " if file == "stdout" else f"{task} {file} | "
+
+    def _allocate(self, pending: list[_Pending]) -> dict[int, int]:
+        """Lines each file may show this poll: the cap shared fairly (small files keep all theirs)."""
+        budget = self.lines_per_poll
+        alloc: dict[int, int] = {}
+        order = sorted(range(len(pending)), key=lambda i: len(pending[i].lines))
+        left = len(order)
+        for i in order:
+            share = budget // left if left else 0
+            alloc[i] = min(len(pending[i].lines), share)
+            budget -= alloc[i]
+            left -= 1
+        return alloc
+
+    def _emit(self, pending: list[_Pending]) -> None:
+        alloc = self._allocate(pending)
+        for i, item in enumerate(pending):
+            entry = self._s["follow"].get(item.cid)
+            if entry is None:
+                continue
+            entry["offsets"][item.file] = item.end
+            if self._s["capped"]:
+                continue
+            prefix = self._prefix(entry["task"], item.file)
+            for note in item.notes:
+                self._note(note)
+            keep = alloc.get(i, 0)
+            skipped = len(item.lines) - keep
+            if skipped:
+                self._note(f"{prefix}... {skipped} lines skipped (more than {self.lines_per_poll} lines per poll); "
+                           f"full log: {self._link(item.cid, item.file)}")
+            for text in item.lines[skipped:]:
+                size = len(text.encode("utf-8", errors="replace")) + 1
+                if self._s["emitted"] + size > self.max_bytes:
+                    self._cap()
+                    break
+                self._s["emitted"] += size
+                self._out.append(prefix + text)
+
+    def _cap(self) -> None:
+        self._s["capped"] = True
+        links = ", ".join(f"{e['task']}: {self._link(cid)}" for cid, e in self._s["follow"].items())
+        self._note(f"... job log truncated: {_mib(self._s['emitted'])} shown, the limit for this task is "
+                   f"{_mib(self.max_bytes)} (job_log_max_bytes); full log: {links or 'the YARN application page'}")
+
+    def _close_final(self) -> None:
+        """Containers read to their end this poll are done; one on an unreachable node waits for the next try
+        (every RETRY_EVERY_POLLS polls) until the application has ended: then it is dropped (already said)."""
+        for cid, entry in list(self._s["follow"].items()):
+            complete = len(self._answered.get(cid, ())) == len(FILES)
+            if not entry["final"] or not (complete or self._final):
+                continue
+            if len(self._missing.get(cid, ())) == len(FILES):
+                if self._aggregation and self._aggregation not in ("DISABLED", "NOT_START"):
+                    self._report(cid, f"logs of {entry['task']} are no longer on its node: log aggregation is on "
+                                      f"({self._aggregation}), the aggregated log: {self._link(cid)}")
+                else:
+                    self._report(cid, f"logs of {entry['task']} not found on its node {entry.get('node')}; "
+                                      f"see {self._link(cid)}")
+            self._finish(cid)
+
+    def _begin(self, status: Optional[dict], app: Optional[dict], final: bool) -> bool:
+        self._before = json.dumps(self._s, sort_keys=True)
+        self._out = []
+        self._polls += 1
+        self._final = final
+        self._nodes_read = False
+        self._answered, self._missing = {}, {}
+        self._observe_app(app)
+        if self._s["capped"]:
+            return False
+        self._observe(status, final, str((app or {}).get("diagnostics") or ""))
+        return bool(self._s["follow"])
+
+    def _end(self) -> list[str]:
+        if json.dumps(self._s, sort_keys=True) != self._before:
+            self._s["seq"] += 1
+        return self._out
+
+    # ---- drivers -----------------------------------------------------------------------------------------------
+    def poll(self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None,
+             final: bool = False) -> list[str]:
+        """One round with a sync :class:`YarnHook`: ``status`` is the AM's ``/status`` (None when unknown or gone),
+        ``app`` the RM's application, ``final`` once it has ended. Returns the lines to log; never raises."""
+        try:
+            if not self._begin(status, app, final):
+                return self._end()
+            if self._needs_nodes():
+                try:
+                    self._set_nodes(hook.nodes())
+                    self._nodes_read = True
+                except Exception as exc:  # noqa: BLE001 - the next poll asks again
+                    log.debug("RM nodes unavailable for container logs: %s", exc)
+            fetches, pending = self._fetches(), []
+            for _ in range(2):
+                retries = []
+                for fetch in fetches:
+                    if self._unreachable.get(fetch.cid) == self._polls:  # its node just failed: not again now
+                        result: Any = self._unreachable_error.get(fetch.cid)
+                        self._absorb(fetch, result, pending)
+                        continue
+                    try:
+                        result = hook.container_log(self._http(fetch.cid), fetch.cid, fetch.file, fetch.size)
+                    except Exception as exc:  # noqa: BLE001 - reported once per container by _absorb
+                        result = exc
+                    again = self._absorb(fetch, result, pending)
+                    if again:
+                        retries.append(again)
+                fetches = retries
+            self._emit(pending)
+            self._close_final()
+        except Exception as exc:  # noqa: BLE001 - job logs are best effort; never fail the task
+            log.debug("container log streaming failed", exc_info=True)
+            self._out.append(f"... job log streaming hiccup: {exc}")
+        return self._end()
+
+    async def apoll(self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None,
+                    final: bool = False) -> list[str]:
+        """:meth:`poll` with an :class:`AsyncYarnHook` (the trigger); the files are read concurrently."""
+        try:
+            if not self._begin(status, app, final):
+                return self._end()
+            if self._needs_nodes():
+                try:
+                    self._set_nodes(await hook.nodes())
+                    self._nodes_read = True
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    log.debug("RM nodes unavailable for container logs: %s", exc)
+            fetches, pending = self._fetches(), []
+            for _ in range(2):
+                results = await asyncio.gather(
+                    *(hook.container_log(self._http(f.cid), f.cid, f.file, f.size) for f in fetches),
+                    return_exceptions=True)
+                retries = [again for f, r in zip(fetches, results) if (again := self._absorb(f, r, pending))]
+                fetches = retries
+            self._emit(pending)
+            self._close_final()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            log.debug("container log streaming failed", exc_info=True)
+            self._out.append(f"... job log streaming hiccup: {exc}")
+        return self._end()
+
+    def _http(self, cid: str) -> str:
+        return self._s["follow"][cid]["http"]
+
+
+__all__ = ["DEFAULT_LINES_PER_POLL", "DEFAULT_MAX_BYTES", "LogFollower", "chief_of"]

@@ -1,0 +1,470 @@
+"""LogFollower: offsets, partial lines, caps and the truncation line, serialization round trips (follower and
+trigger), reattach, failing tasks, a dead node, 404s — and the operator's sync loop and the trigger using it.
+
+The NodeManagers are emulated on requests_mock with the answer format of Hadoop 3.5's NMWebServices (the header
+with the whole file's ``LogLength``, the bytes ``size`` asks for — the last ``-size`` bytes when negative — and the
+footer), as read from a real NM (tests/integration/test_logs_live.py runs the same paths against the mini cluster).
+The real YarnHook makes every call, so its parsing and auth parameters are exercised too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from unittest import mock
+
+import pytest
+import requests
+import requests_mock as rm_mock
+
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook, parse_container_log
+from airflow_provider_melon.logs import FETCH_WINDOW, RESUME_TAIL_BYTES, SLACK, LogFollower, chief_of
+
+RM = "http://rm:8088"
+APP = "application_1700000000000_0042"
+CHIEF_CID = "container_1700000000000_0042_01_000002"
+WORKER_CID = "container_1700000000000_0042_01_000003"
+NODES = {"nm1:45454": "nm1:8042", "nm2:45454": "nm2:8042"}
+LOG_URL = re.compile(r"http://(nm\d):8042/ws/v1/node/containers/([^/]+)/logs/([^/?]+)")
+
+
+class FakeNM:
+    """The NodeManagers' container-log endpoint: files grow when a test appends to them."""
+
+    def __init__(self, m: rm_mock.Mocker):
+        self.files: dict[tuple[str, str], bytearray] = {}
+        self.requests: list[tuple[str, str, int | None]] = []  # answered
+        self.attempts: list[tuple[str, str]] = []  # asked, answered or not
+        self.down: set[str] = set()
+        m.get(LOG_URL, content=self._answer)
+        m.get(f"{RM}/ws/v1/cluster/nodes", json={"nodes": {"node": [
+            {"id": nid, "nodeHTTPAddress": http, "state": "RUNNING"} for nid, http in NODES.items()]}})
+
+    def write(self, cid: str, file: str, data: str | bytes) -> None:
+        self.files.setdefault((cid, file), bytearray()).extend(data.encode() if isinstance(data, str) else data)
+
+    def _answer(self, request, context):
+        host, cid, file = LOG_URL.match(request.url).groups()
+        self.attempts.append((host, cid))
+        if host in self.down:
+            raise requests.ConnectionError(f"Failed to establish a new connection: [Errno 111] {host}")
+        if "text/plain" not in request.headers.get("Accept", "") and "*/*" not in request.headers.get("Accept", ""):
+            context.status_code = 406  # what a real NM answers the session's default Accept: application/json
+            return b"Not Acceptable"
+        size = request.qs.get("size", [None])[0]
+        size = None if size is None else int(size)
+        self.requests.append((cid, file, size))
+        assert request.qs.get("user.name") == ["alice"], "the hook's simple auth rides along"
+        data = self.files.get((cid, file))
+        if data is None:
+            context.status_code = 404
+            return b"HTTP 404 Not Found"
+        length = len(data)
+        part = bytes(data) if size is None else bytes(data[:size] if size >= 0 else data[max(0, length + size):])
+        head = (f"Container: {cid} on {host}:45454\nLogAggregationType: LOCAL\n{'=' * 68}\nLogType:{file}\n"
+                f"LogLastModifiedTime:Mon Nov 30 19:27:34 +0000 2026\nLogLength:{length}\nLogContents:\n").encode()
+        foot = (f"End of LogType:{file}.This log file belongs to a running container ({cid}) and so may not be "
+                f"complete.\n{'*' * 71}\n\n").encode()
+        context.headers["Content-Type"] = "text/plain;charset=utf-8"
+        return head + part + foot
+
+
+@pytest.fixture
+def nm():
+    with rm_mock.Mocker() as m:
+        yield FakeNM(m)
+
+
+@pytest.fixture
+def hook():
+    return YarnHook(rm_urls=[RM], user="alice", retries=0, backoff=0)
+
+
+def app(state="RUNNING", final="UNDEFINED", diagnostics="", aggregation="DISABLED"):
+    return {"id": APP, "user": "alice", "state": state, "finalStatus": final, "diagnostics": diagnostics,
+            "trackingUrl": f"{RM}/proxy/{APP}/", "logAggregationStatus": aggregation,
+            "amContainerLogs": f"http://nm1:8042/node/containerlogs/container_1700000000000_0042_01_000001/alice"}
+
+
+def task(role, index, state="RUNNING", cid=None, node="nm1:45454", **kw):
+    return dict({"role": role, "index": index, "state": state, "container_id": cid, "node_id": node,
+                 "attempt": 0, "exit_code": None}, **kw)
+
+
+def status(*tasks):
+    return {"app_id": APP, "state": "RUNNING", "tasks": list(tasks)}
+
+
+RUNNING = status(task("chief", 0, cid=CHIEF_CID), task("worker", 0, cid=WORKER_CID, node="nm2:45454"))
+
+
+def job_lines(lines: list[str], prefix: str) -> list[str]:
+    return [line[len(prefix):] for line in lines if line.startswith(prefix)]
+
+
+# ---------------------------------------------------------------------------------------------- offsets
+
+
+def test_lines_once_in_order_and_a_partial_line_waits_for_its_newline(nm, hook):
+    f = LogFollower("chief:0")
+    nm.write(CHIEF_CID, "stdout", "Epoch 1/4\nEpoch 2")
+    assert f.poll(hook, RUNNING, app=app()) == ["chief:0 | Epoch 1/4"]
+    assert f.poll(hook, RUNNING, app=app()) == []  # "Epoch 2" has no newline yet
+    nm.write(CHIEF_CID, "stdout", "/4\nEpoch 3/4\n")
+    nm.write(CHIEF_CID, "stderr", "W0101 warning\n")
+    assert f.poll(hook, RUNNING, app=app()) == ["chief:0 | Epoch 2/4", "chief:0 | Epoch 3/4",
+                                                "chief:0 stderr | W0101 warning"]
+    nm.write(CHIEF_CID, "stdout", "done, no newline at the end")
+    lines = f.poll(hook, None, app=app("FINISHED", "SUCCEEDED"), final=True)  # after the end: read once, all
+    assert lines == ["chief:0 | done, no newline at the end"]
+    before = len(nm.requests)
+    assert f.poll(hook, None, app=app("FINISHED", "SUCCEEDED"), final=True) == []
+    assert len(nm.requests) == before, "a container read to its end is not read again"
+    # the worker is neither the chief nor failing: never read
+    assert {cid for cid, _, _ in nm.requests} == {CHIEF_CID}
+
+
+def test_requests_ask_for_the_unseen_tail_and_a_fast_grower_gets_a_second_larger_read(nm, hook):
+    f = LogFollower("chief:0", lines_per_poll=100_000)
+    nm.write(CHIEF_CID, "stdout", "a\n")
+    f.poll(hook, RUNNING, app=app())
+    assert nm.requests[0] == (CHIEF_CID, "stdout", -FETCH_WINDOW)  # first read: up to the window
+    nm.requests.clear()
+    burst = "".join(f"burst {i:06d} " + "x" * 100 + "\n" for i in range(1500))  # ~170 KiB > SLACK
+    nm.write(CHIEF_CID, "stdout", burst)
+    lines = job_lines(f.poll(hook, RUNNING, app=app()), "chief:0 | ")
+    stdout_sizes = [size for cid, file, size in nm.requests if file == "stdout"]
+    assert stdout_sizes[0] == -SLACK  # nothing unseen as far as it knew: only the slack
+    assert stdout_sizes[1] == -(len(burst) + SLACK)  # placed by LogLength: asked again for all it had not seen
+    assert lines == burst.splitlines()  # nothing lost, nothing twice
+
+
+def test_carriage_returns_show_what_a_terminal_shows_and_bad_utf8_does_not_break(nm, hook):
+    f = LogFollower("chief:0")
+    nm.write(CHIEF_CID, "stderr", b"10%\r50%\r100%|#####|\n\xff\xfe bytes\n")
+    assert f.poll(hook, RUNNING, app=app()) == ["chief:0 stderr | 100%|#####|", "chief:0 stderr | \ufffd\ufffd bytes"]
+
+
+def test_parse_locates_the_bytes_by_length_not_by_the_footer():
+    body = (b"Container: c on n\nLogAggregationType: LOCAL\n===\nLogType:stdout\nLogLastModifiedTime:x\n"
+            b"LogLength:100\nLogContents:\nEnd of LogType:stdout is printed by the job\nEnd of LogType:stdout.\n")
+    chunk = parse_container_log(body, -42)
+    assert chunk.length == 100 and chunk.start == 58
+    assert chunk.data == b"End of LogType:stdout is printed by the job"[:42]
+    with pytest.raises(ValueError):
+        parse_container_log(b"<html>login</html>", -10)
+
+
+# ---------------------------------------------------------------------------------------------- caps
+
+
+def test_per_poll_cap_keeps_the_newest_lines_with_a_truncation_line_and_shares_fairly(nm, hook):
+    f = LogFollower("chief:0", lines_per_poll=10)
+    nm.write(CHIEF_CID, "stdout", "".join(f"out {i}\n" for i in range(30)))
+    nm.write(CHIEF_CID, "stderr", "err 0\nerr 1\n")
+    lines = f.poll(hook, RUNNING, app=app())
+    link = f"http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice/stdout/?start=0"
+    # 10 lines: the small file keeps its 2, the big one shows its newest 8 after the truncation line
+    assert lines == ([f"chief:0 | ... 22 lines skipped (more than 10 lines per poll); full log: {link}"]
+                     + [f"chief:0 | out {i}" for i in range(22, 30)]
+                     + ["chief:0 stderr | err 0", "chief:0 stderr | err 1"])
+    nm.write(CHIEF_CID, "stdout", "out 30\n")
+    assert f.poll(hook, RUNNING, app=app()) == ["chief:0 | out 30"]  # skipped lines are not shown later
+
+
+def test_total_cap_says_truncated_with_the_links_and_stops_reading(nm, hook):
+    f = LogFollower("chief:0", max_bytes=100)
+    nm.write(CHIEF_CID, "stdout", "".join(f"line {i:02d} ...........\n" for i in range(10)))  # 20 bytes a line
+    lines = f.poll(hook, RUNNING, app=app())
+    assert job_lines(lines, "chief:0 | ") == [f"line {i:02d} ..........." for i in range(5)]
+    assert lines[-1] == ("... job log truncated: 100 bytes shown, the limit for this task is 100 bytes "
+                         "(job_log_max_bytes); full log: "
+                         f"chief:0: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice")
+    assert f.emitted_bytes == 100 and f.state()["capped"] is True
+    asked = len(nm.requests)
+    nm.write(CHIEF_CID, "stdout", "more\n")
+    assert f.poll(hook, RUNNING, app=app()) == []
+    assert f.poll(hook, None, app=app("FINISHED", "SUCCEEDED"), final=True) == []
+    assert len(nm.requests) == asked, "nothing is read past the cap"
+
+
+def test_a_line_longer_than_the_line_limit_is_cut_and_the_offset_moves_on(nm, hook):
+    from airflow_provider_melon.logs import MAX_LINE_BYTES
+
+    f = LogFollower("chief:0")
+    nm.write(CHIEF_CID, "stdout", "y" * (MAX_LINE_BYTES + 10))
+    [line] = f.poll(hook, RUNNING, app=app())  # no newline, but too long to wait for one
+    assert line == "chief:0 | " + "y" * MAX_LINE_BYTES + f" [line cut at {MAX_LINE_BYTES} bytes]"
+    nm.write(CHIEF_CID, "stdout", "next\n")
+    assert f.poll(hook, RUNNING, app=app()) == ["chief:0 | next"]
+
+
+# ---------------------------------------------------------------------------------------------- restarts
+
+
+def test_state_round_trips_through_json_and_a_successor_repeats_and_loses_nothing(nm, hook):
+    first = LogFollower("chief:0")
+    nm.write(CHIEF_CID, "stdout", "0\n1\n2")
+    shown = job_lines(first.poll(hook, RUNNING, app=app()), "chief:0 | ")
+    state = json.loads(json.dumps(first.state()))
+    assert state["follow"][CHIEF_CID]["offsets"] == {"stdout": 4}  # "2" waits for its newline; no stderr yet
+    nm.write(CHIEF_CID, "stdout", "\n3\n")
+    second = LogFollower("chief:0", state=state)  # a re-created trigger: no AM status needed to go on
+    shown += job_lines(second.poll(hook, None, app=app()), "chief:0 | ")
+    nm.write(CHIEF_CID, "stdout", "4\n")
+    shown += job_lines(second.poll(hook, None, app=app("FINISHED", "SUCCEEDED"), final=True), "chief:0 | ")
+    assert shown == ["0", "1", "2", "3", "4"]
+
+
+def test_reattached_without_offsets_starts_at_the_tail_at_a_line_start_and_says_so(nm, hook):
+    old = "".join(f"old line {i:05d}\n" for i in range(2000))  # 32 KiB > RESUME_TAIL_BYTES
+    nm.write(CHIEF_CID, "stdout", old)
+    nm.write(CHIEF_CID, "stderr", "short\n")
+    f = LogFollower("chief:0", lines_per_poll=10_000, state={"resume": True})
+    lines = f.poll(hook, RUNNING, app=app())
+    shown = job_lines(lines, "chief:0 | old line ")
+    assert shown[-1] == "01999" and len(shown) == RESUME_TAIL_BYTES // len("old line 00000\n")
+    skipped = len(old) - len(shown) * len("old line 00000\n")
+    assert lines[0] == (f"chief:0 | ... {skipped} earlier bytes not shown (reattached to a running application); "
+                        f"full log: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice/stdout/?start=0")
+    assert "chief:0 stderr | short" in lines  # a file within the tail is shown whole
+    # a container that starts after the reattach (the chief restarted) is read from its first byte
+    new_cid = "container_1700000000000_0042_01_000009"
+    nm.write(new_cid, "stdout", "".join(f"new {i}\n" for i in range(3000)))
+    restarted = status(task("chief", 0, cid=new_cid, attempt=1), task("worker", 0, cid=WORKER_CID, node="nm2:45454"))
+    lines = LogFollower("chief:0", lines_per_poll=10_000, state=f.state()).poll(hook, restarted, app=app())
+    assert job_lines(lines, "chief:0 | new ") == [str(i) for i in range(3000)]
+
+
+def _trigger(nm, script, ti=None, **kw):
+    """A trigger on a real AsyncYarnHook whose RM answers follow ``script``: (what the chief prints meanwhile, the
+    application; None: hang until cancelled)."""
+    from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
+
+    trig = YarnApplicationTrigger(**kw)
+    trig._hook = AsyncYarnHook(rm_urls=[RM], user="alice", retries=0, backoff=0)
+    trig._log = mock.Mock()
+    trig._sleep = lambda: asyncio.sleep(0.01)  # the poll interval, short: other tasks (XCom calls) run meanwhile
+    trig.am_status = mock.AsyncMock(return_value=RUNNING)
+    trig._task_instance = ti
+    trig.hung = asyncio.Event()
+    steps = iter(script)
+
+    async def get_application(app_id):
+        printed, answer = next(steps)
+        nm.write(CHIEF_CID, "stdout", printed)
+        if answer is None:
+            trig.hung.set()
+            await asyncio.Event().wait()
+        return answer
+    trig._hook.get_application = get_application
+    return trig
+
+
+async def _run_until_hung(trig):
+    task = asyncio.ensure_future(trig.run().__anext__())
+    await trig.hung.wait()  # its polls are done, the next one waits for the RM
+    task.cancel()  # the triggerer stops it
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def _shown(*triggers) -> list[str]:
+    return job_lines([c.args[1] for t in triggers for c in t._log.info.call_args_list if c.args[0] == "%s"],
+                     "chief:0 | ")
+
+
+def test_trigger_serialize_carries_the_offsets_and_a_recreated_trigger_goes_on(nm):
+    async def scenario():
+        first = _trigger(nm, [("a 0\na 1\n", app()), ("a 2\n", app()), ("", None)], app_id=APP, poll_interval=5,
+                         job_logs=True, log_chief="chief:0")
+        await _run_until_hung(first)
+        classpath, kwargs = first.serialize()  # ... and starts it again from its serialized kwargs
+        second = _trigger(nm, [("a 3\n", app("FINISHED", "SUCCEEDED"))], **json.loads(json.dumps(kwargs)))
+        event = [e async for e in second.run()][0]
+        return first, second, event
+
+    first, second, event = asyncio.run(scenario())
+    assert _shown(first, second) == ["a 0", "a 1", "a 2", "a 3"]
+    assert event.payload["status"] == "success" and event.payload["log_state"]["done"] == [CHIEF_CID]
+
+
+def test_a_crashed_triggerer_recreates_the_trigger_from_its_deferral_kwargs_and_the_xcom_has_the_offsets(nm):
+    """Airflow keeps a trigger's kwargs as they were when the task deferred; the offsets reached since are in an
+    XCom of the task instance, which the trigger of the new triggerer reads."""
+    from types import SimpleNamespace
+
+    from airflow_provider_melon.triggers.yarn import LOG_STATE_XCOM_KEY
+    from airflow_provider_melon.version_compat import XCom
+
+    xcoms: dict = {}
+
+    async def aset(*, key, value, dag_id, task_id, run_id, map_index):
+        xcoms[(key, dag_id, task_id, run_id, map_index)] = json.loads(json.dumps(value))
+
+    async def aget_one(*, key, dag_id, task_id, run_id, map_index):
+        for _ in range(20):  # slow, as a triggerer's first XCom call is (it starts its in-process API)
+            await asyncio.sleep(0.01)
+        return xcoms.get((key, dag_id, task_id, run_id, map_index))
+
+    ti = SimpleNamespace(dag_id="d", task_id="train", run_id="r1", map_index=-1)
+    deferred = {"app_id": APP, "poll_interval": 5, "job_logs": True, "log_chief": "chief:0"}
+
+    printed = iter(range(1000))
+    # the chief prints a line per poll; the first trigger's RM stops answering once it has shown lines and saved
+    # their offsets (then the triggerer dies)
+    first = _trigger(nm, ((f"a {next(printed)}\n", app()) for _ in range(1000)), ti=ti, **deferred)  # lazily
+    real_get = first._hook.get_application
+
+    async def get_application(app_id):
+        if _shown(first) and first._saving is not None and first._saving.done():
+            first.hung.set()
+            await asyncio.Event().wait()
+        return await real_get(app_id)
+    first._hook.get_application = get_application
+
+    async def scenario():
+        await _run_until_hung(first)
+        last = next(printed)
+        second = _trigger(nm, [(f"a {last}\n", app("FINISHED", "SUCCEEDED"))], ti=ti, **deferred)  # the DB's kwargs
+        event = [e async for e in second.run()][0]
+        return last, second, event
+
+    with mock.patch.object(XCom, "aset", aset), mock.patch.object(XCom, "aget_one", aget_one):
+        last, second, event = asyncio.run(scenario())
+    assert _shown(first) and _shown(second), "each trigger showed part of the output"
+    assert _shown(first, second) == [f"a {i}" for i in range(last + 1)]
+    saved = xcoms[(LOG_STATE_XCOM_KEY, "d", "train", "r1", -1)]
+    assert saved["app_id"] == APP and saved["state"]["seq"] > 0
+    # a trigger of another application (a new try that submitted again) ignores it
+    other = _trigger(nm, [], ti=ti, **dict(deferred, app_id="application_1700000000000_0043"))
+    with mock.patch.object(XCom, "aget_one", aget_one):
+        asyncio.run(other._restore_log_state())
+    assert other.log_state is None
+
+
+# ---------------------------------------------------------------------------------------------- failures
+
+
+def test_failing_task_output_follows_and_a_replaced_container_is_read_to_its_end(nm, hook):
+    f = LogFollower("chief:0")
+    nm.write(CHIEF_CID, "stdout", "chief working\n")
+    f.poll(hook, RUNNING, app=app())
+    nm.write(WORKER_CID, "stderr", "Traceback (most recent call last):\nValueError: bad shard\n")
+    failed = status(task("chief", 0, cid=CHIEF_CID),
+                    task("worker", 0, state="FAILED", cid=WORKER_CID, node="nm2:45454", exit_code=3))
+    lines = f.poll(hook, failed, app=app())
+    assert lines == ["worker:0 failed (exit 3); its output follows",
+                     "worker:0 stderr | Traceback (most recent call last):", "worker:0 stderr | ValueError: bad shard"]
+    # a restart: the AM reports a new container for worker:0; the old one's last words are shown once
+    nm.write(WORKER_CID, "stdout", "late line\n")
+    again = status(task("chief", 0, cid=CHIEF_CID),
+                   task("worker", 0, cid="container_1700000000000_0042_01_000007", node="nm1:45454", attempt=1))
+    assert f.poll(hook, again, app=app()) == []  # already read to its end when it failed
+    g = LogFollower("chief:0")
+    g.poll(hook, RUNNING, app=app())
+    lines = g.poll(hook, again, app=app())
+    assert lines[0].startswith(f"worker:0: its container {WORKER_CID} ended and the task was started again (attempt 1")
+    assert "worker:0 | late line" in lines and "worker:0 stderr | ValueError: bad shard" in lines
+
+
+def test_after_a_failed_end_the_task_the_diagnostics_name_is_shown(nm, hook):
+    f = LogFollower("chief:0")
+    nm.write(CHIEF_CID, "stdout", "")
+    f.poll(hook, RUNNING, app=app())
+    nm.write(WORKER_CID, "stderr", "CUDA error: out of memory\n")
+    ended = app("FINISHED", "FAILED", diagnostics="task worker:0 on nm2 exited 1: CUDA error: out of memory")
+    lines = f.poll(hook, None, app=ended, final=True)
+    assert lines == ["worker:0 failed the application; its output follows",
+                     "worker:0 stderr | CUDA error: out of memory"]
+
+
+def test_a_dead_node_gives_one_line_never_an_exception_and_the_rest_streams_on(nm, hook):
+    nm.down.add("nm2")
+    nm.write(CHIEF_CID, "stdout", "c0\n")
+    f = LogFollower("chief:0")
+    failed = status(task("chief", 0, cid=CHIEF_CID),
+                    task("worker", 1, state="FAILED", cid=WORKER_CID, node="nm2:45454", exit_code=137))
+    lines = f.poll(hook, failed, app=app())
+    unavailable = [line for line in lines if line.startswith("logs of worker:1 unavailable")]
+    assert unavailable == [f"logs of worker:1 unavailable: node nm2:45454 unreachable (ConnectionError); full log: "
+                           f"http://nm2:8042/node/containerlogs/{WORKER_CID}/alice"]
+    assert "chief:0 | c0" in lines
+    assert nm.attempts.count(("nm2", WORKER_CID)) == 1  # its stderr is not tried right after its stdout failed
+    for i in range(1, 8):
+        nm.write(CHIEF_CID, "stdout", f"c{i}\n")
+        assert f.poll(hook, failed, app=app()) == [f"chief:0 | c{i}"]  # said once; retried quietly
+    assert nm.attempts.count(("nm2", WORKER_CID)) == 2  # once more, RETRY_EVERY_POLLS (6) polls later
+    assert f.poll(hook, None, app=app("FINISHED", "FAILED"), final=True) == []  # and once after the end
+    assert nm.attempts.count(("nm2", WORKER_CID)) == 3
+    assert WORKER_CID in f.state()["done"]
+
+
+def test_anything_odd_from_the_hook_never_raises(hook):
+    broken = mock.Mock(spec=YarnHook)
+    broken.nodes.side_effect = RuntimeError("RM down")
+    broken.container_log.side_effect = RuntimeError("boom")
+    f = LogFollower("chief:0")
+    assert f.poll(broken, RUNNING, app=app()) == []  # nodes unknown: nothing said yet, asked again next poll
+    broken.nodes.side_effect = None
+    broken.nodes.return_value = [{"id": "nm1:45454", "nodeHTTPAddress": "nm1:8042"}]
+    lines = f.poll(broken, RUNNING, app=app())
+    assert lines == ["logs of chief:0 unavailable: boom"]
+    assert f.poll(broken, {"tasks": "garbage"}, app={"weird": 1}) == []
+
+
+def test_404_while_running_is_quiet_and_after_the_end_one_line_names_log_aggregation(nm, hook):
+    f = LogFollower("chief:0")
+    assert f.poll(hook, RUNNING, app=app()) == []  # the files do not exist yet
+    lines = f.poll(hook, None, app=app("FINISHED", "SUCCEEDED", aggregation="SUCCEEDED"), final=True)
+    assert lines == ["logs of chief:0 are no longer on its node: log aggregation is on (SUCCEEDED), the aggregated "
+                     f"log: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice"]
+
+
+def test_chief_rules():
+    assert chief_of([("worker", False), ("chief", False), ("ps", True)]) == "chief:0"
+    assert chief_of([("worker", False), ("master", False)]) == "master:0"
+    assert chief_of([("ps", True), ("worker", False), ("evaluator", False)]) == "worker:0"
+    assert chief_of([("ps", True)]) is None
+    f = LogFollower()  # no chief given: the AM's task list decides, ps untracked
+    f.poll(mock.Mock(spec=YarnHook, nodes=mock.Mock(return_value=[])),
+           status(task("ps", 0, cid="c_ps"), task("worker", 0, cid="c_w0")), app=app())
+    assert f.chief == "worker:0"
+
+
+# ---------------------------------------------------------------------------------------------- the operator
+
+
+def test_operator_sync_loop_streams_job_logs_and_reads_the_rest_at_the_end(nm, monkeypatch):
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.operators.train import MelonTrainOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_YARN_TEST", json.dumps({"conn_type": "yarn", "host": RM, "login": "alice"}))
+    apps = iter([app(), app(), app("FINISHED", "SUCCEEDED")])
+    steps = iter(["Epoch 1/2\n", "Epoch 2/2\n", "saved model"])
+
+    def get_application(self, app_id):
+        nm.write(CHIEF_CID, "stdout", next(steps))
+        return next(apps)
+
+    op = MelonTrainOperator(task_id="train", yarn_conn_id="yarn_test", poll_interval=5, deferrable=False,
+                            job={"name": "j", "entrypoint": "python t.py",
+                                 "roles": {"ps": {}, "worker": {"instances": 2}}})
+    op._spec = op.load_spec()
+    op._announced.add(APP)
+    fake_log = mock.Mock()
+    with mock.patch.object(YarnHook, "get_application", get_application), \
+            mock.patch.object(MelonHook, "am_status", return_value=status(task("worker", 0, cid=CHIEF_CID))) as am, \
+            mock.patch.object(MelonTrainOperator, "_sleep"), \
+            mock.patch.object(MelonTrainOperator, "_complete", return_value={"ok": True}), \
+            mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=fake_log):
+        assert op.poll_until_complete(APP, {"ti": mock.Mock()}) == {"ok": True}
+    logged = [c.args[0] % c.args[1:] for c in fake_log.info.call_args_list]
+    assert am.call_count == 2  # every running poll (the containers), not only every log_every_n
+    assert [line for line in logged if line.startswith("worker:0 |")] == [
+        "worker:0 | Epoch 1/2", "worker:0 | Epoch 2/2", "worker:0 | saved model"]
+    # not submitted by this process (a reattach): the follower was told no offsets are known
+    assert op._initial_log_state(APP) == {"resume": True}
+    op._submitted.add(APP)
+    assert op._initial_log_state(APP) is None
