@@ -476,20 +476,12 @@ def cmd_logs(args, cluster: Cluster) -> int:
 
     if args.follow:
         return _follow(args, yarn, app, logs, chosen)
-    served, out = False, []
-    for ref in logs.discover(app.get("state") not in TERMINAL):
-        files = logs.files(ref)
-        if files is None:
-            continue
-        served = True
-        if not chosen(ref):
-            continue
-        for name, size in files.items():
-            if not nm_logs.wanted_file(name, args.file):
-                continue
-            got = logs.fetch(ref, name) if size else (0, b"")
-            text = got[1].decode("utf-8", "replace") if got else ""
-            out.append({"container": ref.id, "label": ref.label, "node": ref.node_id, "file": name, "text": text})
+    out = []
+    served, found = _log_files(logs, app.get("state") not in TERMINAL, chosen, args.file)
+    for ref, name, size in found:
+        got = logs.fetch(ref, name) if size else (0, b"")
+        text = got[1].decode("utf-8", "replace") if got else ""
+        out.append({"container": ref.id, "label": ref.label, "node": ref.node_id, "file": name, "text": text})
     if not served:
         _no_logs(app, logs)
     if args.json:
@@ -503,6 +495,22 @@ def cmd_logs(args, cluster: Cluster) -> int:
     if not out:
         print(f"({app_id}: no log output yet)", file=sys.stderr)
     return OK
+
+
+def _log_files(logs, running: bool, chosen, wanted) -> tuple[bool, list]:
+    """``(served, [(container ref, file name, size)])``: the wanted files of the chosen containers, and whether any
+    NodeManager served a container's listing at all."""
+    from airflow_provider_melon import nm_logs
+
+    served, found = False, []
+    for ref in logs.discover(running):
+        files = logs.files(ref)
+        if files is None:
+            continue
+        served = True
+        if chosen(ref):
+            found += [(ref, name, size) for name, size in files.items() if nm_logs.wanted_file(name, wanted)]
+    return served, found
 
 
 def _no_logs(app: dict, logs) -> None:
@@ -535,17 +543,11 @@ def _follow(args, yarn, app: dict, logs, chosen) -> int:
 
     while True:
         running = app.get("state") not in TERMINAL
-        for ref in logs.discover(running):
-            files = logs.files(ref)
-            if files is None:
-                continue
-            served = True
-            if not chosen(ref):
-                continue
-            for name, size in files.items():
-                if nm_logs.wanted_file(name, args.file):
-                    tail = tails.setdefault((ref.id, name), nm_logs.LogTail(logs, ref, name))
-                    emit(ref, name, tail.lines(size))
+        listed, found = _log_files(logs, running, chosen, args.file)
+        served = served or listed
+        for ref, name, size in found:
+            tail = tails.setdefault((ref.id, name), nm_logs.LogTail(logs, ref, name))
+            emit(ref, name, tail.lines(size))
         if not running:
             for (cid, name), tail in tails.items():
                 emit(logs.containers[cid], name, tail.flush())

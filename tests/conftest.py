@@ -51,19 +51,19 @@ else:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "melon"))
 
 
-@pytest.fixture(scope="session")
-def minicluster():
-    reuse = os.environ.get("MELON_TEST_CLUSTER_DIR")
+def running_cluster(reuse_var: str, prefix: str, port_var: str, port_default: int, **start):
+    """A mini cluster for a fixture to yield: the one running in ``$<reuse_var>`` if set, else one started on
+    ports from ``$<port_var>`` (default ``port_default``) with ``start`` options, stopped and removed after."""
+    reuse = os.environ.get(reuse_var)
     if reuse:
         details = mc.read_details(Path(reuse))
         if details is None:
-            pytest.fail(f"MELON_TEST_CLUSTER_DIR={reuse} has no running cluster (no cluster.json)")
+            pytest.fail(f"{reuse_var}={reuse} has no running cluster (no cluster.json)")
         yield details
         return
-    work_dir = Path(tempfile.mkdtemp(prefix="melon-minicluster-"))
-    port_base = int(os.environ.get("MELON_TEST_PORT_BASE", "19000"))
+    work_dir = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        details = mc.start(work_dir, port_base=port_base, timeout=240)
+        details = mc.start(work_dir, port_base=int(os.environ.get(port_var, str(port_default))), **start)
     except mc.MiniClusterError as exc:
         pytest.fail(str(exc))
     try:
@@ -72,6 +72,12 @@ def minicluster():
         mc.stop(work_dir)
         if not os.environ.get("MELON_KEEP_CLUSTER_DIR"):
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def minicluster():
+    yield from running_cluster("MELON_TEST_CLUSTER_DIR", "melon-minicluster-", "MELON_TEST_PORT_BASE", 19000,
+                               timeout=240)
 
 
 @pytest.fixture

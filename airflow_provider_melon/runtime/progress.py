@@ -44,8 +44,10 @@ def report(step: Optional[int] = None, total: Optional[int] = None, loss: Option
         if total <= 0:
             raise ValueError(f"report(): total must be positive, got {total}")
         body["total"] = total
-    if loss is not None and math.isfinite(_number("loss", loss)):
-        body["loss"] = _number("loss", loss)
+    if loss is not None:
+        loss = _number("loss", loss)
+        if math.isfinite(loss):
+            body["loss"] = loss
     clean = {}
     for name, value in list(metrics.items())[:MAX_METRICS]:
         number = _number(name, value)

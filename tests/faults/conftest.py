@@ -15,39 +15,22 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
-from tests.conftest import Jobs
+from tests.conftest import Jobs, running_cluster
 
 FAULT_ROWS: list[dict] = []
 
 
 @pytest.fixture(scope="package")
 def fault_cluster():
-    reuse = os.environ.get("MELON_FAULT_CLUSTER_DIR")  # a running one, while iterating on these tests
-    if reuse:
-        yield mc.read_details(Path(reuse))
-        return
-    work_dir = Path(tempfile.mkdtemp(prefix="melon-faults-"))
-    port_base = int(os.environ.get("MELON_FAULT_PORT_BASE", "21000"))
-    try:
-        details = mc.start(work_dir, port_base=port_base, nodemanagers=3, nm_expiry_ms=12_000, rm_recovery=True,
-                           timeout=300)
-    except mc.MiniClusterError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield details
-    finally:
-        mc.stop(work_dir)
-        if not os.environ.get("MELON_KEEP_CLUSTER_DIR"):
-            shutil.rmtree(work_dir, ignore_errors=True)
+    # MELON_FAULT_CLUSTER_DIR: a running one, while iterating on these tests
+    yield from running_cluster("MELON_FAULT_CLUSTER_DIR", "melon-faults-", "MELON_FAULT_PORT_BASE", 21000,
+                               nodemanagers=3, nm_expiry_ms=12_000, rm_recovery=True, timeout=300)
 
 
 @pytest.fixture

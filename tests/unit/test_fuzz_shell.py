@@ -26,8 +26,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -38,6 +36,7 @@ from airflow_provider_melon import submission
 from airflow_provider_melon.runtime import executor
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile, yarn_shell_value
+from tests.fake_am import FakeAM
 from tests.fuzz_strategies import SHELL_SPECIALS, env_names, literal_text, nasty_text, without_references
 
 REPO = Path(__file__).resolve().parents[2]
@@ -234,38 +233,6 @@ def test_executor_refuses_an_unsplittable_entrypoint_as_a_config_error():
 # -------------------------------------------- end to end: launch script → real executor → user process
 
 
-class _GangOfOne:
-    """The AM's /register and /heartbeat for one task, on loopback."""
-
-    def __init__(self, secret: str):
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if self.headers.get("X-Melon-Secret") != secret:
-                    code, answer = 403, {}
-                elif self.path == "/register":
-                    code, answer = 200, {"cluster": {body["role"]: [f"{body['host']}:{body['port']}"]}}
-                else:
-                    code, answer = 200, {}
-                data = json.dumps(answer).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_every_metacharacter_reaches_the_training_process_inert(tmp_path):
     """The whole chain once, with every special string at once in arguments, env values and the interpreter's
     folder: plan → launch_container.sh (bash) → the real executor → the user's process."""
@@ -285,7 +252,7 @@ def test_every_metacharacter_reaches_the_training_process_inert(tmp_path):
     spec = spec_with(entrypoint=shlex.join(["python", "train.py", *args]), env=env,
                      environment={"python": str(interp_dir / "python")})
     plan = submission.build_plan(spec, code=None, runtime=RUNTIME, inputs={})
-    am = _GangOfOne("s3cret")
+    am = FakeAM(["worker:0"], secret="s3cret")
     try:
         container = {  # what the AM adds per task (MelonApplicationMaster.launchContext)
             "MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_TASK_ATTEMPT": "0", "MELON_AM_URL": am.url,
