@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-COLORS = ["#1976d2", "#f57c00", "#388e3c", "#7b1fa2", "#c2185b", "#455a64"]
+COLORS = ["#1976d2", "#f57c00", "#fbc02d", "#388e3c", "#7b1fa2", "#c2185b", "#455a64"]
 
 
 def _svg(width: int, height: int, body: list[str], title: str) -> str:
@@ -67,11 +67,12 @@ def policy(results: Path) -> str:
         name = block.split(":", 1)[0].strip()
         traces[name] = {}
         for line in block.splitlines():
-            m = re.match(r"^(\([a-d]'?\*?\)) .*?\s(\d+\.\d+) h", line)
+            m = re.match(r"^(\([a-dg]'?\*?\)) .*?\s(\d+\.\d+) h", line)
             if m:
                 traces[name][m.group(1)] = float(m.group(2))
-    policies = ["(a)", "(b)", "(c)", "(c')", "(d*)", "(d)"]
-    labels = {"(a)": "exclusive", "(b)": "pack by memory", "(c)": "MeLoN: pack where it pays", "(c')": "(c') variant",
+    policies = ["(a)", "(b)", "(g)", "(c)", "(c')", "(d*)", "(d)"]
+    labels = {"(a)": "exclusive", "(b)": "pack by memory", "(g)": "Gandiva-style greedy",
+              "(c)": "MeLoN: pack where it pays", "(c')": "(c') variant",
               "(d*)": "bound under (c)'s rules", "(d)": "ideal bound"}
     W, H, L, B, T = 720, 360, 60, 70, 40
     vmax = max(v for t in traces.values() for v in t.values())
@@ -96,8 +97,8 @@ def policy(results: Path) -> str:
                         f'{values[p]:.1f}</text>')
         body.append(f'<text x="{x0 + len(policies) * bar_w / 2:.1f}" y="{H - B + 16}" text-anchor="middle">{trace}</text>')
     for i, p in enumerate(policies):
-        body.append(f'<rect x="{L + (i % 3) * 210}" y="{H - 34 + (i // 3) * 16}" width="10" height="10" '
-                    f'fill="{COLORS[i % len(COLORS)]}"/><text x="{L + (i % 3) * 210 + 14}" y="{H - 25 + (i // 3) * 16}">'
+        body.append(f'<rect x="{L + (i % 4) * 165}" y="{H - 34 + (i // 4) * 16}" width="10" height="10" '
+                    f'fill="{COLORS[i % len(COLORS)]}"/><text x="{L + (i % 4) * 165 + 14}" y="{H - 25 + (i // 4) * 16}">'
                     f'{p} {labels[p]}</text>')
     return _svg(W, H, body, "Simulated makespan per policy (8 GPUs; benchmarks/bench_policy.py)")
 

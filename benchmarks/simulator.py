@@ -25,18 +25,18 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
     ``exclusive``  (a) YARN's default: a job needs a GPU nobody holds (``policy.exclusive``).
     ``memory``     (b) MeLoN by expected memory only: ``policy.best_fit(..., mps=True)`` (no interference
                    rule), any kinds together.
-    ``pays``       (c) share only where packing pays. A job whose ``policy.packing_pays`` is false (large:
-                   sm_util 0.84 from its 1.19x plateau) never joins a GPU with work on it: it takes an idle
-                   GPU. A job that pays (small: sm_util 0.27) goes to the GPU, among those that fit and
-                   ``policy.admits`` it without MPS (so at most one small beside a large), with the largest
-                   marginal gain in aggregate throughput (an idle GPU gains 1.0), provided the gain exceeds
-                   ``MIN_MARGINAL_GAIN`` (0.1 of a job: the measurements' noise) and
-                   no job on that GPU would fall below ``1 / FAIRNESS_BOUND`` of its solo speed; ties go to
-                   ``policy.best_fit``.
-    ``pays_mix``   (c') as (c), except that a job that does not pay may also take a GPU holding small jobs
-                   that ``policy.admits`` it beside (one, without MPS) under the same gain and fairness rules
-                   (the pairing a ``large: true`` role asking for ``gpu_memory`` may get), but never a GPU
-                   holding another large job.
+    ``pays``       (c) share only where packing pays: ``policy.place_where_it_pays`` (the product's rule) with
+                   this module's speed model as its ``rates``. A job whose ``policy.packing_pays`` is false
+                   (large: sm_util 0.84 from its 1.19x plateau) takes an idle GPU. A job that pays (small:
+                   sm_util 0.27) goes to the GPU, among those that fit and ``policy.admits`` it without MPS (so
+                   at most one small beside a large), with the largest marginal gain in aggregate throughput
+                   (an idle GPU gains 1.0), provided the gain exceeds ``MIN_MARGINAL_GAIN`` (0.1 of a job: the
+                   measurements' noise) and no job on that GPU would fall below ``1 / FAIRNESS_BOUND`` of its
+                   solo speed; ties go to ``policy.best_fit``.
+    ``pays_mix``   (c') as (c) with ``large_joins_one_small``: a job that does not pay may also take a GPU
+                   holding one small job, never one holding another large job.
+    ``pays_mix_lookahead`` (cL) (c') plus ``consolidate`` and ``keep_idle`` = the queued jobs that do not pay.
+    ``gandiva``    (g) a Gandiva-style greedy packer, a baseline: :func:`gandiva_place`.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
                    bound restricted to the configurations (c)'s own rules allow.
 """
@@ -64,11 +64,11 @@ from airflow_provider_melon.gpu.profiler import expected_mb  # noqa: E402
 SMALL_WORKLOAD = "resnet18-cifar-b128-fp32"
 LARGE_WORKLOAD = "resnet50-224-b64-bf16"
 #: No job under policy (c) may run below half its solo speed (running slowdown <= 2).
-FAIRNESS_BOUND = 2.0
+FAIRNESS_BOUND = policy.FAIRNESS_BOUND
 #: Under (c) a job joins a shared GPU only if that raises the GPU's aggregate throughput by more than this
 #: (in solo-job units): a tenth of a job, the run-to-run noise of the measurements (shared/data/README.md).
 #: R18: 3 -> 4 copies gains 0.85, 4 -> 5 only 0.05 (the curve flattens), so small jobs stop at 4 per GPU.
-MIN_MARGINAL_GAIN = 0.10
+MIN_MARGINAL_GAIN = policy.MIN_MARGINAL_GAIN
 #: H200: 141 GB (the data file's figure), in MiB.
 H200_MB = int(141e9 // 2**20)
 EPS = 1e-9
@@ -201,40 +201,60 @@ def job_pays(job: Job, model: SpeedModel, total_mb: int) -> bool:
 
 
 def fair(model: SpeedModel, n_large: int, n_small: int) -> bool:
-    """No job on a GPU holding this mix runs below ``1 / FAIRNESS_BOUND`` of its solo speed."""
-    lr, sr = model.rates(n_large, n_small)
-    return not ((n_large and lr < 1.0 / FAIRNESS_BOUND - EPS) or (n_small and sr < 1.0 / FAIRNESS_BOUND - EPS))
+    """No job on a GPU holding this mix runs below ``1 / FAIRNESS_BOUND`` of its solo speed (``policy.fair_mix``)."""
+    return policy.fair_mix(model.rates, n_large, n_small, FAIRNESS_BOUND)
 
 
-def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: SpeedModel) -> Optional[int]:
+#: Policy names (c) and its variants -> the flags they pass to ``policy.place_where_it_pays``.
+PAYS_VARIANTS = {
+    "pays": {},
+    "pays_mix": {"large_joins_one_small": True},
+    "pays_mix_lookahead": {"consolidate": True, "lookahead": True, "large_joins_one_small": True},
+}
+
+
+def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: SpeedModel,
+          queued: Sequence[Job] = ()) -> Optional[int]:
+    """The GPU ``job`` takes under policy ``name`` given what runs (``state``) and what else waits (``queued``,
+    the jobs behind it in the queue: only the lookahead variant reads it), or None."""
     gpus = _gpus(state, total_mb)
     if name == "exclusive":
         return policy.exclusive(gpus)
     if name == "memory":
         return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
-    if name not in ("pays", "pays_mix"):
+    if name == "gandiva":
+        return gandiva_place(job, state, gpus, model)
+    if name not in PAYS_VARIANTS:
         raise ValueError(f"unknown policy {name!r}")
-    pays = job_pays(job, model, total_mb)
-    if not pays and name == "pays":
-        return policy.exclusive(gpus)
-    best_gain, cands = 0.0, []
+    flags = dict(PAYS_VARIANTS[name])
+    keep_idle = 0
+    if flags.pop("lookahead", False):
+        keep_idle = sum(1 for q in queued if q is not job and not job_pays(q, model, total_mb))
+    return policy.place_where_it_pays(gpus, job.expected_mb, large=job.large, pays=job_pays(job, model, total_mb),
+                                      rates=model.rates, min_gain=MIN_MARGINAL_GAIN, fairness_bound=FAIRNESS_BOUND,
+                                      keep_idle=keep_idle, **flags)
+
+
+def gandiva_place(job: Job, state: List[List[Job]], gpus: List[Gpu], model: SpeedModel) -> Optional[int]:
+    """A Gandiva-style greedy packer (Xiao et al., OSDI 2018), as a baseline: an idle GPU if there is one
+    (lowest index), else the least-loaded GPU (fewest jobs, then least memory) where the job fits in memory
+    and its introspection finds that packing raises the GPU's aggregate throughput (the simulator hands it
+    the measured outcome of that trial for free: no trial period, no migration cost). It knows no kinds, no
+    interference rule and no fairness bound; memory is its only hard limit."""
+    free = policy.exclusive(gpus)
+    if free is not None:
+        return free
+    best = None
     for g, js in zip(gpus, state):
-        if not policy.fits(g, job.expected_mb) or not policy.admits(g, job.large, mps=False):
+        if not policy.fits(g, job.expected_mb):
             continue
         nl, ns = _counts(js)
-        if job.large and nl and not pays:
-            continue  # pays_mix: a job that does not pay still never joins its own kind
-        nl2, ns2 = nl + job.large, ns + (not job.large)
-        if not fair(model, nl2, ns2):
+        if model.throughput(nl + job.large, ns + (not job.large)) <= model.throughput(nl, ns) + EPS:
             continue
-        gain = model.throughput(nl2, ns2) - model.throughput(nl, ns)
-        if gain <= MIN_MARGINAL_GAIN:
-            continue
-        if gain > best_gain + EPS:
-            best_gain, cands = gain, [g]
-        elif abs(gain - best_gain) <= EPS:
-            cands.append(g)
-    return policy.best_fit(cands, job.expected_mb, large=job.large, mps=True) if cands else None
+        key = (len(js), g.reserved_mb, g.index)
+        if best is None or key < best[0]:
+            best = (key, g.index)
+    return best[1] if best else None
 
 
 # -- simulation --------------------------------------------------------------------------------------------
@@ -254,14 +274,27 @@ class Result:
         return max(self.slowdown.values()) if self.slowdown else 1.0
 
 
-def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, model: SpeedModel) -> Result:
-    """Run ``jobs`` on ``n_gpus`` GPUs of ``total_mb`` under ``exclusive``/``memory``/``pays``."""
+#: Queue order among jobs that arrived at the same time: ``name`` (by name: the trace's jobs are named
+#: ``<kind letter><index>``, so at t = 0 every large job is ahead of every small one), ``trace`` (by position
+#: in the trace, the order they were submitted in), ``lpt`` (longest solo work first: a clairvoyant order,
+#: for measuring what not knowing durations costs; the system does not know them).
+QUEUE_ORDERS = ("name", "trace", "lpt")
+
+
+def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, model: SpeedModel,
+             order: str = "name") -> Result:
+    """Run ``jobs`` on ``n_gpus`` GPUs of ``total_mb`` under ``exclusive``/``memory``/``pays``/..."""
+    if order not in QUEUE_ORDERS:
+        raise ValueError(f"order must be one of {QUEUE_ORDERS}, got {order!r}")
     if policy_name == "ideal":
         raise ValueError("'ideal' is a bound: use ideal_bound()")
     for j in jobs:
         if j.expected_mb > total_mb:
             raise ValueError(f"{j.name} needs {j.expected_mb} MiB > {total_mb} MiB GPUs")
-    pending = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
+    position = {id(j): i for i, j in enumerate(jobs)}
+    tie = {"name": lambda j: (j.name,), "trace": lambda j: (position[id(j)],),
+           "lpt": lambda j: (-j.work_s, j.name)}[order]
+    pending = sorted(jobs, key=lambda j: (j.arrival_s,) + tie(j))
     queue: List[Job] = []
     state: List[List[Job]] = [[] for _ in range(n_gpus)]
     remaining = {j.name: float(j.work_s) for j in jobs}
@@ -271,9 +304,15 @@ def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, 
         while pi < len(pending) and pending[pi].arrival_s <= t + EPS:
             queue.append(pending[pi])
             pi += 1
+        refused = set()  # (kind, memory) refused since the last placement: the same answer until state changes
         for job in list(queue):
-            g = place(policy_name, job, state, total_mb, model)
-            if g is not None:
+            if (job.kind, job.expected_mb) in refused:
+                continue
+            g = place(policy_name, job, state, total_mb, model, queue)
+            if g is None:
+                refused.add((job.kind, job.expected_mb))
+            else:
+                refused.clear()
                 state[g].append(job)
                 queue.remove(job)
                 res.start[job.name] = t

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "Task",
@@ -39,6 +39,11 @@ __all__ = [
     "packing_pays",
     "colocation_speedup",
     "curve_from_records",
+    "MIN_MARGINAL_GAIN",
+    "FAIRNESS_BOUND",
+    "fair_mix",
+    "marginal_gain",
+    "place_where_it_pays",
 ]
 
 
@@ -236,3 +241,115 @@ def curve_from_records(records: Iterable[Mapping], workload: str, mode: str = "p
     if not curve:
         raise KeyError(f"no records for workload {workload!r} (mode {mode!r})")
     return curve
+
+
+# -- sharing where it pays: the online rule of policy (c) -------------------------------------------------------
+#: (n_large, n_small) on one GPU -> (each large task's rate, each small task's rate), as fractions of solo speed.
+Rates = Callable[[int, int], Tuple[float, float]]
+
+#: A task joins a shared GPU only if the GPU's aggregate throughput rises by more than this (in solo-job units):
+#: a tenth of a job, the run-to-run noise of the measurements. ResNet-18: 3 -> 4 copies adds 0.85, 4 -> 5 only 0.05.
+MIN_MARGINAL_GAIN = 0.10
+#: No task on a shared GPU may run below ``1 / FAIRNESS_BOUND`` of its solo speed (running slowdown <= 2).
+FAIRNESS_BOUND = 2.0
+
+
+def _mix(gpu: Gpu) -> Tuple[int, int]:
+    tasks = gpu.task_tuples()
+    n_large = sum(1 for t in tasks if t.large)
+    return n_large, len(tasks) - n_large
+
+
+def fair_mix(rates: Rates, n_large: int, n_small: int, bound: float = FAIRNESS_BOUND) -> bool:
+    """True when no task on a GPU holding ``n_large`` large and ``n_small`` small tasks runs below
+    ``1 / bound`` of its solo speed under ``rates``."""
+    lr, sr = rates(n_large, n_small)
+    eps = 1e-9
+    return not ((n_large and lr < 1.0 / bound - eps) or (n_small and sr < 1.0 / bound - eps))
+
+
+def marginal_gain(rates: Rates, n_large: int, n_small: int, large: bool) -> float:
+    """Aggregate throughput added (solo-job units) when one more task (``large`` or small) joins that mix."""
+    def total(nl: int, ns: int) -> float:
+        if not nl and not ns:
+            return 0.0
+        lr, sr = rates(nl, ns)
+        return nl * lr + ns * sr
+
+    return total(n_large + large, n_small + (not large)) - total(n_large, n_small)
+
+
+def place_where_it_pays(
+    gpus: Sequence[Gpu],
+    expected_mb: int,
+    *,
+    large: bool,
+    pays: bool,
+    rates: Rates,
+    mps: bool = False,
+    min_gain: float = MIN_MARGINAL_GAIN,
+    fairness_bound: float = FAIRNESS_BOUND,
+    consolidate: bool = False,
+    keep_idle: int = 0,
+    large_joins_one_small: bool = False,
+) -> Optional[int]:
+    """Policy (c): the GPU a task should take, or ``None`` (it waits).
+
+    A task whose :func:`packing_pays` is false (``pays=False``) takes an idle GPU (:func:`exclusive`); with
+    ``large_joins_one_small`` it may also join a GPU that holds small tasks only, if :func:`admits` lets it in
+    (without MPS: one small), under the gain and fairness rules below -- never a GPU with another large task.
+
+    A task that pays goes to a GPU where it fits and :func:`admits` it, that gains more than ``min_gain`` of a
+    job in aggregate throughput (:func:`marginal_gain`; an idle GPU gains 1.0) and where no task falls below
+    ``1 / fairness_bound`` of its solo speed (:func:`fair_mix`). Among those:
+
+    * ``consolidate=False``: the largest gain (so idle GPUs first), ties by :func:`best_fit`;
+    * ``consolidate=True``: a GPU that already holds work before an idle one (largest gain among those,
+      ties by best fit): small tasks stack on GPUs that are already shared, and idle GPUs stay free for tasks
+      that need a whole one. An idle GPU is still taken when no shared one qualifies, unless
+    * ``keep_idle`` (lookahead at the queue: how many queued tasks need an idle GPU and cannot use a shared
+      one) is at least the number of idle GPUs: then the paying task waits rather than take one of them.
+    """
+    gpus = list(gpus)
+    if not pays and not large_joins_one_small:
+        return exclusive(gpus)
+
+    def whole_slot(g: Gpu, extra_small: int = 0) -> bool:
+        """Could a task that does not pay still start on ``g`` (after ``extra_small`` more small tasks)?"""
+        nl, ns = _mix(g)
+        ns += extra_small
+        if not nl and not ns:
+            return not g.tasks and g.reserved_mb <= 0
+        return large_joins_one_small and not nl and ns <= MAX_SMALL_WITH_LARGE
+
+    idle = [g for g in gpus if not g.tasks and g.reserved_mb <= 0]
+    slots = sum(1 for g in gpus if whole_slot(g))
+    best_gain, cands, best_shared_gain, shared = 0.0, [], 0.0, []
+    eps = 1e-9
+    for g in gpus:
+        if not fits(g, expected_mb) or not admits(g, large, mps):
+            continue
+        nl, ns = _mix(g)
+        if not pays and (nl or not ns):
+            continue  # a task that does not pay joins small tasks only (idle GPUs: exclusive() below)
+        if pays and keep_idle and slots <= keep_idle and whole_slot(g) and not whole_slot(g, int(not large)):
+            continue  # lookahead: this GPU is one a queued task that needs a whole one could still start on
+        if not fair_mix(rates, nl + large, ns + (not large), fairness_bound):
+            continue
+        gain = marginal_gain(rates, nl, ns, large)
+        if gain <= min_gain:
+            continue
+        if gain > best_gain + eps:
+            best_gain, cands = gain, [g]
+        elif abs(gain - best_gain) <= eps:
+            cands.append(g)
+        if g.tasks:
+            if gain > best_shared_gain + eps:
+                best_shared_gain, shared = gain, [g]
+            elif abs(gain - best_shared_gain) <= eps:
+                shared.append(g)
+    if not pays:
+        return exclusive(gpus) if idle else best_fit(cands, expected_mb, large=large, mps=True)
+    if consolidate and shared:
+        return best_fit(shared, expected_mb, large=large, mps=True)
+    return best_fit(cands, expected_mb, large=large, mps=True) if cands else None

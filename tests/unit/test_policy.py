@@ -145,3 +145,82 @@ def test_colocation_speedup_interpolates_and_saturates():
 def test_curve_from_records_unknown_workload():
     with pytest.raises(KeyError):
         policy.curve_from_records([{"workload": "x", "k": 1, "speedup_vs_1": 1.0}], "y")
+
+
+# -- place_where_it_pays: policy (c)'s online rule, with the measured H200 anchor as its speed model ---------------
+def _rates(n_large, n_small):
+    """Each large / each small task's fraction of solo speed (the anchor above and h200-mix.json's mixes)."""
+    if n_large and not n_small:
+        return policy.colocation_speedup(R50_CURVE, n_large) / n_large, 0.0
+    if n_small and not n_large:
+        return 0.0, policy.colocation_speedup(R18_CURVE, n_small) / n_small
+    if not n_large:
+        return 0.0, 0.0
+    return {1: (0.93, 0.96), 2: (0.65, 0.98)}.get(n_small, (0.38, 1.0))
+
+
+SMALL, LARGE = Task("s", 2076, False), Task("l", 5653, True)
+
+
+def _gpu(i, *tasks):
+    return Gpu(i, H200_MB, sum(t.expected_mb for t in tasks), list(tasks))
+
+
+def _place(gpus, large=False, pays=None, **kw):
+    return policy.place_where_it_pays(gpus, 5653 if large else 2076, large=large,
+                                      pays=(not large) if pays is None else pays, rates=_rates, **kw)
+
+
+def test_marginal_gain_and_fairness_from_the_rates():
+    assert policy.marginal_gain(_rates, 0, 0, large=False) == pytest.approx(1.0)  # an idle GPU
+    assert policy.marginal_gain(_rates, 0, 3, large=False) == pytest.approx(3.52 - 2.67)
+    assert policy.marginal_gain(_rates, 0, 4, large=False) == pytest.approx((3.71 - 3.52) / 4)  # 0.05 (k=5 interpolated)
+    assert policy.marginal_gain(_rates, 1, 0, large=False) == pytest.approx(0.93 + 0.96 - 1.0)
+    assert policy.fair_mix(_rates, 1, 1) and policy.fair_mix(_rates, 2, 0)  # 0.93/0.96; 2 x R50 at 0.595
+    assert not policy.fair_mix(_rates, 1, 3)  # R50 at 0.38 < 1/2
+    assert not policy.fair_mix(_rates, 4, 0)  # R50 at 0.30
+
+
+def test_a_small_task_takes_the_largest_gain_so_an_idle_gpu_first():
+    gpus = [_gpu(0, SMALL, SMALL), _gpu(1), _gpu(2, LARGE)]
+    assert _place(gpus) == 1  # gain 1.0 beats joining two smalls (0.85) or a large (0.89)
+    assert _place(gpus[:1] + gpus[2:]) == 2  # then beside the large one (0.89 > 0.85)
+
+
+def test_a_small_task_stops_at_the_marginal_gain_and_the_fairness_bound():
+    assert _place([_gpu(0, *[SMALL] * 4)]) is None  # the fifth R18 would add 0.05 of a job: not worth it
+    assert _place([_gpu(0, *[SMALL] * 4)], min_gain=0.04) == 0
+    assert _place([_gpu(0, LARGE, SMALL)]) is None  # without MPS admits() allows one small beside a large
+    assert _place([_gpu(0, LARGE, SMALL)], mps=True) == 0  # with MPS: R50 + 2 x R18 (0.65/0.98) is fair
+    assert _place([_gpu(0, LARGE, SMALL, SMALL)], mps=True) is None  # R50 + 3 x R18: R50 at 0.38 < 1/2
+    assert _place([_gpu(0, LARGE, SMALL, SMALL)], mps=True, fairness_bound=3.0) == 0
+
+
+def test_a_task_that_does_not_pay_takes_an_idle_gpu_only():
+    gpus = [_gpu(0, SMALL), _gpu(1, LARGE)]
+    assert _place(gpus, large=True) is None
+    assert _place(gpus + [_gpu(2)], large=True) == 2
+    # (c'): it may join a GPU holding one small (R50 + R18: 0.93/0.96), never one holding a large
+    assert _place(gpus, large=True, large_joins_one_small=True) == 0
+    assert _place([_gpu(0, SMALL, SMALL)], large=True, large_joins_one_small=True) is None  # admits: one small
+
+
+def test_consolidation_prefers_a_gpu_that_is_already_shared():
+    gpus = [_gpu(0), _gpu(1, SMALL, SMALL), _gpu(2)]
+    assert _place(gpus) == 0  # default: the idle GPU gains most
+    assert _place(gpus, consolidate=True) == 1  # consolidate: stack on the shared one, idle GPUs stay free
+    assert _place([_gpu(0), _gpu(1, *[SMALL] * 4)], consolidate=True) == 0  # the shared one is full: idle after all
+
+
+def test_lookahead_keeps_an_idle_gpu_for_a_queued_large_task():
+    gpus = [_gpu(0), _gpu(1, LARGE)]
+    assert _place(gpus) == 0
+    # one large task waits in the queue and GPU 0 is the only idle one: the small task joins the large instead
+    assert _place(gpus, keep_idle=1) == 1
+    assert _place([_gpu(0), _gpu(1, LARGE, SMALL)], keep_idle=1) is None  # nothing else qualifies: it waits
+    assert _place([_gpu(0), _gpu(2), _gpu(1, LARGE, SMALL)], keep_idle=1) == 0  # two idle, one needed: fine
+    # with large_joins_one_small a GPU holding one small still takes a large task: a second small may not fill it
+    one = [_gpu(0, SMALL), _gpu(1, *[SMALL] * 3)]
+    assert _place(one, large_joins_one_small=True) == 1  # 3 -> 4 gains 0.85 > 1 -> 2 gains 0.82
+    assert _place([_gpu(0, SMALL)], large_joins_one_small=True) == 0
+    assert _place([_gpu(0, SMALL)], large_joins_one_small=True, keep_idle=1) is None

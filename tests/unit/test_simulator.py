@@ -162,3 +162,39 @@ def test_trace_is_seeded_and_deterministic(model):
 def test_job_pays_from_policy(model):
     assert sim.job_pays(small("s"), model, sim.H200_MB) is True
     assert sim.job_pays(large("l"), model, sim.H200_MB) is False
+
+
+def test_pays_is_the_product_rule(model, monkeypatch):
+    # the simulator's (c) is policy.place_where_it_pays, not a copy: break the product rule, (c) breaks with it
+    from airflow_provider_melon.gpu import policy
+    assert sim.place("pays", small("s1"), [[small("s0")], []], sim.H200_MB, model) == 1  # idle GPU gains most
+    monkeypatch.setattr(policy, "place_where_it_pays", lambda *a, **k: None)
+    assert sim.place("pays", small("s1"), [[small("s0")], []], sim.H200_MB, model) is None
+
+
+def test_gandiva_packs_greedily_past_the_fairness_bound(model):
+    # idle GPU first, then the least-loaded GPU whenever throughput rises: two R50s share (1.19x, 0.595 each)
+    assert sim.place("gandiva", large("l1"), [[large("l0")], []], sim.H200_MB, model) == 1
+    assert sim.place("gandiva", large("l1"), [[large("l0")]], sim.H200_MB, model) == 0
+    assert sim.place("pays", large("l1"), [[large("l0")]], sim.H200_MB, model) is None
+    # R50 + 3 x R18 (R50 at 0.38, below the fairness bound) still raises throughput: Gandiva packs it
+    assert sim.place("gandiva", small("s2"), [[large("l0"), small("s0"), small("s1")]], sim.H200_MB, model) == 0
+    r = sim.simulate([large("l0"), large("l1")], 1, sim.H200_MB, "gandiva", model)
+    assert r.makespan_s == pytest.approx(2 * W / model.throughput(2, 0))
+
+
+def test_lookahead_keeps_the_idle_gpu_for_a_queued_large_job(model):
+    state = [[], [large("l0")]]
+    queue = [small("s0"), large("l1")]
+    assert sim.place("pays_mix", small("s0"), state, sim.H200_MB, model, queue) == 0
+    assert sim.place("pays_mix_lookahead", small("s0"), state, sim.H200_MB, model, queue) == 1
+    assert sim.place("pays_mix_lookahead", small("s0"), state, sim.H200_MB, model, queue[:1]) == 1  # consolidate
+
+
+def test_queue_order(model):
+    jobs = [small("s0", W), large("l1", 2 * W), small("s2", 3 * W)]
+    for order, first in (("name", "l1"), ("trace", "s0"), ("lpt", "s2")):
+        r = sim.simulate(jobs, 1, sim.H200_MB, "exclusive", model, order=order)
+        assert r.start[first] == 0.0, order
+    with pytest.raises(ValueError, match="order"):
+        sim.simulate(jobs, 1, sim.H200_MB, "exclusive", model, order="random")
