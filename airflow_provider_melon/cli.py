@@ -80,10 +80,30 @@ def melon_hook_for_cluster(work_dir: Path):
     details = mc.read_details(work_dir)
     if details is None:
         raise SystemExit(f"no running mini cluster in {work_dir}: run `melon minicluster start` first")
+    if details.secure:
+        return _secure_melon_hook(details)
     return MelonHook(
         yarn_hook=YarnHook(rm_urls=[details.rm_web_url], user=details.user),
         hdfs_client=InsecureClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=details.user),
         user=details.user, am_classpath=details.am_classpath, default_python=sys.executable,
+        container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
+    )
+
+
+def _secure_melon_hook(details, name: str = "airflow"):
+    """The same on a Kerberos mini cluster: the ``name`` principal from its keytab, SPNEGO to RM and WebHDFS."""
+    from hdfs.ext.kerberos import KerberosClient
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    yarn = YarnHook(rm_urls=[details.rm_web_url], auth="kerberos", kerberos_principal=details.principal(name),
+                    kerberos_keytab=details.keytab(name), kerberos_ccache=details.ccache(name),
+                    krb5_conf=details.krb5_conf)
+    yarn._kerberos_tickets().ensure(force=True)  # the WebHDFS client below uses the same ticket cache
+    return MelonHook(
+        yarn_hook=yarn, hdfs_client=KerberosClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]),
+        user=name, am_classpath=details.am_classpath, default_python=sys.executable,
         container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
     )
 

@@ -230,7 +230,11 @@ def start(
     work_dir.mkdir(parents=True, exist_ok=True)
     details_path(work_dir).unlink(missing_ok=True)
     write_inventory(work_dir, gpus, gpu_memory_mb)
-    args = [java, "-Xmx1g", "-cp", launcher_classpath(), LAUNCHER_CLASS, "--work-dir", str(work_dir)]
+    classpath = launcher_classpath()
+    if secure:  # site files the launcher writes for configurations created inside it (SecureCluster.java)
+        (work_dir / "site").mkdir(exist_ok=True)
+        classpath = f"{classpath}{os.pathsep}{work_dir / 'site'}"
+    args = [java, "-Xmx1g", "-cp", classpath, LAUNCHER_CLASS, "--work-dir", str(work_dir)]
     for flag, port in ports_from_base(port_base).items():
         args += [f"--{flag}", str(port)]
     args += [

@@ -136,6 +136,12 @@ final class SecureCluster {
     conf.set("yarn.nodemanager.keytab", keytab);
     conf.set("yarn.nodemanager.container-executor.class",
         "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor");
+    // containers find the realm as on a real cluster's hosts (/etc/krb5.conf there): Java through
+    // java.security.krb5.conf, MIT Kerberos (Python) through KRB5_CONFIG
+    String adminEnv = conf.get("yarn.nodemanager.admin-env", "");
+    conf.set("yarn.nodemanager.admin-env", (adminEnv.isEmpty() ? "" : adminEnv + ",")
+        + "JAVA_TOOL_OPTIONS=-Djava.security.krb5.conf=" + krb5Conf.getAbsolutePath()
+        + ",KRB5_CONFIG=" + krb5Conf.getAbsolutePath());
 
     // SPNEGO on every Hadoop web endpoint (the RM swaps in its delegation-token-aware variant of this filter)
     File secret = new File(dir, "http-signature.secret");
@@ -148,6 +154,27 @@ final class SecureCluster {
     conf.set("hadoop.http.authentication.kerberos.principal", "*");
     conf.set("hadoop.http.authentication.kerberos.keytab", keytab);
     conf.set("hadoop.http.authentication.signature.secret.file", secret.getAbsolutePath());
+    writeSiteForFreshConfs(conf);
+  }
+
+  /**
+   * Configurations built from scratch inside this JVM (the NodeManagers' in-process ContainerLocalizer does
+   * {@code new YarnConfiguration()}) see only the classpath's site files, not ours: without
+   * {@code dfs.data.transfer.protection} their HDFS client skips the SASL handshake the DataNode requires
+   * ("Received ... instead of deadbeef") and localization fails with BlockMissingException. The Python side puts
+   * {@code <work>/site} on the launcher's classpath; we write the data-path settings there before any daemon starts.
+   */
+  private void writeSiteForFreshConfs(Configuration conf) throws IOException {
+    File site = new File(dir.getParentFile(), "site");
+    site.mkdirs();
+    StringBuilder xml = new StringBuilder("<?xml version=\"1.0\"?>\n<configuration>\n");
+    for (String key : new String[] {"dfs.data.transfer.protection", "dfs.block.access.token.enable",
+        "dfs.namenode.kerberos.principal", "hadoop.security.authentication"}) {
+      xml.append("  <property><name>").append(key).append("</name><value>").append(conf.get(key))
+          .append("</value></property>\n");
+    }
+    xml.append("</configuration>\n");
+    Files.write(new File(site, "hdfs-site.xml").toPath(), xml.toString().getBytes(StandardCharsets.UTF_8));
   }
 
   /** Entries for the details JSON: realm, krb5.conf, principals and keytabs. */
