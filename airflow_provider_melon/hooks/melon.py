@@ -322,7 +322,8 @@ class MelonHook:
         if not self.fs_default_fs:
             raise ValueError("fs_default_fs is unknown: set it in the YARN connection extra ('fs_default_fs')")
         token = delegation.hdfs_delegation_token(self.yarn, url, renewer, self.fs_default_fs)
-        context["am-container-spec"]["credentials"] = delegation.credentials({delegation.HDFS_TOKEN_ALIAS: token})
+        creds = context["am-container-spec"].setdefault("credentials", {})  # keeps the AM secret's "secrets"
+        creds["tokens"] = delegation.credentials({delegation.HDFS_TOKEN_ALIAS: token})["tokens"]
 
     def test_connection(self) -> tuple[bool, str]:
         """Both halves a submission needs: the RM answers, and HDFS lists the user's staging folder's parent."""

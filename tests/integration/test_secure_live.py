@@ -235,3 +235,31 @@ def test_without_the_token_yarn_cannot_localize_the_staged_files(secure_cluster,
     app = _wait_terminal(hook.yarn, hook.submit(spec)["app_id"])
     assert app["finalStatus"] == "FAILED"
     assert "exitCode: -1000" in app["diagnostics"]  # a localization failure, before the AM ran
+
+
+def test_am_secret_travels_in_credentials_and_appears_in_no_log(secure_cluster, tmp_path, monkeypatch):
+    """The AM's secret is a credentials secret: the tasks register with it (read from their token files) and the
+    job succeeds, yet it is in no launch script, NM/RM/AM/task log or RM answer."""
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.hooks import melon as melon_module
+    from airflow_provider_melon.spec import JobSpec
+
+    secret = f"melonsecret{uuid.uuid4().hex}"
+    monkeypatch.setattr(melon_module.secrets, "token_hex", lambda n=16: secret)
+    hook = melon_hook_for_cluster(secure_cluster.work_dir)
+    (tmp_path / "probe.py").write_text(TOKEN_PROBE)
+    spec = JobSpec.from_dict({"name": "secure-secret", "framework": "generic", "entrypoint": "python probe.py",
+                              "code": str(tmp_path),
+                              "roles": {"worker": {"instances": 2, "memory": 256, "vcores": 1}}})
+    app_id = hook.submit(spec)["app_id"]
+    app = _wait_terminal(hook.yarn, app_id)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
+    work = Path(secure_cluster.work_dir)
+    files = [p for p in work.rglob("*") if p.is_file() and (app_id in str(p) or p.name == "launcher.log")
+             and not p.name.endswith(".tokens") and p.name != "container_tokens"]
+    launch_scripts = [p for p in files if p.name == "launch_container.sh"]
+    assert len(launch_scripts) >= 3  # the AM's and both tasks' launch contexts were looked at
+    assert any(p.name == "AppMaster.stderr" for p in files) and any(p.name == "stdout" for p in files)
+    leaks = [str(p) for p in files if secret.encode() in p.read_bytes()]
+    assert leaks == []
+    assert secret not in json.dumps(app)
