@@ -19,7 +19,7 @@ def _cluster(args) -> int:
     if args.action == "start":
         details = mc.start(work_dir, port_base=args.port_base, nodemanagers=args.nodemanagers, gpus=args.gpus,
                            gpu_memory_mb=args.gpu_memory_mb, nm_memory_mb=args.nm_memory_mb,
-                           timeout=args.timeout)
+                           timeout=args.timeout, secure=args.secure)
         print(json.dumps(mc.status(details.work_dir), indent=2))
         print("# point your own Airflow at this cluster (connections as environment variables):", file=sys.stderr)
         for line in mc.connection_exports(details, sys.executable):
@@ -80,10 +80,30 @@ def melon_hook_for_cluster(work_dir: Path):
     details = mc.read_details(work_dir)
     if details is None:
         raise SystemExit(f"no running mini cluster in {work_dir}: run `melon minicluster start` first")
+    if details.secure:
+        return _secure_melon_hook(details)
     return MelonHook(
         yarn_hook=YarnHook(rm_urls=[details.rm_web_url], user=details.user),
         hdfs_client=InsecureClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=details.user),
         user=details.user, am_classpath=details.am_classpath, default_python=sys.executable,
+        container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
+    )
+
+
+def _secure_melon_hook(details, name: str = "airflow"):
+    """The same on a Kerberos mini cluster: the ``name`` principal from its keytab, SPNEGO to RM and WebHDFS."""
+    from hdfs.ext.kerberos import KerberosClient
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    yarn = YarnHook(rm_urls=[details.rm_web_url], auth="kerberos", kerberos_principal=details.principal(name),
+                    kerberos_keytab=details.keytab(name), kerberos_ccache=details.ccache(name),
+                    krb5_conf=details.krb5_conf)
+    yarn._kerberos_tickets().ensure(force=True)  # the WebHDFS client below uses the same ticket cache
+    return MelonHook(
+        yarn_hook=yarn, hdfs_client=KerberosClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]),
+        user=name, am_classpath=details.am_classpath, default_python=sys.executable,
         container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
     )
 
@@ -129,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--gpu-memory-mb", type=int, default=32768)
     cl.add_argument("--nm-memory-mb", type=int, default=8192)
     cl.add_argument("--timeout", type=float, default=240)
+    cl.add_argument("--secure", action="store_true",
+                    help="Kerberos: a KDC with keytabs + krb5.conf in the work dir, SPNEGO on the RM, NMs and WebHDFS")
     cl.set_defaults(func=_cluster)
 
     up = sub.add_parser("up", help="the embedded cluster + a real Airflow with the example DAGs, until Ctrl-C")

@@ -55,6 +55,27 @@ class ClusterDetails:
         self.am_classpath = d["am_classpath"]
         self.user = d.get("user") or os.environ.get("USER", "root")
 
+    # ---- the secure (Kerberos) cluster: `start(secure=True)`
+    @property
+    def secure(self) -> bool:
+        return bool(self.details.get("secure"))
+
+    @property
+    def krb5_conf(self) -> str | None:
+        """The client krb5.conf (for MIT Kerberos / GSSAPI: KRB5_CONFIG) of a secure cluster."""
+        return self.details.get("krb5_conf")
+
+    def principal(self, name: str) -> str:
+        """``airflow``, ``alice``, ``bob`` or ``services`` → its full principal (secure cluster)."""
+        return self.details["principals"][name]
+
+    def keytab(self, name: str) -> str:
+        return self.details["keytabs"][name]
+
+    def ccache(self, name: str) -> str:
+        """A private ticket cache per principal, in the work dir."""
+        return str(Path(self.work_dir) / "kerberos" / f"{name}.ccache")
+
     @property
     def nn_http(self) -> tuple[str, int]:
         host, port = self.details["nn_http"].rsplit(":", 1)
@@ -116,15 +137,35 @@ def running_pid(work_dir: Path = DEFAULT_WORK_DIR) -> int | None:
     return pid if pid_alive(pid) else None
 
 
+def kerberos_login(details: ClusterDetails, name: str = "airflow") -> None:
+    """Log this process in to a secure cluster as ``name`` (its keytab → its ccache in the work dir; exports
+    ``KRB5_CONFIG`` and ``KRB5CCNAME``), as the hook does for the Airflow principal."""
+    from airflow_provider_melon.kerberos import KerberosSettings, TicketKeeper
+
+    TicketKeeper(KerberosSettings(details.principal(name), details.keytab(name), details.ccache(name),
+                                  details.krb5_conf)).ensure(force=True)
+
+
+def _get_json(url: str, timeout: float, secure: bool) -> dict:
+    if secure:  # SPNEGO with the ticket kerberos_login() put in the cache
+        import requests
+        from requests_kerberos import OPTIONAL, HTTPKerberosAuth
+
+        resp = requests.get(url, timeout=timeout, auth=HTTPKerberosAuth(mutual_authentication=OPTIONAL))
+        resp.raise_for_status()
+        return resp.json()
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.load(resp)
+
+
 def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float = 5.0,
-                require_gpu: bool = True) -> list[dict] | None:
+                require_gpu: bool = True, secure: bool = False) -> list[dict] | None:
     """The RUNNING nodes if ``expected_nodes`` of them report a GPU count (any count when not
     ``require_gpu``), else None (not ready yet)."""
-    url = f"{rm_web_url}/ws/v1/cluster/nodes?states=RUNNING&user.name={user}"
+    url = f"{rm_web_url}/ws/v1/cluster/nodes?states=RUNNING" + ("" if secure else f"&user.name={user}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            body = json.load(resp)
-    except (OSError, ValueError):
+        body = _get_json(url, timeout, secure)
+    except Exception:  # noqa: BLE001 - connection refused, 401 before the KDC is up, a half-written answer
         return None
     nodes = ((body or {}).get("nodes") or {}).get("node") or []
     ready = [n for n in nodes if not require_gpu or node_resources(n.get("totalResource"))[GPU_RESOURCE] > 0]
@@ -172,11 +213,14 @@ def start(
     melon_config: bool = True,
     nm_expiry_ms: int = 600_000,
     rm_recovery: bool = False,
+    secure: bool = False,
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
     an admin has before following the README's "configure your cluster" (used to test ``melon doctor``).
-    ``nm_expiry_ms`` and ``rm_recovery`` are for fault tests (see :func:`control`)."""
+    ``nm_expiry_ms`` and ``rm_recovery`` are for fault tests (see :func:`control`). ``secure``: Kerberos (a KDC,
+    keytabs and krb5.conf under ``<work_dir>/kerberos``, SPNEGO on RM/NM/WebHDFS); this process is then logged in
+    as the ``airflow`` principal (:func:`kerberos_login`) to check readiness."""
     work_dir = Path(work_dir).resolve()
     if running_pid(work_dir):
         existing = read_details(work_dir)
@@ -186,7 +230,11 @@ def start(
     work_dir.mkdir(parents=True, exist_ok=True)
     details_path(work_dir).unlink(missing_ok=True)
     write_inventory(work_dir, gpus, gpu_memory_mb)
-    args = [java, "-Xmx1g", "-cp", launcher_classpath(), LAUNCHER_CLASS, "--work-dir", str(work_dir)]
+    classpath = launcher_classpath()
+    if secure:  # site files the launcher writes for configurations created inside it (SecureCluster.java)
+        (work_dir / "site").mkdir(exist_ok=True)
+        classpath = f"{classpath}{os.pathsep}{work_dir / 'site'}"
+    args = [java, "-Xmx1g", "-cp", classpath, LAUNCHER_CLASS, "--work-dir", str(work_dir)]
     for flag, port in ports_from_base(port_base).items():
         args += [f"--{flag}", str(port)]
     args += [
@@ -195,6 +243,8 @@ def start(
         "--melon-config", "1" if melon_config else "0",
         "--nm-expiry-ms", str(nm_expiry_ms), "--rm-recovery", "1" if rm_recovery else "0",
     ]
+    if secure:
+        args += ["--secure", "1"]
     with open(log_path(work_dir), "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=work_dir)
@@ -207,7 +257,10 @@ def start(
                 f"mini cluster launcher exited with code {proc.returncode}; log tail:\n{_log_tail(work_dir)}"
             )
         details = read_details(work_dir)
-        if details and nodes_ready(details.rm_web_url, details.user, nodemanagers, require_gpu=melon_config):
+        if details and details.secure:
+            kerberos_login(details)
+        if details and nodes_ready(details.rm_web_url, details.user, nodemanagers, require_gpu=melon_config,
+                                   secure=details.secure):
             return details
         time.sleep(0.5)
     stop(work_dir)
@@ -269,7 +322,11 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
     if details:
         out.update(rm_web_url=details.rm_web_url, webhdfs_url=details.webhdfs_url,
                    fs_default_fs=details.fs_default_fs, conf_dir=details.conf_dir)
-        nodes = nodes_ready(details.rm_web_url, details.user, 0, require_gpu=False) or []
+        if details.secure:
+            kerberos_login(details)
+            out.update(secure=True, realm=details.details.get("realm"), krb5_conf=details.krb5_conf,
+                       principals=details.details.get("principals"), keytabs=details.details.get("keytabs"))
+        nodes = nodes_ready(details.rm_web_url, details.user, 0, require_gpu=False, secure=details.secure) or []
         out["nodes"] = [
             {"id": n.get("id"), "state": n.get("state"), "total": node_resources(n.get("totalResource")),
              "used": node_resources(n.get("usedResource"))}
@@ -281,6 +338,8 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
 def airflow_connections(details: ClusterDetails, python: str) -> dict:
     """The Airflow connections that point at this cluster (what an admin would enter for a real one)."""
     host, port = details.nn_http
+    if details.secure:
+        return _secure_connections(details, python)
     return {
         "yarn_default": {
             "conn_type": "yarn",
@@ -295,6 +354,29 @@ def airflow_connections(details: ClusterDetails, python: str) -> dict:
             },
         },
         "webhdfs_default": {"conn_type": "webhdfs", "host": host, "port": port, "login": details.user},
+    }
+
+
+def _secure_connections(details: ClusterDetails, python: str) -> dict:
+    """The same connections for a secure cluster: Kerberos as the ``airflow`` principal from its keytab."""
+    host, port = details.nn_http
+    return {
+        "yarn_default": {
+            "conn_type": "yarn",
+            "host": details.rm_web_url,
+            "extra": {
+                "auth": "kerberos",
+                "kerberos_principal": details.principal("airflow"),
+                "kerberos_keytab": details.keytab("airflow"),
+                "kerberos_ccache": details.ccache("airflow"),
+                "krb5_conf": details.krb5_conf,
+                "fs_default_fs": details.fs_default_fs,
+                "am_classpath": details.am_classpath,
+                "python": python,
+                "container_env": container_env(details),
+            },
+        },
+        "webhdfs_default": {"conn_type": "webhdfs", "host": host, "port": port},
     }
 
 

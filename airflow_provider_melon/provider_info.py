@@ -18,7 +18,23 @@ YARN_CONN_FIELDS: dict = {
     },
     "kerberos_principal": {
         "label": "Kerberos principal",
-        "description": "Client principal for SPNEGO (optional; default: the ticket cache's principal)",
+        "description": "Client principal for SPNEGO (default: Airflow's [kerberos] principal)",
+        "schema": {"type": ["string", "null"]},
+    },
+    "kerberos_keytab": {
+        "label": "Kerberos keytab",
+        "description": "Keytab of the principal: the hook obtains and renews its ticket itself (default: Airflow's "
+                       "[kerberos] keytab if that file exists, else the ticket `airflow kerberos` keeps)",
+        "schema": {"type": ["string", "null"]},
+    },
+    "kerberos_ccache": {
+        "label": "Kerberos ticket cache",
+        "description": "Ticket cache file (default: Airflow's [kerberos] ccache)",
+        "schema": {"type": ["string", "null"]},
+    },
+    "krb5_conf": {
+        "label": "krb5.conf",
+        "description": "Kerberos client configuration (exported as KRB5_CONFIG; default: the system's)",
         "schema": {"type": ["string", "null"]},
     },
     "connect_timeout": {

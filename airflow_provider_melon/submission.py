@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
 from airflow_provider_melon.spec import JobSpec
 
 AM_CLASS = "org.melon.yarn.MelonApplicationMaster"
@@ -227,9 +228,12 @@ def build_submission(
             "environment": {
                 "entry": [
                     {"key": "CLASSPATH", "value": classpath},
-                    {"key": "MELON_SECRET", "value": secret},
                 ]
             },
             "commands": {"command": command},
+            # the AM's secret as a credentials secret (the AM reads it from its UGI, hands it to its tasks in their
+            # token files): no environment variable, so no launch script or NodeManager log ever shows it
+            "credentials": {"secrets": {"entry": [
+                {"key": AM_SECRET_ALIAS, "value": base64.b64encode(secret.encode()).decode()}]}},
         },
     }

@@ -80,6 +80,14 @@ def minicluster():
                                timeout=240)
 
 
+@pytest.fixture(scope="session")
+def secure_cluster():
+    """A Kerberos mini cluster (KDC, keytabs + krb5.conf in its work dir, SPNEGO on RM/NM/WebHDFS), one NM, on
+    ports from MELON_TEST_SECURE_PORT_BASE (default 26000); MELON_TEST_SECURE_CLUSTER_DIR reuses a running one."""
+    yield from running_cluster("MELON_TEST_SECURE_CLUSTER_DIR", "melon-secure-", "MELON_TEST_SECURE_PORT_BASE",
+                               26000, secure=True, nodemanagers=1, timeout=240)
+
+
 @pytest.fixture
 def yarn_hook(minicluster):
     from airflow_provider_melon.hooks.yarn import YarnHook

@@ -304,9 +304,26 @@ class MelonHook:
             spec, app_id=app_id, am_jar=files["am_jar"], plan=plan_file, secret=secrets.token_hex(16),
             tags=list(tags or []), am_classpath=self.am_classpath,
         )
+        if getattr(self.yarn, "auth_mode", None) == "kerberos":
+            self._add_delegation_tokens(context)
         self.yarn.submit_application(context)
         log.info("submitted %s (%s); staged %d new bytes", app_id, spec.name, report.uploaded_bytes)
         return {"app_id": app_id, "staging": report, "plan": plan}
+
+    def _add_delegation_tokens(self, context: dict) -> None:
+        """Kerberos: an HDFS delegation token (renewer: the RM) in the submission's credentials, so YARN can
+        localize the staged files and the containers can reach HDFS (:mod:`airflow_provider_melon.delegation`)."""
+        from airflow_provider_melon import delegation
+
+        url = self._webhdfs_url()
+        if not url:
+            raise ValueError("a Kerberos submission needs the WebHDFS address for its HDFS delegation token")
+        renewer = delegation.rm_renewer(self.yarn, self._yarn_extra())
+        if not self.fs_default_fs:
+            raise ValueError("fs_default_fs is unknown: set it in the YARN connection extra ('fs_default_fs')")
+        token = delegation.hdfs_delegation_token(self.yarn, url, renewer, self.fs_default_fs)
+        creds = context["am-container-spec"].setdefault("credentials", {})  # keeps the AM secret's "secrets"
+        creds["tokens"] = delegation.credentials({delegation.HDFS_TOKEN_ALIAS: token})["tokens"]
 
     def test_connection(self) -> tuple[bool, str]:
         """Both halves a submission needs: the RM answers, and HDFS lists the user's staging folder's parent."""

@@ -280,6 +280,9 @@ class YarnHook(BaseHook):
         max_backoff: float = 30.0,
         verify: bool | str | None = None,
         kerberos_principal: str | None = None,
+        kerberos_keytab: str | None = None,
+        kerberos_ccache: str | None = None,
+        krb5_conf: str | None = None,
     ):
         super().__init__()
         self.yarn_conn_id = yarn_conn_id
@@ -289,6 +292,9 @@ class YarnHook(BaseHook):
             "rm_urls": rm_urls, "user": user, "auth": auth, "timeout": timeout, "retries": retries,
             "verify": verify, "kerberos_principal": kerberos_principal,
         }
+        self._kerberos_explicit = {"keytab": kerberos_keytab, "ccache": kerberos_ccache, "krb5_conf": krb5_conf}
+        self._kerberos_extras: dict[str, Any] = {}
+        self._tickets: Any = None
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._configured = False
@@ -335,6 +341,7 @@ class YarnHook(BaseHook):
         else:
             self.auth_mode, self._auth_obj = "custom", auth
         self.kerberos_principal = ex["kerberos_principal"] or extras.get("kerberos_principal") or None
+        self._kerberos_extras = extras
 
         timeout = ex["timeout"]
         connect_t = extras.get("connect_timeout")
@@ -379,6 +386,22 @@ class YarnHook(BaseHook):
                     session.auth = self._auth_obj
                 self._session = session
             return self._session
+
+    def _kerberos_tickets(self) -> Any:
+        """Under ``auth=kerberos``: the :class:`~airflow_provider_melon.kerberos.TicketKeeper` that keeps a ticket
+        in the cache (from the keytab, or checks the one ``airflow kerberos`` renews); None otherwise. Built on
+        first use; its checks of the settings raise :class:`~airflow_provider_melon.kerberos.KerberosError`."""
+        self._ensure_configured()
+        if self.auth_mode != "kerberos":
+            return None
+        with self._lock:
+            if self._tickets is None:
+                from airflow_provider_melon.kerberos import KerberosSettings, TicketKeeper
+
+                settings = KerberosSettings.resolve(self._kerberos_extras, principal=self.kerberos_principal,
+                                                    **self._kerberos_explicit)
+                self._tickets = TicketKeeper(settings)
+            return self._tickets
 
     def _kerberos_auth(self) -> AuthBase:
         try:
@@ -436,6 +459,9 @@ class YarnHook(BaseHook):
 
     def _send(self, method: str, url: str, params: dict[str, Any] | None, **kw: Any) -> requests.Response:
         session = self.get_conn()
+        tickets = self._kerberos_tickets()
+        if tickets is not None:  # a valid ticket before every call (renewed from the keytab when near its end)
+            tickets.ensure()
         return session.request(method, url, params=params, timeout=self.timeout, allow_redirects=False, **kw)
 
     def _one_pass(self, method: str, path: str, params: dict[str, Any], **kw: Any) -> requests.Response:

@@ -89,6 +89,7 @@ from airflow_provider_melon.gpu import devices as _devices
 from airflow_provider_melon.gpu.ledger import Ledger
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import outputs as _outputs
+from airflow_provider_melon.runtime import tokens
 
 PREFIX = "[melon-executor]"
 
@@ -161,6 +162,13 @@ class Config:
             except (ValueError, UnicodeDecodeError) as exc:
                 raise Fatal(EXIT_CONFIG, f"MELON_ENTRYPOINT_B64 is not base64 of UTF-8: {exc}") from None
             env = {**env, "MELON_ENTRYPOINT": decoded}
+        if not env.get("MELON_SECRET"):  # the AM's secret travels in the container's token file (credentials)
+            try:
+                secret = tokens.container_secret(env=env)
+            except (OSError, tokens.TokenFileError) as exc:
+                raise Fatal(EXIT_CONFIG, f"cannot read the AM secret from HADOOP_TOKEN_FILE_LOCATION: {exc}") from None
+            if secret:
+                env = {**env, "MELON_SECRET": secret}
         missing = [n for n in ("MELON_ROLE", "MELON_INDEX", "MELON_AM_URL", "MELON_SECRET", "MELON_ENTRYPOINT")
                    if not env.get(n)]
         if missing:

@@ -90,7 +90,10 @@ def test_submission_context(spec):
                                               "size": 30, "timestamp": 333}
     env = {e["key"]: e["value"] for e in spec_am["environment"]["entry"]}
     assert env["CLASSPATH"] == "./melon-appmaster.jar<CPS>/conf:/jars/*"
-    assert env["MELON_SECRET"] == "s3cr3t"
+    # the secret travels as a credentials secret, never in the (launch-script-visible) environment
+    assert "MELON_SECRET" not in env
+    secret = {e["key"]: e["value"] for e in spec_am["credentials"]["secrets"]["entry"]}
+    assert base64.b64decode(secret["melon.am.secret"]) == b"s3cr3t"
     assert "s3cr3t" not in spec_am["commands"]["command"]  # the secret is never on a command line
     assert spec_am["commands"]["command"].startswith("{{JAVA_HOME}}/bin/java ")
 

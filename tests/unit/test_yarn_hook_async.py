@@ -149,8 +149,12 @@ async def test_read_timeout_retried(m):
 
 @pytest.mark.asyncio
 @pytest.mark.filterwarnings("ignore::Warning:requests_kerberos")
-async def test_kerberos_same_in_async(m):
+async def test_kerberos_same_in_async(m, monkeypatch):
     from requests_kerberos import HTTPKerberosAuth
+
+    from airflow_provider_melon.kerberos import TicketKeeper
+
+    monkeypatch.setattr(TicketKeeper, "ensure", lambda self, force=False: None)  # the KDC side: test_secure_live
 
     m.put(RM1 + WS + f"/apps/{APP_ID}/state", status_code=200, json={"state": "KILLED"})
     hook = make_hook(auth="kerberos")

@@ -71,7 +71,13 @@ public final class MelonApplicationMaster {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final JsonNode plan;
-  private final String secret = System.getenv().getOrDefault("MELON_SECRET", "");
+  /** The alias of the AM's secret in the application's credentials (the submitter's credentials.secrets). */
+  static final String SECRET_ALIAS = "melon.am.secret";
+  /** Where the secret came from: the credentials (tasks then find it in their token files) or, from an older
+   * submitter, the environment (then passed on in the tasks' environment as before). */
+  private final boolean secretInCredentials = credentialSecret() != null;
+  private final String secret = secretInCredentials ? credentialSecret()
+      : System.getenv().getOrDefault("MELON_SECRET", "");
   private final String appId;
   private final String amHost;
   private final TaskBook book;
@@ -207,6 +213,16 @@ public final class MelonApplicationMaster {
     return resources;
   }
 
+  private static String credentialSecret() {
+    try {
+      byte[] key = UserGroupInformation.getCurrentUser().getCredentials()
+          .getSecretKey(new org.apache.hadoop.io.Text(SECRET_ALIAS));
+      return key == null ? null : new String(key, java.nio.charset.StandardCharsets.UTF_8);
+    } catch (IOException e) {
+      return null;
+    }
+  }
+
   private ContainerLaunchContext launchContext(Task t) {
     Map<String, String> env = new HashMap<>();
     plan.path("env").fields().forEachRemaining(e -> env.put(e.getKey(), e.getValue().asText()));
@@ -214,7 +230,9 @@ public final class MelonApplicationMaster {
     env.put("MELON_INDEX", String.valueOf(t.index));
     env.put("MELON_TASK_ATTEMPT", String.valueOf(t.attempt));
     env.put("MELON_AM_URL", amUrl);
-    env.put("MELON_SECRET", secret);
+    if (!secretInCredentials) {
+      env.put("MELON_SECRET", secret);
+    }
     env.put("MELON_APP_ID", appId);
     env.put("MELON_CONTAINER_ID", t.container.getId().toString());
     env.put("MELON_GPUS", String.valueOf(t.role.gpus));

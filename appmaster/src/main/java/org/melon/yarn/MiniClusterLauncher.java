@@ -37,6 +37,7 @@ public final class MiniClusterLauncher {
   private MiniYARNCluster yarn;
   private File details;
   private com.sun.net.httpserver.HttpServer control;
+  private SecureCluster secure;
 
   public static void main(String[] args) {
     try {
@@ -80,6 +81,8 @@ public final class MiniClusterLauncher {
     // over RPC) so the RM can be restarted with its applications kept
     opts.put("nm-expiry-ms", "600000");
     opts.put("rm-recovery", "0");
+    // 1 = Kerberos: a MiniKdc, SPNEGO on the RM/NM/NN web endpoints (see secureConf)
+    opts.put("secure", "0");
     opts.put("details", null);
     for (int i = 0; i < args.length; i++) {
       String a = args[i];
@@ -260,6 +263,9 @@ public final class MiniClusterLauncher {
     System.setProperty("hadoop.log.dir", new File(work, "logs").getAbsolutePath());
 
     Configuration conf = buildConf(work);
+    if (intOpt("secure") != 0) {
+      secure = SecureCluster.start(new File(work, "kerberos"), conf);
+    }
     installSignalHandlers();
 
     dfs = new MiniDFSCluster.Builder(conf)
@@ -352,6 +358,9 @@ public final class MiniClusterLauncher {
     d.put("gpus_per_node", intOpt("gpus"));
     d.put("gpu_memory_mb_per_node", intOpt("gpu-memory-mb"));
     d.put("control_url", "http://127.0.0.1:" + control.getAddress().getPort());
+    if (secure != null) {
+      d.putAll(secure.details());
+    }
     StringBuilder json = new StringBuilder("{");
     for (Map.Entry<String, Object> e : d.entrySet()) {
       if (json.length() > 1) {
@@ -524,6 +533,9 @@ public final class MiniClusterLauncher {
     }
     if (dfs != null) {
       joinAll(List.of(bounded("stop-hdfs", dfs::shutdown)), 10_000);
+    }
+    if (secure != null) {
+      secure.stop();
     }
     System.out.println("MiniClusterLauncher stopped");
     System.out.flush();

@@ -1,0 +1,265 @@
+"""The hook on the Kerberos mini cluster (session fixture ``secure_cluster``, issue 9): real SPNEGO on every RM and
+WebHDFS call, tickets from keytabs (no kinit), and the bad inputs that must fail before anything is submitted."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
+from airflow_provider_melon.kerberos import KerberosError
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = {"FINISHED", "FAILED", "KILLED"}
+
+
+def _hook(cluster, tmp_path, name="airflow", **kw) -> YarnHook:
+    """The hook as a secure yarn connection configures it: Kerberos from ``name``'s keytab, a fresh cache."""
+    args = dict(auth="kerberos", kerberos_principal=cluster.principal(name), kerberos_keytab=cluster.keytab(name),
+                kerberos_ccache=str(tmp_path / f"{name}.ccache"), krb5_conf=cluster.krb5_conf, retries=0)
+    args.update(kw)
+    return YarnHook(rm_urls=[cluster.rm_web_url], **args)
+
+
+def test_secure_cluster_publishes_kdc_keytabs_and_krb5_conf(secure_cluster):
+    d = secure_cluster.details
+    kdir = Path(secure_cluster.work_dir) / "kerberos"
+    assert d["secure"] == 1 and d["realm"] == "MELON.TEST"
+    assert Path(secure_cluster.krb5_conf).parent == kdir
+    conf = Path(secure_cluster.krb5_conf).read_text()
+    assert "default_realm = MELON.TEST" in conf and f"kdc = {d['kdc']}" in conf
+    assert set(d["keytabs"]) == {"services", "airflow", "alice", "bob"}
+    for name, path in d["keytabs"].items():
+        assert Path(path).parent == kdir and Path(path).stat().st_size > 0, name
+    assert d["principals"]["airflow"] == "airflow@MELON.TEST"
+    # the launcher really runs Hadoop in Kerberos mode (its published core-site)
+    core = (Path(d["conf_dir"]) / "core-site.xml").read_text()
+    assert "<name>hadoop.security.authentication</name><value>kerberos</value>" in core
+    assert "<name>hadoop.http.authentication.type</name><value>kerberos</value>" in core
+
+
+def test_rm_and_webhdfs_refuse_calls_without_a_ticket(secure_cluster):
+    """SPNEGO is enforced: no Negotiate header → 401, and user.name (simple auth) is not accepted either."""
+    rm = requests.get(f"{secure_cluster.rm_web_url}/ws/v1/cluster/info?user.name=airflow", timeout=10)
+    assert rm.status_code == 401 and rm.headers.get("WWW-Authenticate", "").startswith("Negotiate")
+    hdfs = requests.get(f"{secure_cluster.webhdfs_url}/?op=GETFILESTATUS&user.name=airflow", timeout=10)
+    assert hdfs.status_code == 401
+    simple = YarnHook(rm_urls=[secure_cluster.rm_web_url], user="airflow", retries=0)
+    with pytest.raises(YarnApiError) as err:
+        simple.cluster_info()
+    assert err.value.status == 401 and "kerberos" in str(err.value).lower()
+
+
+def test_hook_spnego_from_keytab_submit_status_kill(secure_cluster, tmp_path):
+    """The whole RM surface with a ticket the hook obtained from the airflow keytab itself: the app is owned by
+    the Kerberos identity (not a user.name), and kill goes through SPNEGO too."""
+    ccache = tmp_path / "airflow.ccache"
+    hook = _hook(secure_cluster, tmp_path)
+    assert hook.cluster_info()["state"] == "STARTED"
+    assert ccache.is_file() and ccache.stat().st_size > 0  # the keytab login wrote the ticket cache
+    app_id = hook.new_application()["application-id"]
+    tag = f"melon-secure-{uuid.uuid4().hex[:8]}"
+    hook.submit_application({
+        "application-id": app_id, "application-name": "melon-secure-it", "application-type": "MELON",
+        "queue": "default", "max-app-attempts": 1, "application-tags": {"tag": [tag]},
+        "am-container-spec": {"commands": {"command": "sleep 120"}}, "resource": {"memory": 256, "vCores": 1},
+    })
+    try:
+        app = hook.get_application(app_id)
+        assert app["user"] == "airflow"
+        # the NM launched the AM container (an AM that never registers stays ACCEPTED until killed)
+        deadline = time.monotonic() + 90
+        while not mc.container_logs(secure_cluster.work_dir, app_id, "launch_container.sh") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert mc.container_logs(secure_cluster.work_dir, app_id, "launch_container.sh")
+        assert hook.get_state(app_id) == "ACCEPTED"
+    finally:
+        hook.kill_application(app_id)
+    deadline = time.monotonic() + 60
+    while hook.get_state(app_id) != "KILLED" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert hook.get_state(app_id) == "KILLED"
+
+
+def test_tenant_identity_comes_from_its_keytab(secure_cluster, tmp_path):
+    hook = _hook(secure_cluster, tmp_path, name="alice")
+    app_id = hook.new_application()["application-id"]
+    hook.submit_application({
+        "application-id": app_id, "application-name": "melon-secure-alice", "application-type": "MELON",
+        "queue": "default", "max-app-attempts": 1,
+        "am-container-spec": {"commands": {"command": "true"}}, "resource": {"memory": 256, "vCores": 1},
+    })
+    assert hook.get_application(app_id)["user"] == "alice"
+    hook.kill_application(app_id)
+
+
+def test_webhdfs_with_the_hooks_ticket_and_a_delegation_token(secure_cluster, tmp_path):
+    """WebHDFS (the hdfs package's Kerberos client, what the HDFS provider's hook uses) works on the ticket the
+    YARN hook keeps in the cache, and the NameNode issues an HDFS delegation token with the RM as renewer."""
+    from hdfs.ext.kerberos import KerberosClient
+
+    hook = _hook(secure_cluster, tmp_path)
+    hook._kerberos_tickets().ensure(force=True)
+    base = secure_cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]
+    client = KerberosClient(base)
+    path = f"/tmp/melon-secure-{uuid.uuid4().hex[:8]}.txt"
+    client.write(path, data=b"staged under kerberos", overwrite=True)
+    with client.read(path) as reader:
+        assert reader.read() == b"staged under kerberos"
+    assert client.status(path)["owner"] == "airflow"
+    renewer = secure_cluster.details["rm_principal"].split("/")[0].split("@")[0]
+    from requests_kerberos import OPTIONAL, HTTPKerberosAuth
+
+    resp = requests.get(f"{secure_cluster.webhdfs_url}/?op=GETDELEGATIONTOKEN&renewer={renewer}", timeout=10,
+                        auth=HTTPKerberosAuth(mutual_authentication=OPTIONAL))
+    assert resp.status_code == 200 and resp.json()["Token"]["urlString"]
+
+
+# ---- bad input: each fails before anything reaches the RM, naming the setting and the fix ------------------
+
+
+def test_wrong_keytab_names_the_keytab(secure_cluster, tmp_path):
+    hook = _hook(secure_cluster, tmp_path, kerberos_keytab=secure_cluster.keytab("bob"))  # airflow ≠ bob's keytab
+    with pytest.raises(KerberosError) as err:
+        hook.cluster_info()
+    msg = str(err.value)
+    assert "kerberos_keytab" in msg and secure_cluster.keytab("bob") in msg and "airflow@MELON.TEST" in msg
+
+
+def test_missing_keytab_file_and_missing_principal(secure_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__KERBEROS__PRINCIPAL", "")  # nor Airflow's [kerberos] principal
+    with pytest.raises(KerberosError, match=r"kerberos_keytab .*nope.keytab does not exist"):
+        _hook(secure_cluster, tmp_path, kerberos_keytab=str(tmp_path / "nope.keytab")).new_application()
+    with pytest.raises(KerberosError, match="no principal: set kerberos_principal"):
+        _hook(secure_cluster, tmp_path, kerberos_principal=None).new_application()
+
+
+def test_no_keytab_and_an_empty_cache_says_run_airflow_kerberos(secure_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__KERBEROS__KEYTAB", str(tmp_path / "absent.keytab"))
+    hook = YarnHook(rm_urls=[secure_cluster.rm_web_url], auth="kerberos", retries=0,
+                    kerberos_principal=secure_cluster.principal("airflow"),
+                    kerberos_ccache=str(tmp_path / "empty.ccache"), krb5_conf=secure_cluster.krb5_conf)
+    with pytest.raises(KerberosError, match=r"no Kerberos ticket in .*empty.ccache: run `airflow kerberos`"):
+        hook.cluster_info()
+
+
+def test_expired_ticket_in_the_cache_fails_with_the_fix(secure_cluster, tmp_path, monkeypatch):
+    """A ticket ``airflow kerberos`` stopped renewing: 6 s lifetime (the KDC grants what krb5.conf asks), then the
+    hook — no keytab, only that cache — refuses to call the RM and says the ticket expired."""
+    from airflow_provider_melon.kerberos import KerberosSettings, TicketKeeper
+
+    short = tmp_path / "krb5.conf"
+    short.write_text(Path(secure_cluster.krb5_conf).read_text().replace(
+        "[libdefaults]\n", "[libdefaults]\n  ticket_lifetime = 6s\n"))
+    ccache = str(tmp_path / "expiring.ccache")
+    TicketKeeper(KerberosSettings(secure_cluster.principal("airflow"), secure_cluster.keytab("airflow"), ccache,
+                                  str(short))).ensure(force=True)
+    monkeypatch.setenv("AIRFLOW__KERBEROS__KEYTAB", str(tmp_path / "absent.keytab"))
+    hook = YarnHook(rm_urls=[secure_cluster.rm_web_url], auth="kerberos", retries=0,
+                    kerberos_principal=secure_cluster.principal("airflow"), kerberos_ccache=ccache,
+                    krb5_conf=str(short))
+    assert hook.cluster_info()["state"] == "STARTED"  # still valid
+    time.sleep(7)
+    hook._kerberos_tickets()._next_check = 0  # the hook re-checks every 30 s; do not wait for that here
+    with pytest.raises(KerberosError, match=r"ticket in .*expiring.ccache expired: keep `airflow kerberos` running"):
+        hook.cluster_info()
+
+
+def test_cli_minicluster_status_reports_kerberos(secure_cluster):
+    info = mc.status(secure_cluster.work_dir)
+    assert info["running"] and info["secure"] and info["nodes"]
+    assert info["keytabs"]["airflow"].endswith("airflow.keytab")
+    conns = mc.airflow_connections(secure_cluster, "python3")
+    assert conns["yarn_default"]["extra"]["auth"] == "kerberos"
+    assert json.dumps(conns)  # what `melon minicluster start --secure` exports
+    assert os.environ.get("KRB5_CONFIG") == secure_cluster.krb5_conf
+
+
+# ---- delegation tokens: a real job on the secure cluster ---------------------------------------------------
+
+TOKEN_PROBE = """import os
+data = open(os.environ["HADOOP_TOKEN_FILE_LOCATION"], "rb").read()
+print("TOKEN-PROBE", "HDFS_DELEGATION_TOKEN" if b"HDFS_DELEGATION_TOKEN" in data else "none", flush=True)
+"""
+
+
+def _wait_terminal(yarn, app_id, timeout=240):
+    deadline = time.monotonic() + timeout
+    app = yarn.get_application(app_id)
+    while app["state"] not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(1)
+        app = yarn.get_application(app_id)
+    return app
+
+
+def test_job_runs_on_the_secure_cluster_with_an_hdfs_delegation_token(secure_cluster, tmp_path):
+    """MelonHook.submit on Kerberos: an HDFS delegation token (renewer: the RM) goes into the submission's
+    credentials; the NM localizes the staged AM jar, plan and code with it; the AM hands it to its task container."""
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.spec import JobSpec
+
+    hook = melon_hook_for_cluster(secure_cluster.work_dir)
+    (tmp_path / "probe.py").write_text(TOKEN_PROBE)
+    spec = JobSpec.from_dict({"name": "secure-probe", "framework": "generic", "entrypoint": "python probe.py",
+                              "code": str(tmp_path),
+                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    app_id = hook.submit(spec)["app_id"]
+    app = _wait_terminal(hook.yarn, app_id)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
+    assert app["user"] == "airflow"
+    out = "\n".join(mc.container_logs(secure_cluster.work_dir, app_id, "stdout").values())
+    assert "TOKEN-PROBE HDFS_DELEGATION_TOKEN" in out
+
+
+def test_without_the_token_yarn_cannot_localize_the_staged_files(secure_cluster, tmp_path, monkeypatch):
+    """The control: the same submission without credentials fails in localization (the NM has no HDFS identity
+    for the user), so the test above passes because of the token."""
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.spec import JobSpec
+
+    monkeypatch.setattr(MelonHook, "_add_delegation_tokens", lambda self, context: None)
+    hook = melon_hook_for_cluster(secure_cluster.work_dir)
+    (tmp_path / "probe.py").write_text(TOKEN_PROBE)
+    spec = JobSpec.from_dict({"name": "secure-no-token", "framework": "generic", "entrypoint": "python probe.py",
+                              "code": str(tmp_path),
+                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    app = _wait_terminal(hook.yarn, hook.submit(spec)["app_id"])
+    assert app["finalStatus"] == "FAILED"
+    assert "exitCode: -1000" in app["diagnostics"]  # a localization failure, before the AM ran
+
+
+def test_am_secret_travels_in_credentials_and_appears_in_no_log(secure_cluster, tmp_path, monkeypatch):
+    """The AM's secret is a credentials secret: the tasks register with it (read from their token files) and the
+    job succeeds, yet it is in no launch script, NM/RM/AM/task log or RM answer."""
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.hooks import melon as melon_module
+    from airflow_provider_melon.spec import JobSpec
+
+    secret = f"melonsecret{uuid.uuid4().hex}"
+    monkeypatch.setattr(melon_module.secrets, "token_hex", lambda n=16: secret)
+    hook = melon_hook_for_cluster(secure_cluster.work_dir)
+    (tmp_path / "probe.py").write_text(TOKEN_PROBE)
+    spec = JobSpec.from_dict({"name": "secure-secret", "framework": "generic", "entrypoint": "python probe.py",
+                              "code": str(tmp_path),
+                              "roles": {"worker": {"instances": 2, "memory": 256, "vcores": 1}}})
+    app_id = hook.submit(spec)["app_id"]
+    app = _wait_terminal(hook.yarn, app_id)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
+    work = Path(secure_cluster.work_dir)
+    files = [p for p in work.rglob("*") if p.is_file() and (app_id in str(p) or p.name == "launcher.log")
+             and not p.name.endswith(".tokens") and p.name != "container_tokens"]
+    launch_scripts = [p for p in files if p.name == "launch_container.sh"]
+    assert len(launch_scripts) >= 3  # the AM's and both tasks' launch contexts were looked at
+    assert any(p.name == "AppMaster.stderr" for p in files) and any(p.name == "stdout" for p in files)
+    leaks = [str(p) for p in files if secret.encode() in p.read_bytes()]
+    assert leaks == []
+    assert secret not in json.dumps(app)
