@@ -3,8 +3,8 @@
 Each link has a fixed ``xcom_key``. The operator pushes the link's URL under that key right after the
 application is submitted (:meth:`MelonLink.persist`), so the button works while the task is deferred or
 still running; ``get_link`` reads the URL back from XCom (the API server does the same through the key).
-A link with no URL in XCom (e.g. TensorBoard when the job declares no ``tensorboard_log_dir`` or the
-connection has no ``tensorboard_url``) renders as no link.
+A link with no URL in XCom (e.g. TensorBoard when the job asks for no ``tensorboard`` and either declares no
+``tensorboard_log_dir`` or the connection has no ``tensorboard_url``) renders as no link.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ def tensorboard_url(base_url: Optional[str], logdir: Optional[str]) -> Optional[
         return base_url.replace("{logdir}", quoted)
     sep = "&" if "?" in base_url else "?"
     return f"{base_url}{sep}logdir={quoted}"
+
+
+def proxied_tensorboard_url(rm_url: str, app_id: str) -> str:
+    """The TensorBoard a job with ``tensorboard`` runs beside its chief, through the AM and the RM web proxy:
+    ``<rm>/proxy/<id>/tensorboard/``."""
+    return f"{am_status_url(rm_url, app_id)}tensorboard/"
 
 
 class MelonLink(BaseOperatorLink):
@@ -83,7 +89,8 @@ class MelonAmStatusLink(MelonLink):
 
 
 class TensorBoardLink(MelonLink):
-    """TensorBoard on the job's ``tensorboard_log_dir`` (only when a ``tensorboard_url`` is configured)."""
+    """TensorBoard: the one MeLoN starts for a job with ``tensorboard`` (through the RM proxy), or the
+    connection's ``tensorboard_url`` template on the job's log dir (which wins when both exist)."""
 
     name = "TensorBoard"
     xcom_key = "melon_tensorboard_url"
@@ -94,4 +101,4 @@ class TensorBoardLink(MelonLink):
 
 
 __all__ = ["MelonAmStatusLink", "MelonLink", "TensorBoardLink", "YarnApplicationLink", "am_status_url",
-           "tensorboard_url", "yarn_application_url"]
+           "proxied_tensorboard_url", "tensorboard_url", "yarn_application_url"]

@@ -32,6 +32,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    StrictBool,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -259,6 +260,10 @@ class JobSpec(BaseModel):
     output_role: Optional[Text] = None
     overwrite_outputs: bool = False
     tensorboard_log_dir: Optional[Text] = None
+    #: start TensorBoard next to the TensorBoard task (see :attr:`tensorboard_role`), served through the AM at
+    #: ``<rm>/proxy/<app>/tensorboard/``: true = on a fresh local folder of that container, a string = that log dir
+    #: (same as true with ``tensorboard_log_dir``). The job writes its summaries to ``$MELON_TENSORBOARD_LOG_DIR``.
+    tensorboard: Optional[Union[StrictBool, Text]] = None
     register_timeout_s: int = Field(300, gt=0, le=INT32_MAX)
 
     @field_validator("name")
@@ -280,6 +285,13 @@ class JobSpec(BaseModel):
         if not argv:
             raise ValueError(f"holds no command, only quoting or comments: {value!r}")
         return value.strip()
+
+    @field_validator("tensorboard", mode="before")
+    @classmethod
+    def _tensorboard(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, (bool, str)):
+            raise ValueError(f"expected true, false or a log dir (a string), got {value!r}")
+        return value
 
     @field_validator("queue")
     @classmethod
@@ -351,6 +363,7 @@ class JobSpec(BaseModel):
                 role.untracked = name == "ps"
         if all(role.untracked for role in roles.values()):
             raise ValueError("roles: at least one role must be tracked (untracked: false)")
+        self._tensorboard_rules()
         if self.output_role is not None and self.output_role not in roles:
             raise ValueError(f"output_role: {self.output_role!r} is not a role of the job ({', '.join(roles)})")
         # every localized file gets one name in the container: YARN keeps only one resource per name
@@ -363,7 +376,30 @@ class JobSpec(BaseModel):
             seen[link] = f"inputs.{i}"
         return self
 
+    def _tensorboard_rules(self) -> None:
+        if isinstance(self.tensorboard, str):
+            if not self.tensorboard.strip():
+                raise _FieldError("tensorboard", "give true or a log dir, not an empty string")
+            if self.tensorboard_log_dir is not None and self.tensorboard_log_dir != self.tensorboard:
+                raise _FieldError("tensorboard", "names a log dir and so does tensorboard_log_dir: give it once "
+                                                 "(tensorboard: <dir>, or tensorboard: true with "
+                                                 "tensorboard_log_dir: <dir>)")
+
     # ---- derived -------------------------------------------------------------------------------------------
+    @property
+    def tensorboard_dir(self) -> Optional[str]:
+        """The log dir TensorBoard watches and the job writes to: ``tensorboard`` (a string), else
+        ``tensorboard_log_dir``; None: a local folder chosen by the executor (or no TensorBoard)."""
+        return self.tensorboard if isinstance(self.tensorboard, str) else self.tensorboard_log_dir
+
+    @property
+    def tensorboard_role(self) -> Optional[str]:
+        """The role whose task 0 runs TensorBoard (when ``tensorboard`` asks for it): the success role (chief,
+        master), else the first tracked role."""
+        if not self.tensorboard:
+            return None
+        return self.success_role or next(name for name, role in self.roles.items() if not role.untracked)
+
     @property
     def publishing_role(self) -> str:
         """The role whose task 0 publishes the outputs: ``output_role``, else the success role, else the first

@@ -154,8 +154,10 @@ def build_plan(
         MELON_LARGE_ROLES=",".join(sorted(r for r, role in spec.roles.items() if role.large)),
         PYTHONUNBUFFERED="1",
     )
-    if spec.tensorboard_log_dir:
-        ours["MELON_TENSORBOARD_LOG_DIR"] = spec.tensorboard_log_dir
+    if spec.tensorboard_dir:
+        ours["MELON_TENSORBOARD_LOG_DIR"] = spec.tensorboard_dir
+    if spec.tensorboard:  # this task starts TensorBoard and registers it with the AM (runtime/tensorboard.py)
+        ours["MELON_TENSORBOARD_TASK"] = f"{spec.tensorboard_role}:0"
     if spec.outputs:  # published by the output task (runtime/outputs.py)
         ours["MELON_OUTPUTS_B64"] = base64.b64encode(json.dumps(spec.outputs, sort_keys=True).encode()).decode()
         ours["MELON_OUTPUT_ROLE"] = spec.publishing_role

@@ -161,6 +161,7 @@ class MelonProfileOperator(MelonTrainOperator):
             argv += ["--timeout", str(float(self.profile_timeout))]
         data = spec.to_dict()
         data.pop("tensorboard_log_dir", None)
+        data.pop("tensorboard", None)
         data.update(
             name=f"{spec.name}-profile", framework=framework, roles={name: role}, outputs={}, max_attempts=1,
             entrypoint=shlex.join(argv) + " -- " + spec.entrypoint,

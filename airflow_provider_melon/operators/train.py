@@ -63,6 +63,7 @@ from airflow_provider_melon.links import (
     TensorBoardLink,
     YarnApplicationLink,
     am_status_url,
+    proxied_tensorboard_url,
     tensorboard_url,
     yarn_application_url,
 )
@@ -428,9 +429,11 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             YarnApplicationLink.persist(context, yarn_application_url(rm, app_id))
             MelonAmStatusLink.persist(context, am_url)
         spec = self._spec
-        if spec is not None and spec.tensorboard_log_dir:
+        if spec is not None and (spec.tensorboard or spec.tensorboard_log_dir):
+            # the connection's template (an external TensorBoard) wins; else the one MeLoN runs, if asked for
             TensorBoardLink.persist(context, tensorboard_url(self._yarn_extra().get("tensorboard_url"),
-                                                             spec.tensorboard_log_dir))
+                                                             spec.tensorboard_dir)
+                                    or (proxied_tensorboard_url(rm, app_id) if spec.tensorboard and rm else None))
         self.log.info("YARN application %s: %s", app_id, yarn_application_url(rm, app_id) if rm else app_id)
 
     def _link_am_status_to_app_page(self, context: "Context", app_id: str) -> None:

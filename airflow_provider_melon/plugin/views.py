@@ -162,6 +162,8 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
     if app.get("amContainerLogs"):
         links["AM logs"] = str(app["amContainerLogs"])
     tensorboard = tensorboard or labels.get("tensorboard")
+    if not tensorboard and app.get("state") in LIVE and as_dict(as_dict(status).get("tensorboard")).get("url"):
+        tensorboard = f"{base}/proxy/{app_id}/tensorboard/"  # the job's own, served through the AM
     if tensorboard:
         links["TensorBoard"] = tensorboard
     started, finished = int(app.get("startedTime") or 0), int(app.get("finishedTime") or 0)

@@ -34,6 +34,9 @@ Environment read (set by the AM / the plan):
                             ``<NM_HOST>_<NM_PORT>`` (one ledger per NodeManager when several share a host,
                             as in the mini cluster)
 ``MELON_KILL_GRACE_S``      after forwarding SIGTERM, SIGKILL the user's process after this long (default 10)
+``MELON_TENSORBOARD_TASK``  ``role:index`` of the task that runs TensorBoard beside the user's process and
+                            reports it to the AM (``runtime/tensorboard.py``); with it and no
+                            ``MELON_TENSORBOARD_LOG_DIR``, that is set to ``./tensorboard`` of the container
 ==========================  =================================================================================
 
 Progress file: the user's script calls ``airflow_provider_melon.runtime.report(step=, total=, loss=, **metrics)``
@@ -89,6 +92,7 @@ from airflow_provider_melon.gpu import devices as _devices
 from airflow_provider_melon.gpu.ledger import Ledger
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import outputs as _outputs
+from airflow_provider_melon.runtime import tensorboard as _tensorboard
 from airflow_provider_melon.runtime import tokens
 
 PREFIX = "[melon-executor]"
@@ -153,6 +157,7 @@ class Config:
     host: str = ""
     bind_host: str = ""
     progress_file: str = ""
+    tensorboard_task: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "Config":
@@ -198,6 +203,7 @@ class Config:
             host=env.get("MELON_HOST", ""),
             bind_host=env.get("MELON_BIND_HOST", ""),
             progress_file=os.path.abspath(progress),
+            tensorboard_task=env.get("MELON_TENSORBOARD_TASK", "").strip(),
         )
 
     @property
@@ -351,6 +357,14 @@ class Executor:
         self.cap_dir: Optional[str] = None
         self.port_sock: Optional[socket.socket] = None
         self._starting = False  # between "about to Popen" and "self.child is set": never raise from a signal
+        self.host = ""  # the address registered with the AM
+        self.bind_host = ""
+        self.child_cwd: Optional[str] = None
+        self.tensorboard: Optional[_tensorboard.TensorBoard] = None
+        self.tensorboard_url: Optional[str] = None  # reported in heartbeats; "" once stopped
+        self.tensorboard_error: Optional[str] = None
+        self._tensorboard_lock = threading.Lock()
+        self._tensorboard_closed = False  # stop_tensorboard ran: start none
 
     # ---- signals -----------------------------------------------------------------------------------------
     def _on_signal(self, signum, frame):
@@ -441,6 +455,7 @@ class Executor:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.bind((bind_host, 0))
         self.port_sock = sock
+        self.host, self.bind_host = host, bind_host
         return host, sock.getsockname()[1]
 
     def release_port(self) -> None:
@@ -492,6 +507,8 @@ class Executor:
             env.update(_outputs.child_env(self.env, self.workdir))
         except (_outputs.OutputError, OSError) as exc:
             raise Fatal(EXIT_CONFIG, str(exc)) from None
+        if cfg.tensorboard_task and not env.get("MELON_TENSORBOARD_LOG_DIR"):
+            env["MELON_TENSORBOARD_LOG_DIR"] = os.path.join(self.workdir, "tensorboard")
         if cfg.framework == "tensorflow":
             env["TF_CONFIG"] = json.dumps(_framework.tf_config(cluster, cfg.role, cfg.index))
         elif cfg.framework == "pytorch":
@@ -513,7 +530,7 @@ class Executor:
                                      f"{self.cfg.entrypoint!r}") from None
         if not argv:
             raise Fatal(EXIT_CONFIG, "MELON_ENTRYPOINT is empty")
-        cwd = prepare_workdir(".")
+        cwd = self.child_cwd = prepare_workdir(".")
         log(f"starting {argv!r} in {os.path.abspath(cwd or '.')}")
         self.release_port()  # the framework binds it itself (see the module docstring on the race)
         try:
@@ -531,6 +548,10 @@ class Executor:
                 body["gpu_memory_used_mb"] = used
         if message:
             body["message"] = message
+        if self.tensorboard_url is not None:
+            body["tensorboard_url"] = self.tensorboard_url
+        if self.tensorboard_error is not None:
+            body["tensorboard_error"] = self.tensorboard_error
         status, _ = self.am.post("/heartbeat", body)
         return status
 
@@ -545,6 +566,47 @@ class Executor:
                 failures += 1
                 if failures == 1 or failures % 10 == 0:
                     log(f"heartbeat failed ({status}); {failures} so far, training continues")
+
+    # ---- TensorBoard (runtime/tensorboard.py) -------------------------------------------------------------
+    @property
+    def runs_tensorboard(self) -> bool:
+        return self.cfg.tensorboard_task == self.cfg.task
+
+    def _tensorboard_thread(self, env: Mapping[str, str]) -> None:
+        """Start TensorBoard beside the user's process and tell the AM at once (then every heartbeat)."""
+        why = _tensorboard.missing()
+        if why is None:
+            with self._tensorboard_lock:
+                if self._tensorboard_closed:
+                    return
+                tb = self.tensorboard = _tensorboard.TensorBoard(
+                    env["MELON_TENSORBOARD_LOG_DIR"], host=self.host, bind_host=self.bind_host,
+                    cwd=self.child_cwd, env=env, log=log)
+            try:
+                self.tensorboard_url = tb.start()
+            except _tensorboard.TensorBoardError as exc:
+                why = str(exc)
+        if self.child is None or self.child.poll() is not None:
+            return  # the user's process has ended meanwhile: run() reports and stops
+        if why is not None:
+            self.tensorboard_error = f"TensorBoard not started: {why}"
+            log(self.tensorboard_error + "; training continues")
+        else:
+            log(f"TensorBoard serving {env['MELON_TENSORBOARD_LOG_DIR']} at {self.tensorboard_url}"
+                f"{_tensorboard.PATH_PREFIX}/ (through the AM: <rm>/proxy/<app>{_tensorboard.PATH_PREFIX}/)")
+        try:
+            self.heartbeat()
+        except Exception as exc:  # the next periodic heartbeat carries it too
+            log(f"could not report TensorBoard to the AM now: {exc!r}")
+
+    def stop_tensorboard(self) -> None:
+        with self._tensorboard_lock:
+            self._tensorboard_closed = True
+            tb, self.tensorboard = self.tensorboard, None
+        if tb is not None:
+            tb.stop()
+            if self.tensorboard_url:
+                self.tensorboard_url = ""  # the next heartbeat unregisters it
 
     def wait_child(self) -> int:
         child = self.child
@@ -580,8 +642,12 @@ class Executor:
                 self.child.terminate()
             beat = threading.Thread(target=self._heartbeat_loop, args=(stop,), name="melon-heartbeat", daemon=True)
             beat.start()
+            if self.runs_tensorboard:
+                threading.Thread(target=self._tensorboard_thread, args=(env,), name="melon-tensorboard",
+                                 daemon=True).start()
             rc = self.wait_child()
             stop.set()
+            self.stop_tensorboard()
             code = rc if rc >= 0 else 128 - rc
             log(f"user process exited {code}" + (" (after SIGTERM)" if self.terminating.is_set() else ""))
             try:
@@ -606,6 +672,7 @@ class Executor:
             return exc.code
         finally:
             stop.set()
+            self.stop_tensorboard()
             self.release_port()
             if self.gpu_indices:
                 try:

@@ -37,6 +37,8 @@ import org.melon.yarn.TaskBook.Task;
  *   <li>404: no task {@code role:index} in the plan;</li>
  *   <li>409: a conflicting registration or a call from a stale container ({@link TaskBook#register}).</li>
  * </ul>
+ * {@code /tensorboard/...} is the job's TensorBoard, reverse-proxied by {@link TensorBoardProxy} once the
+ * TensorBoard task's heartbeats carry its {@code tensorboard_url} (open, like {@code /status}).
  * Other paths: 404; other methods: 405; anything unexpected: 500 (logged).
  */
 final class AmHttp {
@@ -58,6 +60,7 @@ final class AmHttp {
   private final String secret;
   private final String appId;
   private final JsonNode labels;
+  private final TensorBoardProxy tensorboard = new TensorBoardProxy();
   private HttpServer server;
   private ExecutorService executor;
 
@@ -84,7 +87,7 @@ final class AmHttp {
   }
 
   /** An answer other than 2xx, with its reason. */
-  private static final class HttpError extends Exception {
+  static final class HttpError extends Exception {
     final int code;
 
     HttpError(int code, String message) {
@@ -96,6 +99,10 @@ final class AmHttp {
   private void handle(HttpExchange ex) throws IOException {
     try {
       String path = ex.getRequestURI().getPath();
+      if (TensorBoardProxy.handles(path)) {
+        tensorboard.handle(ex);
+        return;
+      }
       boolean read = "/status".equals(path) || "/".equals(path);
       boolean write = "/register".equals(path) || "/heartbeat".equals(path);
       if (!read && !write) {
@@ -130,7 +137,12 @@ final class AmHttp {
         expect(body, "metrics", n -> n.isObject() && n.size() <= 32, false, "an object of at most 32 numbers");
         expect(body, "gpu_memory_used_mb", JsonNode::isNumber, false, "a number");
         expect(body, "message", JsonNode::isTextual, false, "a string");
+        expect(body, "tensorboard_url", TensorBoardProxy::validUrl, false, "\"\" or http://host:port");
+        expect(body, "tensorboard_error", JsonNode::isTextual, false, "a string");
         reply = book.heartbeat(t, body);
+        if (reply.code() == 200) {
+          tensorboard.update(t.name(), body);
+        }
       }
       send(ex, reply.code(), "application/json", JSON.writeValueAsString(reply.body()));
     } catch (HttpError e) {
@@ -228,6 +240,7 @@ final class AmHttp {
       root.put("state", book.state());
       root.put("diagnostics", book.diagnostics());
       root.set("labels", labels);
+      tensorboard.describe(root.putObject("tensorboard"));
       ArrayNode arr = root.putArray("tasks");
       for (Task t : book.tasks) {
         ObjectNode o = arr.addObject();
@@ -274,7 +287,9 @@ final class AmHttp {
     StringBuilder b = new StringBuilder("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>MeLoN ")
         .append(esc(appId)).append("</title></head><body><h1>MeLoN ").append(esc(appId)).append(": ")
         .append(esc(s.path("state").asText())).append("</h1><p>").append(esc(s.path("diagnostics").asText()))
-        .append("</p><table border=\"1\" cellpadding=\"4\"><tr>");
+        .append("</p>").append(tensorboard.url() == null ? ""
+            : "<p><a href=\"tensorboard/\">TensorBoard</a></p>")
+        .append("<table border=\"1\" cellpadding=\"4\"><tr>");
     String[] cols = {"role", "index", "state", "container_id", "host", "port", "attempt", "exit_code", "gpu",
         "gpu_memory_mb", "gpu_memory_used_mb", "step", "total", "loss", "message", "updated"};
     for (String c : cols) {
