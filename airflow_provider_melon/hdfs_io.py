@@ -25,7 +25,7 @@ import re
 import socket
 import time
 import uuid
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 log = logging.getLogger(__name__)
 
@@ -179,36 +179,57 @@ def _delete_quietly(client: Any, path: str) -> None:
         log.debug("could not delete %s: %s", path, exc)
 
 
-def _write_beside_and_rename(client: Any, path: str, data: bytes) -> bool:
+#: what :func:`put_once` publishes: the bytes themselves, or a local file streamed from disk (never read whole)
+Source = Union[bytes, os.PathLike]
+
+
+def source_size(data: Source) -> int:
+    """The length of ``data`` (bytes) or of the local file it names."""
+    return len(data) if isinstance(data, (bytes, bytearray)) else os.stat(data).st_size
+
+
+@contextlib.contextmanager
+def open_source(data: Source) -> Iterator[Any]:
+    """What the HTTP client sends: the bytes, or the open file, which requests streams in blocks with a
+    Content-Length from ``fstat`` (so client memory stays bounded whatever the file's size)."""
+    if isinstance(data, (bytes, bytearray)):
+        yield data
+        return
+    with open(data, "rb") as handle:
+        yield handle
+
+
+def _write_beside_and_rename(client: Any, path: str, data: Source) -> bool:
     """Upload to a unique name beside ``path``, then rename into place. True if this call put it there;
     False if another writer's copy (same size) arrived first."""
     parent, name = _split(path)
     tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
     try:
-        with hdfs_errors("write", tmp):
-            client.write(tmp, data=data, overwrite=False)
+        with hdfs_errors("write", tmp), open_source(data) as body:
+            client.write(tmp, data=body, overwrite=False)
         try:
             with hdfs_errors("rename", f"{tmp} -> {path}"):
                 client.rename(tmp, path)
             return True
         except MelonHdfsError:
             st = _status(client, path)
-            if st and st.get("type") == "FILE" and int(st.get("length", -1)) == len(data):
+            if st and st.get("type") == "FILE" and int(st.get("length", -1)) == source_size(data):
                 return False  # someone else's identical copy is in place
             raise
     finally:
         _delete_quietly(client, tmp)  # gone already after the rename: a no-op then
 
 
-def put_once(client: Any, path: str, data: bytes, *, lock_wait: Optional[float] = None) -> tuple[dict, bool]:
-    """Make ``path`` hold ``data`` (an immutable, e.g. content-addressed, object). Returns ``(status, uploaded)``.
+def put_once(client: Any, path: str, data: Source, *, lock_wait: Optional[float] = None) -> tuple[dict, bool]:
+    """Make ``path`` hold ``data`` (an immutable, e.g. content-addressed, object: bytes, or a local file's path,
+    streamed from disk). Returns ``(status, uploaded)``.
 
     A file already at ``path`` with the same length counts as cached. A file of another length is replaced
     (write beside, delete, rename). Concurrent callers upload once: see the module docstring.
     """
     for orphan in sorted(_ORPHANS):
         _delete_quietly(client, orphan)
-    size = len(data)
+    size = source_size(data)
     wait_bound = lock_wait if lock_wait is not None else _LOCK_WAIT_S + size / _LOCK_WAIT_BYTES_PER_S
     parent, name = _split(path)
     lock = f"{parent}/.{name}.lock"
