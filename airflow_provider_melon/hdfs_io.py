@@ -268,6 +268,122 @@ def put_once(client: Any, path: str, data: Source, *, lock_wait: Optional[float]
         return _status(client, path) or {}, uploaded
 
 
+# ---- big local files: hashed while they upload --------------------------------------------------------------
+_SAMPLE_BYTES = 1 << 20
+
+
+def sample_key(path: os.PathLike) -> str:
+    """A cheap key of a local file's content: its size and SHA-256 of its first, middle and last MiB. Equal
+    contents always give equal keys, so a key that was never seen is content never staged."""
+    size = os.stat(path).st_size
+    digest = hashlib.sha256(size.to_bytes(8, "big"))
+    with open(path, "rb") as handle:
+        for offset in (0, max(size // 2 - _SAMPLE_BYTES // 2, 0), max(size - _SAMPLE_BYTES, 0)):
+            handle.seek(offset)
+            digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()[:32]
+
+
+class _HashingReader:
+    """A local file as the HTTP client reads it (in blocks, with a known length), hashed on the way."""
+
+    def __init__(self, handle, size: int):
+        self._handle, self._size, self.sha256 = handle, size, hashlib.sha256()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, size: int = -1) -> bytes:
+        block = self._handle.read(size)
+        self.sha256.update(block)
+        return block
+
+
+def file_sha256(path: os.PathLike) -> str:
+    """SHA-256 of a local file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_SAMPLE_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def put_file_hashing(client: Any, cache_dir: str, name: str, local: os.PathLike,
+                     *, lock_wait: Optional[float] = None) -> tuple[str, dict, bool]:
+    """Publish a big local file at ``<cache_dir>/<sha256>/<name>`` reading it once when it is new. Returns
+    ``(path, status, uploaded)``.
+
+    Hashing first and uploading after reads the file twice, and on a busy client the hash is a good part of
+    the upload's time. So the file's :func:`sample_key` is looked up first in ``<cache_dir>/by-sample/<key>/``,
+    which lists (as empty files) the digests of every object staged with that key:
+
+    * nothing there: the content was never staged. Under a create-exclusive lock in that folder it is
+      uploaded beside the index while being hashed, then renamed to its content address and its digest added
+      to the index. Other callers with the same key wait for the lock (bounded) and then take the path below.
+    * digests there: the file is hashed (as :func:`put_once` callers do) and, if its digest is among them and
+      the object is in place, it is cached (0 bytes); otherwise it is uploaded with :func:`put_once`.
+    """
+    size = source_size(local)
+    index = f"{cache_dir}/by-sample/{sample_key(local)}"
+    wait_bound = lock_wait if lock_wait is not None else _LOCK_WAIT_S + size / _LOCK_WAIT_BYTES_PER_S
+    lock, waited_since = f"{index}/.lock", None
+    while True:
+        with hdfs_errors("list", index):
+            entries = set(client.list(index)) if _status(client, index) else set()
+        digests = {e for e in entries if not e.startswith(".")}
+        if digests or (entries and waited_since is not None and time.monotonic() - waited_since > wait_bound):
+            return _put_known(client, cache_dir, name, local, index, digests)
+        try:
+            with hdfs_errors("create", lock):
+                client.write(lock, data=f"{socket.gethostname()} pid {os.getpid()}".encode(), overwrite=False)
+        except MelonHdfsError as exc:
+            if not _already_exists(exc):
+                raise
+            waited_since = waited_since or time.monotonic()
+            if time.monotonic() - waited_since > wait_bound:  # its holder died? hash and upload here
+                return _put_known(client, cache_dir, name, local, index, digests)
+            time.sleep(_POLL_S)
+            continue
+        try:
+            return _upload_hashing(client, cache_dir, name, local, index, size)
+        finally:
+            _delete_quietly(client, lock)
+
+
+def _put_known(client, cache_dir, name, local, index, digests) -> tuple[str, dict, bool]:
+    digest = file_sha256(local)
+    path = f"{cache_dir}/{digest}/{name}"
+    status, uploaded = put_once(client, path, local)
+    if digest not in digests:
+        with hdfs_errors("write", f"{index}/{digest}"):
+            client.write(f"{index}/{digest}", data=b"", overwrite=True)
+    return path, status, uploaded
+
+
+def _upload_hashing(client, cache_dir, name, local, index, size) -> tuple[str, dict, bool]:
+    tmp = f"{index}/.{uuid.uuid4().hex}.tmp"
+    try:
+        with hdfs_errors("write", tmp), open(local, "rb") as handle:
+            body = _HashingReader(handle, size)
+            client.write(tmp, data=body, overwrite=False)
+        digest = body.sha256.hexdigest()
+        path = f"{cache_dir}/{digest}/{name}"
+        with hdfs_errors("mkdirs", path):
+            client.makedirs(f"{cache_dir}/{digest}")
+        try:
+            with hdfs_errors("rename", f"{tmp} -> {path}"):
+                client.rename(tmp, path)
+        except MelonHdfsError:
+            st = _status(client, path)
+            if not (st and st.get("type") == "FILE" and int(st.get("length", -1)) == size):
+                raise  # (another writer's identical copy in place is fine: the bytes were sent all the same)
+        with hdfs_errors("write", f"{index}/{digest}"):
+            client.write(f"{index}/{digest}", data=b"", overwrite=True)
+        return path, _status(client, path) or {}, True
+    finally:
+        _delete_quietly(client, tmp)
+
+
 # ---- run-scoped names -----------------------------------------------------------------------------------------
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

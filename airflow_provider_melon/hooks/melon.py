@@ -33,7 +33,7 @@ import tenacity
 
 from airflow_provider_melon import submission
 from airflow_provider_melon.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
-from airflow_provider_melon.hdfs_io import open_source, source_size
+from airflow_provider_melon.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.spec import JobSpec
@@ -71,13 +71,6 @@ def write_deterministic_zip(files: Iterable[tuple[str, Path]], out: BinaryIO) ->
                     shutil.copyfileobj(src, dst, CHUNK_BYTES)
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a local file, read in :data:`CHUNK_BYTES` blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(CHUNK_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def folder_files(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
@@ -141,6 +134,8 @@ def packaged_am_jar() -> Path:
 #: localized beside the archive, so a change elsewhere in the folder does not upload it again (and it is not
 #: deflated: big files are mostly data, already compressed or incompressible)
 CODE_SPLIT_BYTES = 8 << 20
+#: a local file of at least this size is hashed while it uploads when its content is new (see stage_file)
+HASH_WHILE_UPLOADING_BYTES = 8 << 20
 #: report key prefix of such a file (``code:<path in the folder>``) and its object's name in the cache
 CODE_FILE_KEY = "code:"
 CODE_FILE_OBJECT = "code-file"
@@ -271,15 +266,21 @@ class MelonHook:
                 self.hdfs.write(path, data=body, overwrite=True)
             return self.file_status(path), True
 
-        st, fresh = tenacity.Retrying(  # a NameNode restarting or in safe mode: retried, within a bound
+        st, fresh = self._retrying(path, put)
+        return self._staged(path, st, source_size(data) if fresh else 0)
+
+    def _retrying(self, what: str, put):
+        """``put()``, retried while the NameNode restarts or is in safe mode, within ``staging_retry_s``."""
+        return tenacity.Retrying(
             retry=tenacity.retry_if_exception(lambda e: isinstance(e, MelonHdfsError) and e.retriable),
             stop=tenacity.stop_after_delay(self.staging_retry_s),
             wait=tenacity.wait_exponential(multiplier=0.5, max=8),
-            before_sleep=lambda rs: log.warning("staging %s: %s; retrying (attempt %d, up to %.0f s)", path,
+            before_sleep=lambda rs: log.warning("staging %s: %s; retrying (attempt %d, up to %.0f s)", what,
                                                 rs.outcome.exception(), rs.attempt_number, self.staging_retry_s),
             reraise=True,
         )(put)
-        uploaded = source_size(data) if fresh else 0
+
+    def _staged(self, path: str, st: dict, uploaded: int) -> StagedFile:
         staged = StagedFile(self.hdfs_uri(path), int(st["length"]), int(st["modificationTime"]), uploaded)
         log.info("staged %s (%d bytes, %s)", staged.url, staged.size, "uploaded" if uploaded else "cached")
         return staged
@@ -289,9 +290,15 @@ class MelonHook:
         return self.put_bytes(f"{self.cache_dir}/{digest}/{name}", data)
 
     def stage_file(self, name: str, path: Path) -> StagedFile:
-        """:meth:`stage_content` of a local file, hashed and uploaded in blocks (a 1 GiB env archive costs
-        :data:`CHUNK_BYTES` of memory, not 1 GiB)."""
-        return self.put_bytes(f"{self.cache_dir}/{file_sha256(path)}/{name}", Path(path))
+        """:meth:`stage_content` of a local file, hashed and uploaded in blocks (a 1 GiB env archive costs a
+        few blocks of memory, not 1 GiB). From :data:`HASH_WHILE_UPLOADING_BYTES` on, content never staged
+        before is hashed while it uploads, reading it once (:func:`airflow_provider_melon.hdfs_io.put_file_hashing`).
+        """
+        path = Path(path)
+        if path.stat().st_size < HASH_WHILE_UPLOADING_BYTES:
+            return self.put_bytes(f"{self.cache_dir}/{file_sha256(path)}/{name}", path)
+        where, st, fresh = self._retrying(str(path), lambda: put_file_hashing(self.hdfs, self.cache_dir, name, path))
+        return self._staged(where, st, path.stat().st_size if fresh else 0)
 
     def stage_zip(self, name: str, files: list[tuple[str, Path]]) -> StagedFile:
         """:meth:`stage_file` of the :func:`deterministic_zip` of ``files``, built in a temporary file."""

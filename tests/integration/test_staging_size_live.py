@@ -72,14 +72,15 @@ def test_big_files_are_streamed_not_read_into_memory(melon_hook, tmp_path):
 def test_editing_code_reuploads_the_archive_not_the_big_file(melon_hook, tmp_path):
     code = tmp_path / f"code-{uuid.uuid4().hex[:8]}"
     code.mkdir()
-    (code / "train.py").write_text("print('v1')\n")
+    nonce = uuid.uuid4().hex  # new content on every run: nothing cached by an earlier one
+    (code / "train.py").write_text(f"print('v1 {nonce}')\n")
     _random_file(code / "data" / "big.bin", 9 * MiB)  # over the default 8 MiB threshold
     first = melon_hook.stage(_spec(code))
     big = first.files[CODE_FILE_KEY + "data/big.bin"]
     assert big.uploaded_bytes == 9 * MiB
     assert first.files["code"].size < MiB  # the archive holds train.py only
 
-    (code / "train.py").write_text("print('v2')\n")
+    (code / "train.py").write_text(f"print('v2 {nonce}')\n")
     second = melon_hook.stage(_spec(code))
     assert second.files["code"].url != first.files["code"].url
     assert second.uploaded_bytes == second.files["code"].uploaded_bytes == second.files["code"].size
@@ -134,3 +135,55 @@ def test_job_sees_big_and_small_files_at_their_paths_after_a_change(jobs, tmp_pa
     assert f"FILE data/big.bin {digest['data/big.bin']}" in out, out
     changed = hashlib.sha256(b"small, changed\n").hexdigest()
     assert f"FILE data/small.txt {changed}" in out and "VERSION v2" in out, out
+
+
+def test_new_big_file_is_hashed_while_it_uploads_and_a_sample_collision_is_still_exact(melon_hook, tmp_path):
+    """put_file_hashing: new content is read once (uploaded and hashed together) and lands at its real
+    SHA-256; a second file with the same size and the same sampled MiBs (so the same sample key) but other
+    bytes in between is hashed in full and staged as its own object; repeats upload nothing."""
+    import hashlib
+
+    from airflow_provider_melon.hdfs_io import sample_key
+
+    one = tmp_path / "one.bin"
+    _random_file(one, 9 * MiB)
+    two = tmp_path / "two.bin"
+    data = bytearray(one.read_bytes())
+    data[2 * MiB] ^= 0xFF  # outside the first, middle and last MiB
+    two.write_bytes(bytes(data))
+    assert sample_key(one) == sample_key(two)
+
+    from unittest import mock
+
+    with mock.patch("airflow_provider_melon.hdfs_io.file_sha256", side_effect=AssertionError("a second read")):
+        first = melon_hook.stage_file("blob", one)  # new content: read once, while uploading
+    digest = hashlib.sha256(one.read_bytes()).hexdigest()
+    assert first.uploaded_bytes == 9 * MiB and first.url.endswith(f"/cache/{digest}/blob")
+    index = f"{melon_hook.cache_dir}/by-sample/{sample_key(one)}"
+    assert melon_hook.hdfs.list(index) == [digest]  # lock and temporary file gone, digest recorded
+    with melon_hook.hdfs.read(melon_hook.hdfs_path(first.url)) as remote:
+        assert hashlib.sha256(remote.read()).hexdigest() == digest
+    assert melon_hook.stage_file("blob", one).uploaded_bytes == 0
+
+    other = melon_hook.stage_file("blob", two)
+    assert other.uploaded_bytes == 9 * MiB
+    assert other.url.endswith(f"/cache/{hashlib.sha256(bytes(data)).hexdigest()}/blob")
+    assert sorted(melon_hook.hdfs.list(index)) == sorted([digest, hashlib.sha256(bytes(data)).hexdigest()])
+    assert melon_hook.stage_file("blob", two).uploaded_bytes == 0
+
+
+def test_concurrent_stagers_of_a_new_big_file_upload_it_once(minicluster, tmp_path):
+    """Three hooks (as three Airflow tasks) stage the same new 12 MiB file at once: one uploads it (under the
+    sample key's lock), the others wait and find it cached."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+
+    blob = tmp_path / "blob.bin"
+    _random_file(blob, 12 * MiB)
+    hooks = [melon_hook_for_cluster(minicluster.work_dir) for _ in range(3)]
+    with ThreadPoolExecutor(3) as pool:
+        staged = list(pool.map(lambda h: h.stage_file("blob", blob), hooks))
+    assert len({s.url for s in staged}) == 1
+    assert sorted(s.uploaded_bytes for s in staged) == [0, 0, 12 * MiB]
+
