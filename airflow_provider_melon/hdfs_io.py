@@ -335,7 +335,7 @@ def put_file_hashing(client: Any, cache_dir: str, name: str, local: os.PathLike,
             return _put_known(client, cache_dir, name, local, index, digests)
         try:
             with hdfs_errors("create", lock):
-                client.write(lock, data=f"{socket.gethostname()} pid {os.getpid()}".encode(), overwrite=False)
+                client.write(lock, data=b"", overwrite=False)  # empty: no DataNode block to set up
         except MelonHdfsError as exc:
             if not _already_exists(exc):
                 raise

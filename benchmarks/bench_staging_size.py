@@ -18,11 +18,13 @@ Inputs, generated fresh in a temporary folder (``--tmp``), so every "first" uplo
 Measured, each in its own child process (``resource.getrusage().ru_maxrss`` is the child's peak RSS; the
 RSS after imports, before the transfer, is subtracted to give the transfer's growth):
 
-* ``ours``       -- ``MelonHook.stage`` of a spec with the env archive, or with the code folder: hash in
-  1 MiB blocks (and zip the small files into a temporary file), then put_once (lock, write beside, rename)
-  streaming each object from disk. The runtime archive and AM jar are cached beforehand (a warm-up stage),
+* ``ours``       -- ``MelonHook.stage`` of a spec with the env archive, or with the code folder: zip the
+  small files into a temporary file; each object is streamed from disk; a new object of 8 MiB or more is
+  hashed while it uploads (``hdfs_io.put_file_hashing``: sample-key lookup, lock, upload beside, rename to
+  its SHA-256 address), a smaller one hashed first and put with put_once. The runtime archive and AM jar are cached beforehand (a warm-up stage),
   as on any cluster that has run a job; their status checks are in the time.
-* ``repeat``     -- the same stage again at once: bytes uploaded (target 0) and time (local hashing).
+* ``repeat``     -- the same stage again at once: bytes uploaded (target 0) and time (the sample key is
+  known, so the file is hashed in full and found in the cache).
 * ``plain``      -- the ``hdfs`` library's own ``Client.upload`` (the client the HDFS provider's WebHDFSHook
   returns) of the same local file, or of the whole folder file by file (n_threads=1).
 * ``plain-obj``  -- (code only) ``Client.upload`` of exactly the objects ours uploads (the prebuilt code.zip
@@ -30,12 +32,13 @@ RSS after imports, before the transfer, is subtracted to give the transfer's gro
   folder-vs-objects difference.
 
 Runs are interleaved (ours/plain, then plain/ours, …) ``--runs`` times and the medians compared; the cache
-objects and plain copies are deleted after each run so the next one uploads again. Then, once each: edit one
-.py file and stage again (bytes), and the same with the split turned off (``code_split_bytes`` = ∞, the old
-layout: one archive holding everything) to show what the layout buys.
+objects (and the sample-key index) and plain copies are deleted after each run so the next one uploads
+again. Then, once each: edit one .py file and stage again (bytes), and the same with the split turned off
+(``code_split_bytes`` = ∞, the old layout: one archive holding everything) to show what the layout buys.
 
 Usage: ``.venv/bin/python benchmarks/bench_staging_size.py --work-dir /tmp/bench-mc``
-(output: ``results/bench_staging_size.txt`` and ``.json``; ``plot_results.py`` draws ``docs/img/staging-size.svg``).
+(output: ``results/bench_staging_size.txt`` and ``.json``; ``plot_results.py`` draws
+``docs/img/staging-size.svg``).
 """
 
 from __future__ import annotations
@@ -172,9 +175,10 @@ def main(argv=None) -> int:
         print(text, flush=True)
         lines.append(text)
 
-    def drop(urls) -> None:  # the cache objects a first stage made, so the next one uploads again
+    def drop(urls) -> None:  # the cache objects a first stage made, and the index: the next one uploads again
         for url in urls:
             client.delete(hook.hdfs_path(url).rsplit("/", 1)[0], recursive=True)
+        client.delete(f"{hook.cache_dir}/by-sample", recursive=True)
 
     results: dict = {"runs": args.runs, "env_mb": args.env_mb, "code_mb": args.code_mb, "rows": {}}
     try:
@@ -213,8 +217,8 @@ def main(argv=None) -> int:
                     rows[f"{what} plain"].append(measure(args.work_dir, "plain", path, dest=f"{plain_dir}/p"))
                     client.delete(f"{plain_dir}/p", recursive=True)
                     if what == "code":
-                        rows["code plain-obj"].append(measure(args.work_dir, "plain", prebuilt, dest=f"{plain_dir}/o",
-                                                              also=[path for _, path in large]))
+                        rows["code plain-obj"].append(measure(args.work_dir, "plain", prebuilt,
+                                                              dest=f"{plain_dir}/o", also=[p for _, p in large]))
                         client.delete(f"{plain_dir}/o", recursive=True)
 
                 for step in ((ours, plain) if run % 2 == 0 else (plain, ours)):
