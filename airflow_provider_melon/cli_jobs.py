@@ -12,6 +12,7 @@ import argparse
 import io
 import json
 import logging
+import os
 import re
 import shutil
 import sys
@@ -217,17 +218,19 @@ class Progress:
 
 
 class _ReadProgress:
-    """Bytes to upload, read in blocks by the HTTP client (with a known length), reporting how far it got."""
+    """Bytes (or an open local file, streamed) to upload, read in blocks by the HTTP client (with a known
+    length), reporting how far it got."""
 
-    def __init__(self, data: bytes, report: Callable[[int], None]):
-        self._buf, self._len, self._report = io.BytesIO(data), len(data), report
+    def __init__(self, data, size: int, report: Callable[[int], None]):
+        self._buf = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
+        self._len, self._report, self._start = size, report, self._buf.tell()
 
     def __len__(self) -> int:
         return self._len
 
     def read(self, size: int = -1) -> bytes:
         chunk = self._buf.read(size)
-        self._report(self._buf.tell())
+        self._report(self._buf.tell() - self._start)
         return chunk
 
 
@@ -245,18 +248,22 @@ class UploadProgress:
         return getattr(self._client, name)
 
     def write(self, hdfs_path: str, data=None, **kwargs):
-        if not self._bar.enabled or not isinstance(data, (bytes, bytearray)) or len(data) < self.MIN_BYTES:
+        streamed = hasattr(data, "read") and hasattr(data, "fileno")  # a local file (hdfs_io.open_source)
+        total = (os.fstat(data.fileno()).st_size - data.tell() if streamed
+                 else len(data) if isinstance(data, (bytes, bytearray)) else 0)
+        if not self._bar.enabled or total < self.MIN_BYTES:
             return self._client.write(hdfs_path, data=data, **kwargs)
         base = hdfs_path.rsplit("/", 1)[-1]
         match = self._TMP.match(base)
-        name, total = (match.group(1) if match else base), len(data)
+        name = match.group(1) if match else base
 
         def report(done: int) -> None:
             self._bar.update(done / total, f"staging {name} {done / 2**20:.1f}/{total / 2**20:.1f} MiB",
                              force=done >= total)
 
         try:
-            return self._client.write(hdfs_path, data=_ReadProgress(bytes(data), report), **kwargs)
+            body = _ReadProgress(data if streamed else bytes(data), total, report)
+            return self._client.write(hdfs_path, data=body, **kwargs)
         finally:
             self._bar.clear()
 

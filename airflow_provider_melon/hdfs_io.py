@@ -25,7 +25,7 @@ import re
 import socket
 import time
 import uuid
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 log = logging.getLogger(__name__)
 
@@ -179,36 +179,86 @@ def _delete_quietly(client: Any, path: str) -> None:
         log.debug("could not delete %s: %s", path, exc)
 
 
-def _write_beside_and_rename(client: Any, path: str, data: bytes) -> bool:
+#: what :func:`put_once` publishes: the bytes themselves, or a local file streamed from disk (never read whole)
+Source = Union[bytes, os.PathLike]
+
+
+def source_size(data: Source) -> int:
+    """The length of ``data`` (bytes) or of the local file it names."""
+    return len(data) if isinstance(data, (bytes, bytearray)) else os.stat(data).st_size
+
+
+#: block size for reading local files to upload or hash: memory stays bounded by it, not by the file size
+BLOCK_BYTES = 1 << 20
+
+
+class BlockReader:
+    """A local file as the HTTP client reads it: a known length (Content-Length) and :data:`BLOCK_BYTES` per
+    read, whatever block size the client asks for (urllib3 asks for 16 KiB: 64 times the Python-level work per
+    GiB on a CPU the upload shares). ``hashing``: SHA-256 of what was read, in :attr:`sha256`."""
+
+    def __init__(self, handle, size: int, hashing: bool = False):
+        self._handle, self._size = handle, size
+        self.sha256 = hashlib.sha256() if hashing else None
+
+    def __len__(self) -> int:
+        return self._size
+
+    def fileno(self) -> int:
+        return self._handle.fileno()
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def read(self, size: int = -1) -> bytes:
+        block = self._handle.read(BLOCK_BYTES)
+        if self.sha256 is not None:
+            self.sha256.update(block)
+        return block
+
+
+@contextlib.contextmanager
+def open_source(data: Source, *, hashing: bool = False) -> Iterator[Any]:
+    """What the HTTP client sends: the bytes, or the open file as a :class:`BlockReader`, which requests streams
+    with a Content-Length (so client memory stays bounded whatever the file's size)."""
+    if isinstance(data, (bytes, bytearray)):
+        yield data
+        return
+    with open(data, "rb") as handle:
+        yield BlockReader(handle, os.fstat(handle.fileno()).st_size, hashing)
+
+
+def _write_beside_and_rename(client: Any, path: str, data: Source) -> bool:
     """Upload to a unique name beside ``path``, then rename into place. True if this call put it there;
     False if another writer's copy (same size) arrived first."""
     parent, name = _split(path)
     tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
     try:
-        with hdfs_errors("write", tmp):
-            client.write(tmp, data=data, overwrite=False)
+        with hdfs_errors("write", tmp), open_source(data) as body:
+            client.write(tmp, data=body, overwrite=False)
         try:
             with hdfs_errors("rename", f"{tmp} -> {path}"):
                 client.rename(tmp, path)
             return True
         except MelonHdfsError:
             st = _status(client, path)
-            if st and st.get("type") == "FILE" and int(st.get("length", -1)) == len(data):
+            if st and st.get("type") == "FILE" and int(st.get("length", -1)) == source_size(data):
                 return False  # someone else's identical copy is in place
             raise
     finally:
         _delete_quietly(client, tmp)  # gone already after the rename: a no-op then
 
 
-def put_once(client: Any, path: str, data: bytes, *, lock_wait: Optional[float] = None) -> tuple[dict, bool]:
-    """Make ``path`` hold ``data`` (an immutable, e.g. content-addressed, object). Returns ``(status, uploaded)``.
+def put_once(client: Any, path: str, data: Source, *, lock_wait: Optional[float] = None) -> tuple[dict, bool]:
+    """Make ``path`` hold ``data`` (an immutable, e.g. content-addressed, object: bytes, or a local file's path,
+    streamed from disk). Returns ``(status, uploaded)``.
 
     A file already at ``path`` with the same length counts as cached. A file of another length is replaced
     (write beside, delete, rename). Concurrent callers upload once: see the module docstring.
     """
     for orphan in sorted(_ORPHANS):
         _delete_quietly(client, orphan)
-    size = len(data)
+    size = source_size(data)
     wait_bound = lock_wait if lock_wait is not None else _LOCK_WAIT_S + size / _LOCK_WAIT_BYTES_PER_S
     parent, name = _split(path)
     lock = f"{parent}/.{name}.lock"
@@ -245,6 +295,106 @@ def put_once(client: Any, path: str, data: bytes, *, lock_wait: Optional[float] 
         finally:
             _delete_quietly(client, lock)
         return _status(client, path) or {}, uploaded
+
+
+# ---- big local files: hashed while they upload --------------------------------------------------------------
+_SAMPLE_BYTES = 1 << 20
+
+
+def sample_key(path: os.PathLike) -> str:
+    """A cheap key of a local file's content: its size and SHA-256 of its first, middle and last MiB. Equal
+    contents always give equal keys, so a key that was never seen is content never staged."""
+    size = os.stat(path).st_size
+    digest = hashlib.sha256(size.to_bytes(8, "big"))
+    with open(path, "rb") as handle:
+        for offset in (0, max(size // 2 - _SAMPLE_BYTES // 2, 0), max(size - _SAMPLE_BYTES, 0)):
+            handle.seek(offset)
+            digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()[:32]
+
+
+def file_sha256(path: os.PathLike) -> str:
+    """SHA-256 of a local file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(BLOCK_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def put_file_hashing(client: Any, cache_dir: str, name: str, local: os.PathLike,
+                     *, lock_wait: Optional[float] = None) -> tuple[str, dict, bool]:
+    """Publish a big local file at ``<cache_dir>/<sha256>/<name>`` reading it once when it is new. Returns
+    ``(path, status, uploaded)``.
+
+    Hashing first and uploading after reads the file twice, and on a busy client the hash is a good part of
+    the upload's time. So the file's :func:`sample_key` is looked up first in ``<cache_dir>/by-sample/<key>/``,
+    which lists (as empty files) the digests of every object staged with that key:
+
+    * nothing there: the content was never staged. Under a create-exclusive lock in that folder it is
+      uploaded beside the index while being hashed, then renamed to its content address and its digest added
+      to the index. Other callers with the same key wait for the lock (bounded) and then take the path below.
+    * digests there: the file is hashed (as :func:`put_once` callers do) and, if its digest is among them and
+      the object is in place, it is cached (0 bytes); otherwise it is uploaded with :func:`put_once`.
+    """
+    size = source_size(local)
+    index = f"{cache_dir}/by-sample/{sample_key(local)}"
+    wait_bound = lock_wait if lock_wait is not None else _LOCK_WAIT_S + size / _LOCK_WAIT_BYTES_PER_S
+    lock, waited_since = f"{index}/.lock", None
+    while True:
+        with hdfs_errors("list", index):
+            entries = set(client.list(index)) if _status(client, index) else set()
+        digests = {e for e in entries if not e.startswith(".")}
+        if digests or (entries and waited_since is not None and time.monotonic() - waited_since > wait_bound):
+            return _put_known(client, cache_dir, name, local, index, digests)
+        try:
+            with hdfs_errors("create", lock):
+                client.write(lock, data=b"", overwrite=False)  # empty: no DataNode block to set up
+        except MelonHdfsError as exc:
+            if not _already_exists(exc):
+                raise
+            waited_since = waited_since or time.monotonic()
+            if time.monotonic() - waited_since > wait_bound:  # its holder died? hash and upload here
+                return _put_known(client, cache_dir, name, local, index, digests)
+            time.sleep(_POLL_S)
+            continue
+        try:
+            return _upload_hashing(client, cache_dir, name, local, index, size)
+        finally:
+            _delete_quietly(client, lock)
+
+
+def _put_known(client, cache_dir, name, local, index, digests) -> tuple[str, dict, bool]:
+    digest = file_sha256(local)
+    path = f"{cache_dir}/{digest}/{name}"
+    status, uploaded = put_once(client, path, local)
+    if digest not in digests:
+        with hdfs_errors("write", f"{index}/{digest}"):
+            client.write(f"{index}/{digest}", data=b"", overwrite=True)
+    return path, status, uploaded
+
+
+def _upload_hashing(client, cache_dir, name, local, index, size) -> tuple[str, dict, bool]:
+    tmp = f"{index}/.{uuid.uuid4().hex}.tmp"
+    try:
+        with hdfs_errors("write", tmp), open_source(local, hashing=True) as body:
+            client.write(tmp, data=body, overwrite=False)
+        digest = body.sha256.hexdigest()
+        path = f"{cache_dir}/{digest}/{name}"
+        with hdfs_errors("mkdirs", path):
+            client.makedirs(f"{cache_dir}/{digest}")
+        try:
+            with hdfs_errors("rename", f"{tmp} -> {path}"):
+                client.rename(tmp, path)
+        except MelonHdfsError:
+            st = _status(client, path)
+            if not (st and st.get("type") == "FILE" and int(st.get("length", -1)) == size):
+                raise  # (another writer's identical copy in place is fine: the bytes were sent all the same)
+        with hdfs_errors("write", f"{index}/{digest}"):
+            client.write(f"{index}/{digest}", data=b"", overwrite=True)
+        return path, _status(client, path) or {}, True
+    finally:
+        _delete_quietly(client, tmp)
 
 
 # ---- run-scoped names -----------------------------------------------------------------------------------------

@@ -223,8 +223,9 @@ class EnvironmentSpec(BaseModel):
         if self.archive and self.docker_image:
             raise ValueError("give either archive or docker_image, not both")
         if self.archive:
-            if not self.archive.startswith(("hdfs://", "/")):
-                raise _FieldError("archive", f"must be an hdfs:// URI or absolute HDFS path, got {self.archive!r}")
+            if not self.archive.startswith(("hdfs://", "/", "file:///")):
+                raise _FieldError("archive", "must be an hdfs:// URI, an absolute HDFS path or a file:///… local "
+                                             f"file (staged for you), got {self.archive!r}")
             if not self.python:
                 raise _FieldError("python", "an archive needs python: the interpreter's path inside it, e.g. "
                                             "'env/bin/python'")

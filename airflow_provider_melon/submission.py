@@ -21,6 +21,9 @@ AM_CLASS = "org.melon.yarn.MelonApplicationMaster"
 AM_JAR = "melon-appmaster.jar"
 PLAN_FILE = "melon-plan.json"
 CODE_LINK = "code"
+#: link name prefix of the code folder's big files, localized one by one beside the code archive; the executor
+#: puts each at its path in the folder (``MELON_CODE_FILES_B64``: link name → path)
+CODE_FILE_LINK = "melon-code-file-"
 RUNTIME_LINK = "melon_runtime"
 APPLICATION_TYPE = "MELON"
 # YARN's default yarn.application.classpath, expanded by the NodeManager: what a real cluster's AM needs.
@@ -119,14 +122,21 @@ def build_plan(
     labels: Optional[dict[str, Any]] = None,
     webhdfs_url: Optional[str] = None,
     hdfs_user: Optional[str] = None,
+    code_files: Optional[dict[str, StagedFile]] = None,
 ) -> dict:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
-    submitted it) are echoed by the AM's ``/status``, for the UI."""
+    submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
+    staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``."""
     local = [dict(name=RUNTIME_LINK, url=runtime.url, type="ARCHIVE", visibility="APPLICATION",
                   size=runtime.size, timestamp=runtime.timestamp)]
     if code is not None:
         local.append(dict(name=CODE_LINK, url=code.url, type="ARCHIVE", visibility="APPLICATION",
                           size=code.size, timestamp=code.timestamp))
+    code_links = {f"{CODE_FILE_LINK}{i}": rel for i, rel in enumerate(sorted(code_files or {}))}
+    for link, rel in code_links.items():
+        staged = code_files[rel]
+        local.append(dict(name=link, url=staged.url, type="FILE", visibility="APPLICATION",
+                          size=staged.size, timestamp=staged.timestamp))
     for item in spec.inputs:
         staged = inputs[item.path]
         local.append(dict(name=item.link_name, url=staged.url, type=item.type, visibility=item.visibility,
@@ -166,6 +176,8 @@ def build_plan(
             ours["MELON_WEBHDFS_URL"] = webhdfs_url
         if hdfs_user and "MELON_HDFS_USER" not in user_env:
             ours["MELON_HDFS_USER"] = hdfs_user
+    if code_links:
+        ours["MELON_CODE_FILES_B64"] = base64.b64encode(json.dumps(code_links, sort_keys=True).encode()).decode()
     if spec.inputs:
         ours["MELON_INPUTS"] = ",".join(i.link_name for i in spec.inputs)
     if spec.environment.docker_image:  # read by YARN's docker runtime as is: the spec allows no special character

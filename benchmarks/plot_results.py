@@ -3,6 +3,8 @@
 * ``docs/img/gpu-colocation.svg`` — k identical training processes sharing one H200 (``../shared/data/
   h200-colocate.json``): aggregate throughput over one process's, ResNet-18 vs ResNet-50, beside ideal sharing.
 * ``docs/img/policy-makespan.svg`` — ``benchmarks/results/bench_policy.txt`` (family A traces): makespan per policy.
+* ``docs/img/staging-size.svg`` — ``benchmarks/results/bench_staging_size.json``: staging a 1 GiB env archive and a
+  200 MiB code folder vs a plain WebHDFS upload of the same bytes.
 
 Usage: ``python benchmarks/plot_results.py [--data ../shared/data] [--out docs/img]``.
 """
@@ -103,6 +105,49 @@ def policy(results: Path) -> str:
     return _svg(W, H, body, "Simulated makespan per policy (8 GPUs; benchmarks/bench_policy.py)")
 
 
+def staging_size(results: Path) -> str:
+    """``bench_staging_size.json``: median seconds per measurement (ours, its repeat, plain), env and code."""
+    data = json.loads(results.read_text())
+    rows = data["rows"]
+    groups = [(f"env archive ({data['env_mb']} MiB)", ["env ours", "env repeat", "env plain"]),
+              (f"code folder ({data['code_mb']} MiB)", ["code ours", "code repeat", "code plain", "code plain-obj"])]
+    labels = {"ours": "MeLoN stage (first)", "repeat": "MeLoN stage (repeat, 0 B)", "plain": "plain WebHDFS upload",
+              "plain-obj": "plain upload of the same objects"}
+    kinds = list(labels)
+    W, H, L, B, T = 640, 360, 60, 70, 40
+    vmax = max(rows[n]["max_s"] for _, names in groups for n in names)
+    group_w = (W - L - 20) / len(groups)
+    bar_w = group_w / (len(kinds) + 1)
+    sy = lambda v: H - B - v / vmax * (H - B - T)  # noqa: E731
+    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - 20}" y2="{H - B}" stroke="#333"/>',
+            f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
+            'seconds (median, bar: min–max)</text>']
+    step = max(1, round(vmax / 6))
+    for v in range(0, int(vmax) + 1, step):
+        body.append(f'<text x="{L - 8}" y="{sy(v) + 4}" text-anchor="end">{v}</text>'
+                    f'<line x1="{L}" y1="{sy(v)}" x2="{W - 20}" y2="{sy(v)}" stroke="#eee"/>')
+    for g, (title, names) in enumerate(groups):
+        x0 = L + g * group_w + bar_w / 2
+        for name in names:
+            i = kinds.index(name.split(" ", 1)[1])
+            row, x = rows[name], x0 + i * bar_w
+            body.append(f'<rect x="{x:.1f}" y="{sy(row["median_s"]):.1f}" width="{bar_w - 4:.1f}" '
+                        f'height="{H - B - sy(row["median_s"]):.1f}" fill="{COLORS[i]}"><title>{name}: '
+                        f'{row["median_s"]:.2f} s</title></rect>'
+                        f'<line x1="{x + bar_w / 2 - 2:.1f}" y1="{sy(row["min_s"]):.1f}" x2="{x + bar_w / 2 - 2:.1f}" '
+                        f'y2="{sy(row["max_s"]):.1f}" stroke="#333"/>'
+                        f'<text x="{x + bar_w / 2 - 2:.1f}" y="{sy(row["max_s"]) - 4:.1f}" text-anchor="middle" '
+                        f'font-size="10">{row["median_s"]:.1f}</text>')
+        ratio = rows[names[0]]["median_s"] / rows[names[2]]["median_s"]
+        body.append(f'<text x="{x0 + len(kinds) * bar_w / 2:.1f}" y="{H - B + 16}" text-anchor="middle">{title}: '
+                    f'ours / plain {ratio:.2f}</text>')
+    for i, kind in enumerate(kinds):
+        body.append(f'<rect x="{L + (i % 2) * 280}" y="{H - 34 + (i // 2) * 16}" width="10" height="10" '
+                    f'fill="{COLORS[i]}"/><text x="{L + (i % 2) * 280 + 14}" y="{H - 25 + (i // 2) * 16}">'
+                    f'{labels[kind]}</text>')
+    return _svg(W, H, body, f"Staging at size vs plain WebHDFS (mini cluster, {data['runs']} interleaved runs)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data"))
@@ -113,6 +158,10 @@ def main() -> int:
     (out / "gpu-colocation.svg").write_text(colocation(Path(args.data)))
     (out / "policy-makespan.svg").write_text(policy(HERE / "results" / "bench_policy.txt"))
     print(f"wrote {out / 'gpu-colocation.svg'} and {out / 'policy-makespan.svg'}")
+    staging = HERE / "results" / "bench_staging_size.json"
+    if staging.is_file():
+        (out / "staging-size.svg").write_text(staging_size(staging))
+        print(f"wrote {out / 'staging-size.svg'}")
     return 0
 
 

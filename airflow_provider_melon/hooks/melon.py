@@ -21,16 +21,19 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import stat
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, BinaryIO, Iterable, Optional
 
 import tenacity
 
 from airflow_provider_melon import submission
-from airflow_provider_melon.hdfs_io import MelonHdfsError, hdfs_errors, put_once, quiet_client_logs
+from airflow_provider_melon.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
+from airflow_provider_melon.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.spec import JobSpec
@@ -43,17 +46,31 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints", ".pytest_cache"}
 
 
+#: block size for reading local files (zipping, hashing): memory stays bounded by it, not by the file size
+CHUNK_BYTES = 1 << 20
+
+
 def deterministic_zip(files: Iterable[tuple[str, Path]]) -> bytes:
     """Zip ``(archive name, path)`` pairs so that the same contents always give the same bytes."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+    write_deterministic_zip(files, buf)
+    return buf.getvalue()
+
+
+def write_deterministic_zip(files: Iterable[tuple[str, Path]], out: BinaryIO) -> None:
+    """:func:`deterministic_zip` into ``out`` (a seekable file), each file streamed in :data:`CHUNK_BYTES` blocks."""
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, path in sorted(files):
             info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
             mode = 0o755 if os.access(path, os.X_OK) else 0o644
             info.external_attr = (stat.S_IFREG | mode) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, path.read_bytes())
-    return buf.getvalue()
+            with open(path, "rb") as src:
+                info.file_size = os.fstat(src.fileno()).st_size  # decides ZIP64 up front, as writestr did
+                with zf.open(info, "w") as dst:
+                    shutil.copyfileobj(src, dst, CHUNK_BYTES)
+
+
 
 
 def folder_files(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
@@ -113,6 +130,25 @@ def packaged_am_jar() -> Path:
     return Path(str(files("airflow_provider_melon").joinpath("am", submission.AM_JAR)))
 
 
+#: a code file of at least this size is not zipped: it is staged as its own content-addressed object and
+#: localized beside the archive, so a change elsewhere in the folder does not upload it again (and it is not
+#: deflated: big files are mostly data, already compressed or incompressible)
+CODE_SPLIT_BYTES = 8 << 20
+#: a local file of at least this size is hashed while it uploads when its content is new (see stage_file)
+HASH_WHILE_UPLOADING_BYTES = 8 << 20
+#: report key prefix of such a file (``code:<path in the folder>``) and its object's name in the cache
+CODE_FILE_KEY = "code:"
+CODE_FILE_OBJECT = "code-file"
+
+
+def split_code_files(files: list[tuple[str, Path]], threshold: int) -> tuple[list, list]:
+    """``files`` → (those for the code archive, those of at least ``threshold`` bytes staged on their own)."""
+    small, large = [], []
+    for name, path in files:
+        (large if path.stat().st_size >= threshold else small).append((name, path))
+    return small, sorted(large)
+
+
 @dataclass
 class StagingReport:
     """What a submission staged: each file and the bytes actually uploaded (0 when all were cached)."""
@@ -126,6 +162,10 @@ class StagingReport:
 
 class MelonHook:
     """Stages and submits MeLoN jobs; reads their AM status. Composes a YarnHook and an HDFS client."""
+
+    #: code files at least this big are staged as their own objects beside the code archive (see
+    #: :func:`split_code_files`)
+    code_split_bytes: int = CODE_SPLIT_BYTES
 
     def __init__(
         self,
@@ -215,25 +255,32 @@ class MelonHook:
             raise FileNotFoundError(f"{path} is not a file{' or folder' if folder_ok else ''} in HDFS")
         return StagedFile(self.hdfs_uri(self.hdfs_path(path)), int(st["length"]), int(st["modificationTime"]))
 
-    def put_bytes(self, path: str, data: bytes, *, cached: bool = True) -> StagedFile:
-        """Put ``data`` at ``path``. ``cached``: an immutable object (content-addressed) — uploaded once
-        however many tasks stage it at the same time (:func:`put_once`); else written (overwritten) here."""
+    def put_bytes(self, path: str, data: Source, *, cached: bool = True) -> StagedFile:
+        """Put ``data`` (bytes, or a local file's path: streamed from disk, never read whole) at ``path``.
+        ``cached``: an immutable object (content-addressed) — uploaded once however many tasks stage it at the
+        same time (:func:`put_once`); else written (overwritten) here."""
         def put() -> tuple[dict, bool]:
             if cached:
                 return put_once(self.hdfs, path, data)
-            with hdfs_errors("write", path):
-                self.hdfs.write(path, data=data, overwrite=True)
+            with hdfs_errors("write", path), open_source(data) as body:
+                self.hdfs.write(path, data=body, overwrite=True)
             return self.file_status(path), True
 
-        st, fresh = tenacity.Retrying(  # a NameNode restarting or in safe mode: retried, within a bound
+        st, fresh = self._retrying(path, put)
+        return self._staged(path, st, source_size(data) if fresh else 0)
+
+    def _retrying(self, what: str, put):
+        """``put()``, retried while the NameNode restarts or is in safe mode, within ``staging_retry_s``."""
+        return tenacity.Retrying(
             retry=tenacity.retry_if_exception(lambda e: isinstance(e, MelonHdfsError) and e.retriable),
             stop=tenacity.stop_after_delay(self.staging_retry_s),
             wait=tenacity.wait_exponential(multiplier=0.5, max=8),
-            before_sleep=lambda rs: log.warning("staging %s: %s; retrying (attempt %d, up to %.0f s)", path,
+            before_sleep=lambda rs: log.warning("staging %s: %s; retrying (attempt %d, up to %.0f s)", what,
                                                 rs.outcome.exception(), rs.attempt_number, self.staging_retry_s),
             reraise=True,
         )(put)
-        uploaded = len(data) if fresh else 0
+
+    def _staged(self, path: str, st: dict, uploaded: int) -> StagedFile:
         staged = StagedFile(self.hdfs_uri(path), int(st["length"]), int(st["modificationTime"]), uploaded)
         log.info("staged %s (%d bytes, %s)", staged.url, staged.size, "uploaded" if uploaded else "cached")
         return staged
@@ -242,15 +289,37 @@ class MelonHook:
         digest = hashlib.sha256(data).hexdigest()
         return self.put_bytes(f"{self.cache_dir}/{digest}/{name}", data)
 
+    def stage_file(self, name: str, path: Path) -> StagedFile:
+        """:meth:`stage_content` of a local file, hashed and uploaded in blocks (a 1 GiB env archive costs a
+        few blocks of memory, not 1 GiB). From :data:`HASH_WHILE_UPLOADING_BYTES` on, content never staged
+        before is hashed while it uploads, reading it once (:func:`airflow_provider_melon.hdfs_io.put_file_hashing`).
+        """
+        path = Path(path)
+        if path.stat().st_size < HASH_WHILE_UPLOADING_BYTES:
+            return self.put_bytes(f"{self.cache_dir}/{file_sha256(path)}/{name}", path)
+        where, st, fresh = self._retrying(str(path), lambda: put_file_hashing(self.hdfs, self.cache_dir, name, path))
+        return self._staged(where, st, path.stat().st_size if fresh else 0)
+
+    def stage_zip(self, name: str, files: list[tuple[str, Path]]) -> StagedFile:
+        """:meth:`stage_file` of the :func:`deterministic_zip` of ``files``, built in a temporary file."""
+        with tempfile.TemporaryDirectory(prefix="melon-stage-") as tmp:
+            archive = Path(tmp, name)
+            with open(archive, "wb") as out:
+                write_deterministic_zip(files, out)
+            return self.stage_file(name, archive)
+
     # ---- staging --------------------------------------------------------------------------------------------
     def stage(self, spec: JobSpec) -> StagingReport:
         report = StagingReport()
         if spec.code and not spec.code.startswith("hdfs://"):
             files = folder_files(Path(spec.code))
-            if files:
-                report.files["code"] = self.stage_content("code.zip", deterministic_zip(files))
-            else:  # YARN cannot localize an empty archive (FSDownload fails on the missing folder)
+            small, large = split_code_files(files, self.code_split_bytes)
+            if small:
+                report.files["code"] = self.stage_zip("code.zip", small)
+            elif not large:  # YARN cannot localize an empty archive (FSDownload fails on the missing folder)
                 log.warning("code folder %s is empty: nothing staged, tasks run in the container folder", spec.code)
+            for rel, path in large:  # each its own object: editing a .py file does not upload these again
+                report.files[CODE_FILE_KEY + rel] = self.stage_file(CODE_FILE_OBJECT, path)
         elif spec.code:
             report.files["code"] = self.stat_file(spec.code)
         report.files["runtime"] = self.stage_content("melon_runtime.zip", deterministic_zip(runtime_files()))
@@ -258,12 +327,22 @@ class MelonHook:
             raise FileNotFoundError(
                 f"AM jar {self.am_jar} not found: this copy of the provider was installed without it (install a "
                 "wheel built with appmaster/build.sh, i.e. `pip wheel .` with JDK 17 and Maven) or set [melon] am_jar")
-        report.files["am_jar"] = self.stage_content(submission.AM_JAR, self.am_jar.read_bytes())
+        report.files["am_jar"] = self.stage_file(submission.AM_JAR, self.am_jar)
         for item in spec.inputs:
             report.files[f"input:{item.path}"] = self.stat_file(item.path, folder_ok=True)
         if spec.environment.archive:
-            report.files["env_archive"] = self.stat_file(spec.environment.archive)
+            report.files["env_archive"] = self.stage_env_archive(spec.environment.archive)
         return report
+
+    def stage_env_archive(self, archive: str) -> StagedFile:
+        """An HDFS archive as it is; a ``file://`` one (e.g. from ``melon pack-env``) staged content-addressed,
+        streamed from disk."""
+        if not archive.startswith("file://"):
+            return self.stat_file(archive)
+        local = Path(archive[len("file://"):])
+        if not local.is_file():
+            raise FileNotFoundError(f"environment.archive: {archive} is not a local file")
+        return self.stage_file(local.name, local)
 
     def _webhdfs_url(self) -> Optional[str]:
         """Where the output task publishes (the WebHDFS address this hook uses; ``MELON_WEBHDFS_URL`` in the
@@ -292,6 +371,7 @@ class MelonHook:
         app_id = new_app["application-id"]
         plan = submission.build_plan(
             spec, code=files.get("code"), runtime=files["runtime"],
+            code_files={k[len(CODE_FILE_KEY):]: f for k, f in files.items() if k.startswith(CODE_FILE_KEY)},
             inputs={i.path: files[f"input:{i.path}"] for i in spec.inputs},
             env_archive=files.get("env_archive"), default_python=self.default_python,
             container_env=self.container_env, labels=labels,

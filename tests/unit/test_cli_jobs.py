@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 
 import pytest
 import requests
@@ -370,3 +371,26 @@ def test_upload_progress_streams_every_byte_with_its_length():
     assert client.written["/c/abc/.code.zip.lock"] == (10, b"host pid 1")
     assert "100% staging code.zip 0.2/0.2 MiB" in tty.getvalue()
     assert wrapped.status("/x") == {"path": "/x"}  # everything else passes through
+
+
+def test_upload_progress_streams_a_local_file(tmp_path):
+    """A staged local file (hdfs_io.open_source) is sent as a stream with its length, and drives the bar."""
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    class Client:
+        def write(self, path, data=None, overwrite=False):
+            self.length, self.reads = len(data), []
+            while block := data.read(8192):
+                self.reads.append(len(block))
+
+    payload = tmp_path / "env.tar.gz"
+    payload.write_bytes(os.urandom(200_000))
+    tty, client = Tty(), Client()
+    with open(payload, "rb") as body:
+        UploadProgress(client, Progress(tty)).write("/c/abc/.env.tar.gz.0123456789abcdef0123456789abcdef.tmp",
+                                                    data=body, overwrite=False)
+    assert client.length == 200_000 and sum(client.reads) == 200_000 and max(client.reads) == 8192
+    assert "100% staging env.tar.gz 0.2/0.2 MiB" in tty.getvalue()

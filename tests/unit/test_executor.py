@@ -391,3 +391,41 @@ def test_malformed_inventory_is_a_config_error(tmp_path, am_factory):
     assert rc == executor.EXIT_CONFIG
     assert "[melon-executor] ERROR: cannot read the GPU inventory" in err and "malformed" in err
     assert "Traceback" not in err
+
+
+def test_workdir_places_big_code_files_at_their_paths(tmp_path):
+    # As YARN lays it out: ./code links to the unpacked archive (shared, not to be written), and each big file
+    # of the code folder is its own link, named melon-code-file-<n>.
+    cache = tmp_path / "filecache"
+    archive = cache / "13" / "code.zip"
+    (archive / "data" / "deep").mkdir(parents=True)
+    (archive / "train.py").write_text("train")
+    (archive / "data" / "small.txt").write_text("small")
+    (archive / "data" / "deep" / "x.txt").write_text("x")
+    (cache / "14").mkdir()
+    (cache / "14" / "code-file").write_text("big one")
+    (cache / "15").mkdir()
+    (cache / "15" / "code-file").write_text("big two")
+    box = tmp_path / "container"
+    box.mkdir()
+    (box / "code").symlink_to(archive)
+    (box / "melon-code-file-0").symlink_to(cache / "14" / "code-file")
+    (box / "melon-code-file-1").symlink_to(cache / "15" / "code-file")
+    links = {"melon-code-file-0": "data/deep/big.bin", "melon-code-file-1": "models/top.bin"}
+    env = {"MELON_CODE_FILES_B64": base64.b64encode(json.dumps(links).encode()).decode()}
+    work = executor.prepare_workdir(str(box), executor.code_files(env))
+    assert open(os.path.join(work, "data", "deep", "big.bin")).read() == "big one"
+    assert open(os.path.join(work, "data", "deep", "x.txt")).read() == "x"
+    assert open(os.path.join(work, "data", "small.txt")).read() == "small"
+    assert open(os.path.join(work, "models", "top.bin")).read() == "big two"
+    assert open(os.path.join(work, "train.py")).read() == "train"
+    assert not os.path.exists(os.path.join(work, "melon-code-file-0"))  # only at its path
+    assert sorted(os.listdir(archive / "data" / "deep")) == ["x.txt"]  # the shared archive is not written to
+
+
+def test_code_files_refuses_paths_that_leave_the_folder():
+    for rel in ("../etc/passwd", "/abs", "a//b", "a/./b"):
+        env = {"MELON_CODE_FILES_B64": base64.b64encode(json.dumps({"melon-code-file-0": rel}).encode()).decode()}
+        with pytest.raises(executor.Fatal, match="not a plain relative path"):
+            executor.code_files(env)
+    assert executor.code_files({}) == {}

@@ -72,3 +72,31 @@ def test_staging_dir_comes_from_the_provider_config(monkeypatch):
     monkeypatch.setenv("AIRFLOW__MELON__STAGING_DIR", "/shared/melon/{user}")
     hook = MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="carol"), hdfs_client=object())
     assert hook.cache_dir == "/shared/melon/carol/cache"
+
+
+def test_zip_streamed_to_a_file_is_the_same_bytes_and_hash_is_chunked(tmp_path):
+    from airflow_provider_melon.hooks import melon
+
+    (tmp_path / "a.py").write_text("print(1)\n" * 1000)
+    (tmp_path / "blob").write_bytes(os.urandom(3 * melon.CHUNK_BYTES + 17))  # more than one block
+    files = folder_files(tmp_path)
+    out = io.BytesIO()
+    melon.write_deterministic_zip(files, out)
+    assert out.getvalue() == deterministic_zip(files)
+    with zipfile.ZipFile(out) as zf:
+        assert zf.read("blob") == (tmp_path / "blob").read_bytes()
+    import hashlib
+
+    assert melon.file_sha256(tmp_path / "blob") == hashlib.sha256((tmp_path / "blob").read_bytes()).hexdigest()
+
+
+def test_split_code_files_by_size(tmp_path):
+    from airflow_provider_melon.hooks.melon import split_code_files
+
+    (tmp_path / "train.py").write_text("x")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.bin").write_bytes(b"\0" * 100)
+    (tmp_path / "data" / "edge.bin").write_bytes(b"\0" * 99)
+    small, large = split_code_files(folder_files(tmp_path), 100)
+    assert sorted(n for n, _ in small) == ["data/edge.bin", "train.py"]
+    assert [n for n, _ in large] == ["data/big.bin"]

@@ -107,3 +107,11 @@ def test_load_errors_are_clear(tmp_path):
         JobSpec.from_dict(["not", "a", "dict"])
     with pytest.raises(JobSpecError, match="not valid JSON"):
         JobSpec.from_json("{nope")
+
+
+def test_env_archive_may_be_a_local_file_to_stage():
+    base = {"name": "j", "entrypoint": "python t.py", "roles": {"worker": {}}}
+    spec = JobSpec.from_dict({**base, "environment": {"archive": "file:///tmp/env.tar.gz", "python": "env/bin/python"}})
+    assert spec.environment.archive == "file:///tmp/env.tar.gz"
+    with pytest.raises(JobSpecError, match="archive"):
+        JobSpec.from_dict({**base, "environment": {"archive": "file:env.tar.gz", "python": "env/bin/python"}})

@@ -103,3 +103,19 @@ def test_run_tag_is_stable_and_short():
         "scheduled__2026-01-01T00:00:00+00:00")
     assert submission.run_tag("a") != submission.run_tag("b")
     assert len(submission.run_tag("x" * 500)) < 100
+
+
+def test_code_files_are_localized_beside_the_archive_and_mapped_for_the_executor(spec):
+    big = StagedFile("hdfs://nn:8020/c/9f/code-file", 70, 777)
+    other = StagedFile("hdfs://nn:8020/c/aa/code-file", 80, 888)
+    plan = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE},
+                                 code_files={"weights/init.pt": big, "data/train.bin": other})
+    local = {r["name"]: r for r in plan["local_resources"]}
+    assert local["melon-code-file-0"] == {"name": "melon-code-file-0", "url": other.url, "type": "FILE",
+                                          "visibility": "APPLICATION", "size": 80, "timestamp": 888}
+    assert local["melon-code-file-1"]["url"] == big.url
+    mapping = json.loads(base64.b64decode(plan["env"]["MELON_CODE_FILES_B64"]))
+    assert mapping == {"melon-code-file-0": "data/train.bin", "melon-code-file-1": "weights/init.pt"}
+    plain = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE})
+    assert "MELON_CODE_FILES_B64" not in plain["env"]
+    assert not any(r["name"].startswith("melon-code-file-") for r in plain["local_resources"])
