@@ -105,7 +105,7 @@ def check(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any]) ->
         known = sorted({str(q.get("queuePath") or q.get("queueName")) for q in leaves.values()})
         report.problems.append(
             f"no such leaf queue on this cluster (leaf queues: {', '.join(known) or 'none'}); fix: set the job's "
-            "`queue` (spec field or the operator's queue=) to one of those, or ask the cluster admin to add it to "
+            "`queue` (spec field, or the operator's yarn_queue=) to one of those, or ask the cluster admin to add it to "
             "capacity-scheduler.xml and run `yarn rmadmin -refreshQueues`")
         return report
     report.state = str(info.get("state") or "RUNNING")

@@ -111,3 +111,21 @@ def test_submission_carries_application_acls_only_when_asked():
     acls = submission.build_submission(spec, acls={"VIEW_APP": "alice g", "MODIFY_APP": "alice g"}, **kw)
     assert acls["am-container-spec"]["application-acls"] == {"entry": [
         {"key": "MODIFY_APP", "value": "alice g"}, {"key": "VIEW_APP", "value": "alice g"}]}
+
+
+def test_operator_runs_as_run_as_or_the_owner_when_the_connection_says_so_and_overrides_the_queue():
+    from unittest import mock
+
+    from airflow_provider_melon.operators.train import MelonTrainOperator
+
+    job = {"name": "j", "entrypoint": "true", "queue": "default", "roles": {"worker": {}}}
+    op = MelonTrainOperator(task_id="t", job=job, owner="bob", yarn_queue="tenant_b", run_as="alice")
+    assert op.tenant() == "alice" and op.load_spec().queue == "tenant_b"
+    assert op.queue != "tenant_b"  # BaseOperator's executor queue is untouched
+    op = MelonTrainOperator(task_id="t", job=job, owner="bob")
+    conn = mock.Mock(extra_dejson={"run_as_owner": True})
+    with mock.patch("airflow_provider_melon.hooks.yarn.BaseHook.get_connection", return_value=conn):
+        assert op.tenant() == "bob"
+    with mock.patch("airflow_provider_melon.hooks.yarn.BaseHook.get_connection", return_value=mock.Mock(extra_dejson={})):
+        assert op.tenant() is None
+    assert op.load_spec().queue == "default"
