@@ -19,7 +19,7 @@ def _cluster(args) -> int:
     if args.action == "start":
         details = mc.start(work_dir, port_base=args.port_base, nodemanagers=args.nodemanagers, gpus=args.gpus,
                            gpu_memory_mb=args.gpu_memory_mb, nm_memory_mb=args.nm_memory_mb,
-                           timeout=args.timeout, secure=args.secure)
+                           timeout=args.timeout, secure=args.secure, tenants=args.tenants)
         print(json.dumps(mc.status(details.work_dir), indent=2))
         print("# point your own Airflow at this cluster (connections as environment variables):", file=sys.stderr)
         for line in mc.connection_exports(details, sys.executable):
@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--timeout", type=float, default=240)
     cl.add_argument("--secure", action="store_true",
                     help="Kerberos: a KDC with keytabs + krb5.conf in the work dir, SPNEGO on the RM, NMs and WebHDFS")
+    cl.add_argument("--tenants", action="store_true",
+                    help="multi-tenant setup: queues tenant_a (alice) and tenant_b (bob) with preemption, ACLs, HDFS "
+                         "permissions, an `airflow` user that may impersonate the tenants (doAs)")
     cl.set_defaults(func=_cluster)
 
     up = sub.add_parser("up", help="the embedded cluster + a real Airflow with the example DAGs, until Ctrl-C")

@@ -34,6 +34,10 @@ _LOCK_WAIT_BYTES_PER_S = 5 * 1024 * 1024  # waiters allow the lock holder at lea
 _POLL_S = 0.5
 #: RemoteException names (or message fragments) → the fix a user can apply.
 _FIXES = (
+    ("is not allowed to impersonate", "the cluster does not let the webhdfs connection's user act for this user "
+                                      "(doAs): add the user (or a group of theirs) to hadoop.proxyuser.<login>.users "
+                                      "/ .groups and the Airflow host to .hosts in core-site.xml, then `hdfs dfsadmin "
+                                      "-refreshSuperUserGroupsConfiguration`; or run the task as another user"),
     ("SafeModeException", "the NameNode is in safe mode (starting up or low on space): wait, or ask the admin "
                           "to run `hdfs dfsadmin -safemode leave`"),
     ("AccessControlException", "the HDFS user (the webhdfs connection's login, or the proxy user) lacks "

@@ -82,6 +82,17 @@ class ClusterDetails:
         return host, int(port)
 
 
+#: What ``start(tenants=True)`` sets up (the launcher's tenantsConf): the service user that submits on behalf of
+#: others (doAs), tenant user → queue (guaranteed %, maximum %), the admin user and its group.
+TENANTS = {
+    "service_user": "airflow",
+    "queues": {"alice": ("tenant_a", 40, 100), "bob": ("tenant_b", 40, 50)},
+    "admin_user": "ops",
+    "admin_group": "melon-admins",
+    "proxy_group": "tenants",
+}
+
+
 def ports_from_base(base: int) -> dict[str, int]:
     return {"rm-port": base + 32, "rm-web-port": base + 88, "nn-port": base + 20, "nn-http-port": base + 70}
 
@@ -214,13 +225,16 @@ def start(
     nm_expiry_ms: int = 600_000,
     rm_recovery: bool = False,
     secure: bool = False,
+    tenants: bool = False,
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
     an admin has before following the README's "configure your cluster" (used to test ``melon doctor``).
     ``nm_expiry_ms`` and ``rm_recovery`` are for fault tests (see :func:`control`). ``secure``: Kerberos (a KDC,
     keytabs and krb5.conf under ``<work_dir>/kerberos``, SPNEGO on RM/NM/WebHDFS); this process is then logged in
-    as the ``airflow`` principal (:func:`kerberos_login`) to check readiness."""
+    as the ``airflow`` principal (:func:`kerberos_login`) to check readiness. ``tenants``: the multi-tenant
+    setup (:data:`TENANTS`: queues with preemption, ACLs, HDFS permissions, an ``airflow`` user that may
+    impersonate the tenants)."""
     work_dir = Path(work_dir).resolve()
     if running_pid(work_dir):
         existing = read_details(work_dir)
@@ -245,6 +259,8 @@ def start(
     ]
     if secure:
         args += ["--secure", "1"]
+    if tenants:
+        args += ["--tenants", "1"]
     with open(log_path(work_dir), "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=work_dir)

@@ -215,8 +215,10 @@ def build_submission(
     am_classpath: Optional[str] = None,
     am_memory_mb: int = 512,
     am_java_opts: str = "-Xmx256m",
+    acls: Optional[dict[str, str]] = None,
 ) -> dict:
-    """The RM REST ``ApplicationSubmissionContext`` that starts our AM."""
+    """The RM REST ``ApplicationSubmissionContext`` that starts our AM. ``acls``: application ACLs
+    (``VIEW_APP``/``MODIFY_APP`` → a Hadoop ACL string, ``"users groups"``), see :func:`application_acls`."""
     classpath = f"./{AM_JAR}<CPS>{am_classpath or DEFAULT_AM_CLASSPATH}"
     command = (f"{{{{JAVA_HOME}}}}/bin/java {am_java_opts} {AM_CLASS} {PLAN_FILE} "
                "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
@@ -249,5 +251,20 @@ def build_submission(
             # token files): no environment variable, so no launch script or NodeManager log ever shows it
             "credentials": {"secrets": {"entry": [
                 {"key": AM_SECRET_ALIAS, "value": base64.b64encode(secret.encode()).decode()}]}},
+            **({"application-acls": {"entry": [{"key": k, "value": v} for k, v in sorted(acls.items())]}}
+               if acls else {}),
         },
     }
+
+
+def application_acls(owner: str, admin_acl: Optional[str]) -> dict[str, str]:
+    """``VIEW_APP`` and ``MODIFY_APP`` for the owner plus ``admin_acl`` (a Hadoop ACL: ``"user1,user2 group1,group2"``,
+    ``" melon-admins"`` for a group only, ``"*"`` for everyone). The RM checks them only with ``yarn.acl.enable``;
+    the owner and the YARN admins (``yarn.admin.acl``) always have access."""
+    users, _, groups = (admin_acl or "").strip("\n").partition(" ")
+    names = [owner] + [u for u in users.split(",") if u.strip() and u.strip() != owner]
+    if users.strip() == "*":
+        names = ["*"]
+    acl = ",".join(n.strip() for n in names) + (" " + ",".join(g.strip() for g in groups.split(",") if g.strip())
+                                                if groups.strip() else "")
+    return {"VIEW_APP": acl, "MODIFY_APP": acl}

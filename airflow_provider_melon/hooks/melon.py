@@ -31,10 +31,11 @@ from typing import Any, BinaryIO, Iterable, Optional
 
 import tenacity
 
+from airflow_provider_melon import queues as _queues
 from airflow_provider_melon import submission
 from airflow_provider_melon.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
 from airflow_provider_melon.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
-from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
 from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
@@ -181,20 +182,32 @@ class MelonHook:
         container_env: Optional[dict] = None,
         fs_default_fs: Optional[str] = None,
         staging_retry_s: Optional[float] = None,
+        proxy_user: Optional[str] = None,
+        admin_acl: Optional[str] = None,
     ) -> None:
         self.yarn = yarn_hook or YarnHook(yarn_conn_id)
         self.webhdfs_conn_id = webhdfs_conn_id
         quiet_client_logs()
         self._hdfs = hdfs_client
         extra = self._yarn_extra()
+        #: run as this user (doAs on every RM and WebHDFS call): the connection's user submits *for* them, the app
+        #: is theirs in YARN, staging lands in their HDFS home. The cluster must allow it (hadoop.proxyuser.*).
+        #: ``proxy_user``, else the YARN hook's, else the YARN connection's extra ``proxy_user``.
+        self.proxy_user = proxy_user or getattr(self.yarn, "proxy_user", None) or extra.get("proxy_user") or None
+        if self.proxy_user:
+            self.yarn.proxy_user = self.proxy_user
         # the YARN connection's user (its login): staging lands in that user's HDFS home, as the app runs as them
-        self.user = user or getattr(self.yarn, "remote_user", None) or extra.get("user") or os.environ.get("USER", "root")
+        self.user = (self.proxy_user or user or getattr(self.yarn, "remote_user", None) or extra.get("user")
+                     or os.environ.get("USER", "root"))
         override = am_jar or extra.get("am_jar") or _conf("am_jar")
         self.am_jar = Path(override) if override else packaged_am_jar()
         self.am_classpath = am_classpath or extra.get("am_classpath") or None
         self.default_python = default_python or extra.get("python") or "python3"
         self.container_env = dict(extra.get("container_env") or {}, **(container_env or {}))
         self.fs_default_fs = fs_default_fs or extra.get("fs_default_fs")
+        #: who besides the owner may view and kill the job's applications (a Hadoop ACL, "users groups"):
+        #: ``admin_acl``, else the connection extra ``admin_acl``, else ``[melon] admin_acl``; none by default
+        self.admin_acl = admin_acl or extra.get("admin_acl") or _conf("admin_acl") or None
         #: ``[melon] staging_dir`` ({user} is replaced): cache/ (content-addressed), apps/ (plans), profiles/
         self.staging_dir = (_conf("staging_dir") or "/user/{user}/.melon").format(user=self.user).rstrip("/")
         self.cache_dir = f"{self.staging_dir}/cache"
@@ -218,9 +231,14 @@ class MelonHook:
         if self._hdfs is None:
             from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
 
-            webhdfs = WebHDFSHook(webhdfs_conn_id=self.webhdfs_conn_id, proxy_user=self.user)
+            # with a proxy user the connection's own login authenticates and doas= names the user it acts for
+            webhdfs = WebHDFSHook(webhdfs_conn_id=self.webhdfs_conn_id,
+                                  proxy_user=None if self.proxy_user else self.user)
             with hdfs_errors("connect", f"(connection {self.webhdfs_conn_id})"):
-                self._hdfs = webhdfs.get_conn()
+                client = webhdfs.get_conn()
+            if self.proxy_user:
+                client._proxy = self.proxy_user  # hdfs.Client's doas= (its constructor's `proxy`)
+            self._hdfs = client
         return self._hdfs
 
     @hdfs.setter
@@ -285,6 +303,19 @@ class MelonHook:
         log.info("staged %s (%d bytes, %s)", staged.url, staged.size, "uploaded" if uploaded else "cached")
         return staged
 
+    def _private_staging_dir(self) -> None:
+        """The staging folder, made 0700 when it is created: staged code is its user's alone to read (an existing
+        folder keeps its mode). Retried like uploads while the NameNode restarts."""
+        def mkdir() -> None:
+            with hdfs_errors("mkdir", self.staging_dir):
+                self.hdfs.makedirs(self.staging_dir, permission="700")
+
+        tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, MelonHdfsError) and e.retriable),
+            stop=tenacity.stop_after_delay(self.staging_retry_s),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=8), reraise=True,
+        )(mkdir)
+
     def stage_content(self, name: str, data: bytes) -> StagedFile:
         digest = hashlib.sha256(data).hexdigest()
         return self.put_bytes(f"{self.cache_dir}/{digest}/{name}", data)
@@ -311,6 +342,7 @@ class MelonHook:
     # ---- staging --------------------------------------------------------------------------------------------
     def stage(self, spec: JobSpec) -> StagingReport:
         report = StagingReport()
+        self._private_staging_dir()
         if spec.code and not spec.code.startswith("hdfs://"):
             files = folder_files(Path(spec.code))
             small, large = split_code_files(files, self.code_split_bytes)
@@ -364,6 +396,7 @@ class MelonHook:
     def submit(self, spec: JobSpec, tags: Optional[list[str]] = None, labels: Optional[dict] = None) -> dict:
         """Stage, write the plan, submit. Returns ``{app_id, tracking_url, staging: StagingReport}``.
         ``labels`` go into the plan and come back in the AM's status (the operator passes its task instance)."""
+        self.check_queue(spec)
         self.check_outputs(spec)
         report = self.stage(spec)
         files = report.files
@@ -383,6 +416,7 @@ class MelonHook:
         context = submission.build_submission(
             spec, app_id=app_id, am_jar=files["am_jar"], plan=plan_file, secret=secrets.token_hex(16),
             tags=list(tags or []), am_classpath=self.am_classpath,
+            acls=submission.application_acls(self.user, self.admin_acl) if self.admin_acl else None,
         )
         if getattr(self.yarn, "auth_mode", None) == "kerberos":
             self._add_delegation_tokens(context)
@@ -404,6 +438,22 @@ class MelonHook:
         token = delegation.hdfs_delegation_token(self.yarn, url, renewer, self.fs_default_fs)
         creds = context["am-container-spec"].setdefault("credentials", {})  # keeps the AM secret's "secrets"
         creds["tokens"] = delegation.credentials({delegation.HDFS_TOKEN_ALIAS: token})["tokens"]
+
+    def check_queue(self, spec: JobSpec) -> Optional[_queues.QueueReport]:
+        """Before anything is staged: the job's queue exists, runs, and its maximum can hold the whole gang
+        (:mod:`airflow_provider_melon.queues`); raises :class:`~airflow_provider_melon.queues.QueueError`.
+        Being the first RM call, it also fails a user the cluster refuses to let us act for (403, with the fix).
+        Other failures to read the scheduler only skip the check (the submission meets the RM anyway)."""
+        try:
+            scheduler = self.yarn.scheduler()
+        except YarnApiError as exc:
+            if exc.status in (401, 403):
+                raise
+            log.warning("queue check skipped: could not read the scheduler: %s", exc)
+            return None
+        report = _queues.ensure_fits(scheduler, spec.queue, spec.roles)
+        log.info("%s: %s", spec.name, report.message)
+        return report
 
     def test_connection(self) -> tuple[bool, str]:
         """Both halves a submission needs: the RM answers, and HDFS lists the user's staging folder's parent."""

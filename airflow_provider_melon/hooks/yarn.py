@@ -88,6 +88,8 @@ def _rm_fix(status: int | None, message: str) -> str | None:
     if status == 401:
         return ("the RM wants Kerberos (SPNEGO): set auth=kerberos in the yarn connection's extra and provide "
                 "a ticket (airflow kerberos) or keytab")
+    if status == 403 and "impersonate" in message:
+        return _proxy_fix(message)
     if status == 403:
         return "the user lacks the ACL for this (queue acl_submit_applications, application ACLs, yarn.admin.acl)"
     if status == 404 and "application" in message.lower():
@@ -95,6 +97,16 @@ def _rm_fix(status: int | None, message: str) -> str | None:
     if status == 400 and "maximum" in message.lower():
         return "the request exceeds yarn.scheduler.maximum-allocation-*: ask for less per container"
     return None
+
+
+def _proxy_fix(message: str) -> str:
+    """The fix for "User: airflow is not allowed to impersonate bob" (Hadoop's proxy-user check)."""
+    match = re.search(r"User:\s*(\S+?)(?:@\S+)?\s+(?:\(auth:\S+\)\s+)?is not allowed to impersonate\s+(\S+)", message)
+    service, user = match.groups() if match else ("<service user>", "<user>")
+    return (f"the cluster does not let {service} act for {user} (doAs): add {user} (or a group of theirs) to "
+            f"hadoop.proxyuser.{service}.users / hadoop.proxyuser.{service}.groups and the Airflow host to "
+            f"hadoop.proxyuser.{service}.hosts in core-site.xml, then `hdfs dfsadmin -refreshSuperUserGroupsConfiguration`"
+            f" and `yarn rmadmin -refreshSuperUserGroupsConfiguration`; or run the task as another user (run_as)")
 
 
 class YarnApiError(Exception):
@@ -255,6 +267,10 @@ class YarnHook(BaseHook):
     :param user: user for simple auth (``user.name``); overrides the connection's login. Default: the
         connection's login, else ``HADOOP_USER_NAME``, else the OS user (as Hadoop's clients do).
     :param auth: ``"simple"``, ``"kerberos"`` or a ``requests.auth.AuthBase``; overrides the connection.
+    :param proxy_user: act for this user (``doAs=<user>`` on every call, RM and NodeManagers): the hook's own user
+        (simple auth's ``user.name`` or the Kerberos principal) submits, kills and reads *as* ``proxy_user``, which
+        the cluster must allow (``hadoop.proxyuser.<user>.hosts/users/groups``). Default: the connection extra
+        ``proxy_user``, else none. Settable later (``hook.proxy_user = ...``).
     :param timeout: ``(connect, read)`` seconds, applied to every call (the connection's
         ``connect_timeout``/``read_timeout`` apply when this is left at its default).
     :param retries: retries after the first attempt on connection errors, timeouts and 5xx (the
@@ -283,6 +299,7 @@ class YarnHook(BaseHook):
         kerberos_keytab: str | None = None,
         kerberos_ccache: str | None = None,
         krb5_conf: str | None = None,
+        proxy_user: str | None = None,
     ):
         super().__init__()
         self.yarn_conn_id = yarn_conn_id
@@ -290,7 +307,7 @@ class YarnHook(BaseHook):
         self.from_connection = rm_urls is None
         self._explicit = {
             "rm_urls": rm_urls, "user": user, "auth": auth, "timeout": timeout, "retries": retries,
-            "verify": verify, "kerberos_principal": kerberos_principal,
+            "verify": verify, "kerberos_principal": kerberos_principal, "proxy_user": proxy_user,
         }
         self._kerberos_explicit = {"keytab": kerberos_keytab, "ccache": kerberos_ccache, "krb5_conf": krb5_conf}
         self._kerberos_extras: dict[str, Any] = {}
@@ -308,6 +325,7 @@ class YarnHook(BaseHook):
         self.verify: bool | str = True
         self.kerberos_principal: str | None = None
         self._active: str | None = None
+        self.proxy_user: str | None = proxy_user
         if rm_urls is not None:
             self._configure(None)
 
@@ -342,6 +360,7 @@ class YarnHook(BaseHook):
             self.auth_mode, self._auth_obj = "custom", auth
         self.kerberos_principal = ex["kerberos_principal"] or extras.get("kerberos_principal") or None
         self._kerberos_extras = extras
+        self.proxy_user = self.proxy_user or ex["proxy_user"] or extras.get("proxy_user") or None
 
         timeout = ex["timeout"]
         connect_t = extras.get("connect_timeout")
@@ -455,6 +474,8 @@ class YarnHook(BaseHook):
         out = {k: v for k, v in (params or {}).items() if v is not None}
         if self.auth_mode == "simple" and self.user:
             out["user.name"] = self.user
+        if self.proxy_user and self.proxy_user != self.user:
+            out["doAs"] = self.proxy_user
         return out
 
     def _send(self, method: str, url: str, params: dict[str, Any] | None, **kw: Any) -> requests.Response:

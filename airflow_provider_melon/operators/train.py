@@ -156,10 +156,18 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     :param preflight: check the job's GPU demand against the RM's nodes before submitting (module docstring).
     :param max_consecutive_failures: RM polls in a row that may fail (outage) before the task fails.
     :param log_every_n: heartbeat/progress log line every N polls.
+    :param run_as: the user the job runs as (templated): the connection's user submits *for* them (``doAs`` on every
+        RM and WebHDFS call, which the cluster must allow: ``hadoop.proxyuser.<connection user>.*``), the YARN
+        application is theirs, staging lands in their HDFS home (0700). Default: the connection's user, or the
+        task's ``owner`` when the yarn connection's extra says ``"run_as_owner": true``.
+    :param yarn_queue: YARN queue (templated; ``queue`` is BaseOperator's executor queue); overrides the job's ``queue``. Checked before staging (it exists, and
+        its maximum can hold the whole gang).
+    :param admin_acl: who besides the owner may view and kill the application (a Hadoop ACL ``"users groups"``,
+        e.g. ``" melon-admins"``); default the yarn connection's extra ``admin_acl`` / ``[melon] admin_acl``.
     :param durable: Airflow 3.3 ``ResumableJobMixin``: keep the application id in the task state store.
     """
 
-    template_fields: Sequence[str] = ("job", "gpu_memory")
+    template_fields: Sequence[str] = ("job", "gpu_memory", "run_as", "yarn_queue")
     template_fields_renderers = {"job": "json"}
     ui_color = "#c8e6c9"
     operator_extra_links = (YarnApplicationLink(), MelonAmStatusLink(), TensorBoardLink())
@@ -184,9 +192,15 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         job_logs: Optional[bool] = None,
         job_log_lines_per_poll: Optional[int] = None,
         job_log_max_bytes: Optional[int] = None,
+        run_as: Optional[str] = None,
+        yarn_queue: Optional[str] = None,
+        admin_acl: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.run_as = run_as
+        self.yarn_queue = yarn_queue
+        self.admin_acl = admin_acl
         if poll_interval is None:
             poll_interval = conf.getfloat("melon", "poll_interval", fallback=10.0)
         if float(poll_interval) < MIN_POLL_INTERVAL:
@@ -233,7 +247,23 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     # ---- hooks --------------------------------------------------------------------------------------------
     @cached_property
     def hook(self) -> MelonHook:
-        return MelonHook(self.yarn_conn_id, self.webhdfs_conn_id)
+        return MelonHook(self.yarn_conn_id, self.webhdfs_conn_id, proxy_user=self.tenant(),
+                         admin_acl=self.admin_acl)
+
+    def tenant(self) -> Optional[str]:
+        """``run_as``, else the task's owner when the yarn connection says ``run_as_owner``, else None (the
+        connection's own user)."""
+        if self.run_as and str(self.run_as).strip():
+            return str(self.run_as).strip()
+        try:
+            from airflow_provider_melon.hooks.yarn import BaseHook
+
+            extra = dict(BaseHook.get_connection(self.yarn_conn_id).extra_dejson or {})
+        except Exception:  # noqa: BLE001 - no connection: no impersonation
+            return None
+        if str(extra.get("run_as_owner", "")).lower() in ("true", "1", "yes") and self.owner:
+            return str(self.owner)
+        return None
 
     @property
     def yarn_hook(self) -> "YarnHook":
@@ -253,12 +283,17 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         override = self.gpu_memory
         if isinstance(override, str):
             override = override.strip()
-        if override in _NO_OVERRIDE:
+        queue = str(self.yarn_queue).strip() if self.yarn_queue else ""
+        if override in _NO_OVERRIDE and not queue:
             return JobSpec.load(self.job, base_dir=base_dir)
         if isinstance(self.job, dict):
             data = copy.deepcopy(self.job)
         else:  # a path, YAML text or JobSpec: load it (resolves the code folder), override, validate again
             data = JobSpec.load(self.job, base_dir=base_dir).to_dict()
+        if queue and isinstance(data, dict):  # the operator's queue wins over the job's
+            data["queue"] = queue
+        if override in _NO_OVERRIDE:
+            return JobSpec.from_dict(data, base_dir=base_dir)
         roles = data.get("roles") if isinstance(data, dict) else None
         shared = [name for name, role in (roles or {}).items()
                   if isinstance(role, dict) and role.get("gpu_memory") is not None]
@@ -305,6 +340,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                 last_state=(app or {}).get("state"), stream_progress=self.stream_logs,
                 job_logs=self.job_logs, log_chief=self._log_chief(), log_lines_per_poll=self.job_log_lines_per_poll,
                 log_max_bytes=self.job_log_max_bytes, log_state=self._initial_log_state(app_id),
+                proxy_user=self.tenant(),
             ),
             method_name="execute_complete",
             kwargs=extra,

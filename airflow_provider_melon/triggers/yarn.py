@@ -253,6 +253,7 @@ class YarnApplicationTrigger(BaseTrigger):
         log_lines_per_poll: int = DEFAULT_LINES_PER_POLL,
         log_max_bytes: int = DEFAULT_MAX_BYTES,
         log_state: Optional[dict] = None,
+        proxy_user: Optional[str] = None,
     ) -> None:
         super().__init__()
         if not app_id and not tags:
@@ -277,6 +278,8 @@ class YarnApplicationTrigger(BaseTrigger):
         self.log_lines_per_poll = int(log_lines_per_poll)
         self.log_max_bytes = int(log_max_bytes)
         self.log_state = log_state
+        #: the tenant the task runs as (doAs on every RM call: polling, logs, the kill on cancel)
+        self.proxy_user = proxy_user
         self._follower: Optional[LogFollower] = None
         self._saved_log_state: Optional[str] = None
         self._restoring: Optional[asyncio.Future] = None  # reading the saved offsets (a crashed triggerer)
@@ -306,6 +309,7 @@ class YarnApplicationTrigger(BaseTrigger):
                 "log_lines_per_poll": self.log_lines_per_poll,
                 "log_max_bytes": self.log_max_bytes,
                 "log_state": self._follower.state() if self._follower is not None else self.log_state,
+                "proxy_user": self.proxy_user,
             },
         )
 
@@ -313,7 +317,7 @@ class YarnApplicationTrigger(BaseTrigger):
     @property
     def hook(self) -> AsyncYarnHook:
         if getattr(self, "_hook", None) is None:
-            self._hook = AsyncYarnHook(self.yarn_conn_id)
+            self._hook = AsyncYarnHook(self.yarn_conn_id, **({"proxy_user": self.proxy_user} if self.proxy_user else {}))
         return self._hook
 
     async def am_status(self) -> Optional[dict]:
@@ -424,7 +428,7 @@ class YarnApplicationTrigger(BaseTrigger):
         if self._melon_hook is None:
             from airflow_provider_melon.hooks.melon import MelonHook
 
-            self._melon_hook = MelonHook(self.yarn_conn_id, yarn_hook=self.hook.sync_hook)
+            self._melon_hook = MelonHook(self.yarn_conn_id, yarn_hook=self.hook.sync_hook, proxy_user=self.proxy_user)
         return self._melon_hook.am_status(app_id)
 
     # ---- the loop -----------------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_serialize_round_trip_keeps_all_state():
                                   last_state="RUNNING", consecutive_failures=2, stream_progress=False,
                                   target_states=("RUNNING",), failure_states=("KILLED",), job_logs=True,
                                   log_chief="chief:0", log_lines_per_poll=50, log_max_bytes=4096,
-                                  log_state={"resume": True})
+                                  log_state={"resume": True}, proxy_user="alice")
     classpath, kwargs = trig.serialize()
     assert classpath == "airflow_provider_melon.triggers.yarn.YarnApplicationTrigger"
     assert kwargs == {
@@ -122,7 +122,7 @@ def test_serialize_round_trip_keeps_all_state():
         "cancel_on_kill": False, "max_consecutive_failures": 9, "log_every_n": 3, "last_state": "RUNNING",
         "consecutive_failures": 2, "tags": None, "target_states": ["RUNNING"], "failure_states": ["KILLED"],
         "stream_progress": False, "job_logs": True, "log_chief": "chief:0", "log_lines_per_poll": 50,
-        "log_max_bytes": 4096, "log_state": {"resume": True},
+        "log_max_bytes": 4096, "log_state": {"resume": True}, "proxy_user": "alice",
     }
     module, name = classpath.rsplit(".", 1)
     clone = getattr(importlib.import_module(module), name)(**kwargs)

@@ -83,6 +83,9 @@ public final class MiniClusterLauncher {
     opts.put("rm-recovery", "0");
     // 1 = Kerberos: a MiniKdc, SPNEGO on the RM/NM/NN web endpoints (see secureConf)
     opts.put("secure", "0");
+    // 1: multi-tenant setup (tenantsConf): tenant queues with preemption, ACLs, HDFS permissions and homes, an
+    // `airflow` service user that may impersonate the tenants
+    opts.put("tenants", "0");
     opts.put("details", null);
     for (int i = 0; i < args.length; i++) {
       String a = args[i];
@@ -218,7 +221,119 @@ public final class MiniClusterLauncher {
       conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_USE_RPC, true);
       conf.setLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_RETRY_INTERVAL_MS, 1000);
     }
+    if (intOpt("tenants") != 0) {
+      tenantsConf(conf, user);
+    }
     return conf;
+  }
+
+  // ---- tenants (--tenants 1) ----------------------------------------------------------------------------------
+
+  /** The service principal that submits on behalf of tenants (doAs), as Airflow's connection does. */
+  static final String SERVICE_USER = "airflow";
+  /** Tenant user → its queue. {@link #ADMIN_USER} is in {@link #ADMIN_GROUP}, and so may view/kill any melon app
+   * whose application ACLs name that group. */
+  static final String[][] TENANTS = {{"alice", "tenant_a"}, {"bob", "tenant_b"}};
+  static final String ADMIN_USER = "ops";
+  static final String ADMIN_GROUP = "melon-admins";
+  /** Users only (simple auth): the group of every tenant user, the one group airflow may impersonate. */
+  static final String TENANT_GROUP = "tenants";
+
+  /**
+   * Multi-tenant setup on the plain (simple-auth) cluster, the way an admin configures one:
+   * <ul>
+   *   <li>users are names (simple auth: {@code user.name}); groups come from Hadoop's static mapping, so no OS
+   *       users are needed: alice, bob, ops in {@code tenants}, ops also in {@code melon-admins};</li>
+   *   <li>the {@code airflow} service user may impersonate ({@code doAs}) members of {@code tenants} from any
+   *       host, nobody else; the web endpoints (RM REST, WebHDFS) honour {@code doAs} through Hadoop's
+   *       ProxyUserAuthenticationFilter;</li>
+   *   <li>CapacityScheduler queues {@code tenant_a} (alice) and {@code tenant_b} (bob): each guaranteed 40 % of
+   *       every resource (so of {@code melon.io/gpu-memory} and GPUs, with the dominant resource calculator),
+   *       tenant_a may grow to 100 %, tenant_b to 50 %; {@code default} keeps 20 % for anyone; preemption (the
+   *       proportional capacity policy, 1 s rounds) gives a queue its guarantee back;</li>
+   *   <li>{@code yarn.acl.enable}: only the launching user is YARN admin and queue administrator, so other users
+   *       reach an application only as its owner or through its application ACLs (set at submit);</li>
+   *   <li>HDFS permissions on; homes {@code /user/<tenant>} 0700 are made once HDFS is up
+   *       ({@link #createTenantHomes}).</li>
+   * </ul>
+   */
+  private void tenantsConf(Configuration conf, String superUser) {
+    StringBuilder groups = new StringBuilder();
+    for (String[] t : TENANTS) {
+      groups.append(t[0]).append('=').append(TENANT_GROUP).append(';');
+    }
+    groups.append(ADMIN_USER).append('=').append(TENANT_GROUP).append(',').append(ADMIN_GROUP).append(';');
+    groups.append(SERVICE_USER).append('=').append(SERVICE_USER).append(';');
+    groups.append("dr.who=;").append(superUser).append("=supergroup");
+    conf.set("hadoop.user.group.static.mapping.overrides", groups.toString());
+    conf.set("hadoop.proxyuser." + SERVICE_USER + ".hosts", "*");
+    conf.set("hadoop.proxyuser." + SERVICE_USER + ".groups", TENANT_GROUP);
+    // doAs on every web endpoint (RM REST, NM, WebHDFS's own handling stays): Hadoop 3.3+'s proxy-user filter
+    conf.set("hadoop.http.filter.initializers",
+        "org.apache.hadoop.security.authentication.server.ProxyUserAuthenticationFilterInitializer");
+    conf.setBoolean("dfs.permissions.enabled", true);
+    conf.set("dfs.permissions.superusergroup", "supergroup");
+
+    conf.setBoolean(YarnConfiguration.YARN_ACL_ENABLE, true);
+    conf.set(YarnConfiguration.YARN_ADMIN_ACL, superUser);
+    String q = "yarn.scheduler.capacity.root.";
+    conf.set(q + "queues", "default,tenant_a,tenant_b");
+    conf.set(q + "acl_submit_applications", superUser);
+    conf.set(q + "acl_administer_queue", superUser);
+    conf.set(q + "default.capacity", "20");
+    conf.set(q + "default.maximum-capacity", "100");
+    conf.set(q + "default.acl_submit_applications", "*");
+    String[][] shares = {{"tenant_a", "40", "100"}, {"tenant_b", "40", "50"}};
+    for (int i = 0; i < shares.length; i++) {
+      String queue = q + shares[i][0] + ".";
+      conf.set(queue + "capacity", shares[i][1]);
+      conf.set(queue + "maximum-capacity", shares[i][2]);
+      // one user may use the whole queue up to its maximum (the default, 1, stops a user at the guarantee)
+      conf.setFloat(queue + "user-limit-factor", 100f / Float.parseFloat(shares[i][1]));
+      conf.set(queue + "acl_submit_applications", TENANTS[i][0] + "," + ADMIN_USER);
+      conf.set(queue + "acl_administer_queue", " ");
+    }
+    conf.setBoolean(YarnConfiguration.RM_SCHEDULER_ENABLE_MONITORS, true);
+    conf.set(YarnConfiguration.RM_SCHEDULER_MONITOR_POLICIES,
+        "org.apache.hadoop.yarn.server.resourcemanager.monitor.capacity.ProportionalCapacityPreemptionPolicy");
+    String p = "yarn.resourcemanager.monitor.capacity.preemption.";
+    conf.setLong(p + "monitoring_interval", 1000);
+    conf.setLong(p + "max_wait_before_kill", 2000);
+    conf.setFloat(p + "total_preemption_per_round", 1.0f);
+    conf.setFloat(p + "natural_termination_factor", 1.0f);
+    conf.setFloat(p + "max_ignored_over_capacity", 0f);
+    // a GPU request the scheduler reserved on a full node is served by preempting on *that* node (else the GPU
+    // freed elsewhere may not reach it; seen on this cluster: B's task reserved on one NM while the preempted GPU
+    // was on the other)
+    conf.setBoolean(p + "select_based_on_reserved_containers", true);
+    // the group mapping is a JVM-wide singleton built from the first Configuration that asks: make it ours, so the
+    // static mapping above holds for the NameNode, the RM and the proxy-user checks of both
+    org.apache.hadoop.security.UserGroupInformation.setConfiguration(conf);
+    org.apache.hadoop.security.Groups.getUserToGroupsMappingServiceWithLoadedConfiguration(conf);
+  }
+
+  /** {@code /user/<name>} owned by each tenant (and the admin, the service user), mode 0700. */
+  private void createTenantHomes() throws IOException {
+    org.apache.hadoop.fs.FileSystem fs = dfs.getFileSystem();
+    List<String> users = new ArrayList<>();
+    for (String[] t : TENANTS) {
+      users.add(t[0]);
+    }
+    users.add(ADMIN_USER);
+    users.add(SERVICE_USER);
+    fs.mkdirs(new org.apache.hadoop.fs.Path("/user"));
+    fs.setPermission(new org.apache.hadoop.fs.Path("/user"),
+        new org.apache.hadoop.fs.permission.FsPermission((short) 0755));
+    for (String u : users) {
+      org.apache.hadoop.fs.Path home = new org.apache.hadoop.fs.Path("/user/" + u);
+      fs.mkdirs(home);
+      fs.setOwner(home, u, u.equals(SERVICE_USER) ? SERVICE_USER : TENANT_GROUP);
+      fs.setPermission(home, new org.apache.hadoop.fs.permission.FsPermission((short) 0700));
+    }
+    // the NodeManagers' log/staging roots some YARN code expects: /tmp world-writable with the sticky bit
+    org.apache.hadoop.fs.Path tmp = new org.apache.hadoop.fs.Path("/tmp");
+    fs.mkdirs(tmp);
+    fs.setPermission(tmp, new org.apache.hadoop.fs.permission.FsPermission((short) 01777));
   }
 
   /**
@@ -275,6 +390,9 @@ public final class MiniClusterLauncher {
         .format(true)
         .build();
     dfs.waitActive();
+    if (intOpt("tenants") != 0) {
+      createTenantHomes();
+    }
 
     int nms = intOpt("nodemanagers");
     yarn = new MiniYARNCluster("melon", nms, 1, 1);
@@ -357,6 +475,7 @@ public final class MiniClusterLauncher {
     d.put("nodemanagers", intOpt("nodemanagers"));
     d.put("gpus_per_node", intOpt("gpus"));
     d.put("gpu_memory_mb_per_node", intOpt("gpu-memory-mb"));
+    d.put("tenants", intOpt("tenants"));
     d.put("control_url", "http://127.0.0.1:" + control.getAddress().getPort());
     if (secure != null) {
       d.putAll(secure.details());
