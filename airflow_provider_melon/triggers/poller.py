@@ -84,8 +84,8 @@ class RmPoller:
         self._task: Optional[asyncio.Task] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._last_cycle: Optional[float] = None
-        #: Counters for benchmarks and tests: cycles run, list calls, single GETs.
-        self.stats = {"cycles": 0, "list_calls": 0, "single_gets": 0}
+        #: Counters for benchmarks and tests: cycles run, list calls, single GETs, reports handed to waiters.
+        self.stats = {"cycles": 0, "list_calls": 0, "single_gets": 0, "answered": 0}
 
     # ---- registry -------------------------------------------------------------------------------------
     @classmethod
@@ -205,6 +205,7 @@ class RmPoller:
             results = await asyncio.gather(*(self._call(YarnHook.get_application, app_id) for app_id in missing),
                                            return_exceptions=True)
             reports.update(zip(missing, results))
+        self.stats["answered"] += len(batch)
         for waiter in batch:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)

@@ -57,7 +57,7 @@ async def test_one_list_call_fans_out_to_every_waiter():
     query = list_calls(m)[0].qs
     assert query["states"] == [",".join(LIVE_STATES).lower()] and query["applicationtags"] == ["melon"]
     assert query["user.name"] == ["alice"]  # the hook's identity
-    assert poller.stats == {"cycles": 1, "list_calls": 1, "single_gets": 0}
+    assert poller.stats == {"cycles": 1, "list_calls": 1, "single_gets": 0, "answered": 3}
 
 
 async def test_apps_missing_from_the_list_get_their_own_get():
