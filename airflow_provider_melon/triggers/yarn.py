@@ -468,8 +468,8 @@ class YarnApplicationTrigger(BaseTrigger):
             if remaining is not None and self._remaining() <= 0:
                 return None
             raise
-        finally:
-            self._poll_due = time.monotonic() + self.poll_interval
+        finally:  # the next report: one interval after this cycle started (fixed-rate cycles)
+            self._poll_due = (poller.last_cycle or time.monotonic()) + self.poll_interval
 
     async def _resolve_by_tags(self) -> Optional[dict]:
         apps = await self.hook.find_applications(self.tags, match_all=True)

@@ -57,6 +57,7 @@ async def test_one_list_call_fans_out_to_every_waiter():
     query = list_calls(m)[0].qs
     assert query["states"] == [",".join(LIVE_STATES).lower()] and query["applicationtags"] == ["melon"]
     assert query["user.name"] == ["alice"]  # the hook's identity
+    assert query["deselects"] == ["resourcerequests,resourceinfo,timeouts"]  # the parts no trigger reads
     assert poller.stats == {"cycles": 1, "list_calls": 1, "single_gets": 0, "answered": 3}
 
 
@@ -232,3 +233,28 @@ async def test_old_per_trigger_polling_stays_reachable():
         trig.coalesce_polls = False
         event = await trig.run().__anext__()
     assert event.payload["status"] == "success" and not list_calls(m)
+
+
+async def test_cycles_keep_a_fixed_rate_when_the_rm_is_slow():
+    """Waiters that ask for their next report at ``last_cycle + interval`` (as the trigger does) get cycles one
+    interval apart, not interval + the RM's answer time."""
+    starts: list[float] = []
+
+    def slow_list(request, context):
+        starts.append(time.monotonic())
+        time.sleep(0.4)  # the RM takes 0.4 s to answer
+        return {"apps": {"app": [app(1), app(2)]}}
+
+    with rm_mock.Mocker() as m:
+        m.get(APPS, json=slow_list)
+        poller = RmPoller.for_hook(hook())
+
+        async def follow(n: int) -> None:
+            due = None
+            for _ in range(5):
+                await poller.report(aid(n), 0.5, due)
+                due = poller.last_cycle + 0.5
+
+        await asyncio.gather(follow(1), follow(2))
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert len(starts) == 5 and sorted(gaps)[len(gaps) // 2] < 0.75, gaps  # 0.9 s if the answer time added up
