@@ -90,6 +90,7 @@ class RmPoller:
         self._task: Optional[asyncio.Task] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._last_cycle: Optional[float] = None
+        self._period = 0.0  # the latest cycle length
         #: Counters for benchmarks and tests: cycles run, list calls, single GETs, reports handed to waiters.
         self.stats = {"cycles": 0, "list_calls": 0, "single_gets": 0, "answered": 0}
 
@@ -161,7 +162,14 @@ class RmPoller:
                 self._waiters = [w for w in self._waiters if not w.future.done()]
                 at = self._next_cycle_at()
                 if at is None:
-                    return
+                    # the triggers just answered come back for their next report once they have handled this
+                    # one: wait for them (up to a cycle) before going idle, so they find this poller again
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), max(1.0, self._period))
+                    except asyncio.TimeoutError:
+                        return
+                    continue
                 delay = at - self._clock()
                 if delay > 0:
                     self._wake.clear()
@@ -171,7 +179,7 @@ class RmPoller:
                         pass
                     continue
                 self._last_cycle = now = self._clock()
-                period = min(w.interval for w in self._waiters if not w.future.done())
+                period = self._period = min(w.interval for w in self._waiters if not w.future.done())
                 # answered by this cycle: every waiter due before the next one would run
                 batch = [w for w in self._waiters if not w.future.done() and w.not_before < now + period]
                 await self._cycle(batch)

@@ -126,7 +126,7 @@ async def test_cancelled_waiter_unsubscribes_and_idle_poller_leaves_the_registry
         with pytest.raises(asyncio.CancelledError):
             await waiter
         assert poller.watched == set()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(1.3)  # idle after a grace of a cycle (at least 1 s)
         assert poller._task.done() and not poller._waiters
         assert RmPoller.for_hook(h) is not poller  # the idle one is gone; a new trigger gets a fresh one
     assert not m.request_history  # nobody was due: no RM call
@@ -198,9 +198,19 @@ async def test_hanging_rm_never_starves_the_loop_or_its_default_executor(hanging
     assert all("ReadTimeout" in e["message"] for e in events)
 
 
-async def test_triggers_share_the_poller_and_fire_on_completion():
-    """Real triggers (no stand-ins) on one RM: one list call per cycle, and each fires when its app ends."""
+async def test_triggers_share_the_poller_and_fire_on_completion(monkeypatch):
+    """Real triggers (no stand-ins) on one RM: one list call per cycle, and each fires when its app ends; the same
+    poller serves every cycle (it does not go idle between two cycles while its triggers handle their reports)."""
     ids = [aid(n) for n in range(5)]
+    pollers = set()
+    for_hook = RmPoller.for_hook.__func__
+
+    def spy(cls, h):
+        poller = for_hook(cls, h)
+        pollers.add(id(poller))
+        return poller
+
+    monkeypatch.setattr(RmPoller, "for_hook", classmethod(spy))
     with rm_mock.Mocker() as m:
         running = {"json": {"apps": {"app": [app(n) for n in range(5)]}}}
         m.get(APPS, [running, running, {"json": {"apps": {"app": [app(n) for n in range(1, 5)]}}},
@@ -222,6 +232,7 @@ async def test_triggers_share_the_poller_and_fire_on_completion():
     assert [e["status"] for e in events] == ["success"] + ["error"] * 4
     assert [e["state"] for e in events] == ["FINISHED"] + ["KILLED"] * 4
     assert len(list_calls(m)) == 4  # 4 cycles, 5 triggers
+    assert len(pollers) == 1
     assert sorted(r.path.rsplit("/", 1)[1] for r in single_calls(m)) == sorted(ids)  # once each, when it ended
 
 
