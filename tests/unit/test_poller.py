@@ -187,10 +187,10 @@ async def test_hanging_rm_never_starves_the_loop_or_its_default_executor(hanging
     while time.monotonic() - started < 1.0:
         await asyncio.sleep(0.01)
         ticks += 1
-    assert ticks >= 50  # the loop was never blocked for long
+    assert ticks >= 20  # the loop was never blocked for long (100 on an idle host; a busy one ticks less)
     t0 = time.monotonic()
     assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 1.0) == "free"
-    assert time.monotonic() - t0 < 0.5  # the default executor is not held by RM calls
+    assert time.monotonic() - t0 < 0.9  # the default executor is not held by RM calls (they hang 1.5 s each)
     poller_threads = [t for t in threading.enumerate() if t.name.startswith("melon-rm-poller")]
     assert 1 <= len(poller_threads) <= 4
     events = await asyncio.wait_for(asyncio.gather(*followers), 30)
