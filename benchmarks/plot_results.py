@@ -6,6 +6,10 @@
 * ``docs/img/staging-size.svg`` — ``benchmarks/results/bench_staging_size.json``: staging a 1 GiB env archive and a
   200 MiB code folder vs a plain WebHDFS upload of the same bytes.
 
+
+* ``docs/img/trigger-rm-requests.svg`` — ``benchmarks/results/bench_triggers.txt``: RM requests/s and triggerer CPU
+  of N triggers in one process, per-trigger polling vs the shared poller.
+
 Usage: ``python benchmarks/plot_results.py [--data ../shared/data] [--out docs/img]``.
 """
 
@@ -148,6 +152,51 @@ def staging_size(results: Path) -> str:
     return _svg(W, H, body, f"Staging at size vs plain WebHDFS (mini cluster, {data['runs']} interleaved runs)")
 
 
+def triggers(results: Path) -> str:
+    """Two log-scale bar panels (RM requests/s, CPU % of one core) per N, old vs new."""
+    import math
+
+    rows: dict[int, dict[str, tuple[float, float]]] = {}
+    for line in results.read_text().splitlines():
+        m = re.match(r"^\s*(\d+) (old|new)\s+([\d.]+)(?:\s+[\d.]+){3}\s+([\d.]+)", line)
+        if m:
+            rows.setdefault(int(m.group(1)), {})[m.group(2)] = (float(m.group(3)), float(m.group(4)))
+    W, H, B, T = 760, 340, 60, 40
+    panels = [("RM requests/s", 0), ("triggerer CPU, % of one core", 1)]
+    body: list[str] = []
+    pw = (W - 40) / len(panels)
+    for p, (label, idx) in enumerate(panels):
+        L = 20 + p * pw + 50
+        right = 20 + (p + 1) * pw - 10
+        values = [v[idx] for r in rows.values() for v in r.values() if v[idx] > 0]
+        lo = 10 ** math.floor(math.log10(min(values)))
+        hi = 10 ** math.ceil(math.log10(max(values)))
+        sy = lambda v, lo=lo, hi=hi: H - B - (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * (H - B - T)  # noqa: E731
+        body.append(f'<line x1="{L}" y1="{H - B}" x2="{right}" y2="{H - B}" stroke="#333"/>'
+                    f'<text x="{(L + right) / 2}" y="{T - 4}" text-anchor="middle">{label} (log)</text>')
+        d = lo
+        while d <= hi * 1.001:
+            body.append(f'<text x="{L - 6}" y="{sy(d) + 4}" text-anchor="end" font-size="10">{d:g}</text>'
+                        f'<line x1="{L}" y1="{sy(d)}" x2="{right}" y2="{sy(d)}" stroke="#eee"/>')
+            d *= 10
+        group_w = (right - L) / max(1, len(rows))
+        for g, (n, modes) in enumerate(sorted(rows.items())):
+            for i, mode in enumerate(("old", "new")):
+                if mode not in modes:
+                    continue
+                v = modes[mode][idx]
+                x = L + g * group_w + group_w * (0.15 + 0.35 * i)
+                body.append(f'<rect x="{x:.1f}" y="{sy(v):.1f}" width="{group_w * 0.33:.1f}" height="{H - B - sy(v):.1f}" '
+                            f'fill="{COLORS[i]}"><title>N={n} {mode}: {v}</title></rect>'
+                            f'<text x="{x + group_w * 0.165:.1f}" y="{sy(v) - 3:.1f}" text-anchor="middle" font-size="9">'
+                            f'{v:g}</text>')
+            body.append(f'<text x="{L + (g + 0.5) * group_w:.1f}" y="{H - B + 16}" text-anchor="middle">N={n}</text>')
+    for i, text in enumerate(("old: a GET per trigger per interval", "new: shared poller, one list per cycle")):
+        body.append(f'<rect x="{70 + i * 300}" y="{H - 26}" width="10" height="10" fill="{COLORS[i]}"/>'
+                    f'<text x="{84 + i * 300}" y="{H - 17}">{text}</text>')
+    return _svg(W, H, body, "N deferred jobs, one triggerer process (benchmarks/bench_triggers.py)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data"))
@@ -157,7 +206,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu-colocation.svg").write_text(colocation(Path(args.data)))
     (out / "policy-makespan.svg").write_text(policy(HERE / "results" / "bench_policy.txt"))
-    print(f"wrote {out / 'gpu-colocation.svg'} and {out / 'policy-makespan.svg'}")
+    (out / "trigger-rm-requests.svg").write_text(triggers(HERE / "results" / "bench_triggers.txt"))
+    print(f"wrote {out / 'gpu-colocation.svg'}, {out / 'policy-makespan.svg'} and {out / 'trigger-rm-requests.svg'}")
     staging = HERE / "results" / "bench_staging_size.json"
     if staging.is_file():
         (out / "staging-size.svg").write_text(staging_size(staging))

@@ -286,6 +286,7 @@ class YarnApplicationTrigger(BaseTrigger):
         self._saving: Optional[asyncio.Future] = None  # the save in flight
         self._last_tasks: Optional[list] = None
         self._melon_hook: Any = None
+        self._poll_due: Optional[float] = None  # monotonic time of the next shared poll (None: now)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -439,9 +440,40 @@ class YarnApplicationTrigger(BaseTrigger):
         return None if self.deadline is None else self.deadline - self._now()
 
     async def _sleep(self) -> None:
+        if self.app_id is not None and self._shares_poller():
+            return  # the wait for the shared poller's next cycle is the pause between polls
         remaining = self._remaining()
         delay = self.poll_interval if remaining is None else max(0.0, min(self.poll_interval, remaining))
         await asyncio.sleep(delay)
+
+    # ---- the shared poller (triggers/poller.py) ------------------------------------------------------------
+    #: Follow the application through the process's shared :class:`RmPoller` (one RM list call per cycle for
+    #: all the triggers of the process) rather than a ``GET /apps/{id}`` per trigger per interval. A process-wide
+    #: choice, not serialized; only a plain :class:`AsyncYarnHook` (a hook from a connection, or one with
+    #: explicit settings) shares; a stand-in hook (tests) polls on its own.
+    coalesce_polls: bool = True
+
+    def _shares_poller(self) -> bool:
+        return self.coalesce_polls and type(self.hook) is AsyncYarnHook
+
+    async def _get_application(self) -> Optional[dict]:
+        """This poll's RM report: the trigger's own GET, or the shared poller's next cycle (None when the
+        deadline came first)."""
+        if not self._shares_poller():
+            return await self.hook.get_application(self.app_id)
+        from airflow_provider_melon.triggers.poller import RmPoller
+
+        poller = RmPoller.for_hook(self.hook)
+        remaining = self._remaining()
+        try:
+            return await asyncio.wait_for(poller.report(self.app_id, self.poll_interval, self._poll_due),
+                                          None if remaining is None else max(0.0, remaining))
+        except asyncio.TimeoutError:
+            if remaining is not None and self._remaining() <= 0:
+                return None
+            raise
+        finally:  # the next report: one interval after this cycle started (fixed-rate cycles)
+            self._poll_due = (poller.last_cycle or time.monotonic()) + self.poll_interval
 
     async def _resolve_by_tags(self) -> Optional[dict]:
         apps = await self.hook.find_applications(self.tags, match_all=True)
@@ -478,7 +510,9 @@ class YarnApplicationTrigger(BaseTrigger):
                             await self._sleep()
                             continue
                     else:
-                        app = await self.hook.get_application(self.app_id)
+                        app = await self._get_application()
+                        if app is None:  # the deadline came while waiting for the shared poller
+                            continue
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - any RM failure counts against the budget

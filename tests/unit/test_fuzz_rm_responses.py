@@ -258,6 +258,7 @@ def make_trigger(**kw) -> YarnApplicationTrigger:
         return None
 
     trig._sleep = no_wait
+    trig.coalesce_polls = False  # its own GET per poll (the shared poller has its tests in test_poller.py)
     return trig
 
 

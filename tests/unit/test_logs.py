@@ -246,6 +246,7 @@ def _trigger(nm, script, ti=None, **kw):
     trig._hook = AsyncYarnHook(rm_urls=[RM], user="alice", retries=0, backoff=0)
     trig._log = mock.Mock()
     trig._sleep = lambda: asyncio.sleep(0.01)  # the poll interval, short: other tasks (XCom calls) run meanwhile
+    trig.coalesce_polls = False  # its own GET per poll: get_application below is this trigger's
     trig.am_status = mock.AsyncMock(return_value=RUNNING)
     trig._task_instance = ti
     trig.hung = asyncio.Event()
