@@ -53,6 +53,8 @@ _DOCKER_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 #: names already taken in a task container's folder: the code and runtime archives, the executor's work folder,
 #: and YARN's own files
 RESERVED_LINKS = ("code", "melon_runtime", "melon-work", "tmp", "launch_container.sh", "container_tokens")
+#: the prefix of the links staging gives a code folder's big files (``melon-code-file-<n>``, submission.py)
+RESERVED_LINK_PREFIX = "melon-code-file-"
 #: YARN takes ASCII application tags of at most 100 characters (ApplicationSubmissionContext.checkTags)
 MAX_TAG_LENGTH = 100
 #: Java int: YARN (and the AM's JSON reader) take counts, sizes in MiB, priorities and timeouts as int32
@@ -103,6 +105,8 @@ def check_link_name(link: str) -> Optional[str]:
                 "starting with '.' or '-')")
     if link in RESERVED_LINKS:
         return f"{link!r} is taken in the container (reserved: {', '.join(RESERVED_LINKS)})"
+    if link.startswith(RESERVED_LINK_PREFIX):
+        return f"{link!r} is taken in the container (names starting {RESERVED_LINK_PREFIX!r} hold the code's big files)"
     return None
 
 

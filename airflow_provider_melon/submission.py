@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
-from airflow_provider_melon.spec import JobSpec
+from airflow_provider_melon.spec import RESERVED_LINK_PREFIX, JobSpec
 
 AM_CLASS = "org.melon.yarn.MelonApplicationMaster"
 AM_JAR = "melon-appmaster.jar"
@@ -23,7 +23,7 @@ PLAN_FILE = "melon-plan.json"
 CODE_LINK = "code"
 #: link name prefix of the code folder's big files, localized one by one beside the code archive; the executor
 #: puts each at its path in the folder (``MELON_CODE_FILES_B64``: link name → path)
-CODE_FILE_LINK = "melon-code-file-"
+CODE_FILE_LINK = RESERVED_LINK_PREFIX
 RUNTIME_LINK = "melon_runtime"
 APPLICATION_TYPE = "MELON"
 # YARN's default yarn.application.classpath, expanded by the NodeManager: what a real cluster's AM needs.

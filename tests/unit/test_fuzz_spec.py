@@ -175,7 +175,7 @@ def _archive_python(draw, job):
 
 
 def _archive_path(draw, job):
-    job["environment"] = {"archive": draw(st.sampled_from(["envs/e.tar.gz", "file:///e.tar.gz", "e.tgz"])),
+    job["environment"] = {"archive": draw(st.sampled_from(["envs/e.tar.gz", "file://host/e.tar.gz", "e.tgz", "http://x/e.tgz"])),
                           "python": "env/bin/python"}
     return "environment.archive"
 

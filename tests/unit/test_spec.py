@@ -63,6 +63,8 @@ def test_valid_spec_normalises_sizes_and_defaults(tmp_path):
         ({"bogus": 1}, "bogus"),
         ({"environment": {"archive": "hdfs:///envs/e.tar.gz"}}, "environment"),
         ({"inputs": [{"path": "relative/data.csv"}]}, "inputs.0.path"),
+        # staging's link names for a code folder's big files
+        ({"inputs": [{"path": "hdfs:///d.bin", "link": "melon-code-file-0"}]}, "inputs.0.link"),
     ],
 )
 def test_invalid_inputs_name_the_field(tmp_path, override, field):
