@@ -64,7 +64,8 @@ def test_valid_spec_normalises_sizes_and_defaults(tmp_path):
         ({"environment": {"archive": "hdfs:///envs/e.tar.gz"}}, "environment"),
         ({"inputs": [{"path": "relative/data.csv"}]}, "inputs.0.path"),
         # staging's link names for a code folder's big files
-        ({"inputs": [{"path": "hdfs:///d.bin", "link": "melon-code-file-0"}]}, "inputs.0.link"),
+        ({"inputs": [{"path": "hdfs:///d.bin", "name": "melon-code-file-0"}]}, "inputs.0.name"),
+        ({"inputs": [{"path": "hdfs:///melon-code-file-3"}]}, "inputs.0.path"),
     ],
 )
 def test_invalid_inputs_name_the_field(tmp_path, override, field):
