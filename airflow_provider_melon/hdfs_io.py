@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import logging
 import os
 import re
@@ -213,6 +214,15 @@ class BlockReader:
 
     def tell(self) -> int:
         return self._handle.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Rewind for a resend (requests-kerberos seeks the body back to where it started after a 401): back to
+        the start, the hash starts again too; anywhere else only when not hashing."""
+        if self.sha256 is not None:
+            if (offset, whence) != (0, io.SEEK_SET):
+                raise io.UnsupportedOperation("a hashing upload can only be rewound to its start")
+            self.sha256 = hashlib.sha256()
+        return self._handle.seek(offset, whence)
 
     def read(self, size: int = -1) -> bytes:
         block = self._handle.read(BLOCK_BYTES)

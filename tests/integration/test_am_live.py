@@ -56,18 +56,26 @@ def test_shared_mode_runs_more_tasks_than_gpus(jobs, minicluster):
 
 
 def test_whole_gpu_memory_tasks_cannot_all_run(jobs):
-    """5 tasks × 16 GiB on 4 GPUs × 16 GiB: YARN runs 4 and keeps one pending."""
-    app_id = jobs.submit({
-        "name": "five-big", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=60),
-        "register_timeout_s": 120,
-        "roles": {"worker": {"instances": 5, "memory": 256, "vcores": 1, "gpu_memory": "16GiB"}},
+    """4 GPUs x 16 GiB, one held by another job; then 4 tasks x 16 GiB: YARN runs 3 and keeps one pending.
+    (A gang larger than the whole queue, 5 x 16 GiB, is refused before submission: the queue check.)"""
+    big = {"memory": 256, "vcores": 1, "gpu_memory": "16GiB"}
+    blocker = jobs.submit({
+        "name": "one-big", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=90),
+        "roles": {"worker": {"instances": 1, **big}},
     })
-    status = jobs.wait_status(app_id, lambda s: sum(t["state"] == "REGISTERED" for t in s["tasks"]) == 4)
+    jobs.wait_status(blocker, lambda s: s["tasks"] and s["tasks"][0]["state"] == "REGISTERED")
+    app_id = jobs.submit({
+        "name": "four-big", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=60),
+        "register_timeout_s": 120,
+        "roles": {"worker": {"instances": 4, **big}},
+    })
+    status = jobs.wait_status(app_id, lambda s: sum(t["state"] == "REGISTERED" for t in s["tasks"]) == 3)
     assert _used_gpu_memory(jobs.hook.yarn) == 4 * 16384
     pending = [t for t in status["tasks"] if t["state"] in ("PENDING", "REQUESTED", "NEW")]
     assert len(pending) == 1 and pending[0]["container_id"] is None, status["tasks"]
-    jobs.hook.yarn.kill_application(app_id)
-    assert jobs.wait(app_id, timeout=30)["state"] == "KILLED"
+    for app in (app_id, blocker):
+        jobs.hook.yarn.kill_application(app)
+        assert jobs.wait(app, timeout=30)["state"] == "KILLED"
 
 
 def test_failing_task_is_restarted_then_job_fails_with_named_diagnostic(jobs):

@@ -153,3 +153,27 @@ def test_a_retry_cleans_up_and_does_not_wait_on_its_own_lock(caplog):
     assert uploaded and st["length"] == 10
     assert sorted(client.files) == ["/c/a/code.zip"]  # our orphans removed, no lock left
     assert "upload lock" not in caplog.text  # it did not wait out its own lock as a stranger's
+
+
+def test_block_reader_rewinds_for_a_resend_and_hashes_what_was_sent_once(tmp_path):
+    """requests-kerberos seeks the body back to where it started after a 401 (SPNEGO on WebHDFS): the upload is
+    read again from the start, and the hash is of the file, not of the file twice."""
+    import hashlib
+    import io
+    import os
+
+    from airflow_provider_melon.hdfs_io import BlockReader
+
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    with open(path, "rb") as handle:
+        body = BlockReader(handle, len(data), hashing=True)
+        start = body.tell()
+        body.read()  # the first send, cut short by a 401
+        body.seek(start)
+        sent = b"".join(iter(lambda: body.read(16384), b""))
+        assert sent == data
+        assert body.sha256.hexdigest() == hashlib.sha256(data).hexdigest()
+        with pytest.raises(io.UnsupportedOperation):
+            body.seek(5)
