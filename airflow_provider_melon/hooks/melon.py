@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import os
+import posixpath
 import secrets
 import shutil
 import stat
@@ -305,8 +306,15 @@ class MelonHook:
 
     def _private_staging_dir(self) -> None:
         """The staging folder, made 0700 when it is created: staged code is its user's alone to read (an existing
-        folder keeps its mode). Retried like uploads while the NameNode restarts."""
+        folder keeps its mode). Its parent (the user's home) is made first with the cluster's default mode: HDFS
+        would give missing parents the 0700 too, and a home no one else may enter makes every dataset in it
+        unfit for YARN's PUBLIC cache ("not publicly accessible"). Retried like uploads while the NameNode
+        restarts."""
         def mkdir() -> None:
+            parent = posixpath.dirname(self.staging_dir)
+            with hdfs_errors("mkdir", parent):
+                if parent not in ("", "/") and self.hdfs.status(parent, strict=False) is None:
+                    self.hdfs.makedirs(parent)
             with hdfs_errors("mkdir", self.staging_dir):
                 self.hdfs.makedirs(self.staging_dir, permission="700")
 

@@ -125,9 +125,11 @@ def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster
                       "os.environ['NM_PORT'])\"",
     }
     first = jobs.submit({**job, "name": "data-1", "roles": {"worker": {"instances": 4, "memory": 256}}})
-    assert jobs.wait(first)["finalStatus"] == "SUCCEEDED"
+    app = jobs.wait(first)
+    assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"]
     second = jobs.submit({**job, "name": "data-2", "roles": {"worker": {"instances": 4, "memory": 3072}}})
-    assert jobs.wait(second)["finalStatus"] == "SUCCEEDED"
+    app = jobs.wait(second)
+    assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"]
     nodes = {a: {line.split("NM ")[1].strip() for text in jobs.container_logs(a).values()
                  for line in text.splitlines() if line.startswith("SIZE 100000")} for a in (first, second)}
     assert len(nodes[second]) == 2 and nodes[first] <= nodes[second], nodes
