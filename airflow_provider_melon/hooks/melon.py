@@ -306,23 +306,18 @@ class MelonHook:
 
     def _private_staging_dir(self) -> None:
         """The staging folder, made 0700 when it is created: staged code is its user's alone to read (an existing
-        folder keeps its mode). Its parent (the user's home) is made first with the cluster's default mode: HDFS
-        would give missing parents the 0700 too, and a home no one else may enter makes every dataset in it
-        unfit for YARN's PUBLIC cache ("not publicly accessible"). Retried like uploads while the NameNode
-        restarts."""
+        folder keeps its mode, and costs one status call). Its parent (the user's home) is made first with the
+        cluster's default mode: HDFS would give missing parents the 0700 too, and a home no one else may enter
+        makes every dataset in it unfit for YARN's PUBLIC cache ("not publicly accessible"). Retried like uploads
+        while the NameNode restarts."""
         def mkdir() -> None:
-            parent = posixpath.dirname(self.staging_dir)
-            with hdfs_errors("mkdir", parent):
-                if parent not in ("", "/") and self.hdfs.status(parent, strict=False) is None:
-                    self.hdfs.makedirs(parent)
             with hdfs_errors("mkdir", self.staging_dir):
+                if self.hdfs.status(self.staging_dir, strict=False) is not None:
+                    return
+                self.hdfs.makedirs(posixpath.dirname(self.staging_dir))  # a no-op on an existing home
                 self.hdfs.makedirs(self.staging_dir, permission="700")
 
-        tenacity.Retrying(
-            retry=tenacity.retry_if_exception(lambda e: isinstance(e, MelonHdfsError) and e.retriable),
-            stop=tenacity.stop_after_delay(self.staging_retry_s),
-            wait=tenacity.wait_exponential(multiplier=0.5, max=8), reraise=True,
-        )(mkdir)
+        self._retrying(self.staging_dir, mkdir)
 
     def stage_content(self, name: str, data: bytes) -> StagedFile:
         digest = hashlib.sha256(data).hexdigest()

@@ -200,17 +200,23 @@ def _wait_terminal(yarn, app_id, timeout=240):
     return app
 
 
+def _token_probe_job(folder: Path, name: str, instances: int):
+    """A generic job whose tasks run :data:`TOKEN_PROBE` (staged from ``folder``)."""
+    from airflow_provider_melon.spec import JobSpec
+
+    (folder / "probe.py").write_text(TOKEN_PROBE)
+    return JobSpec.from_dict({"name": name, "framework": "generic", "entrypoint": "python probe.py",
+                              "code": str(folder),
+                              "roles": {"worker": {"instances": instances, "memory": 256, "vcores": 1}}})
+
+
 def test_job_runs_on_the_secure_cluster_with_an_hdfs_delegation_token(secure_cluster, tmp_path):
     """MelonHook.submit on Kerberos: an HDFS delegation token (renewer: the RM) goes into the submission's
     credentials; the NM localizes the staged AM jar, plan and code with it; the AM hands it to its task container."""
     from airflow_provider_melon.cli import melon_hook_for_cluster
-    from airflow_provider_melon.spec import JobSpec
 
     hook = melon_hook_for_cluster(secure_cluster.work_dir)
-    (tmp_path / "probe.py").write_text(TOKEN_PROBE)
-    spec = JobSpec.from_dict({"name": "secure-probe", "framework": "generic", "entrypoint": "python probe.py",
-                              "code": str(tmp_path),
-                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    spec = _token_probe_job(tmp_path, "secure-probe", instances=1)
     app_id = hook.submit(spec)["app_id"]
     app = _wait_terminal(hook.yarn, app_id)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
@@ -224,14 +230,10 @@ def test_without_the_token_yarn_cannot_localize_the_staged_files(secure_cluster,
     for the user), so the test above passes because of the token."""
     from airflow_provider_melon.cli import melon_hook_for_cluster
     from airflow_provider_melon.hooks.melon import MelonHook
-    from airflow_provider_melon.spec import JobSpec
 
     monkeypatch.setattr(MelonHook, "_add_delegation_tokens", lambda self, context: None)
     hook = melon_hook_for_cluster(secure_cluster.work_dir)
-    (tmp_path / "probe.py").write_text(TOKEN_PROBE)
-    spec = JobSpec.from_dict({"name": "secure-no-token", "framework": "generic", "entrypoint": "python probe.py",
-                              "code": str(tmp_path),
-                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    spec = _token_probe_job(tmp_path, "secure-no-token", instances=1)
     app = _wait_terminal(hook.yarn, hook.submit(spec)["app_id"])
     assert app["finalStatus"] == "FAILED"
     assert "exitCode: -1000" in app["diagnostics"]  # a localization failure, before the AM ran
@@ -242,15 +244,11 @@ def test_am_secret_travels_in_credentials_and_appears_in_no_log(secure_cluster, 
     job succeeds, yet it is in no launch script, NM/RM/AM/task log or RM answer."""
     from airflow_provider_melon.cli import melon_hook_for_cluster
     from airflow_provider_melon.hooks import melon as melon_module
-    from airflow_provider_melon.spec import JobSpec
 
     secret = f"melonsecret{uuid.uuid4().hex}"
     monkeypatch.setattr(melon_module.secrets, "token_hex", lambda n=16: secret)
     hook = melon_hook_for_cluster(secure_cluster.work_dir)
-    (tmp_path / "probe.py").write_text(TOKEN_PROBE)
-    spec = JobSpec.from_dict({"name": "secure-secret", "framework": "generic", "entrypoint": "python probe.py",
-                              "code": str(tmp_path),
-                              "roles": {"worker": {"instances": 2, "memory": 256, "vcores": 1}}})
+    spec = _token_probe_job(tmp_path, "secure-secret", instances=2)
     app_id = hook.submit(spec)["app_id"]
     app = _wait_terminal(hook.yarn, app_id)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
