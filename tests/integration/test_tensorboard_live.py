@@ -112,12 +112,18 @@ def test_page_and_data_through_the_rm_proxy(tb_job):
         return r.status_code == 200 and "train" in r.json() and r.json()
     print(f"GET {base}data/runs ->", _poll(runs, 90, "the run 'train' in TensorBoard"))
 
-    listing = http.get(base + "data/plugins_listing", timeout=30)
-    assert listing.status_code == 200 and listing.json()["scalars"]["enabled"] is True, listing.text[:500]
-    print(f"GET {base}data/plugins_listing -> {listing.status_code} scalars enabled")
+    # TensorBoard lists a run as soon as it finds its folder and loads the run's events in a later reload pass:
+    # until then the scalars plugin reports itself disabled, so wait for the data, as a user reloading would.
+    def scalars_enabled():
+        r = http.get(base + "data/plugins_listing", timeout=30)
+        return r.status_code == 200 and r.json()["scalars"]["enabled"] is True
+    _poll(scalars_enabled, 90, "the scalars plugin enabled (the run's events loaded)")
+    print(f"GET {base}data/plugins_listing -> 200 scalars enabled")
 
-    scalars = http.get(base + "data/plugin/scalars/scalars", params={"run": "train", "tag": "loss"}, timeout=30)
-    assert scalars.status_code == 200, scalars.text[:500]
+    def five_steps():
+        r = http.get(base + "data/plugin/scalars/scalars", params={"run": "train", "tag": "loss"}, timeout=30)
+        return r.status_code == 200 and len(r.json()) == 5 and r
+    scalars = _poll(five_steps, 90, "the five 'loss' steps in TensorBoard")
     steps = [[point[1], round(point[2], 3)] for point in scalars.json()]
     print(f"GET {base}data/plugin/scalars/scalars?run=train&tag=loss -> {scalars.status_code} {steps}")
     assert steps == [[0, 1.0], [1, 0.5], [2, 0.333], [3, 0.25], [4, 0.2]]
