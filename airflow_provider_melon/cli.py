@@ -19,7 +19,8 @@ def _cluster(args) -> int:
     if args.action == "start":
         details = mc.start(work_dir, port_base=args.port_base, nodemanagers=args.nodemanagers, gpus=args.gpus,
                            gpu_memory_mb=args.gpu_memory_mb, nm_memory_mb=args.nm_memory_mb,
-                           timeout=args.timeout, secure=args.secure, tenants=args.tenants)
+                           timeout=args.timeout, secure=args.secure, tenants=args.tenants,
+                           token_renew_s=args.token_renew_s)
         print(json.dumps(mc.status(details.work_dir), indent=2))
         print("# point your own Airflow at this cluster (connections as environment variables):", file=sys.stderr)
         for line in mc.connection_exports(details, sys.executable):
@@ -154,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--tenants", action="store_true",
                     help="multi-tenant setup: queues tenant_a (alice) and tenant_b (bob) with preemption, ACLs, HDFS "
                          "permissions, an `airflow` user that may impersonate the tenants (doAs)")
+    cl.add_argument("--token-renew-s", type=float, default=0,
+                    help="the NameNode's delegation-token renew interval in seconds (default: Hadoop's 24 h); short, "
+                         "to see the RM renew a running job's HDFS token")
     cl.set_defaults(func=_cluster)
 
     up = sub.add_parser("up", help="the embedded cluster + a real Airflow with the example DAGs, until Ctrl-C")

@@ -82,10 +82,19 @@ def minicluster():
 
 @pytest.fixture(scope="session")
 def secure_cluster():
-    """A Kerberos mini cluster (KDC, keytabs + krb5.conf in its work dir, SPNEGO on RM/NM/WebHDFS), one NM, on
-    ports from MELON_TEST_SECURE_PORT_BASE (default 26000); MELON_TEST_SECURE_CLUSTER_DIR reuses a running one."""
+    """A Kerberos mini cluster (KDC, keytabs + krb5.conf in its work dir, SPNEGO on RM/NM/WebHDFS) with the tenants'
+    queues, ACLs and HDFS homes (alice, bob: Kerberos principals here), one NM; HDFS delegation tokens expire
+    :data:`SECURE_TOKEN_RENEW_S` after their last renewal. Ports from MELON_TEST_SECURE_PORT_BASE (default 26000);
+    MELON_TEST_SECURE_CLUSTER_DIR reuses a running one (start it with the same options:
+    ``melon minicluster start --secure --tenants --token-renew-s 20 --nodemanagers 1``)."""
     yield from running_cluster("MELON_TEST_SECURE_CLUSTER_DIR", "melon-secure-", "MELON_TEST_SECURE_PORT_BASE",
-                               26000, secure=True, nodemanagers=1, timeout=240)
+                               26000, secure=True, tenants=True, token_renew_s=SECURE_TOKEN_RENEW_S,
+                               nodemanagers=1, timeout=240)
+
+
+#: the secure cluster's NameNode delegation-token renew interval (Hadoop's default is 24 h): short, so a test job
+#: outlives its token's first expiry
+SECURE_TOKEN_RENEW_S = 20
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import re
 import uuid
 from typing import Callable, Mapping, Optional
 
+from airflow_provider_melon.runtime.tokens import container_hdfs_token
 from airflow_provider_melon.runtime.webhdfs import WebHdfs, WebHdfsError
 
 LOCAL_ROOT = "melon-outputs"
@@ -89,7 +90,7 @@ def publish(env: Mapping[str, str], workdir: str, log: Callable[[str], None],
         url, user = env.get("MELON_WEBHDFS_URL"), env.get("MELON_HDFS_USER") or env.get("USER") or "root"
         if not url:
             raise OutputError("MELON_WEBHDFS_URL is not set: cannot publish outputs " + ", ".join(outputs))
-        client = WebHdfs(url, user)
+        client = WebHdfs(url, user, delegation=container_hdfs_token(dict(env)))
     overwrite = env.get("MELON_OUTPUT_OVERWRITE", "0") in ("1", "true", "True")
     published = {}
     for name, target in outputs.items():

@@ -10,10 +10,13 @@ service), then a vint count of secrets, each ``alias`` (Text) + vint length + by
 
 from __future__ import annotations
 
+import base64
 import os
 
 #: the alias of the AM's shared secret in the application's credentials (MelonApplicationMaster reads the same)
 AM_SECRET_ALIAS = "melon.am.secret"
+#: the kind of an HDFS delegation token (the one the submission adds, renewed by the RM while the app runs)
+HDFS_TOKEN_KIND = "HDFS_DELEGATION_TOKEN"
 
 
 class TokenFileError(ValueError):
@@ -74,3 +77,33 @@ def container_secret(alias: str = AM_SECRET_ALIAS, env: dict | None = None) -> s
         _, secrets = read_token_file(f.read())
     value = secrets.get(alias)
     return value.decode() if value is not None else None
+
+
+def _write_vint(n: int) -> bytes:
+    """Hadoop's ``WritableUtils.writeVInt`` for a length (``n >= 0``)."""
+    if n <= 127:
+        return bytes([n])
+    size = (n.bit_length() + 7) // 8
+    return (-112 - size).to_bytes(1, "big", signed=True) + n.to_bytes(size, "big")
+
+
+def url_string(token: dict) -> str:
+    """A token as ``Token.encodeToUrlString`` writes it (what WebHDFS's ``delegation=`` takes): the token's
+    Writable form (vint-length identifier and password, Text kind and service) in unpadded URL-safe base64."""
+    raw = b"".join(_write_vint(len(part)) + part for part in (
+        token["identifier"], token["password"], token["kind"].encode(), token["service"].encode()))
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def container_hdfs_token(env: dict | None = None) -> str | None:
+    """This container's HDFS delegation token as a ``delegation=`` string, or None (no token file: a cluster
+    without Kerberos, where WebHDFS takes ``user.name``). The token is the submission's (see
+    :mod:`airflow_provider_melon.delegation`), handed on by the AM; the RM renews it while the app runs, so it
+    stays valid past the NameNode's renew interval without any action here."""
+    path = (env if env is not None else os.environ).get("HADOOP_TOKEN_FILE_LOCATION")
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        found, _ = read_token_file(f.read())
+    hdfs = [t for t in found.values() if t["kind"] == HDFS_TOKEN_KIND]
+    return url_string(hdfs[0]) if hdfs else None

@@ -1,5 +1,6 @@
 """The few WebHDFS calls a task needs to publish its outputs, on the standard library only (the job's Python may
-have nothing else). Simple auth (``user.name``); every call bounded in time and retried a few times on
+have nothing else). Simple auth (``user.name``), or on a Kerberos cluster the container's HDFS delegation token
+(``delegation=``, from :func:`~airflow_provider_melon.runtime.tokens.container_hdfs_token`); every call bounded in time and retried a few times on
 connection errors (a NameNode restarting)."""
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ class WebHdfsError(RuntimeError):
 
 
 class WebHdfs:
-    def __init__(self, url: str, user: str):
+    def __init__(self, url: str, user: str, delegation: Optional[str] = None):
         self.url = url.split(";")[0].rstrip("/")  # the first of an HA list
         if not self.url.endswith("/webhdfs/v1"):
             self.url += "/webhdfs/v1"
         self.user = user
+        # a token names its owner: with one, WebHDFS refuses a user.name that differs, so it is sent alone
+        self.auth = {"delegation": delegation} if delegation else {"user.name": user}
 
     def _call(self, method: str, path: str, op: str, data: Any = None, url: Optional[str] = None,
               **params: Any) -> tuple[int, bytes]:
         if url is None:
-            query = urllib.parse.urlencode({"op": op, "user.name": self.user, **params})
+            query = urllib.parse.urlencode({"op": op, **self.auth, **params})
             url = f"{self.url}{urllib.parse.quote(path)}?{query}"
         for attempt in range(RETRIES):
             body = data() if callable(data) else data

@@ -261,3 +261,69 @@ def test_am_secret_travels_in_credentials_and_appears_in_no_log(secure_cluster, 
     leaks = [str(p) for p in files if secret.encode() in p.read_bytes()]
     assert leaks == []
     assert secret not in json.dumps(app)
+
+
+# ---- token renewal and the runtime's HDFS access ------------------------------------------------------------
+
+OUTLIVE = """import os, time
+time.sleep(float(os.environ["HOLD_S"]))  # past the token's first expiry: only the RM's renewal keeps it valid
+with open(os.path.join(os.environ["MELON_OUTPUT_MODEL"], "weights.txt"), "w") as f:
+    f.write("trained past the renew interval")
+"""
+
+
+def _webhdfs_status(cluster, path: str, token: str) -> requests.Response:
+    """GETFILESTATUS authenticated by a delegation token alone (no SPNEGO, no user.name)."""
+    return requests.get(f"{cluster.webhdfs_url}{path}", params={"op": "GETFILESTATUS", "delegation": token},
+                        timeout=10)
+
+
+def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_token(secure_cluster, tmp_path):
+    """The NameNode here lets a delegation token live 20 s past its last renewal. A job runs 2.5 intervals and
+    then publishes a declared output from its container over WebHDFS with the HDFS token from its token file
+    (``delegation=``; ``user.name`` gets 401 on this cluster). It succeeds because the RM, the token's renewer,
+    renewed it while the app ran (its log shows each renewal for the app); a token nobody renews, taken at the
+    same moment, is refused as expired by then."""
+    from hdfs.ext.kerberos import KerberosClient
+
+    from airflow_provider_melon import delegation
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.spec import JobSpec
+    from tests.conftest import SECURE_TOKEN_RENEW_S
+
+    hook = melon_hook_for_cluster(secure_cluster.work_dir)
+    target = f"/user/airflow/melon-renew-{uuid.uuid4().hex[:8]}/model"
+    (tmp_path / "outlive.py").write_text(OUTLIVE)
+    hold = 2.5 * SECURE_TOKEN_RENEW_S
+    spec = JobSpec.from_dict({
+        "name": "secure-outlive", "framework": "generic", "entrypoint": "python outlive.py", "code": str(tmp_path),
+        "env": {"HOLD_S": str(hold)}, "outputs": {"model": f"hdfs://{target}"},
+        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    # the control: a token for the same user whose renewer (airflow itself) never renews it
+    unrenewed = delegation.hdfs_delegation_token(hook.yarn, secure_cluster.webhdfs_url, "airflow",
+                                                 secure_cluster.fs_default_fs)
+    assert _webhdfs_status(secure_cluster, "/user/airflow", unrenewed).status_code == 200
+    started = time.monotonic()
+    app_id = hook.submit(spec)["app_id"]
+    app = _wait_terminal(hook.yarn, app_id, timeout=hold + 240)
+    ran = time.monotonic() - started
+    out = "\n".join(mc.container_logs(secure_cluster.work_dir, app_id, "stderr").values())
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (app.get("diagnostics"), out[-3000:])
+    assert ran > 2 * SECURE_TOKEN_RENEW_S
+
+    client = KerberosClient(secure_cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0])
+    with client.read(f"{target}/weights.txt") as reader:
+        assert reader.read() == b"trained past the renew interval"
+    assert client.status(target)["owner"] == "airflow"
+
+    log = (Path(secure_cluster.work_dir) / "launcher.log").read_text(errors="replace")
+    renewals = [line for line in log.splitlines() if "Renewed delegation-token=" in line and app_id in line]
+    print(f"\nTOKEN-RENEWAL {app_id}: ran {ran:.0f} s with a {SECURE_TOKEN_RENEW_S} s renew interval; "
+          f"the RM renewed its HDFS token {len(renewals)} time(s):")
+    for line in renewals:
+        print("  " + line[:23] + " ... " + line[line.index("Renewed"):][:60] + " ... " + line[line.index("exp="):])
+    assert len(renewals) >= 2  # the renewal at submit, then at least one by the RM's timer before expiry
+
+    expired = _webhdfs_status(secure_cluster, "/user/airflow", unrenewed)
+    print(f"the unrenewed control token after {ran:.0f} s: HTTP {expired.status_code} {expired.text[:160]}")
+    assert expired.status_code == 403 and "expired" in expired.text

@@ -56,3 +56,33 @@ def test_executor_takes_the_secret_from_the_token_file(tmp_path):
     path.write_bytes(token_file({}))
     with pytest.raises(Fatal, match="MELON_SECRET"):
         Config.from_env(env)
+
+
+def _url_token_fields(s: str) -> tuple:
+    """Decode ``Token.encodeToUrlString`` independently of the product: base64url, then Token.readFields."""
+    import base64
+
+    r = tokens._Reader(base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
+    return r.blob(), r.blob(), r.blob().decode(), r.blob().decode()
+
+
+def test_container_hdfs_token_is_the_webhdfs_delegation_string(tmp_path):
+    """The HDFS token of the container's token file, in the URL-safe unpadded form WebHDFS's delegation= takes
+    (long identifier: a two-byte vint length)."""
+    path = tmp_path / "container_tokens"
+    path.write_bytes(token_file({"melon.am.secret": b"abc"}))
+    s = tokens.container_hdfs_token({"HADOOP_TOKEN_FILE_LOCATION": str(path)})
+    assert s and "=" not in s and "+" not in s and "/" not in s
+    assert _url_token_fields(s) == (b"\x01" * 300, b"pw", "HDFS_DELEGATION_TOKEN", "127.0.0.1:8020")
+
+
+def test_no_token_file_or_no_hdfs_token_means_simple_auth(tmp_path):
+    from airflow_provider_melon.runtime.webhdfs import WebHdfs
+
+    assert tokens.container_hdfs_token({}) is None
+    path = tmp_path / "container_tokens"
+    path.write_bytes(token_file({}).replace(b"HDFS_DELEGATION_TOKEN", b"YARN_AM_RM_TOKEN_XXXX"))
+    assert tokens.container_hdfs_token({"HADOOP_TOKEN_FILE_LOCATION": str(path)}) is None
+    assert WebHdfs("http://nn:9870", "alice").auth == {"user.name": "alice"}
+    # with a token, user.name is not sent: WebHDFS refuses a user.name that differs from the token's owner
+    assert WebHdfs("http://nn:9870", "alice", delegation="tok").auth == {"delegation": "tok"}

@@ -86,6 +86,9 @@ public final class MiniClusterLauncher {
     // 1: multi-tenant setup (tenantsConf): tenant queues with preemption, ACLs, HDFS permissions and homes, an
     // `airflow` service user that may impersonate the tenants
     opts.put("tenants", "0");
+    // > 0: the NameNode's delegation-token renew interval (dfs.namenode.delegation.token.renew-interval), short so
+    // a test job outlives its HDFS token's first expiry and only the RM's renewal keeps it valid
+    opts.put("dt-renew-ms", "0");
     opts.put("details", null);
     for (int i = 0; i < args.length; i++) {
       String a = args[i];
@@ -223,6 +226,9 @@ public final class MiniClusterLauncher {
     }
     if (intOpt("tenants") != 0) {
       tenantsConf(conf, user);
+    }
+    if (intOpt("dt-renew-ms") > 0) {
+      conf.setLong("dfs.namenode.delegation.token.renew-interval", intOpt("dt-renew-ms"));
     }
     return conf;
   }

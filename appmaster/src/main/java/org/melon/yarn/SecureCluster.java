@@ -113,9 +113,10 @@ final class SecureCluster {
     String keytab = keytabs.get("services");
     conf.set("hadoop.security.authentication", "kerberos");
     conf.set("hadoop.rpc.protection", "authentication");
-    // the Airflow principal submits for the tenants (doAs) like a real gateway would
-    conf.set("hadoop.proxyuser.airflow.hosts", "*");
-    conf.set("hadoop.proxyuser.airflow.groups", "*");
+    // the Airflow principal submits for the tenants (doAs) like a real gateway would; with --tenants the tenants'
+    // narrower rule (only the group `tenants`) stays
+    conf.setIfUnset("hadoop.proxyuser.airflow.hosts", "*");
+    conf.setIfUnset("hadoop.proxyuser.airflow.groups", "*");
 
     // HDFS
     conf.set("dfs.namenode.kerberos.principal", service);
@@ -148,7 +149,10 @@ final class SecureCluster {
     byte[] bytes = new byte[32];
     new SecureRandom().nextBytes(bytes);
     Files.write(secret.toPath(), Base64.getEncoder().encode(bytes));
-    conf.set("hadoop.http.filter.initializers", "org.apache.hadoop.security.AuthenticationFilterInitializer");
+    // (with --tenants: its doAs-aware subclass, which authenticates the same way and then applies doAs)
+    if (!conf.get("hadoop.http.filter.initializers", "").contains("ProxyUserAuthenticationFilterInitializer")) {
+      conf.set("hadoop.http.filter.initializers", "org.apache.hadoop.security.AuthenticationFilterInitializer");
+    }
     conf.set("hadoop.http.authentication.type", "kerberos");
     conf.setBoolean("hadoop.http.authentication.simple.anonymous.allowed", false);
     conf.set("hadoop.http.authentication.kerberos.principal", "*");
