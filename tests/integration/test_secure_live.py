@@ -327,3 +327,61 @@ def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_to
     expired = _webhdfs_status(secure_cluster, "/user/airflow", unrenewed)
     print(f"the unrenewed control token after {ran:.0f} s: HTTP {expired.status_code} {expired.text[:160]}")
     assert expired.status_code == 403 and "expired" in expired.text
+
+
+# ---- tenants on Kerberos: doAs, queues, ACLs and HDFS homes with real principals ---------------------------
+
+
+def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secure_cluster, tmp_path):
+    """The ``airflow`` principal submits *as* alice (doAs over SPNEGO) into her queue: the RM's app user is alice,
+    the staging is hers (0700), and the HDFS delegation token (asked with doAs) is hers too (owner alice), so
+    the NodeManager can localize files from her private home. Bob, with his own Kerberos ticket, can neither kill
+    her app nor list her staging (403); the admin group sees the ACL-guarded fields."""
+    import sys
+
+    from hdfs.ext.kerberos import KerberosClient
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.spec import JobSpec
+
+    t, d = mc.TENANTS, secure_cluster
+    (tmp_path / "alice.py").write_text("import time; print('alice private code', flush=True); time.sleep(30)\n")
+    yarn = _hook(d, tmp_path, proxy_user="alice")
+    yarn._kerberos_tickets().ensure(force=True)  # the WebHDFS client below uses the same ticket cache
+    nn = d.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]
+    hook = MelonHook(yarn_hook=yarn, hdfs_client=KerberosClient(nn, proxy="alice"), proxy_user="alice",
+                     admin_acl=" " + t["admin_group"], am_classpath=d.am_classpath, default_python=sys.executable,
+                     container_env=mc.container_env(d), fs_default_fs=d.fs_default_fs)
+    spec = JobSpec.from_dict({"name": "secure-alice", "framework": "generic", "entrypoint": "python alice.py",
+                              "code": str(tmp_path), "queue": t["queues"]["alice"][0],
+                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    app_id = hook.submit(spec)["app_id"]
+    app = hook.yarn.get_application(app_id)
+    assert (app["user"], app["queue"]) == ("alice", "root.tenant_a")
+    staging = KerberosClient(nn, proxy="alice").status("/user/alice/.melon")
+    assert (staging["owner"], staging["permission"]) == ("alice", "700")
+
+    bob = _hook(d, tmp_path, name="bob")
+    bob._kerberos_tickets().ensure(force=True)
+    try:
+        with pytest.raises(YarnApiError) as denied:
+            bob.kill_application(app_id)
+        listing = bob.get_url(f"{d.webhdfs_url}/user/alice/.melon", params={"op": "LISTSTATUS"})
+        bob_view = bob.get_application(app_id)
+    finally:
+        yarn._kerberos_tickets().ensure(force=True)  # the process's ticket cache back to airflow's
+    print(f"\nbob (Kerberos) kills alice's {app_id}: HTTP {denied.value.status} {str(denied.value)[:160]}")
+    print(f"bob lists /user/alice/.melon: HTTP {listing.status_code} {listing.text[:160]}")
+    assert denied.value.status == 403
+    assert listing.status_code == 403 and "user=bob" in listing.text
+    ops = _hook(d, tmp_path, name="airflow", proxy_user=t["admin_user"])
+    assert "amContainerLogs" in ops.get_application(app_id) and "amContainerLogs" not in bob_view
+
+    app = _wait_terminal(hook.yarn, app_id)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
+    out = "\n".join(mc.container_logs(d.work_dir, app_id, "stdout").values())
+    assert "alice private code" in out
+    log = (Path(d.work_dir) / "launcher.log").read_text(errors="replace")
+    token = [line for line in log.splitlines() if "Renewed delegation-token=" in line and app_id in line]
+    print("alice's HDFS token, as the RM renews it:", token[0][token[0].index("(token for"):][:80] if token else None)
+    assert token and "(token for alice: HDFS_DELEGATION_TOKEN owner=alice," in token[0], token[:1]
