@@ -36,6 +36,11 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
     ``pays_mix``   (c') as (c) with ``large_joins_one_small``: a job that does not pay may also take a GPU
                    holding one small job, never one holding another large job.
     ``pays_mix_lookahead`` (cL) (c') plus ``consolidate`` and ``keep_idle`` = the queued jobs that do not pay.
+    ``pays_quota`` (cQ) (c') plus ``consolidate`` and the queue quota (``policy.whole_gpu_quota``): the queued
+                   jobs' counts by kind and the mean solo duration of each kind among the jobs finished so far
+                   go to ``policy.place_where_it_pays``, which runs the small-only GPU time first and starts large
+                   jobs on every GPU once the small work left fits beside them. ``pays_quota_even`` (cQ=) is the
+                   same with ``front=0`` (both kinds spread evenly over the schedule).
     ``gandiva``    (g) a Gandiva-style greedy packer, a baseline: :func:`gandiva_place`.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
                    bound restricted to the configurations (c)'s own rules allow.
@@ -211,13 +216,15 @@ PAYS_VARIANTS = {
     "pays_mix": {"large_joins_one_small": True},
     "pays_mix_lookahead": {"consolidate": True, "lookahead": True, "large_joins_one_small": True},
     "pays_quota": {"consolidate": True, "counts": True, "large_joins_one_small": True},
+    "pays_quota_even": {"consolidate": True, "counts": True, "large_joins_one_small": True, "front": 0.0},
 }
 
 
 def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: SpeedModel,
           queued: Sequence[Job] = (), done: Sequence[Job] = ()) -> Optional[int]:
     """The GPU ``job`` takes under policy ``name`` given what runs (``state``) and what else waits (``queued``,
-    the jobs behind it in the queue: only the lookahead variant reads it), or None."""
+    the jobs behind it in the queue: only the lookahead and quota variants read it), or None. ``done``: the
+    jobs finished so far (only the quota variants read it: the mean solo duration of each kind)."""
     gpus = _gpus(state, total_mb)
     if name == "exclusive":
         return policy.exclusive(gpus)

@@ -44,6 +44,8 @@ __all__ = [
     "fair_mix",
     "marginal_gain",
     "place_where_it_pays",
+    "small_only_throughput",
+    "whole_gpu_quota",
 ]
 
 
@@ -293,7 +295,7 @@ def small_only_throughput(rates: Rates, *, min_gain: float = MIN_MARGINAL_GAIN,
 
 def whole_gpu_quota(n_gpus: int, rates: Rates, whole_work: float, sharing_work: float, *,
                     min_gain: float = MIN_MARGINAL_GAIN, fairness_bound: float = FAIRNESS_BOUND,
-                    pair: bool = True, min_whole: int = 1) -> int:
+                    pair: bool = True, min_whole: int = 1, front: float = math.inf) -> int:
     """How many of ``n_gpus`` may hold a task that does not pay (a "whole-GPU" task), given the work left.
 
     ``whole_work`` / ``sharing_work`` are the solo work still to do by tasks that do not pay / that pay, in any
@@ -305,11 +307,15 @@ def whole_gpu_quota(n_gpus: int, rates: Rates, whole_work: float, sharing_work: 
     * GPU-time the whole-GPU work needs: ``whole_work / lr`` where ``lr`` is a large task's rate beside one
       small (``pair``: when that pairing is fair and gains more than ``min_gain``), else alone;
     * paying work that fits beside them: ``sr * whole_work / lr`` (``sr``: the small partner's rate);
-    * while more paying work than that is left, only ``min_whole`` GPUs hold whole-GPU tasks (the rest pack
-      small tasks, :func:`small_only_throughput`); once the rest fits beside them, every GPU may take one.
+    * while more paying work than that is left (``small_only_left`` GPU-time of small-only GPUs), only
+      ``min_whole`` GPUs hold whole-GPU tasks (the rest pack small tasks, :func:`small_only_throughput`); once
+      the rest fits beside them, every GPU may take one.
 
-    This is the fractional lower bound's schedule ((0, 4) GPU-time, then (1, 1) GPU-time, the order that
-    lets the short tasks finish first). Returns 0 when there is no whole-GPU work.
+    This is the fractional lower bound's schedule ((0, 4) GPU-time first, then (1, 1) GPU-time: the order that
+    lets the short tasks finish first). ``front`` < inf hedges it: the whole-GPU tasks get
+    ``ceil(n_gpus * (x_pair - front * small_only_left) / (x_pair + small_only_left))`` GPUs (``x_pair``: their
+    GPU-time), so ``front = 0`` spreads both kinds evenly over the schedule (they drain together: better
+    makespan when durations are unknown, worse mean JCT). Returns 0 when there is no whole-GPU work.
     """
     if whole_work <= 0:
         return 0
@@ -319,7 +325,13 @@ def whole_gpu_quota(n_gpus: int, rates: Rates, whole_work: float, sharing_work: 
     else:
         lr, sr = rates(1, 0)[0], 0.0
     small_only_left = max(0.0, sharing_work - sr * whole_work / lr) / small_tp if small_tp > 0 else 0.0
-    return n_gpus if small_only_left <= 1e-9 else max(0, min(n_gpus, min_whole))
+    if small_only_left <= 1e-9:
+        return n_gpus
+    if front == math.inf:
+        return max(0, min(n_gpus, min_whole))
+    x_pair = whole_work / lr
+    share = max(0.0, x_pair - front * small_only_left) / (x_pair + small_only_left)
+    return max(min(n_gpus, min_whole), min(n_gpus, math.ceil(n_gpus * share - 1e-9)))
 
 
 def place_where_it_pays(
@@ -338,6 +350,8 @@ def place_where_it_pays(
     queued_whole: Optional[int] = None,
     queued_sharing: int = 0,
     work_ratio: float = 1.0,
+    front: float = math.inf,
+    min_whole: int = 1,
 ) -> Optional[int]:
     """Policy (c): the GPU a task should take, or ``None`` (it waits).
 
@@ -362,7 +376,7 @@ def place_where_it_pays(
     unit each) they give :func:`whole_gpu_quota`. A task that does not pay waits while that many GPUs already
     hold one; a paying task stays off the GPUs still missing from the quota (idle ones first, then those with
     the fewest small tasks, so they drain to the one small a large task may join) and, while whole-GPU tasks
-    wait, consolidates on shared GPUs.
+    wait, consolidates on shared GPUs. ``front`` and ``min_whole`` go to :func:`whole_gpu_quota`.
     """
     gpus = list(gpus)
     reserved: set = set()
@@ -370,7 +384,8 @@ def place_where_it_pays(
         running_whole = sum(1 for g in gpus if _mix(g)[0])
         quota = whole_gpu_quota(len(gpus), rates, work_ratio * (queued_whole + running_whole + (not pays)),
                                 queued_sharing + sum(_mix(g)[1] for g in gpus) + pays,
-                                min_gain=min_gain, fairness_bound=fairness_bound, pair=large_joins_one_small)
+                                min_gain=min_gain, fairness_bound=fairness_bound, pair=large_joins_one_small,
+                                front=front, min_whole=min_whole)
         if not pays and running_whole >= quota:
             return None  # the quota is used: the paying tasks behind it go first
         if pays:

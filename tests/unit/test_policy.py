@@ -240,6 +240,9 @@ def test_whole_gpu_quota_front_loads_the_small_only_time():
     assert policy.whole_gpu_quota(8, _rates, 10, 40) == 1  # small-only GPU time still needed: one GPU (learns)
     assert policy.whole_gpu_quota(8, _rates, 10, 40, min_whole=0) == 0
     assert policy.whole_gpu_quota(8, _rates, 20, 20) == 8  # a longer large kind (work ratio 2) switches sooner
+    # front=0: both kinds spread evenly, GPUs in proportion to their GPU-time (10 / 0.93 vs (40 - 10.3) / 3.52)
+    assert policy.whole_gpu_quota(8, _rates, 10, 40, front=0.0) == 5  # ceil(8 * 10.75 / (10.75 + 8.43)) = ceil(4.48)
+    assert policy.whole_gpu_quota(8, _rates, 10, 40, front=1.0) == 1  # ceil(8 * (10.75 - 8.43) / 19.18) = 1
 
 
 def test_quota_a_large_task_waits_while_small_only_time_is_still_needed():
