@@ -36,6 +36,11 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
     ``pays_mix``   (c') as (c) with ``large_joins_one_small``: a job that does not pay may also take a GPU
                    holding one small job, never one holding another large job.
     ``pays_mix_lookahead`` (cL) (c') plus ``consolidate`` and ``keep_idle`` = the queued jobs that do not pay.
+    ``pays_quota`` (cQ) (c') plus ``consolidate`` and the queue quota (``policy.whole_gpu_quota``): the queued
+                   jobs' counts by kind and the mean solo duration of each kind among the jobs finished so far
+                   go to ``policy.place_where_it_pays``, which runs the small-only GPU time first and starts large
+                   jobs on every GPU once the small work left fits beside them. ``pays_quota_even`` (cQ=) is the
+                   same with ``front=0`` (both kinds spread evenly over the schedule).
     ``gandiva``    (g) a Gandiva-style greedy packer, a baseline: :func:`gandiva_place`.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
                    bound restricted to the configurations (c)'s own rules allow.
@@ -210,13 +215,16 @@ PAYS_VARIANTS = {
     "pays": {},
     "pays_mix": {"large_joins_one_small": True},
     "pays_mix_lookahead": {"consolidate": True, "lookahead": True, "large_joins_one_small": True},
+    "pays_quota": {"consolidate": True, "counts": True, "large_joins_one_small": True},
+    "pays_quota_even": {"consolidate": True, "counts": True, "large_joins_one_small": True, "front": 0.0},
 }
 
 
 def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: SpeedModel,
-          queued: Sequence[Job] = ()) -> Optional[int]:
+          queued: Sequence[Job] = (), done: Sequence[Job] = ()) -> Optional[int]:
     """The GPU ``job`` takes under policy ``name`` given what runs (``state``) and what else waits (``queued``,
-    the jobs behind it in the queue: only the lookahead variant reads it), or None."""
+    the jobs behind it in the queue: only the lookahead and quota variants read it), or None. ``done``: the
+    jobs finished so far (only the quota variants read it: the mean solo duration of each kind)."""
     gpus = _gpus(state, total_mb)
     if name == "exclusive":
         return policy.exclusive(gpus)
@@ -230,6 +238,16 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
     keep_idle = 0
     if flags.pop("lookahead", False):
         keep_idle = sum(1 for q in queued if q is not job and not job_pays(q, model, total_mb))
+    if flags.pop("counts", False):
+        others = [job_pays(q, model, total_mb) for q in queued if q is not job]
+        flags["queued_whole"] = sum(1 for p in others if not p)
+        flags["queued_sharing"] = sum(1 for p in others if p)
+        # the mean solo duration of each kind, from the jobs that have finished (what the system could log);
+        # 1.0 until one of each kind has finished
+        wl = [d.work_s for d in done if not job_pays(d, model, total_mb)]
+        ws = [d.work_s for d in done if job_pays(d, model, total_mb)]
+        if wl and ws:
+            flags["work_ratio"] = (sum(wl) / len(wl)) / (sum(ws) / len(ws))
     return policy.place_where_it_pays(gpus, job.expected_mb, large=job.large, pays=job_pays(job, model, total_mb),
                                       rates=model.rates, min_gain=MIN_MARGINAL_GAIN, fairness_bound=FAIRNESS_BOUND,
                                       keep_idle=keep_idle, **flags)
@@ -296,6 +314,7 @@ def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, 
            "lpt": lambda j: (-j.work_s, j.name)}[order]
     pending = sorted(jobs, key=lambda j: (j.arrival_s,) + tie(j))
     queue: List[Job] = []
+    done: List[Job] = []
     state: List[List[Job]] = [[] for _ in range(n_gpus)]
     remaining = {j.name: float(j.work_s) for j in jobs}
     res = Result(policy_name, 0.0, 0.0, 0.0)
@@ -308,7 +327,7 @@ def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, 
         for job in list(queue):
             if (job.kind, job.expected_mb) in refused:
                 continue
-            g = place(policy_name, job, state, total_mb, model, queue)
+            g = place(policy_name, job, state, total_mb, model, queue, done)
             if g is None:
                 refused.add((job.kind, job.expected_mb))
             else:
@@ -339,6 +358,7 @@ def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, 
                 remaining[j.name] -= rate[j.name] * dt
                 if remaining[j.name] <= 1e-6 * max(1.0, j.work_s):
                     res.finish[j.name] = t
+                    done.append(j)
                 else:
                     keep.append(j)
             state[gi] = keep

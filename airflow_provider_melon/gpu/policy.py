@@ -44,6 +44,8 @@ __all__ = [
     "fair_mix",
     "marginal_gain",
     "place_where_it_pays",
+    "small_only_throughput",
+    "whole_gpu_quota",
 ]
 
 
@@ -279,6 +281,59 @@ def marginal_gain(rates: Rates, n_large: int, n_small: int, large: bool) -> floa
     return total(n_large + large, n_small + (not large)) - total(n_large, n_small)
 
 
+def small_only_throughput(rates: Rates, *, min_gain: float = MIN_MARGINAL_GAIN,
+                          fairness_bound: float = FAIRNESS_BOUND, limit: int = 64) -> Tuple[int, float]:
+    """``(k, aggregate throughput)`` of the fullest small-only GPU the gain and fairness rules allow.
+
+    With the H200 anchor: R18 stops at k = 4 (3 -> 4 adds 0.85 of a job, 4 -> 5 only 0.05), 3.52 jobs' worth.
+    """
+    k = 1
+    while k < limit and fair_mix(rates, 0, k + 1, fairness_bound) and marginal_gain(rates, 0, k, False) > min_gain:
+        k += 1
+    return k, k * rates(0, k)[1]
+
+
+def whole_gpu_quota(n_gpus: int, rates: Rates, whole_work: float, sharing_work: float, *,
+                    min_gain: float = MIN_MARGINAL_GAIN, fairness_bound: float = FAIRNESS_BOUND,
+                    pair: bool = True, min_whole: int = 1, front: float = math.inf) -> int:
+    """How many of ``n_gpus`` may hold a task that does not pay (a "whole-GPU" task), given the work left.
+
+    ``whole_work`` / ``sharing_work`` are the solo work still to do by tasks that do not pay / that pay, in any
+    common unit (the caller's estimate: task counts times a mean duration per kind). Whole-GPU tasks can use
+    only one slot per GPU (two large together do not pay, and a large one admits at most one small beside it
+    without MPS), so they set the makespan unless they start early enough; paying tasks are shorter and
+    pack 4 to a GPU, so running them first lowers mean JCT. The rule front-loads the small-only GPU time:
+
+    * GPU-time the whole-GPU work needs: ``whole_work / lr`` where ``lr`` is a large task's rate beside one
+      small (``pair``: when that pairing is fair and gains more than ``min_gain``), else alone;
+    * paying work that fits beside them: ``sr * whole_work / lr`` (``sr``: the small partner's rate);
+    * while more paying work than that is left (``small_only_left`` GPU-time of small-only GPUs), only
+      ``min_whole`` GPUs hold whole-GPU tasks (the rest pack small tasks, :func:`small_only_throughput`); once
+      the rest fits beside them, every GPU may take one.
+
+    This is the fractional lower bound's schedule ((0, 4) GPU-time first, then (1, 1) GPU-time: the order that
+    lets the short tasks finish first). ``front`` < inf hedges it: the whole-GPU tasks get
+    ``ceil(n_gpus * (x_pair - front * small_only_left) / (x_pair + small_only_left))`` GPUs (``x_pair``: their
+    GPU-time), so ``front = 0`` spreads both kinds evenly over the schedule (they drain together: better
+    makespan when durations are unknown, worse mean JCT). Returns 0 when there is no whole-GPU work.
+    """
+    if whole_work <= 0:
+        return 0
+    _, small_tp = small_only_throughput(rates, min_gain=min_gain, fairness_bound=fairness_bound)
+    if pair and fair_mix(rates, 1, 1, fairness_bound) and marginal_gain(rates, 1, 0, False) > min_gain:
+        lr, sr = rates(1, 1)
+    else:
+        lr, sr = rates(1, 0)[0], 0.0
+    small_only_left = max(0.0, sharing_work - sr * whole_work / lr) / small_tp if small_tp > 0 else 0.0
+    if small_only_left <= 1e-9:
+        return n_gpus
+    if front == math.inf:
+        return max(0, min(n_gpus, min_whole))
+    x_pair = whole_work / lr
+    share = max(0.0, x_pair - front * small_only_left) / (x_pair + small_only_left)
+    return max(min(n_gpus, min_whole), min(n_gpus, math.ceil(n_gpus * share - 1e-9)))
+
+
 def place_where_it_pays(
     gpus: Sequence[Gpu],
     expected_mb: int,
@@ -292,6 +347,11 @@ def place_where_it_pays(
     consolidate: bool = False,
     keep_idle: int = 0,
     large_joins_one_small: bool = False,
+    queued_whole: Optional[int] = None,
+    queued_sharing: int = 0,
+    work_ratio: float = 1.0,
+    front: float = math.inf,
+    min_whole: int = 1,
 ) -> Optional[int]:
     """Policy (c): the GPU a task should take, or ``None`` (it waits).
 
@@ -309,8 +369,32 @@ def place_where_it_pays(
       that need a whole one. An idle GPU is still taken when no shared one qualifies, unless
     * ``keep_idle`` (lookahead at the queue: how many queued tasks need an idle GPU and cannot use a shared
       one) is at least the number of idle GPUs: then the paying task waits rather than take one of them.
+
+    Queue quota ((cQ), on when ``queued_whole`` is given): ``queued_whole`` / ``queued_sharing`` count the tasks
+    waiting besides this one that do not pay / pay, ``work_ratio`` is the mean solo duration of a task that does
+    not pay over one that pays (estimated from finished tasks; 1.0 while unknown). With the running tasks (one
+    unit each) they give :func:`whole_gpu_quota`. A task that does not pay waits while that many GPUs already
+    hold one; a paying task stays off the GPUs still missing from the quota (idle ones first, then those with
+    the fewest small tasks, so they drain to the one small a large task may join) and, while whole-GPU tasks
+    wait, consolidates on shared GPUs. ``front`` and ``min_whole`` go to :func:`whole_gpu_quota`.
     """
     gpus = list(gpus)
+    reserved: set = set()
+    if queued_whole is not None:
+        running_whole = sum(1 for g in gpus if _mix(g)[0])
+        quota = whole_gpu_quota(len(gpus), rates, work_ratio * (queued_whole + running_whole + (not pays)),
+                                queued_sharing + sum(_mix(g)[1] for g in gpus) + pays,
+                                min_gain=min_gain, fairness_bound=fairness_bound, pair=large_joins_one_small,
+                                front=front, min_whole=min_whole)
+        if not pays and running_whole >= quota:
+            return None  # the quota is used: the paying tasks behind it go first
+        if pays:
+            # drain: the GPUs a queued whole-GPU task is to start on (idle first, then the fewest small tasks)
+            deficit = max(0, min(queued_whole, quota - running_whole))
+            free_of_whole = sorted((g for g in gpus if not _mix(g)[0]),
+                                   key=lambda g: (len(g.tasks), g.reserved_mb, g.index))
+            reserved = {g.index for g in free_of_whole[:deficit]}
+            consolidate = consolidate and queued_whole > 0
     if not pays and not large_joins_one_small:
         return exclusive(gpus)
 
@@ -332,6 +416,8 @@ def place_where_it_pays(
         nl, ns = _mix(g)
         if not pays and (nl or not ns):
             continue  # a task that does not pay joins small tasks only (idle GPUs: exclusive() below)
+        if pays and g.index in reserved:
+            continue  # drained for a queued task that needs (nearly) a whole GPU
         if pays and keep_idle and slots <= keep_idle and whole_slot(g) and not whole_slot(g, int(not large)):
             continue  # lookahead: this GPU is one a queued task that needs a whole one could still start on
         if not fair_mix(rates, nl + large, ns + (not large), fairness_bound):

@@ -224,3 +224,51 @@ def test_lookahead_keeps_an_idle_gpu_for_a_queued_large_task():
     assert _place(one, large_joins_one_small=True) == 1  # 3 -> 4 gains 0.85 > 1 -> 2 gains 0.82
     assert _place([_gpu(0, SMALL)], large_joins_one_small=True) == 0
     assert _place([_gpu(0, SMALL)], large_joins_one_small=True, keep_idle=1) is None
+
+
+# -- queue quota ((cQ)): whole-GPU tasks start once the paying work left fits beside them ----------------------------
+def test_small_only_throughput_stops_at_the_gain_rule():
+    k, tp = policy.small_only_throughput(_rates)
+    assert k == 4 and tp == pytest.approx(3.52)
+    assert policy.small_only_throughput(_rates, min_gain=0.04)[0] > 4
+
+
+def test_whole_gpu_quota_front_loads_the_small_only_time():
+    assert policy.whole_gpu_quota(8, _rates, 0, 100) == 0  # no whole-GPU work
+    # 10 large units need 10 / 0.93 GPU-h beside one small each, which absorbs 0.96 * 10 / 0.93 = 10.3 small units
+    assert policy.whole_gpu_quota(8, _rates, 10, 10) == 8  # the small work fits beside them: every GPU may take one
+    assert policy.whole_gpu_quota(8, _rates, 10, 40) == 1  # small-only GPU time still needed: one GPU (learns)
+    assert policy.whole_gpu_quota(8, _rates, 10, 40, min_whole=0) == 0
+    assert policy.whole_gpu_quota(8, _rates, 20, 20) == 8  # a longer large kind (work ratio 2) switches sooner
+    # front=0: both kinds spread evenly, GPUs in proportion to their GPU-time (10 / 0.93 vs (40 - 10.3) / 3.52)
+    assert policy.whole_gpu_quota(8, _rates, 10, 40, front=0.0) == 5  # ceil(8 * 10.75 / (10.75 + 8.43)) = ceil(4.48)
+    assert policy.whole_gpu_quota(8, _rates, 10, 40, front=1.0) == 1  # ceil(8 * (10.75 - 8.43) / 19.18) = 1
+
+
+def test_quota_a_large_task_waits_while_small_only_time_is_still_needed():
+    gpus = [_gpu(0), _gpu(1, LARGE), _gpu(2)]
+    assert _place(gpus, large=True) == 0  # (c): an idle GPU
+    # 30 small tasks wait: the one GPU the quota allows already holds a large task, the small ones go first
+    assert _place(gpus, large=True, large_joins_one_small=True, queued_whole=3, queued_sharing=30) is None
+    # little small work left: it may start (idle GPU first)
+    assert _place(gpus, large=True, large_joins_one_small=True, queued_whole=3, queued_sharing=0) == 0
+
+
+def test_quota_a_small_task_goes_to_the_shared_gpu_and_leaves_the_idle_one_to_a_queued_large():
+    gpus = [_gpu(0), _gpu(1, SMALL, SMALL)]
+    assert _place(gpus) == 0  # (c): the idle GPU gains most
+    # a large task waits and the small work left fits beside it: the idle GPU is kept, the small one stacks
+    assert _place(gpus, large_joins_one_small=True, consolidate=True, queued_whole=1, queued_sharing=0) == 1
+    # no large task waiting: no GPU kept, and without whole-GPU tasks waiting no consolidation either
+    assert _place(gpus, large_joins_one_small=True, consolidate=True, queued_whole=0, queued_sharing=0) == 0
+
+
+def test_quota_drains_the_gpu_with_the_fewest_small_tasks_for_a_queued_large():
+    gpus = [_gpu(0, SMALL, SMALL, SMALL), _gpu(1, SMALL, SMALL), _gpu(2, LARGE)]
+    # with one large waiting and the quota not met, GPU 1 (fewest small tasks, no large) is kept to drain to the
+    # one small a large task may join; the small task takes the largest gain elsewhere: beside the large (0.89)
+    kw = dict(large_joins_one_small=True, consolidate=True, queued_whole=1, queued_sharing=0)
+    assert _place(gpus, **kw) == 2
+    assert _place(gpus[:2], **kw) == 0  # not GPU 1
+    assert _place(gpus[:2], **dict(kw, queued_whole=0)) == 0  # nothing waits: 3 -> 4 and 2 -> 3 tie, best fit
+    assert _place([_gpu(1, SMALL, SMALL)], **kw) is None  # the only GPU drains: the small task waits

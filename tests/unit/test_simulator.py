@@ -198,3 +198,21 @@ def test_queue_order(model):
         assert r.start[first] == 0.0, order
     with pytest.raises(ValueError, match="order"):
         sim.simulate(jobs, 1, sim.H200_MB, "exclusive", model, order="random")
+
+
+def test_pays_quota_passes_the_queue_and_runs_small_jobs_first(model):
+    # the queue goes to policy.place_where_it_pays as counts: with much small work waiting, the large job waits
+    # for the one GPU the quota gives large jobs; a small job joins the large one first (consolidation), then the
+    # idle GPU
+    state = [[large("l0")], []]
+    queue = [large("l1")] + [small(f"s{i}") for i in range(20)]
+    assert sim.place("pays_mix", large("l1"), state, sim.H200_MB, model, queue) == 1
+    assert sim.place("pays_quota", large("l1"), state, sim.H200_MB, model, queue) is None
+    assert sim.place("pays_quota", small("s0"), state, sim.H200_MB, model, queue) == 0
+    assert sim.place("pays_quota", small("s1"), [[large("l0"), small("s0")], []], sim.H200_MB, model, queue) == 1
+    # nothing small left to run first: the large job starts
+    assert sim.place("pays_quota", large("l1"), state, sim.H200_MB, model, queue[:1]) == 1
+    jobs = [large("l0"), large("l1")] + [small(f"s{i}") for i in range(12)]
+    r = sim.simulate(jobs, 2, sim.H200_MB, "pays_quota", model)
+    assert r.worst_slowdown <= sim.FAIRNESS_BOUND and set(r.finish) == {j.name for j in jobs}
+    assert r.start["l1"] > 0.0 and min(r.start[f"s{i}"] for i in range(12)) == 0.0
