@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import sys
@@ -88,6 +89,9 @@ def run_system(trace, args, data: str, log) -> Dict:
     from airflow_provider_melon.cli import melon_hook_for_cluster
     from airflow_provider_melon.spec import JobSpec
 
+    if not args.verbose:  # the hook's staging/submission lines, twelve times over; our own progress goes to stderr
+        for name in ("airflow_provider_melon", "hdfs"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="wt-sim-vs-system-", dir="/tmp"))
     code = work_dir / "code"
     out_dir = work_dir / "timings"
@@ -207,6 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, ledger) after the run")
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds to wait for the applications")
     ap.add_argument("--sim-only", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="keep the hook's INFO log lines")
     ap.add_argument("--out", default=None, help="also write the table to this file")
     args = ap.parse_args(argv)
 
