@@ -42,6 +42,10 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
                    jobs on every GPU once the small work left fits beside them. ``pays_quota_even`` (cQ=) is the
                    same with ``front=0`` (both kinds spread evenly over the schedule).
     ``gandiva``    (g) a Gandiva-style greedy packer, a baseline: :func:`gandiva_place`.
+    ``ledger``     what a node's executor really does today (``gpu.ledger.Ledger.reserve``, shared mode, no
+                   MPS): ``policy.best_fit(..., large=job.large, mps=False)``, i.e. best fit by expected memory
+                   under ``policy.admits``' interference rule. ``benchmarks/bench_sim_vs_system.py`` compares it
+                   with the real YARN + AM + ledger.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
                    bound restricted to the configurations (c)'s own rules allow.
 """
@@ -230,6 +234,8 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
         return policy.exclusive(gpus)
     if name == "memory":
         return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
+    if name == "ledger":
+        return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=False)
     if name == "gandiva":
         return gandiva_place(job, state, gpus, model)
     if name not in PAYS_VARIANTS:
@@ -285,6 +291,7 @@ class Result:
     start: Dict[str, float] = field(default_factory=dict)
     finish: Dict[str, float] = field(default_factory=dict)
     slowdown: Dict[str, float] = field(default_factory=dict)  # (finish - start) / solo work
+    gpu: Dict[str, int] = field(default_factory=dict)  # the GPU each job ran on
     max_concurrency: int = 0
 
     @property
@@ -335,6 +342,7 @@ def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, 
                 state[g].append(job)
                 queue.remove(job)
                 res.start[job.name] = t
+                res.gpu[job.name] = g
         res.max_concurrency = max(res.max_concurrency, max(len(s) for s in state))
         rate: Dict[str, float] = {}
         for js in state:

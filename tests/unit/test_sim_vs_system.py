@@ -1,0 +1,75 @@
+"""The pure parts of benchmarks/bench_sim_vs_system.py: the simulator's ``ledger`` policy places jobs exactly
+where the node's real ledger does, the synthetic job's step time is the simulator's rate for its companions,
+and the scaled trace keeps make_trace's jobs."""
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, REPO)
+
+from airflow_provider_melon.gpu.devices import DeviceInfo  # noqa: E402
+from airflow_provider_melon.gpu.ledger import Ledger  # noqa: E402
+from benchmarks import bench_sim_vs_system as bench  # noqa: E402
+from benchmarks import sim_job  # noqa: E402
+from benchmarks import simulator as sim  # noqa: E402
+
+DATA = os.environ.get("MELON_SHARED_DATA", os.path.abspath(os.path.join(REPO, "..", "shared", "data")))
+if not os.path.exists(os.path.join(DATA, "h200-colocate.json")):
+    pytest.skip(f"{DATA} has no H200 data", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return sim.SpeedModel.from_data(DATA)
+
+
+def test_ledger_policy_places_like_the_real_ledger(tmp_path, model):
+    """Same jobs in the same order, none finishing: the simulator's GPU per job == Ledger.reserve's answer.
+    The sequence exercises best fit (stacking), the interference rule (a third small refused beside a large and
+    a small; a large refused beside two small) and memory (16 GiB GPUs fill up)."""
+    kinds = ["large", "small", "small", "large", "small", "large", "small", "small", "large", "small"]
+    jobs = [sim.Job(f"j{i}", k, 1000.0, 5653 if k == "large" else 2076) for i, k in enumerate(kinds)]
+    total = 16384
+    res = sim.simulate(jobs, 3, total, "ledger", model, order="trace")
+    ledger = Ledger(str(tmp_path))
+    devices = [DeviceInfo(i, f"GPU-{i}", "virtual", total) for i in range(3)]
+    real = {j.name: ledger.reserve(j.name, os.getpid(), j.expected_mb, devices, large=j.large) for j in jobs}
+    assert all(g is not None for g in real.values())
+    assert res.gpu == real
+    assert res.start == {j.name: 0.0 for j in jobs}  # every job was placed at once, as the ledger placed them
+    # the rule was exercised: some GPU holds a large job and exactly one small one
+    per_gpu = {g: sim_job.companions(ledger.entries(), g) for g in range(3)}
+    assert (1, 1) in per_gpu.values() or (2, 1) in per_gpu.values()
+
+
+def test_companions_counts_the_jobs_on_one_gpu():
+    entries = [{"gpu": 0, "large": True}, {"gpu": 0, "large": False}, {"gpu": 1, "large": False},
+               {"gpu": 0, "large": False}, {"gpu": 1}]
+    assert sim_job.companions(entries, 0) == (1, 2)
+    assert sim_job.companions(entries, 1) == (0, 2)
+    assert sim_job.companions(entries, 2) == (0, 0)
+
+
+def test_step_seconds_follow_the_speed_model(model):
+    assert sim_job.step_seconds(model, "small", 0, 1, 0.5) == pytest.approx(0.5)  # alone: solo speed
+    assert sim_job.step_seconds(model, "large", 1, 0, 0.5) == pytest.approx(0.5)
+    lr, sr = model.rates(1, 1)  # r50 + r18 measured: 0.929 / 0.956
+    assert sim_job.step_seconds(model, "large", 1, 1, 0.5) == pytest.approx(0.5 / lr)
+    assert sim_job.step_seconds(model, "small", 1, 1, 0.5) == pytest.approx(0.5 / sr)
+    assert sim_job.step_seconds(model, "small", 0, 4, 1.0) == pytest.approx(1.0 / model.rates(0, 4)[1])
+    # a job the ledger does not (yet) show counts itself
+    assert sim_job.step_seconds(model, "small", 0, 0, 1.0) == pytest.approx(1.0)
+    assert sim_job.step_seconds(model, "large", 0, 1, 1.0) == pytest.approx(1.0 / lr)
+
+
+def test_system_trace_scales_make_trace(model):
+    base = sim.make_trace(12, 0.67, 2, model, sigma=0.5)
+    trace = bench.make_system_trace(model, n_jobs=12, small_fraction=0.67, seed=2, time_scale=30, gap_s=10)
+    assert [(j.name, j.kind, j.expected_mb) for j in trace] == [(j.name, j.kind, j.expected_mb) for j in base]
+    assert [j.work_s for j in trace] == [round(j.work_s / 30, 1) for j in base]
+    assert [j.arrival_s for j in trace] == [10.0 * i for i in range(12)]
+    with pytest.raises(ValueError):
+        bench.make_system_trace(model, time_scale=0)
