@@ -6,7 +6,10 @@
 * ``docs/img/staging-size.svg`` — ``benchmarks/results/bench_staging_size.json``: staging a 1 GiB env archive and a
   200 MiB code folder vs a plain WebHDFS upload of the same bytes.
 
-
+* ``docs/img/launch-gang-sizes.svg`` — ``benchmarks/results/bench_launch-gang-sizes.txt``: submit → all registered
+  per gang size, our AM + executor vs the AM launching ``true``.
+* ``docs/img/sim-vs-system.svg`` — ``benchmarks/results/bench_sim_vs_system.txt``: each job's run in the simulator
+  and on the real YARN + AM + ledger, same trace and policy.
 * ``docs/img/trigger-rm-requests.svg`` — ``benchmarks/results/bench_triggers.txt``: RM requests/s and triggerer CPU
   of N triggers in one process, per-trigger polling vs the shared poller.
 
@@ -197,6 +200,62 @@ def triggers(results: Path) -> str:
     return _svg(W, H, body, "N deferred jobs, one triggerer process (benchmarks/bench_triggers.py)")
 
 
+def launch_gang_sizes(results: Path) -> str:
+    """Grouped bars per gang size: median seconds to all registered, ours vs the ``true`` floor, ratio on top."""
+    rows = [tuple(float(x) for x in m.groups()) for m in (
+        re.match(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+ s\s+(?:PASS|FAIL)", line)
+        for line in results.read_text().splitlines()) if m]
+    W, H, L, B, T = 640, 340, 60, 60, 40
+    vmax = max(max(r[1], r[2]) for r in rows) * 1.15
+    sy = lambda v: H - B - v / vmax * (H - B - T)  # noqa: E731
+    group_w = (W - L - 20) / len(rows)
+    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - 20}" y2="{H - B}" stroke="#333"/>',
+            f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
+            'submit → all registered, s (median)</text>']
+    for v in range(0, int(vmax) + 1, max(1, round(vmax / 6))):
+        body.append(f'<text x="{L - 8}" y="{sy(v) + 4}" text-anchor="end">{v}</text>'
+                    f'<line x1="{L}" y1="{sy(v)}" x2="{W - 20}" y2="{sy(v)}" stroke="#eee"/>')
+    for g, (n, ours, floor, ratio) in enumerate(rows):
+        x0 = L + g * group_w
+        for i, v in enumerate((ours, floor)):
+            x = x0 + group_w * (0.15 + 0.35 * i)
+            body.append(f'<rect x="{x:.1f}" y="{sy(v):.1f}" width="{group_w * 0.33:.1f}" height="{H - B - sy(v):.1f}" '
+                        f'fill="{COLORS[i]}"><title>{int(n)} tasks: {v} s</title></rect>')
+        body.append(f'<text x="{x0 + group_w / 2:.1f}" y="{sy(max(ours, floor)) - 6:.1f}" text-anchor="middle" '
+                    f'font-size="11">{ratio:.2f}×</text>'
+                    f'<text x="{x0 + group_w / 2:.1f}" y="{H - B + 16}" text-anchor="middle">{int(n)} tasks</text>')
+    for i, text in enumerate(("ours: AM + executor per task", "floor: the same AM launching `true`")):
+        body.append(f'<rect x="{70 + i * 280}" y="{H - 26}" width="10" height="10" fill="{COLORS[i]}"/>'
+                    f'<text x="{84 + i * 280}" y="{H - 17}">{text}</text>')
+    return _svg(W, H, body, "Gang launch vs gang size (mini cluster on 2 cores; ratio ours / floor)")
+
+
+def sim_vs_system(results: Path) -> str:
+    """One lane per job: its run in the simulator (thin) above its run on the real system (thick), by GPU."""
+    jobs = [m.groups() for m in (
+        re.match(r"^(\S+)\s+(small|large)\s+[\d.]+\s+\d+\s+\d+ \|\s+(\d+)\s+([\d.]+)\s+([\d.]+) \|"
+                 r"\s+(\d+)\s+([\d.]+)\s+([\d.]+)", line) for line in results.read_text().splitlines()) if m]
+    W, L, R, T, lane = 720, 70, 20, 40, 22
+    H = T + lane * len(jobs) + 60
+    tmax = max(float(j[7]) for j in jobs) * 1.05
+    sx = lambda t: L + t / tmax * (W - L - R)  # noqa: E731
+    body = []
+    for t in range(0, int(tmax) + 1, 50):
+        body.append(f'<line x1="{sx(t):.1f}" y1="{T}" x2="{sx(t):.1f}" y2="{T + lane * len(jobs)}" stroke="#eee"/>'
+                    f'<text x="{sx(t):.1f}" y="{T + lane * len(jobs) + 14}" text-anchor="middle">{t}</text>')
+    for k, (name, kind, sg, ss, sf, rg, rs, rf) in enumerate(jobs):
+        y = T + k * lane
+        body.append(f'<text x="{L - 6}" y="{y + 14}" text-anchor="end">{name}</text>'
+                    f'<rect x="{sx(float(ss)):.1f}" y="{y + 3}" width="{sx(float(sf)) - sx(float(ss)):.1f}" height="5" '
+                    f'fill="{COLORS[int(sg)]}" opacity="0.5"><title>{name} simulated on GPU {sg}: {ss}–{sf} s</title></rect>'
+                    f'<rect x="{sx(float(rs)):.1f}" y="{y + 9}" width="{sx(float(rf)) - sx(float(rs)):.1f}" height="9" '
+                    f'fill="{COLORS[int(rg)]}"><title>{name} ({kind}) real on GPU {rg}: {rs}–{rf} s</title></rect>')
+    sim_end, real_end = max(float(j[4]) for j in jobs), max(float(j[7]) for j in jobs)
+    body.append(f'<text x="{W / 2}" y="{H - 22}" text-anchor="middle">seconds; thin: simulated, thick: real; colour: '
+                f'GPU 0 / GPU 1. Makespan {sim_end:.1f} s simulated, {real_end:.1f} s real ({real_end / sim_end:.3f}×)</text>')
+    return _svg(W, H, body, "Simulator vs system: 12 jobs through YARN + AM + ledger (bench_sim_vs_system.py)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data"))
@@ -208,6 +267,10 @@ def main() -> int:
     (out / "policy-makespan.svg").write_text(policy(HERE / "results" / "bench_policy.txt"))
     (out / "trigger-rm-requests.svg").write_text(triggers(HERE / "results" / "bench_triggers.txt"))
     print(f"wrote {out / 'gpu-colocation.svg'}, {out / 'policy-makespan.svg'} and {out / 'trigger-rm-requests.svg'}")
+    for name, draw, source in (("launch-gang-sizes.svg", launch_gang_sizes, "bench_launch-gang-sizes.txt"),
+                               ("sim-vs-system.svg", sim_vs_system, "bench_sim_vs_system.txt")):
+        (out / name).write_text(draw(HERE / "results" / source))
+        print(f"wrote {out / name}")
     staging = HERE / "results" / "bench_staging_size.json"
     if staging.is_file():
         (out / "staging-size.svg").write_text(staging_size(staging))
