@@ -1,7 +1,7 @@
 """The few WebHDFS calls a task needs to publish its outputs, on the standard library only (the job's Python may
 have nothing else). Simple auth (``user.name``), or on a Kerberos cluster the container's HDFS delegation token
-(``delegation=``, from :func:`~airflow_provider_melon.runtime.tokens.container_hdfs_token`); every call bounded in time and retried a few times on
-connection errors (a NameNode restarting)."""
+(``delegation=``, from :func:`~airflow_provider_melon.runtime.tokens.container_hdfs_token`); every call bounded in
+time and retried a few times on connection errors (a NameNode restarting)."""
 
 from __future__ import annotations
 
