@@ -26,6 +26,9 @@ CODE_LINK = "code"
 CODE_FILE_LINK = RESERVED_LINK_PREFIX
 RUNTIME_LINK = "melon_runtime"
 APPLICATION_TYPE = "MELON"
+#: the application's VIEW_APP ACL in the AM's environment: who besides the owner and the YARN admins may read the
+#: AM's pages through the RM web proxy (appmaster ViewAcl.java)
+VIEW_ACL_ENV = "MELON_VIEW_ACL"
 # YARN's default yarn.application.classpath, expanded by the NodeManager: what a real cluster's AM needs.
 DEFAULT_AM_CLASSPATH = "<CPS>".join(
     [
@@ -218,11 +221,16 @@ def build_submission(
     acls: Optional[dict[str, str]] = None,
 ) -> dict:
     """The RM REST ``ApplicationSubmissionContext`` that starts our AM. ``acls``: application ACLs
-    (``VIEW_APP``/``MODIFY_APP`` → a Hadoop ACL string, ``"users groups"``), see :func:`application_acls`."""
+    (``VIEW_APP``/``MODIFY_APP`` → a Hadoop ACL string, ``"users groups"``), see :func:`application_acls`; the
+    ``VIEW_APP`` one also goes to the AM (``MELON_VIEW_ACL``), which checks it for the users the RM web proxy
+    forwards (``proxy-user``) to its pages, as the RM checks it for its own (with ``yarn.acl.enable``)."""
     classpath = f"./{AM_JAR}<CPS>{am_classpath or DEFAULT_AM_CLASSPATH}"
     command = (f"{{{{JAVA_HOME}}}}/bin/java {am_java_opts} {AM_CLASS} {PLAN_FILE} "
                "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
     all_tags = sorted({t.lower() for t in ["melon", *spec.tags, *tags]})
+    am_env = [{"key": "CLASSPATH", "value": classpath}]
+    if acls and acls.get("VIEW_APP") is not None:  # for the AM's own pages (ViewAcl.java); none: owner and admins
+        am_env.append({"key": VIEW_ACL_ENV, "value": yarn_shell_value(acls["VIEW_APP"])})
     return {
         "application-id": app_id,
         "application-name": spec.name,
@@ -241,11 +249,7 @@ def build_submission(
                     {"key": PLAN_FILE, "value": plan.local_resource()},
                 ]
             },
-            "environment": {
-                "entry": [
-                    {"key": "CLASSPATH", "value": classpath},
-                ]
-            },
+            "environment": {"entry": am_env},
             "commands": {"command": command},
             # the AM's secret as a credentials secret (the AM reads it from its UGI, hands it to its tasks in their
             # token files): no environment variable, so no launch script or NodeManager log ever shows it

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+import requests
 from hdfs import InsecureClient
 from hdfs.util import HdfsError
 
@@ -139,11 +140,36 @@ def test_tenant_app_is_the_tenants_staged_privately_and_guarded_by_acls(tenants)
         bob.yarn.kill_application(app_id)
     assert killed.value.status == 403 and "Unauthorized attempt to kill" in killed.value.message
     assert "by remote user bob" in killed.value.message
-    # bob reading alice's app: the RM does not refuse (200) but leaves out what VIEW_APP guards
+    # bob reading alice's app on the RM: not a 403 (the RM answers 200) but without what VIEW_APP guards
     seen_by_bob = bob.yarn.get_application(app_id)
     seen_by_alice = alice.yarn.get_application(app_id)
     assert seen_by_alice.get("amContainerLogs") and not seen_by_bob.get("amContainerLogs")
     assert seen_by_bob["state"] == "RUNNING"
+    # ... while the AM's own pages, which the RM web proxy forwards to anyone (it only logs "bob is accessing
+    # unchecked ..."), are refused by the AM itself: the proxy names the caller in its proxy-user cookie and the AM
+    # checks the app's VIEW ACL (owner, melon-admins, yarn.admin.acl): 403 for bob, for /tensorboard/ too
+    tenants.wait_tasks(alice, app_id, 1)
+    rm = tenants.details.rm_web_url.rstrip("/")
+
+    def view(user: str, path: str = "status") -> requests.Response:
+        r = requests.get(f"{rm}/proxy/{app_id}/{path}", params={"user.name": SERVICE, "doAs": user},
+                         allow_redirects=False, timeout=30)
+        print(f"GET /proxy/{app_id}/{path} as {SERVICE} doAs={user}: {r.status_code} {r.text[:300]!r}")
+        return r
+
+    denied = view("bob")
+    assert denied.status_code == 403, denied.text
+    assert f"user bob may not view {app_id} (owner alice)" in denied.json()["error"]
+    assert view("bob", "tensorboard/").status_code == 403
+    assert view("bob", "").status_code == 403
+    with pytest.raises(YarnApiError) as refused:  # what the hook's am_status makes of it
+        bob.yarn.am_status(app_id)
+    assert refused.value.status == 403 and "user bob may not view" in refused.value.message
+    for user in ("alice", T["admin_user"]):  # the owner, and ops by the melon-admins group in the VIEW ACL
+        shown = view(user)
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["app_id"] == app_id and shown.json()["tasks"][0]["state"] in ("REGISTERED", "RUNNING")
+    assert view("alice", "tensorboard/").status_code == 503  # past the check: the job has no TensorBoard
     # nor read her staged code: HDFS permission denied (WebHDFS 403 AccessControlException)
     bob_hdfs = InsecureClient(tenants.nn, user=SERVICE, proxy="bob")
     with pytest.raises(HdfsError) as denied:

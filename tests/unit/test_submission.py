@@ -98,6 +98,24 @@ def test_submission_context(spec):
     assert spec_am["commands"]["command"].startswith("{{JAVA_HOME}}/bin/java ")
 
 
+def test_the_am_gets_the_view_acl_for_its_own_pages_only_when_acls_are_set(spec):
+    kw = dict(app_id="application_1_0001", am_jar=JAR, plan=PLAN, secret="s3cr3t", tags=[])
+
+    def am_env(ctx):
+        return {e["key"]: e["value"] for e in ctx["am-container-spec"]["environment"]["entry"]}
+
+    # what MelonHook.submit passes for alice with admin_acl " melon-admins"
+    acls = submission.application_acls("alice", " melon-admins")
+    env = am_env(submission.build_submission(spec, acls=acls, **kw))
+    assert env[submission.VIEW_ACL_ENV] == "alice melon-admins" == acls["VIEW_APP"]
+    assert set(env) == {"CLASSPATH", "MELON_VIEW_ACL"}  # MODIFY_APP stays with the RM
+    # no ACLs asked for: no variable, and the AM allows only the owner and the YARN admins (as the RM)
+    assert set(am_env(submission.build_submission(spec, **kw))) == {"CLASSPATH"}
+    # YARN writes it into launch_container.sh inside double quotes: shell characters are escaped
+    odd = am_env(submission.build_submission(spec, acls={"VIEW_APP": 'a$b,"c" g', "MODIFY_APP": "a"}, **kw))
+    assert odd[submission.VIEW_ACL_ENV] == 'a\\$b,\\"c\\" g'
+
+
 def test_run_tag_is_stable_and_short():
     assert submission.run_tag("scheduled__2026-01-01T00:00:00+00:00") == submission.run_tag(
         "scheduled__2026-01-01T00:00:00+00:00")

@@ -39,6 +39,8 @@ import org.melon.yarn.TaskBook.Task;
  * </ul>
  * {@code /tensorboard/...} is the job's TensorBoard, reverse-proxied by {@link TensorBoardProxy} once the
  * TensorBoard task's heartbeats carry its {@code tensorboard_url} (open, like {@code /status}).
+ * Open means: to a request the RM web proxy sends for a user it names, only if {@link ViewAcl} lets that user
+ * view the application (else 403 naming the user and the application, before anything else is looked at).
  * Other paths: 404; other methods: 405; anything unexpected: 500 (logged).
  */
 final class AmHttp {
@@ -60,15 +62,22 @@ final class AmHttp {
   private final String secret;
   private final String appId;
   private final JsonNode labels;
+  /** Who may read the pages when the RM proxy names the caller; null: anyone (yarn.acl.enable off). */
+  private final ViewAcl viewers;
   private final TensorBoardProxy tensorboard = new TensorBoardProxy();
   private HttpServer server;
   private ExecutorService executor;
 
   AmHttp(TaskBook book, String secret, String appId, JsonNode labels) {
+    this(book, secret, appId, labels, null);
+  }
+
+  AmHttp(TaskBook book, String secret, String appId, JsonNode labels, ViewAcl viewers) {
     this.book = book;
     this.secret = secret == null ? "" : secret;
     this.appId = appId;
     this.labels = labels != null && labels.isObject() ? labels : JSON.createObjectNode();
+    this.viewers = viewers;
   }
 
   /** Serve on {@code bindHost} (the AM: all interfaces; tests: loopback), on an ephemeral port. */
@@ -99,11 +108,15 @@ final class AmHttp {
   private void handle(HttpExchange ex) throws IOException {
     try {
       String path = ex.getRequestURI().getPath();
-      if (TensorBoardProxy.handles(path)) {
+      boolean tensorboardPath = TensorBoardProxy.handles(path);
+      boolean read = "/status".equals(path) || "/".equals(path);
+      if ((tensorboardPath || read) && viewers != null) {
+        viewers.check(ex.getRequestHeaders());
+      }
+      if (tensorboardPath) {
         tensorboard.handle(ex);
         return;
       }
-      boolean read = "/status".equals(path) || "/".equals(path);
       boolean write = "/register".equals(path) || "/heartbeat".equals(path);
       if (!read && !write) {
         throw new HttpError(404, "not found");

@@ -127,7 +127,10 @@ public final class MelonApplicationMaster {
     taskCreds.writeTokenStorageToStream(dob);
     tokens = ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
 
-    http = new AmHttp(book, secret, appId, plan.path("labels"));
+    ViewAcl viewers = ViewAcl.fromEnvironment(appId, owner(), conf);
+    log(viewers == null ? "yarn.acl.enable is off: the AM's pages are open to every caller"
+        : "the AM's pages, for a user the RM proxy names: " + viewers);
+    http = new AmHttp(book, secret, appId, plan.path("labels"), viewers);
     int port = http.start("0.0.0.0");
     amUrl = "http://" + amHost + ":" + port;
     amrm = AMRMClientAsync.createAMRMClientAsync(500, new RMCallbacks());
@@ -211,6 +214,12 @@ public final class MelonApplicationMaster {
       }
     }
     return resources;
+  }
+
+  /** The application's user: the NodeManager sets USER to it; else this process's user. */
+  private static String owner() throws IOException {
+    String user = System.getenv(Environment.USER.name());
+    return user != null && !user.isEmpty() ? user : UserGroupInformation.getCurrentUser().getShortUserName();
   }
 
   private static String credentialSecret() {
