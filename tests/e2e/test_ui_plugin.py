@@ -157,13 +157,18 @@ def test_jobs_page_draws_the_loss_chart(logged_in, airflow_stack, probe, shots):
 
     driver = logged_in
     open_plugin_page(driver, airflow_stack.url, "melon-jobs")
-    row = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{probe["app_id"]}"]'), 30, "the job")
+
+    def job_row():  # found afresh each time: the page redraws its rows on every refresh (old ones go stale)
+        return driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{probe["app_id"]}"]')
+
+    row = wait_for(job_row, 30, "the job")
     assert "RUNNING" in row.text and "ui-probe" in row.text
     assert len(row.find_elements(By.CSS_SELECTOR, "[data-task-row]")) == 3
-    points = wait_for(lambda: [p for p in row.find_elements(By.CSS_SELECTOR, "svg.loss-chart polyline")
+    points = wait_for(lambda: [p for p in job_row().find_elements(By.CSS_SELECTOR, "svg.loss-chart polyline")
                                if len(p.get_attribute("points").split()) >= 3], 60, "a drawn loss curve")
     assert points
-    assert {a.text for a in row.find_elements(By.CSS_SELECTOR, ".links a")} >= {"YARN application", "ApplicationMaster"}
+    links = wait_for(lambda: {a.text for a in job_row().find_elements(By.CSS_SELECTOR, ".links a")}, 30, "the links")
+    assert links >= {"YARN application", "ApplicationMaster"}
     driver.switch_to.default_content()
     driver.save_screenshot(str(shots / "melon-jobs.png"))
 
