@@ -82,6 +82,19 @@ def run_trace(title, jobs, n_gpus, total_mb, model):
     return res, bound, rules
 
 
+#: the trace families: key -> (title, jobs per GPU (None: --jobs-per-gpu), sigma of the lognormal durations)
+FAMILIES = {"A": ("A. sweep-like traces (primary)", None, 0.5),
+            "B": ("B. heavy-tailed traces (Philly-like durations, sensitivity)", 12, 0.8)}
+
+
+def _family_traces(args, model, fam, seed):
+    _, per_gpu, sigma = FAMILIES[fam]
+    n = (per_gpu or args.jobs_per_gpu) * args.gpus
+    return {"small-job mix": sim.make_trace(n, 1.0, seed, model, sigma=sigma),
+            "large-job mix": sim.make_trace(n // 3, 0.0, seed + 1, model, sigma=sigma),
+            "mixed trace": sim.make_trace(n, 0.75, seed + 2, model, sigma=sigma)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, default=8)
@@ -107,34 +120,14 @@ def main(argv=None) -> int:
           f"> {sim.MIN_MARGINAL_GAIN} job.")
     print("Columns: (a)/x mk = makespan speedup vs exclusive; x/(d) mk = makespan over the lower bound; "
           "worst slow = worst (finish - start) / solo; max/GPU = most jobs on one GPU at once.")
-    families = [
-        ("A. sweep-like traces (primary)", args.jobs_per_gpu, 0.5),
-        ("B. heavy-tailed traces (Philly-like durations, sensitivity)", 12, 0.8),
-    ]
     failed = 0
-    for fam, per_gpu, sigma in families:
-        n = per_gpu * args.gpus
-        print(f"\n##### {fam}: {per_gpu} jobs per GPU, all submitted at t=0, solo durations lognormal "
-              f"(median 20 min small / 40 min large, sigma {sigma}), seed {args.seed}")
-        traces = {
-            "small-job mix": sim.make_trace(n, 1.0, args.seed, model, sigma=sigma),
-            "large-job mix": sim.make_trace(n // 3, 0.0, args.seed + 1, model, sigma=sigma),
-            "mixed trace": sim.make_trace(n, 0.75, args.seed + 2, model, sigma=sigma),
-        }
+    for key, (fam, per_gpu, sigma) in FAMILIES.items():
+        print(f"\n##### {fam}: {per_gpu or args.jobs_per_gpu} jobs per GPU, all submitted at t=0, solo durations "
+              f"lognormal (median 20 min small / 40 min large, sigma {sigma}), seed {args.seed}")
+        traces = _family_traces(args, model, key, args.seed)
         out = {name: run_trace(name, jobs, args.gpus, args.gpu_mb, model) for name, jobs in traces.items()}
         failed += check_targets(fam, out)
     return 0
-
-
-FAMILIES = {"A": (0.5, None), "B": (0.8, 12)}
-
-
-def _family_traces(args, model, fam, seed):
-    sigma, per_gpu = FAMILIES[fam]
-    n = (per_gpu or args.jobs_per_gpu) * args.gpus
-    return {"small-job mix": sim.make_trace(n, 1.0, seed, model, sigma=sigma),
-            "large-job mix": sim.make_trace(n // 3, 0.0, seed + 1, model, sigma=sigma),
-            "mixed trace": sim.make_trace(n, 0.75, seed + 2, model, sigma=sigma)}
 
 
 def sensitivity(args, model) -> int:

@@ -34,6 +34,24 @@ def _svg(width: int, height: int, body: list[str], title: str) -> str:
             + "".join(body) + "</svg>\n")
 
 
+def _value_axis(W: int, H: int, L: int, B: int, T: int, sy, vmax: float, step: int, label: str) -> list[str]:
+    """A bar chart's baseline, its rotated value label, and a grid line with its value every ``step`` up to
+    ``vmax`` (``sy``: value -> y)."""
+    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - 20}" y2="{H - B}" stroke="#333"/>',
+            f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
+            f'{label}</text>']
+    for v in range(0, int(vmax) + 1, step):
+        body.append(f'<text x="{L - 8}" y="{sy(v) + 4}" text-anchor="end">{v}</text>'
+                    f'<line x1="{L}" y1="{sy(v)}" x2="{W - 20}" y2="{sy(v)}" stroke="#eee"/>')
+    return body
+
+
+def _legend_row(H: int, texts, spacing: int) -> list[str]:
+    """One legend line at the bottom: a colour box and its text per entry, ``spacing`` apart."""
+    return [f'<rect x="{70 + i * spacing}" y="{H - 26}" width="10" height="10" fill="{COLORS[i]}"/>'
+            f'<text x="{84 + i * spacing}" y="{H - 17}">{text}</text>' for i, text in enumerate(texts)]
+
+
 def colocation(data_dir: Path) -> str:
     rows = json.loads((data_dir / "h200-colocate.json").read_text())
     series: dict[str, list[tuple[int, float]]] = {}
@@ -87,13 +105,8 @@ def policy(results: Path) -> str:
     vmax = max(v for t in traces.values() for v in t.values())
     group_w = (W - L - 20) / len(traces)
     bar_w = group_w / (len(policies) + 1)
-    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - 20}" y2="{H - B}" stroke="#333"/>',
-            f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
-            'makespan (h)</text>']
     sy = lambda v: H - B - v / vmax * (H - B - T)  # noqa: E731
-    for v in range(0, int(vmax) + 1, 4):
-        body.append(f'<text x="{L - 8}" y="{sy(v) + 4}" text-anchor="end">{v}</text>'
-                    f'<line x1="{L}" y1="{sy(v)}" x2="{W - 20}" y2="{sy(v)}" stroke="#eee"/>')
+    body = _value_axis(W, H, L, B, T, sy, vmax, 4, "makespan (h)")
     for g, (trace, values) in enumerate(traces.items()):
         x0 = L + g * group_w + bar_w / 2
         for i, p in enumerate(policies):
@@ -126,13 +139,7 @@ def staging_size(results: Path) -> str:
     group_w = (W - L - 20) / len(groups)
     bar_w = group_w / (len(kinds) + 1)
     sy = lambda v: H - B - v / vmax * (H - B - T)  # noqa: E731
-    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - 20}" y2="{H - B}" stroke="#333"/>',
-            f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
-            'seconds (median, bar: min–max)</text>']
-    step = max(1, round(vmax / 6))
-    for v in range(0, int(vmax) + 1, step):
-        body.append(f'<text x="{L - 8}" y="{sy(v) + 4}" text-anchor="end">{v}</text>'
-                    f'<line x1="{L}" y1="{sy(v)}" x2="{W - 20}" y2="{sy(v)}" stroke="#eee"/>')
+    body = _value_axis(W, H, L, B, T, sy, vmax, max(1, round(vmax / 6)), "seconds (median, bar: min–max)")
     for g, (title, names) in enumerate(groups):
         x0 = L + g * group_w + bar_w / 2
         for name in names:
@@ -194,9 +201,7 @@ def triggers(results: Path) -> str:
                             f'<text x="{x + group_w * 0.165:.1f}" y="{sy(v) - 3:.1f}" text-anchor="middle" font-size="9">'
                             f'{v:g}</text>')
             body.append(f'<text x="{L + (g + 0.5) * group_w:.1f}" y="{H - B + 16}" text-anchor="middle">N={n}</text>')
-    for i, text in enumerate(("old: a GET per trigger per interval", "new: shared poller, one list per cycle")):
-        body.append(f'<rect x="{70 + i * 300}" y="{H - 26}" width="10" height="10" fill="{COLORS[i]}"/>'
-                    f'<text x="{84 + i * 300}" y="{H - 17}">{text}</text>')
+    body += _legend_row(H, ("old: a GET per trigger per interval", "new: shared poller, one list per cycle"), 300)
     return _svg(W, H, body, "N deferred jobs, one triggerer process (benchmarks/bench_triggers.py)")
 
 
@@ -209,12 +214,7 @@ def launch_gang_sizes(results: Path) -> str:
     vmax = max(max(r[1], r[2]) for r in rows) * 1.15
     sy = lambda v: H - B - v / vmax * (H - B - T)  # noqa: E731
     group_w = (W - L - 20) / len(rows)
-    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - 20}" y2="{H - B}" stroke="#333"/>',
-            f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
-            'submit → all registered, s (median)</text>']
-    for v in range(0, int(vmax) + 1, max(1, round(vmax / 6))):
-        body.append(f'<text x="{L - 8}" y="{sy(v) + 4}" text-anchor="end">{v}</text>'
-                    f'<line x1="{L}" y1="{sy(v)}" x2="{W - 20}" y2="{sy(v)}" stroke="#eee"/>')
+    body = _value_axis(W, H, L, B, T, sy, vmax, max(1, round(vmax / 6)), "submit → all registered, s (median)")
     for g, (n, ours, floor, ratio) in enumerate(rows):
         x0 = L + g * group_w
         for i, v in enumerate((ours, floor)):
@@ -224,9 +224,7 @@ def launch_gang_sizes(results: Path) -> str:
         body.append(f'<text x="{x0 + group_w / 2:.1f}" y="{sy(max(ours, floor)) - 6:.1f}" text-anchor="middle" '
                     f'font-size="11">{ratio:.2f}×</text>'
                     f'<text x="{x0 + group_w / 2:.1f}" y="{H - B + 16}" text-anchor="middle">{int(n)} tasks</text>')
-    for i, text in enumerate(("ours: AM + executor per task", "floor: the same AM launching `true`")):
-        body.append(f'<rect x="{70 + i * 280}" y="{H - 26}" width="10" height="10" fill="{COLORS[i]}"/>'
-                    f'<text x="{84 + i * 280}" y="{H - 17}">{text}</text>')
+    body += _legend_row(H, ("ours: AM + executor per task", "floor: the same AM launching `true`"), 280)
     return _svg(W, H, body, "Gang launch vs gang size (mini cluster on 2 cores; ratio ours / floor)")
 
 

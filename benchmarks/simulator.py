@@ -250,8 +250,9 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
         flags["queued_sharing"] = sum(1 for p in others if p)
         # the mean solo duration of each kind, from the jobs that have finished (what the system could log);
         # 1.0 until one of each kind has finished
-        wl = [d.work_s for d in done if not job_pays(d, model, total_mb)]
-        ws = [d.work_s for d in done if job_pays(d, model, total_mb)]
+        paid = [(job_pays(d, model, total_mb), d.work_s) for d in done]
+        wl = [w for p, w in paid if not p]
+        ws = [w for p, w in paid if p]
         if wl and ws:
             flags["work_ratio"] = (sum(wl) / len(wl)) / (sum(ws) / len(ws))
     return policy.place_where_it_pays(gpus, job.expected_mb, large=job.large, pays=job_pays(job, model, total_mb),

@@ -68,14 +68,18 @@ def read_token_file(data: bytes) -> tuple[dict[str, dict], dict[str, bytes]]:
     return tokens, secrets
 
 
-def container_secret(alias: str = AM_SECRET_ALIAS, env: dict | None = None) -> str | None:
-    """The secret ``alias`` from this container's token file, or None (no file, or no such secret)."""
+def _container_credentials(env: dict | None) -> tuple[dict[str, dict], dict[str, bytes]]:
+    """:func:`read_token_file` of this container's ``HADOOP_TOKEN_FILE_LOCATION``; empty without one."""
     path = (env if env is not None else os.environ).get("HADOOP_TOKEN_FILE_LOCATION")
     if not path or not os.path.isfile(path):
-        return None
+        return {}, {}
     with open(path, "rb") as f:
-        _, secrets = read_token_file(f.read())
-    value = secrets.get(alias)
+        return read_token_file(f.read())
+
+
+def container_secret(alias: str = AM_SECRET_ALIAS, env: dict | None = None) -> str | None:
+    """The secret ``alias`` from this container's token file, or None (no file, or no such secret)."""
+    value = _container_credentials(env)[1].get(alias)
     return value.decode() if value is not None else None
 
 
@@ -100,10 +104,5 @@ def container_hdfs_token(env: dict | None = None) -> str | None:
     without Kerberos, where WebHDFS takes ``user.name``). The token is the submission's (see
     :mod:`airflow_provider_melon.delegation`), handed on by the AM; the RM renews it while the app runs, so it
     stays valid past the NameNode's renew interval without any action here."""
-    path = (env if env is not None else os.environ).get("HADOOP_TOKEN_FILE_LOCATION")
-    if not path or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        found, _ = read_token_file(f.read())
-    hdfs = [t for t in found.values() if t["kind"] == HDFS_TOKEN_KIND]
+    hdfs = [t for t in _container_credentials(env)[0].values() if t["kind"] == HDFS_TOKEN_KIND]
     return url_string(hdfs[0]) if hdfs else None

@@ -26,7 +26,6 @@ class WebHdfs:
         self.url = url.split(";")[0].rstrip("/")  # the first of an HA list
         if not self.url.endswith("/webhdfs/v1"):
             self.url += "/webhdfs/v1"
-        self.user = user
         # a token names its owner: with one, WebHDFS refuses a user.name that differs, so it is sent alone
         self.auth = {"delegation": delegation} if delegation else {"user.name": user}
 
