@@ -138,7 +138,7 @@ class Jobs:
             if app["state"] in states:
                 return app
             time.sleep(1)
-        raise AssertionError(f"{app_id} not in {states} after {timeout}s: {self.app(app_id)}")
+        raise AssertionError(f"{app_id} not in {states} after {timeout}s\n{self.picture(app_id)}")
 
     def status(self, app_id: str) -> dict | None:
         return self.hook.yarn.am_status(app_id)
@@ -151,7 +151,23 @@ class Jobs:
             if last and predicate(last):
                 return last
             time.sleep(1)
-        raise AssertionError(f"AM status of {app_id} never matched; last: {json.dumps(last)[:2000]}")
+        raise AssertionError(f"AM status of {app_id} never matched; last: {json.dumps(last)[:2000]}\n"
+                             + self.picture(app_id))
+
+    def picture(self, app_id: str) -> str:
+        """What the RM says of the app and of the cluster: for a failure message (a wait that timed out)."""
+        try:
+            app = self.app(app_id)
+            keys = ("state", "finalStatus", "diagnostics", "amContainerLogs", "amHostHttpAddress", "allocatedMB")
+            metrics = self.hook.yarn.cluster_metrics()
+            live = self.hook.yarn.list_applications(states="NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")
+            return (f"RM app: {json.dumps({k: app.get(k) for k in keys})}\n"
+                    f"cluster: {json.dumps({k: metrics.get(k) for k in ('appsRunning', 'appsPending', 'availableMB', 'allocatedMB', 'activeNodes', 'unhealthyNodes', 'lostNodes')})}\n"
+                    f"live apps: {[(a['id'], a['name'], a['state'], a.get('allocatedMB')) for a in live]}\n"
+                    + "".join(f"{cid} stderr (tail):\n{text[-1500:]}\n"
+                              for cid, text in self.container_logs(app_id, "stderr").items() if "_000001" in cid))
+        except Exception as exc:  # noqa: BLE001 - a failure message must not fail
+            return f"(RM picture unavailable: {exc!r})"
 
     def container_logs(self, app_id: str, name: str = "stdout") -> dict[str, str]:
         """container id → the log file's text, read from the NodeManagers' log dirs (mini cluster: local)."""
