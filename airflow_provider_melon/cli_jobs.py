@@ -93,21 +93,22 @@ class Cluster:
         return self._yarn
 
     def melon_hook(self):
-        """A MelonHook for staging and submitting: the connection's extras, the embedded cluster's details, or
-        the submit options (which override either)."""
+        """A MelonHook for staging and submitting (or pruning): the connection's extras, the embedded cluster's
+        details, or the submit options (which override either)."""
         from airflow_provider_melon.hooks.melon import MelonHook
 
         a = self.args
+        opt = lambda name: getattr(a, name, None)  # noqa: E731 - submit's options; other commands lack them
         env = dict(mc.container_env(self.details)) if self.details else {}
-        for item in a.container_env or []:
+        for item in opt("container_env") or []:
             key, sep, value = item.partition("=")
             if not sep or not key:
                 raise UsageError(f"--container-env {item!r}: expected KEY=VALUE")
             env[key] = value
         webhdfs = a.webhdfs or (self.details.webhdfs_url if self.details else None)
         if self.mode == "rm" and not webhdfs:
-            raise UsageError("submit with --rm needs --webhdfs URL (the NameNode's HTTP address, e.g. "
-                             "http://namenode:9870), to stage the job's files")
+            raise UsageError(f"{a.command} with --rm needs --webhdfs URL (the NameNode's HTTP address, e.g. "
+                             "http://namenode:9870), to reach the staging folder")
         yarn = self.yarn
         client = None
         if webhdfs:
@@ -117,10 +118,10 @@ class Cluster:
         details = self.details
         hook = MelonHook(
             a.conn_id or "yarn_default", a.webhdfs_conn_id or "webhdfs_default", yarn_hook=yarn,
-            hdfs_client=client, am_classpath=a.am_classpath or (details.am_classpath if details else None),
-            default_python=a.python or (sys.executable if details else None), container_env=env,
-            fs_default_fs=a.fs_default_fs or (details.fs_default_fs if details else None),
-            staging_retry_s=a.staging_retry_s,
+            hdfs_client=client, am_classpath=opt("am_classpath") or (details.am_classpath if details else None),
+            default_python=opt("python") or (sys.executable if details else None), container_env=env,
+            fs_default_fs=opt("fs_default_fs") or (details.fs_default_fs if details else None),
+            staging_retry_s=opt("staging_retry_s") or 30.0,
         )
         if not hook.fs_default_fs:
             value = yarn.rm_conf("fs.defaultFS")  # the RM's own configuration names the cluster's file system
@@ -361,6 +362,28 @@ def cmd_submit(args, cluster: Cluster) -> int:
     if args.json:
         _print_json(out)
     return code
+
+
+def cmd_prune(args, cluster: Cluster) -> int:
+    from airflow_provider_melon import staging_gc
+
+    try:
+        older_than = staging_gc.parse_age(args.older_than)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    hook = cluster.melon_hook()
+    decision = staging_gc.prune(hook, older_than, dry_run=args.dry_run)
+    if args.json:
+        _print_json({"staging_dir": hook.staging_dir, "dry_run": args.dry_run, **decision.as_dict()})
+        return OK
+    verb = "would delete" if args.dry_run else "deleted"
+    for e in decision.delete:
+        print(f"{verb} {e.kind:9} {e.path}" + (f" ({e.bytes / 2**20:.1f} MiB)" if e.bytes else ""))
+    for e, why in decision.kept:
+        print(f"kept     {e.kind:9} {e.path}: {why}")
+    print(f"{hook.staging_dir}: {verb} {len(decision.delete)} entries, {decision.freed_bytes / 2**20:.1f} MiB; "
+          f"kept {len(decision.kept)} old enough to go that are still in use")
+    return OK
 
 
 def _print_outcome(app: dict) -> None:
@@ -632,6 +655,12 @@ def add_commands(sub, formatter) -> None:
     kl.add_argument("app_id")
     kl.add_argument("--no-wait", action="store_true", help="return once the RM accepted the kill")
     kl.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for KILLED (default 120)")
+
+    pr = add("prune", "delete the staging cache objects no job used lately and the plans of ended apps "
+             "(never what a live app uses)", cmd_prune)
+    pr.add_argument("--older-than", default="7d", help="last used before this long ago: 7d, 12h, 30m, 90s or "
+                    "seconds (default 7d)")
+    pr.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
 
     wt = add("wait", "wait until an application ends (exit 0 if it SUCCEEDED, 1 if not)", cmd_wait)
     wt.add_argument("app_id")

@@ -160,9 +160,11 @@ class Jobs:
             app = self.app(app_id)
             keys = ("state", "finalStatus", "diagnostics", "amContainerLogs", "amHostHttpAddress", "allocatedMB")
             metrics = self.hook.yarn.cluster_metrics()
+            metric_keys = ("appsRunning", "appsPending", "availableMB", "allocatedMB", "activeNodes", "unhealthyNodes",
+                           "lostNodes")
             live = self.hook.yarn.list_applications(states="NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")
             return (f"RM app: {json.dumps({k: app.get(k) for k in keys})}\n"
-                    f"cluster: {json.dumps({k: metrics.get(k) for k in ('appsRunning', 'appsPending', 'availableMB', 'allocatedMB', 'activeNodes', 'unhealthyNodes', 'lostNodes')})}\n"
+                    f"cluster: {json.dumps({k: metrics.get(k) for k in metric_keys})}\n"
                     f"live apps: {[(a['id'], a['name'], a['state'], a.get('allocatedMB')) for a in live]}\n"
                     + "".join(f"{cid} stderr (tail):\n{text[-1500:]}\n"
                               for cid, text in self.container_logs(app_id, "stderr").items() if "_000001" in cid))

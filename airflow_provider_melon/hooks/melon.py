@@ -25,6 +25,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -302,7 +303,19 @@ class MelonHook:
     def _staged(self, path: str, st: dict, uploaded: int) -> StagedFile:
         staged = StagedFile(self.hdfs_uri(path), int(st["length"]), int(st["modificationTime"]), uploaded)
         log.info("staged %s (%d bytes, %s)", staged.url, staged.size, "uploaded" if uploaded else "cached")
+        if not uploaded:
+            self._touch(path)
         return staged
+
+    def _touch(self, path: str) -> None:
+        """Set a cached object's access time (never its modification time, which YARN's localizer checks): its
+        last use, which ``melon prune`` keeps objects by (:mod:`airflow_provider_melon.staging_gc`). Best effort:
+        a NameNode with access times off (``dfs.namenode.accesstime.precision`` 0) refuses, and prune then goes
+        by upload time, costing at most a re-upload."""
+        try:
+            self.hdfs.set_times(self.hdfs_path(path), access_time=int(time.time() * 1000))
+        except Exception as exc:  # noqa: BLE001 - the submission goes on either way
+            log.debug("could not set the access time of %s: %s", path, exc)
 
     def _private_staging_dir(self) -> None:
         """The staging folder, made 0700 when it is created: staged code is its user's alone to read (an existing
@@ -413,6 +426,7 @@ class MelonHook:
             container_env=self.container_env, labels=labels,
             webhdfs_url=self._webhdfs_url() if spec.outputs else None, hdfs_user=self.user,
         )
+        plan["staged"] = sorted({f.url for f in files.values()})  # all it uses, the AM jar too: for `melon prune`
         plan_file = self.put_bytes(f"{self.staging_dir}/apps/{app_id}/{submission.PLAN_FILE}",
                                    json.dumps(plan, indent=1, sort_keys=True).encode(), cached=False)
         files["plan"] = plan_file

@@ -1,0 +1,114 @@
+"""`melon prune` on the real mini cluster: the staging folder loses what no live job uses (old code, the big-file
+index, ended apps' plans) and keeps what a running job uses; a cached object's use is recorded on HDFS. Each test
+stages into its own folder (``[melon] staging_dir``), so the rest of the suite's cache is left alone."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+from hdfs import InsecureClient
+
+from tests.conftest import TERMINAL
+from tests.integration.test_cli_live import generic, melon  # noqa: F401 - the `melon` fixture
+
+pytestmark = pytest.mark.integration
+
+
+def _client(cluster) -> InsecureClient:
+    return InsecureClient(cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=cluster.user)
+
+
+def _folder(url: str) -> str:
+    """hdfs://nn:port/a/b/c/name → /a/b/c (a cache object's folder)."""
+    return "/" + url.split("://", 1)[1].split("/", 1)[1].rsplit("/", 1)[0]
+
+
+def _wait(yarn_hook, app_id: str, states, timeout: float = 180) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        app = yarn_hook.get_application(app_id)
+        if app["state"] in states:
+            return app
+        time.sleep(1)
+    raise AssertionError(f"{app_id} not in {states} after {timeout} s: {app['state']}")
+
+
+def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses(  # noqa: F811 - the fixture
+        melon, minicluster, yarn_hook, tmp_path):
+    staging = f"/user/{minicluster.user}/.melon-prune-{uuid.uuid4().hex[:8]}"
+    env = {"AIRFLOW__MELON__STAGING_DIR": staging}
+    client = _client(minicluster)
+    old, live = tmp_path / "old", tmp_path / "live"
+    old.mkdir()
+    live.mkdir()
+    (old / "train.py").write_text("print('old code')\n")
+    (old / "weights.bin").write_bytes(os.urandom(9 << 20))  # a big file: its own object, found by the index
+    (live / "train.py").write_text("import time; print('live code', flush=True); time.sleep(45)\n")
+
+    ended = melon.submit(generic("prune-ended", "python train.py") | {"code": str(old)}, "--wait", env=env)
+    assert ended["returncode"] == 0, ended
+    running = melon.submit(generic("prune-live", "python train.py") | {"code": str(live)}, env=env)
+    _wait(yarn_hook, running["app_id"], {"RUNNING"})
+    assert client.list(f"{staging}/cache/by-sample"), "the big file was staged through the by-sample index"
+
+    old_objects = {_folder(ended["staged"][k]["url"]) for k in ("code", "code:weights.bin")}
+    live_objects = {_folder(running["staged"][k]["url"]) for k in ("code", "runtime", "am_jar")}
+    assert not old_objects & live_objects
+    ended_plan, live_plan = f"{staging}/apps/{ended['app_id']}", f"{staging}/apps/{running['app_id']}"
+
+    rc, dry, err = melon.json("prune", "--older-than", "0", "--dry-run", env=env)
+    assert rc == 0, err
+    doomed = {(e["kind"], e["path"]) for e in dry["delete"]}
+    assert {("object", p) for p in old_objects} | {("plan", ended_plan)} <= doomed, dry
+    assert {k for k, _ in doomed} >= {"index", "index-dir"}, dry
+    kept = {e["path"]: e["why"] for e in dry["kept"]}
+    assert kept[live_plan] == "application live"
+    for path in live_objects:  # the running job's code, and the runtime and AM jar both jobs staged
+        assert path not in {p for _, p in doomed} and kept[path] == f"in use by {running['app_id']}", dry
+    assert all(client.status(p, strict=False) for p in old_objects | {ended_plan}), "a dry run deletes nothing"
+
+    rc, done, err = melon.json("prune", "--older-than", "0", env=env)
+    assert rc == 0, err
+    assert done["freed_bytes"] >= 9 << 20
+    assert [p for p in old_objects | {ended_plan} if client.status(p, strict=False)] == []
+    assert client.list(f"{staging}/cache/by-sample") == []
+    assert all(client.status(p, strict=False) for p in live_objects | {live_plan})
+    # ... and the running job never noticed
+    assert _wait(yarn_hook, running["app_id"], TERMINAL)["finalStatus"] == "SUCCEEDED"
+
+    # What went costs a re-upload, no more: the old code runs again.
+    again = melon.submit(generic("prune-again", "python train.py") | {"code": str(old)}, "--wait", env=env)
+    assert again["returncode"] == 0 and again["staged"]["code:weights.bin"]["uploaded_bytes"] == 9 << 20, again
+
+
+def test_a_cached_object_records_its_use_and_a_recent_one_stays(melon, minicluster, yarn_hook, tmp_path):  # noqa: F811
+    staging = f"/user/{minicluster.user}/.melon-prune-{uuid.uuid4().hex[:8]}"
+    env = {"AIRFLOW__MELON__STAGING_DIR": staging}
+    client = _client(minicluster)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    job = generic("prune-touch", "python train.py") | {"code": str(tmp_path)}
+    first = melon.submit(job, "--wait", env=env)
+    code = "/" + first["staged"]["code"]["url"].split("://", 1)[1].split("/", 1)[1]
+    uploaded = client.status(code)
+    time.sleep(1.5)
+    second = melon.submit(job, "--wait", env=env)
+    assert second["staged"]["code"]["uploaded_bytes"] == 0
+    used = client.status(code)
+    # the access time moved (the use), the modification time did not (YARN's localizer checks it)
+    assert used["modificationTime"] == uploaded["modificationTime"]
+    assert used["accessTime"] > uploaded["modificationTime"] + 1000, (uploaded, used)
+
+    rc, out, err = melon.json("prune", "--older-than", "1h", env=env)
+    assert rc == 0 and out["delete"] == [], (out, err)
+    assert client.status(code, strict=False) is not None
+
+
+def test_prune_refuses_a_bad_age_before_touching_anything(melon):  # noqa: F811
+    result = melon.run("prune", "--older-than", "soon")
+    assert result.returncode == 2, result
+    assert "--older-than 'soon'" in result.stderr and "7d" in result.stderr
+    result = melon.run("prune", "--older-than=-1d")
+    assert result.returncode == 2 and "must be 0 or more" in result.stderr, result.stderr
