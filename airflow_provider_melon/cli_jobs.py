@@ -168,6 +168,10 @@ def _state(app: dict) -> str:
     return f"{app.get('state')}/{app.get('finalStatus') or 'UNDEFINED'}"
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB" if n >= 2**10 else f"{n} bytes"
+
+
 def _first_line(text: str, width: int = 160) -> str:
     line = " ".join(str(text or "").split("\n", 1)[0].split())
     return line if len(line) <= width else line[:width - 1] + "…"
@@ -378,10 +382,10 @@ def cmd_prune(args, cluster: Cluster) -> int:
         return OK
     verb = "would delete" if args.dry_run else "deleted"
     for e in decision.delete:
-        print(f"{verb} {e.kind:9} {e.path}" + (f" ({e.bytes / 2**20:.1f} MiB)" if e.bytes else ""))
+        print(f"{verb} {e.kind:9} {e.path}" + (f" ({_size(e.bytes)})" if e.bytes else ""))
     for e, why in decision.kept:
         print(f"kept     {e.kind:9} {e.path}: {why}")
-    print(f"{hook.staging_dir}: {verb} {len(decision.delete)} entries, {decision.freed_bytes / 2**20:.1f} MiB; "
+    print(f"{hook.staging_dir}: {verb} {len(decision.delete)} entries, {_size(decision.freed_bytes)}; "
           f"kept {len(decision.kept)} old enough to go that are still in use")
     return OK
 

@@ -166,8 +166,9 @@ class Jobs:
             return (f"RM app: {json.dumps({k: app.get(k) for k in keys})}\n"
                     f"cluster: {json.dumps({k: metrics.get(k) for k in metric_keys})}\n"
                     f"live apps: {[(a['id'], a['name'], a['state'], a.get('allocatedMB')) for a in live]}\n"
-                    + "".join(f"{cid} stderr (tail):\n{text[-1500:]}\n"
-                              for cid, text in self.container_logs(app_id, "stderr").items() if "_000001" in cid))
+                    + "".join(f"{cid} {name} (tail):\n{text[-1200:]}\n"
+                              for name in ("AppMaster.stdout", "AppMaster.stderr")
+                              for cid, text in self.container_logs(app_id, name).items() if text.strip()))
         except Exception as exc:  # noqa: BLE001 - a failure message must not fail
             return f"(RM picture unavailable: {exc!r})"
 
