@@ -51,6 +51,32 @@ else:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "melon"))
 
 
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def headless_chromium(*, performance_log: bool = False):
+    """A Selenium driver of Debian's headless Chromium (the browser tests': UI plugin, TensorBoard); skips the test
+    where chromium + chromium-driver are missing (scripts/setup.sh installs them). ``performance_log``: record the
+    network events (``driver.get_log("performance")``). The caller quits it."""
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip(f"no Debian chromium + chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): scripts/setup.sh installs them")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1400,950"):
+        opts.add_argument(arg)
+    if performance_log:
+        opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.implicitly_wait(0)
+    return driver
+
+
 def running_cluster(reuse_var: str, prefix: str, port_var: str, port_default: int, **start):
     """A mini cluster for a fixture to yield: the one running in ``$<reuse_var>`` if set, else one started on
     ports from ``$<port_var>`` (default ``port_default``) with ``start`` options, stopped and removed after."""

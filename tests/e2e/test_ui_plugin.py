@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -16,9 +15,10 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.conftest import headless_chromium
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DAG = "melon_ui_probe"
 
 
@@ -32,20 +32,7 @@ def shots(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.skip(f"no Debian chromium + chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): scripts/setup.sh installs them")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1400,950"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.implicitly_wait(0)
+    driver = headless_chromium()
     try:
         yield driver
     finally:

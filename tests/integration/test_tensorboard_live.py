@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
 import socket
 import time
 from urllib.parse import urlencode, urlsplit
@@ -15,9 +14,10 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 import requests
 
+from tests.conftest import headless_chromium
+
 pytestmark = pytest.mark.integration
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 # Writes one scalar series with tf.summary into $MELON_TENSORBOARD_LOG_DIR/train, then stays up until the test
 # creates the stop file (same machine: the mini cluster runs its containers here), at most 5 minutes.
@@ -143,19 +143,7 @@ def test_page_and_data_through_the_rm_proxy(tb_job):
 
 def test_the_dashboard_draws_in_a_browser(tb_job):
     """Headless Chromium opens TensorBoard through the RM proxy; its chart requests (POSTs) come back 200."""
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.skip(f"no Debian chromium + chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): scripts/setup.sh installs them")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1400,950",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync"):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver = headless_chromium(performance_log=True)
     seen: dict = {}
     try:
         driver.get(tb_job["base"])
