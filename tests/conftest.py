@@ -169,13 +169,17 @@ class Jobs:
     def status(self, app_id: str) -> dict | None:
         return self.hook.yarn.am_status(app_id)
 
-    def wait_status(self, app_id: str, predicate, timeout: float = 120) -> dict:
+    def wait_status(self, app_id: str, predicate, timeout: float = 180) -> dict:
+        """The AM's status once ``predicate`` holds; fails at ``timeout``, or as soon as the app has ended while its
+        AM serves no status (it will not start serving one)."""
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
             last = self.status(app_id)
             if last and predicate(last):
                 return last
+            if last is None and self.app(app_id)["state"] in TERMINAL:
+                raise AssertionError(f"{app_id} ended with no AM status to match\n{self.picture(app_id)}")
             time.sleep(1)
         raise AssertionError(f"AM status of {app_id} never matched; last: {json.dumps(last)[:2000]}\n"
                              + self.picture(app_id))
