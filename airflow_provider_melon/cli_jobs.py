@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 from airflow_provider_melon import minicluster as mc
 
 EXIT_CODES = """\
-exit codes of submit, status, ls, logs, kill, wait:
+exit codes of submit, status, ls, logs, kill, wait, prune:
   0    success: the app SUCCEEDED (wait, status, submit --wait) or is still running (status)
   1    the app FAILED or was KILLED (wait, status, submit --wait); any other error
   2    bad usage or a bad job spec (the message names the field)
@@ -166,10 +166,6 @@ def app_exit_code(app: dict) -> int:
 
 def _state(app: dict) -> str:
     return f"{app.get('state')}/{app.get('finalStatus') or 'UNDEFINED'}"
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB" if n >= 2**10 else f"{n} bytes"
 
 
 def _first_line(text: str, width: int = 160) -> str:
@@ -370,6 +366,7 @@ def cmd_submit(args, cluster: Cluster) -> int:
 
 def cmd_prune(args, cluster: Cluster) -> int:
     from airflow_provider_melon import staging_gc
+    from airflow_provider_melon.logs import human_bytes
 
     try:
         older_than = staging_gc.parse_age(args.older_than)
@@ -382,10 +379,10 @@ def cmd_prune(args, cluster: Cluster) -> int:
         return OK
     verb = "would delete" if args.dry_run else "deleted"
     for e in decision.delete:
-        print(f"{verb} {e.kind:9} {e.path}" + (f" ({_size(e.bytes)})" if e.bytes else ""))
+        print(f"{verb} {e.kind:9} {e.path}" + (f" ({human_bytes(e.bytes)})" if e.bytes else ""))
     for e, why in decision.kept:
         print(f"kept     {e.kind:9} {e.path}: {why}")
-    print(f"{hook.staging_dir}: {verb} {len(decision.delete)} entries, {_size(decision.freed_bytes)}; "
+    print(f"{hook.staging_dir}: {verb} {len(decision.delete)} entries, {human_bytes(decision.freed_bytes)}; "
           f"kept {len(decision.kept)} old enough to go that are still in use")
     return OK
 

@@ -98,7 +98,7 @@ def _chief_from_tasks(tasks: list[dict]) -> Optional[str]:
     return chief_of((role, role == "ps") for role in order)
 
 
-def _mib(n: int) -> str:
+def human_bytes(n: int) -> str:
     """A byte count for people: ``512 bytes``, ``64 KiB``, ``5.0 MiB``."""
     if n < 1024:
         return f"{n} bytes"
@@ -368,8 +368,8 @@ class LogFollower:
                               retried=True)
             cut = data.find(b"\n")
             skip = cut + 1 if cut >= 0 else len(data)
-            notes.append(f"{prefix}... {start + skip - offset} bytes skipped (more than {_mib(FETCH_WINDOW)} since "
-                         f"the last poll); full log: {self._link(fetch.cid, fetch.file)}")
+            notes.append(f"{prefix}... {start + skip - offset} bytes skipped (more than {human_bytes(FETCH_WINDOW)} "
+                         f"since the last poll); full log: {self._link(fetch.cid, fetch.file)}")
             offset = start + skip
         new = data[offset - start:]
         if entry["final"]:
@@ -439,8 +439,9 @@ class LogFollower:
     def _cap(self) -> None:
         self._s["capped"] = True
         links = ", ".join(f"{e['task']}: {self._link(cid)}" for cid, e in self._s["follow"].items())
-        self._note(f"... job log truncated: {_mib(self._s['emitted'])} shown, the limit for this task is "
-                   f"{_mib(self.max_bytes)} (job_log_max_bytes); full log: {links or 'the YARN application page'}")
+        self._note(f"... job log truncated: {human_bytes(self._s['emitted'])} shown, the limit for this task is "
+                   f"{human_bytes(self.max_bytes)} (job_log_max_bytes); "
+                   f"full log: {links or 'the YARN application page'}")
 
     def _close_final(self) -> None:
         """Containers read to their end this poll are done; one on an unreachable node waits for the next try
@@ -547,4 +548,4 @@ class LogFollower:
         return self._s["follow"][cid]["http"]
 
 
-__all__ = ["DEFAULT_LINES_PER_POLL", "DEFAULT_MAX_BYTES", "LogFollower", "chief_of"]
+__all__ = ["DEFAULT_LINES_PER_POLL", "DEFAULT_MAX_BYTES", "LogFollower", "chief_of", "human_bytes"]

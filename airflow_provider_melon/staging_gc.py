@@ -77,8 +77,9 @@ def decide(entries: Iterable[Entry], *, live_apps: Iterable[str], in_use: dict[s
     for e in entries:
         if e.last_used_ms >= cutoff_ms or e.kind not in ("object", "plan", "leftover"):
             continue
-        users = sorted({app for path, app in in_use.items() if path == e.path or path.startswith(e.path + "/")})
-        if e.kind == "object" and users:
+        users = sorted({app for path, app in in_use.items() if path == e.path or path.startswith(e.path + "/")}
+                       ) if e.kind == "object" else []
+        if users:
             out.kept.append((e, f"in use by {', '.join(users)}"))
         elif e.kind == "plan" and e.key in live:
             out.kept.append((e, "application live"))
@@ -168,9 +169,7 @@ def prune(hook, older_than_s: float, *, dry_run: bool = False, now_ms: Optional[
     done: list[Entry] = []
     for e in decision.delete:
         if e.kind == "object":  # used since the listing (a submission found it cached): keep it
-            current = client.status(e.path, strict=False)
-            files = _listing(client, e.path) if current else []
-            if any(_last_used(s) > e.last_used_ms for _, s in files):
+            if any(_last_used(s) > e.last_used_ms for _, s in _listing(client, e.path)):
                 decision.kept.append((e, "used while pruning"))
                 continue
         with hdfs_errors("delete", e.path):

@@ -5,42 +5,28 @@ stages into its own folder (``[melon] staging_dir``), so the rest of the suite's
 from __future__ import annotations
 
 import os
+import posixpath
 import time
 import uuid
 
 import pytest
-from hdfs import InsecureClient
 
-from tests.conftest import TERMINAL
+from airflow_provider_melon.hooks.melon import MelonHook
 from tests.integration.test_cli_live import generic, melon  # noqa: F401 - the `melon` fixture
 
 pytestmark = pytest.mark.integration
 
 
-def _client(cluster) -> InsecureClient:
-    return InsecureClient(cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=cluster.user)
-
-
 def _folder(url: str) -> str:
     """hdfs://nn:port/a/b/c/name → /a/b/c (a cache object's folder)."""
-    return "/" + url.split("://", 1)[1].split("/", 1)[1].rsplit("/", 1)[0]
-
-
-def _wait(yarn_hook, app_id: str, states, timeout: float = 180) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        app = yarn_hook.get_application(app_id)
-        if app["state"] in states:
-            return app
-        time.sleep(1)
-    raise AssertionError(f"{app_id} not in {states} after {timeout} s: {app['state']}")
+    return posixpath.dirname(MelonHook.hdfs_path(url))
 
 
 def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses(  # noqa: F811 - the fixture
-        melon, minicluster, yarn_hook, tmp_path):
+        melon, minicluster, jobs, tmp_path):
     staging = f"/user/{minicluster.user}/.melon-prune-{uuid.uuid4().hex[:8]}"
     env = {"AIRFLOW__MELON__STAGING_DIR": staging}
-    client = _client(minicluster)
+    client = jobs.hook.hdfs
     old, live = tmp_path / "old", tmp_path / "live"
     old.mkdir()
     live.mkdir()
@@ -51,7 +37,7 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     ended = melon.submit(generic("prune-ended", "python train.py") | {"code": str(old)}, "--wait", env=env)
     assert ended["returncode"] == 0, ended
     running = melon.submit(generic("prune-live", "python train.py") | {"code": str(live)}, env=env)
-    _wait(yarn_hook, running["app_id"], {"RUNNING"})
+    jobs.wait(running["app_id"], timeout=180, states={"RUNNING"})
     assert client.list(f"{staging}/cache/by-sample"), "the big file was staged through the by-sample index"
 
     old_objects = {_folder(ended["staged"][k]["url"]) for k in ("code", "code:weights.bin")}
@@ -77,21 +63,21 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     assert client.list(f"{staging}/cache/by-sample") == []
     assert all(client.status(p, strict=False) for p in live_objects | {live_plan})
     # ... and the running job never noticed
-    assert _wait(yarn_hook, running["app_id"], TERMINAL)["finalStatus"] == "SUCCEEDED"
+    assert jobs.wait(running["app_id"], timeout=180)["finalStatus"] == "SUCCEEDED"
 
     # What went costs a re-upload, no more: the old code runs again.
     again = melon.submit(generic("prune-again", "python train.py") | {"code": str(old)}, "--wait", env=env)
     assert again["returncode"] == 0 and again["staged"]["code:weights.bin"]["uploaded_bytes"] == 9 << 20, again
 
 
-def test_a_cached_object_records_its_use_and_a_recent_one_stays(melon, minicluster, yarn_hook, tmp_path):  # noqa: F811
+def test_a_cached_object_records_its_use_and_a_recent_one_stays(melon, minicluster, melon_hook, tmp_path):  # noqa: F811
     staging = f"/user/{minicluster.user}/.melon-prune-{uuid.uuid4().hex[:8]}"
     env = {"AIRFLOW__MELON__STAGING_DIR": staging}
-    client = _client(minicluster)
+    client = melon_hook.hdfs
     (tmp_path / "train.py").write_text("print('hi')\n")
     job = generic("prune-touch", "python train.py") | {"code": str(tmp_path)}
     first = melon.submit(job, "--wait", env=env)
-    code = "/" + first["staged"]["code"]["url"].split("://", 1)[1].split("/", 1)[1]
+    code = MelonHook.hdfs_path(first["staged"]["code"]["url"])
     uploaded = client.status(code)
     time.sleep(1.5)
     second = melon.submit(job, "--wait", env=env)
