@@ -181,6 +181,14 @@ def get_provider_info() -> dict:
                                        "is in safe mode.",
                         "version_added": "0.2.0", "type": "integer", "example": None, "default": "120",
                     },
+                    "deployment_id": {
+                        "description": "This Airflow deployment's name in the identity tag of every application it "
+                                       "submits (melon-id:<hash of deployment, dag, task, run, map index>): a retry "
+                                       "reattaches only to an application with its own task instance's identity. "
+                                       "Give each Airflow that shares a cluster its own (dev, prod). Not set: a digest "
+                                       "of the metadata database's address (without its password).",
+                        "version_added": "0.3.0", "type": "string", "example": "prod-eu", "default": None,
+                    },
                     "am_jar": {
                         "description": "Local path of an ApplicationMaster jar to use instead of the one shipped in the package.",
                         "version_added": "0.1.0", "type": "string", "example": "/opt/melon/melon-appmaster.jar",

@@ -98,10 +98,51 @@ def run_tag(run_id: str) -> str:
     return "airflow-run:" + hashlib.sha256(run_id.encode()).hexdigest()[:16]
 
 
-def airflow_tags(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> list[str]:
-    """The tags that identify one task instance's submission: a retry finds its app by them."""
-    return ["melon", f"airflow-dag:{dag_id}"[:100], f"airflow-task:{task_id}"[:100], run_tag(run_id),
-            f"airflow-map:{map_index}"]
+#: prefix of the one tag that identifies a task instance's application (see :func:`identity_tag`)
+IDENTITY_TAG_PREFIX = "melon-id:"
+#: the deployment part of the identity where none is configured (the CLI, tests without Airflow)
+DEFAULT_DEPLOYMENT = "default"
+
+
+def identity_tag(deployment: str, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+    """The tag that names one task instance of one Airflow deployment: ``melon-id:`` + the SHA-256 (40 hex digits)
+    of (deployment, dag, task, run, map index). Unlike the readable ``airflow-*`` tags, which YARN cuts at 100
+    characters and lower-cases, two different task instances — long task-group ids that share a prefix, ids that
+    differ only in case, the same DAG in a dev and a prod Airflow — never share it. Reattach and the UI look
+    applications up by it; the readable tags are for people."""
+    key = json.dumps([str(deployment), str(dag_id), str(task_id), str(run_id), int(map_index)])
+    return IDENTITY_TAG_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+def airflow_tags(dag_id: str, task_id: str, run_id: str, map_index: int = -1, *,
+                 deployment: str = DEFAULT_DEPLOYMENT) -> list[str]:
+    """The tags of one task instance's submission: ``melon``, the identity tag (:func:`identity_tag`, what a retry
+    finds its app by) and the readable ``airflow-dag:``/``airflow-task:``/``airflow-run:``/``airflow-map:`` ones."""
+    return ["melon", identity_tag(deployment, dag_id, task_id, run_id, map_index), f"airflow-dag:{dag_id}"[:100],
+            f"airflow-task:{task_id}"[:100], run_tag(run_id), f"airflow-map:{map_index}"]
+
+
+def deployment_id() -> str:
+    """This Airflow deployment's part of the identity tag: ``[melon] deployment_id``, or (not set) a digest of the
+    metadata database's address without its password — stable for a deployment, different for a dev and a prod
+    Airflow on one cluster. Outside Airflow (the CLI): :data:`DEFAULT_DEPLOYMENT`."""
+    try:
+        from airflow.configuration import conf
+    except ImportError:
+        return DEFAULT_DEPLOYMENT
+    configured = (conf.get("melon", "deployment_id", fallback=None) or "").strip()
+    if configured:
+        return configured
+    url = conf.get("database", "sql_alchemy_conn", fallback=None) or ""
+    if not url:
+        return DEFAULT_DEPLOYMENT
+    try:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an address sqlalchemy cannot parse is still a stable string
+        pass
+    return "db-" + hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 def container_python(spec: JobSpec, default_python: str) -> str:

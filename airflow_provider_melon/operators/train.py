@@ -68,7 +68,7 @@ from airflow_provider_melon.links import (
     yarn_application_url,
 )
 from airflow_provider_melon.spec import JobSpec, JobSpecError
-from airflow_provider_melon.submission import airflow_tags
+from airflow_provider_melon.submission import airflow_tags, deployment_id
 from airflow_provider_melon.triggers.yarn import (
     LIVE_STATES,
     MIN_POLL_INTERVAL,
@@ -374,7 +374,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         return str(dag_id), str(task_id), str(run_id), map_index
 
     def tags_for(self, context: "Context") -> list[str]:
-        return airflow_tags(*self._ti_identity(context))
+        return airflow_tags(*self._ti_identity(context), deployment=deployment_id())
 
     def find_existing(self, tags: list[str]) -> Optional[dict]:
         """A live application of this task instance, or its newest one if that one SUCCEEDED; else None."""
