@@ -10,7 +10,17 @@ or its path ``root.tenant_a``) and the job's roles, and fails with a message nam
   ``maximum-capacity`` of the cluster, absolute or percentage config alike): its GPUs
   (``yarn.io/gpu``: instances x gpus of exclusive roles) or its GPU memory (``melon.io/gpu-memory``: instances x
   gpu_memory of shared roles). The AM starts training only when every task registered, so such a job would
-  wait in the queue for ever.
+  wait in the queue for ever;
+* the gang can never be granted to **this user**: the CapacityScheduler lets one user hold at most
+  ``capacity x user-limit-factor`` of a queue (capped at its maximum; ``user-limit-factor`` -1: the maximum), and
+  grants a container while the user's use is not *above* that limit — so at most one container past it. The AM and
+  every task count. A gang whose total, less its largest container, is above the limit in any resource (memory,
+  vcores, ``yarn.io/gpu``, ``melon.io/gpu-memory``: the DominantResourceCalculator's test, for a queue whose capacity
+  is a percentage) would get part of its containers, hold them, and never start. The limit is computed as the
+  scheduler does: the queue's absolute capacity times the cluster's resource, rounded up (memory to whole GiB, the
+  default ``yarn.scheduler.minimum-allocation-mb``, so the check errs towards letting a job through), times the
+  factor. ``minimum-user-limit-percent`` only lowers a user's share while other users are active, so it never makes
+  a gang impossible; the AM's own limit (``userAMResourceLimit``, from ``maximum-am-resource-percent``) does.
 
 When the job fits the maximum, the report also carries the queue's headroom now (maximum minus what the queue
 uses): a job larger than the headroom waits (or, with preemption, gets its guarantee back from queues above
@@ -19,13 +29,14 @@ theirs); the caller logs it. A scheduler without queues in its answer (FIFO, Fai
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from airflow_provider_melon.gpu.preflight import GPU_MEMORY_RESOURCE, GPU_RESOURCE, _role_numbers
 from airflow_provider_melon.rm_json import as_dict, as_list, parse_resource
 
-__all__ = ["QueueError", "QueueReport", "leaf_queues", "check", "ensure_fits"]
+__all__ = ["AM_RESOURCE", "QueueError", "QueueReport", "leaf_queues", "check", "ensure_fits", "user_limit"]
 
 
 class QueueError(ValueError):
@@ -42,6 +53,8 @@ class QueueReport:
     guaranteed: dict = field(default_factory=dict)
     demand: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
+    #: what one user may hold of the queue, per resource (None: not known)
+    user_limit: Optional[dict] = None
 
     @property
     def ok(self) -> bool:
@@ -90,8 +103,60 @@ def _resources(value: Any) -> dict:
     return dict(parse_resource(value)["resources"]) if value else {}
 
 
-def check(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any]) -> QueueReport:
-    """Check ``queue`` and the roles' demand against the scheduler (module docstring)."""
+#: the AM container every job adds to its user's use of the queue (``submission.build_submission``'s default)
+AM_RESOURCE = {"memory-mb": 512, "vcores": 1, GPU_RESOURCE: 0, GPU_MEMORY_RESOURCE: 0}
+#: rounding of a memory limit: YARN normalises it up to ``yarn.scheduler.minimum-allocation-mb`` (default 1024)
+MEMORY_STEP_MB = 1024
+_UNITS = {"memory-mb": "MiB of memory", "vcores": "vcore(s)", GPU_RESOURCE: "GPU(s)",
+          GPU_MEMORY_RESOURCE: "MiB of GPU memory"}
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _containers(roles: Mapping[str, Any], am: Mapping[str, int]) -> list[dict]:
+    """One resource dict per container of the gang, the AM first (role dicts: sizes in MiB)."""
+    out = [dict(am)]
+    for role in roles.values():
+        instances, gpus, gpu_mb = _role_numbers(role)
+        if isinstance(role, Mapping):
+            memory, vcores = _num(role.get("memory_mb", role.get("memory", 0))), _num(role.get("vcores", 1))
+        else:
+            memory, vcores = role.memory_mb, role.vcores
+        out += [{"memory-mb": memory, "vcores": vcores, GPU_RESOURCE: gpus, GPU_MEMORY_RESOURCE: gpu_mb}] * instances
+    return out
+
+
+def user_limit(info: Mapping[str, Any]) -> Optional[dict]:
+    """What one user may ever hold of the leaf queue ``info`` (its scheduler JSON), per resource; None where the
+    answer does not say (no user-limit-factor, no absolute capacities)."""
+    factor = info.get("userLimitFactor")
+    abs_cap, abs_max = _num(info.get("absoluteCapacity")), _num(info.get("absoluteMaxCapacity"))
+    maximum = _resources(info.get("maxEffectiveCapacity"))
+    if factor is None or not maximum or abs_max <= 0:
+        return None
+    factor = _num(factor)
+    limit = {}
+    for resource, most in maximum.items():
+        if factor == -1 or abs_cap <= 0:
+            limit[resource] = float(most)
+            continue
+        cluster = float(most) * 100.0 / abs_max
+        capacity = math.ceil(round(cluster * abs_cap / 100.0, 6))
+        if resource == "memory-mb":
+            capacity = math.ceil(capacity / MEMORY_STEP_MB) * MEMORY_STEP_MB
+        limit[resource] = min(float(most), capacity * factor)
+    return limit
+
+
+def check(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any], *, user: Optional[str] = None,
+          am: Mapping[str, int] = AM_RESOURCE) -> QueueReport:
+    """Check ``queue`` and the roles' demand against the scheduler (module docstring). ``user``: who the job runs as
+    (for the messages); ``am``: the AM container's resources."""
     report = QueueReport(queue=queue)
     numbers = {name: _role_numbers(role) for name, role in roles.items()}
     report.demand = {GPU_RESOURCE: sum(i * g for i, g, _ in numbers.values()),
@@ -123,12 +188,50 @@ def check(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any]) ->
                     f"the job needs {want:g} {unit} at once (every task of the gang), more than the queue may "
                     f"ever hold ({most:g}, its maximum-capacity); fix: submit to a larger queue, ask for fewer or "
                     "smaller tasks, or ask the admin to raise the queue's maximum-capacity")
+    if not report.problems:
+        _check_user_limit(report, info, roles, user, am)
     return report
 
 
-def ensure_fits(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any]) -> QueueReport:
+def _check_user_limit(report: QueueReport, info: Mapping[str, Any], roles: Mapping[str, Any],
+                      user: Optional[str], am: Mapping[str, int]) -> None:
+    who = f"user {user}" if user else "one user"
+    path = str(info.get("queuePath") or f"root.{report.queue}")
+    am_limit = _resources(info.get("userAMResourceLimit"))
+    for resource in ("memory-mb", "vcores"):
+        if am_limit.get(resource) and am.get(resource, 0) > am_limit[resource]:
+            report.problems.append(
+                f"the job's ApplicationMaster needs {am[resource]:g} {_UNITS[resource]}, more than {who} may use for "
+                f"AMs in this queue ({am_limit[resource]:g}, from maximum-am-resource-percent); fix: ask the admin to "
+                f"raise yarn.scheduler.capacity.{path}.maximum-am-resource-percent")
+    limit = user_limit(info)
+    if limit is None:
+        return
+    report.user_limit = limit
+    containers = _containers(roles, am)
+    factor = _num(info.get("userLimitFactor"))
+    for resource, unit in _UNITS.items():
+        total = sum(c.get(resource, 0) for c in containers)
+        largest = max(c.get(resource, 0) for c in containers)
+        ceiling = limit.get(resource)
+        if ceiling is None or total - largest <= ceiling:
+            continue
+        capacity = ceiling / factor if factor > 0 else ceiling
+        need = (total - largest) / capacity if capacity > 0 else float("inf")
+        report.problems.append(
+            f"{who} may hold at most {ceiling:g} {unit} of this queue (capacity "
+            f"{_num(info.get('absoluteCapacity')):g} % x user-limit-factor {factor:g}), and YARN grants one "
+            f"container past that at most: the gang needs {total:g} {unit} at once (the AM and {len(containers) - 1} "
+            f"task(s)), so its last tasks would never be granted while the first ones hold their containers; fix: "
+            "submit to a queue where you may hold more, ask for fewer or smaller tasks, or ask the admin to raise "
+            f"yarn.scheduler.capacity.{path}.user-limit-factor (to at least {math.ceil(need * 100) / 100:g}, or -1 "
+            "for the queue's maximum)")
+
+
+def ensure_fits(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any], *, user: Optional[str] = None,
+                am: Mapping[str, int] = AM_RESOURCE) -> QueueReport:
     """:func:`check`, raising :class:`QueueError` with the report's message when it found a problem."""
-    report = check(scheduler, queue, roles)
+    report = check(scheduler, queue, roles, user=user, am=am)
     if not report.ok:
         raise QueueError(report.message)
     return report

@@ -457,8 +457,8 @@ class MelonHook:
         creds["tokens"] = delegation.credentials({delegation.HDFS_TOKEN_ALIAS: token})["tokens"]
 
     def check_queue(self, spec: JobSpec) -> Optional[_queues.QueueReport]:
-        """Before anything is staged: the job's queue exists, runs, and its maximum can hold the whole gang
-        (:mod:`airflow_provider_melon.queues`); raises :class:`~airflow_provider_melon.queues.QueueError`.
+        """Before anything is staged: the job's queue exists, runs, and its maximum and this user's limit in it can
+        hold the whole gang (:mod:`airflow_provider_melon.queues`); raises :class:`~airflow_provider_melon.queues.QueueError`.
         Being the first RM call, it also fails a user the cluster refuses to let us act for (403, with the fix).
         Other failures to read the scheduler only skip the check (the submission meets the RM anyway)."""
         try:
@@ -468,7 +468,7 @@ class MelonHook:
                 raise
             log.warning("queue check skipped: could not read the scheduler: %s", exc)
             return None
-        report = _queues.ensure_fits(scheduler, spec.queue, spec.roles)
+        report = _queues.ensure_fits(scheduler, spec.queue, spec.roles, user=self.user)
         log.info("%s: %s", spec.name, report.message)
         return report
 

@@ -206,6 +206,22 @@ def test_a_job_larger_than_the_queue_maximum_fails_before_staging(tenants):
     assert report.ok and report.maximum["yarn.io/gpu"] == 2
 
 
+def test_a_gang_above_the_users_limit_in_the_queue_fails_before_staging(tenants):
+    """The default queue has 20 % of the cluster and YARN's default user-limit-factor 1: one user may hold 1 of the 4
+    GPUs there (and YARN grants one container past that), so ops' 3-GPU gang could get 2 containers, hold them and
+    never start. Refused before anything is staged, naming the setting; the same gang fits alice's tenant_a (40 %,
+    factor 2.5). The numbers come from the real RM's scheduler answer."""
+    hook = tenants.hook(T["admin_user"], hdfs_client=_Untouchable())
+    with pytest.raises(QueueError) as err:
+        hook.submit(tenants.spec("user-limited", "default", instances=3, gpus=1))
+    message = str(err.value)
+    assert f"user {T['admin_user']} may hold at most 1 GPU(s)" in message, message
+    assert "yarn.scheduler.capacity.root.default.user-limit-factor" in message
+    report = tenants.hook("alice", hdfs_client=_Untouchable()).check_queue(
+        tenants.spec("fits-tenant-a", "tenant_a", instances=3, gpus=1))
+    assert report.ok and report.user_limit["yarn.io/gpu"] == 4, report.message
+
+
 def test_a_user_airflow_may_not_impersonate_fails_at_the_first_call(tenants):
     su = tenants.superuser_hdfs()
     before = su.status("/user/mallory", strict=False)

@@ -129,3 +129,69 @@ def test_operator_runs_as_run_as_or_the_owner_when_the_connection_says_so_and_ov
     with mock.patch("airflow_provider_melon.hooks.yarn.BaseHook.get_connection", return_value=mock.Mock(extra_dejson={})):
         assert op.tenant() is None
     assert op.load_spec().queue == "default"
+
+
+# ---- the per-user limit (issue: a gang that can never start for this user is refused before staging) -----------
+# The leaf queues as the tenants mini cluster's RM reports them (2 NMs x 2 GPUs, 16 GiB, 32 vcores, 64 GiB of GPU
+# memory): default 20 % (max 100 %, user-limit-factor 1, YARN's default), tenant_a 40 % (max 100 %, factor 2.5).
+def _res_of(memory: int, vcores: int, gpus: int, gpu_mem: int) -> dict:
+    return {"memory": memory, "vCores": vcores, "resourceInformations": {"resourceInformation": [
+        {"name": "memory-mb", "value": memory, "units": "Mi"}, {"name": "vcores", "value": vcores},
+        {"name": "melon.io/gpu-memory", "value": gpu_mem, "units": "Mi"}, {"name": "yarn.io/gpu", "value": gpus}]}}
+
+
+def _real_leaf(name: str, capacity: float, factor: float, am_memory: int = 8192) -> dict:
+    return {"queueName": name, "queuePath": f"root.{name}", "state": "RUNNING", "absoluteCapacity": capacity,
+            "absoluteMaxCapacity": 100.0, "userLimit": 100.0, "userLimitFactor": factor,
+            "maxEffectiveCapacity": _res_of(16384, 32, 4, 65536),
+            "minEffectiveCapacity": _res_of(int(16384 * capacity / 100), 6, int(4 * capacity / 100),
+                                            int(65536 * capacity / 100)),
+            "resourcesUsed": _res_of(0, 0, 0, 0), "userAMResourceLimit": _res_of(am_memory, 16, 2, 32768)}
+
+
+REAL = {"type": "capacityScheduler", "queueName": "root", "queues": {"queue": [
+    _real_leaf("default", 20.0, 1.0), _real_leaf("tenant_a", 40.0, 2.5), _real_leaf("open", 20.0, -1.0),
+    _real_leaf("tiny_am", 40.0, 2.5, am_memory=256)]}}
+
+
+def _gang(workers: int, gpus: int = 0, gpu_memory: int = 0) -> dict:
+    role = {"gpus": gpus, "gpu_memory_mb": gpu_memory, "memory_mb": 2048, "vcores": 1}
+    return {"chief": {"instances": 1, **role}, "worker": {"instances": workers, **role}}
+
+
+def test_a_gang_above_the_users_limit_is_refused_naming_user_limit_factor():
+    report = queues.check(REAL, "default", _gang(2, gpus=1), user="ops")
+    assert not report.ok
+    text = report.message
+    # 20 % of 4 GPUs, rounded up, x factor 1 = 1 GPU; the gang needs 3 (one past the limit is granted: 2 of 3 at most)
+    assert "user ops may hold at most 1 GPU(s)" in text and "user-limit-factor 1" in text
+    assert "yarn.scheduler.capacity.root.default.user-limit-factor (to at least 2" in text
+    assert report.user_limit["yarn.io/gpu"] == 1
+    with pytest.raises(queues.QueueError, match="user-limit-factor"):
+        queues.ensure_fits(REAL, "default", _gang(2, gpus=1), user="ops")
+
+
+def test_the_same_gang_fits_a_queue_with_a_larger_factor_and_one_container_past_the_limit_is_allowed():
+    assert queues.check(REAL, "tenant_a", _gang(2, gpus=1), user="alice").ok
+    # 2 GPUs in default: the first (1) does not exceed the limit (1), so YARN grants the second
+    assert queues.check(REAL, "default", _gang(1, gpus=1), user="ops").ok
+    assert queues.check(REAL, "open", _gang(3, gpus=1), user="ops").ok  # factor -1: the queue's maximum (4)
+
+
+def test_shared_mode_gpu_memory_and_memory_count_against_the_user_limit():
+    report = queues.check(REAL, "default", _gang(2, gpu_memory=8192), user="ops")
+    assert not report.ok and "MiB of GPU memory" in report.message
+    assert report.user_limit["melon.io/gpu-memory"] == 13108  # ceil(0.2 x 65536)
+    # memory: 20 % of 16 GiB = 3277 MiB, normalised up to 4096; the AM (512) + 3 x 2048, less the largest, is 4608
+    assert "at most 4096 MiB of memory" in report.message
+
+
+def test_an_am_larger_than_the_users_am_limit_is_refused():
+    report = queues.check(REAL, "tiny_am", _gang(0, gpus=1), user="alice")
+    assert not report.ok and "maximum-am-resource-percent" in report.message
+    assert "yarn.scheduler.capacity.root.tiny_am.maximum-am-resource-percent" in report.message
+
+
+def test_a_scheduler_answer_without_user_limits_skips_that_check():
+    assert queues.user_limit(_leaf("default", 4, 65536)) is None
+    assert queues.check(SCHEDULER, "default", _roles(4, gpus=1)).ok
