@@ -12,7 +12,7 @@ Measures, on GPU 0, side by side in one run:
    NVML peak seen during the raw k=1 run.
 The executor's other work (HTTP registration, heartbeats) is off the GPU and not measured here; the launch path is
 ``bench_launch.py``'s business. Needs torch + torchvision and an NVIDIA driver; without a GPU it says so and exits 2.
-All processes of one measurement start their timed window at the same instant, as the data in ../shared/data did.
+All processes of one measurement start their timed window at the same instant, as the data in benchmarks/data did.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 packing only where it pays (and its variants (c'), (cL), (cQ), (cQ=), (c-sub), (c-lpt), see benchmarks/README.md), (d) the
 ideal-packing lower bound, and (d*) the same bound over only the configurations (c)'s rules allow, which
 splits (c)'s gap to (d) into what online arrival-order scheduling loses and what the rules cost; (c') is a
-variant printed for comparison. Speeds come from shared/data (see benchmarks/simulator.py); the targets from the
+variant printed for comparison. Speeds come from benchmarks/data (see benchmarks/simulator.py); the targets from the
 issue are checked against what the simulation produces (PASS/FAIL), nothing is hard-coded.
 
     .venv/bin/python benchmarks/bench_policy.py [--gpus 8] [--seed 7] [--jobs-per-gpu 32]

@@ -1,6 +1,6 @@
 """Plots for the docs, drawn as SVG (no plotting library needed) from the measured data and the benchmark results:
 
-* ``docs/img/gpu-colocation.svg`` — k identical training processes sharing one H200 (``../shared/data/
+* ``docs/img/gpu-colocation.svg`` — k identical training processes sharing one H200 (``benchmarks/data/
   h200-colocate.json``): aggregate throughput over one process's, ResNet-18 vs ResNet-50, beside ideal sharing.
 * ``docs/img/policy-makespan.svg`` — ``benchmarks/results/bench_policy.txt`` (family A traces): makespan per policy.
 * ``docs/img/staging-size.svg`` — ``benchmarks/results/bench_staging_size.json``: staging a 1 GiB env archive and a
@@ -13,7 +13,7 @@
 * ``docs/img/trigger-rm-requests.svg`` — ``benchmarks/results/bench_triggers.txt``: RM requests/s and triggerer CPU
   of N triggers in one process, per-trigger polling vs the shared poller.
 
-Usage: ``python benchmarks/plot_results.py [--data ../shared/data] [--out docs/img]``.
+Usage: ``python benchmarks/plot_results.py [--data benchmarks/data] [--out docs/img]``.
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def sim_vs_system(results: Path) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data"))
+    parser.add_argument("--data", default=str(HERE / "data"))
     parser.add_argument("--out", default=str(HERE.parent / "docs" / "img"))
     args = parser.parse_args()
     out = Path(args.out)

@@ -2,7 +2,7 @@
 
 Everything that decides placement comes from :mod:`airflow_provider_melon.gpu.policy` (fits, admits,
 best_fit, exclusive, packing_pays, colocation_speedup); everything that decides speed comes from the measured
-H200 data (``shared/data/h200-colocate.json``, ``h200-mix.json``). Nothing here is fitted to a target.
+H200 data (``benchmarks/data/h200-colocate.json``, ``h200-mix.json``). Nothing here is fitted to a target.
 
 Jobs
     ``Job(name, kind, work_s, expected_mb, arrival_s)``: ``work_s`` is the job's solo duration on one GPU,
@@ -75,7 +75,7 @@ LARGE_WORKLOAD = "resnet50-224-b64-bf16"
 #: No job under policy (c) may run below half its solo speed (running slowdown <= 2).
 FAIRNESS_BOUND = policy.FAIRNESS_BOUND
 #: Under (c) a job joins a shared GPU only if that raises the GPU's aggregate throughput by more than this
-#: (in solo-job units): a tenth of a job, the run-to-run noise of the measurements (shared/data/README.md).
+#: (in solo-job units): a tenth of a job, the run-to-run noise of the measurements (benchmarks/data/README.md).
 #: R18: 3 -> 4 copies gains 0.85, 4 -> 5 only 0.05 (the curve flattens), so small jobs stop at 4 per GPU.
 MIN_MARGINAL_GAIN = policy.MIN_MARGINAL_GAIN
 #: H200: 141 GB (the data file's figure), in MiB.
@@ -87,7 +87,7 @@ def data_dir() -> str:
     env = os.environ.get("MELON_SHARED_DATA")
     if env:
         return env
-    return os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
+    return os.path.join(REPO, "benchmarks", "data")
 
 
 # -- the speed model -----------------------------------------------------------------------------------------

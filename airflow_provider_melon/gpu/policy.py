@@ -4,7 +4,7 @@ Every rule here is called by the executor (which GPU on this node), the operator
 (can this job share at all), the profiler/planner and the simulator/benchmarks, so it must stay pure:
 inputs are plain dataclasses, outputs are indices, booleans and numbers.
 
-Measured anchor (``shared/data/h200-colocate.json`` and ``h200-mix.json``, one H200, PyTorch 2.11):
+Measured anchor (``benchmarks/data/h200-colocate.json`` and ``h200-mix.json``, one H200, PyTorch 2.11):
 
 * k identical ResNet-18/CIFAR jobs (small: ~1.6 GB each) time-sliced on one GPU reach 1.82x, 3.52x,
   3.71x aggregate throughput at k = 2, 4, 8: packing pays.

@@ -1,4 +1,4 @@
-"""gpu.policy: pure placement rules, checked against the H200 measurements in shared/data."""
+"""gpu.policy: pure placement rules, checked against the H200 measurements in benchmarks/data."""
 
 import json
 import os
@@ -8,15 +8,12 @@ import pytest
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.gpu.policy import Gpu, Task
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "data")
 DATA = os.environ.get("MELON_SHARED_DATA", os.path.abspath(DATA))
 
 
 def _load(name):
-    path = os.path.join(DATA, name)
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not present")
-    with open(path) as f:
+    with open(os.path.join(DATA, name)) as f:
         return json.load(f)
 
 
@@ -90,7 +87,7 @@ def test_mix_data_supports_the_rule():
     assert policy.MAX_SMALL_WITH_LARGE == 1
 
 
-# The measured anchor (h200-colocate.json), repeated here so the decision is tested even without shared/data.
+# The measured anchor (h200-colocate.json), repeated here so the decision is tested apart from the data file.
 R18_CURVE = {2: 1.82, 4: 3.52, 8: 3.71}
 R50_CURVE = {2: 1.19, 4: 1.19, 8: 1.19}
 R18_MB, R50_MB, H200_MB = 1654, 4906, 141 * 1024
