@@ -227,6 +227,7 @@ def start(
     secure: bool = False,
     tenants: bool = False,
     token_renew_s: float = 0,
+    fair: bool = False,
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
@@ -236,7 +237,8 @@ def start(
     as the ``airflow`` principal (:func:`kerberos_login`) to check readiness. ``tenants``: the multi-tenant
     setup (:data:`TENANTS`: queues with preemption, ACLs, HDFS permissions, an ``airflow`` user that may
     impersonate the tenants); with ``secure`` too, the tenants are Kerberos principals. ``token_renew_s`` > 0: the
-    NameNode's delegation-token renew interval (a token expires that long after its last renewal)."""
+    NameNode's delegation-token renew interval (a token expires that long after its last renewal). ``fair``: the
+    default queue orders its applications by fair share (interleaved grants) instead of FIFO (the gang tests)."""
     work_dir = Path(work_dir).resolve()
     if running_pid(work_dir):
         existing = read_details(work_dir)
@@ -265,6 +267,8 @@ def start(
         args += ["--tenants", "1"]
     if token_renew_s:
         args += ["--dt-renew-ms", str(int(token_renew_s * 1000))]
+    if fair:
+        args += ["--fair", "1"]
     with open(log_path(work_dir), "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=work_dir)

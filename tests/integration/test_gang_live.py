@@ -5,6 +5,8 @@ that is never granted, saying where it stood."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -64,3 +66,100 @@ def test_queue_timeout_fails_a_gang_never_granted_whole_saying_where_it_stood(jo
     assert "of 4 containers granted" in app["diagnostics"]
     jobs.hook.yarn.kill_application(blocker)
     assert jobs.wait(blocker, timeout=60)["state"] == "KILLED"
+
+
+# ---- two gangs that each need 3 of the 4 GPUs, and four at once, on a cluster whose queue interleaves grants ------
+# The default queue of this module's cluster orders its applications by fair share: each free GPU goes to the app
+# that holds less, so two gangs asking at once get their containers one each in turn. The GPUs are freed one at a
+# time by a blocker whose tasks end when the test says (a file per task: every container runs on this machine).
+
+WAIT_FOR_FILE = ("python -c \"import os, time; p = os.path.join({folder!r}, 'release-' + os.environ['MELON_INDEX']); "
+                 "[time.sleep(0.2) for _ in iter(lambda: os.path.exists(p), True)]\"")
+
+
+@pytest.fixture(scope="module")
+def fair_cluster():
+    from tests.conftest import running_cluster
+
+    yield from running_cluster("MELON_GANG_CLUSTER_DIR", "melon-gang-", "MELON_GANG_PORT_BASE", 22000, fair=True,
+                               timeout=240)
+
+
+@pytest.fixture
+def fair_jobs(fair_cluster, tmp_path_factory):
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+    from tests.conftest import Jobs
+
+    j = Jobs(melon_hook_for_cluster(fair_cluster.work_dir), fair_cluster, tmp_path_factory)
+    yield j
+    j.kill_all()
+
+
+def _granted(jobs, app_id: str) -> int:
+    status = jobs.status(app_id) or {}
+    return sum(1 for t in status.get("tasks") or [] if t.get("container_id"))
+
+
+def _two_gangs_behind_a_blocker(jobs, tmp_path, hold_s: float) -> tuple[str, str]:
+    folder = tmp_path / "releases"
+    folder.mkdir()
+    blocker = jobs.submit({"name": "blocker", "framework": "generic", "gang_hold_s": 0,
+                           "entrypoint": WAIT_FOR_FILE.format(folder=str(folder)),
+                           "roles": {"worker": {"instances": 4, **GPU_ROLE}}})
+    jobs.wait_status(blocker, lambda s: all(t["state"] == "REGISTERED" for t in s["tasks"]))
+    gang = {"framework": "generic", "entrypoint": SLEEP.format(s=2), "gang_hold_s": hold_s,
+            "register_timeout_s": 600, "roles": {"worker": {"instances": 3, **GPU_ROLE}}}
+    a = jobs.submit({"name": "gang-a", **gang})
+    b = jobs.submit({"name": "gang-b", **gang})
+    for app_id in (a, b):  # both AMs up and asking before any GPU frees
+        jobs.wait_status(app_id, lambda s: len(s["tasks"]) == 3)
+    for i in range(4):  # free the GPUs one at a time; each goes to one of the two gangs before the next
+        before = _granted(jobs, a) + _granted(jobs, b)
+        (folder / f"release-{i}").touch()
+        if hold_s:
+            continue  # a hold may give containers back at any moment: the count is no clock here
+        deadline = time.monotonic() + 60
+        while _granted(jobs, a) + _granted(jobs, b) <= before:
+            assert time.monotonic() < deadline, f"GPU {i} freed but granted to neither gang\n{jobs.picture(a)}"
+            time.sleep(0.5)
+    return a, b
+
+
+def test_two_gangs_holding_part_of_what_the_other_needs_deadlock_without_the_hold(fair_jobs, tmp_path):
+    """The control: with the hold off, each gang gets 2 of its 3 GPUs, starts them, and waits for ever."""
+    a, b = _two_gangs_behind_a_blocker(fair_jobs, tmp_path, hold_s=0)
+    assert (_granted(fair_jobs, a), _granted(fair_jobs, b)) == (2, 2)
+    time.sleep(15)  # the claim is that nothing moves: observe a while that it does not
+    assert (_granted(fair_jobs, a), _granted(fair_jobs, b)) == (2, 2)
+    assert {fair_jobs.app(x)["state"] for x in (a, b)} == {"RUNNING"}
+    for x in (a, b):
+        fair_jobs.hook.yarn.kill_application(x)
+
+
+def test_two_gangs_that_would_deadlock_both_finish_with_the_hold(fair_jobs, tmp_path):
+    a, b = _two_gangs_behind_a_blocker(fair_jobs, tmp_path, hold_s=6)
+    for x in (a, b):
+        app = fair_jobs.wait(x, timeout=300)
+        assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
+    holds = []
+    for x in (a, b):
+        log = "".join(fair_jobs.container_logs(x, "AppMaster.stdout").values())
+        holds += [float(line.split(" for ", 1)[1].split(" s:", 1)[0]) for line in log.splitlines()
+                  if "gang incomplete after holding" in line]
+    assert holds, "at least one gang gave its containers back"
+    assert max(holds) <= 6 + 1.0, holds
+
+
+def test_four_three_gpu_gangs_at_once_finish_one_after_another(fair_jobs):
+    gang = {"framework": "generic", "entrypoint": SLEEP.format(s=3), "gang_hold_s": 5, "register_timeout_s": 600,
+            "roles": {"worker": {"instances": 3, **GPU_ROLE}}}
+    apps = [fair_jobs.submit({"name": f"gang-{i}", **gang}) for i in range(4)]
+    holds = []
+    for app_id in apps:
+        app = fair_jobs.wait(app_id, timeout=600)
+        assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
+        log = "".join(fair_jobs.container_logs(app_id, "AppMaster.stdout").values())
+        holds += [float(line.split(" for ", 1)[1].split(" s:", 1)[0]) for line in log.splitlines()
+                  if "gang incomplete after holding" in line]
+    # no gang held a container longer than the hold time while incomplete (the AM checks every 0.5 s)
+    assert not holds or max(holds) <= 5 + 1.0, holds
