@@ -210,6 +210,26 @@ def container_env(details: ClusterDetails) -> dict[str, str]:
             "MELON_LEDGER_DIR": str(Path(details.work_dir) / "ledger-{nm}")}
 
 
+def tenant_hook(details: ClusterDetails, user: str, *, hdfs_client=None, admin_acl: str | None = None):
+    """A ``MelonHook`` on a ``tenants`` cluster acting for ``user`` as the operator's ``run_as=user`` builds it: the
+    service user's connection (:data:`TENANTS`), doAs ``user`` on every RM and WebHDFS call. ``hdfs_client``
+    replaces the WebHDFS client (a test's guard, say)."""
+    import sys
+
+    from hdfs import InsecureClient
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    service = TENANTS["service_user"]
+    namenode = details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]
+    return MelonHook(
+        yarn_hook=YarnHook(rm_urls=[details.rm_web_url], user=service, retries=0),
+        hdfs_client=hdfs_client or InsecureClient(namenode, user=service, proxy=user),
+        proxy_user=user, admin_acl=admin_acl, am_classpath=details.am_classpath, default_python=sys.executable,
+        container_env=container_env(details), fs_default_fs=details.fs_default_fs)
+
+
 def start(
     work_dir: Path = DEFAULT_WORK_DIR,
     *,
