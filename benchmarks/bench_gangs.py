@@ -26,6 +26,7 @@ Usage (starts and stops its own cluster; ~6-10 minutes)::
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -91,10 +92,11 @@ def run(details, code: Path, hold_s: float, task_s: int, bound_s: float) -> dict
             raise RuntimeError(f"applications still live 120 s after the kill: {unfinished}")
         time.sleep(1)
     ends = [int(a.get("finishedTime") or 0) / 1000 for a in finished.values()]
-    failed = [a["id"] for a in finished.values() if a.get("finalStatus") != "SUCCEEDED"]
+    failed = [f"{a['name']}: {str(a.get('diagnostics') or '').splitlines()[0][:100] if a.get('diagnostics') else '?'}"
+              for a in finished.values() if a.get("finalStatus") != "SUCCEEDED"]
     return {"hold_s": hold_s, "makespan_s": (max(ends) - start) if ends and not unfinished else None,
             "elapsed_s": time.time() - start, "idle_gpu_s": idle_gpu_s, "unfinished": len(unfinished),
-            "failed": len(failed), "holds_released": sum(holds.values())}
+            "failed": len(failed), "failures": failed, "holds_released": sum(holds.values())}
 
 
 def main() -> int:
@@ -105,6 +107,8 @@ def main() -> int:
     parser.add_argument("--hold-s", type=float, default=8.0)
     parser.add_argument("--bound-s", type=float, default=600.0)
     args = parser.parse_args()
+    for name in ("airflow_provider_melon", "hdfs"):  # the hook's staging/submission lines, 16 times over
+        logging.getLogger(name).setLevel(logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="melon-bench-gangs-"))
     code = work / "code"
     code.mkdir()
@@ -138,6 +142,9 @@ def main() -> int:
     say(f"| gangs unfinished after {args.bound_s:g} s | {off['unfinished']} | {on['unfinished']} | |")
     say(f"| gangs failed | {off['failed']} | {on['failed']} | |")
     say(f"| holds given back | {off['holds_released']} | {on['holds_released']} | |")
+    for run_, name in ((off, "hold off"), (on, "hold on")):
+        for failure in run_["failures"]:
+            say(f"{name}: failed {failure}")
     return 0 if on["unfinished"] == 0 and on["failed"] == 0 else 1
 
 
