@@ -412,6 +412,9 @@ def cmd_status(args, cluster: Cluster) -> int:
         print(f"  tracking  {s['tracking_url']}")
     if s["diagnostics"]:
         print(f"  diagnostics  {_first_line(s['diagnostics'], 400)}")
+    gang = (am or {}).get("gang") or {}
+    if gang.get("hold_s") and not gang.get("formed"):
+        print(f"  gang      {gang.get('message')}")
     tasks = (am or {}).get("tasks") or []
     if tasks:
         print(f"  tasks ({(am or {}).get('state') or 'AM'}):")

@@ -210,6 +210,26 @@ def container_env(details: ClusterDetails) -> dict[str, str]:
             "MELON_LEDGER_DIR": str(Path(details.work_dir) / "ledger-{nm}")}
 
 
+def tenant_hook(details: ClusterDetails, user: str, *, hdfs_client=None, admin_acl: str | None = None):
+    """A ``MelonHook`` on a ``tenants`` cluster acting for ``user`` as the operator's ``run_as=user`` builds it: the
+    service user's connection (:data:`TENANTS`), doAs ``user`` on every RM and WebHDFS call. ``hdfs_client``
+    replaces the WebHDFS client (a test's guard, say)."""
+    import sys
+
+    from hdfs import InsecureClient
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    service = TENANTS["service_user"]
+    namenode = details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]
+    return MelonHook(
+        yarn_hook=YarnHook(rm_urls=[details.rm_web_url], user=service, retries=0),
+        hdfs_client=hdfs_client or InsecureClient(namenode, user=service, proxy=user),
+        proxy_user=user, admin_acl=admin_acl, am_classpath=details.am_classpath, default_python=sys.executable,
+        container_env=container_env(details), fs_default_fs=details.fs_default_fs)
+
+
 def start(
     work_dir: Path = DEFAULT_WORK_DIR,
     *,
@@ -227,6 +247,7 @@ def start(
     secure: bool = False,
     tenants: bool = False,
     token_renew_s: float = 0,
+    fair: bool = False,
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
@@ -236,7 +257,8 @@ def start(
     as the ``airflow`` principal (:func:`kerberos_login`) to check readiness. ``tenants``: the multi-tenant
     setup (:data:`TENANTS`: queues with preemption, ACLs, HDFS permissions, an ``airflow`` user that may
     impersonate the tenants); with ``secure`` too, the tenants are Kerberos principals. ``token_renew_s`` > 0: the
-    NameNode's delegation-token renew interval (a token expires that long after its last renewal)."""
+    NameNode's delegation-token renew interval (a token expires that long after its last renewal). ``fair``: the
+    default queue orders its applications by fair share (interleaved grants) instead of FIFO (the gang tests)."""
     work_dir = Path(work_dir).resolve()
     if running_pid(work_dir):
         existing = read_details(work_dir)
@@ -265,6 +287,8 @@ def start(
         args += ["--tenants", "1"]
     if token_renew_s:
         args += ["--dt-renew-ms", str(int(token_renew_s * 1000))]
+    if fair:
+        args += ["--fair", "1"]
     with open(log_path(work_dir), "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=work_dir)

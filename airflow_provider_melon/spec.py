@@ -270,6 +270,13 @@ class JobSpec(BaseModel):
     #: (same as true with ``tensorboard_log_dir``). The job writes its summaries to ``$MELON_TENSORBOARD_LOG_DIR``.
     tensorboard: Optional[Union[StrictBool, Text]] = None
     register_timeout_s: int = Field(300, gt=0, le=INT32_MAX)
+    #: all-or-nothing gang formation: the AM holds granted containers unlaunched until every task has one; a gang
+    #: still incomplete after this many seconds gives them all back and asks again after a random backoff (half to
+    #: one and a half of it). 0: off (each container starts as it comes, as YARN gives them). Below YARN's
+    #: container-allocation expiry (600 s): a granted container not started by then is taken back.
+    gang_hold_s: float = Field(60, ge=0, le=500)
+    #: fail the job when its gang has not been granted whole after this many seconds (None: wait, like YARN)
+    queue_timeout_s: Optional[int] = Field(None, gt=0, le=INT32_MAX)
 
     @field_validator("name")
     @classmethod

@@ -244,6 +244,8 @@ def build_plan(
         "env": env,
         "local_resources": local,
         "register_timeout_s": spec.register_timeout_s,
+        "gang_hold_s": spec.gang_hold_s,
+        "queue_timeout_s": spec.queue_timeout_s or 0,
         "labels": dict(labels or {}),
     }
 

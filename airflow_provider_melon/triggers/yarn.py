@@ -177,6 +177,9 @@ def progress_line(status: Optional[dict]) -> Optional[str]:
             text += f" restarts={entry['restarts']}"
         parts.append(text)
     head = f"AM {status.get('state', '?')}"
+    gang = status.get("gang") if isinstance(status.get("gang"), dict) else {}
+    if gang.get("formed") is False and gang.get("hold_s") and gang.get("message"):
+        head += f" ({str(gang['message'])[:200]})"  # waiting for the whole gang: granted/asked, holds given back
     return head + (" | " + " | ".join(parts) if parts else " | no tasks reported yet")
 
 

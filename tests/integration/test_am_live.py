@@ -56,8 +56,9 @@ def test_shared_mode_runs_more_tasks_than_gpus(jobs, minicluster):
 
 
 def test_whole_gpu_memory_tasks_cannot_all_run(jobs):
-    """4 GPUs x 16 GiB, one held by another job; then 4 tasks x 16 GiB: YARN runs 3 and keeps one pending.
-    (A gang larger than the whole queue, 5 x 16 GiB, is refused before submission: the queue check.)"""
+    """4 GPUs x 16 GiB, one held by another job; then 4 tasks x 16 GiB with the gang hold off (each container starts
+    as it comes): YARN runs 3 and keeps one pending. (A gang larger than the whole queue, 5 x 16 GiB, is refused
+    before submission: the queue check; with the hold on, see test_gang_live.py.)"""
     big = {"memory": 256, "vcores": 1, "gpu_memory": "16GiB"}
     blocker = jobs.submit({
         "name": "one-big", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=90),
@@ -66,7 +67,7 @@ def test_whole_gpu_memory_tasks_cannot_all_run(jobs):
     jobs.wait_status(blocker, lambda s: s["tasks"] and s["tasks"][0]["state"] == "REGISTERED")
     app_id = jobs.submit({
         "name": "four-big", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=60),
-        "register_timeout_s": 120,
+        "register_timeout_s": 120, "gang_hold_s": 0,
         "roles": {"worker": {"instances": 4, **big}},
     })
     status = jobs.wait_status(app_id, lambda s: sum(t["state"] == "REGISTERED" for t in s["tasks"]) == 3)

@@ -9,7 +9,6 @@ with the session cluster on 19000 or the fault cluster); ``MELON_TENANTS_CLUSTER
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
@@ -19,7 +18,7 @@ from hdfs.util import HdfsError
 
 from airflow_provider_melon import minicluster as mc
 from airflow_provider_melon.hooks.melon import MelonHook
-from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
+from airflow_provider_melon.hooks.yarn import YarnApiError
 from airflow_provider_melon.queues import QueueError
 from airflow_provider_melon.spec import JobSpec
 from tests.conftest import running_cluster
@@ -48,12 +47,7 @@ class Tenants:
 
     def hook(self, user: str, hdfs_client=None) -> MelonHook:
         """What the operator builds for run_as=user: the service user's connection, acting for ``user``."""
-        d = self.details
-        return MelonHook(
-            yarn_hook=YarnHook(rm_urls=[d.rm_web_url], user=SERVICE, retries=0),
-            hdfs_client=hdfs_client or InsecureClient(self.nn, user=SERVICE, proxy=user),
-            proxy_user=user, admin_acl=ADMIN_ACL, am_classpath=d.am_classpath, default_python=sys.executable,
-            container_env=mc.container_env(d), fs_default_fs=d.fs_default_fs)
+        return mc.tenant_hook(self.details, user, hdfs_client=hdfs_client, admin_acl=ADMIN_ACL)
 
     def superuser_hdfs(self) -> InsecureClient:
         return InsecureClient(self.nn, user=self.details.user)

@@ -253,6 +253,7 @@ final class AmHttp {
       root.put("state", book.state());
       root.put("diagnostics", book.diagnostics());
       root.set("labels", labels);
+      root.set("gang", JSON.valueToTree(book.gangStatus()));
       tensorboard.describe(root.putObject("tensorboard"));
       ArrayNode arr = root.putArray("tasks");
       for (Task t : book.tasks) {

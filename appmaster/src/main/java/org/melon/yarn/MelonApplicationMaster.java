@@ -160,6 +160,7 @@ public final class MelonApplicationMaster {
       }
     }
     while (!book.done.await(500, TimeUnit.MILLISECONDS)) {
+      book.checkGangHold();
       book.checkGangTimeout();
       book.expireAvoidance();
     }
@@ -195,7 +196,7 @@ public final class MelonApplicationMaster {
         amrm.removeContainerRequest(t.request);
         seenHosts.add(t.nodeHost);
         log("task " + t.name() + " attempt " + t.attempt + " -> " + c.getId() + " on " + c.getNodeId());
-        nm.startContainerAsync(c, launchContext(t));
+        book.granted(t);  // starts it, or holds it until the whole gang is granted
       }
     }
   }
@@ -279,7 +280,10 @@ public final class MelonApplicationMaster {
     List<Task> toStop = new ArrayList<>();
     synchronized (book) {
       for (Task t : book.tasks) {
-        if (t.live()) {
+        if (t.live() && !t.launched) {  // held for a gang that never formed: never started, so give it back
+          amrm.releaseAssignedContainer(t.container.getId());
+          t.state = "KILLED";
+        } else if (t.live()) {
           toStop.add(t);
         } else if ("PENDING".equals(t.state) && t.request != null) {
           amrm.removeContainerRequest(t.request);
@@ -409,6 +413,23 @@ public final class MelonApplicationMaster {
     @Override
     public Set<String> runningHosts() {
       return MelonApplicationMaster.this.runningHosts();
+    }
+
+    @Override
+    public void launch(Task t) {
+      nm.startContainerAsync(t.container, launchContext(t));
+    }
+
+    @Override
+    public void release(Task t) {
+      amrm.releaseAssignedContainer(t.container.getId());
+    }
+
+    @Override
+    public void cancel(Task t) {
+      if (t.request != null) {
+        amrm.removeContainerRequest(t.request);
+      }
     }
   }
 

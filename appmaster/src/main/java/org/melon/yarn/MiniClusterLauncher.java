@@ -86,6 +86,9 @@ public final class MiniClusterLauncher {
     // 1: multi-tenant setup (tenantsConf): tenant queues with preemption, ACLs, HDFS permissions and homes, an
     // `airflow` service user that may impersonate the tenants
     opts.put("tenants", "0");
+    // 1: the default queue orders its applications by fair share instead of FIFO, so two apps asking at once get
+    // their containers interleaved (the gang tests: two gangs that each hold part of what the other needs)
+    opts.put("fair", "0");
     // > 0: the NameNode's delegation-token renew interval (dfs.namenode.delegation.token.renew-interval), short so
     // a test job outlives its HDFS token's first expiry and only the RM's renewal keeps it valid
     opts.put("dt-renew-ms", "0");
@@ -190,6 +193,9 @@ public final class MiniClusterLauncher {
     conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
     conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "0.5");
+    if (intOpt("fair") != 0) {
+      conf.set("yarn.scheduler.capacity.root.default.ordering-policy", "fair");
+    }
     conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
     conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, nmMem);
     conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES, nmCores);

@@ -48,6 +48,15 @@ final class TaskBook {
 
     /** Hosts of the cluster's usable nodes (the last one is never avoided). */
     Set<String> runningHosts();
+
+    /** Start {@code t}'s container (granted, not yet launched). */
+    void launch(Task t);
+
+    /** Give back {@code t}'s container, granted but never launched (the gang hold ran out). */
+    void release(Task t);
+
+    /** Withdraw {@code t}'s outstanding container request (the gang backs off). */
+    void cancel(Task t);
   }
 
   /** An answer to an HTTP call: status code and a body for Jackson. */
@@ -79,6 +88,8 @@ final class TaskBook {
     int notItsFault;
     ContainerRequest request;
     Container container;
+    /** Whether {@link #container} was started; a granted container is held unlaunched until the gang is whole. */
+    boolean launched;
     String nodeHost;
     String host;
     int port;
@@ -132,17 +143,42 @@ final class TaskBook {
   private final String successRole;
   private long gangWaitSince;
   private boolean gangComplete;
+  /** Gang formation, all or nothing ({@code gang_hold_s} in the plan; 0: off, each container starts as it comes).
+   * Granted containers are held unlaunched until every task has one; a gang still incomplete after the hold time
+   * gives every container back, withdraws its requests, and asks again after a random backoff (half to one and a
+   * half hold times), so two waiting gangs cannot deadlock and a waiting gang does not sit on part of the cluster.
+   * {@code register_timeout_s} counts from the moment the whole gang was granted; {@code queue_timeout_s} (0: none,
+   * like YARN) bounds the wait for it. */
+  private final long gangHoldMs;
+  private final long queueTimeoutMs;
+  private final java.util.Random random;
+  private final long startedAt;
+  private boolean gangFormed;
+  /** When the first container of the current formation attempt was granted; -1: none held. */
+  private long holdingSince = -1;
+  /** Backing off (nothing held, nothing asked) until then; -1: not backing off. */
+  private long rerequestAt = -1;
+  private int holdReleases;
+  private long longestHoldMs;
   /** Hosts on the application's blacklist (node avoidance after exit 75) and since when. */
   private final Map<String, Long> avoided = new HashMap<>();
   private String state = "RUNNING";
   private String diagnostics = "";
 
   TaskBook(JsonNode plan, Yarn yarn, LongSupplier clock) {
+    this(plan, yarn, clock, new java.util.Random());
+  }
+
+  TaskBook(JsonNode plan, Yarn yarn, LongSupplier clock, java.util.Random random) {
     this.yarn = yarn;
     this.clock = clock;
+    this.random = random;
     this.registerTimeoutMs = plan.path("register_timeout_s").asLong(300) * 1000L;
+    this.gangHoldMs = Math.round(plan.path("gang_hold_s").asDouble(0) * 1000);
+    this.queueTimeoutMs = Math.round(plan.path("queue_timeout_s").asDouble(0) * 1000);
     this.successRole = plan.path("success_role").isTextual() ? plan.path("success_role").asText() : null;
     this.gangWaitSince = clock.getAsLong();
+    this.startedAt = gangWaitSince;
     int number = 0;
     for (JsonNode r : plan.path("roles")) {
       Role role = new Role();
@@ -192,8 +228,8 @@ final class TaskBook {
   synchronized Task allocated(Container c) {
     long id = c.getAllocationRequestId();
     Task t = id >= 0 && id < tasks.size() ? tasks.get((int) id) : null;
-    if (t == null || !"PENDING".equals(t.state) || !running()) {
-      return null;
+    if (t == null || !"PENDING".equals(t.state) || !running() || rerequestAt >= 0) {
+      return null;  // nothing waits for it, or the gang is backing off (a grant for a withdrawn request)
     }
     t.container = c;
     t.nodeHost = c.getNodeId().getHost();
@@ -204,10 +240,126 @@ final class TaskBook {
       releaseAvoidance(left, "task " + t.name() + " placed on " + t.nodeHost);
     }
     t.state = "ALLOCATED";
+    t.launched = false;
     t.exitCode = null;
     t.updated = now();
     byContainer.put(c.getId(), t);
     return t;
+  }
+
+  /**
+   * {@code t} was just {@link #allocated}: the containers to start now. Once the gang has formed (or with the hold
+   * off) that is {@code t}'s alone; while it forms, none until every task holds one, then all of them at once
+   * (and {@code register_timeout_s} starts counting).
+   */
+  synchronized List<Task> granted(Task t) {
+    List<Task> out = new ArrayList<>();
+    if (gangFormed || gangHoldMs <= 0) {
+      out.add(t);
+    } else {
+      if (holdingSince < 0) {
+        holdingSince = now();
+      }
+      if (tasks.stream().allMatch(x -> x.container != null && "ALLOCATED".equals(x.state))) {
+        gangFormed = true;
+        gangWaitSince = now();
+        longestHoldMs = Math.max(longestHoldMs, now() - holdingSince);
+        MelonApplicationMaster.log("gang granted whole: " + tasks.size() + " containers after "
+            + (now() - startedAt) / 1000 + " s (" + holdReleases + " hold(s) given back); starting them");
+        holdingSince = -1;
+        out.addAll(tasks);
+      }
+    }
+    for (Task x : out) {
+      x.launched = true;
+      yarn.launch(x);
+    }
+    return out;
+  }
+
+  /** Gang formation's clock (the AM calls this every 500 ms): the queue timeout, the end of a hold (give every
+   * container back, withdraw the requests, back off), the end of a backoff (ask again). */
+  synchronized void checkGangHold() {
+    if (!running() || gangFormed || gangHoldMs <= 0) {
+      return;
+    }
+    long now = now();
+    if (queueTimeoutMs > 0 && now - startedAt > queueTimeoutMs) {
+      finish("FAILED", "the gang was not granted within queue_timeout_s (" + queueTimeoutMs / 1000 + " s): "
+          + gangMessage());
+      return;
+    }
+    if (rerequestAt >= 0) {
+      if (now >= rerequestAt) {
+        rerequestAt = -1;
+        MelonApplicationMaster.log("gang: asking again for all " + tasks.size() + " containers");
+        for (Task t : tasks) {
+          if ("PENDING".equals(t.state)) {
+            yarn.request(t);
+          }
+        }
+      }
+      return;
+    }
+    if (holdingSince < 0 || now - holdingSince < gangHoldMs) {
+      return;
+    }
+    long held = now - holdingSince;
+    int granted = grantedCount();
+    for (Task t : tasks) {
+      if (t.container != null && !t.launched) {
+        byContainer.remove(t.container.getId());
+        yarn.release(t);
+        t.container = null;
+        t.nodeHost = null;
+        t.host = null;
+        t.state = "PENDING";
+        t.updated = now;
+      } else if ("PENDING".equals(t.state)) {
+        yarn.cancel(t);
+      }
+    }
+    holdReleases++;
+    longestHoldMs = Math.max(longestHoldMs, held);
+    holdingSince = -1;
+    long backoff = gangHoldMs / 2 + (long) (random.nextDouble() * gangHoldMs);
+    rerequestAt = now + backoff;
+    MelonApplicationMaster.log("gang incomplete after holding " + granted + " of " + tasks.size()
+        + " containers for " + held / 1000.0 + " s: gave them back, asking again in " + backoff / 1000.0
+        + " s (hold " + holdReleases + ")");
+  }
+
+  private int grantedCount() {
+    return (int) tasks.stream().filter(x -> x.container != null).count();
+  }
+
+  /** Where gang formation stands, for people (status, diagnostics). */
+  synchronized String gangMessage() {
+    if (gangFormed || gangHoldMs <= 0) {
+      return gangFormed ? "gang granted" : "gang hold off";
+    }
+    String head = "waiting for the gang: " + grantedCount() + " of " + tasks.size() + " containers granted";
+    if (rerequestAt >= 0) {
+      return head + ", backing off after " + holdReleases + " hold(s) given back; asking again in "
+          + Math.max(0, rerequestAt - now()) / 1000 + " s";
+    }
+    return head + (holdingSince >= 0 ? ", held for " + (now() - holdingSince) / 1000 + " of " + gangHoldMs / 1000
+        + " s" : "") + (holdReleases > 0 ? " (" + holdReleases + " hold(s) given back so far)" : "");
+  }
+
+  /** Gang formation for {@code GET /status}. */
+  synchronized Map<String, Object> gangStatus() {
+    Map<String, Object> out = new LinkedHashMap<>();
+    out.put("hold_s", gangHoldMs / 1000.0);
+    out.put("formed", gangFormed);
+    out.put("granted", grantedCount());
+    out.put("asked", tasks.size());
+    out.put("holds_released", holdReleases);
+    out.put("longest_hold_s", longestHoldMs / 1000.0);
+    out.put("waiting_s", (gangFormed ? gangWaitSince - startedAt : now() - startedAt) / 1000.0);
+    out.put("asking_again_in_s", rerequestAt >= 0 ? Math.max(0, rerequestAt - now()) / 1000.0 : null);
+    out.put("message", gangMessage());
+    return out;
   }
 
   synchronized void started(ContainerId id) {
@@ -319,6 +471,7 @@ final class TaskBook {
     t.registered = false;
     t.state = "PENDING";
     t.container = null;
+    t.launched = false;
     t.updated = now();
     yarn.request(t);
   }
@@ -539,8 +692,8 @@ final class TaskBook {
   /** Fail the application if the gang has not registered within {@code register_timeout_s} (the AM calls this
    * every 500 ms); a task that already exited 0 is not missing. */
   synchronized void checkGangTimeout() {
-    if (!running() || gangComplete) {
-      return;
+    if (!running() || gangComplete || (gangHoldMs > 0 && !gangFormed)) {
+      return;  // still forming: the wait for resources is the queue timeout's, not the registration's
     }
     if (now() - gangWaitSince > registerTimeoutMs) {
       List<String> missing = new ArrayList<>();

@@ -67,6 +67,26 @@ final class Fixtures {
       hostQueries++;
       return hosts;
     }
+
+    /** Containers started, given back, and requests withdrawn: task names. */
+    final List<String> launched = new ArrayList<>();
+    final List<String> released = new ArrayList<>();
+    final List<String> cancelled = new ArrayList<>();
+
+    @Override
+    public void launch(Task t) {
+      launched.add(t.name());
+    }
+
+    @Override
+    public void release(Task t) {
+      released.add(t.name());
+    }
+
+    @Override
+    public void cancel(Task t) {
+      cancelled.add(t.name());
+    }
   }
 
   /** A clock that moves only when told. */
