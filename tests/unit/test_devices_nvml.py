@@ -1,0 +1,121 @@
+"""gpu.devices against a fake NVML: the product's own calls (``nvml_gpus``, ``list_gpus``, ``process_memory_mb``)
+on a module that answers as pynvml (nvidia-ml-py 12) does — bytes or str names, a device the container's cgroup
+denies, a driver that is not there — so the GPU host's code path runs without a GPU. What the real NVML answers is
+checked on a GPU machine only (benchmarks/bench_gpu.py)."""
+
+from __future__ import annotations
+
+import types
+from collections import namedtuple
+
+import pytest
+
+from airflow_provider_melon.gpu import devices
+
+MiB = 1024 * 1024
+Memory = namedtuple("Memory", "total free used")
+Utilization = namedtuple("Utilization", "gpu memory")
+Process = namedtuple("Process", "pid usedGpuMemory")
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_nvml(gpus: list[dict], *, init_error: str | None = None) -> types.ModuleType:
+    """A pynvml stand-in: ``gpus`` of {uuid, name, total_mb, used_mb, util, procs: {pid: MiB|None}, denied}."""
+    calls = {"init": 0, "shutdown": 0}
+    mod = types.ModuleType("pynvml")
+    mod.NVMLError = NVMLError
+    mod.calls = calls
+
+    def init():
+        calls["init"] += 1
+        if init_error:
+            raise NVMLError(init_error)
+
+    def handle(i):
+        if i >= len(gpus):
+            raise NVMLError("Invalid Argument")
+        if gpus[i].get("denied"):
+            raise NVMLError("Insufficient Permissions")
+        return gpus[i]
+
+    mod.nvmlInit = init
+    mod.nvmlShutdown = lambda: calls.__setitem__("shutdown", calls["shutdown"] + 1)
+    mod.nvmlDeviceGetCount = lambda: len(gpus)
+    mod.nvmlDeviceGetHandleByIndex = handle
+    mod.nvmlDeviceGetUUID = lambda h: h["uuid"]
+    mod.nvmlDeviceGetName = lambda h: h["name"]
+    mod.nvmlDeviceGetMemoryInfo = lambda h: Memory(h["total_mb"] * MiB, (h["total_mb"] - h["used_mb"]) * MiB,
+                                                   h["used_mb"] * MiB)
+
+    def util(h):
+        if h.get("util") is None:
+            raise NVMLError("Not Supported")
+        return Utilization(h["util"], 0)
+
+    mod.nvmlDeviceGetUtilizationRates = util
+    mod.nvmlDeviceGetComputeRunningProcesses = lambda h: [Process(p, None if m is None else m * MiB)
+                                                          for p, m in h.get("procs", {}).items()]
+    return mod
+
+
+H200 = [{"uuid": "GPU-aaaa", "name": b"NVIDIA H200", "total_mb": 143771, "used_mb": 512, "util": 37,
+         "procs": {101: 4096, 102: 1024}},
+        {"uuid": "GPU-bbbb", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": 0, "util": None},
+        {"uuid": "GPU-cccc", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": 0, "util": 0, "denied": True}]
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    def install(gpus=H200, **kw):
+        mod = fake_nvml(gpus, **kw)
+        monkeypatch.setattr(devices, "_import_pynvml", lambda: mod)
+        return mod
+    return install
+
+
+def test_nvml_lists_the_devices_it_may_open_and_always_shuts_down(nvml):
+    mod = nvml()
+    gpus = devices.nvml_gpus(env={})
+    assert gpus.source == "nvml"
+    assert [(g.index, g.uuid, g.name, g.total_mb, g.used_mb, g.sm_util) for g in gpus] == [
+        (0, "GPU-aaaa", "NVIDIA H200", 143771, 512, 0.37), (1, "GPU-bbbb", "NVIDIA H200", 143771, 0, None)]
+    assert mod.calls == {"init": 1, "shutdown": 1}
+
+
+@pytest.mark.parametrize("visible, want", [("1", [1]), ("GPU-aaaa", [0]), ("0,GPU-bbbb", [0, 1]), ("", [0, 1])])
+def test_cuda_visible_devices_restricts_by_index_or_uuid(nvml, visible, want):
+    nvml()
+    assert [g.index for g in devices.nvml_gpus(env={"CUDA_VISIBLE_DEVICES": visible})] == want
+
+
+def test_no_device_visible_or_no_driver_says_why_and_list_gpus_falls_back_to_the_inventory(nvml, tmp_path):
+    nvml()
+    empty = devices.nvml_gpus(env={"CUDA_VISIBLE_DEVICES": "2"})  # the one device left is denied by its cgroup
+    assert not empty and empty.source == "none"
+    assert empty.reason == "no GPU: NVML found no device (device 2: Insufficient Permissions)"
+    mod = nvml(init_error="NVML Shared Library Not Found")
+    none = devices.nvml_gpus(env={})
+    assert none.reason == "no GPU: NVML found no device (NVML Shared Library Not Found)"
+    assert mod.calls["shutdown"] == 0  # nothing to shut down after a failed init
+    inventory = tmp_path / "gpus.json"
+    inventory.write_text('{"gpus": [{"index": 0, "total_mb": 16384}]}')
+    found = devices.list_gpus(env={"MELON_GPU_INVENTORY": str(inventory)})
+    assert found.source == "inventory" and [g.total_mb for g in found] == [16384]
+    missing = devices.list_gpus(env={"MELON_GPU_INVENTORY": str(tmp_path / "nope.json")})
+    assert missing.source == "none" and "NVML Shared Library Not Found" in missing.reason
+    assert "does not exist" in missing.reason
+
+
+def test_process_memory_counts_only_the_given_pids(nvml):
+    mod = nvml()
+    assert devices.process_memory_mb(0, [101]) == 4096
+    assert devices.process_memory_mb(0, [101, 102, 999]) == 5120
+    assert devices.process_memory_mb(0, [999]) is None  # none of ours on that GPU: unknown, not 0
+    assert devices.process_memory_mb(1, [101]) is None
+    assert devices.process_memory_mb(5, [101]) is None  # a bad index is no crash
+    assert mod.calls["init"] == mod.calls["shutdown"] == 5
+    nvml([{**H200[0], "procs": {101: None}}])  # NVML without per-process accounting (usedGpuMemory None)
+    assert devices.process_memory_mb(0, [101]) is None
