@@ -110,8 +110,11 @@ def hooks():
             mock.patch.object(YarnHook, "get_application", autospec=True) as get_app, \
             mock.patch.object(YarnHook, "kill_application", autospec=True, return_value={}) as kill, \
             mock.patch.object(YarnHook, "nodes", autospec=True, return_value=[]), \
+            mock.patch.object(MelonHook, "file_status", autospec=True,
+                              return_value={"type": "DIRECTORY"}) as file_status, \
             mock.patch.object(MelonTrainOperator, "_sleep", autospec=True) as sleep:
-        yield mock.Mock(submit=submit, am_status=am_status, find=find, get_app=get_app, kill=kill, sleep=sleep)
+        yield mock.Mock(submit=submit, am_status=am_status, find=find, get_app=get_app, kill=kill, sleep=sleep,
+                        file_status=file_status)
 
 
 # ---------------------------------------------------------------------------------------------- construction
