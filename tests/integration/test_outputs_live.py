@@ -234,3 +234,27 @@ def test_a_rename_onto_an_existing_folder_fails_instead_of_nesting(minicluster, 
     with pytest.raises(WebHdfsError, match=r"RENAME .*\.model\.tmp -> .*/model: .*exists"):
         WebHdfs(minicluster.webhdfs_url, minicluster.user).rename(f"{root}/.model.tmp", f"{root}/model")
     assert melon_hook.hdfs.list(f"{root}/model") == []
+
+
+def test_a_lost_rename_answer_the_paths_cannot_explain_is_an_error_naming_both(minicluster, melon_hook):
+    from airflow_provider_melon.runtime.webhdfs import WebHdfs, WebHdfsError
+
+    root = f"/user/root/it-outputs/{uuid.uuid4().hex[:8]}"
+    melon_hook.hdfs.write(f"{root}/.model.tmp/weights.bin", data=b"w")
+    lose, seen = _once("PUT", "RENAME", "answer")
+
+    renames: list[str] = []
+
+    def vanish(method: str, path: str):
+        if "op=RENAME" in path:
+            renames.append(path)
+        how = lose(method, path)
+        if how:  # someone else deletes the source as the rename goes out
+            melon_hook.hdfs.delete(f"{root}/.model.tmp", recursive=True)
+        return how
+
+    with CountingProxy(_nn(minicluster), lose=vanish) as proxy, pytest.raises(
+            WebHdfsError, match=r"RENAME .*/\.model\.tmp -> .*/model: no answer .* the paths do not tell it was "
+                                r"applied: .*\.model\.tmp absent, .*/model absent"):
+        WebHdfs(proxy.url, minicluster.user).rename(f"{root}/.model.tmp", f"{root}/model")
+    assert len(renames) == 1, f"sent once, not again blindly: {renames}"
