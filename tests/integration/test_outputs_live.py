@@ -97,7 +97,7 @@ while True:
             in status["diagnostics"]:
         break
     if time.monotonic() > deadline:
-        sys.exit("the AM never waited for the output task: " + json.dumps({k: status[k] for k in ("state", "diagnostics")}))
+        sys.exit("the AM never waited for the output task: " + status["state"] + ": " + status["diagnostics"])
     time.sleep(0.5)
 print("AM:", status["diagnostics"], flush=True)
 if os.environ["PUBLISH"] == "nothing":
