@@ -239,6 +239,8 @@ def build_plan(
             for name, role in spec.roles.items()
         ],
         "success_role": spec.success_role,
+        # its task 0 publishes the outputs: the AM waits for its exit before it declares success
+        "output_role": spec.publishing_role if spec.outputs else None,
         # shlex for the `bash -c` that runs it, yarn_shell_value for the double quotes YARN puts around it
         "command": yarn_shell_value(f"{shlex.quote(python)} -m airflow_provider_melon.runtime.executor"),
         "env": env,

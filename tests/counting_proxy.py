@@ -1,11 +1,14 @@
 """A loopback HTTP proxy in front of a real ResourceManager that counts the requests going through it (for the
-shared poller's live test and ``benchmarks/bench_triggers.py``): real counts, not estimates."""
+shared poller's live test and ``benchmarks/bench_triggers.py``): real counts, not estimates. In front of a real
+NameNode's WebHDFS it also loses what a real cluster cannot lose on demand: an answer (the request is applied, the
+reply never comes) or a request (never forwarded)."""
 
 from __future__ import annotations
 
 import http.client
 import threading
 from collections import Counter
+from typing import Callable, Optional
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -23,9 +26,11 @@ def kind(path: str) -> str:
 class CountingProxy:
     """Forwards every request to ``target`` (``http://host:port``) and counts them by :func:`kind`.
 
-    ``url`` is the proxy's address; :meth:`snapshot` the counts so far; use as a context manager."""
+    ``url`` is the proxy's address; :meth:`snapshot` the counts so far; use as a context manager. ``lose(method,
+    path)`` (path with its query), called for each request: ``"answer"`` forwards it and closes the connection
+    without a reply, ``"request"`` closes it without forwarding, None forwards as usual."""
 
-    def __init__(self, target: str, port: int = 0):
+    def __init__(self, target: str, port: int = 0, lose: Optional[Callable[[str, str], Optional[str]]] = None):
         parts = urlsplit(target)
         self.target_host, self.target_port = parts.hostname, parts.port or 80
         self.counts: Counter = Counter()
@@ -45,11 +50,18 @@ class CountingProxy:
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in ("host", "connection", "content-length")}
+                lost = lose(self.command, self.path) if lose else None
+                if lost == "request":
+                    self.close_connection = True
+                    return
                 conn = http.client.HTTPConnection(proxy.target_host, proxy.target_port, timeout=60)
                 try:
                     conn.request(self.command, self.path, body=body, headers=headers)
                     resp = conn.getresponse()
                     data = resp.read()
+                    if lost == "answer":
+                        self.close_connection = True
+                        return
                     self.send_response(resp.status)
                     for key, value in resp.getheaders():
                         if key.lower() not in ("transfer-encoding", "connection", "content-length"):

@@ -57,6 +57,7 @@ from urllib.parse import urlsplit
 from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
+from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
@@ -626,6 +627,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                            + (f": {event.get('diagnostics')}" if event.get("diagnostics") else ""))
             raise AirflowException(message)
 
+        self._check_outputs_exist(app_id, outputs)
         tasks, source = None, "rm"
         status_json = self.hook.am_status(app_id) if self.stream_logs else None
         if status_json and status_json.get("tasks"):
@@ -657,6 +659,25 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         if app_id:
             self._results[app_id] = result
         return result
+
+    def _check_outputs_exist(self, app_id: Optional[str], outputs: Optional[dict]) -> None:
+        """Every declared HDFS output is in HDFS after a SUCCEEDED application, else the task fails naming the
+        missing ones and declares no asset (an output task killed while it published, a path deleted since)."""
+        missing = []
+        for name, target in (outputs or {}).items():
+            path = _outputs.hdfs_path(str(target))
+            if path is None:
+                continue
+            try:
+                found = self.hook.file_status(path) is not None
+            except Exception as exc:  # noqa: BLE001 - any HDFS failure: the output is not known to be there
+                raise AirflowException(f"YARN application {app_id} SUCCEEDED, but output {name!r} ({target}) could "
+                                       f"not be checked in HDFS: {exc}; no asset is declared") from exc
+            if not found:
+                missing.append(f"{name!r} ({target})")
+        if missing:
+            raise AirflowException(f"YARN application {app_id} SUCCEEDED, but declared output(s) "
+                                   f"{', '.join(missing)} are not in HDFS; no asset is declared")
 
     # ---- kill ---------------------------------------------------------------------------------------------
     def _kill(self, app_id: str, why: str) -> None:

@@ -116,21 +116,32 @@ def _publish_one(client: WebHdfs, source: str, path: str, overwrite: bool, log, 
     parent, base = path.rsplit("/", 1) if path.count("/") > 1 else ("", path.lstrip("/"))
     tmp = f"{parent}/.{base}.melon-{uuid.uuid4().hex[:12]}.tmp"
     client.mkdirs(parent or "/")
-    files = client.upload_tree(source, tmp)
-    if client.status(path) is not None:
-        if not overwrite:
-            client.delete(tmp)
-            raise OutputError(f"output {name!r}: {path} exists; set overwrite_outputs: true in the job to replace it")
-        old = f"{parent}/.{base}.melon-old-{uuid.uuid4().hex[:12]}"
-        if not client.rename(path, old):
-            client.delete(tmp)
-            raise OutputError(f"output {name!r}: could not move the existing {path} aside")
-        if not client.rename(tmp, path):
-            client.rename(old, path)
-            raise OutputError(f"output {name!r}: could not rename the upload into {path}")
-        client.delete(old)
-    elif not client.rename(tmp, path):
-        client.delete(tmp)
-        raise OutputError(f"output {name!r}: could not rename the upload into {path} (written meanwhile?)")
+    try:
+        files = client.upload_tree(source, tmp)
+        if client.status(path) is not None:
+            if not overwrite:
+                raise OutputError(f"output {name!r}: {path} exists; set overwrite_outputs: true in the job to "
+                                  "replace it")
+            old = f"{parent}/.{base}.melon-old-{uuid.uuid4().hex[:12]}"
+            client.rename(path, old)
+            try:
+                client.rename(tmp, path)
+            except WebHdfsError:
+                client.rename(old, path)
+                raise
+            client.delete(old)
+        else:
+            # the rename refuses a path written meanwhile (never moves the upload into it)
+            client.rename(tmp, path)
+    except (OutputError, WebHdfsError):
+        _delete_quietly(client, tmp, log)
+        raise
     log(f"output {name!r}: {files} file(s) published to {path}")
     return path
+
+
+def _delete_quietly(client: WebHdfs, path: str, log) -> None:
+    try:
+        client.delete(path)
+    except WebHdfsError as exc:
+        log(f"could not delete the upload {path}: {exc}")

@@ -110,8 +110,11 @@ def hooks():
             mock.patch.object(YarnHook, "get_application", autospec=True) as get_app, \
             mock.patch.object(YarnHook, "kill_application", autospec=True, return_value={}) as kill, \
             mock.patch.object(YarnHook, "nodes", autospec=True, return_value=[]), \
+            mock.patch.object(MelonHook, "file_status", autospec=True,
+                              return_value={"type": "DIRECTORY"}) as file_status, \
             mock.patch.object(MelonTrainOperator, "_sleep", autospec=True) as sleep:
-        yield mock.Mock(submit=submit, am_status=am_status, find=find, get_app=get_app, kill=kill, sleep=sleep)
+        yield mock.Mock(submit=submit, am_status=am_status, find=find, get_app=get_app, kill=kill, sleep=sleep,
+                        file_status=file_status)
 
 
 # ---------------------------------------------------------------------------------------------- construction
@@ -409,6 +412,25 @@ def test_execute_complete_success_result_outlets_and_xcom(hooks):
     assert sorted(a.uri for a in op.outlets) == ["hdfs://nn:8020/models/mnist", "hdfs://nn:8020/user/alice/metrics"]
     xcom = pushed(ctx)
     assert xcom["final_status"] == "SUCCEEDED" and xcom["outputs"] == job()["outputs"]
+
+
+def test_a_declared_output_missing_after_success_fails_naming_it_and_pushes_no_outputs(hooks):
+    """(The live twin, against the mini cluster's HDFS: tests/security/test_outputs.py.)"""
+    hooks.file_status.side_effect = lambda hook, path: None if path == "/models/mnist" else {"type": "FILE"}
+    ctx = make_context()
+    with pytest.raises(AirflowException, match=r"output\(s\) 'model' \(hdfs://nn:8020/models/mnist\) are not in "
+                                               r"HDFS; no asset is declared"):
+        make_op().execute_complete(ctx, event(), outputs=job()["outputs"], roles={"chief": 1})
+    assert sorted(c.args[1] for c in hooks.file_status.call_args_list) == ["/models/mnist", "/user/alice/metrics"]
+    assert "outputs" not in pushed(ctx)
+
+
+def test_an_output_that_cannot_be_checked_fails_naming_it(hooks):
+    hooks.file_status.side_effect = ConnectionError("namenode down")
+    with pytest.raises(AirflowException, match=r"output 'model' \(hdfs://nn:8020/models/mnist\) could not be "
+                                               r"checked in HDFS: namenode down"):
+        make_op().execute_complete(make_context(), event(), outputs={"model": "hdfs://nn:8020/models/mnist"},
+                                   roles={"chief": 1})
 
 
 @pytest.mark.parametrize("ev", [event(tasks=AM_TASKS), event("error", "FAILED", diagnostics="exited 1")])

@@ -49,6 +49,7 @@ def test_plan_roles_resources_and_env(spec):
     # outputs: published by the chief's task 0 (the success role) through WebHDFS as the job's user
     assert json.loads(base64.b64decode(env["MELON_OUTPUTS_B64"])) == {"model": "hdfs:///models/mnist"}
     assert (env["MELON_OUTPUT_ROLE"], env["MELON_OUTPUT_OVERWRITE"]) == ("chief", "0")
+    assert plan["output_role"] == "chief"  # the AM waits for its task 0 (it publishes) before success
     assert (env["MELON_WEBHDFS_URL"], env["MELON_HDFS_USER"]) == ("http://nn:9870", "alice")
     assert env["MELON_INPUTS"] == "mnist.npz"
     local = {r["name"]: r for r in plan["local_resources"]}

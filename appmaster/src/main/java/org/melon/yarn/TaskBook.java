@@ -141,6 +141,11 @@ final class TaskBook {
   private final long registerTimeoutMs;
   /** The role whose index-0 success ends the job; null: all tracked tasks must succeed. */
   private final String successRole;
+  /** Task 0 of the plan's {@code output_role}: it publishes the outputs after its process exits 0, so the
+   * application succeeds only once it has exited 0 too (and fails if it fails); null: no outputs. */
+  private final Task outputTask;
+  /** Why the application succeeds, once decided, while it waits for {@link #outputTask}. */
+  private String succeededBy;
   private long gangWaitSince;
   private boolean gangComplete;
   /** Gang formation, all or nothing ({@code gang_hold_s} in the plan; 0: off, each container starts as it comes).
@@ -194,6 +199,7 @@ final class TaskBook {
         tasks.add(new Task(role, i, number++, gangWaitSince));
       }
     }
+    this.outputTask = plan.path("output_role").isTextual() ? task(plan.path("output_role").asText(), 0) : null;
   }
 
   synchronized String state() {
@@ -405,6 +411,12 @@ final class TaskBook {
       checkSuccess(t);
       return;
     }
+    if (succeededBy != null && t != outputTask) {  // decided already: only the output task is waited for
+      t.state = "FAILED";
+      MelonApplicationMaster.log("task " + t.name() + " " + describeExit(code) + " after the application's success "
+          + "was decided (waiting for the output task " + outputTask.name() + "): not restarted");
+      return;
+    }
     if (code == EXIT_NO_GPU_FIT && t.noFitRetries < MAX_NO_FIT_RETRIES) {
       t.noFitRetries++;
       avoid(t, t.nodeHost);
@@ -425,7 +437,9 @@ final class TaskBook {
     }
     t.state = "FAILED";
     String diag = "task " + t.name() + " on " + t.nodeHost + " " + describeExit(code) + ": " + stderrTail.apply(t);
-    if (t.role.tracked) {
+    if (t == outputTask) {
+      finish("FAILED", "output " + diag);
+    } else if (t.role.tracked) {
       finish("FAILED", diag);
     } else {
       MelonApplicationMaster.log("untracked " + diag);
@@ -476,19 +490,39 @@ final class TaskBook {
     yarn.request(t);
   }
 
+  /** {@code t} exited 0: the application succeeds once its success condition holds (the success role's task 0,
+   * else every tracked task) and the output task, if another one, has exited 0 as well (it published). */
   private void checkSuccess(Task t) {
-    if (successRole != null) {
-      if (t.role.name.equals(successRole) && t.index == 0) {
-        finish("SUCCEEDED", "task " + t.name() + " succeeded");
+    if (succeededBy != null) {  // decided before: waiting for the output task
+      if (t == outputTask) {
+        finish("SUCCEEDED", succeededBy + "; waited for the output task " + t.name()
+            + ", which published the outputs");
       }
       return;
+    }
+    succeededBy = successReason(t);
+    if (succeededBy == null) {
+      return;
+    }
+    if (outputTask == null || outputTask == t) {
+      finish("SUCCEEDED", succeededBy);
+    } else if ("SUCCEEDED".equals(outputTask.state)) {
+      finish("SUCCEEDED", succeededBy + "; the output task " + outputTask.name() + " had published the outputs");
+    } else {
+      diagnostics = succeededBy + "; waiting for the output task " + outputTask.name() + " to publish the outputs";
+      MelonApplicationMaster.log(diagnostics);
+    }
+  }
+
+  /** Why the application's success condition holds after {@code t} exited 0, or null while it does not. */
+  private String successReason(Task t) {
+    if (successRole != null) {
+      return t.role.name.equals(successRole) && t.index == 0 ? "task " + t.name() + " succeeded" : null;
     }
     boolean anyTracked = tasks.stream().anyMatch(x -> x.role.tracked);
     boolean all = tasks.stream().filter(x -> x.role.tracked || !anyTracked)
         .allMatch(x -> "SUCCEEDED".equals(x.state));
-    if (all) {
-      finish("SUCCEEDED", "all tracked tasks succeeded");
-    }
+    return all ? "all tracked tasks succeeded" : null;
   }
 
   /** The application's outcome (the first one decided wins). */

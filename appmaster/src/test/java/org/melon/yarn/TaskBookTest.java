@@ -278,6 +278,68 @@ class TaskBookTest {
     assertEquals(1f, book.progress(), 1e-6, "never past 1");
   }
 
+  // ---------------------------------------------------------------- the output task (output_role)
+
+  @Test
+  void theSuccessRoleExitingWaitsForTheOutputTaskToPublish() {
+    TaskBook book = training("success_role: 'chief', output_role: 'worker',");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("chief:0"), 0);
+    assertEquals("RUNNING", book.state(), "worker:0 publishes the outputs: the application waits for it");
+    assertEquals("task chief:0 succeeded; waiting for the output task worker:0 to publish the outputs",
+        book.diagnostics());
+    assertEquals(1L, book.done.getCount());
+    exit(book, c.get("worker:1"), 0);
+    assertEquals("RUNNING", book.state(), "only the output task's exit ends the wait");
+    exit(book, c.get("worker:0"), 0);
+    assertEquals("SUCCEEDED", book.state());
+    assertEquals("task chief:0 succeeded; waited for the output task worker:0, which published the outputs",
+        book.diagnostics());
+  }
+
+  @Test
+  void anOutputTaskThatAlreadyPublishedDoesNotHoldTheSuccessBack() {
+    TaskBook book = training("success_role: 'chief', output_role: 'worker',");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("worker:0"), 0);
+    exit(book, c.get("chief:0"), 0);
+    assertEquals("SUCCEEDED", book.state());
+    assertEquals("task chief:0 succeeded; the output task worker:0 had published the outputs", book.diagnostics());
+  }
+
+  @Test
+  void theOutputTaskFailingAfterTheSuccessRoleFailsTheApplicationNamingIt() {
+    // the output role is untracked here: its failure still fails the job (the outputs are missing)
+    TaskBook book = book("{success_role: 'chief', output_role: 'ps', roles: [{name: 'chief', instances: 1},"
+        + "{name: 'ps', instances: 1, tracked: false}]}");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("chief:0"), 0);
+    exit(book, c.get("ps:0"), 5);
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("output task ps:0 on node-b exited 5: Traceback"), book.diagnostics());
+  }
+
+  @Test
+  void whileTheOutputTaskPublishesAnotherTaskFailingNeitherFailsNorRestarts() {
+    TaskBook book = training("success_role: 'chief', output_role: 'worker',");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("chief:0"), 0);
+    exit(book, c.get("worker:1"), 1);  // its chief is gone
+    assertEquals("RUNNING", book.state());
+    assertEquals(List.of(), yarn.requests, "no restart of worker:1: the job's outcome is decided");
+    exit(book, c.get("worker:0"), 0);
+    assertEquals("SUCCEEDED", book.state());
+  }
+
+  @Test
+  void theOutputTaskBeingTheSuccessTaskChangesNothing() {
+    TaskBook book = training("success_role: 'chief', output_role: 'chief',");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("chief:0"), 0);
+    assertEquals("SUCCEEDED", book.state());
+    assertEquals("task chief:0 succeeded", book.diagnostics());
+  }
+
   @Test
   void exitCodesAreDescribed() {
     assertEquals("exited 137 (killed by SIGKILL)", TaskBook.describeExit(137));
