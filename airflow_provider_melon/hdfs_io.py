@@ -205,6 +205,7 @@ class BlockReader:
     def __init__(self, handle, size: int, hashing: bool = False):
         self._handle, self._size = handle, size
         self.sha256 = hashlib.sha256() if hashing else None
+        self._rewound = False
 
     def __len__(self) -> int:
         return self._size
@@ -216,17 +217,20 @@ class BlockReader:
         return self._handle.tell()
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Rewind for a resend (requests-kerberos seeks the body back to where it started after a 401): back to
-        the start, the hash starts again too; anywhere else only when not hashing."""
+        """Rewind for a resend (requests-kerberos seeks the body back to where it started after a 401, and after
+        every other response too): back to the start, the hash starts again with the next read (so a rewind after
+        the last send keeps the hash of what it sent); anywhere else only when not hashing."""
         if self.sha256 is not None:
             if (offset, whence) != (0, io.SEEK_SET):
                 raise io.UnsupportedOperation("a hashing upload can only be rewound to its start")
-            self.sha256 = hashlib.sha256()
+            self._rewound = True
         return self._handle.seek(offset, whence)
 
     def read(self, size: int = -1) -> bytes:
         block = self._handle.read(BLOCK_BYTES)
         if self.sha256 is not None:
+            if self._rewound:
+                self.sha256, self._rewound = hashlib.sha256(), False
             self.sha256.update(block)
         return block
 
