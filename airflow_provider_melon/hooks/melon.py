@@ -240,6 +240,10 @@ class MelonHook:
                 client = webhdfs.get_conn()
             if self.proxy_user:
                 client._proxy = self.proxy_user  # hdfs.Client's doas= (its constructor's `proxy`)
+            auth = getattr(getattr(client, "_session", None), "auth", None)
+            tickets = self.yarn._kerberos_tickets() if getattr(self.yarn, "auth_mode", None) == "kerberos" else None
+            if tickets is not None and auth is not None and hasattr(auth, "principal"):
+                auth.principal = tickets.credential()  # SPNEGO on the YARN hook's ticket, not the process default
             self._hdfs = client
         return self._hdfs
 

@@ -220,3 +220,57 @@ def _wait_running_task(hook: MelonHook, app_id: str, timeout: float = 240) -> No
             return
         time.sleep(0.5)
     raise AssertionError(f"{app_id}: no task running after {timeout} s: {status} / {hook.yarn.get_application(app_id)}")
+
+
+# ---- Kerberos: two principals in one process ---------------------------------------------------------------
+def test_two_principals_in_one_process_each_authenticate_as_themselves(secure_cluster, tmp_path, attack,
+                                                                         monkeypatch):
+    """Two yarn connections with two principals (alice's and bob's keytabs) used at the same time from threads of
+    one process (a triggerer, an api-server): every call is SPNEGO as its own principal (WebHDFS names the caller's
+    home, the RM the submitter), and the process's KRB5CCNAME, here a cache no one has, is never changed."""
+    from tests.integration.test_secure_live import _hook
+
+    before = f"FILE:{tmp_path / 'the-process-default.ccache'}"
+    monkeypatch.setenv("KRB5CCNAME", before)
+    hooks = {name: _hook(secure_cluster, tmp_path, name=name) for name in ("alice", "bob")}
+    barrier, seen, envs = threading.Barrier(len(hooks)), {name: [] for name in hooks}, set()
+
+    def work(name: str) -> None:
+        hook = hooks[name]
+        barrier.wait(60)
+        for _ in range(15):
+            try:
+                hook.cluster_info()  # the RM (a ticket check first)
+                r = hook.get_url(f"{secure_cluster.webhdfs_url}/", params={"op": "GETHOMEDIRECTORY"})
+                seen[name].append(r.json()["Path"] if r.status_code == 200 else f"HTTP {r.status_code}")
+            except Exception as exc:  # noqa: BLE001 - what the call ended in is the observation
+                seen[name].append(f"{type(exc).__name__}: {str(exc)[:80]}")
+            envs.add(os.environ.get("KRB5CCNAME"))
+
+    threads = [threading.Thread(target=work, args=(name,)) for name in hooks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    print({name: sorted(set(got)) for name, got in seen.items()})
+    with attack("two principals in one process: a call authenticates as the other one or fails",
+                expected="each as its own principal, every call") as row:
+        odd = {name: sorted({g for g in got if g != f"/user/{name}"}) for name, got in seen.items()}
+        row.got = ("each as its own principal, every call" if all(len(seen[n]) == 15 for n in seen)
+                   and not any(odd.values()) else f"{odd} ({ {n: len(g) for n, g in seen.items()} } calls)")
+    submitted = {}
+    for name, hook in hooks.items():
+        app_id = hook.new_application()["application-id"]
+        hook.submit_application({"application-id": app_id, "application-name": f"melon-two-{name}",
+                                 "application-type": "MELON", "queue": "default", "max-app-attempts": 1,
+                                 "am-container-spec": {"commands": {"command": "true"}},
+                                 "resource": {"memory": 256, "vCores": 1}})
+        submitted[name] = app_id
+    users = {name: hooks[name].get_application(app_id)["user"] for name, app_id in submitted.items()}
+    for name, app_id in submitted.items():
+        hooks[name].kill_application(app_id)
+    assert users == {"alice": "alice", "bob": "bob"}, users
+    with attack("the provider rewrites the process's KRB5CCNAME", expected="unchanged") as row:
+        after = os.environ.get("KRB5CCNAME")
+        changed = sorted({str(e) for e in envs | {after}} - {before})
+        row.got = "unchanged" if not changed else f"set to {changed}"
