@@ -88,13 +88,14 @@ def test_alice_runs_with_a_local_env_archive_bob_cannot_read_it(tenants, tmp_pat
 def test_a_file_rewritten_after_hashing_is_not_stored_under_the_old_digest(melon_hook, monkeypatch, tmp_path,
                                                                             attack):
     source = tmp_path / "weights.bin"
-    source.write_bytes(b"A" * 4096)
+    first, second = os.urandom(4096), os.urandom(4096)  # contents no earlier run staged
+    source.write_bytes(first)
     real_sha256, hashed = melon_module.file_sha256, []
 
     def hash_then_rewrite(path):  # the hook point between the hash and the upload: the file changes there
         digest = real_sha256(path)
         hashed.append(digest)
-        source.write_bytes(b"B" * 4096)  # same size: only the bytes tell
+        source.write_bytes(second)  # same size: only the bytes tell
         return digest
 
     monkeypatch.setattr(melon_module, "file_sha256", hash_then_rewrite)
@@ -117,7 +118,7 @@ def test_a_file_rewritten_after_hashing_is_not_stored_under_the_old_digest(melon
     staged = melon_hook.stage_file("weights.bin", source)
     assert staged.url.endswith(f"/{real_sha256(source)}/weights.bin") and real_sha256(source) != hashed[0]
     with melon_hook.hdfs.read(MelonHook.hdfs_path(staged.url)) as reader:
-        assert reader.read() == b"B" * 4096
+        assert reader.read() == second
 
 
 # ---- prune ---------------------------------------------------------------------------------------------------

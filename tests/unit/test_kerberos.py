@@ -50,3 +50,21 @@ def test_the_auth_object_carries_the_keepers_cache_and_the_environment_is_left_a
     assert os.environ["KRB5CCNAME"] == "FILE:/somebody/elses"
     # no cache configured at all: the principal in the process's default cache
     assert TicketKeeper(KerberosSettings("dave@R", None, None)).credential() == "dave@R"
+
+
+def test_the_webhdfs_client_of_a_kerberos_hook_uses_the_yarn_hooks_cache(keytab, tmp_path, monkeypatch):
+    """The HDFS provider's hook builds a KerberosClient on the process's default cache; the MelonHook points its
+    SPNEGO at the YARN hook's own ticket instead."""
+    import spnego
+    from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+    from hdfs.ext.kerberos import KerberosClient
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    monkeypatch.setattr(WebHDFSHook, "get_conn", lambda self: KerberosClient("http://nn.example:9870"))
+    yarn = YarnHook(rm_urls=["http://rm.example:8088"], auth="kerberos", kerberos_principal="erin@R",
+                    kerberos_keytab=keytab, kerberos_ccache=str(tmp_path / "erin.ccache"))
+    client = MelonHook(yarn_hook=yarn, user="erin").hdfs
+    assert client._session.auth.principal == spnego.KerberosCCache(ccache=f"FILE:{tmp_path / 'erin.ccache'}",
+                                                                    principal="erin@R")
