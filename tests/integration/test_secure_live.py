@@ -372,3 +372,20 @@ def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secu
     token = [line for line in log.splitlines() if "Renewed delegation-token=" in line and app_id in line]
     print("alice's HDFS token, as the RM renews it:", token[0][token[0].index("(token for"):][:80] if token else None)
     assert token and "(token for alice: HDFS_DELEGATION_TOKEN owner=alice," in token[0], token[:1]
+
+
+def test_doctor_checks_the_hooks_own_ticket(secure_cluster, tmp_path, monkeypatch):
+    """`melon doctor`'s auth check reads the hook's ticket cache (its keytab login), not the process default,
+    which may hold nothing: a hook with only an empty cache fails, naming it and the fix."""
+    from airflow_provider_melon.doctor import Doctor
+    from airflow_provider_melon.hooks.melon import MelonHook
+
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path / 'nothing-here.ccache'}")
+    ok = Doctor(MelonHook(yarn_hook=_hook(secure_cluster, tmp_path), user="airflow")).check_auth()
+    assert ok.status == "ok" and "airflow.ccache" in ok.detail, ok
+    monkeypatch.setenv("AIRFLOW__KERBEROS__KEYTAB", str(tmp_path / "absent.keytab"))
+    empty = YarnHook(rm_urls=[secure_cluster.rm_web_url], auth="kerberos", retries=0,
+                     kerberos_principal=secure_cluster.principal("airflow"),
+                     kerberos_ccache=str(tmp_path / "empty.ccache"), krb5_conf=secure_cluster.krb5_conf)
+    failed = Doctor(MelonHook(yarn_hook=empty, user="airflow")).check_auth()
+    assert failed.status == "fail" and "empty.ccache: run `airflow kerberos`" in failed.fix, failed
