@@ -93,17 +93,16 @@ def melon_hook_for_cluster(work_dir: Path):
 
 def _secure_melon_hook(details, name: str = "airflow"):
     """The same on a Kerberos mini cluster: the ``name`` principal from its keytab, SPNEGO to RM and WebHDFS."""
-    from hdfs.ext.kerberos import KerberosClient
-
     from airflow_provider_melon.hooks.melon import MelonHook
     from airflow_provider_melon.hooks.yarn import YarnHook
 
     yarn = YarnHook(rm_urls=[details.rm_web_url], auth="kerberos", kerberos_principal=details.principal(name),
                     kerberos_keytab=details.keytab(name), kerberos_ccache=details.ccache(name),
                     krb5_conf=details.krb5_conf)
-    yarn._kerberos_tickets().ensure(force=True)  # the WebHDFS client below uses the same ticket cache
+    tickets = yarn._kerberos_tickets()
+    tickets.ensure(force=True)
     return MelonHook(
-        yarn_hook=yarn, hdfs_client=KerberosClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]),
+        yarn_hook=yarn, hdfs_client=tickets.webhdfs_client(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]),
         user=name, am_classpath=details.am_classpath, default_python=sys.executable,
         container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
     )

@@ -662,8 +662,8 @@ def add_commands(sub, formatter) -> None:
 
     pr = add("prune", "delete the staging cache objects no job used lately and the plans of ended apps "
              "(never what a live app uses)", cmd_prune)
-    pr.add_argument("--older-than", default="7d", help="last used before this long ago: 7d, 12h, 30m, 90s or "
-                    "seconds (default 7d)")
+    pr.add_argument("--older-than", default="7d", help="last used before this long ago: 7d, 12h, 30m or "
+                    "seconds; at least 1h, younger entries may be uploads in flight (default 7d)")
     pr.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
 
     wt = add("wait", "wait until an application ends (exit 0 if it SUCCEEDED, 1 if not)", cmd_wait)

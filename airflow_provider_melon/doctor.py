@@ -11,8 +11,6 @@ writable), the ApplicationMaster jar, and the auth mode.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import uuid
 import zipfile
 from dataclasses import asdict, dataclass
@@ -219,12 +217,15 @@ class Doctor:
         mode = self.yarn.auth_mode
         if mode == "simple":
             return _ok("auth", f"simple: calls carry user.name={self.yarn.user} (an unsecured cluster)")
-        if mode == "kerberos":
-            klist = shutil.which("klist")
-            if klist and subprocess.run([klist, "-s"], timeout=10).returncode != 0:
-                return _fail("auth", "kerberos, but no valid ticket in the cache",
-                             "run `airflow kerberos` (or kinit -kt <keytab> <principal>) for the Airflow user")
-            return _ok("auth", "kerberos (SPNEGO on every RM call)")
+        if mode == "kerberos":  # the hook's own ticket cache (from its keytab, or the one `airflow kerberos` keeps)
+            from airflow_provider_melon.kerberos import KerberosError
+
+            try:
+                tickets = self.yarn._kerberos_tickets()
+                tickets.ensure(force=True)
+            except KerberosError as exc:
+                return _fail("auth", "kerberos, but no valid ticket", str(exc))
+            return _ok("auth", f"kerberos (SPNEGO on every RM call, ticket cache {tickets.s.ccache or 'default'})")
         return _ok("auth", f"{mode} (a custom requests auth object)")
 
 

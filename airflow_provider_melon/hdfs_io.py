@@ -205,6 +205,7 @@ class BlockReader:
     def __init__(self, handle, size: int, hashing: bool = False):
         self._handle, self._size = handle, size
         self.sha256 = hashlib.sha256() if hashing else None
+        self._rewound = False
 
     def __len__(self) -> int:
         return self._size
@@ -216,17 +217,20 @@ class BlockReader:
         return self._handle.tell()
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Rewind for a resend (requests-kerberos seeks the body back to where it started after a 401): back to
-        the start, the hash starts again too; anywhere else only when not hashing."""
+        """Rewind for a resend (requests-kerberos seeks the body back to where it started after a 401, and after
+        every other response too): back to the start, the hash starts again with the next read (so a rewind after
+        the last send keeps the hash of what it sent); anywhere else only when not hashing."""
         if self.sha256 is not None:
             if (offset, whence) != (0, io.SEEK_SET):
                 raise io.UnsupportedOperation("a hashing upload can only be rewound to its start")
-            self.sha256 = hashlib.sha256()
+            self._rewound = True
         return self._handle.seek(offset, whence)
 
     def read(self, size: int = -1) -> bytes:
         block = self._handle.read(BLOCK_BYTES)
         if self.sha256 is not None:
+            if self._rewound:
+                self.sha256, self._rewound = hashlib.sha256(), False
             self.sha256.update(block)
         return block
 
@@ -242,14 +246,27 @@ def open_source(data: Source, *, hashing: bool = False) -> Iterator[Any]:
         yield BlockReader(handle, os.fstat(handle.fileno()).st_size, hashing)
 
 
-def _write_beside_and_rename(client: Any, path: str, data: Source) -> bool:
+class SourceChangedError(RuntimeError):
+    """A local file's bytes as uploaded are not the content it was hashed as (it was rewritten meanwhile): nothing
+    was published under the digest."""
+
+
+def _write_beside_and_rename(client: Any, path: str, data: Source, sha256: Optional[str] = None) -> bool:
     """Upload to a unique name beside ``path``, then rename into place. True if this call put it there;
-    False if another writer's copy (same size) arrived first."""
+    False if another writer's copy (same size) arrived first. ``sha256``: the digest ``data`` must have — of a
+    local file, the bytes read while uploading are hashed and checked before the rename
+    (:class:`SourceChangedError` if they differ)."""
     parent, name = _split(path)
     tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
     try:
-        with hdfs_errors("write", tmp), open_source(data) as body:
+        with hdfs_errors("write", tmp), open_source(data, hashing=sha256 is not None) as body:
             client.write(tmp, data=body, overwrite=False)
+        sent = getattr(body, "sha256", None)
+        if sha256 is not None and sent is not None and sent.hexdigest() != sha256:
+            raise SourceChangedError(
+                f"{os.fspath(data)} changed while it was staged (sha256 {sha256[:16]}… when hashed, "
+                f"{sent.hexdigest()[:16]}… as uploaded): nothing was stored under {path}; stage it again once it "
+                "no longer changes")
         try:
             with hdfs_errors("rename", f"{tmp} -> {path}"):
                 client.rename(tmp, path)
@@ -263,9 +280,11 @@ def _write_beside_and_rename(client: Any, path: str, data: Source) -> bool:
         _delete_quietly(client, tmp)  # gone already after the rename: a no-op then
 
 
-def put_once(client: Any, path: str, data: Source, *, lock_wait: Optional[float] = None) -> tuple[dict, bool]:
+def put_once(client: Any, path: str, data: Source, *, lock_wait: Optional[float] = None,
+             sha256: Optional[str] = None) -> tuple[dict, bool]:
     """Make ``path`` hold ``data`` (an immutable, e.g. content-addressed, object: bytes, or a local file's path,
-    streamed from disk). Returns ``(status, uploaded)``.
+    streamed from disk). Returns ``(status, uploaded)``. ``sha256``: the digest ``path`` is named by; a local file
+    whose uploaded bytes have another one is not published (:class:`SourceChangedError`).
 
     A file already at ``path`` with the same length counts as cached. A file of another length is replaced
     (write beside, delete, rename). Concurrent callers upload once: see the module docstring.
@@ -301,11 +320,11 @@ def put_once(client: Any, path: str, data: Source, *, lock_wait: Optional[float]
                 continue
             log.warning("%s: the upload lock %s is older than %.0f s (its holder died?): uploading here", path, lock,
                         wait_bound)
-            uploaded = _write_beside_and_rename(client, path, data)
+            uploaded = _write_beside_and_rename(client, path, data, sha256)
             _delete_quietly(client, lock)
             return _status(client, path) or {}, uploaded
         try:
-            uploaded = _write_beside_and_rename(client, path, data)
+            uploaded = _write_beside_and_rename(client, path, data, sha256)
         finally:
             _delete_quietly(client, lock)
         return _status(client, path) or {}, uploaded
@@ -381,7 +400,7 @@ def put_file_hashing(client: Any, cache_dir: str, name: str, local: os.PathLike,
 def _put_known(client, cache_dir, name, local, index, digests) -> tuple[str, dict, bool]:
     digest = file_sha256(local)
     path = f"{cache_dir}/{digest}/{name}"
-    status, uploaded = put_once(client, path, local)
+    status, uploaded = put_once(client, path, local, sha256=digest)
     if digest not in digests:
         with hdfs_errors("write", f"{index}/{digest}"):
             client.write(f"{index}/{digest}", data=b"", overwrite=True)

@@ -1,22 +1,30 @@
-"""Kerberos tickets for the hooks: a keytab login into a private ticket cache, without ``kinit``.
+"""Kerberos tickets for the hooks: a keytab login into a private ticket cache per principal, without ``kinit``.
 
-What the YARN hook (and WebHDFS through the same process's ``KRB5CCNAME``) authenticates with under
-``auth=kerberos``:
+What the YARN hook (and WebHDFS, through the same credential) authenticates with under ``auth=kerberos``:
 
 * **keytab** — the connection's ``kerberos_keytab`` extra, else Airflow's ``[kerberos] keytab`` when that file
   exists. A ticket is obtained from it (GSSAPI's credential-store extension, the library ``requests-kerberos``
-  already uses: no ``kinit`` binary needed) into the cache, and obtained again when it is about to expire.
+  already uses: no ``kinit`` binary needed) into the principal's own cache (``kerberos_ccache``, else
+  :func:`default_ccache` of the principal), and obtained again when it is about to expire.
 * **no keytab** — the ticket cache that ``airflow kerberos`` keeps fresh (``[kerberos] ccache``) must hold a
   valid ticket; an empty or expired cache fails at once with the fix.
 
+The cache is handed to each SPNEGO auth object (:meth:`TicketKeeper.auth`, a ``spnego.KerberosCCache`` as
+requests-kerberos' ``principal``), never through the process environment: two connections with two principals in
+one triggerer or api-server each authenticate as their own principal, at the same time. ``KRB5CCNAME`` is never
+changed. Two principals configured with one cache file are refused (they would overwrite each other's ticket).
+
 Settings (connection extra → Airflow ``[kerberos]``): ``kerberos_principal`` → ``principal``,
-``kerberos_keytab`` → ``keytab``, ``kerberos_ccache`` → ``ccache``, ``krb5_conf`` (exported as
-``KRB5_CONFIG``). Every failure is a :class:`KerberosError` that names the setting at fault and the fix.
+``kerberos_keytab`` → ``keytab``, ``kerberos_ccache`` → ``ccache`` (without a keytab), ``krb5_conf`` (exported as
+``KRB5_CONFIG``: one krb5.conf per process). Every failure is a :class:`KerberosError` that names the setting at
+fault and the fix.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -66,14 +74,24 @@ class KerberosSettings:
             if airflow_keytab and Path(airflow_keytab).is_file():  # Airflow's default names a file few have
                 pick["keytab"], source = airflow_keytab, "[kerberos] keytab"
         pick["principal"] = pick["principal"] or _airflow_kerberos("principal")
-        pick["ccache"] = pick["ccache"] or _airflow_kerberos("ccache") or (default_ccache() if pick["keytab"] else None)
+        # a keytab login writes its cache: its own, never the one `airflow kerberos` keeps for its principal
+        pick["ccache"] = pick["ccache"] or (default_ccache(pick["principal"]) if pick["keytab"]
+                                            else _airflow_kerberos("ccache"))
         krb5 = explicit.get("krb5_conf") or ex.get("krb5_conf")
         return cls(pick["principal"], pick["keytab"], pick["ccache"], krb5, source)
 
 
-def default_ccache() -> str:
-    """A private ticket cache for keytab logins when neither the extra nor Airflow names one."""
-    return f"/tmp/melon_krb5cc_{os.getuid()}"
+def default_ccache(principal: str | None) -> str:
+    """The private ticket cache of ``principal``'s keytab logins when the extra names none: one file per user and
+    principal (created 0600 by the Kerberos library)."""
+    name = principal or ""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:64]
+    return f"/tmp/melon_krb5cc_{os.getuid()}_{safe}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+#: cache → the principal whose keytab logins write it, in this process (two principals must not share one)
+_CACHE_OWNERS: dict[str, str] = {}
+_CACHE_OWNERS_LOCK = threading.Lock()
 
 
 def _ccache_name(ccache: str) -> str:
@@ -109,7 +127,7 @@ def _explain(err: Exception, s: KerberosSettings) -> str:
 
 
 class TicketKeeper:
-    """Keeps a valid ticket in the cache the process uses (``KRB5CCNAME``) for the SPNEGO calls."""
+    """Keeps a valid ticket of one principal in its cache, and builds the SPNEGO auth objects that use it."""
 
     def __init__(self, settings: KerberosSettings):
         self.s = settings
@@ -132,12 +150,41 @@ class TicketKeeper:
                                     "connection extra (or [kerberos] principal)")
         if s.krb5_conf and not Path(s.krb5_conf).is_file():
             raise KerberosError(f"krb5_conf {s.krb5_conf} does not exist")
+        if s.keytab and s.ccache:
+            cache = _ccache_name(s.ccache)
+            with _CACHE_OWNERS_LOCK:
+                owner = _CACHE_OWNERS.setdefault(cache, str(s.principal))
+            if owner != s.principal:
+                raise KerberosError(f"kerberos_ccache {s.ccache} already holds the tickets of {owner!r} in this "
+                                    f"process: give {s.principal!r} its own cache (or leave kerberos_ccache unset)")
 
     def _export(self) -> None:
         if self.s.krb5_conf:
             os.environ["KRB5_CONFIG"] = str(self.s.krb5_conf)
-        if self.s.ccache:
-            os.environ["KRB5CCNAME"] = _ccache_name(self.s.ccache)
+
+    def credential(self) -> Any:
+        """What requests-kerberos authenticates with (its ``principal``, handed to pyspnego): the principal's
+        ticket in this keeper's cache (``spnego.KerberosCCache``); without a cache, the principal (or None) in the
+        process's default cache."""
+        if not self.s.ccache:
+            return self.s.principal
+        import spnego
+
+        return spnego.KerberosCCache(ccache=_ccache_name(self.s.ccache), principal=self.s.principal)
+
+    def auth(self) -> Any:
+        """A SPNEGO ``requests`` auth object on this keeper's ticket (for the RM and WebHDFS)."""
+        from requests_kerberos import OPTIONAL, HTTPKerberosAuth
+
+        return HTTPKerberosAuth(mutual_authentication=OPTIONAL, principal=self.credential())
+
+    def webhdfs_client(self, url: str, **kwargs: Any) -> Any:
+        """The ``hdfs`` package's Kerberos WebHDFS client (what the HDFS provider's hook builds) on this keeper's
+        ticket; ``kwargs`` go to it (``proxy``, ``root``, ...)."""
+        from hdfs.ext.kerberos import KerberosClient
+
+        self.ensure()
+        return KerberosClient(url, mutual_auth="OPTIONAL", principal=self.credential(), **kwargs)
 
     def remaining(self) -> int | None:
         """Seconds the cached ticket (of the principal, when known) stays valid; None: no usable ticket."""
@@ -160,8 +207,8 @@ class TicketKeeper:
 
         s = self.s
         # with a keytab and a cache named, GSSAPI obtains the ticket (AS exchange) and writes it into the cache,
-        # where every client of the process (requests-kerberos, the hdfs package's WebHDFS client) finds it
-        store = {"client_keytab": str(s.keytab), "ccache": _ccache_name(s.ccache or default_ccache())}
+        # where the auth objects of this keeper (self.auth, self.credential) read it
+        store = {"client_keytab": str(s.keytab), "ccache": _ccache_name(s.ccache or default_ccache(s.principal))}
         name = gssapi.Name(s.principal, gssapi.NameType.kerberos_principal)
         try:
             gssapi.Credentials(name=name, usage="initiate", store=store)

@@ -148,21 +148,23 @@ def running_pid(work_dir: Path = DEFAULT_WORK_DIR) -> int | None:
     return pid if pid_alive(pid) else None
 
 
-def kerberos_login(details: ClusterDetails, name: str = "airflow") -> None:
-    """Log this process in to a secure cluster as ``name`` (its keytab → its ccache in the work dir; exports
-    ``KRB5_CONFIG`` and ``KRB5CCNAME``), as the hook does for the Airflow principal."""
+def kerberos_login(details: ClusterDetails, name: str = "airflow"):
+    """A ticket of ``name`` on a secure cluster (its keytab → its ccache in the work dir; exports ``KRB5_CONFIG``),
+    as the hook gets one for the Airflow principal: the :class:`~airflow_provider_melon.kerberos.TicketKeeper`,
+    whose ``auth()`` makes SPNEGO calls with it."""
     from airflow_provider_melon.kerberos import KerberosSettings, TicketKeeper
 
-    TicketKeeper(KerberosSettings(details.principal(name), details.keytab(name), details.ccache(name),
-                                  details.krb5_conf)).ensure(force=True)
+    keeper = TicketKeeper(KerberosSettings(details.principal(name), details.keytab(name), details.ccache(name),
+                                           details.krb5_conf))
+    keeper.ensure(force=True)
+    return keeper
 
 
-def _get_json(url: str, timeout: float, secure: bool) -> dict:
-    if secure:  # SPNEGO with the ticket kerberos_login() put in the cache
+def _get_json(url: str, timeout: float, auth=None) -> dict:
+    if auth is not None:  # SPNEGO (a kerberos_login() ticket)
         import requests
-        from requests_kerberos import OPTIONAL, HTTPKerberosAuth
 
-        resp = requests.get(url, timeout=timeout, auth=HTTPKerberosAuth(mutual_authentication=OPTIONAL))
+        resp = requests.get(url, timeout=timeout, auth=auth)
         resp.raise_for_status()
         return resp.json()
     with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -170,12 +172,12 @@ def _get_json(url: str, timeout: float, secure: bool) -> dict:
 
 
 def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float = 5.0,
-                require_gpu: bool = True, secure: bool = False) -> list[dict] | None:
+                require_gpu: bool = True, auth=None) -> list[dict] | None:
     """The RUNNING nodes if ``expected_nodes`` of them report a GPU count (any count when not
-    ``require_gpu``), else None (not ready yet)."""
-    url = f"{rm_web_url}/ws/v1/cluster/nodes?states=RUNNING" + ("" if secure else f"&user.name={user}")
+    ``require_gpu``), else None (not ready yet). ``auth``: SPNEGO on a secure cluster (else simple auth)."""
+    url = f"{rm_web_url}/ws/v1/cluster/nodes?states=RUNNING" + ("" if auth is not None else f"&user.name={user}")
     try:
-        body = _get_json(url, timeout, secure)
+        body = _get_json(url, timeout, auth)
     except Exception:  # noqa: BLE001 - connection refused, 401 before the KDC is up, a half-written answer
         return None
     nodes = ((body or {}).get("nodes") or {}).get("node") or []
@@ -301,10 +303,9 @@ def start(
                 f"mini cluster launcher exited with code {proc.returncode}; log tail:\n{_log_tail(work_dir)}"
             )
         details = read_details(work_dir)
-        if details and details.secure:
-            kerberos_login(details)
+        auth = kerberos_login(details).auth() if details and details.secure else None
         if details and nodes_ready(details.rm_web_url, details.user, nodemanagers, require_gpu=melon_config,
-                                   secure=details.secure):
+                                   auth=auth):
             return details
         time.sleep(0.5)
     stop(work_dir)
@@ -366,11 +367,11 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
     if details:
         out.update(rm_web_url=details.rm_web_url, webhdfs_url=details.webhdfs_url,
                    fs_default_fs=details.fs_default_fs, conf_dir=details.conf_dir)
+        auth = kerberos_login(details).auth() if details.secure else None
         if details.secure:
-            kerberos_login(details)
             out.update(secure=True, realm=details.details.get("realm"), krb5_conf=details.krb5_conf,
                        principals=details.details.get("principals"), keytabs=details.details.get("keytabs"))
-        nodes = nodes_ready(details.rm_web_url, details.user, 0, require_gpu=False, secure=details.secure) or []
+        nodes = nodes_ready(details.rm_web_url, details.user, 0, require_gpu=False, auth=auth) or []
         out["nodes"] = [
             {"id": n.get("id"), "state": n.get("state"), "total": node_resources(n.get("totalResource")),
              "used": node_resources(n.get("usedResource"))}

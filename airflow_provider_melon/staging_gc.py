@@ -21,7 +21,17 @@ Submissions only ever add to the staging folder (``[melon] staging_dir``, defaul
 Deleting an object costs at most a re-upload: the next submission that needs it stages it again. The one race
 left is a submission that finds an object cached in the instant :func:`prune` deletes it (each object is
 re-read just before its deletion, and kept if it was used since the listing); its application then fails to
-localize, and a retry stages afresh. Run prune with a cutoff of days, not seconds, on a busy cluster.
+localize, and a retry stages afresh.
+
+The cutoff is at least :data:`MIN_AGE_S` (1 h) ago: younger than that, a ``.tmp`` may be an upload in flight (its
+HDFS modification time is its start; waiters give a lock holder 60 s plus 5 MiB/s of the file, so under an hour
+for any file up to ~17 GiB), a plan may belong to an application that is being submitted (written before the RM
+knows the application, so not yet live), and an object may have just been found cached by a submission that has
+not reached the RM yet. A prune never races those.
+
+The live applications are *every user's* (the RM lists them all to anyone; under ACLs it hides details, not ids
+and states): with a shared ``staging_dir`` (no ``{user}``) another user's live application keeps its plan and
+objects. A live application whose plan is there but cannot be read stops the prune.
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ log = logging.getLogger(__name__)
 #: YARN states of an application that may still localize (or re-localize, on an AM restart) staged files
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 INDEX = "by-sample"
+#: the shortest ``older_than`` a prune accepts (module docstring: in-flight uploads, submissions not yet live)
+MIN_AGE_S = 3600
+_MIN_AGE_TEXT = "1h"
 
 
 @dataclass(frozen=True)
@@ -140,11 +153,14 @@ def staged_paths(plan: dict, hdfs_path) -> set[str]:
 
 def in_use(client, staging_dir: str, live_apps: Iterable[str], hdfs_path) -> dict[str, str]:
     """staged path → a live application that uses it, read from the live applications' plans. A live application
-    of this user whose plan cannot be read stops the prune (what it uses is unknown; nothing is deleted)."""
+    (of any user) whose plan is in this folder but cannot be read stops the prune (what it uses is unknown; nothing
+    is deleted)."""
     used: dict[str, str] = {}
     for app_id in sorted(live_apps):
         path = f"{staging_dir}/apps/{app_id}/melon-plan.json"
-        if client.status(path, strict=False) is None:
+        with hdfs_errors("status", path):
+            found = client.status(path, strict=False)
+        if found is None:
             continue  # not staged from this folder (another tool's app, or another staging_dir)
         with hdfs_errors("read", path), client.read(path) as reader:
             plan = json.loads(reader.read())
@@ -156,13 +172,15 @@ def in_use(client, staging_dir: str, live_apps: Iterable[str], hdfs_path) -> dic
 def prune(hook, older_than_s: float, *, dry_run: bool = False, now_ms: Optional[int] = None) -> Decision:
     """Delete what :func:`decide` says, through ``hook`` (a :class:`~airflow_provider_melon.hooks.melon.MelonHook`:
     its HDFS client, staging folder and YARN hook). ``dry_run``: decide only."""
-    if older_than_s < 0:
-        raise ValueError(f"older_than: {older_than_s} s is negative; give 0 or more seconds")
+    check_age(older_than_s)
     client, staging = hook.hdfs, hook.staging_dir
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    live = [a["id"] for a in hook.yarn.list_applications(states=LIVE_STATES, user=hook.user)]
+    # every user's: a shared staging folder holds other users' plans and objects (module docstring)
+    live = [a["id"] for a in hook.yarn.list_applications(states=LIVE_STATES)]
     entries = collect(client, staging)
-    decision = decide(entries, live_apps=live, in_use=in_use(client, staging, live, hook.hdfs_path),
+    planned = {e.key for e in entries if e.kind == "plan"}  # the live apps staged here (one read each, not all)
+    decision = decide(entries, live_apps=live,
+                      in_use=in_use(client, staging, [a for a in live if a in planned], hook.hdfs_path),
                       cutoff_ms=now_ms - int(older_than_s * 1000))
     if dry_run:
         return decision
@@ -191,10 +209,20 @@ def parse_age(text: str) -> float:
     except ValueError:
         raise ValueError(f"--older-than {text!r}: expected a number of days, hours, minutes or seconds "
                          "(7d, 12h, 30m, 90s, 3600)") from None
-    if seconds < 0 or seconds != seconds:
-        raise ValueError(f"--older-than {text!r}: must be 0 or more")
+    if seconds != seconds:
+        raise ValueError(f"--older-than {text!r}: must be {_MIN_AGE_TEXT} or more")
+    check_age(seconds, text)
     return seconds
 
 
-__all__ = ["Decision", "Entry", "LIVE_STATES", "collect", "decide", "in_use", "parse_age", "prune", "staged_paths"]
+def check_age(seconds: float, text: Optional[str] = None) -> None:
+    """Refuse a cutoff under :data:`MIN_AGE_S` (it would delete uploads in flight and submissions' fresh plans)."""
+    if seconds < MIN_AGE_S:
+        shown = repr(text) if text is not None else f"{seconds:g} s"
+        raise ValueError(f"--older-than {shown}: must be {_MIN_AGE_TEXT} or more (younger entries may be uploads in "
+                         "flight or plans of applications being submitted)")
+
+
+__all__ = ["Decision", "Entry", "LIVE_STATES", "MIN_AGE_S", "check_age", "collect", "decide", "in_use", "parse_age",
+           "prune", "staged_paths"]
 

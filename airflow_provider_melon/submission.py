@@ -167,10 +167,13 @@ def build_plan(
     webhdfs_url: Optional[str] = None,
     hdfs_user: Optional[str] = None,
     code_files: Optional[dict[str, StagedFile]] = None,
+    env_archive_visibility: str = "PUBLIC",
 ) -> dict:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
     submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
-    staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``."""
+    staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``.
+    ``env_archive_visibility``: PUBLIC (cached per node for every user) for a shared HDFS archive; APPLICATION
+    for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible")."""
     local = [dict(name=RUNTIME_LINK, url=runtime.url, type="ARCHIVE", visibility="APPLICATION",
                   size=runtime.size, timestamp=runtime.timestamp)]
     if code is not None:
@@ -189,7 +192,7 @@ def build_plan(
         if env_archive is None:
             raise ValueError("environment.archive given but not staged")
         link = spec.environment.python.split("/", 1)[0]
-        local.append(dict(name=link, url=env_archive.url, type="ARCHIVE", visibility="PUBLIC",
+        local.append(dict(name=link, url=env_archive.url, type="ARCHIVE", visibility=env_archive_visibility,
                           size=env_archive.size, timestamp=env_archive.timestamp))
     # YARN writes every value into launch_container.sh (see yarn_shell_value): the job's and the connection's
     # values may refer to variables ($NAME, {{NAME}}), ours are literal.

@@ -240,6 +240,10 @@ class MelonHook:
                 client = webhdfs.get_conn()
             if self.proxy_user:
                 client._proxy = self.proxy_user  # hdfs.Client's doas= (its constructor's `proxy`)
+            auth = getattr(getattr(client, "_session", None), "auth", None)
+            tickets = self.yarn._kerberos_tickets() if getattr(self.yarn, "auth_mode", None) == "kerberos" else None
+            if tickets is not None and auth is not None and hasattr(auth, "principal"):
+                auth.principal = tickets.credential()  # SPNEGO on the YARN hook's ticket, not the process default
             self._hdfs = client
         return self._hdfs
 
@@ -263,6 +267,10 @@ class MelonHook:
             return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
         return uri
 
+    def in_staging_dir(self, uri: str) -> bool:
+        """``uri`` lies in the (0700, private) staging folder: YARN may localize it for the application only."""
+        return self.hdfs_path(uri).startswith(self.staging_dir + "/")
+
     def file_status(self, path: str) -> Optional[dict]:
         with hdfs_errors("status", path):
             return self.hdfs.status(self.hdfs_path(path), strict=False)
@@ -275,13 +283,14 @@ class MelonHook:
             raise FileNotFoundError(f"{path} is not a file{' or folder' if folder_ok else ''} in HDFS")
         return StagedFile(self.hdfs_uri(self.hdfs_path(path)), int(st["length"]), int(st["modificationTime"]))
 
-    def put_bytes(self, path: str, data: Source, *, cached: bool = True) -> StagedFile:
+    def put_bytes(self, path: str, data: Source, *, cached: bool = True, sha256: Optional[str] = None) -> StagedFile:
         """Put ``data`` (bytes, or a local file's path: streamed from disk, never read whole) at ``path``.
         ``cached``: an immutable object (content-addressed) — uploaded once however many tasks stage it at the
-        same time (:func:`put_once`); else written (overwritten) here."""
+        same time (:func:`put_once`); else written (overwritten) here. ``sha256``: the digest the uploaded bytes
+        must have (a local file rewritten since it was hashed is refused, never stored under the old digest)."""
         def put() -> tuple[dict, bool]:
             if cached:
-                return put_once(self.hdfs, path, data)
+                return put_once(self.hdfs, path, data, sha256=sha256)
             with hdfs_errors("write", path), open_source(data) as body:
                 self.hdfs.write(path, data=body, overwrite=True)
             return self.file_status(path), True
@@ -343,7 +352,8 @@ class MelonHook:
         """
         path = Path(path)
         if path.stat().st_size < HASH_WHILE_UPLOADING_BYTES:
-            return self.put_bytes(f"{self.cache_dir}/{file_sha256(path)}/{name}", path)
+            digest = file_sha256(path)
+            return self.put_bytes(f"{self.cache_dir}/{digest}/{name}", path, sha256=digest)
         where, st, fresh = self._retrying(str(path), lambda: put_file_hashing(self.hdfs, self.cache_dir, name, path))
         return self._staged(where, st, path.stat().st_size if fresh else 0)
 
@@ -418,11 +428,13 @@ class MelonHook:
         files = report.files
         new_app = self.yarn.new_application()
         app_id = new_app["application-id"]
+        env = files.get("env_archive")
         plan = submission.build_plan(
             spec, code=files.get("code"), runtime=files["runtime"],
             code_files={k[len(CODE_FILE_KEY):]: f for k, f in files.items() if k.startswith(CODE_FILE_KEY)},
             inputs={i.path: files[f"input:{i.path}"] for i in spec.inputs},
-            env_archive=files.get("env_archive"), default_python=self.default_python,
+            env_archive=env, env_archive_visibility="APPLICATION" if env and self.in_staging_dir(env.url) else "PUBLIC",
+            default_python=self.default_python,
             container_env=self.container_env, labels=labels,
             webhdfs_url=self._webhdfs_url() if spec.outputs else None, hdfs_user=self.user,
         )

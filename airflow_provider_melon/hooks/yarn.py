@@ -423,14 +423,8 @@ class YarnHook(BaseHook):
             return self._tickets
 
     def _kerberos_auth(self) -> AuthBase:
-        try:
-            from requests_kerberos import OPTIONAL, HTTPKerberosAuth
-        except ImportError as err:  # pragma: no cover - requests-kerberos is a dependency
-            raise RuntimeError("auth=kerberos needs the requests-kerberos package") from err
-        kwargs: dict[str, Any] = {"mutual_authentication": OPTIONAL}
-        if self.kerberos_principal:
-            kwargs["principal"] = self.kerberos_principal
-        return HTTPKerberosAuth(**kwargs)
+        """SPNEGO on this hook's own ticket cache (never the process's ``KRB5CCNAME``: see kerberos.py)."""
+        return self._kerberos_tickets().auth()
 
     @property
     def active_rm(self) -> str:
@@ -572,8 +566,10 @@ class YarnHook(BaseHook):
         no retries, redirects not followed: the response is returned whatever its status; transport errors raise
         ``requests.RequestException``."""
         self._ensure_configured()
-        return self.get_conn().get(url, params=self._params(params), timeout=self.timeout, allow_redirects=False,
-                                   **kw)
+        session, tickets = self.get_conn(), self._kerberos_tickets()
+        if tickets is not None:
+            tickets.ensure()
+        return session.get(url, params=self._params(params), timeout=self.timeout, allow_redirects=False, **kw)
 
     def _get_json(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         return _json_body(self._request("GET", path, params=params))

@@ -1,6 +1,8 @@
 """`melon prune` on the real mini cluster: the staging folder loses what no live job uses (old code, the big-file
 index, ended apps' plans) and keeps what a running job uses; a cached object's use is recorded on HDFS. Each test
-stages into its own folder (``[melon] staging_dir``), so the rest of the suite's cache is left alone."""
+stages into its own folder (``[melon] staging_dir``), so the rest of the suite's cache is left alone. A prune's cutoff
+is at least an hour ago (staging_gc.MIN_AGE_S): the tests set the staged files' times back (what hours of disuse
+leave) instead of waiting."""
 
 from __future__ import annotations
 
@@ -15,6 +17,14 @@ from airflow_provider_melon.hooks.melon import MelonHook
 from tests.integration.test_cli_live import generic, melon  # noqa: F401 - the `melon` fixture
 
 pytestmark = pytest.mark.integration
+
+
+def _age(client, root: str, ms: int) -> None:
+    """Set the modification and access times of ``root`` and everything under it back by ``ms``."""
+    when = int(time.time() * 1000) - ms
+    for folder, dirs, files in client.walk(root):
+        for path in [folder] + [f"{folder}/{name}" for name in dirs + files]:
+            client.set_times(path, access_time=when, modification_time=when)
 
 
 def _folder(url: str) -> str:
@@ -37,7 +47,9 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     ended = melon.submit(generic("prune-ended", "python train.py") | {"code": str(old)}, "--wait", env=env)
     assert ended["returncode"] == 0, ended
     running = melon.submit(generic("prune-live", "python train.py") | {"code": str(live)}, env=env)
-    jobs.wait(running["app_id"], timeout=180, states={"RUNNING"})
+    # its task runs: its files are localized, so setting their times back below cannot fail its localization
+    jobs.wait_status(running["app_id"], lambda s: any(t["state"] == "RUNNING" for t in s.get("tasks") or []))
+    _age(client, staging, 2 * 3600 * 1000)
     assert client.list(f"{staging}/cache/by-sample"), "the big file was staged through the by-sample index"
 
     old_objects = {_folder(ended["staged"][k]["url"]) for k in ("code", "code:weights.bin")}
@@ -45,7 +57,7 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     assert not old_objects & live_objects
     ended_plan, live_plan = f"{staging}/apps/{ended['app_id']}", f"{staging}/apps/{running['app_id']}"
 
-    rc, dry, err = melon.json("prune", "--older-than", "0", "--dry-run", env=env)
+    rc, dry, err = melon.json("prune", "--older-than", "1h", "--dry-run", env=env)
     assert rc == 0, err
     doomed = {(e["kind"], e["path"]) for e in dry["delete"]}
     assert {("object", p) for p in old_objects} | {("plan", ended_plan)} <= doomed, dry
@@ -56,7 +68,7 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
         assert path not in {p for _, p in doomed} and kept[path] == f"in use by {running['app_id']}", dry
     assert all(client.status(p, strict=False) for p in old_objects | {ended_plan}), "a dry run deletes nothing"
 
-    rc, done, err = melon.json("prune", "--older-than", "0", env=env)
+    rc, done, err = melon.json("prune", "--older-than", "1h", env=env)
     assert rc == 0, err
     assert done["freed_bytes"] >= 9 << 20
     assert [p for p in old_objects | {ended_plan} if client.status(p, strict=False)] == []
@@ -96,5 +108,6 @@ def test_prune_refuses_a_bad_age_before_touching_anything(melon):  # noqa: F811
     result = melon.run("prune", "--older-than", "soon")
     assert result.returncode == 2, result
     assert "--older-than 'soon'" in result.stderr and "7d" in result.stderr
-    result = melon.run("prune", "--older-than=-1d")
-    assert result.returncode == 2 and "must be 0 or more" in result.stderr, result.stderr
+    for age in ("-1d", "0", "59m"):
+        result = melon.run("prune", f"--older-than={age}")
+        assert result.returncode == 2 and f"--older-than '{age}': must be 1h or more" in result.stderr, result.stderr

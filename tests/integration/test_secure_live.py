@@ -103,23 +103,18 @@ def test_tenant_identity_comes_from_its_keytab(secure_cluster, tmp_path):
 
 def test_webhdfs_with_the_hooks_ticket_and_a_delegation_token(secure_cluster, tmp_path):
     """WebHDFS (the hdfs package's Kerberos client, what the HDFS provider's hook uses) works on the ticket the
-    YARN hook keeps in the cache, and the NameNode issues an HDFS delegation token with the RM as renewer."""
-    from hdfs.ext.kerberos import KerberosClient
-
+    YARN hook keeps in its cache (handed to the client, not through KRB5CCNAME), and the NameNode issues an HDFS delegation token with the RM as renewer."""
     hook = _hook(secure_cluster, tmp_path)
-    hook._kerberos_tickets().ensure(force=True)
     base = secure_cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]
-    client = KerberosClient(base)
+    client = hook._kerberos_tickets().webhdfs_client(base)
     path = f"/tmp/melon-secure-{uuid.uuid4().hex[:8]}.txt"
     client.write(path, data=b"staged under kerberos", overwrite=True)
     with client.read(path) as reader:
         assert reader.read() == b"staged under kerberos"
     assert client.status(path)["owner"] == "airflow"
     renewer = secure_cluster.details["rm_principal"].split("/")[0].split("@")[0]
-    from requests_kerberos import OPTIONAL, HTTPKerberosAuth
-
     resp = requests.get(f"{secure_cluster.webhdfs_url}/?op=GETDELEGATIONTOKEN&renewer={renewer}", timeout=10,
-                        auth=HTTPKerberosAuth(mutual_authentication=OPTIONAL))
+                        auth=hook._kerberos_tickets().auth())
     assert resp.status_code == 200 and resp.json()["Token"]["urlString"]
 
 
@@ -284,8 +279,6 @@ def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_to
     (``delegation=``; ``user.name`` gets 401 on this cluster). It succeeds because the RM, the token's renewer,
     renewed it while the app ran (its log shows each renewal for the app); a token nobody renews, taken at the
     same moment, is refused as expired by then."""
-    from hdfs.ext.kerberos import KerberosClient
-
     from airflow_provider_melon import delegation
     from airflow_provider_melon.cli import melon_hook_for_cluster
     from airflow_provider_melon.spec import JobSpec
@@ -311,7 +304,7 @@ def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_to
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (app.get("diagnostics"), out[-3000:])
     assert ran > 2 * SECURE_TOKEN_RENEW_S
 
-    client = KerberosClient(secure_cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0])
+    client = hook.yarn._kerberos_tickets().webhdfs_client(secure_cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0])
     with client.read(f"{target}/weights.txt") as reader:
         assert reader.read() == b"trained past the renew interval"
     assert client.status(target)["owner"] == "airflow"
@@ -339,17 +332,15 @@ def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secu
     her app nor list her staging (403); the admin group sees the ACL-guarded fields."""
     import sys
 
-    from hdfs.ext.kerberos import KerberosClient
-
     from airflow_provider_melon.hooks.melon import MelonHook
     from airflow_provider_melon.spec import JobSpec
 
     t, d = mc.TENANTS, secure_cluster
     (tmp_path / "alice.py").write_text("import time; print('alice private code', flush=True); time.sleep(30)\n")
     yarn = _hook(d, tmp_path, proxy_user="alice")
-    yarn._kerberos_tickets().ensure(force=True)  # the WebHDFS client below uses the same ticket cache
     nn = d.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]
-    hook = MelonHook(yarn_hook=yarn, hdfs_client=KerberosClient(nn, proxy="alice"), proxy_user="alice",
+    webhdfs = yarn._kerberos_tickets().webhdfs_client  # on the YARN hook's ticket
+    hook = MelonHook(yarn_hook=yarn, hdfs_client=webhdfs(nn, proxy="alice"), proxy_user="alice",
                      admin_acl=" " + t["admin_group"], am_classpath=d.am_classpath, default_python=sys.executable,
                      container_env=mc.container_env(d), fs_default_fs=d.fs_default_fs)
     spec = JobSpec.from_dict({"name": "secure-alice", "framework": "generic", "entrypoint": "python alice.py",
@@ -358,18 +349,14 @@ def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secu
     app_id = hook.submit(spec)["app_id"]
     app = hook.yarn.get_application(app_id)
     assert (app["user"], app["queue"]) == ("alice", "root.tenant_a")
-    staging = KerberosClient(nn, proxy="alice").status("/user/alice/.melon")
+    staging = webhdfs(nn, proxy="alice").status("/user/alice/.melon")
     assert (staging["owner"], staging["permission"]) == ("alice", "700")
 
-    bob = _hook(d, tmp_path, name="bob")
-    bob._kerberos_tickets().ensure(force=True)
-    try:
-        with pytest.raises(YarnApiError) as denied:
-            bob.kill_application(app_id)
-        listing = bob.get_url(f"{d.webhdfs_url}/user/alice/.melon", params={"op": "LISTSTATUS"})
-        bob_view = bob.get_application(app_id)
-    finally:
-        yarn._kerberos_tickets().ensure(force=True)  # the process's ticket cache back to airflow's
+    bob = _hook(d, tmp_path, name="bob")  # his own ticket cache: airflow's hook above keeps its own
+    with pytest.raises(YarnApiError) as denied:
+        bob.kill_application(app_id)
+    listing = bob.get_url(f"{d.webhdfs_url}/user/alice/.melon", params={"op": "LISTSTATUS"})
+    bob_view = bob.get_application(app_id)
     print(f"\nbob (Kerberos) kills alice's {app_id}: HTTP {denied.value.status} {str(denied.value)[:160]}")
     print(f"bob lists /user/alice/.melon: HTTP {listing.status_code} {listing.text[:160]}")
     assert denied.value.status == 403
@@ -385,3 +372,20 @@ def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secu
     token = [line for line in log.splitlines() if "Renewed delegation-token=" in line and app_id in line]
     print("alice's HDFS token, as the RM renews it:", token[0][token[0].index("(token for"):][:80] if token else None)
     assert token and "(token for alice: HDFS_DELEGATION_TOKEN owner=alice," in token[0], token[:1]
+
+
+def test_doctor_checks_the_hooks_own_ticket(secure_cluster, tmp_path, monkeypatch):
+    """`melon doctor`'s auth check reads the hook's ticket cache (its keytab login), not the process default,
+    which may hold nothing: a hook with only an empty cache fails, naming it and the fix."""
+    from airflow_provider_melon.doctor import Doctor
+    from airflow_provider_melon.hooks.melon import MelonHook
+
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path / 'nothing-here.ccache'}")
+    ok = Doctor(MelonHook(yarn_hook=_hook(secure_cluster, tmp_path), user="airflow")).check_auth()
+    assert ok.status == "ok" and "airflow.ccache" in ok.detail, ok
+    monkeypatch.setenv("AIRFLOW__KERBEROS__KEYTAB", str(tmp_path / "absent.keytab"))
+    empty = YarnHook(rm_urls=[secure_cluster.rm_web_url], auth="kerberos", retries=0,
+                     kerberos_principal=secure_cluster.principal("airflow"),
+                     kerberos_ccache=str(tmp_path / "empty.ccache"), krb5_conf=secure_cluster.krb5_conf)
+    failed = Doctor(MelonHook(yarn_hook=empty, user="airflow")).check_auth()
+    assert failed.status == "fail" and "empty.ccache: run `airflow kerberos`" in failed.fix, failed

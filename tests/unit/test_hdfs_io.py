@@ -175,5 +175,7 @@ def test_block_reader_rewinds_for_a_resend_and_hashes_what_was_sent_once(tmp_pat
         sent = b"".join(iter(lambda: body.read(16384), b""))
         assert sent == data
         assert body.sha256.hexdigest() == hashlib.sha256(data).hexdigest()
+        body.seek(start)  # requests-kerberos rewinds after the final response too: the hash of what was sent stays
+        assert body.sha256.hexdigest() == hashlib.sha256(data).hexdigest()
         with pytest.raises(io.UnsupportedOperation):
             body.seek(5)

@@ -61,15 +61,30 @@ def test_staged_paths_reads_local_resources_and_the_staged_list():
     assert staged_paths(plan, strip) == {"/s/cache/x/code.zip", "/s/cache/y/melon-appmaster.jar"}
 
 
-@pytest.mark.parametrize("text,seconds", [("7d", 7 * 86400), ("12h", 43200), ("30m", 1800), ("90s", 90),
-                                          ("3600", 3600), ("0", 0), (" 1.5D ", 129600)])
+@pytest.mark.parametrize("text,seconds", [("7d", 7 * 86400), ("12h", 43200), ("60m", 3600), ("3600s", 3600),
+                                          ("3600", 3600), ("1h", 3600), (" 1.5D ", 129600)])
 def test_parse_age(text, seconds):
     assert parse_age(text) == seconds
 
 
-@pytest.mark.parametrize("text,says", [("soon", "expected a number"), ("-1d", "must be 0 or more"),
-                                       ("", "expected a number"), ("nan", "must be 0 or more")])
+@pytest.mark.parametrize("text,says", [("soon", "expected a number"), ("-1d", "must be 1h or more"),
+                                       ("", "expected a number"), ("nan", "must be 1h or more"),
+                                       ("0", "must be 1h or more"), ("59m", "must be 1h or more"),
+                                       ("3599", "uploads in flight")])
 def test_parse_age_names_the_option(text, says):
     with pytest.raises(ValueError, match="--older-than") as err:
         parse_age(text)
     assert says in str(err.value)
+
+
+class _Untouchable:
+    def __getattr__(self, name):
+        raise AssertionError(f"the hook was used ({name}) although the cutoff was refused")
+
+
+@pytest.mark.parametrize("seconds", [0, 59 * 60, -1])
+def test_prune_refuses_a_cutoff_under_an_hour_before_touching_anything(seconds):
+    from airflow_provider_melon.staging_gc import prune
+
+    with pytest.raises(ValueError, match="must be 1h or more"):
+        prune(_Untouchable(), seconds)

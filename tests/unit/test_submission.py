@@ -68,6 +68,10 @@ def test_env_archive_and_docker(tmp_path, spec):
     assert plan["command"].startswith("./env/bin/python -m ")
     env_res = [r for r in plan["local_resources"] if r["name"] == "env"][0]
     assert env_res["type"] == "ARCHIVE" and env_res["visibility"] == "PUBLIC"
+    # one staged into the private (0700) staging folder: YARN may localize it for the application only
+    private = submission.build_plan(archived, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE},
+                                    env_archive=env_file, env_archive_visibility="APPLICATION")
+    assert [r["visibility"] for r in private["local_resources"] if r["name"] == "env"] == ["APPLICATION"]
 
     docker = spec.model_copy(update={"environment": spec.environment.model_validate({"docker_image": "tf:2.21"})})
     plan = submission.build_plan(docker, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE})

@@ -1,0 +1,70 @@
+"""Kerberos settings without a KDC: one ticket cache per principal, handed to the auth objects, never KRB5CCNAME
+(the logins themselves, against a real KDC: tests/integration/test_secure_live.py, tests/security/test_staging.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from airflow_provider_melon.kerberos import KerberosError, KerberosSettings, TicketKeeper, default_ccache
+
+
+@pytest.fixture
+def keytab(tmp_path):
+    path = tmp_path / "any.keytab"
+    path.write_bytes(b"\x05\x02")  # validate() only checks that it is a readable file
+    return str(path)
+
+
+def test_keytab_logins_of_two_principals_get_two_caches_not_airflows(keytab, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__KERBEROS__CCACHE", "/tmp/airflow_krb5_ccache")
+    alice = KerberosSettings.resolve({"kerberos_keytab": keytab}, principal="alice@R")
+    bob = KerberosSettings.resolve({"kerberos_keytab": keytab}, principal="bob@R")
+    assert alice.ccache == default_ccache("alice@R") != bob.ccache == default_ccache("bob@R")
+    assert "/tmp/airflow_krb5_ccache" not in (alice.ccache, bob.ccache)
+    # without a keytab: the cache `airflow kerberos` keeps
+    assert KerberosSettings.resolve({}, principal="airflow@R").ccache == "/tmp/airflow_krb5_ccache"
+
+
+def test_two_principals_on_one_cache_file_are_refused(keytab, tmp_path):
+    shared = str(tmp_path / "shared.ccache")
+    TicketKeeper(KerberosSettings("alice@R", keytab, shared))
+    TicketKeeper(KerberosSettings("alice@R", keytab, shared))  # the same principal again: fine
+    with pytest.raises(KerberosError, match=r"kerberos_ccache .*shared.ccache already holds the tickets of "
+                                            r"'alice@R'.*give 'bob@R' its own cache"):
+        TicketKeeper(KerberosSettings("bob@R", keytab, shared))
+
+
+def test_the_auth_object_carries_the_keepers_cache_and_the_environment_is_left_alone(keytab, tmp_path,
+                                                                                      monkeypatch):
+    import spnego
+    from requests_kerberos import HTTPKerberosAuth
+
+    monkeypatch.setenv("KRB5CCNAME", "FILE:/somebody/elses")
+    keeper = TicketKeeper(KerberosSettings("carol@R", keytab, str(tmp_path / "carol.ccache")))
+    auth = keeper.auth()
+    assert isinstance(auth, HTTPKerberosAuth)
+    assert auth.principal == spnego.KerberosCCache(ccache=f"FILE:{tmp_path / 'carol.ccache'}", principal="carol@R")
+    keeper._export()
+    assert os.environ["KRB5CCNAME"] == "FILE:/somebody/elses"
+    # no cache configured at all: the principal in the process's default cache
+    assert TicketKeeper(KerberosSettings("dave@R", None, None)).credential() == "dave@R"
+
+
+def test_the_webhdfs_client_of_a_kerberos_hook_uses_the_yarn_hooks_cache(keytab, tmp_path, monkeypatch):
+    """The HDFS provider's hook builds a KerberosClient on the process's default cache; the MelonHook points its
+    SPNEGO at the YARN hook's own ticket instead."""
+    import spnego
+    from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+    from hdfs.ext.kerberos import KerberosClient
+
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    monkeypatch.setattr(WebHDFSHook, "get_conn", lambda self: KerberosClient("http://nn.example:9870"))
+    yarn = YarnHook(rm_urls=["http://rm.example:8088"], auth="kerberos", kerberos_principal="erin@R",
+                    kerberos_keytab=keytab, kerberos_ccache=str(tmp_path / "erin.ccache"))
+    client = MelonHook(yarn_hook=yarn, user="erin").hdfs
+    assert client._session.auth.principal == spnego.KerberosCCache(ccache=f"FILE:{tmp_path / 'erin.ccache'}",
+                                                                    principal="erin@R")
