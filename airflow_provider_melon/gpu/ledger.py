@@ -199,6 +199,8 @@ class Ledger:
     def _locked(self, write: bool = True):
         self._ensure_dir()
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o660)
+        with contextlib.suppress(OSError):  # past the umask, for the group (another user's file: not ours to set)
+            os.fchmod(fd, 0o660)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             state = self._load()

@@ -28,6 +28,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 import java.util.stream.Collectors;
 import java.util.stream.IntStream;
@@ -547,6 +548,12 @@ class AmHttpTest {
       }
       arrived.await(); // the TensorBoard pool is full, each of its threads waiting on TensorBoard
       registerTheGang(2);
+      // the 4 that fit neither the pool nor its queue are answered while TensorBoard still hangs (bounded wait)
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      while (pages.stream().filter(Future::isDone).count() < 4 && System.nanoTime() < deadline) {
+        Thread.sleep(20);
+      }
+      assertEquals(4, pages.stream().filter(Future::isDone).count(), "answered before TensorBoard did");
       release.countDown();
       List<Integer> codes = new ArrayList<>();
       for (Future<Answer> f : pages) {
