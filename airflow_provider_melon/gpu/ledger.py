@@ -12,9 +12,21 @@ by the executors of that node, one at a time (``fcntl.flock`` on ``<dir>/ledger.
 
 Exclusive reservations record the GPU's whole memory, so no shared task lands next to them.
 
-Location: ``$MELON_LEDGER_DIR/ledger.json`` (default ``/tmp/melon-ledger/ledger.json``). The directory is
-made world-writable (0o777, not sticky) and files 0o666 so that containers of different users on one node
-share it; the JSON is replaced atomically (write + fsync + rename), so a crash never leaves half a file.
+Location: ``$MELON_LEDGER_DIR/ledger.json`` (default ``/var/lib/melon/ledger``). The directory is the node
+admin's, and :func:`check_directory` refuses (:class:`UnsafeLedger`, naming the path, its owner and mode and the
+fix) one that a process of another OS user could change:
+
+* the directory itself: a real directory (not a symlink), owned by root or by the user the executor runs as (the
+  NodeManager's user under the DefaultContainerExecutor), not writable by others (``o+w``, sticky or not);
+  group-writable is allowed: its group is trusted (the NodeManager's group; on a LinuxContainerExecutor cluster
+  the group of every user whose containers share the node's GPUs, see docs/ledger.md);
+* every folder above it: owned by root or by that user, and not writable by others unless sticky (``/tmp``);
+* ``ledger.json`` and ``ledger.lock`` when present: regular files, not symlinks, not writable by others.
+
+The executor creates the directory only inside a parent that only root or its own user can write (the mini
+cluster's work dir; ``{nm}`` leaves), never in ``/tmp`` or another shared folder, where another user could have
+made it first. Files are created 0o660 (group-shared, never others); the JSON is replaced atomically (write +
+fsync + rename), so a crash never leaves half a file.
 """
 
 from __future__ import annotations
@@ -23,6 +35,9 @@ import contextlib
 import fcntl
 import json
 import os
+import pwd
+import grp
+import stat
 import tempfile
 import time
 from typing import Iterable, List, Optional
@@ -30,15 +45,16 @@ from typing import Iterable, List, Optional
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.gpu.devices import DeviceInfo
 
-__all__ = ["Ledger", "default_dir", "reserve", "reserve_many", "release", "pid_alive"]
+__all__ = ["Ledger", "UnsafeLedger", "check_directory", "default_dir", "reserve", "reserve_many", "release",
+           "pid_alive"]
 
-DEFAULT_DIR = "/tmp/melon-ledger"
+DEFAULT_DIR = "/var/lib/melon/ledger"
 #: NVML "used" on an idle GPU (driver/context reserve) below which a GPU still counts as free for exclusive use.
 DEFAULT_IDLE_MB = 1024
 
 
 def default_dir(env=None) -> str:
-    """``$MELON_LEDGER_DIR`` (default ``/tmp/melon-ledger``).
+    """``$MELON_LEDGER_DIR`` (default ``/var/lib/melon/ledger``).
 
     ``{nm}`` in it is replaced by ``<NM_HOST>_<NM_PORT>`` (YARN sets both in every container): the mini cluster
     runs several NodeManagers on one host, each advertising its own GPUs, and needs one ledger per NodeManager.
@@ -48,6 +64,83 @@ def default_dir(env=None) -> str:
     if "{nm}" in d:
         d = d.replace("{nm}", f"{env.get('NM_HOST', 'localhost')}_{env.get('NM_PORT', '0')}")
     return d
+
+
+class UnsafeLedger(ValueError):
+    """The ledger directory (or a file in it, or a folder above it) could be changed by another OS user."""
+
+
+def _who(st: os.stat_result) -> str:
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return f"owner {user}:{group}, mode {stat.filemode(st.st_mode)} ({stat.S_IMODE(st.st_mode):04o})"
+
+
+def _fix(directory: str) -> str:
+    me = pwd.getpwuid(os.geteuid()).pw_name if os.geteuid() != 0 else "<the NodeManager's user>"
+    return (f"fix (as root on this node): rm -rf {directory} && install -d -m 2770 -o {me} "
+            f"-g <the NodeManager's group> {directory} (see docs/ledger.md)")
+
+
+def check_directory(directory: str, create: bool = True) -> None:
+    """Raise :class:`UnsafeLedger` unless ``directory`` follows the rule of the module's docstring; create it
+    (0o770) when it is missing and its parent is writable by root or this user only."""
+    me = os.geteuid()
+    trusted = (0, me)
+    directory = os.path.abspath(directory)
+    parent = os.path.dirname(directory)
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        if not create:
+            raise UnsafeLedger(f"GPU ledger directory {directory} does not exist; {_fix(directory)}") from None
+        try:
+            pst = os.lstat(parent)
+        except FileNotFoundError:
+            raise UnsafeLedger(f"GPU ledger directory {directory} does not exist (nor {parent}); "
+                               f"{_fix(directory)}") from None
+        if (not stat.S_ISDIR(pst.st_mode) or pst.st_uid not in trusted
+                or stat.S_IMODE(pst.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)):
+            raise UnsafeLedger(f"GPU ledger directory {directory} does not exist, and the executor does not create "
+                               f"it in {parent} ({_who(pst)}): others may write there and could have made it "
+                               f"first; {_fix(directory)}")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o770)
+        st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeLedger(f"GPU ledger directory {directory} is not a directory ({stat.filemode(st.st_mode)}, "
+                           f"a symlink is refused too); {_fix(directory)}")
+    if st.st_uid not in trusted:
+        raise UnsafeLedger(f"GPU ledger directory {directory} belongs to another user ({_who(st)}): it could "
+                           f"erase or forge reservations; {_fix(directory)}")
+    if stat.S_IMODE(st.st_mode) & stat.S_IWOTH:
+        raise UnsafeLedger(f"GPU ledger directory {directory} is writable by others ({_who(st)}): any user's "
+                           f"process could erase or forge reservations; {_fix(directory)}")
+    up = parent
+    while True:
+        ust = os.stat(up)
+        mode = stat.S_IMODE(ust.st_mode)
+        if ust.st_uid not in trusted or (mode & stat.S_IWOTH and not mode & stat.S_ISVTX):
+            raise UnsafeLedger(f"GPU ledger directory {directory} lies in {up} ({_who(ust)}), which another user "
+                               f"could change (rename the ledger away); {_fix(directory)}")
+        if up == os.path.dirname(up):
+            break
+        up = os.path.dirname(up)
+    for name in ("ledger.json", "ledger.lock"):
+        path = os.path.join(directory, name)
+        try:
+            fst = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(fst.st_mode) or stat.S_IMODE(fst.st_mode) & stat.S_IWOTH:
+            raise UnsafeLedger(f"GPU ledger file {path} is not a regular file only its owner and group may write "
+                               f"({_who(fst)}); {_fix(directory)}")
 
 
 def _proc_start(pid: int) -> Optional[int]:
@@ -94,18 +187,20 @@ class Ledger:
         self.path = os.path.join(self.directory, "ledger.json")
         self.lock_path = os.path.join(self.directory, "ledger.lock")
         self.idle_mb = idle_mb
+        self._checked = False
 
     # ---- storage -----------------------------------------------------------------------------------------
     def _ensure_dir(self) -> None:
-        if not os.path.isdir(self.directory):
-            os.makedirs(self.directory, exist_ok=True)
-            with contextlib.suppress(OSError):
-                os.chmod(self.directory, 0o777)
+        if not self._checked:
+            check_directory(self.directory)
+            self._checked = True
 
     @contextlib.contextmanager
     def _locked(self, write: bool = True):
         self._ensure_dir()
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o660)
+        with contextlib.suppress(OSError):  # past the umask, for the group (another user's file: not ours to set)
+            os.fchmod(fd, 0o660)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             state = self._load()
@@ -137,7 +232,7 @@ class Ledger:
                 f.flush()
                 os.fsync(f.fileno())
             with contextlib.suppress(OSError):
-                os.chmod(tmp, 0o666)
+                os.chmod(tmp, 0o660)
             os.replace(tmp, self.path)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -30,9 +30,10 @@ Environment read (set by the AM / the plan):
 ``MELON_HOST``              the address to register (default ``socket.getfqdn()``)
 ``MELON_BIND_HOST``         where to reserve the port (default: ``MELON_HOST`` resolved; ``0.0.0.0`` if that
                             fails)
-``MELON_LEDGER_DIR``        the node's GPU ledger (default ``/tmp/melon-ledger``); ``{nm}`` in it becomes
+``MELON_LEDGER_DIR``        the node's GPU ledger (default ``/var/lib/melon/ledger``); ``{nm}`` in it becomes
                             ``<NM_HOST>_<NM_PORT>`` (one ledger per NodeManager when several share a host,
-                            as in the mini cluster)
+                            as in the mini cluster). A folder another OS user could change is refused: exit 2
+                            with the path, its owner and mode and the fix (``gpu.ledger.check_directory``)
 ``MELON_KILL_GRACE_S``      after forwarding SIGTERM, SIGKILL the user's process after this long (default 10)
 ``MELON_TENSORBOARD_TASK``  ``role:index`` of the task that runs TensorBoard beside the user's process and
                             reports it to the AM (``runtime/tensorboard.py``); with it and no
@@ -89,7 +90,7 @@ from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
 from airflow_provider_melon.gpu import devices as _devices
-from airflow_provider_melon.gpu.ledger import Ledger
+from airflow_provider_melon.gpu.ledger import Ledger, UnsafeLedger
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
@@ -465,8 +466,11 @@ class Executor:
         deadline = time.monotonic() + cfg.gpu_wait_s
         waited = False
         while True:
-            got = self.ledger.reserve_many(cfg.task_id, os.getpid(), cfg.gpu_memory_mb, gpus, count=max(1, cfg.gpus),
-                                           exclusive=exclusive, large=cfg.large, mps=mps)
+            try:
+                got = self.ledger.reserve_many(cfg.task_id, os.getpid(), cfg.gpu_memory_mb, gpus,
+                                               count=max(1, cfg.gpus), exclusive=exclusive, large=cfg.large, mps=mps)
+            except UnsafeLedger as exc:
+                raise Fatal(EXIT_CONFIG, f"refusing the GPU ledger: {exc}") from None
             if got:
                 by_index = {g.index: g for g in gpus}
                 self.gpu_indices = got

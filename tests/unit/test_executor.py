@@ -429,3 +429,19 @@ def test_code_files_refuses_paths_that_leave_the_folder():
         with pytest.raises(executor.Fatal, match="not a plain relative path"):
             executor.code_files(env)
     assert executor.code_files({}) == {}
+
+
+def test_a_ledger_directory_others_may_write_is_refused_before_the_task_starts(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"])
+    open_dir = tmp_path / "open-ledger"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=1024,
+                   MELON_LEDGER_DIR=str(open_dir))
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 2, err
+    assert f"ERROR: refusing the GPU ledger: GPU ledger directory {open_dir} is writable by others (owner " in err
+    assert "mode drwxrwxrwx (0777))" in err, err
+    assert f"install -d -m 2770" in err and "docs/ledger.md" in err, err
+    assert "ENV=" not in out and not am.registrations, "the user's process never ran, nothing registered"
+    assert os.listdir(open_dir) == []

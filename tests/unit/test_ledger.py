@@ -142,7 +142,7 @@ def test_default_dir_from_env(tmp_path, monkeypatch):
     assert os.path.exists(tmp_path / "x" / "ledger.json")
     assert ledger.release("a") == 1
     monkeypatch.delenv("MELON_LEDGER_DIR")
-    assert ledger.default_dir() == "/tmp/melon-ledger"
+    assert ledger.default_dir() == "/var/lib/melon/ledger"
 
 
 WORKER = textwrap.dedent(
@@ -152,9 +152,10 @@ WORKER = textwrap.dedent(
     from airflow_provider_melon.gpu.devices import DeviceInfo
     from airflow_provider_melon.gpu.ledger import Ledger
     d, go, name = sys.argv[1], sys.argv[2], sys.argv[3]
-    while not os.path.exists(go):
-        time.sleep(0.001)
     gpus = [DeviceInfo(0, "v0", "v", 10000), DeviceInfo(1, "v1", "v", 10000)]
+    print("ready", flush=True)  # imported and set up: only the reservation itself is left
+    while not os.path.exists(go):
+        pass  # spin, no sleep: all start the reservation within microseconds of the go file
     got = Ledger(d).reserve(name, os.getpid(), 3000, gpus)
     print(got, flush=True)
     time.sleep(600)  # hold the reservation (alive) until killed
@@ -171,7 +172,9 @@ def test_concurrent_reservations_never_overcommit(tmp_path):
     procs = [subprocess.Popen([sys.executable, str(script), d, go, f"t{i}"], stdout=subprocess.PIPE, text=True)
              for i in range(n)]
     try:
-        time.sleep(0.5)
+        # a ready barrier: every worker has imported and is spinning on the go file before it exists
+        assert [p.stdout.readline().strip() for p in procs] == ["ready"] * n
+        os.makedirs(d)  # made here, so no worker's first lock also has to create it
         open(go, "w").close()  # release them all at once
         answers = [p.stdout.readline().strip() for p in procs]
         granted = [a for a in answers if a != "None"]
@@ -249,3 +252,76 @@ def test_default_dir_per_nodemanager():
     env = {"MELON_LEDGER_DIR": "/tmp/mini/ledger-{nm}", "NM_HOST": "h1", "NM_PORT": "4242"}
     assert ledger.default_dir(env) == "/tmp/mini/ledger-h1_4242"
     assert ledger.default_dir({"MELON_LEDGER_DIR": "/x"}) == "/x"
+
+
+# ---- the ledger directory's rule (gpu.ledger.check_directory) ---------------------------------------------
+
+@pytest.fixture
+def shared(tmp_path):
+    """A folder like /tmp: root's, world-writable and sticky; tmp_path's own 0700 is opened for other users."""
+    os.chmod(tmp_path, 0o755)
+    d = tmp_path / "shared"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    return d
+
+
+def test_the_documented_layout_is_accepted(tmp_path):
+    d = tmp_path / "ledger"
+    d.mkdir()
+    os.chmod(d, 0o2770)  # install -d -m 2770 -o <nm user> -g <nm group>
+    led = Ledger(str(d))
+    assert led.reserve("a", os.getpid(), 100, gpus(1000)) == 0
+    for name in ("ledger.json", "ledger.lock"):
+        assert not os.stat(d / name).st_mode & 0o007, f"{name}: nothing for others"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o773])
+def test_a_directory_others_may_write_is_refused(tmp_path, mode):
+    d = tmp_path / "ledger"
+    d.mkdir()
+    os.chmod(d, mode)
+    with pytest.raises(ledger.UnsafeLedger) as err:
+        Ledger(str(d)).reserve("a", os.getpid(), 100, gpus(1000))
+    msg = str(err.value)
+    assert f"{d} is writable by others" in msg and f"({mode:04o})" in msg, msg
+    assert f"install -d -m 2770" in msg and "docs/ledger.md" in msg, msg
+    assert not os.path.exists(d / "ledger.json"), "nothing was written"
+
+
+def test_a_directory_of_another_user_or_a_symlink_is_refused(tmp_path):
+    d = tmp_path / "ledger"
+    d.mkdir(mode=0o750)
+    os.chown(d, 65534, 65534)
+    with pytest.raises(ledger.UnsafeLedger, match=r"belongs to another user \(owner nobody:nogroup"):
+        ledger.check_directory(str(d))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    with pytest.raises(ledger.UnsafeLedger, match="is not a directory"):
+        ledger.check_directory(str(link))
+
+
+def test_it_is_not_created_where_others_could_have_made_it_first(shared):
+    with pytest.raises(ledger.UnsafeLedger, match="does not exist, and the executor does not create it in"):
+        ledger.check_directory(str(shared / "melon-ledger"))
+    assert not (shared / "melon-ledger").exists()
+
+
+def test_a_world_writable_non_sticky_folder_above_is_refused(tmp_path):
+    above = tmp_path / "above"
+    above.mkdir()
+    (above / "ledger").mkdir(mode=0o750)
+    os.chmod(above, 0o777)
+    with pytest.raises(ledger.UnsafeLedger, match=f"lies in {above} .*which another user could change"):
+        ledger.check_directory(str(above / "ledger"))
+
+
+def test_a_ledger_file_others_may_write_is_refused(tmp_path):
+    d = tmp_path / "ledger"
+    d.mkdir(mode=0o750)
+    (d / "ledger.json").write_text('{"version": 1, "reservations": []}')
+    os.chmod(d / "ledger.json", 0o666)
+    with pytest.raises(ledger.UnsafeLedger, match="ledger.json is not a regular file only its owner and group"):
+        ledger.check_directory(str(d))

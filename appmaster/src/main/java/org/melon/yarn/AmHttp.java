@@ -7,8 +7,12 @@ import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.util.Map;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.SynchronousQueue;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.ThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
@@ -39,13 +43,27 @@ import org.melon.yarn.TaskBook.Task;
  * </ul>
  * {@code /tensorboard/...} is the job's TensorBoard, reverse-proxied by {@link TensorBoardProxy} once the
  * TensorBoard task's heartbeats carry its {@code tensorboard_url} (open, like {@code /status}).
- * Open means: to a request the RM web proxy sends for a user it names, only if {@link ViewAcl} lets that user
- * view the application (else 403 naming the user and the application, before anything else is looked at).
+ * Open means: with {@code yarn.acl.enable} ({@link ViewAcl}), only to the RM web proxy, for a user it names who
+ * may view the application (else 403 saying why, before anything else is looked at); without it, to anyone.
  * Other paths: 404; other methods: 405; anything unexpected: 500 (logged).
+ *
+ * <p>Threads: the server's own pool ({@link #FRONT_THREADS}, grows on demand) reads every request and answers all
+ * but TensorBoard's, which are in-memory and quick. A TensorBoard request, which waits on TensorBoard and streams
+ * to a client of any speed, is handed to its own pool ({@link #TENSORBOARD_THREADS}, queue
+ * {@link #TENSORBOARD_QUEUE}; full: 503), so slow TensorBoard traffic cannot hold up gang registration. A client
+ * that sends half a request holds a front thread until the JDK server closes it ({@link #REQUEST_TIMEOUT_S}); an
+ * answer not taken within {@link #RESPONSE_TIMEOUT_S} is cut off the same way.
  */
 final class AmHttp {
 
   static final int MAX_BODY = 64 * 1024;
+  /** The server's pool: at most this many requests read at once (each one more is refused: connection closed). */
+  static final int FRONT_THREADS = 64;
+  static final int TENSORBOARD_THREADS = 4;
+  static final int TENSORBOARD_QUEUE = 32;
+  /** sun.net.httpserver.maxReqTime / maxRspTime (a value set on the command line wins). */
+  static final int REQUEST_TIMEOUT_S = 20;
+  static final int RESPONSE_TIMEOUT_S = 120;
 
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final ObjectReader READER = JSON.reader().with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
@@ -55,6 +73,12 @@ final class AmHttp {
     // (~40 ms a call). Read once, when the JDK's server is first used; a value set on the command line wins.
     if (System.getProperty("sun.net.httpserver.nodelay") == null) {
       System.setProperty("sun.net.httpserver.nodelay", "true");
+    }
+    if (System.getProperty("sun.net.httpserver.maxReqTime") == null) {
+      System.setProperty("sun.net.httpserver.maxReqTime", String.valueOf(REQUEST_TIMEOUT_S));
+    }
+    if (System.getProperty("sun.net.httpserver.maxRspTime") == null) {
+      System.setProperty("sun.net.httpserver.maxRspTime", String.valueOf(RESPONSE_TIMEOUT_S));
     }
   }
 
@@ -66,7 +90,8 @@ final class AmHttp {
   private final ViewAcl viewers;
   private final TensorBoardProxy tensorboard = new TensorBoardProxy();
   private HttpServer server;
-  private ExecutorService executor;
+  private ThreadPoolExecutor front;
+  private ThreadPoolExecutor tensorboardPool;
 
   AmHttp(TaskBook book, String secret, String appId, JsonNode labels) {
     this(book, secret, appId, labels, null);
@@ -83,8 +108,11 @@ final class AmHttp {
   /** Serve on {@code bindHost} (the AM: all interfaces; tests: loopback), on an ephemeral port. */
   synchronized int start(String bindHost) throws IOException {
     server = HttpServer.create(new InetSocketAddress(bindHost, 0), 64);
-    executor = Executors.newFixedThreadPool(8);
-    server.setExecutor(executor);
+    front = new ThreadPoolExecutor(8, FRONT_THREADS, 30, TimeUnit.SECONDS, new SynchronousQueue<>(),
+        daemon("melon-am-http"));
+    tensorboardPool = new ThreadPoolExecutor(TENSORBOARD_THREADS, TENSORBOARD_THREADS, 0, TimeUnit.SECONDS,
+        new ArrayBlockingQueue<>(TENSORBOARD_QUEUE), daemon("melon-am-tensorboard"));
+    server.setExecutor(front);
     server.createContext("/", this::handle);
     server.start();
     return server.getAddress().getPort();
@@ -92,7 +120,16 @@ final class AmHttp {
 
   synchronized void stop() {
     server.stop(0);
-    executor.shutdownNow();
+    front.shutdownNow();
+    tensorboardPool.shutdownNow();
+  }
+
+  private static ThreadFactory daemon(String name) {
+    return r -> {
+      Thread t = new Thread(r, name);
+      t.setDaemon(true);
+      return t;
+    };
   }
 
   /** An answer other than 2xx, with its reason. */
@@ -106,15 +143,22 @@ final class AmHttp {
   }
 
   private void handle(HttpExchange ex) throws IOException {
+    boolean handedOff = false;
     try {
       String path = ex.getRequestURI().getPath();
       boolean tensorboardPath = TensorBoardProxy.handles(path);
       boolean read = "/status".equals(path) || "/".equals(path);
       if ((tensorboardPath || read) && viewers != null) {
-        viewers.check(ex.getRequestHeaders());
+        viewers.check(ex.getRemoteAddress().getAddress(), ex.getRequestHeaders());
       }
       if (tensorboardPath) {
-        tensorboard.handle(ex);
+        try {
+          tensorboardPool.execute(() -> proxyTensorBoard(ex));
+        } catch (RejectedExecutionException e) {
+          throw new HttpError(503, "the TensorBoard proxy is busy (" + TENSORBOARD_THREADS + " requests running, "
+              + TENSORBOARD_QUEUE + " waiting): try again");
+        }
+        handedOff = true;
         return;
       }
       boolean write = "/register".equals(path) || "/heartbeat".equals(path);
@@ -165,6 +209,27 @@ final class AmHttp {
     } catch (RuntimeException e) {
       MelonApplicationMaster.log("HTTP " + ex.getRequestMethod() + " " + ex.getRequestURI() + " failed: " + e);
       send(ex, 500, "application/json", JSON.writeValueAsString(Map.of("error", "internal error")));
+    } finally {
+      if (!handedOff) {
+        ex.close();
+      }
+    }
+  }
+
+  /** One TensorBoard request, in the TensorBoard pool. */
+  private void proxyTensorBoard(HttpExchange ex) {
+    try {
+      tensorboard.handle(ex);
+    } catch (HttpError e) {
+      try {
+        send(ex, e.code, "application/json", JSON.writeValueAsString(Map.of("error", e.getMessage())));
+      } catch (IOException gone) {
+        // the caller went away
+      }
+    } catch (IOException e) {
+      // the caller went away mid-request: nobody to answer
+    } catch (RuntimeException e) {
+      MelonApplicationMaster.log("HTTP " + ex.getRequestMethod() + " " + ex.getRequestURI() + " failed: " + e);
     } finally {
       ex.close();
     }

@@ -1,9 +1,13 @@
 package org.melon.yarn;
 
+import java.net.InetAddress;
 import java.net.URLDecoder;
+import java.net.UnknownHostException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 
 import com.sun.net.httpserver.Headers;
 
@@ -11,18 +15,27 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.security.authorize.AccessControlList;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.webapp.util.WebAppUtils;
 
 /**
- * Who may read the AM's pages ({@code /status}, {@code /}, {@code /tensorboard/...}) when the RM web proxy names
- * the caller: Hadoop's WebAppProxyServlet forwards the user it knows in the cookie {@link #COOKIE} (its
- * {@code PROXY_USER_COOKIE_NAME}) and no other cookie of the caller's. Like the RM's own check of an
- * application's {@code VIEW_APP} ACL (ApplicationACLsManager): with {@code yarn.acl.enable} the application's
- * owner, the users and groups of its VIEW ACL ({@link #ENV}, set by the submitter; none: nobody else) and the YARN
- * admins ({@code yarn.admin.acl}) may; without it, everyone. Groups come from the cluster's group mapping (the AM's
- * Configuration, as on the RM).
+ * Who may read the AM's pages ({@code /status}, {@code /}, {@code /tensorboard/...}) when the cluster has
+ * {@code yarn.acl.enable}: only the RM web proxy, for a user it may show the application to.
  *
- * <p>A request without the cookie (the executors' registration and heartbeats, direct calls to the AM) is not
- * checked here: the proxy is the only caller that names a user.
+ * <p><b>Origin.</b> A page read must come from an address of the RM web proxy: {@code yarn.web-proxy.address}, else
+ * the RM's webapp address(es), HA included ({@code WebAppUtils.getProxyHostsAndPortsForAmFilter}, the list Hadoop's
+ * own AmIpFilter uses), resolved to addresses (again, at most every {@link #RESOLVE_EVERY_MS}, when a caller is not
+ * in the list: an RM that moved). Anyone else (a tenant's container, a user on the network) gets 403 whatever
+ * cookies it sends: the cookie below is only believed from the proxy. SPNEGO on the AM is not offered: on a secure
+ * cluster the pages are read through the proxy, which authenticates.
+ *
+ * <p><b>User.</b> Hadoop's WebAppProxyServlet forwards the user it knows in the cookie {@link #COOKIE} (its
+ * {@code PROXY_USER_COOKIE_NAME}) and no other cookie of the caller's. Like the RM's own check of an
+ * application's {@code VIEW_APP} ACL (ApplicationACLsManager): the application's owner, the users and groups of its
+ * VIEW ACL ({@link #ENV}, set by the submitter; none: nobody else) and the YARN admins ({@code yarn.admin.acl})
+ * may; without {@code yarn.acl.enable}, everyone (the AM then has no ViewAcl). Groups come from the cluster's group
+ * mapping (the AM's Configuration, as on the RM).
+ *
+ * <p>The executors' registration and heartbeats are not page reads: they need the application's secret instead.
  */
 final class ViewAcl {
 
@@ -35,10 +48,18 @@ final class ViewAcl {
   private final String owner;
   private final AccessControlList view;
   private final AccessControlList admins;
+  /** How often a caller not in the list may make the proxy hosts be resolved again. */
+  static final long RESOLVE_EVERY_MS = 30_000;
+  /** {@code host:port} of the RM web proxies, as configured. */
+  private final List<String> proxyHosts;
+  // guarded by this
+  private Set<InetAddress> proxyAddresses = Set.of();
+  private long resolvedAt = Long.MIN_VALUE / 2;
 
-  ViewAcl(String appId, String owner, String viewAcl, String adminAcl) {
+  ViewAcl(String appId, String owner, String viewAcl, String adminAcl, List<String> proxyHosts) {
     this.appId = appId;
     this.owner = owner;
+    this.proxyHosts = List.copyOf(proxyHosts);
     // no ACL: YarnConfiguration.DEFAULT_YARN_APP_ACL (" ", nobody), as the RM
     this.view = new AccessControlList(viewAcl == null || viewAcl.isEmpty() ? YarnConfiguration.DEFAULT_YARN_APP_ACL
         : viewAcl);
@@ -51,7 +72,27 @@ final class ViewAcl {
       return null;
     }
     return new ViewAcl(appId, owner, System.getenv(ENV),
-        conf.get(YarnConfiguration.YARN_ADMIN_ACL, YarnConfiguration.DEFAULT_YARN_ADMIN_ACL));
+        conf.get(YarnConfiguration.YARN_ADMIN_ACL, YarnConfiguration.DEFAULT_YARN_ADMIN_ACL),
+        WebAppUtils.getProxyHostsAndPortsForAmFilter(conf));
+  }
+
+  /** Whether {@code caller} is an address of an RM web proxy (resolving the hosts again if it is not, at most
+   * every {@link #RESOLVE_EVERY_MS}). */
+  synchronized boolean fromProxy(InetAddress caller) {
+    if (!proxyAddresses.contains(caller) && System.currentTimeMillis() - resolvedAt >= RESOLVE_EVERY_MS) {
+      resolvedAt = System.currentTimeMillis();
+      Set<InetAddress> found = new HashSet<>();
+      for (String hostPort : proxyHosts) {
+        String host = hostPort.contains(":") ? hostPort.substring(0, hostPort.lastIndexOf(':')) : hostPort;
+        try {
+          found.addAll(List.of(InetAddress.getAllByName(host)));
+        } catch (UnknownHostException e) {
+          MelonApplicationMaster.log("RM web proxy host " + host + " does not resolve: " + e.getMessage());
+        }
+      }
+      proxyAddresses = Set.copyOf(found);
+    }
+    return proxyAddresses.contains(caller);
   }
 
   boolean allows(String user) {
@@ -62,8 +103,13 @@ final class ViewAcl {
     return admins.isUserAllowed(ugi) || view.isUserAllowed(ugi);
   }
 
-  /** 403 if the request names (in {@link #COOKIE}) a user who may not view this application. */
-  void check(Headers headers) throws AmHttp.HttpError {
+  /** 403 unless the request comes from the RM web proxy, and names (in {@link #COOKIE}) no user who may not view
+   * this application. */
+  void check(InetAddress caller, Headers headers) throws AmHttp.HttpError {
+    if (!fromProxy(caller)) {
+      throw new AmHttp.HttpError(403, "the pages of " + appId + " are served only through the RM web proxy "
+          + proxyHosts + " (<rm>/proxy/" + appId + "/), not to " + caller.getHostAddress() + " directly");
+    }
     for (String user : proxyUsers(headers)) {
       if (!allows(user)) {
         throw new AmHttp.HttpError(403, "user " + user + " may not view " + appId + " (owner " + owner
@@ -74,7 +120,8 @@ final class ViewAcl {
 
   @Override
   public String toString() {
-    return "owner " + owner + ", VIEW_APP [" + view.getAclString() + "], admins [" + admins.getAclString() + "]";
+    return "owner " + owner + ", VIEW_APP [" + view.getAclString() + "], admins [" + admins.getAclString()
+        + "], through the RM web proxy " + proxyHosts + " only";
   }
 
   /** The users named by the request's {@link #COOKIE} cookies (URL-encoded by the proxy), empty ones left out. */

@@ -28,6 +28,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 import java.util.stream.Collectors;
 import java.util.stream.IntStream;
@@ -479,6 +480,92 @@ class AmHttpTest {
       return f.get().code();
     } catch (Exception e) {
       throw new IllegalStateException(e);
+    }
+  }
+
+  // ---------------------------------------------------------------- slow clients
+
+  /** The gang's registration, each call answered within the raw socket's 30 s guard (else it throws). */
+  private void registerTheGang(int workers) throws IOException {
+    for (int round = 0; round < 2; round++) {
+      for (int i = 0; i < workers; i++) {
+        byte[] body = registration(i, 7000 + i).getBytes(StandardCharsets.UTF_8);
+        String line = raw(postHead("/register", "Content-Length: " + body.length + "\r\nConnection: close\r\n"),
+            body);
+        assertTrue(line.startsWith(round == 1 || i == workers - 1 ? "HTTP/1.1 200" : "HTTP/1.1 202"),
+            "register worker:" + i + " (round " + round + "): " + line);
+      }
+    }
+  }
+
+  @Test
+  void clientsThatSendHalfARequestDoNotStallGangRegistration() throws Exception {
+    start(2);
+    List<Socket> stalled = new ArrayList<>();
+    try {
+      for (int i = 0; i < 24; i++) { // three times the pool the AM had, well under FRONT_THREADS
+        Socket s = new Socket(InetAddress.getLoopbackAddress(), port);
+        s.getOutputStream().write("GET /status HTTP/1.1\r\nHost: am\r\nX-Half: ".getBytes(StandardCharsets.US_ASCII));
+        s.getOutputStream().flush();
+        stalled.add(s);
+      }
+      registerTheGang(2);
+    } finally {
+      for (Socket s : stalled) {
+        s.close();
+      }
+    }
+  }
+
+  @Test
+  void aTensorBoardThatDoesNotAnswerHoldsOnlyItsOwnPool() throws Exception {
+    start(2);
+    CountDownLatch release = new CountDownLatch(1);
+    CountDownLatch arrived = new CountDownLatch(AmHttp.TENSORBOARD_THREADS);
+    com.sun.net.httpserver.HttpServer tb = com.sun.net.httpserver.HttpServer.create(
+        new java.net.InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 64);
+    tb.setExecutor(Executors.newCachedThreadPool());
+    tb.createContext("/tensorboard/", ex -> {
+      arrived.countDown();
+      try {
+        release.await();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+      ex.sendResponseHeaders(204, -1);
+      ex.close();
+    });
+    tb.start();
+    ExecutorService browsers = Executors.newCachedThreadPool();
+    try {
+      String beat = "{\"role\": \"worker\", \"index\": 0, \"container_id\": \"" + containers.get("worker:0").getId()
+          + "\", \"tensorboard_url\": \"http://127.0.0.1:" + tb.getAddress().getPort() + "\"}";
+      assertEquals(200, post("/heartbeat", beat).code());
+      int browsersCount = AmHttp.TENSORBOARD_THREADS + AmHttp.TENSORBOARD_QUEUE + 4;
+      List<Future<Answer>> pages = new ArrayList<>();
+      for (int i = 0; i < browsersCount; i++) {
+        pages.add(browsers.submit(() -> call("GET", "/tensorboard/data/runs", null, null)));
+      }
+      arrived.await(); // the TensorBoard pool is full, each of its threads waiting on TensorBoard
+      registerTheGang(2);
+      // the 4 that fit neither the pool nor its queue are answered while TensorBoard still hangs (bounded wait)
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      while (pages.stream().filter(Future::isDone).count() < 4 && System.nanoTime() < deadline) {
+        Thread.sleep(20);
+      }
+      assertEquals(4, pages.stream().filter(Future::isDone).count(), "answered before TensorBoard did");
+      release.countDown();
+      List<Integer> codes = new ArrayList<>();
+      for (Future<Answer> f : pages) {
+        codes.add(f.get().code());
+      }
+      // what did not fit the pool and its queue was told so at once; the rest got TensorBoard's answer
+      assertEquals(browsersCount - 4, codes.stream().filter(c -> c == 204).count(), codes.toString());
+      assertEquals(4, codes.stream().filter(c -> c == 503).count(), codes.toString());
+    } finally {
+      release.countDown();
+      browsers.shutdownNow();
+      tb.stop(0);
     }
   }
 }

@@ -8,8 +8,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.json;
 import static org.melon.yarn.Fixtures.place;
 
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.io.OutputStream;
+import java.net.Socket;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.URI;
@@ -49,6 +52,8 @@ class ViewAclTest {
   private static final String APP = "application_1700000000000_0011";
   /** What the submission sets for alice with admin_acl " melon-admins" (submission.application_acls). */
   private static final String VIEW = "alice melon-admins";
+  /** The RM web proxy of these tests: loopback's 127.0.0.1, as on the mini cluster (the port is not looked at). */
+  private static final List<String> PROXY = List.of("127.0.0.1:18088");
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final HttpClient CLIENT = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
       .proxy(HttpClient.Builder.NO_PROXY).followRedirects(HttpClient.Redirect.NEVER).build();
@@ -77,7 +82,7 @@ class ViewAclTest {
   }
 
   private void start() throws IOException {
-    start(new ViewAcl(APP, "alice", VIEW, "yarnadm"));
+    start(new ViewAcl(APP, "alice", VIEW, "yarnadm", PROXY));
   }
 
   @AfterEach
@@ -204,9 +209,53 @@ class ViewAclTest {
     assertTrue(r.body().contains("X-Melon-Secret"), r.body());
   }
 
+  /** The status line and body of {@code request} sent from the loopback address {@code source}. */
+  private String rawFrom(String source, String request) throws IOException {
+    try (Socket s = new Socket()) {
+      s.bind(new InetSocketAddress(source, 0));
+      s.connect(new InetSocketAddress("127.0.0.1", port));
+      s.setSoTimeout(30_000);
+      s.getOutputStream().write(request.getBytes(StandardCharsets.UTF_8));
+      return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    }
+  }
+
+  @Test
+  void aReadNotFromTheRmProxyIs403WhateverCookieItForges() throws Exception {
+    start();
+    for (String path : List.of("/status", "/", "/tensorboard/", "/tensorboard/data/runs")) {
+      String answer = rawFrom("127.0.0.2", "GET " + path + " HTTP/1.1\r\nHost: am\r\nCookie: proxy-user=alice\r\n"
+          + "Connection: close\r\n\r\n");
+      assertTrue(answer.startsWith("HTTP/1.1 403"), path + ": " + answer);
+      assertTrue(answer.contains("served only through the RM web proxy [127.0.0.1:18088]")
+          && answer.contains("not to 127.0.0.2 directly"), answer);
+      assertFalse(answer.contains("\"tasks\""), "no status leaks: " + answer);
+    }
+    // the executors' calls come from any node: the secret is what counts
+    String beat = beat(", \"step\": 5");
+    String answer = rawFrom("127.0.0.2", "POST /heartbeat HTTP/1.1\r\nHost: am\r\nX-Melon-Secret: " + SECRET
+        + "\r\nContent-Length: " + beat.length() + "\r\nConnection: close\r\n\r\n" + beat);
+    assertTrue(answer.startsWith("HTTP/1.1 200"), answer);
+    // and the proxy's address still reads
+    assertEquals(5, JSON.readTree(viewAs("alice", "/status").body()).path("tasks").path(0).path("step").asLong());
+  }
+
+  @Test
+  void theProxyHostsAreTheRmsWebappsOrTheWebProxy() {
+    Configuration conf = new Configuration(false);
+    conf.setBoolean(YarnConfiguration.YARN_ACL_ENABLE, true);
+    conf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, "127.0.0.1:18088");
+    ViewAcl acl = ViewAcl.fromEnvironment(APP, "alice", conf);
+    assertTrue(acl.fromProxy(InetAddress.getLoopbackAddress()), acl.toString());
+    assertTrue(acl.toString().contains(":18088]"), acl.toString()); // Hadoop names the host (localhost)
+    conf.set(YarnConfiguration.PROXY_ADDRESS, "127.0.0.3:9099");
+    ViewAcl proxied = ViewAcl.fromEnvironment(APP, "alice", conf);
+    assertFalse(proxied.fromProxy(InetAddress.getLoopbackAddress()), "a separate web proxy: the RM is not it");
+  }
+
   @Test
   void withoutAViewAclOnlyTheOwnerAndTheAdminsMayView() throws Exception {
-    start(new ViewAcl(APP, "alice", null, "yarnadm"));
+    start(new ViewAcl(APP, "alice", null, "yarnadm", PROXY));
     assertEquals(200, viewAs("alice", "/status").statusCode());
     assertEquals(200, viewAs("yarnadm", "/status").statusCode());
     assertDenied(viewAs("ops", "/status"), "ops");
@@ -214,10 +263,10 @@ class ViewAclTest {
 
   @Test
   void anAdminGroupOrStarAclWorksAsTheRmsDo() {
-    assertTrue(new ViewAcl(APP, "alice", null, " melon-admins").allows("ops"));
-    assertTrue(new ViewAcl(APP, "alice", "*", "yarnadm").allows("bob"));
-    assertTrue(new ViewAcl(APP, "alice", null, "*").allows("bob"), "yarn.admin.acl's default: everyone");
-    assertFalse(new ViewAcl(APP, "alice", "carol", "yarnadm").allows("bob"));
+    assertTrue(new ViewAcl(APP, "alice", null, " melon-admins", PROXY).allows("ops"));
+    assertTrue(new ViewAcl(APP, "alice", "*", "yarnadm", PROXY).allows("bob"));
+    assertTrue(new ViewAcl(APP, "alice", null, "*", PROXY).allows("bob"), "yarn.admin.acl's default: everyone");
+    assertFalse(new ViewAcl(APP, "alice", "carol", "yarnadm", PROXY).allows("bob"));
   }
 
   @Test
