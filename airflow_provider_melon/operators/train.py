@@ -6,11 +6,14 @@ What ``execute`` does, in order:
    is loaded with ``base_dir`` = the DAG file's folder, after the templated ``gpu_memory`` override has
    been applied to every role that declares ``gpu_memory``. An invalid spec fails the task with a
    :class:`JobSpecError` naming the field, before any HTTP call.
-2. **Reattach or submit** — the application carries the tags of ``submission.airflow_tags`` (``melon``,
-   ``airflow-dag:…``, ``airflow-task:…``, ``airflow-run:<hash>``, ``airflow-map:<n>``). Before submitting,
-   the RM is asked for applications carrying the run, task, dag and map tags: a live one
-   (NEW…RUNNING) is attached to instead of submitting; if the newest one FINISHED with final status
-   SUCCEEDED its result is returned without resubmitting; a FAILED/KILLED one is ignored (fresh submit).
+2. **Reattach or submit** — the application carries the tags of ``submission.airflow_tags`` (``melon``, the
+   identity tag ``melon-id:<hash of deployment, dag, task, run, map index>``, and the readable ``airflow-dag:…``,
+   ``airflow-task:…``, ``airflow-run:<hash>``, ``airflow-map:<n>``, which YARN cuts and lower-cases). Before
+   submitting, the RM is asked for applications carrying the identity tag; tags prove nothing (any YARN user may
+   set any), so one counts only if it is a MeLoN application of the submitting user (the ``run_as`` tenant, else
+   the connection's) that no earlier try of this task killed (see ``_kill``); each one skipped is logged with
+   why. Of those, a live one (NEW…RUNNING) is attached to instead of submitting; if the newest one FINISHED with
+   final status SUCCEEDED its result is returned without resubmitting; a FAILED/KILLED one is ignored (fresh submit).
    On Airflow 3.3 the synchronous path also goes through ``ResumableJobMixin``: the application id is
    saved in the task state store before polling and looked up first on a retry. ``reattach=False``
    always submits (use it when a cleared task must train again although a run already succeeded).
