@@ -89,7 +89,7 @@ def test_tasks_whose_readable_tags_collide_each_train_their_own_app(airflow, mel
     apps = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_long_ids"]) if a["id"] not in before]
     picture = [(a["id"], a["state"], a["finalStatus"], [t for t in a["applicationTagList"] if "task" in t])
                for a in apps]
-    reattached = [line for line in out.splitlines() if "Reattaching" in line]
-    assert not reattached, reattached
+    reattached = [line.split("] ", 1)[-1][:160] for line in out.splitlines() if "Reattaching" in line]
+    assert not reattached, (reattached, picture)
     assert len(apps) == len(ids) and all(a["finalStatus"] == "SUCCEEDED" for a in apps), picture
     assert len({a["id"] for a in apps}) == len(ids), picture
