@@ -101,9 +101,7 @@ def test_an_app_this_task_killed_is_never_reattached_to(tenants, attack, capsys)
     killed = wait_for(lambda: store.get(first.external_id_key), 240, "the first try to store its app id")
     tenants.submitted.append(killed)
     _wait_state(tenants.hook("alice"), killed, ("RUNNING",), timeout=240)
-    first.on_kill()  # the user marks the try failed: the worker's on_kill kills its app
-    try_one.join(120)
-    assert not try_one.is_alive() and ended, "the first try did not end after its app was killed"
+    first.on_kill()  # the user marks the try failed: the worker's on_kill kills its app; the retry starts at once
     with attack("the next try finds the app the previous try killed (by tags and in the task state store)",
                 expected="a new app of alice's, SUCCEEDED") as row:
         second = alice_task(tenants, task_id)
@@ -114,5 +112,7 @@ def test_an_app_this_task_killed_is_never_reattached_to(tenants, attack, capsys)
         state = tenants.hook("alice").yarn.get_state(killed)
         row.got = (f"reattached to the killed {killed} ({state})" if result["app_id"] == killed
                    else f"a new app of {own['user']}'s, {own['finalStatus']}")
+    try_one.join(120)
+    assert not try_one.is_alive() and ended, "the first try did not end after its app was killed"
     assert store.values["melon_killed_app_ids"] == [killed]
     assert f"Not reconnecting to YARN application {killed}: an earlier try of this task killed it" in out
