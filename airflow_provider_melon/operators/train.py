@@ -6,11 +6,14 @@ What ``execute`` does, in order:
    is loaded with ``base_dir`` = the DAG file's folder, after the templated ``gpu_memory`` override has
    been applied to every role that declares ``gpu_memory``. An invalid spec fails the task with a
    :class:`JobSpecError` naming the field, before any HTTP call.
-2. **Reattach or submit** — the application carries the tags of ``submission.airflow_tags`` (``melon``,
-   ``airflow-dag:…``, ``airflow-task:…``, ``airflow-run:<hash>``, ``airflow-map:<n>``). Before submitting,
-   the RM is asked for applications carrying the run, task, dag and map tags: a live one
-   (NEW…RUNNING) is attached to instead of submitting; if the newest one FINISHED with final status
-   SUCCEEDED its result is returned without resubmitting; a FAILED/KILLED one is ignored (fresh submit).
+2. **Reattach or submit** — the application carries the tags of ``submission.airflow_tags`` (``melon``, the
+   identity tag ``melon-id:<hash of deployment, dag, task, run, map index>``, and the readable ``airflow-dag:…``,
+   ``airflow-task:…``, ``airflow-run:<hash>``, ``airflow-map:<n>``, which YARN cuts and lower-cases). Before
+   submitting, the RM is asked for applications carrying the identity tag; tags prove nothing (any YARN user may
+   set any), so one counts only if it is a MeLoN application of the submitting user (the ``run_as`` tenant, else
+   the connection's) that no earlier try of this task killed (see ``_kill``); each one skipped is logged with
+   why. Of those, a live one (NEW…RUNNING) is attached to instead of submitting; if the newest one FINISHED with
+   final status SUCCEEDED its result is returned without resubmitting; a FAILED/KILLED one is ignored (fresh submit).
    On Airflow 3.3 the synchronous path also goes through ``ResumableJobMixin``: the application id is
    saved in the task state store before polling and looked up first on a retry. ``reattach=False``
    always submits (use it when a cleared task must train again although a run already succeeded).
@@ -54,6 +57,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
+import tenacity
+
 from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
@@ -69,7 +74,7 @@ from airflow_provider_melon.links import (
     yarn_application_url,
 )
 from airflow_provider_melon.spec import JobSpec, JobSpecError
-from airflow_provider_melon.submission import airflow_tags, deployment_id
+from airflow_provider_melon.submission import APPLICATION_TYPE, IDENTITY_TAG_PREFIX, airflow_tags, deployment_id
 from airflow_provider_melon.triggers.yarn import (
     LIVE_STATES,
     MIN_POLL_INTERVAL,
@@ -94,6 +99,10 @@ if TYPE_CHECKING:
     from airflow_provider_melon.version_compat import Context
 
 _NO_OVERRIDE = (None, "", "None", "none", "null")
+#: task state store key: the applications this task instance's tries killed (never reattached to, see _kill)
+KILLED_KEY = "melon_killed_app_ids"
+#: how long a kill waits for the RM to report the application ended (KILLING shows as RUNNING until then)
+KILL_WAIT_S = 30.0
 
 
 def _timeout_seconds(value: Union[None, int, float, timedelta]) -> Optional[float]:
@@ -235,6 +244,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self._announced: set[str] = set()
         self._results: dict[str, dict] = {}
         self._last_tasks: Optional[list] = None
+        self._state_store: Any = None  # context["task_state_store"] of this try (Airflow 3.3), for on_kill
         # Parse-time outlets for fully qualified hdfs:// outputs of a literal job, so the assets are known to
         # the scheduler before the first run; execute() completes them (fs.defaultFS-qualified paths).
         if not self.outlets and isinstance(job, (dict, JobSpec)):
@@ -311,6 +321,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     # ---- execute ------------------------------------------------------------------------------------------
     def execute(self, context: "Context") -> Any:
         self._spec = self.load_spec()  # validation: nothing has touched the network yet
+        self._state_store = context.get("task_state_store")
         limit = self.timeout
         if self.execution_timeout is not None:
             exec_limit = self.execution_timeout.total_seconds()
@@ -350,6 +361,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     def execute_complete(self, context: "Context", event: dict[str, Any], outputs: Optional[dict] = None,
                          roles: Optional[dict] = None, fs_default_fs: Optional[str] = None) -> Any:
         """Resumes the deferred task with the trigger's event."""
+        self._state_store = context.get("task_state_store")
         if not isinstance(event, dict) or "status" not in event:
             raise AirflowException(f"Unexpected trigger event: {event!r}")
         if outputs is None or roles is None:
@@ -377,10 +389,47 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     def tags_for(self, context: "Context") -> list[str]:
         return airflow_tags(*self._ti_identity(context), deployment=deployment_id())
 
+    def submitting_user(self) -> Optional[str]:
+        """The user this task's applications belong to in YARN: the tenant under ``run_as`` (doAs), else the
+        connection's user (:attr:`MelonHook.user`)."""
+        return self.hook.user
+
+    def _killed_apps(self) -> set[str]:
+        """Applications an earlier try of this task instance killed (the task state store, where there is one)."""
+        store = self._state_store
+        try:
+            return set(store.get(KILLED_KEY) or []) if store is not None else set()
+        except Exception as exc:  # noqa: BLE001 - unreadable: the RM's KILLED state still protects (see _kill)
+            self.log.warning("Could not read %s from the task state store: %s", KILLED_KEY, exc)
+            return set()
+
+    def not_reattachable(self, app: dict, user: Optional[str], killed: set[str]) -> Optional[str]:
+        """Why an application found by this task instance's identity tag must not be reattached to, or None.
+        Tags are not proof: any YARN user may put any tags on an application."""
+        if app.get("id") in killed:
+            return "an earlier try of this task killed it"
+        if app.get("applicationType") != APPLICATION_TYPE:
+            return f"its type is {app.get('applicationType')!r}, not {APPLICATION_TYPE}"
+        if user and app.get("user") != user:
+            return f"it belongs to user {app.get('user')!r}, not {user!r}"
+        return None
+
     def find_existing(self, tags: list[str]) -> Optional[dict]:
-        """A live application of this task instance, or its newest one if that one SUCCEEDED; else None."""
-        identity = [t for t in tags if t.startswith(("airflow-run:", "airflow-task:", "airflow-dag:", "airflow-map:"))]
-        apps = self.yarn_hook.find_applications(identity, match_all=True)
+        """A live application of this task instance, or its newest one if that one SUCCEEDED; else None.
+
+        Looked up by the identity tag alone (the readable ``airflow-*`` tags are cut and lower-cased, so other task
+        instances may share them); only a MeLoN application of :meth:`submitting_user` that no earlier try of
+        this task killed counts. Each one skipped is logged with the reason."""
+        identity = [t for t in tags if t.startswith(IDENTITY_TAG_PREFIX)]
+        user, killed = self.submitting_user(), self._killed_apps()
+        apps = []
+        for found in self.yarn_hook.find_applications(identity, match_all=True):
+            why = self.not_reattachable(found, user, killed)
+            if why:
+                self.log.warning("Not reattaching to YARN application %s (%s/%s) found by tags: %s", found.get("id"),
+                                 found.get("state"), found.get("finalStatus"), why)
+            else:
+                apps.append(found)
         live = [a for a in apps if a.get("state") in LIVE_STATES]
         if live:
             return live[0]
@@ -509,6 +558,10 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         return app_id
 
     def get_job_status(self, external_id: Any, context: "Context") -> str:
+        if str(external_id) in self._killed_apps():  # the RM may still show the kill in progress as RUNNING
+            self.log.warning("Not reconnecting to YARN application %s: an earlier try of this task killed it",
+                             external_id)
+            return "KILLED/KILLED"
         try:
             app = self.yarn_hook.get_application(str(external_id))
         except YarnApiError as exc:
@@ -681,11 +734,34 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
 
     # ---- kill ---------------------------------------------------------------------------------------------
     def _kill(self, app_id: str, why: str) -> None:
+        """Kill the application, never to be reattached to: first noted in the task state store (a later try
+        skips it, also while the RM still shows the kill in progress as RUNNING), then, once the RM took the
+        kill, waited for (at most :data:`KILL_WAIT_S`) until the RM reports it ended, so that a later try
+        without a task state store (Airflow < 3.3) does not find it live either. Never raises."""
         self.log.info("Killing YARN application %s: %s", app_id, why)
+        store = self._state_store
+        if store is not None:
+            try:
+                store.set(KILLED_KEY, sorted(self._killed_apps() | {app_id}))
+            except Exception as exc:  # noqa: BLE001 - the wait below still covers the next try
+                self.log.warning("Could not note the kill of %s in the task state store: %s", app_id, exc)
         try:
             self.yarn_hook.kill_application(app_id)
         except Exception as exc:  # noqa: BLE001 - a kill path never raises
             self.log.warning("Could not kill YARN application %s: %s", app_id, exc)
+            return
+        waiting = tenacity.Retrying(stop=tenacity.stop_after_delay(KILL_WAIT_S), wait=tenacity.wait_fixed(0.5),
+                                    retry=tenacity.retry_if_result(lambda state: state in LIVE_STATES),
+                                    retry_error_callback=lambda last: last.outcome.result())
+        try:
+            state = waiting(self.yarn_hook.get_state, app_id)
+        except Exception as exc:  # noqa: BLE001
+            self.log.warning("Could not read YARN application %s after the kill: %s", app_id, exc)
+            return
+        if state in LIVE_STATES:
+            self.log.warning("YARN application %s still shows %s %.0f s after the kill", app_id, state, KILL_WAIT_S)
+        else:
+            self.log.info("YARN application %s is %s", app_id, state)
 
     def on_kill(self) -> None:
         if not self._app_id:

@@ -72,3 +72,24 @@ def test_killing_the_task_kills_the_application(airflow, melon_hook, tmp_path):
     _wait_for(lambda: melon_hook.yarn.get_application(app["id"])["state"] == "KILLED", 10, "KILLED within 10 s")
     assert time.monotonic() - t0 <= 10
     proc.wait(60)
+
+
+def test_tasks_whose_readable_tags_collide_each_train_their_own_app(airflow, melon_hook):
+    """Two chained tasks of a task group whose ids share their first 87+ characters, and two whose ids differ only
+    in case, get the same readable tags (cut at 100 characters, lower-cased by YARN): each must submit and train
+    its own application — none may reattach to the other's SUCCEEDED one."""
+    from tests.e2e.dags.melon_e2e_long_ids import GROUP
+
+    ids = [f"{GROUP}.train_a", f"{GROUP}.train_b", "Train_case", "train_case"]
+    assert len(ids[0]) > 87 and ids[0][:87] == ids[1][:87]
+    before = {a["id"] for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_long_ids"])}
+    result = airflow.run("dags", "test", "melon_e2e_long_ids", "2026-03-01", timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    apps = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_long_ids"]) if a["id"] not in before]
+    picture = [(a["id"], a["state"], a["finalStatus"], [t for t in a["applicationTagList"] if "task" in t])
+               for a in apps]
+    reattached = [line.split("] ", 1)[-1][:160] for line in out.splitlines() if "Reattaching" in line]
+    assert not reattached, (reattached, picture)
+    assert len(apps) == len(ids) and all(a["finalStatus"] == "SUCCEEDED" for a in apps), picture
+    assert len({a["id"] for a in apps}) == len(ids), picture

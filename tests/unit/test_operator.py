@@ -21,15 +21,15 @@ from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
 from airflow_provider_melon.links import MelonAmStatusLink, TensorBoardLink, YarnApplicationLink
 from airflow_provider_melon.operators.train import MelonTrainOperator, hdfs_asset_uri
 from airflow_provider_melon.spec import JobSpec, JobSpecError
-from airflow_provider_melon.submission import airflow_tags
+from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX, airflow_tags, deployment_id
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 from airflow_provider_melon.version_compat import AirflowException
 
 RM = "http://rm:8088"
 APP = "application_1700000000000_0042"
 DAG_ID, TASK_ID, RUN_ID = "train_dag", "train", "manual__2026-01-01T00:00:00+00:00"
-TAGS = airflow_tags(DAG_ID, TASK_ID, RUN_ID, -1)
-IDENTITY = [t for t in TAGS if t != "melon"]
+TAGS = airflow_tags(DAG_ID, TASK_ID, RUN_ID, -1, deployment=deployment_id())
+IDENTITY = [t for t in TAGS if t.startswith(IDENTITY_TAG_PREFIX)]  # the one tag reattach looks up
 
 
 def job(**over):
@@ -47,9 +47,11 @@ def job(**over):
     return spec
 
 
-def app(state, final="UNDEFINED", app_id=APP, diagnostics="", started=1_000):
+def app(state, final="UNDEFINED", app_id=APP, diagnostics="", started=1_000, user="alice", type_="MELON",
+        tags=TAGS):
     out = {"id": app_id, "state": state, "finalStatus": final, "diagnostics": diagnostics, "startedTime": started,
-           "trackingUrl": f"{RM}/proxy/{app_id}/", "elapsedTime": 0, "finishedTime": 0}
+           "trackingUrl": f"{RM}/proxy/{app_id}/", "elapsedTime": 0, "finishedTime": 0, "user": user,
+           "applicationType": type_, "applicationTagList": [t.lower() for t in tags]}
     if state in ("FINISHED", "FAILED", "KILLED"):
         out.update(elapsedTime=61_000, finishedTime=started + 61_000)
     return out
@@ -109,12 +111,13 @@ def hooks():
             mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]) as find, \
             mock.patch.object(YarnHook, "get_application", autospec=True) as get_app, \
             mock.patch.object(YarnHook, "kill_application", autospec=True, return_value={}) as kill, \
+            mock.patch.object(YarnHook, "get_state", autospec=True, return_value="KILLED") as get_state, \
             mock.patch.object(YarnHook, "nodes", autospec=True, return_value=[]), \
             mock.patch.object(MelonHook, "file_status", autospec=True,
                               return_value={"type": "DIRECTORY"}) as file_status, \
             mock.patch.object(MelonTrainOperator, "_sleep", autospec=True) as sleep:
         yield mock.Mock(submit=submit, am_status=am_status, find=find, get_app=get_app, kill=kill, sleep=sleep,
-                        file_status=file_status)
+                        file_status=file_status, get_state=get_state)
 
 
 # ---------------------------------------------------------------------------------------------- construction
@@ -324,8 +327,103 @@ def test_map_index_is_part_of_the_identity(hooks):
     ctx = make_context()
     ctx["ti"].map_index = 3
     make_op().execute(ctx)
-    assert "airflow-map:3" in hooks.find.call_args.args[1]
-    assert hooks.submit.call_args.kwargs["tags"] == airflow_tags(DAG_ID, TASK_ID, RUN_ID, 3)
+    mapped = airflow_tags(DAG_ID, TASK_ID, RUN_ID, 3, deployment=deployment_id())
+    assert hooks.find.call_args.args[1] == [mapped[1]]
+    assert hooks.submit.call_args.kwargs["tags"] == mapped
+
+
+def on_cluster(hooks, *apps):
+    """The RM's tag filter over ``apps`` (what YarnHook.find_applications answers: every tag, lower-cased)."""
+    hooks.find.side_effect = lambda self, tags, states=None, match_all=False, application_type=None: [
+        a for a in apps if {t.lower() for t in tags} <= set(a["applicationTagList"])]
+
+
+def context_for(task_id, run_id=RUN_ID, store=None):
+    ctx = make_context(store)
+    ctx["ti"].task_id, ctx["ti"].run_id, ctx["run_id"] = task_id, run_id, run_id
+    return ctx
+
+
+LONG = "section_" * 11  # 88 characters: task-group ids that share them get the same cut airflow-task: tag
+
+
+@pytest.mark.parametrize("first,second", [(LONG + "prepare.train", LONG + "evaluate.train"),
+                                          ("Train", "train")])
+def test_other_task_with_the_same_readable_tags_is_not_reattached_to(hooks, first, second):
+    other = app("FINISHED", "SUCCEEDED", app_id="application_1_0001",
+                tags=airflow_tags(DAG_ID, first, RUN_ID, deployment=deployment_id()))
+    assert set(other["applicationTagList"]) >= {t.lower() for t in airflow_tags(DAG_ID, second, RUN_ID)[2:]}
+    on_cluster(hooks, other)
+    hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
+    result = make_op(task_id=second).execute(context_for(second))
+    hooks.submit.assert_called_once()
+    assert result["app_id"] == APP
+
+
+def test_the_same_task_instance_of_another_deployment_is_not_reattached_to(hooks, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__MELON__DEPLOYMENT_ID", "prod")
+    prod = app("RUNNING", app_id="application_1_0001", tags=airflow_tags(DAG_ID, TASK_ID, RUN_ID, deployment="prod"))
+    on_cluster(hooks, prod)
+    hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
+    assert make_op().execute(make_context())["app_id"] == "application_1_0001"  # prod's own retry reattaches
+    hooks.submit.assert_not_called()
+    monkeypatch.setenv("AIRFLOW__MELON__DEPLOYMENT_ID", "dev")
+    assert make_op().execute(make_context())["app_id"] == APP  # dev, same dag/task/run: its own app
+    hooks.submit.assert_called_once()
+    assert hooks.submit.call_args.kwargs["tags"][1] != prod["applicationTagList"][1]
+
+
+@pytest.mark.parametrize("planted,why", [
+    (app("FINISHED", "SUCCEEDED", app_id="application_1_0001", user="bob"), "it belongs to user 'bob', not 'alice'"),
+    (app("RUNNING", app_id="application_1_0001", type_="MAPREDUCE"), "its type is 'MAPREDUCE', not MELON"),
+])
+def test_an_app_with_the_tags_but_not_ours_is_not_reattached_to(hooks, capsys, planted, why):
+    on_cluster(hooks, planted)
+    hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
+    assert make_op().execute(make_context())["app_id"] == APP
+    hooks.submit.assert_called_once()
+    said = [line for line in capsys.readouterr().out.splitlines() if "application_1_0001" in line]
+    assert any(f"Not reattaching to YARN application application_1_0001 ({planted['state']}/"
+               f"{planted['finalStatus']}) found by tags: {why}" in line for line in said), said
+
+
+def test_run_as_tenant_is_the_user_an_app_must_belong_to(hooks):
+    on_cluster(hooks, app("RUNNING", app_id="application_1_0001", user="alice"),
+               app("RUNNING", app_id="application_1_0002", user="carol", started=500))
+    hooks.get_app.return_value = app("FINISHED", "SUCCEEDED", app_id="application_1_0002")
+    assert make_op(run_as="carol").execute(make_context())["app_id"] == "application_1_0002"
+    hooks.submit.assert_not_called()
+
+
+def test_kill_is_noted_in_the_state_store_and_waited_for(hooks):
+    store = FakeStore()
+    hooks.get_state.side_effect = ["RUNNING", "RUNNING", "KILLED"]  # KILLING shows as RUNNING for a moment
+    hooks.get_app.return_value = app("RUNNING")
+    with mock.patch("airflow_provider_melon.operators.train.time.time", side_effect=[0.0, 100.0]):  # deadline past
+        with pytest.raises(AirflowException, match="timeout .*; the application was killed"):
+            make_op(timeout=12).execute(make_context(store))
+    hooks.kill.assert_called_once_with(mock.ANY, APP)
+    assert store.values["melon_killed_app_ids"] == [APP]
+    assert hooks.get_state.call_count == 3
+
+
+def test_an_app_this_task_killed_is_not_reattached_to_while_the_rm_shows_it_running(hooks, capsys):
+    store = FakeStore(melon_killed_app_ids=["application_1_0001"])
+    on_cluster(hooks, app("RUNNING", app_id="application_1_0001"))
+    hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
+    assert make_op(durable=False).execute(make_context(store))["app_id"] == APP
+    hooks.submit.assert_called_once()
+    assert "application_1_0001 (RUNNING/UNDEFINED) found by tags: an earlier try of this task killed it" in capsys.readouterr().out
+
+
+def test_a_stored_app_this_task_killed_is_not_reconnected_to(hooks, capsys):
+    store = FakeStore(melon_yarn_app_id="application_1_0001", melon_killed_app_ids=["application_1_0001"])
+    on_cluster(hooks, app("RUNNING", app_id="application_1_0001"))
+    hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
+    assert make_op().execute(make_context(store))["app_id"] == APP
+    hooks.submit.assert_called_once()
+    assert "Not reconnecting to YARN application application_1_0001: an earlier try of this task killed it" \
+        in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------- ResumableJobMixin
