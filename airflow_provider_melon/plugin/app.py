@@ -124,7 +124,7 @@ def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> 
     by_id = {str(a.get("id")): a for a in apps if is_melon_app(a)}
     wanted = {(t["dag"].lower(), t["task"].lower()) for t in map(views.tags_of, by_id.values())
               if t.get("dag") and t.get("task")}
-    if not wanted:
+    if not wanted or (dag_ids is not None and not dag_ids):
         return {}
     cut = 100 - len("airflow-dag:"), 100 - len("airflow-task:")  # readable tags are cut at 100 characters
 

@@ -73,7 +73,7 @@
       ${d.queues.map((q) => `<tr data-queue="${esc(q.name)}"><td>${esc(q.name)}</td><td>${esc(q.state)}</td><td class="num">${mib(q.gpu_memory_mb)}</td>
       <td class="num">${mib(q.gpu_memory_used_mb)}</td><td class="num">${mib(q.gpu_memory_headroom_mb)}</td><td class="num">${num(q.gpus_used)} / ${num(q.gpus)}</td></tr>`).join("")}</table>
       <p class="muted">Bars: each colour is one application's tasks, the width their expected GPU memory (what YARN and the ledger reserve);
-      hatching: memory the tasks' processes use (NVML). Refreshes every 10 s.</p>`;
+      hatching: memory the tasks' processes use (NVML); grey: tasks of jobs you may not see. Refreshes every 10 s.</p>`;
     root.innerHTML = html;
   }
 
@@ -110,7 +110,7 @@
 
   async function renderJobs() {
     const d = await getJson("jobs");
-    root.innerHTML = `<h1>MeLoN jobs</h1>${jobRows(d.jobs)}<p class="muted">Running and recent MeLoN applications (tag <code>melon</code>). Refreshes every 10 s.</p>`;
+    root.innerHTML = `<h1>MeLoN jobs</h1>${jobRows(d.jobs)}<p class="muted">Running and recent MeLoN applications of the DAGs you may read. Refreshes every 10 s.</p>`;
   }
 
   async function renderTi() {
