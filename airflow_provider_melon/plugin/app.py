@@ -209,25 +209,25 @@ def _job_views(hook, apps: list[dict], tis: dict[str, dict]) -> list[dict]:
 
 
 def create_app() -> FastAPI:
-    from airflow.api_fastapi.core_api.security import GetUserDep, requires_authenticated
+    from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
 
     app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(requires_authenticated())])
 
-    def viewer(user: GetUserDep) -> Viewer:
+    def viewer(user=Depends(get_user)) -> Viewer:  # noqa: B008 - FastAPI's dependency idiom
         return _viewer(user)
 
-    ViewerDep = Annotated[Viewer, Depends(viewer)]
+    ViewerDep = Depends(viewer)
 
     @app.get("/api/gpus")
-    def api_gpus(who: ViewerDep, conn_id: ConnId) -> dict:
+    def api_gpus(conn_id: ConnId, who: Viewer = ViewerDep) -> dict:
         return gpus_data(conn_id, who)
 
     @app.get("/api/jobs")
-    def api_jobs(who: ViewerDep, conn_id: ConnId) -> dict:
+    def api_jobs(conn_id: ConnId, who: Viewer = ViewerDep) -> dict:
         return jobs_data(conn_id, who)
 
     @app.get("/api/jobs/{app_id}")
-    def api_job(app_id: str, who: ViewerDep, conn_id: ConnId) -> dict:
+    def api_job(app_id: str, conn_id: ConnId, who: Viewer = ViewerDep) -> dict:
         from airflow_provider_melon.hooks.yarn import YarnApiError
 
         hook = _hook(conn_id)
@@ -245,7 +245,8 @@ def create_app() -> FastAPI:
         return _job_views(hook, [app_json], tis)[0]
 
     @app.get("/api/ti")
-    def api_ti(dag_id: str, run_id: str, task_id: str, who: ViewerDep, conn_id: ConnId, map_index: str = "-1") -> dict:
+    def api_ti(dag_id: str, run_id: str, task_id: str, conn_id: ConnId, map_index: str = "-1",
+               who: Viewer = ViewerDep) -> dict:
         from airflow_provider_melon.submission import deployment_id
 
         if not who.may_read(dag_id):

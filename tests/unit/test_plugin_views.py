@@ -174,3 +174,15 @@ def test_conn_id_must_name_a_yarn_connection_and_the_allow_list(monkeypatch):
     with pytest.raises(HTTPException) as err:
         checked_conn_id("yarn_other")
     assert err.value.detail == "conn_id: 'yarn_other' is not one of [melon] ui_conn_ids"
+
+
+def test_the_api_takes_only_its_documented_query_parameters():
+    """The viewer and the checked conn_id are dependencies, not query parameters a caller could fill in."""
+    from airflow_provider_melon.plugin.app import create_app
+
+    paths = create_app().openapi()["paths"]
+    query = {path: sorted(p["name"] for p in op["get"].get("parameters", []) if p["in"] == "query")
+             for path, op in paths.items()}
+    assert query == {"/api/gpus": ["conn_id"], "/api/jobs": ["conn_id"], "/api/jobs/{app_id}": ["conn_id"],
+                     "/api/ti": ["conn_id", "dag_id", "map_index", "run_id", "task_id"],
+                     "/api/fit": ["conn_id", "gpu_memory", "gpus", "instances"]}
