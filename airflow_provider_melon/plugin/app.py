@@ -88,12 +88,22 @@ class Viewer:
 
 
 def _viewer(user) -> Viewer:
+    """The user's readable DAGs (the auth manager's ``get_authorized_dag_ids``); "every DAG" means every DAG the
+    metadata DB knows is among them (``is_authorized_dag`` without details only says the user may *list* DAGs:
+    FAB grants it to anyone who may read one)."""
+    from sqlalchemy import select
+
     from airflow.api_fastapi.app import get_auth_manager
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
 
     manager = get_auth_manager()
-    if manager.is_authorized_dag(method="GET", user=user):  # no details: every DAG
-        return Viewer(True, frozenset())
-    return Viewer(False, frozenset(manager.get_authorized_dag_ids(user=user, method="GET")))
+    readable = frozenset(manager.get_authorized_dag_ids(user=user, method="GET"))
+    if not manager.is_authorized_dag(method="GET", user=user):
+        return Viewer(False, readable)
+    with create_session() as session:
+        every = set(session.scalars(select(DagModel.dag_id)))
+    return Viewer(every <= readable, readable)
 
 
 def is_melon_app(app: dict) -> bool:
