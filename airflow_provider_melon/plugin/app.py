@@ -29,7 +29,7 @@ from fastapi.responses import HTMLResponse
 
 from airflow_provider_melon.plugin import views
 from airflow_provider_melon.rm_json import as_dict, as_list, split_tags
-from airflow_provider_melon.submission import APPLICATION_TYPE, identity_tag
+from airflow_provider_melon.submission import APPLICATION_TYPE, IDENTITY_TAG_PREFIX, airflow_tags
 
 PAGES = ("gpus", "jobs", "fit", "ti")
 RECENT_JOBS = 30
@@ -115,21 +115,21 @@ def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> 
     """The task instance each application is proven to belong to, by app id (apps that are not proven: absent).
 
     An app belongs to task instance (dag, task, run, map) of this deployment when it is a MeLoN application
-    (applicationType ``MELON``, tag ``melon``), carries ``identity_tag(deployment_id(), dag, task, run, map)``,
-    **and** that task instance's own XCom ``app_id`` (pushed by the operator when it submitted or reattached) names
-    it. Tags alone prove nothing: they are visible on the RM, so bob can copy alice's identity tag (and her
-    readable ``airflow-*`` tags, and any ``labels``) onto his own application. The XCom check is chosen over a
-    check of the app's YARN user because the plugin cannot know which user a task submits as (each task picks its
-    connection, proxy user or keytab), while the XCom is written only through this Airflow's execution API by that
-    task instance's worker. The readable tags only narrow the XCom query (to the DAGs and tasks they name, compared
-    lower-case, as YARN lower-cases tags). Cost: an app of an earlier try, whose XCom was cleared for the next
-    try, is not attributed any more. ``dag_ids``: only consider these DAGs (the viewer's), None: all."""
+    (applicationType ``MELON``, tag ``melon``), carries that task instance's tags (``airflow_tags``: the readable
+    ``airflow-dag:``/``-task:``/``-run:``/``-map:`` ones), **and** that task instance's own XCom ``app_id``
+    (pushed by the operator when it submitted or reattached) names it. Tags alone prove nothing: they are visible
+    on the RM, so bob can copy alice's tags (and any ``labels``) onto his own application. The XCom check is chosen
+    over a check of the app's YARN user because the plugin cannot know which user a task submits as (each task
+    picks its connection, proxy user or keytab), while the XCom lives in this deployment's metadata DB and is
+    written only through its execution API by that task instance's worker (so it also pins the deployment). The
+    tag check stops a task of another DAG that pushes alice's app id as its own XCom. The ``melon-id:`` tag is not
+    used here: ``submission.deployment_id()`` differs between a worker (Airflow blocks the DB address there) and
+    the api-server. Cost: an app of an earlier try, whose XCom was cleared for the next try, is not attributed any
+    more. ``dag_ids``: only consider these DAGs (the viewer's), None: all."""
     from sqlalchemy import and_, func, or_, select
 
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
-
-    from airflow_provider_melon.submission import deployment_id
 
     by_id = {str(a.get("id")): a for a in apps if is_melon_app(a)}
     wanted = {(t["dag"].lower(), t["task"].lower()) for t in map(views.tags_of, by_id.values())
@@ -146,7 +146,6 @@ def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> 
         and_(like(XComModel.dag_id, d, cut[0]), like(XComModel.task_id, t, cut[1])) for d, t in wanted)))
     if dag_ids is not None:
         query = query.where(XComModel.dag_id.in_(list(dag_ids)))
-    deployment = deployment_id()
     out: dict[str, dict] = {}
     with create_session() as session:
         for row in session.scalars(query):
@@ -154,7 +153,9 @@ def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> 
             if app is None:
                 continue
             ti = {"dag_id": row.dag_id, "task_id": row.task_id, "run_id": row.run_id, "map_index": row.map_index}
-            if identity_tag(deployment, **ti) in split_tags(app.get("applicationTags")):
+            expected = {t.lower() for t in airflow_tags(row.dag_id, row.task_id, row.run_id, row.map_index)
+                        if not t.startswith(IDENTITY_TAG_PREFIX)}
+            if expected <= set(split_tags(app.get("applicationTags"))):
                 out[str(app["id"])] = ti
     return out
 
@@ -257,15 +258,15 @@ def create_app() -> FastAPI:
     @app.get("/api/ti")
     def api_ti(dag_id: str, run_id: str, task_id: str, conn_id: ConnId, map_index: str = "-1",
                who: Viewer = ViewerDep) -> dict:
-        from airflow_provider_melon.submission import deployment_id
-
         if not who.may_read(dag_id):
             raise HTTPException(403, f"dag_id: you may not read DAG {dag_id!r}")
         # the UI leaves "{MAP_INDEX}" unreplaced on a task that is not mapped
         map_index = int(map_index) if map_index.lstrip("-").isdigit() else -1
         hook = _hook(conn_id)
         ti = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
-        apps = hook.find_applications([identity_tag(deployment_id(), **ti)], application_type=APPLICATION_TYPE)
+        tags = [t for t in airflow_tags(dag_id, task_id, run_id, map_index)
+                if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX)]
+        apps = hook.find_applications(tags, match_all=True, application_type=APPLICATION_TYPE)
         tis = attribute(apps, [dag_id])
         apps = [a for a in apps if tis.get(a["id"]) == ti]
         return {**ti, "jobs": _job_views(hook, apps, tis)}
