@@ -3,7 +3,9 @@ processes, pointed at the embedded mini cluster, and a small REST client that tr
 UI's Trigger button does (``POST /api/v2/dags/{dag_id}/dagRuns`` with ``logical_date: null``).
 
 Used by ``make demo`` and by the end-to-end tests; it is what ``airflow standalone`` runs, with the settings an
-unattended run needs: a known admin login (SimpleAuthManager, ``admin``/``admin`` by default), the api-server on
+unattended run needs: a known admin login (SimpleAuthManager, ``admin``/``admin`` by default; ``auth_manager="fab"``:
+the FAB auth manager of ``apache-airflow-providers-fab``, with per-DAG permissions, its admin made by
+``airflow users create``, more users by :meth:`LocalAirflow.add_user`), the api-server on
 127.0.0.1 and a free port, short DAG-folder refresh intervals, ``parallelism`` task slots.
 
 The metadata DB is a private PostgreSQL server (:class:`LocalPostgres`: Debian's ``postgresql`` binaries, a
@@ -32,6 +34,10 @@ from typing import Any, Optional
 from urllib.parse import quote
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+AUTH_MANAGERS = {
+    "simple": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+    "fab": "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager",
+}
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 
 
@@ -224,7 +230,11 @@ class LocalAirflow(AirflowApi):
     """
 
     def __init__(self, env: dict, port: int = 0, parallelism: int = 4, username: str = "admin",
-                 password: str = "admin", airflow_bin: str = str(Path(sys.executable).parent / "airflow")):
+                 password: str = "admin", airflow_bin: str = str(Path(sys.executable).parent / "airflow"),
+                 auth_manager: str = "simple"):
+        if auth_manager not in AUTH_MANAGERS:
+            raise ValueError(f"auth_manager: {auth_manager!r} is not one of {', '.join(AUTH_MANAGERS)}")
+        self.auth_manager = auth_manager
         self.port = port or free_port()
         super().__init__(f"http://127.0.0.1:{self.port}", username, password)
         self.parallelism = parallelism
@@ -239,8 +249,7 @@ class LocalAirflow(AirflowApi):
         self.env.update({
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
-            "AIRFLOW__CORE__AUTH_MANAGER":
-                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__AUTH_MANAGER": AUTH_MANAGERS[auth_manager],
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__API__HOST": "127.0.0.1",
@@ -281,6 +290,11 @@ class LocalAirflow(AirflowApi):
                                 timeout=timeout)
         if result.returncode != 0:
             raise LocalAirflowError(f"airflow db migrate failed:\n{(result.stdout + result.stderr)[-3000:]}")
+        if self.auth_manager == "fab":
+            self.fab_cli("fab-db", "migrate")
+            self.fab_cli("users", "create", "--username", self.username, "--password", self.password,
+                         "--role", "Admin", "--email", f"{self.username}@example.invalid", "--firstname",
+                         self.username, "--lastname", "admin")
         for component in COMPONENTS:
             self.start_component(component)
         self.wait_healthy(timeout)
@@ -353,6 +367,33 @@ class LocalAirflow(AirflowApi):
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    def fab_cli(self, *args: str) -> str:
+        """``airflow <args>`` that must succeed (the FAB commands: users, roles); returns its output."""
+        result = self.cli(*args)
+        if result.returncode != 0:
+            raise LocalAirflowError(f"airflow {' '.join(args[:2])} failed ({result.returncode}):\n"
+                                    f"{(result.stdout + result.stderr)[-3000:]}")
+        return result.stdout
+
+    def add_user(self, username: str, password: str, *, dags: tuple[str, ...] = ()) -> AirflowApi:
+        """FAB only: a user whose own role may read just ``dags`` (none: no DAG), made as an admin would with the
+        FAB CLI (``roles create``, ``sync-perm --include-dags``, ``roles add-perms -r DAG:<id> -a can_read``,
+        ``users create``); returns a
+        client logged in as that user. The DAGs must have been parsed (FAB makes their resources then)."""
+        if self.auth_manager != "fab":
+            raise LocalAirflowError("add_user needs auth_manager='fab' (SimpleAuthManager has no per-DAG rights)")
+        role = f"{username}_role"
+        self.fab_cli("roles", "create", role)
+        for dag_id in dags:
+            self.wait_dag(dag_id)
+        if dags:
+            self.fab_cli("sync-perm", "--include-dags")  # the DAGs' FAB resources (DAG:<id>)
+        for dag_id in dags:
+            self.fab_cli("roles", "add-perms", role, "-r", f"DAG:{dag_id}", "-a", "can_read")
+        self.fab_cli("users", "create", "--username", username, "--password", password, "--role", role,
+                     "--email", f"{username}@example.invalid", "--firstname", username, "--lastname", "user")
+        return AirflowApi(self.url, username, password, alive=self._check_alive)
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """``airflow <args>`` against this Airflow's home (e.g. ``dags trigger``, as an operator would type it)."""

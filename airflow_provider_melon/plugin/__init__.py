@@ -5,7 +5,8 @@ Airflow component (provider-info ``plugins`` would need ``[core] lazy_discover_p
 ``plugins/melon_plugin.py`` is the same plugin for a deployment that puts the package on ``PYTHONPATH`` instead of
 installing it (no entry point). It adds
 
-* a FastAPI app under ``/melon`` in the api-server (pages and JSON; every route needs an Airflow login), and
+* a FastAPI app under ``/melon`` in the api-server (pages and JSON; every route needs an Airflow login, and each
+  user sees only the jobs of the DAGs the auth manager lets them read: :mod:`airflow_provider_melon.plugin.app`), and
 * on Airflow >= 3.1, ``external_views``: "MeLoN GPUs", "MeLoN jobs" and "Would it fit?" in the navigation and a
   "YARN job" tab on every task instance. On 3.0 (no external views) the pages are still served at
   ``/melon/gpus``, ``/melon/jobs``, ``/melon/fit`` and ``/melon/ti``.

@@ -6,30 +6,158 @@ Pages (HTML, embedded in the UI as external views): ``/melon/gpus``, ``/melon/jo
 ``/melon/ti?dag_id=&run_id=&task_id=&map_index=`` (the "YARN job" tab of a task instance).
 JSON (the same data, for scripts): ``/melon/api/gpus``, ``/melon/api/jobs``, ``/melon/api/jobs/{app_id}``,
 ``/melon/api/ti``, ``/melon/api/fit?gpu_memory=6GiB&instances=4`` (or ``gpus=1``). Each takes ``conn_id``
-(default ``yarn_default``). The RM is read through the provider's :class:`YarnHook`; the AMs' ``/status`` through
-the RM's web proxy, several at once.
+(default ``yarn_default``): a connection of type ``yarn``, and one of ``[melon] ui_conn_ids`` where that is set
+(the api-server acts with that connection's credentials, so the caller may not pick any). The RM is read through
+the provider's :class:`YarnHook`; the AMs' ``/status`` through the RM's web proxy, several at once.
+
+Authorization (the auth manager's DAG permissions, per user): a job is shown to a user who may read the DAG it is
+proven to belong to (:func:`attribute`); an application that is not proven to be one of this deployment's task
+instances is shown only to users who may read every DAG, with no DAG and no link built from its labels. On the GPU
+page, the tasks of jobs a user may not see are anonymous reservations (memory only). ``/api/ti`` and
+``/api/jobs/{id}`` answer 403 for a DAG the user may not read; an application that is not a MeLoN one, 404.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from importlib.resources import files
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Annotated, Any, Iterable, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse
 
 from airflow_provider_melon.plugin import views
-from airflow_provider_melon.rm_json import as_dict, as_list
+from airflow_provider_melon.rm_json import as_dict, as_list, split_tags
+from airflow_provider_melon.submission import APPLICATION_TYPE, IDENTITY_TAG_PREFIX, airflow_tags
 
 PAGES = ("gpus", "jobs", "fit", "ti")
 RECENT_JOBS = 30
+#: MeLoN applications (newest first) looked at for the jobs list before the viewer's filter
+CANDIDATE_JOBS = 200
 
 
 def _hook(conn_id: str):
     from airflow_provider_melon.hooks.yarn import YarnHook
 
     return YarnHook(conn_id, retries=1, timeout=(3.0, 10.0))
+
+
+def checked_conn_id(conn_id: str = "yarn_default") -> str:
+    """``conn_id`` if the api-server may use it for this request: an existing connection of type ``yarn`` (the
+    default one may also be absent: the hook's defaults), listed in ``[melon] ui_conn_ids`` when that is set.
+    Else 422 naming the field."""
+    from airflow.configuration import conf
+    from airflow.exceptions import AirflowNotFoundException
+
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    allowed = [c.strip() for c in (conf.get("melon", "ui_conn_ids", fallback="") or "").split(",") if c.strip()]
+    if allowed and conn_id not in allowed:
+        raise HTTPException(422, f"conn_id: {conn_id!r} is not one of [melon] ui_conn_ids")
+    try:
+        conn = YarnHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        if conn_id == YarnHook.default_conn_name:
+            return conn_id
+        raise HTTPException(422, f"conn_id: no connection {conn_id!r}") from None
+    if conn.conn_type != YarnHook.conn_type:
+        raise HTTPException(422, f"conn_id: connection {conn_id!r} is of type {conn.conn_type!r}, not "
+                                 f"{YarnHook.conn_type!r}")
+    return conn_id
+
+
+ConnId = Annotated[str, Depends(checked_conn_id)]
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """What the logged-in user may read: every DAG (``all_dags``), else the DAG ids in ``dag_ids``."""
+
+    all_dags: bool
+    dag_ids: frozenset[str]
+
+    def may_read(self, dag_id: Optional[str]) -> bool:
+        return self.all_dags or (dag_id is not None and dag_id in self.dag_ids)
+
+    def sees(self, app_id: str, tis: dict[str, dict]) -> bool:
+        """An application proven to be a task instance's (``tis``) if the user may read its DAG; any other only
+        if the user may read every DAG."""
+        ti = tis.get(app_id)
+        return self.all_dags or (ti is not None and ti["dag_id"] in self.dag_ids)
+
+
+def _viewer(user) -> Viewer:
+    """The user's readable DAGs (the auth manager's ``get_authorized_dag_ids``); "every DAG" means every DAG the
+    metadata DB knows is among them (``is_authorized_dag`` without details only says the user may *list* DAGs:
+    FAB grants it to anyone who may read one)."""
+    from sqlalchemy import select
+
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    manager = get_auth_manager()
+    readable = frozenset(manager.get_authorized_dag_ids(user=user, method="GET"))
+    if not manager.is_authorized_dag(method="GET", user=user):
+        return Viewer(False, readable)
+    with create_session() as session:
+        every = set(session.scalars(select(DagModel.dag_id)))
+    return Viewer(every <= readable, readable)
+
+
+def is_melon_app(app: dict) -> bool:
+    return (str(app.get("applicationType") or "").upper() == APPLICATION_TYPE
+            and "melon" in split_tags(app.get("applicationTags")))
+
+
+def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> dict[str, dict]:
+    """The task instance each application is proven to belong to, by app id (apps that are not proven: absent).
+
+    An app belongs to task instance (dag, task, run, map) of this deployment when it is a MeLoN application
+    (applicationType ``MELON``, tag ``melon``), carries that task instance's tags (``airflow_tags``: the readable
+    ``airflow-dag:``/``-task:``/``-run:``/``-map:`` ones), **and** that task instance's own XCom ``app_id``
+    (pushed by the operator when it submitted or reattached) names it. Tags alone prove nothing: they are visible
+    on the RM, so bob can copy alice's tags (and any ``labels``) onto his own application. The XCom check is chosen
+    over a check of the app's YARN user because the plugin cannot know which user a task submits as (each task
+    picks its connection, proxy user or keytab), while the XCom lives in this deployment's metadata DB and is
+    written only through its execution API by that task instance's worker (so it also pins the deployment). The
+    tag check stops a task of another DAG that pushes alice's app id as its own XCom. The ``melon-id:`` tag is not
+    used here: ``submission.deployment_id()`` differs between a worker (Airflow blocks the DB address there) and
+    the api-server. Cost: an app of an earlier try, whose XCom was cleared for the next try, is not attributed any
+    more. ``dag_ids``: only consider these DAGs (the viewer's), None: all."""
+    from sqlalchemy import and_, func, or_, select
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    by_id = {str(a.get("id")): a for a in apps if is_melon_app(a)}
+    wanted = {(t["dag"].lower(), t["task"].lower()) for t in map(views.tags_of, by_id.values())
+              if t.get("dag") and t.get("task")}
+    if not wanted or (dag_ids is not None and not dag_ids):
+        return {}
+    cut = 100 - len("airflow-dag:"), 100 - len("airflow-task:")  # readable tags are cut at 100 characters
+
+    def like(column, value: str, limit: int):
+        return func.lower(column).like(value.replace("%", r"\%").replace("_", r"\_") + "%", escape="\\") \
+            if len(value) >= limit else func.lower(column) == value
+
+    query = select(XComModel).where(XComModel.key == "app_id", or_(*(
+        and_(like(XComModel.dag_id, d, cut[0]), like(XComModel.task_id, t, cut[1])) for d, t in wanted)))
+    if dag_ids is not None:
+        query = query.where(XComModel.dag_id.in_(list(dag_ids)))
+    out: dict[str, dict] = {}
+    with create_session() as session:
+        for row in session.scalars(query):
+            app = by_id.get(str(XComModel.deserialize_value(row)))
+            if app is None:
+                continue
+            ti = {"dag_id": row.dag_id, "task_id": row.task_id, "run_id": row.run_id, "map_index": row.map_index}
+            expected = {t.lower() for t in airflow_tags(row.dag_id, row.task_id, row.run_id, row.map_index)
+                        if not t.startswith(IDENTITY_TAG_PREFIX)}
+            if expected <= set(split_tags(app.get("applicationTags"))):
+                out[str(app["id"])] = ti
+    return out
 
 
 def _statuses(hook, app_ids: list[str]) -> dict[str, Optional[dict]]:
@@ -64,60 +192,88 @@ def _leaf_queues(scheduler: dict) -> list[dict]:
 
 
 def _melon_apps(hook, states: Optional[list[str]] = None) -> list[dict]:
-    return hook.find_applications(["melon"], states=states)
+    return [a for a in hook.find_applications(["melon"], states=states, application_type=APPLICATION_TYPE)
+            if is_melon_app(a)]
 
 
-def gpus_data(conn_id: str) -> dict:
+def gpus_data(conn_id: str, viewer: Viewer) -> dict:
     hook = _hook(conn_id)
     nodes = hook.nodes(["RUNNING"])
     running = _melon_apps(hook, ["RUNNING"])
-    statuses = _statuses(hook, [a["id"] for a in running])
-    return views.gpu_view(nodes, running, statuses, _leaf_queues(hook.scheduler()))
+    statuses = _statuses(hook, [a["id"] for a in running])  # every app's: other tenants' memory still counts
+    tis = attribute(running, None if viewer.all_dags else viewer.dag_ids)
+    visible = {a["id"] for a in running if viewer.sees(a["id"], tis)}
+    return views.gpu_view(nodes, running, statuses, _leaf_queues(hook.scheduler()), tis=tis, visible=visible)
 
 
-def jobs_data(conn_id: str) -> dict:
+def jobs_data(conn_id: str, viewer: Viewer) -> dict:
     hook = _hook(conn_id)
-    apps = _melon_apps(hook)[:RECENT_JOBS]
+    apps = _melon_apps(hook)[:CANDIDATE_JOBS]
+    tis = attribute(apps, None if viewer.all_dags else viewer.dag_ids)
+    apps = [a for a in apps if viewer.sees(a["id"], tis)][:RECENT_JOBS]
+    return {"jobs": _job_views(hook, apps, tis)}
+
+
+def _job_views(hook, apps: list[dict], tis: dict[str, dict]) -> list[dict]:
     statuses = _statuses(hook, [a["id"] for a in apps if a.get("state") == "RUNNING"])
-    return {"jobs": [views.job_view(a, statuses.get(a["id"]), hook.web_ui_url) for a in apps]}
+    return [views.job_view(a, statuses.get(a["id"]), hook.web_ui_url, ti=tis.get(a["id"])) for a in apps]
 
 
 def create_app() -> FastAPI:
-    from airflow.api_fastapi.core_api.security import requires_authenticated
+    from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
 
     app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(requires_authenticated())])
 
+    def viewer(user=Depends(get_user)) -> Viewer:  # noqa: B008 - FastAPI's dependency idiom
+        return _viewer(user)
+
+    ViewerDep = Depends(viewer)
+
     @app.get("/api/gpus")
-    def api_gpus(conn_id: str = "yarn_default") -> dict:
-        return gpus_data(conn_id)
+    def api_gpus(conn_id: ConnId, who: Viewer = ViewerDep) -> dict:
+        return gpus_data(conn_id, who)
 
     @app.get("/api/jobs")
-    def api_jobs(conn_id: str = "yarn_default") -> dict:
-        return jobs_data(conn_id)
+    def api_jobs(conn_id: ConnId, who: Viewer = ViewerDep) -> dict:
+        return jobs_data(conn_id, who)
 
     @app.get("/api/jobs/{app_id}")
-    def api_job(app_id: str, conn_id: str = "yarn_default") -> dict:
+    def api_job(app_id: str, conn_id: ConnId, who: Viewer = ViewerDep) -> dict:
+        from airflow_provider_melon.hooks.yarn import YarnApiError
+
         hook = _hook(conn_id)
-        app_json = hook.get_application(app_id)
-        status = _statuses(hook, [app_id])[app_id] if app_json.get("state") == "RUNNING" else None
-        return views.job_view(app_json, status, hook.web_ui_url)
+        try:
+            app_json = hook.get_application(app_id)
+        except YarnApiError as exc:
+            if exc.status == 404:
+                raise HTTPException(404, f"app_id: no application {app_id}") from None
+            raise
+        if not is_melon_app(app_json):
+            raise HTTPException(404, f"app_id: {app_id} is not a MeLoN application")
+        tis = attribute([app_json], None if who.all_dags else who.dag_ids)
+        if not who.sees(app_json["id"], tis):
+            raise HTTPException(403, f"app_id: you may not read the DAG of {app_id}")
+        return _job_views(hook, [app_json], tis)[0]
 
     @app.get("/api/ti")
-    def api_ti(dag_id: str, run_id: str, task_id: str, map_index: str = "-1", conn_id: str = "yarn_default") -> dict:
-        from airflow_provider_melon.submission import airflow_tags
-
+    def api_ti(dag_id: str, run_id: str, task_id: str, conn_id: ConnId, map_index: str = "-1",
+               who: Viewer = ViewerDep) -> dict:
+        if not who.may_read(dag_id):
+            raise HTTPException(403, f"dag_id: you may not read DAG {dag_id!r}")
         # the UI leaves "{MAP_INDEX}" unreplaced on a task that is not mapped
         map_index = int(map_index) if map_index.lstrip("-").isdigit() else -1
         hook = _hook(conn_id)
-        tags = [t for t in airflow_tags(dag_id, task_id, run_id, map_index) if t != "melon"]
-        apps = hook.find_applications(tags, match_all=True)
-        statuses = _statuses(hook, [a["id"] for a in apps if a.get("state") == "RUNNING"])
-        return {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index,
-                "jobs": [views.job_view(a, statuses.get(a["id"]), hook.web_ui_url) for a in apps]}
+        ti = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
+        tags = [t for t in airflow_tags(dag_id, task_id, run_id, map_index)
+                if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX)]
+        apps = hook.find_applications(tags, match_all=True, application_type=APPLICATION_TYPE)
+        tis = attribute(apps, [dag_id])
+        apps = [a for a in apps if tis.get(a["id"]) == ti]
+        return {**ti, "jobs": _job_views(hook, apps, tis)}
 
     @app.get("/api/fit")
-    def api_fit(instances: int = Query(1, ge=1, le=10_000), gpu_memory: Optional[str] = None,
-                gpus: Optional[int] = Query(None, ge=1), conn_id: str = "yarn_default") -> dict:
+    def api_fit(conn_id: ConnId, instances: int = Query(1, ge=1, le=10_000), gpu_memory: Optional[str] = None,
+                gpus: Optional[int] = Query(None, ge=1)) -> dict:
         from airflow_provider_melon.spec import parse_size_mb
 
         try:
@@ -125,7 +281,7 @@ def create_app() -> FastAPI:
             hook = _hook(conn_id)
             nodes = hook.nodes(["RUNNING"])
             running = _melon_apps(hook, ["RUNNING"])
-            now = views.gpu_view(nodes, running, _statuses(hook, [a["id"] for a in running]))
+            now = views.gpu_view(nodes, running, _statuses(hook, [a["id"] for a in running]), visible=set())
             return views.fit_view(nodes, now, instances, gpu_memory_mb=memory_mb, gpus=gpus or 0)
         except ValueError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None
@@ -141,4 +297,5 @@ def create_app() -> FastAPI:
     return app
 
 
-__all__: list[Any] = ["create_app", "gpus_data", "jobs_data"]
+__all__: list[Any] = ["attribute", "checked_conn_id", "create_app", "gpus_data", "is_melon_app", "jobs_data",
+                      "Viewer"]

@@ -8,17 +8,63 @@ I/O, so every figure on the pages is unit-tested against recorded responses).
   its tasks, and its links.
 * :func:`fit_view` — would a role of ``instances`` tasks of ``gpu_memory`` (or ``gpus``) fit: ever (the
   pre-flight, on capacity) and now (on what is free on each GPU).
+
+Everything an AM serves (``/status``) and most of what the RM reports (name, diagnostics, log links) was written by
+whoever submitted the application: any YARN user. So every number is coerced (:func:`number`; a string where a
+number goes becomes None), every text is a plain string (the page escapes it), links that are not http(s) are
+dropped (:func:`http_url`), and the Airflow task instance a job belongs to (its DAG, run, TI link) is never read
+from the AM's ``labels`` or the readable tags: the caller passes the attribution it proved (``ti``,
+:func:`airflow_provider_melon.plugin.app.attribute`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Optional
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from airflow_provider_melon.gpu import preflight
 from airflow_provider_melon.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
 
 LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
+
+
+def number(value: Any) -> Optional[float]:
+    """A finite int or float (a numeric string too), else None: never a string into the page's arithmetic."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            parsed = float(value)
+        except ValueError:
+            return None
+        return (int(parsed) if parsed.is_integer() else parsed) if math.isfinite(parsed) else None
+    return None
+
+
+def integer(value: Any) -> Optional[int]:
+    n = number(value)
+    return int(n) if n is not None else None
+
+
+def text(value: Any, limit: int = 500) -> Optional[str]:
+    """A scalar as a plain string (cut at ``limit``), None for anything else."""
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    return str(value)[:limit]
+
+
+def http_url(value: Any) -> Optional[str]:
+    """``value`` if it is an absolute http(s) URL, else None (no ``javascript:``, ``data:``, relative links)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return None
+    return value.strip() if parts.scheme.lower() in ("http", "https") and parts.netloc else None
 
 
 def _gpu_indices(label: Any) -> list[int]:
@@ -44,8 +90,10 @@ def tags_of(app: dict) -> dict[str, str]:
     return out
 
 
-def ti_url(labels: dict) -> Optional[str]:
-    """The Airflow UI page of the task instance in ``labels`` (relative to the UI's base), if known."""
+def ti_url(labels: Optional[dict]) -> Optional[str]:
+    """The Airflow UI page of the task instance ``labels`` names (relative to the UI's base), if known; only ever
+    called with a proven attribution."""
+    labels = labels or {}
     dag_id, run_id, task_id = labels.get("dag_id"), labels.get("run_id"), labels.get("task_id")
     if not (dag_id and run_id and task_id):
         return f"dags/{quote(str(dag_id))}" if dag_id else None
@@ -56,22 +104,37 @@ def ti_url(labels: dict) -> Optional[str]:
     return url
 
 
-def _task_ref(app: dict, status: dict, task: dict) -> dict:
-    labels = as_dict(status.get("labels"))
+ANONYMOUS_REF = dict.fromkeys(("task", "state", "app_id", "app_name", "user", "dag_id", "task_id", "run_id",
+                               "map_index", "ti_url"))
+
+
+def _task_ref(app: dict, task: dict, ti: Optional[dict], visible: bool) -> dict:
+    """One task on a GPU; ``visible`` False (the viewer may not see the app's DAG): only the memory it holds."""
+    amounts = {"expected_mb": integer(task.get("expected_gpu_memory_mb")) or integer(task.get("gpu_memory_mb")) or 0,
+               "used_mb": integer(task.get("gpu_memory_used_mb")), "exclusive_gpus": integer(task.get("gpus")) or 0}
+    if not visible:
+        return {"anonymous": True, **ANONYMOUS_REF, **amounts}
+    ti = ti or {}
     return {
-        "app_id": app.get("id"), "app_name": app.get("name"), "user": app.get("user"),
-        "task": f"{task.get('role')}:{task.get('index')}", "state": task.get("state"),
-        "expected_mb": task.get("expected_gpu_memory_mb") or task.get("gpu_memory_mb") or 0,
-        "used_mb": task.get("gpu_memory_used_mb"), "exclusive_gpus": task.get("gpus") or 0,
-        "dag_id": labels.get("dag_id"), "task_id": labels.get("task_id"), "run_id": labels.get("run_id"),
-        "map_index": labels.get("map_index"), "ti_url": ti_url(labels),
+        "app_id": text(app.get("id")), "app_name": text(app.get("name")), "user": text(app.get("user")),
+        "task": _task_name(task), "state": text(task.get("state")), **amounts,
+        "dag_id": ti.get("dag_id"), "task_id": ti.get("task_id"), "run_id": ti.get("run_id"),
+        "map_index": ti.get("map_index"), "ti_url": ti_url(ti) if ti else None,
     }
 
 
+def _task_name(task: dict) -> str:
+    return f"{text(task.get('role'), 100)}:{integer(task.get('index'))}"
+
+
 def gpu_view(nodes: Iterable[dict], apps: Iterable[dict], statuses: dict[str, Optional[dict]],
-             leaf_queues: Iterable[dict] = ()) -> dict:
+             leaf_queues: Iterable[dict] = (), *, tis: Optional[dict[str, dict]] = None,
+             visible: Optional[set[str]] = None) -> dict:
     """``nodes`` as ``YarnHook.nodes()`` normalises them, ``apps`` the running MeLoN applications and
-    ``statuses`` their AM ``/status`` by app id (None where the AM does not answer)."""
+    ``statuses`` their AM ``/status`` by app id (None where the AM does not answer). ``tis``: the task instance
+    each app is proven to belong to; ``visible``: the app ids the viewer may see (None: all) — the others' tasks
+    show as anonymous reservations (memory only)."""
+    tis = tis or {}
     apps_by_id = {a.get("id"): a for a in apps}
     placed: dict[tuple[str, int], list[dict]] = {}
     off_gpu: dict[str, list[dict]] = {}
@@ -82,10 +145,10 @@ def gpu_view(nodes: Iterable[dict], apps: Iterable[dict], statuses: dict[str, Op
         for task in as_list(status.get("tasks")):
             if not isinstance(task, dict) or task.get("state") in ("SUCCEEDED", "FAILED", "KILLED"):
                 continue
-            node_id = task.get("node_id") or ""
-            if task.get("mps"):
+            node_id = text(task.get("node_id")) or ""
+            if task.get("mps") is True:
                 mps_nodes.add(node_id)
-            ref = _task_ref(apps_by_id[app_id], status, task)
+            ref = _task_ref(apps_by_id[app_id], task, tis.get(app_id), visible is None or app_id in visible)
             indices = _gpu_indices(task.get("gpu"))
             if not indices:
                 if ref["expected_mb"] or ref["exclusive_gpus"]:
@@ -138,44 +201,51 @@ def _resource_values(resource: dict) -> dict[str, int]:
     return {k: int(v) for k, v in parse_resource(resource)["resources"].items()}
 
 
-def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Optional[str] = None) -> dict:
-    """One MeLoN application for the Jobs page (``status`` None: the AM is not serving, e.g. it has ended)."""
+def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Optional[str] = None, *,
+             ti: Optional[dict] = None) -> dict:
+    """One MeLoN application for the Jobs page (``status`` None: the AM is not serving, e.g. it has ended).
+    ``ti``: the task instance the app is proven to belong to (``dag_id``, ``task_id``, ``run_id``, ``map_index``);
+    without it the job names no DAG and links to no task instance or label-supplied TensorBoard."""
     labels = as_dict((status or {}).get("labels"))
-    tags = tags_of(app)
     tasks, series = [], []
     for task in as_list((status or {}).get("tasks")):
         if not isinstance(task, dict):
             continue
-        name = f"{task.get('role')}:{task.get('index')}"
-        tasks.append({"task": name, "state": task.get("state"), "host": task.get("host"), "gpu": task.get("gpu"),
-                      "attempt": task.get("attempt"), "exit_code": task.get("exit_code"), "step": task.get("step"),
-                      "loss": task.get("loss"), "expected_mb": task.get("expected_gpu_memory_mb"),
-                      "used_mb": task.get("gpu_memory_used_mb")})
-        points = [p for p in as_list(task.get("history")) if isinstance(p, list) and len(p) == 3]
+        name = _task_name(task)
+        tasks.append({"task": name, "state": text(task.get("state")), "host": text(task.get("host")),
+                      "gpu": text(task.get("gpu"), 50), "attempt": integer(task.get("attempt")),
+                      "exit_code": integer(task.get("exit_code")), "step": integer(task.get("step")),
+                      "loss": number(task.get("loss")), "expected_mb": integer(task.get("expected_gpu_memory_mb")),
+                      "used_mb": integer(task.get("gpu_memory_used_mb"))})
+        points = [{"t": number(p[0]), "step": number(p[1]), "loss": number(p[2])}
+                  for p in as_list(task.get("history")) if isinstance(p, list) and len(p) == 3]
+        points = [p for p in points if p["step"] is not None]
         if points:
-            series.append({"task": name, "points": [{"t": p[0], "step": p[1], "loss": p[2]} for p in points]})
+            series.append({"task": name, "points": points})
     app_id = str(app.get("id"))
     base = web_ui_url.rstrip("/")
-    links = {"YARN application": f"{base}/cluster/app/{app_id}"}
+    links = {"YARN application": f"{base}/cluster/app/{quote(app_id)}"}
     if app.get("state") in LIVE:
-        links["ApplicationMaster"] = f"{base}/proxy/{app_id}/"
-    if app.get("amContainerLogs"):
-        links["AM logs"] = str(app["amContainerLogs"])
-    tensorboard = tensorboard or labels.get("tensorboard")
+        links["ApplicationMaster"] = f"{base}/proxy/{quote(app_id)}/"
+    logs = http_url(app.get("amContainerLogs"))
+    if logs:
+        links["AM logs"] = logs
+    tensorboard = http_url(tensorboard) or (http_url(labels.get("tensorboard")) if ti else None)
     if not tensorboard and app.get("state") in LIVE and as_dict(as_dict(status).get("tensorboard")).get("url"):
-        tensorboard = f"{base}/proxy/{app_id}/tensorboard/"  # the job's own, served through the AM
+        tensorboard = f"{base}/proxy/{quote(app_id)}/tensorboard/"  # the job's own, served through the AM
     if tensorboard:
         links["TensorBoard"] = tensorboard
-    started, finished = int(app.get("startedTime") or 0), int(app.get("finishedTime") or 0)
+    started, finished = integer(app.get("startedTime")) or 0, integer(app.get("finishedTime")) or 0
+    ti = ti or {}
     return {
-        "id": app_id, "name": app.get("name"), "state": app.get("state"), "final_status": app.get("finalStatus"),
-        "user": app.get("user"), "queue": app.get("queue"), "progress": app.get("progress"),
-        "started": started or None, "finished": finished or None,
-        "elapsed_s": round(int(app.get("elapsedTime") or 0) / 1000, 1),
-        "diagnostics": (app.get("diagnostics") or "").strip()[:500],
-        "dag_id": labels.get("dag_id") or tags.get("dag"), "task_id": labels.get("task_id") or tags.get("task"),
-        "run_id": labels.get("run_id"), "map_index": labels.get("map_index", tags.get("map")),
-        "ti_url": ti_url(labels), "tasks": tasks, "series": series, "links": links,
+        "id": app_id, "name": text(app.get("name")), "state": text(app.get("state")),
+        "final_status": text(app.get("finalStatus")), "user": text(app.get("user")), "queue": text(app.get("queue")),
+        "progress": number(app.get("progress")) or 0.0, "started": started or None, "finished": finished or None,
+        "elapsed_s": round((number(app.get("elapsedTime")) or 0) / 1000, 1),
+        "diagnostics": (text(app.get("diagnostics")) or "").strip(),
+        "dag_id": ti.get("dag_id"), "task_id": ti.get("task_id"), "run_id": ti.get("run_id"),
+        "map_index": ti.get("map_index"), "ti_url": ti_url(ti) if ti else None,
+        "tasks": tasks, "series": series, "links": links,
     }
 
 
@@ -218,5 +288,6 @@ def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memo
     }
 
 
-__all__ = ["fit_view", "gpu_view", "job_view", "tags_of", "ti_url", "LIVE"]
+__all__ = ["fit_view", "gpu_view", "http_url", "integer", "job_view", "number", "tags_of", "text", "ti_url",
+           "LIVE"]
 

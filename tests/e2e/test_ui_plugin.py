@@ -74,19 +74,24 @@ def melon_hook_module(minicluster):
     return melon_hook_for_cluster(minicluster.work_dir)
 
 
-@pytest.fixture(scope="module")
-def logged_in(browser, airflow_stack):
+def log_in(driver, airflow):
+    """Log in through the Airflow UI's login form (SimpleAuthManager's or FAB's) as ``airflow``'s user."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    browser.get(airflow_stack.url + "/")
-    user = wait_for(lambda: browser.find_element(By.NAME, "username"), 60, "the login form")
-    user.send_keys(airflow_stack.username)
-    password = browser.find_element(By.NAME, "password")
-    password.send_keys(airflow_stack.password)
+    driver.get(airflow.url + "/")
+    user = wait_for(lambda: driver.find_element(By.NAME, "username"), 60, "the login form")
+    user.send_keys(airflow.username)
+    password = driver.find_element(By.NAME, "password")
+    password.send_keys(airflow.password)
     password.send_keys(Keys.ENTER)
-    wait_for(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), 30, "the session cookie")
-    return browser
+    wait_for(lambda: any(c["name"] == "_token" for c in driver.get_cookies()), 60, "the session cookie")
+    return driver
+
+
+@pytest.fixture(scope="module")
+def logged_in(browser, airflow_stack):
+    return log_in(browser, airflow_stack)
 
 
 def open_plugin_page(driver, base: str, route: str):

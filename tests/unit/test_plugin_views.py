@@ -38,7 +38,7 @@ def test_gpu_view_places_tasks_on_their_node_and_gpu():
         task("worker", 2, None, "localhost:1", state="ALLOCATED"),
         task("chief", 0, "0", "localhost:1", state="SUCCEEDED"),  # done: not on a GPU any more
     ]}
-    view = views.gpu_view(nodes, [APP], {APP["id"]: status})
+    view = views.gpu_view(nodes, [APP], {APP["id"]: status}, tis={APP["id"]: LABELS})
     n1, n2 = view["nodes"]
     assert [g["total_mb"] for g in n2["gpus"]] == [16384, 16384]
     gpu1 = n2["gpus"][1]
@@ -71,7 +71,7 @@ def test_queue_headroom():
 def test_job_view_links_history_and_airflow_identity():
     status = {"labels": {**LABELS, "tensorboard": "http://tb/?logdir=x"},
               "tasks": [task("worker", 0, "1", "localhost:2", history=[(1, 1, 2.0), (2, 5, 1.0), (3, 9, None)])]}
-    job = views.job_view(APP, status, "http://127.0.0.1:28088/")
+    job = views.job_view(APP, status, "http://127.0.0.1:28088/", ti=LABELS)
     assert job["links"] == {"YARN application": "http://127.0.0.1:28088/cluster/app/application_1_0001",
                             "ApplicationMaster": "http://127.0.0.1:28088/proxy/application_1_0001/",
                             "AM logs": APP["amContainerLogs"], "TensorBoard": "http://tb/?logdir=x"}
@@ -79,9 +79,9 @@ def test_job_view_links_history_and_airflow_identity():
                                                              {"t": 2, "step": 5, "loss": 1.0},
                                                              {"t": 3, "step": 9, "loss": None}]}]
     assert (job["dag_id"], job["task_id"], job["map_index"], job["elapsed_s"]) == ("melon_hpo_fanout", "trial", 0, 42.0)
-    ended = views.job_view({**APP, "state": "FINISHED"}, None, "http://rm:8088")
+    ended = views.job_view({**APP, "state": "FINISHED"}, None, "http://rm:8088", ti=LABELS)
     assert "ApplicationMaster" not in ended["links"] and ended["tasks"] == []
-    assert ended["dag_id"] == "melon_hpo_fanout"  # from the tags when the AM is gone
+    assert ended["dag_id"] == "melon_hpo_fanout"  # the proven attribution, also when the AM is gone
 
 
 def test_fit_now_counts_free_memory_per_gpu_and_ever_is_the_preflight():
@@ -99,3 +99,90 @@ def test_fit_now_counts_free_memory_per_gpu_and_ever_is_the_preflight():
     assert whole["now"]["tasks_that_fit"] == 1  # node 2 has two idle GPUs; node 1 only one
     with pytest.raises(ValueError, match="either gpu_memory or gpus"):
         views.fit_view(nodes, now, instances=1)
+
+
+# ---- hostile values: an AM (any YARN user's) serves what it likes on /status; the RM echoes what a submitter wrote
+
+XSS = '<img src=x onerror="window.__pwned=1">'
+
+
+def hostile_status():
+    return {"labels": {"dag_id": XSS, "task_id": XSS, "run_id": XSS, "map_index": XSS,
+                       "tensorboard": "javascript:window.__pwned=1"},
+            "tasks": [{"role": XSS, "index": XSS, "state": XSS, "gpu": "0", "node_id": "localhost:1", "host": XSS,
+                       "gpu_memory_mb": "6144<b>", "expected_gpu_memory_mb": XSS, "gpu_memory_used_mb": "lots",
+                       "gpus": "two", "mps": XSS, "step": XSS, "loss": "0.5<script>", "attempt": XSS,
+                       "exit_code": XSS, "history": [[XSS, XSS, XSS], [1, 2, 0.5]]}]}
+
+
+def test_hostile_numbers_are_coerced_and_links_that_are_not_http_are_dropped():
+    app = {**APP, "elapsedTime": XSS, "progress": XSS, "startedTime": XSS, "amContainerLogs": "javascript:alert(1)"}
+    job = views.job_view(app, hostile_status(), "http://127.0.0.1:28088/")
+    [t] = job["tasks"]
+    assert (t["step"], t["loss"], t["attempt"], t["exit_code"], t["expected_mb"], t["used_mb"]) == (None,) * 6
+    assert (job["elapsed_s"], job["progress"], job["started"]) == (0.0, 0.0, None)
+    assert job["series"] == [{"task": f"{XSS}:None", "points": [{"t": 1, "step": 2, "loss": 0.5}]}]
+    assert set(job["links"]) == {"YARN application", "ApplicationMaster"}  # no javascript: AM logs, no TensorBoard
+    assert all(u.startswith("http://127.0.0.1:28088/") for u in job["links"].values())
+
+
+def test_labels_never_attribute_a_job_to_a_dag():
+    """The AM's labels come from the submitter's plan: the job's DAG and TI link come only from the attribution
+    the caller proved (``ti``), never from the labels or the readable tags."""
+    job = views.job_view(APP, hostile_status(), "http://rm:8088")
+    assert (job["dag_id"], job["task_id"], job["run_id"], job["map_index"], job["ti_url"]) == (None,) * 5
+    ti = {"dag_id": "melon_hpo_fanout", "task_id": "trial", "run_id": "r1", "map_index": 0}
+    job = views.job_view(APP, hostile_status(), "http://rm:8088", ti=ti)
+    assert job["ti_url"] == "dags/melon_hpo_fanout/runs/r1/tasks/trial/mapped/0" and job["dag_id"] == "melon_hpo_fanout"
+
+
+def test_gpu_view_survives_strings_where_numbers_go_and_hides_what_the_viewer_may_not_see():
+    status = hostile_status()
+    view = views.gpu_view([node("localhost:1")], [APP], {APP["id"]: status})  # raised TypeError before
+    gpu0 = view["nodes"][0]["gpus"][0]
+    [ref] = gpu0["tasks"]
+    assert (ref["expected_mb"], ref["used_mb"], gpu0["used_mb"], ref["ti_url"], ref["dag_id"]) == (0, None, None,
+                                                                                                  None, None)
+    anonymous = views.gpu_view([node("localhost:1")], [APP], {APP["id"]: task_status()}, visible=set())
+    [ref] = anonymous["nodes"][0]["gpus"][0]["tasks"]
+    assert ref == {"anonymous": True, "task": None, "state": None, "app_id": None, "app_name": None, "user": None,
+                   "expected_mb": 6144, "used_mb": 100, "exclusive_gpus": 0, "dag_id": None, "task_id": None,
+                   "run_id": None, "map_index": None, "ti_url": None}
+    assert anonymous["totals"]["reserved_mb"] == 6144
+
+
+def task_status():
+    return {"labels": LABELS, "tasks": [task("worker", 0, "0", "localhost:1", used=100)]}
+
+
+def test_conn_id_must_name_a_yarn_connection_and_the_allow_list(monkeypatch):
+    """The api-server acts with the named connection's credentials: only connections of type yarn (and, with
+    ``[melon] ui_conn_ids``, only those) are accepted; anything else is a 422 naming ``conn_id``."""
+    from fastapi import HTTPException
+
+    from airflow_provider_melon.plugin.app import checked_conn_id
+
+    monkeypatch.setenv("AIRFLOW_CONN_NOT_YARN", '{"conn_type": "http", "host": "127.0.0.1"}')
+    monkeypatch.setenv("AIRFLOW_CONN_YARN_OTHER", '{"conn_type": "yarn", "host": "127.0.0.1"}')
+    assert checked_conn_id("yarn_other") == "yarn_other"
+    assert checked_conn_id("yarn_default") == "yarn_default"  # the default may be absent: the hook's defaults
+    for conn_id, why in (("not_yarn", "of type 'http', not 'yarn'"), ("nope", "no connection 'nope'")):
+        with pytest.raises(HTTPException) as err:
+            checked_conn_id(conn_id)
+        assert err.value.status_code == 422 and err.value.detail.startswith("conn_id: ") and why in err.value.detail
+    monkeypatch.setenv("AIRFLOW__MELON__UI_CONN_IDS", "yarn_default")
+    with pytest.raises(HTTPException) as err:
+        checked_conn_id("yarn_other")
+    assert err.value.detail == "conn_id: 'yarn_other' is not one of [melon] ui_conn_ids"
+
+
+def test_the_api_takes_only_its_documented_query_parameters():
+    """The viewer and the checked conn_id are dependencies, not query parameters a caller could fill in."""
+    from airflow_provider_melon.plugin.app import create_app
+
+    paths = create_app().openapi()["paths"]
+    query = {path: sorted(p["name"] for p in op["get"].get("parameters", []) if p["in"] == "query")
+             for path, op in paths.items()}
+    assert query == {"/api/gpus": ["conn_id"], "/api/jobs": ["conn_id"], "/api/jobs/{app_id}": ["conn_id"],
+                     "/api/ti": ["conn_id", "dag_id", "map_index", "run_id", "task_id"],
+                     "/api/fit": ["conn_id", "gpu_memory", "gpus", "instances"]}
