@@ -186,7 +186,8 @@ def get_provider_info() -> dict:
                                        "submits (melon-id:<hash of deployment, dag, task, run, map index>): a retry "
                                        "reattaches only to an application with its own task instance's identity. "
                                        "Give each Airflow that shares a cluster its own (dev, prod). Not set: a digest "
-                                       "of the metadata database's address (without its password).",
+                                       "of [core] execution_api_server_url (else [api] base_url), or 'default' "
+                                       "when neither is set.",
                         "version_added": "0.3.0", "type": "string", "example": "prod-eu", "default": None,
                     },
                     "am_jar": {

@@ -124,8 +124,11 @@ def airflow_tags(dag_id: str, task_id: str, run_id: str, map_index: int = -1, *,
 
 def deployment_id() -> str:
     """This Airflow deployment's part of the identity tag: ``[melon] deployment_id``, or (not set) a digest of the
-    metadata database's address without its password — stable for a deployment, different for a dev and a prod
-    Airflow on one cluster. Outside Airflow (the CLI): :data:`DEFAULT_DEPLOYMENT`."""
+    address its workers reach the API server at (``[core] execution_api_server_url``, else ``[api] base_url``) —
+    the same for every worker and retry of one deployment, different for a dev and a prod Airflow that each set
+    theirs. Not the metadata database's address: a task's worker process may not read it (Airflow 3's task
+    runner replaces it with ``airflow-db-not-allowed:///``). Nothing set, or outside Airflow (the CLI):
+    :data:`DEFAULT_DEPLOYMENT` — two such deployments on one cluster should set ``[melon] deployment_id``."""
     try:
         from airflow.configuration import conf
     except ImportError:
@@ -133,16 +136,11 @@ def deployment_id() -> str:
     configured = (conf.get("melon", "deployment_id", fallback=None) or "").strip()
     if configured:
         return configured
-    url = conf.get("database", "sql_alchemy_conn", fallback=None) or ""
+    url = (conf.get("core", "execution_api_server_url", fallback=None) or conf.get("api", "base_url", fallback=None)
+           or "").strip().rstrip("/")
     if not url:
         return DEFAULT_DEPLOYMENT
-    try:
-        from sqlalchemy.engine import make_url
-
-        url = make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an address sqlalchemy cannot parse is still a stable string
-        pass
-    return "db-" + hashlib.sha256(url.encode()).hexdigest()[:16]
+    return "api-" + hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 def container_python(spec: JobSpec, default_python: str) -> str:

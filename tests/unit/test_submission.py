@@ -142,3 +142,21 @@ def test_code_files_are_localized_beside_the_archive_and_mapped_for_the_executor
     plain = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE})
     assert "MELON_CODE_FILES_B64" not in plain["env"]
     assert not any(r["name"].startswith("melon-code-file-") for r in plain["local_resources"])
+
+
+def test_deployment_id_is_what_every_worker_of_a_deployment_shares_and_another_deployment_does_not(monkeypatch):
+    """A worker's task process may not read the metadata DB's address (Airflow 3 replaces it with
+    ``airflow-db-not-allowed:///``), so the identity cannot come from it: two deployments would share it."""
+    for key in ("AIRFLOW__MELON__DEPLOYMENT_ID", "AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__API__BASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "airflow-db-not-allowed:///")
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "http://airflow-dev:8080/execution/")
+    dev = submission.deployment_id()
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "http://airflow-prod:8080/execution/")
+    prod = submission.deployment_id()
+    assert dev != prod and dev.startswith("api-")
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://airflow@db/airflow")  # the scheduler's
+    assert submission.deployment_id() == prod  # the same in a process that may read the DB
+    monkeypatch.setenv("AIRFLOW__MELON__DEPLOYMENT_ID", "prod-eu")
+    assert submission.deployment_id() == "prod-eu"
+    assert submission.identity_tag("prod-eu", "d", "t", "r") != submission.identity_tag("dev", "d", "t", "r")
