@@ -236,6 +236,8 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
     if tensorboard:
         links["TensorBoard"] = tensorboard
     started, finished = integer(app.get("startedTime")) or 0, integer(app.get("finishedTime")) or 0
+    gang = as_dict(as_dict(status).get("gang"))
+    waiting = text(gang.get("message")) if gang.get("hold_s") and gang.get("formed") is False else None
     ti = ti or {}
     return {
         "id": app_id, "name": text(app.get("name")), "state": text(app.get("state")),
@@ -246,6 +248,7 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
         "dag_id": ti.get("dag_id"), "task_id": ti.get("task_id"), "run_id": ti.get("run_id"),
         "map_index": ti.get("map_index"), "ti_url": ti_url(ti) if ti else None,
         "tasks": tasks, "series": series, "links": links,
+        "gang_waiting": waiting,  # where gang formation stands while the AM holds or backs off (None once formed)
     }
 
 

@@ -84,6 +84,16 @@ def test_job_view_links_history_and_airflow_identity():
     assert ended["dag_id"] == "melon_hpo_fanout"  # the proven attribution, also when the AM is gone
 
 
+def test_job_view_says_where_gang_formation_stands_until_the_gang_has_formed():
+    gang = {"hold_s": 60, "formed": False, "message": "waiting for the gang: 1 of 3 containers granted"}
+    waiting = views.job_view(APP, {"tasks": [], "gang": gang}, "http://rm:8088")
+    assert waiting["gang_waiting"] == "waiting for the gang: 1 of 3 containers granted"
+    formed = views.job_view(APP, {"tasks": [], "gang": {**gang, "formed": True}}, "http://rm:8088")
+    assert formed["gang_waiting"] is None
+    hostile = views.job_view(APP, {"tasks": [], "gang": {**gang, "message": {"<b>": 1}}}, "http://rm:8088")
+    assert hostile["gang_waiting"] is None  # not a string: dropped, never rendered
+
+
 def test_fit_now_counts_free_memory_per_gpu_and_ever_is_the_preflight():
     nodes = [node("localhost:1"), node("localhost:2")]
     status = {"labels": {}, "tasks": [task("worker", i, "0", "localhost:1") for i in range(2)]}

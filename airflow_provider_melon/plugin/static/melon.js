@@ -99,7 +99,7 @@
     if (!jobs.length) return '<p class="muted" data-empty="jobs">No MeLoN application.</p>';
     return `<table><tr><th>application</th><th>state</th><th>owner / queue</th><th>Airflow</th><th>tasks</th><th>step / loss</th><th>links</th></tr>
       ${jobs.map((j) => `<tr data-job="${esc(j.id)}"><td><b>${esc(j.name)}</b><br><span class="muted">${esc(j.id)}</span></td>
-        <td><span class="badge ${esc(j.state)}">${esc(j.state)}</span><br><span class="muted">${esc(j.final_status)} · ${num(j.elapsed_s)} s · ${num(Math.round(pct(j.progress)))} %</span></td>
+        <td><span class="badge ${esc(j.state)}">${esc(j.state)}</span><br><span class="muted">${esc(j.final_status)} · ${num(j.elapsed_s)} s · ${num(Math.round(pct(j.progress)))} %</span>${j.gang_waiting ? `<br><span class="muted" data-gang-waiting>${esc(j.gang_waiting)}</span>` : ""}</td>
         <td>${esc(j.user)}<br><span class="muted">${esc(j.queue)}</span></td>
         <td>${ui(j.ti_url) ? `<a target="_top" href="${ui(j.ti_url)}">${esc(j.dag_id)} / ${esc(j.task_id)}</a>` : esc(j.dag_id || "")}</td>
         <td class="tasks">${j.tasks.map((t) => `<div data-task-row="${esc(t.task)}">${esc(t.task)} <span class="badge ${esc(t.state)}">${esc(t.state)}</span> ${esc(t.host || "")} ${t.gpu != null ? "GPU " + esc(t.gpu) : ""}${isNum(t.step) ? " · step " + num(t.step) : ""}</div>`).join("") || '<span class="muted">(AM not serving)</span>'}</td>
