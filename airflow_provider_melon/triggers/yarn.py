@@ -30,12 +30,18 @@ operator can summarise.
   into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.logs.LogFollower`
   does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
   from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
-  triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll that moved
-  them the trigger also saves them in an XCom of its task instance (``melon_job_log_state``; XComs live until
-  the task's next try), and a trigger that starts reads it and goes on from the later of the two. Both run beside
+  triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll the trigger
+  also saves offsets in an XCom of its task instance (``melon_job_log_state``; XComs live until the task's next
+  try), and a trigger that starts reads it and goes on from the later of the two. At least once, never lost: the
+  lines a poll logs reach the task log on the triggerer's log socket, the XCom on another connection, nothing
+  orders the two, so what is saved is the follower's :meth:`~LogFollower.floor` — the offsets from *before* the
+  batch just logged, with marks up to where it got. After a crash that batch is shown again (``... re-shown from
+  <container>/<file>@<offset> after a triggerer restart``, then each repeated line as ``chief:0 [re-shown
+  @<offset>] | ...``), so a reader can drop a repeat by its container, file and offset. Both run beside
   the poll loop (the triggerer's first XCom call can take long: it starts its in-process API then): until the
-  saved offsets are read, job log reads wait (their lines come later, none lost or repeated); a save runs while
-  the next poll goes on, one at a time.
+  saved offsets are read, job log reads wait (their lines come later, none lost); a save runs while the next
+  poll goes on, one at a time. (With remote logging Airflow uploads a trigger's log when the trigger ends; the
+  lines of a trigger that died unended are not uploaded, and the re-shown batch does not cover them.)
 
 The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
 the trigger (state classification, progress lines, per-role task summaries), so all three judge an
@@ -376,10 +382,11 @@ class YarnApplicationTrigger(BaseTrigger):
                 "map_index": -1 if map_index is None else int(map_index)}
 
     async def _save_log_state(self) -> None:
-        """The follower's state into the task instance's XCom when it moved (best effort: never raises)."""
+        """The follower's floor (one batch behind: see the module docstring) into the task instance's XCom when it
+        moved (best effort: never raises)."""
         ids = self._xcom_ids()
         while ids is not None and self._follower is not None:  # again while the state moved during a save
-            state = self._follower.state()
+            state = self._follower.floor()
             text = json.dumps(state, sort_keys=True)
             if text == self._saved_log_state:
                 return
@@ -416,8 +423,8 @@ class YarnApplicationTrigger(BaseTrigger):
         if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
             self.log_state, self._follower = saved["state"], None
             self._saved_log_state = json.dumps(saved["state"], sort_keys=True)
-            self.log.info("Job log of %s goes on where the previous trigger left it (the triggerer restarted)",
-                          self.app_id)
+            self.log.info("Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
+                          "restarted): its last batch of lines is shown again, marked re-shown", self.app_id)
 
     def _event(self, status: str, app: Optional[dict], message: str) -> TriggerEvent:
         payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
