@@ -159,11 +159,12 @@ class LogFollower:
         self._missing: dict[str, set] = {}  # this poll: container -> files the NM does not have (404)
         self._out: list[str] = []
         self._before = ""
-        #: (container, file) -> (offset of its first line, offset after its last, its entry) in the last poll that
-        #: logged job lines (see floor()); _polled: the same for this poll
-        self._batch: dict[tuple[str, str], tuple[int, int, dict]] = {}
+        #: the last two polls that logged job lines (see floor()), oldest first, each (bytes emitted before it,
+        #: (container, file) -> (offset of its first line, offset after its last, the container's entry));
+        #: _polled: this poll's
+        self._batches: list[tuple[int, dict[tuple[str, str], tuple[int, int, dict]]]] = []
         self._polled: dict[tuple[str, str], tuple[int, int, dict]] = {}
-        self._emitted_before = self._emitted_at_begin = self._s["emitted"]
+        self._emitted_at_begin = self._s["emitted"]
         self._reshow_said: set[tuple[str, str]] = set()
 
     # ---- state -----------------------------------------------------------------------------------------------
@@ -190,21 +191,23 @@ class LogFollower:
         return copy.deepcopy(self._s)
 
     def floor(self) -> dict:
-        """The state from before the last poll that logged lines, with marks up to where that poll got: what a
-        trigger saves for a successor after a crash. Lines just logged may not have reached the log yet (a
-        triggerer's log lines and its XCom calls travel apart), so the saved offsets stay one batch behind (a lower
-        bound), and the successor shows that batch again, each line marked ``[re-shown @<offset>]``."""
+        """What a trigger saves for a successor after a crash, *before* it logs the lines the poll just read: the
+        state with the offsets from before the last two polls that read job lines (the batch logged last, which may
+        not have reached the log yet — a triggerer's log lines and its XCom calls travel apart — and the one about
+        to be logged), marked up to where they got. A lower bound: the successor shows those lines again, each
+        marked ``[re-shown @<offset>]``, and no line it shows unmarked was logged before."""
         floor = self.state()
-        for (cid, file), (start, end, entry) in self._batch.items():
-            if cid not in floor["follow"]:  # read to its end in that poll: follow it again
-                floor["follow"][cid] = copy.deepcopy(entry)
-                floor["done"] = [c for c in floor["done"] if c != cid]
-            offsets = floor["follow"][cid]["offsets"]
-            offsets[file] = start if offsets.get(file) is None else min(start, offsets[file])
-            marks = floor["reshow"].setdefault(cid, {})
-            marks[file] = max(end, marks.get(file, 0))
-        if self._batch:
-            floor["emitted"] = self._emitted_before
+        for _, batch in self._batches:
+            for (cid, file), (start, end, entry) in batch.items():
+                if cid not in floor["follow"]:  # read to its end in that poll: follow it again
+                    floor["follow"][cid] = copy.deepcopy(entry)
+                    floor["done"] = [c for c in floor["done"] if c != cid]
+                offsets = floor["follow"][cid]["offsets"]
+                offsets[file] = start if offsets.get(file) is None else min(start, offsets[file])
+                marks = floor["reshow"].setdefault(cid, {})
+                marks[file] = max(end, marks.get(file, 0))
+        if self._batches:
+            floor["emitted"] = self._batches[0][0]
         return floor
 
     @staticmethod
@@ -519,8 +522,8 @@ class LogFollower:
     def _end(self) -> list[str]:
         if json.dumps(self._s, sort_keys=True) != self._before:
             self._s["seq"] += 1
-        if self._polled:  # job lines logged: they are the batch floor() keeps behind
-            self._batch, self._emitted_before = self._polled, self._emitted_at_begin
+        if self._polled:  # job lines read: floor() keeps them (and the batch before) behind
+            self._batches = (self._batches + [(self._emitted_at_begin, self._polled)])[-2:]
         return self._out
 
     # ---- drivers -----------------------------------------------------------------------------------------------
