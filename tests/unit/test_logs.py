@@ -347,6 +347,22 @@ def test_a_crashed_triggerer_recreates_the_trigger_from_its_deferral_kwargs_and_
     assert other.log_state is None
 
 
+def test_the_floor_is_two_batches_behind_even_for_a_container_read_to_its_end(nm, hook):
+    f = LogFollower("chief:0")
+    nm.write(CHIEF_CID, "stdout", "0\n1\n")
+    f.poll(hook, RUNNING, app=app())
+    nm.write(CHIEF_CID, "stdout", "2\n")
+    f.poll(hook, RUNNING, app=app())
+    nm.write(CHIEF_CID, "stdout", "3\n")
+    assert f.poll(hook, None, app=app("FINISHED", "SUCCEEDED"), final=True) == ["chief:0 | 3"]
+    assert f.state()["done"] == [CHIEF_CID]  # read to its end: never read again by this follower
+    successor = LogFollower("chief:0", state=json.loads(json.dumps(f.floor())))
+    assert successor.poll(hook, None, app=app("FINISHED", "SUCCEEDED"), final=True) == [
+        f"chief:0 | ... re-shown from {CHIEF_CID}/stdout@4 after a triggerer restart",
+        "chief:0 [re-shown @4] | 2", "chief:0 [re-shown @6] | 3"]
+    assert successor.state()["reshow"] == {} and successor.state()["done"] == [CHIEF_CID]
+
+
 def test_lines_logged_just_before_a_triggerer_crash_are_shown_again_marked_never_lost(nm):
     """The batch a trigger logged last before the triggerer died may never have reached the log (its lines and the
     XCom save travel on different connections): the offsets a poll saves, before it logs its lines, are one batch
