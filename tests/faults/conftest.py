@@ -120,9 +120,10 @@ def pytest_terminal_summary(terminalreporter):
     if not FAULT_ROWS:
         return
     terminalreporter.section("fault table")
-    terminalreporter.write_line(f"{'fault':58} {'recovered':9} {'seconds':>8} {'dup apps':>8} {'lost':>5}  where")
+    width = max(len(r["fault"]) for r in FAULT_ROWS)
+    terminalreporter.write_line(f"{'fault':{width}} {'recovered':9} {'seconds':>8} {'dup apps':>8} {'lost':>5}  where")
     for r in FAULT_ROWS:
-        terminalreporter.write_line(f"{r['fault']:58} {r['recovered']:9} {r['seconds']!s:>8} "
+        terminalreporter.write_line(f"{r['fault']:{width}} {r['recovered']:9} {r['seconds']!s:>8} "
                                     f"{r['duplicate_apps']!s:>8} {r['lost_outputs']!s:>5}  {r['where']}")
 
 
