@@ -125,6 +125,7 @@ class _Pending:
     lines: list[str]
     end: int  # offset after these lines
     notes: list[str] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)  # offset of each line
 
 
 class LogFollower:
@@ -158,6 +159,13 @@ class LogFollower:
         self._missing: dict[str, set] = {}  # this poll: container -> files the NM does not have (404)
         self._out: list[str] = []
         self._before = ""
+        #: the last two polls that logged job lines (see floor()), oldest first, each (bytes emitted before it,
+        #: (container, file) -> (offset of its first line, offset after its last, the container's entry));
+        #: _polled: this poll's
+        self._batches: list[tuple[int, dict[tuple[str, str], tuple[int, int, dict]]]] = []
+        self._polled: dict[tuple[str, str], tuple[int, int, dict]] = {}
+        self._emitted_at_begin = self._s["emitted"]
+        self._reshow_said: set[tuple[str, str]] = set()
 
     # ---- state -----------------------------------------------------------------------------------------------
     @staticmethod
@@ -174,11 +182,33 @@ class LogFollower:
             "capped": bool(s.get("capped")),
             "resume": bool(s.get("resume")),
             "seq": int(s.get("seq") or 0),  # polls that moved something: which of two states is later
+            # container -> {file: offset}: lines before it were shown by an earlier trigger (maybe lost with it)
+            "reshow": {str(c): dict(f) for c, f in (s.get("reshow") or {}).items() if isinstance(f, dict)},
         }
 
     def state(self) -> dict:
         """A JSON-able copy of what a successor needs to go on without repeating or losing lines."""
         return copy.deepcopy(self._s)
+
+    def floor(self) -> dict:
+        """What a trigger saves for a successor after a crash, *before* it logs the lines the poll just read: the
+        state with the offsets from before the last two polls that read job lines (the batch logged last, which may
+        not have reached the log yet — a triggerer's log lines and its XCom calls travel apart — and the one about
+        to be logged), marked up to where they got. A lower bound: the successor shows those lines again, each
+        marked ``[re-shown @<offset>]``, and no line it shows unmarked was logged before."""
+        floor = self.state()
+        for _, batch in self._batches:
+            for (cid, file), (start, end, entry) in batch.items():
+                if cid not in floor["follow"]:  # read to its end in that poll: follow it again
+                    floor["follow"][cid] = copy.deepcopy(entry)
+                    floor["done"] = [c for c in floor["done"] if c != cid]
+                offsets = floor["follow"][cid]["offsets"]
+                offsets[file] = start if offsets.get(file) is None else min(start, offsets[file])
+                marks = floor["reshow"].setdefault(cid, {})
+                marks[file] = max(end, marks.get(file, 0))
+        if self._batches:
+            floor["emitted"] = self._batches[0][0]
+        return floor
 
     @staticmethod
     def progress(state: Optional[dict]) -> int:
@@ -382,15 +412,17 @@ class LogFollower:
         lines = complete.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
-        texts = []
+        texts, starts, at = [], [], offset
         for raw in lines:
+            starts.append(at)
+            at += len(raw) + 1
             text = raw.decode("utf-8", errors="replace").rstrip("\r")
             if "\r" in text:  # progress bars: what a terminal would show
                 text = text.rsplit("\r", 1)[-1] or text.replace("\r", " ")
             if len(raw) > MAX_LINE_BYTES:
                 text = text[:MAX_LINE_BYTES] + f" [line cut at {MAX_LINE_BYTES} bytes]"
             texts.append(text)
-        pending.append(_Pending(fetch.cid, fetch.file, texts, offset + len(complete), notes))
+        pending.append(_Pending(fetch.cid, fetch.file, texts, offset + len(complete), notes, starts))
         self._answered.setdefault(fetch.cid, set()).add(fetch.file)
         return None
 
@@ -418,6 +450,10 @@ class LogFollower:
             if entry is None:
                 continue
             entry["offsets"][item.file] = item.end
+            marks = self._s["reshow"].get(item.cid, {})
+            shown_to = marks.pop(item.file, None) if item.end >= marks.get(item.file, -1) else marks.get(item.file)
+            if not marks:
+                self._s["reshow"].pop(item.cid, None)
             if self._s["capped"]:
                 continue
             prefix = self._prefix(entry["task"], item.file)
@@ -428,13 +464,22 @@ class LogFollower:
             if skipped:
                 self._note(f"{prefix}... {skipped} lines skipped (more than {self.lines_per_poll} lines per poll); "
                            f"full log: {self._link(item.cid, item.file)}")
-            for text in item.lines[skipped:]:
+            for text, start in zip(item.lines[skipped:], item.starts[skipped:]):
                 size = len(text.encode("utf-8", errors="replace")) + 1
                 if self._s["emitted"] + size > self.max_bytes:
                     self._cap()
                     break
                 self._s["emitted"] += size
-                self._out.append(prefix + text)
+                if (item.cid, item.file) not in self._polled:
+                    self._polled[(item.cid, item.file)] = (start, item.end, copy.deepcopy(entry))
+                if shown_to is not None and start < shown_to:  # shown before a triggerer restart: mark it
+                    if (item.cid, item.file) not in self._reshow_said:
+                        self._reshow_said.add((item.cid, item.file))
+                        self._note(f"{prefix}... re-shown from {item.cid}/{item.file}@{start} after a triggerer "
+                                   "restart")
+                    self._out.append(f"{prefix[:-2]}[re-shown @{start}] | {text}")
+                else:
+                    self._out.append(prefix + text)
 
     def _cap(self) -> None:
         self._s["capped"] = True
@@ -461,6 +506,8 @@ class LogFollower:
 
     def _begin(self, status: Optional[dict], app: Optional[dict], final: bool) -> bool:
         self._before = json.dumps(self._s, sort_keys=True)
+        self._polled = {}
+        self._emitted_at_begin = self._s["emitted"]
         self._out = []
         self._polls += 1
         self._final = final
@@ -475,6 +522,8 @@ class LogFollower:
     def _end(self) -> list[str]:
         if json.dumps(self._s, sort_keys=True) != self._before:
             self._s["seq"] += 1
+        if self._polled:  # job lines read: floor() keeps them (and the batch before) behind
+            self._batches = (self._batches + [(self._emitted_at_begin, self._polled)])[-2:]
         return self._out
 
     # ---- drivers -----------------------------------------------------------------------------------------------

@@ -13,9 +13,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 
-def kind(path: str) -> str:
-    """``list`` (GET /ws/v1/cluster/apps), ``app`` (GET /ws/v1/cluster/apps/{id}), else ``other``."""
+def kind(path: str, method: str = "GET") -> str:
+    """``list`` (GET /ws/v1/cluster/apps), ``app`` (GET /ws/v1/cluster/apps/{id}), ``kill`` (PUT
+    /ws/v1/cluster/apps/{id}/state), else ``other``."""
     path = urlsplit(path).path.rstrip("/")
+    if method == "PUT" and path.startswith("/ws/v1/cluster/apps/") and path.endswith("/state"):
+        return "kill"
     if path == "/ws/v1/cluster/apps":
         return "list"
     if path.startswith("/ws/v1/cluster/apps/") and path.count("/") == 5:
@@ -45,7 +48,7 @@ class CountingProxy:
 
             def _forward(self):
                 with proxy.lock:
-                    proxy.counts[kind(self.path)] += 1
+                    proxy.counts[kind(self.path, self.command)] += 1
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items()

@@ -30,12 +30,20 @@ operator can summarise.
   into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.logs.LogFollower`
   does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
   from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
-  triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll that moved
-  them the trigger also saves them in an XCom of its task instance (``melon_job_log_state``; XComs live until
-  the task's next try), and a trigger that starts reads it and goes on from the later of the two. Both run beside
-  the poll loop (the triggerer's first XCom call can take long: it starts its in-process API then): until the
-  saved offsets are read, job log reads wait (their lines come later, none lost or repeated); a save runs while
-  the next poll goes on, one at a time.
+  triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll the trigger
+  also saves offsets in an XCom of its task instance (``melon_job_log_state``; XComs live until the task's next
+  try), and a trigger that starts reads it and goes on from the later of the two. At least once, never lost: the
+  lines a poll logs reach the task log on the triggerer's log socket, the XCom on another connection, nothing
+  orders the two. So a poll that read lines first saves the follower's :meth:`~LogFollower.floor` — the offsets
+  from *before* the batch logged last (one batch behind), marked up to the end of the lines just read — and only
+  then logs them. After a crash the new trigger shows the marked lines again (``... re-shown from
+  <container>/<file>@<offset> after a triggerer restart``, then each as ``chief:0 [re-shown @<offset>] | ...``):
+  every line the old trigger logged is either before the floor (logged a poll earlier) or marked, so a reader
+  drops a repeat by its container, file and offset. The read of the saved offsets runs beside the poll loop (the
+  triggerer's first XCom call can take long: it starts its in-process API then): until it is done, job log
+  reads wait (their lines come later, none lost); a save that fails or takes over RESTORE_WAIT_S is skipped
+  (the lines are logged all the same; a crash then could repeat some unmarked). (With remote logging Airflow uploads a trigger's log when the trigger ends; the
+  lines of a trigger that died unended are not uploaded, and the re-shown batch does not cover them.)
 
 The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
 the trigger (state classification, progress lines, per-role task summaries), so all three judge an
@@ -286,7 +294,6 @@ class YarnApplicationTrigger(BaseTrigger):
         self._follower: Optional[LogFollower] = None
         self._saved_log_state: Optional[str] = None
         self._restoring: Optional[asyncio.Future] = None  # reading the saved offsets (a crashed triggerer)
-        self._saving: Optional[asyncio.Future] = None  # the save in flight
         self._last_tasks: Optional[list] = None
         self._melon_hook: Any = None
         self._poll_due: Optional[float] = None  # monotonic time of the next shared poll (None: now)
@@ -365,10 +372,10 @@ class YarnApplicationTrigger(BaseTrigger):
         except Exception as exc:  # noqa: BLE001 - apoll does not raise; belt and braces
             self.log.debug("job logs of %s unavailable: %s", self.app_id, exc)
             return
+        if lines and self._xcom_ids() is not None:
+            await self._save_log_state()  # before the lines go out: the saved marks cover them
         for line in lines:
             self.log.info("%s", line)
-        if self._xcom_ids() is not None and (self._saving is None or self._saving.done()):
-            self._saving = asyncio.ensure_future(self._save_log_state())
 
     def _xcom_ids(self) -> Optional[dict]:
         ti = self.task_instance
@@ -379,10 +386,11 @@ class YarnApplicationTrigger(BaseTrigger):
                 "map_index": -1 if map_index is None else int(map_index)}
 
     async def _save_log_state(self) -> None:
-        """The follower's state into the task instance's XCom when it moved (best effort: never raises)."""
+        """The follower's floor (one batch behind: see the module docstring) into the task instance's XCom when it
+        moved (best effort: never raises)."""
         ids = self._xcom_ids()
-        while ids is not None and self._follower is not None:  # again while the state moved during a save
-            state = self._follower.state()
+        if ids is not None and self._follower is not None:
+            state = self._follower.floor()
             text = json.dumps(state, sort_keys=True)
             if text == self._saved_log_state:
                 return
@@ -419,8 +427,8 @@ class YarnApplicationTrigger(BaseTrigger):
         if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
             self.log_state, self._follower = saved["state"], None
             self._saved_log_state = json.dumps(saved["state"], sort_keys=True)
-            self.log.info("Job log of %s goes on where the previous trigger left it (the triggerer restarted)",
-                          self.app_id)
+            self.log.info("Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
+                          "restarted): its last batch of lines is shown again, marked re-shown", self.app_id)
 
     def _event(self, status: str, app: Optional[dict], message: str) -> TriggerEvent:
         payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
@@ -562,9 +570,8 @@ class YarnApplicationTrigger(BaseTrigger):
                     return
                 await self._sleep()
         except asyncio.CancelledError:
-            for pending in (self._restoring, self._saving):
-                if pending is not None and not pending.done():
-                    pending.cancel()
+            if self._restoring is not None and not self._restoring.done():
+                self._restoring.cancel()
             # Below Airflow 3.3 there is no on_kill(): kill here if the task is no longer deferred (the user
             # acted on it), not when the triggerer merely stops or moves this trigger.
             if self.cancel_on_kill and self.app_id and not trigger_has_on_kill():

@@ -5,6 +5,7 @@ on a real scheduler and triggerer."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -19,6 +20,7 @@ def _marker(output: str, marker: str) -> dict:
 
 
 def test_mnist_pipeline(airflow, melon_hook):
+    started_ms = int(time.time() * 1000)
     result = airflow.run("dags", "test", "melon_mnist_pipeline", timeout=900)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
@@ -26,7 +28,9 @@ def test_mnist_pipeline(airflow, melon_hook):
     assert published["accuracy"] >= published["threshold"]
     path = melon_hook.hdfs_path(published["published"])
     assert "saved_model.pb" in melon_hook.hdfs.list(path)
-    # train and evaluate ran as YARN applications tagged with this DAG
-    apps = melon_hook.yarn.find_applications(["airflow-dag:melon_mnist_pipeline"])
-    assert {a["name"] for a in apps} >= {"mnist-mwms", "mnist-evaluate"}
+    # train and evaluate ran as YARN applications tagged with this DAG, in this run (not an earlier one)
+    apps = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_mnist_pipeline"])
+            if int(a.get("startedTime") or 0) >= started_ms]
+    assert sorted(a["name"] for a in apps if a["name"] in ("mnist-mwms", "mnist-evaluate")) == \
+        ["mnist-evaluate", "mnist-mwms"], [(a["id"], a["name"], a["finalStatus"]) for a in apps]
     assert all(a["finalStatus"] == "SUCCEEDED" for a in apps if a["name"] in ("mnist-mwms", "mnist-evaluate"))

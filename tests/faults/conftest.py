@@ -7,8 +7,10 @@ restarting). The cluster here is not the session's: three NodeManagers (so a los
 go), a 12 s NodeManager expiry (the RM finds a silent node LOST after 12 s instead of 10 min) and RM recovery
 (work-preserving, state in the work dir). It is started for the tests that need it and stopped after them (package scope).
 
-Each test records a row (fault, recovered, seconds to recover, duplicate applications, lost outputs); the table
-is printed at the end of the run.
+Each test records a row (fault, recovered, seconds to recover, duplicate applications, lost outputs) with
+:func:`fault_row`; the row is built when the test ends, passed or failed, from what the cluster shows then (the
+applications carrying the test's identity tag, the declared outputs present on HDFS, whether the recovery was seen
+and the application ended as it should), so a broken recovery shows as "no". The table is printed at the end.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import os
 import re
 import signal
 import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -47,27 +52,79 @@ def fault_jobs(fault_hook, fault_cluster, tmp_path_factory):
     j.kill_all()
 
 
-@pytest.fixture
-def report():
-    """``report(fault, recovered, seconds, duplicate_apps, lost_outputs, where)``: one row of the fault table."""
-    def add(fault: str, *, recovered: bool, seconds: float, duplicate_apps: int = 0, lost_outputs: int = 0,
-            where: str = "mini cluster") -> None:
-        row = {"fault": fault, "recovered": "yes" if recovered else "no", "seconds": round(seconds, 1),
-               "duplicate_apps": duplicate_apps, "lost_outputs": lost_outputs, "where": where}
-        FAULT_ROWS.append(row)
-        print(f"FAULT {row}")
+class FaultRow:
+    """What a fault test tells its row: when the fault was injected (:meth:`injected`) and when the cluster showed
+    the recovery (:meth:`recovered`); ``app_id`` once known (for the identity tag of an app submitted elsewhere)."""
 
-    return add
+    def __init__(self, identity: Optional[str]):
+        self.identity = identity
+        self.app_id: Optional[str] = None
+        self.t0: Optional[float] = None
+        self.recovered_at: Optional[float] = None
+
+    @property
+    def tags(self) -> list[str]:
+        """The tags to submit with: the identity tag the row counts applications by."""
+        return [self.identity] if self.identity else []
+
+    def injected(self) -> None:
+        self.t0 = time.monotonic()
+
+    def recovered(self) -> float:
+        self.recovered_at = time.monotonic()
+        return self.recovered_at - (self.t0 or self.recovered_at)
+
+
+def _identity_of(hook, app_id: str) -> Optional[str]:
+    from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX
+
+    tags = hook.yarn.get_application(app_id).get("applicationTags") or ""
+    return next((t for t in tags.split(",") if t.startswith(IDENTITY_TAG_PREFIX)), None)
+
+
+@pytest.fixture
+def fault_row(request):
+    """``with fault_row(fault, hook=..., outputs=[hdfs paths], end=("FINISHED", "SUCCEEDED")) as row:`` — the
+    test calls ``row.injected()`` and, once the cluster shows the recovery, ``row.recovered()``; it submits with
+    ``tags=row.tags`` (or sets ``row.app_id``). The row is recorded when the block ends, however it ends."""
+    @contextmanager
+    def row(fault: str, *, hook, outputs=(), end: Optional[tuple] = ("FINISHED", "SUCCEEDED"), apps: bool = True,
+            where: str = "mini cluster"):
+        from airflow_provider_melon.submission import identity_tag
+
+        rec = FaultRow(identity_tag("fault-suite", "faults", request.node.name, uuid.uuid4().hex) if apps else None)
+        try:
+            yield rec
+        finally:
+            seen: dict = {"fault": fault, "where": where}
+            try:
+                identity = _identity_of(hook, rec.app_id) if rec.app_id else rec.identity
+                found = hook.yarn.find_applications([identity]) if apps and identity else []
+                seen["duplicate_apps"] = max(0, len(found) - 1) if apps else "-"
+                ended = (found[0].get("state"), found[0].get("finalStatus")) if found else None
+                seen["lost_outputs"] = sum(not hook.hdfs.status(p, strict=False) for p in outputs)
+                ok = rec.recovered_at is not None and (end is None or ended == tuple(end))
+                seen["recovered"] = "yes" if ok else f"no (app {ended})" if end and ended != tuple(end) else "no"
+            except Exception as exc:  # noqa: BLE001 - the row says it could not look
+                seen.setdefault("recovered", f"unknown ({type(exc).__name__})")
+            seen.setdefault("duplicate_apps", "?")
+            seen.setdefault("lost_outputs", "?")
+            seen["seconds"] = round(rec.recovered_at - rec.t0, 1) if rec.recovered_at and rec.t0 else "-"
+            FAULT_ROWS.append(seen)
+            print(f"FAULT {seen}")
+
+    return row
 
 
 def pytest_terminal_summary(terminalreporter):
     if not FAULT_ROWS:
         return
     terminalreporter.section("fault table")
-    terminalreporter.write_line(f"{'fault':58} {'recovered':9} {'seconds':>8} {'dup apps':>8} {'lost':>5}  where")
+    width = max(len(r["fault"]) for r in FAULT_ROWS)
+    terminalreporter.write_line(f"{'fault':{width}} {'recovered':9} {'seconds':>8} {'dup apps':>8} {'lost':>5}  where")
     for r in FAULT_ROWS:
-        terminalreporter.write_line(f"{r['fault']:58} {r['recovered']:9} {r['seconds']:>8} {r['duplicate_apps']:>8} "
-                                    f"{r['lost_outputs']:>5}  {r['where']}")
+        terminalreporter.write_line(f"{r['fault']:{width}} {r['recovered']:9} {r['seconds']!s:>8} "
+                                    f"{r['duplicate_apps']!s:>8} {r['lost_outputs']!s:>5}  {r['where']}")
 
 
 # ---- processes of the mini cluster's containers (they are local processes) ---------------------------------------
@@ -107,10 +164,18 @@ def sigkill_group(pgid: int) -> None:
 
 
 def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
+    """``predicate()`` once truthy. An exception from it counts as "not yet" (a daemon restarting does not answer);
+    at ``timeout`` the failure says what the last try saw."""
     deadline = time.monotonic() + timeout
+    last = None
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except Exception as exc:  # noqa: BLE001 - shown on timeout
+            value, last = None, exc
+        else:
+            last = value
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last saw: {last!r}"[:2000])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import time
 
 import pytest
 
@@ -17,10 +16,16 @@ from .conftest import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_namenode_restart_during_staging(fault_hook, fault_cluster, report):
+def test_namenode_restart_during_staging(fault_hook, fault_cluster, fault_row):
     data = os.urandom(192 * 1024 * 1024)  # big enough that the restart lands while it is being written
     digest = hashlib.sha256(data).hexdigest()
     target_dir = f"{fault_hook.cache_dir}/{digest}"
+    with fault_row("NameNode restarted during staging (192 MiB upload)", hook=fault_hook, apps=False, end=None,
+                   outputs=[f"{target_dir}/code.zip"]) as row:
+        _restart_during_staging(fault_hook, fault_cluster, row, data, digest, target_dir)
+
+
+def _restart_during_staging(fault_hook, fault_cluster, row, data: bytes, digest: str, target_dir: str):
     outcome: dict = {}
 
     def stage():
@@ -35,12 +40,12 @@ def test_namenode_restart_during_staging(fault_hook, fault_cluster, report):
     wait_for(lambda: any(n.endswith(".tmp") for n in (fault_hook.hdfs.list(target_dir) if
                                                          fault_hook.hdfs.status(target_dir, strict=False) else [])),
              60, "the upload's temporary file", every=0.05)
-    t0 = time.monotonic()
+    row.injected()
     restarted = mc.control(fault_cluster, "namenode/restart")
     stager.join(timeout=300)
-    recovered_s = time.monotonic() - t0
     assert not stager.is_alive(), "staging did not finish within 300 s of the restart"
     assert "error" not in outcome, f"staging failed: {outcome.get('error')}"
+    recovered_s = row.recovered()
     staged = outcome["staged"]
     assert staged.size == len(data) and staged.uploaded_bytes == len(data)
 
@@ -50,6 +55,4 @@ def test_namenode_restart_during_staging(fault_hook, fault_cluster, report):
     assert fault_hook.hdfs.list(target_dir) == ["code.zip"]
     # staged again: found cached, nothing uploaded
     assert fault_hook.stage_content("code.zip", data).uploaded_bytes == 0
-    report("NameNode restarted during staging (192 MiB upload)", recovered=True, seconds=recovered_s,
-           lost_outputs=0)
     print(f"NameNode restart took {restarted['seconds']} s; staging finished {recovered_s:.1f} s after it began")

@@ -1,11 +1,14 @@
-"""Airflow's triggerer killed (SIGKILL) while a train task is deferred: the YARN application keeps running, the task
-stays deferred, and a new triggerer resumes the trigger; the task succeeds, with one application, and the job's
-output reaches the task log once: the new trigger goes on from the offsets the old one saved (an XCom), not from
-the ones its kwargs had when the task deferred."""
+"""Airflow's triggerer killed (SIGKILL), several times at random points, while a train task is deferred and its job
+prints 200 lines: the YARN application keeps running, the task stays deferred, and each new triggerer resumes the
+trigger; the task succeeds, with one application, and every job line reaches the task log at least once and in
+order. The new trigger goes on from the offsets the old one saved (an XCom) before it logged its last lines — one
+batch behind —, so the lines the old one may have logged into a log that never got them come again, marked
+``[re-shown @<offset>]``; no line comes again unmarked."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 import time
 
@@ -19,6 +22,9 @@ from .conftest import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DAG_ID, TASK_ID = "melon_fault_probe", "train"
+LINES, PER_SECOND, KILLS = 200, 1.5, 3
+PLAIN = re.compile(r"worker:0 \| probe (\d+)\b")
+MARKED = re.compile(r"worker:0 \[re-shown @(\d+)\] \| probe (\d+)\b")
 
 
 def _ti(stack, run_id: str) -> dict:
@@ -31,52 +37,118 @@ def _ti(stack, run_id: str) -> dict:
     return ti
 
 
-def test_triggerer_killed_while_a_train_task_is_deferred(airflow_stack, melon_hook, report):
-    stack = airflow_stack
-    run_id = stack.trigger(DAG_ID, conf={"seconds": 60})
-    ti = wait_for(lambda: (lambda t: t if t.get("state") == "deferred" and t.get("triggerer_job") else None)(
-        _ti(stack, run_id)), 300, "the train task deferred to a triggerer", every=1)
-    first = ti["triggerer_job"]["id"]
-    [app] = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
+def _wait_ti(stack, run_id: str, cond, timeout: float, what: str) -> dict:
+    """The task instance once ``cond(ti)`` holds; the failure shows the last one seen."""
+    seen: dict = {}
 
-    def saved_seq():
+    def check():
+        seen["ti"] = _ti(stack, run_id)
+        return seen["ti"] if cond(seen["ti"]) else None
+    try:
+        return wait_for(check, timeout, what, every=1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the task instance: {seen.get('ti')}") from None
+
+
+def job_lines(task_log: str) -> list[tuple[int, bool]]:
+    """(probe number, marked re-shown) of each job line of the task log, in order."""
+    out = []
+    for line in task_log.splitlines():
+        if m := MARKED.search(line):
+            out.append((int(m.group(2)), True))
+        elif m := PLAIN.search(line):
+            out.append((int(m.group(1)), False))
+    return out
+
+
+def events(trigger_log: str) -> list[str]:
+    """A trigger log's events less the job's own lines (for a failure message)."""
+    out = []
+    for line in trigger_log.splitlines():
         try:
-            value = stack.xcom(DAG_ID, run_id, TASK_ID, LOG_STATE_XCOM_KEY)
+            entry = json.loads(line)
+        except ValueError:
+            out.append(line[:200])
+            continue
+        if "| probe" not in str(entry.get("event")):
+            out.append(f"{entry.get('timestamp', '')[11:23]} {str(entry.get('event'))[:200]}")
+    return out[:60]
+
+
+def test_triggerer_killed_while_a_train_task_is_deferred(airflow_stack, melon_hook, fault_row):
+    stack = airflow_stack
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    with fault_row(f"Airflow triggerer SIGKILLed up to {KILLS} times while a train task was deferred",
+                   hook=melon_hook, where="mini cluster + real Airflow") as row:
+        run_id = stack.trigger(DAG_ID, conf={"lines": LINES, "per_second": PER_SECOND})
+        ti = _wait_ti(stack, run_id, lambda t: t.get("state") == "deferred" and t.get("triggerer_job"), 300,
+                      "the train task deferred to a triggerer")
+        [app] = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
+        row.app_id = app["id"]
+
+        def saved_seq() -> int:
+            try:
+                value = stack.xcom(DAG_ID, run_id, TASK_ID, LOG_STATE_XCOM_KEY)
+            except Exception:  # noqa: BLE001 - not saved yet
+                return 0
             return (json.loads(value) if isinstance(value, str) else value)["state"]["seq"]
-        except Exception:  # noqa: BLE001 - not saved yet
-            return None
-    seq = wait_for(saved_seq, 240, "the trigger to save job log offsets", every=0.5)
-    wait_for(lambda: (saved_seq() or 0) > seq, 60, "the next save", every=0.3)  # a poll ended just now
 
-    stack.kill_component("triggerer")
-    t0 = time.monotonic()
-    time.sleep(10)  # no triggerer at all for a while: nothing fails, the application runs on
-    assert wait_for(lambda: _ti(stack, run_id).get("state"), 60, "the task's state") == "deferred"
-    assert melon_hook.yarn.get_application(app["id"])["state"] == "RUNNING"
+        def ended() -> bool:
+            return melon_hook.yarn.get_application(app["id"])["state"] in ("FINISHED", "FAILED", "KILLED")
 
-    stack.start_component("triggerer")
-    def taken_over():
-        t = _ti(stack, run_id)
-        return t if (t.get("triggerer_job") or {}).get("id") not in (None, first) or t.get("state") == "success" \
-            else None
+        killed: list[tuple[int, float]] = []  # (triggerer id, seconds after the save it followed)
+        triggerer = ti["triggerer_job"]["id"]
+        for _ in range(KILLS):
+            # the current trigger streams: it saved offsets since it took over (read now: a save of the killed one
+            # landed before this)
+            seq = saved_seq()
+            wait_for(lambda: saved_seq() > seq or ended(), 240,
+                     f"the trigger on triggerer {triggerer} to save job log offsets past seq {seq}", every=0.3)
+            if ended():
+                break  # the job is over: no more kills mid-job
+            delay = rng.uniform(0, 5)  # a random point of the trigger's 5 s poll cycle
+            time.sleep(delay)
+            stack.kill_component("triggerer")
+            killed.append((triggerer, round(delay, 2)))
+            row.injected()
+            # no triggerer at all: nothing fails, the task stays deferred and the application runs on
+            assert wait_for(lambda: _ti(stack, run_id).get("state"), 60, "the task's state") == "deferred"
+            stack.start_component("triggerer")
+            taken = _wait_ti(stack, run_id, lambda t: (t.get("triggerer_job") or {}).get("id") not in (None, triggerer)
+                             or t.get("state") == "success", 240,
+                             f"a new triggerer to take the trigger over from {triggerer}")
+            row.recovered()
+            if taken.get("state") == "success":
+                break
+            triggerer = taken["triggerer_job"]["id"]
+        print(f"seed {seed}: killed triggerers (id, seconds after a save) {killed}")
+        assert killed, "no kill landed while the job ran"
 
-    resumed = wait_for(taken_over, 240, "a new triggerer to take the trigger over", every=1)
-    picked_up_s = time.monotonic() - t0
-    run = stack.wait_run(DAG_ID, run_id, timeout=300)
-    assert run["state"] == "success", stack.task_states(DAG_ID, run_id)
-    apps = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
-    assert [a["id"] for a in apps] == [app["id"]] and apps[0]["finalStatus"] == "SUCCEEDED", apps
-    second = (resumed.get("triggerer_job") or {}).get("id")
-    if second is not None:  # the new triggerer's own log of this trigger
-        log = (stack.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={TASK_ID}"
-               / f"attempt=1.log.trigger.{second}.log")
-        assert "reached FINISHED" in log.read_text(), log
-        assert "goes on where the previous trigger left it" in log.read_text(), log
-    assert second != first
-    task_log = stack.task_log(DAG_ID, run_id, TASK_ID)
-    shown = [int(n) for n in re.findall(r"worker:0 \| probe (\d+)\b", task_log)]
-    assert shown == list(range(60)), f"every job line once, in order, across the triggerer crash: {shown}"
-    assert task_log.count("worker:0 | probe done") == 1
-    report("Airflow triggerer SIGKILLed while a train task was deferred", recovered=True, seconds=picked_up_s,
-           duplicate_apps=len(apps) - 1, where="mini cluster + real Airflow")
-    print(f"triggerer {first} killed; triggerer {second} took the trigger over {picked_up_s:.1f} s later")
+        run = stack.wait_run(DAG_ID, run_id, timeout=300)
+        assert run["state"] == "success", stack.task_states(DAG_ID, run_id)
+        apps = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
+        assert [a["id"] for a in apps] == [app["id"]] and apps[0]["finalStatus"] == "SUCCEEDED", apps
+
+        # each triggerer that ran the trigger has its own log of it; each after a kill went on from saved offsets
+        logs_dir = stack.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={TASK_ID}"
+        trigger_logs = {int(p.name.split(".")[-2]): p.read_text() for p in logs_dir.glob("attempt=1.log.trigger.*.log")}
+        assert {t for t, _ in killed} <= set(trigger_logs), (killed, sorted(trigger_logs))
+        later = [text for tid, text in sorted(trigger_logs.items()) if tid != ti["triggerer_job"]["id"]]
+        assert len(later) >= len(killed), (killed, sorted(trigger_logs))
+        resumed = [tid for tid, text in trigger_logs.items() if "goes on from the offsets the previous trigger saved"
+                   in text]
+        assert set(resumed) >= {tid for tid in trigger_logs if tid != ti["triggerer_job"]["id"]}, \
+            {tid: events(text) for tid, text in trigger_logs.items() if tid not in resumed}
+        assert "reached FINISHED" in later[-1], events(later[-1])
+
+        task_log = stack.task_log(DAG_ID, run_id, TASK_ID)
+        assert "worker:0 | probe done" in task_log
+        shown = job_lines(task_log)
+        missing = sorted(set(range(LINES)) - {n for n, _ in shown})
+        assert not missing, f"job lines lost across {len(killed)} triggerer kills: {missing}"
+        plain = [n for n, marked in shown if not marked]
+        assert plain == sorted(set(plain)), f"a line came again unmarked, or out of order: {plain}"
+        first_seen = list(dict.fromkeys(n for n, _ in shown))
+        assert first_seen == list(range(LINES)), f"job lines out of order: {first_seen}"
+        print(f"{sum(m for _, m in shown)} lines re-shown (marked) after {len(killed)} kills")

@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
+from tests.counting_proxy import CountingProxy
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +83,11 @@ def test_cancel_then_cleanup_keeps_the_app_and_on_kill_kills_it(minicluster, job
     async def scenario():
         trigger = _trigger(minicluster, app_id)
         task = asyncio.ensure_future(trigger.run().__anext__())
-        await asyncio.sleep(6)  # at least one poll
+        for _ in range(600):  # its first poll, within 120 s
+            if trigger.last_state is not None or task.done():
+                break
+            await asyncio.sleep(0.2)
+        assert trigger.last_state == "RUNNING", f"no poll in 120 s ({task})"
         task.cancel()  # what the triggerer does when it stops or moves this trigger
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -100,8 +105,21 @@ def test_cancel_then_cleanup_keeps_the_app_and_on_kill_kills_it(minicluster, job
 
 
 def test_on_kill_respects_cancel_on_kill_false(minicluster, jobs):
+    """Counted at the RM's door (a proxy in front of it): on_kill() with cancel_on_kill off sends no kill at all;
+    the same call with it on, through the same proxy, sends one (so the count can see a kill)."""
     app_id = jobs.submit(_job(60))
     jobs.wait(app_id, timeout=120, states={"RUNNING"})
-    asyncio.run(_trigger(minicluster, app_id, cancel_on_kill=False).on_kill())
-    time.sleep(3)
-    assert jobs.app(app_id)["state"] == "RUNNING"
+    with CountingProxy(minicluster.rm_web_url) as proxy:
+        def through_proxy(**kw):
+            trigger = _trigger(minicluster, app_id, **kw)
+            trigger._hook = AsyncYarnHook(rm_urls=[proxy.url], user=minicluster.user)
+            return trigger
+
+        asyncio.run(through_proxy(cancel_on_kill=False).on_kill())
+        kept = proxy.snapshot()
+        assert jobs.app(app_id)["state"] == "RUNNING"
+        asyncio.run(through_proxy(cancel_on_kill=True).on_kill())
+        killed = proxy.snapshot()
+    assert kept["kill"] == 0, f"on_kill() with cancel_on_kill=False sent {kept['kill']} kill request(s): {kept}"
+    assert killed["kill"] == 1, killed
+    assert jobs.wait(app_id, timeout=10, states={"KILLED"})["state"] == "KILLED"

@@ -285,12 +285,34 @@ async def test_cleanup_never_kills():
     hook.close.assert_called_once()
 
 
-def test_base_trigger_has_on_kill_in_this_airflow():
-    from airflow.triggers.base import BaseTrigger
+@pytest.mark.parametrize("user_action", [True, False], ids=["user-kill", "triggerer-stops"])
+async def test_this_airflows_triggerer_calls_on_kill_on_a_user_kill_only(monkeypatch, user_action):
+    """The installed Airflow's own TriggerRunner.run_trigger: a trigger cancelled for a user action (mark failed,
+    clear) gets on_kill() — the application is killed —; one cancelled because the triggerer stops does not."""
+    from airflow.jobs import triggerer_job_runner as runner_module
 
     from airflow_provider_melon.version_compat import trigger_has_on_kill
 
-    assert hasattr(BaseTrigger, "on_kill") and trigger_has_on_kill()
+    monkeypatch.setenv("AIRFLOW_DISABLE_GREENBACK_PORTAL", "true")
+    trig, hook = make_trigger([app("RUNNING")] * 100, clock=Clock())
+    runner = runner_module.TriggerRunner()
+    runner.triggers[1] = {"name": "melon", "events": 0}
+    task = asyncio.ensure_future(runner.run_trigger(1, trig))
+    runner.triggers[1]["task"] = task
+    for _ in range(100):  # it polls
+        if hook.get_application.await_count:
+            break
+        await asyncio.sleep(0)
+    assert hook.get_application.await_count, "the trigger never polled"
+    if user_action:
+        runner.to_cancel.append(1)
+        await runner.cancel_triggers()  # what the triggerer does for a user action on the task
+    else:
+        task.cancel()  # what it does when it stops
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert trigger_has_on_kill()
+    assert hook.kill_application.await_count == (1 if user_action else 0), hook.kill_application.await_args_list
 
 
 # ---------------------------------------------------------------------------------------------- tags mode

@@ -1,5 +1,6 @@
-"""A DAG for the triggerer fault test: one deferrable train task whose job runs ``params.seconds``, printing
-``probe <i>`` every second (the job log the trigger streams into the task log) and ``probe done``."""
+"""A DAG for the triggerer fault test: one deferrable train task whose job prints ``probe <i>`` for i below
+``params.lines``, ``params.per_second`` lines a second (the job log the trigger streams into the task log), then
+``probe done``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from airflow.sdk import DAG
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 with DAG(dag_id="melon_fault_probe", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, params={"seconds": 60}) as dag:
+         catchup=False, params={"lines": 60, "per_second": 1}) as dag:
     MelonTrainOperator(
         task_id="train",
         deferrable=True,
@@ -17,8 +18,9 @@ with DAG(dag_id="melon_fault_probe", schedule=None, start_date=pendulum.datetime
         job={
             "name": "fault-probe",
             "framework": "generic",
-            "entrypoint": "python -c \"import time\nfor i in range({{ params.seconds }}): "
-                          "print('probe', i, flush=True); time.sleep(1)\nprint('probe done')\"",
+            "entrypoint": "python -c \"import time\nfor i in range({{ params.lines }}): "
+                          "print('probe', i, flush=True); time.sleep(1 / {{ params.per_second }})\n"
+                          "print('probe done')\"",
             "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
         },
     )

@@ -511,9 +511,9 @@ public final class MiniClusterLauncher {
    * Fault controls for tests, on a loopback port (its URL is {@code control_url} in the details JSON), each a POST
    * that returns when done:
    * <ul>
-   *   <li>{@code /nodemanagers/<i or host:port>/crash}: that NodeManager goes silent as a crashed host would: its containers are
-   *       killed and it stops heartbeating without unregistering, so the RM finds it LOST only after
-   *       {@code --nm-expiry-ms};</li>
+   *   <li>{@code /nodemanagers/<i or host:port>/crash}: that NodeManager goes silent as a crashed host would: it stops
+   *       heartbeating (without unregistering), then its containers are killed, so the RM finds it LOST only after
+   *       {@code --nm-expiry-ms} and its containers end -100;</li>
    *   <li>{@code /namenode/restart}: the NameNode restarts (same ports) and waits until it is active;</li>
    *   <li>{@code /resourcemanager/restart[?down_ms=N]}: the RM restarts (after N ms down); with
    *       {@code --rm-recovery 1} it recovers its applications from the state store and NodeManagers and AMs
@@ -586,9 +586,16 @@ public final class MiniClusterLauncher {
     return null;
   }
 
+  /**
+   * A host crash, in the order a real one is seen: first the NodeManager goes silent (its status updater stops and
+   * the last heartbeat in flight, if any, has returned), only then are its containers' processes killed, then the
+   * NodeManager stops without a goodbye. No heartbeat can carry a killed container's exit (137) to the RM, which
+   * learns of the containers only when it finds the node LOST (-100), as with a crashed host.
+   */
   private String crashNodeManager(int i) throws Exception {
     NodeManager nm = yarn.getNodeManager(i);
     String id = String.valueOf(nm.getNMContext().getNodeId());
+    silence(nm.getNodeStatusUpdater(), "crash-nm-" + i);
     List<String> killed = new ArrayList<>();
     for (org.apache.hadoop.yarn.api.records.ContainerId cid : nm.getNMContext().getContainers().keySet()) {
       String pid = nm.getNMContext().getContainerExecutor().getProcessId(cid);
@@ -600,13 +607,34 @@ public final class MiniClusterLauncher {
         killed.add(cid.toString());
       }
     }
-    // no goodbye to the RM: stop() skips unregistering when the updater "failed to connect"
-    java.lang.reflect.Field f =
-        org.apache.hadoop.yarn.server.nodemanager.NodeStatusUpdaterImpl.class.getDeclaredField("failedToConnect");
-    f.setAccessible(true);
-    f.set(nm.getNodeStatusUpdater(), true);
     bounded("crash-nm-" + i, nm::stop);
     return "NodeManager " + id + " crashed; killed containers " + killed;
+  }
+
+  /** Stops the updater's heartbeat loop and waits for its thread to end (no heartbeat in flight after this). Its
+   * stop() then skips unregistering (the updater is already stopped and "failed to connect"). */
+  private static void silence(org.apache.hadoop.yarn.server.nodemanager.NodeStatusUpdater updater, String name)
+      throws Exception {
+    Class<?> c = org.apache.hadoop.yarn.server.nodemanager.NodeStatusUpdaterImpl.class;
+    field(c, "failedToConnect").set(updater, true);
+    field(c, "isStopped").set(updater, true);
+    Object monitor = field(c, "heartbeatMonitor").get(updater);
+    synchronized (monitor) {
+      monitor.notifyAll();  // the loop waits on it between heartbeats: wake it to see isStopped
+    }
+    Thread loop = (Thread) field(c, "statusUpdater").get(updater);
+    if (loop != null) {
+      loop.join(60_000);
+      if (loop.isAlive()) {
+        throw new IllegalStateException(name + ": the NodeManager's heartbeat thread did not stop within 60 s");
+      }
+    }
+  }
+
+  private static java.lang.reflect.Field field(Class<?> c, String name) throws NoSuchFieldException {
+    java.lang.reflect.Field f = c.getDeclaredField(name);
+    f.setAccessible(true);
+    return f;
   }
 
   private void installSignalHandlers() {
