@@ -76,6 +76,7 @@ from airflow_provider_melon.links import (
 from airflow_provider_melon.spec import JobSpec, JobSpecError
 from airflow_provider_melon.submission import APPLICATION_TYPE, IDENTITY_TAG_PREFIX, airflow_tags, deployment_id
 from airflow_provider_melon.triggers.yarn import (
+    KILL_WAIT_S,
     LIVE_STATES,
     MIN_POLL_INTERVAL,
     YarnApplicationTrigger,
@@ -101,8 +102,6 @@ if TYPE_CHECKING:
 _NO_OVERRIDE = (None, "", "None", "none", "null")
 #: task state store key: the applications this task instance's tries killed (never reattached to, see _kill)
 KILLED_KEY = "melon_killed_app_ids"
-#: how long a kill waits for the RM to report the application ended (KILLING shows as RUNNING until then)
-KILL_WAIT_S = 30.0
 
 
 def _timeout_seconds(value: Union[None, int, float, timedelta]) -> Optional[float]:

@@ -58,6 +58,7 @@ import math
 import time
 from typing import Any, AsyncIterator, Iterable, Optional, Sequence
 
+import tenacity
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
@@ -65,6 +66,9 @@ from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTE
 from airflow_provider_melon.version_compat import trigger_has_on_kill
 
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+#: how long a kill path waits for the RM to report a killed application ended (the RM shows a kill in progress as
+#: RUNNING for a moment, and a retry starting then must not find it live and reattach to it)
+KILL_WAIT_S = 30.0
 TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 DEFAULT_TARGET_STATES = ("FINISHED",)
 DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
@@ -581,11 +585,27 @@ class YarnApplicationTrigger(BaseTrigger):
 
     # ---- kill ---------------------------------------------------------------------------------------------
     async def _kill(self, why: str) -> None:
+        """Kill the application and wait (at most :data:`KILL_WAIT_S`) until the RM reports it ended, as the
+        operator's kill does: the task's next try must not find it live and reattach to it. Never raises."""
         self.log.info("Killing YARN application %s: %s", self.app_id, why)
         try:
             await self.hook.kill_application(self.app_id)
         except Exception as exc:  # noqa: BLE001 - reported, never raised from a kill path
             self.log.warning("Could not kill YARN application %s: %s", self.app_id, exc)
+            return
+        waiting = tenacity.AsyncRetrying(stop=tenacity.stop_after_delay(KILL_WAIT_S), wait=tenacity.wait_fixed(0.5),
+                                         retry=tenacity.retry_if_result(lambda state: state in LIVE_STATES),
+                                         retry_error_callback=lambda last: last.outcome.result())
+        try:
+            state = await waiting(self.hook.get_state, self.app_id)
+        except Exception as exc:  # noqa: BLE001
+            self.log.warning("Could not read YARN application %s after the kill: %s", self.app_id, exc)
+            return
+        if state in LIVE_STATES:
+            self.log.warning("YARN application %s still shows %s %.0f s after the kill", self.app_id, state,
+                             KILL_WAIT_S)
+        else:
+            self.log.info("YARN application %s is %s", self.app_id, state)
 
     async def on_kill(self) -> None:
         """Airflow 3.3: the user marked the deferred task failed/success or cleared it."""

@@ -265,6 +265,15 @@ async def test_on_kill_kills_when_cancel_on_kill():
     hook.kill_application.assert_awaited_once_with(APP)
 
 
+async def test_on_kill_waits_until_the_rm_no_longer_shows_the_app_live():
+    """The RM shows a kill in progress as RUNNING for a moment; the task's next try must not find it live."""
+    trig, hook = make_trigger(cancel_on_kill=True)
+    hook.get_state.side_effect = ["RUNNING", "RUNNING", "KILLED"]
+    await trig.on_kill()
+    assert hook.get_state.await_count == 3
+    assert f"YARN application {APP} is KILLED" in logged(trig)
+
+
 async def test_on_kill_keeps_app_when_cancel_on_kill_false():
     trig, hook = make_trigger(cancel_on_kill=False)
     await trig.on_kill()
