@@ -42,13 +42,16 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     live.mkdir()
     (old / "train.py").write_text("print('old code')\n")
     (old / "weights.bin").write_bytes(os.urandom(9 << 20))  # a big file: its own object, found by the index
-    (live / "train.py").write_text("import time; print('live code', flush=True); time.sleep(45)\n")
+    release = tmp_path / "release"  # the running job runs until the test is done with it (containers run here)
+    (live / "train.py").write_text(f"import os, time; print('live code', flush=True)\n"
+                                   f"while not os.path.exists({str(release)!r}): time.sleep(0.2)\n")
 
     ended = melon.submit(generic("prune-ended", "python train.py") | {"code": str(old)}, "--wait", env=env)
     assert ended["returncode"] == 0, ended
     running = melon.submit(generic("prune-live", "python train.py") | {"code": str(live)}, env=env)
     # its task runs: its files are localized, so setting their times back below cannot fail its localization
-    jobs.wait_status(running["app_id"], lambda s: any(t["state"] == "RUNNING" for t in s.get("tasks") or []))
+    jobs.wait_status(running["app_id"], lambda s: any(t["state"] in ("RUNNING", "REGISTERED")
+                                                      for t in s.get("tasks") or []))
     _age(client, staging, 2 * 3600 * 1000)
     assert client.list(f"{staging}/cache/by-sample"), "the big file was staged through the by-sample index"
 
@@ -75,6 +78,8 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     assert client.list(f"{staging}/cache/by-sample") == []
     assert all(client.status(p, strict=False) for p in live_objects | {live_plan})
     # ... and the running job never noticed
+    assert jobs.app(running["app_id"])["state"] == "RUNNING"
+    release.touch()
     assert jobs.wait(running["app_id"], timeout=180)["finalStatus"] == "SUCCEEDED"
 
     # What went costs a re-upload, no more: the old code runs again.

@@ -217,7 +217,7 @@ def _wait_running_task(hook: MelonHook, app_id: str, timeout: float = 240) -> No
     deadline, status = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         status = hook.am_status(app_id)
-        if any(t.get("state") == "RUNNING" for t in (status or {}).get("tasks") or []):
+        if any(t.get("state") in ("RUNNING", "REGISTERED") for t in (status or {}).get("tasks") or []):
             return
         time.sleep(0.5)
     raise AssertionError(f"{app_id}: no task running after {timeout} s: {status} / {hook.yarn.get_application(app_id)}")
