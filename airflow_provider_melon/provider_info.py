@@ -190,6 +190,13 @@ def get_provider_info() -> dict:
                                        "when neither is set.",
                         "version_added": "0.3.0", "type": "string", "example": "prod-eu", "default": None,
                     },
+                    "ui_conn_ids": {
+                        "description": "Comma-separated yarn connection ids the MeLoN UI plugin may use (its conn_id "
+                                       "query parameter); empty: any connection of type yarn. The api-server reads "
+                                       "the cluster with that connection's credentials.",
+                        "version_added": "0.3.0", "type": "string", "example": "yarn_default,yarn_gpu",
+                        "default": None,
+                    },
                     "am_jar": {
                         "description": "Local path of an ApplicationMaster jar to use instead of the one shipped in the package.",
                         "version_added": "0.1.0", "type": "string", "example": "/opt/melon/melon-appmaster.jar",
