@@ -123,8 +123,8 @@ def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> 
     picks its connection, proxy user or keytab), while the XCom lives in this deployment's metadata DB and is
     written only through its execution API by that task instance's worker (so it also pins the deployment). The
     tag check stops a task of another DAG that pushes alice's app id as its own XCom. The ``melon-id:`` tag is not
-    used here: ``submission.deployment_id()`` differs between a worker (Airflow blocks the DB address there) and
-    the api-server. Cost: an app of an earlier try, whose XCom was cleared for the next try, is not attributed any
+    used here: ``submission.deployment_id()`` comes from settings the workers read (``[core]
+    execution_api_server_url``), which an api-server need not share, and the XCom pins the deployment anyway. Cost: an app of an earlier try, whose XCom was cleared for the next try, is not attributed any
     more. ``dag_ids``: only consider these DAGs (the viewer's), None: all."""
     from sqlalchemy import and_, func, or_, select
 
