@@ -19,6 +19,13 @@ def _gang(status: dict | None) -> dict:
     return (status or {}).get("gang") or {}
 
 
+def _holds(jobs, app_id: str) -> list[float]:
+    """The seconds each incomplete hold of ``app_id`` lasted before the AM gave its containers back (its log)."""
+    log = "".join(jobs.container_logs(app_id, "AppMaster.stdout").values())
+    return [float(line.split(" for ", 1)[1].split(" s:", 1)[0]) for line in log.splitlines()
+            if "gang incomplete after holding" in line]
+
+
 def test_a_waiting_gang_gives_back_what_it_holds_and_a_small_job_runs_meanwhile(jobs):
     """A holds 3 of the 4 GPUs. B (2 GPUs, hold 4 s) gets the 4th, holds it at most 4 s, gives it back, backs off;
     C (1 GPU), submitted while B waits, gets that GPU in one of B's backoffs and finishes while A still runs
@@ -43,8 +50,7 @@ def test_a_waiting_gang_gives_back_what_it_holds_and_a_small_job_runs_meanwhile(
     b_app = jobs.wait(b, timeout=300)
     assert (b_app["state"], b_app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), b_app["diagnostics"]
     log = "".join(jobs.container_logs(b, "AppMaster.stdout").values())
-    holds = [float(line.split(" for ", 1)[1].split(" s:", 1)[0]) for line in log.splitlines()
-             if "gang incomplete after holding" in line]
+    holds = _holds(jobs, b)
     assert holds, log[-2000:]
     # each hold ended at the 4 s hold time, give or take the AM's 0.5 s check
     assert max(holds) <= 4 + 1.0, holds
@@ -141,11 +147,7 @@ def test_two_gangs_that_would_deadlock_both_finish_with_the_hold(fair_jobs, tmp_
     for x in (a, b):
         app = fair_jobs.wait(x, timeout=300)
         assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
-    holds = []
-    for x in (a, b):
-        log = "".join(fair_jobs.container_logs(x, "AppMaster.stdout").values())
-        holds += [float(line.split(" for ", 1)[1].split(" s:", 1)[0]) for line in log.splitlines()
-                  if "gang incomplete after holding" in line]
+    holds = _holds(fair_jobs, a) + _holds(fair_jobs, b)
     assert holds, "at least one gang gave its containers back"
     assert max(holds) <= 6 + 1.0, holds
 
@@ -158,8 +160,6 @@ def test_four_three_gpu_gangs_at_once_finish_one_after_another(fair_jobs):
     for app_id in apps:
         app = fair_jobs.wait(app_id, timeout=600)
         assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
-        log = "".join(fair_jobs.container_logs(app_id, "AppMaster.stdout").values())
-        holds += [float(line.split(" for ", 1)[1].split(" s:", 1)[0]) for line in log.splitlines()
-                  if "gang incomplete after holding" in line]
+        holds += _holds(fair_jobs, app_id)
     # no gang held a container longer than the hold time while incomplete (the AM checks every 0.5 s)
     assert not holds or max(holds) <= 5 + 1.0, holds
