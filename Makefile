@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo up test test-unit test-all docker-build docker-test docker-down constraints clean
+.PHONY: setup demo up test test-unit test-all test-repeat docker-build docker-test docker-down constraints clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,13 @@ test: setup
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+# Flake measurement: the integration, e2e and fault suites N times in one go, a table of test -> passes/fails
+# printed and written to tests/results/repeat-<stamp>.txt (commit it). SUITES= narrows it, LOAD=1 keeps a core busy.
+N ?= 3
+SUITES ?= tests/faults tests/e2e tests/integration
+test-repeat: setup
+	$(PY) scripts/test_repeat.py --rounds $(N) --suites "$(SUITES)" $(if $(LOAD),--load)
 
 # Everything: installs the [pytorch] extra first; MELON_TEST_ALL=1 turns any skipped test into a failure
 # (tests/conftest.py), so a missing torch, chromium or dataset cannot pass silently.

@@ -1,0 +1,48 @@
+"""scripts/test_repeat.py: the flake table is built from real pytest JUnit XML, and a failure or a test missing
+from a round makes the run red."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("test_repeat", REPO / "scripts" / "test_repeat.py")
+repeat = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(repeat)
+
+SAMPLE = """
+import pytest
+def test_ok(): pass
+def test_bad(): assert 1 == 2, "one is not two"
+@pytest.mark.skip(reason="not here")
+def test_skipped(): pass
+"""
+
+
+def _junit(tmp_path: Path, name: str, body: str) -> Path:
+    (tmp_path / f"test_{name}.py").write_text(body)
+    xml = tmp_path / f"{name}.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                    str(tmp_path / f"test_{name}.py")], capture_output=True)
+    return xml
+
+
+def test_outcomes_are_read_from_pytest_junit(tmp_path):
+    results = repeat.parse_junit(_junit(tmp_path, "sample", SAMPLE))
+    outcomes = {name.split("::")[-1]: outcome for name, (outcome, _, _) in results.items()}
+    assert outcomes == {"test_ok": "passed", "test_bad": "failed", "test_skipped": "skipped"}
+    [message] = [m for name, (o, _, m) in results.items() if o == "failed"]
+    assert "one is not two" in message
+
+
+def test_table_counts_failures_and_tests_missing_from_a_round(tmp_path):
+    full = repeat.parse_junit(_junit(tmp_path, "sample", SAMPLE))
+    green = {k: v for k, v in full.items() if not k.endswith("test_bad")}
+    text, failed = repeat.table([green, green])
+    assert failed == 0 and "test_ok" in text
+    text, failed = repeat.table([full, green])  # test_bad failed in round 1 and is missing from round 2
+    row = next(line for line in text.splitlines() if "test_bad" in line)
+    assert failed == 2 and row.split()[1:5] == ["0", "1", "0", "1"]
