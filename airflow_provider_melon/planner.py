@@ -41,11 +41,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Sequence, Union
 
+from .spec import parse_size_mb  # one meaning of a size everywhere: "16GB" is 16 GiB, as in the job spec
 from .gpu.memory_model import (
     DEFAULT_FRAMEWORK_OVERHEAD_MB,
     DEFAULT_WORKSPACE_MB,
@@ -163,17 +163,11 @@ def plan(
     return Plan(batch, max_ps, n_ok, compute, transfer_time_s(P, b, n_ok, max_ps, W), True, mm.total_mb(batch), reasons)
 
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-_UNITS_MB = {"": 1.0, "m": 1.0, "mi": 1.0, "mib": 1.0, "mb": 1e6 / MIB, "g": 1024.0, "gi": 1024.0, "gib": 1024.0,
-             "gb": 1e9 / MIB, "t": 1024.0 ** 2, "ti": 1024.0 ** 2, "tib": 1024.0 ** 2, "tb": 1e12 / MIB}
-
-
-def parse_size_mb(text: str) -> float:
-    """``"16GiB"`` -> 16384, ``"16GB"`` -> 15258.8, ``"16384"`` (MiB) -> 16384."""
-    m = _SIZE.match(str(text))
-    if not m or m.group(2).lower() not in _UNITS_MB:
-        raise ValueError(f"not a size: {text!r} (e.g. 16GiB, 141GB, 16384)")
-    return float(m.group(1)) * _UNITS_MB[m.group(2).lower()]
+def _gpu_memory_mb(value: Union[str, float]) -> float:
+    try:
+        return parse_size_mb(value)
+    except ValueError as e:
+        raise ValueError(f"gpu_memory (--gpu-memory): {e}") from None
 
 
 def plan_request(model_params: float, per_sample_ms: float, workers: int, bandwidth_gbps: float,
@@ -194,7 +188,7 @@ def plan_request(model_params: float, per_sample_ms: float, workers: int, bandwi
         max_batch = 1024
         notes.append("no activation_mb (--activation-mb): memory bounds only the parameters' part; "
                      "batch capped at 1024")
-    result = plan(model_params, b, per_sample_ms / 1000.0, workers, bandwidth_gbps, parse_size_mb(gpu_memory), mm,
+    result = plan(model_params, b, per_sample_ms / 1000.0, workers, bandwidth_gbps, _gpu_memory_mb(gpu_memory), mm,
                   max_ps, max_batch=max_batch, batch_multiple=batch_multiple)
     result.reasons[:0] = notes
     return result

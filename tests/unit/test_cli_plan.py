@@ -28,7 +28,7 @@ def test_melon_plan_prints_the_planners_json():
 def test_melon_plan_passes_bad_arguments_and_help_through():
     bad = run("plan", "--params", "1e6", "--per-sample-ms", "1", "--workers", "1", "--bandwidth-gbps", "1",
               "--gpu-memory", "lots")
-    assert bad.returncode == 2 and "melon plan:" in bad.stderr and "not a size" in bad.stderr
+    assert bad.returncode == 2 and "melon plan:" in bad.stderr and "gpu_memory (--gpu-memory): unparsable size 'lots'" in bad.stderr
     helped = run("plan", "--help")
     assert helped.returncode == 0 and helped.stdout.startswith("usage: melon plan") and "--per-sample-ms" in helped.stdout
     missing = run("plan", "--workers", "2")

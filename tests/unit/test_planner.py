@@ -98,7 +98,11 @@ def test_parse_size():
     assert planner.parse_size_mb("16GiB") == 16384
     assert planner.parse_size_mb("16384") == 16384
     assert planner.parse_size_mb("1.5Gi") == 1536
-    assert planner.parse_size_mb("141GB") == pytest.approx(141e9 / MIB)
+    # the planner reads a size as the job spec does (one parse_size_mb): "GB" is binary, as YARN and nvidia-smi
+    # count memory, so the same spec value is the same size in the plan as in the submission
+    assert planner.parse_size_mb("141GB") == 141 * 1024
+    from airflow_provider_melon.spec import parse_size_mb
+    assert planner.parse_size_mb is parse_size_mb
     with pytest.raises(ValueError):
         planner.parse_size_mb("lots")
 
@@ -123,4 +127,4 @@ def test_cli_as_in_the_issue_in_a_subprocess():
     bad = subprocess.run([sys.executable, "-m", "airflow_provider_melon.planner", "--params", "1e6",
                           "--per-sample-ms", "1", "--workers", "1", "--bandwidth-gbps", "1", "--gpu-memory", "lots"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "not a size" in bad.stderr
+    assert bad.returncode == 2 and "gpu_memory (--gpu-memory): unparsable size 'lots'" in bad.stderr
