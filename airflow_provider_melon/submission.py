@@ -12,7 +12,10 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
 from airflow_provider_melon.spec import RESERVED_LINK_PREFIX, JobSpec
@@ -152,6 +155,63 @@ def container_python(spec: JobSpec, default_python: str) -> str:
     return default_python
 
 
+class _PlanPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlanRole(_PlanPart):
+    """One role of the plan: what the AM asks YARN for per task, and how often a task may be restarted."""
+
+    name: str
+    instances: int = Field(gt=0)
+    memory_mb: int = Field(gt=0)
+    vcores: int = Field(gt=0)
+    gpus: int = Field(ge=0, description="whole GPUs (yarn.io/gpu); 0 in MeLoN's shared mode")
+    gpu_memory_mb: int = Field(ge=0, description="expected GPU memory per task (melon.io/gpu-memory); 0: none")
+    restarts: int = Field(ge=0)
+    tracked: bool = Field(description="false: the job does not wait for this role's tasks (e.g. parameter servers)")
+
+
+class PlanResource(_PlanPart):
+    """A file YARN localizes into every task container."""
+
+    name: str
+    url: str
+    type: Literal["FILE", "ARCHIVE", "PATTERN"]
+    visibility: Literal["PUBLIC", "PRIVATE", "APPLICATION"]
+    size: int = Field(ge=0)
+    timestamp: int = Field(ge=0)
+
+
+class Plan(_PlanPart):
+    """``melon-plan.json``: the contract between the Python side (:func:`build_plan` writes it) and the Java AM
+    (``MelonApplicationMaster`` reads it), declared once. Its JSON Schema is ``am/plan.schema.json``
+    (:func:`plan_schema_text`); the AM's JUnit ``PlanSchemaTest`` checks every field the AM reads is in it, and
+    ``tests/unit/test_plan_contract.py`` that the committed schema is this model's and that every field is written."""
+
+    app_name: str
+    roles: list[PlanRole] = Field(min_length=1)
+    success_role: Optional[str] = Field(description="its index-0 success ends the job; null: all tracked tasks")
+    output_role: Optional[str] = Field(description="its task 0 publishes the outputs; null: no outputs")
+    command: str = Field(description="the task command, already quoted for YARN's launch script")
+    env: dict[str, str]
+    local_resources: list[PlanResource]
+    register_timeout_s: int = Field(gt=0)
+    gang_hold_s: int = Field(ge=0, description="all-or-nothing gang formation hold; 0: off")
+    queue_timeout_s: int = Field(ge=0, description="fail when the gang is not granted whole within this; 0: wait")
+    labels: dict[str, Any] = Field(description="echoed by the AM's /status (the submitting task instance)")
+
+
+#: the plan's JSON Schema, committed beside the AM jar; the Java build reads it (appmaster PlanSchemaTest)
+PLAN_SCHEMA_PATH = Path(__file__).resolve().parent / "am" / "plan.schema.json"
+
+
+def plan_schema_text() -> str:
+    """The JSON Schema of :class:`Plan`, as committed in :data:`PLAN_SCHEMA_PATH`
+    (rewrite it with ``python -m airflow_provider_melon.submission --write-plan-schema``)."""
+    return json.dumps(Plan.model_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
 def build_plan(
     spec: JobSpec,
     *,
@@ -231,7 +291,7 @@ def build_plan(
     env.update({key: yarn_shell_value(value) for key, value in ours.items()})
     env["PYTHONPATH"] = f"./{RUNTIME_LINK}" + (f":{env['PYTHONPATH']}" if user_env.get("PYTHONPATH") else "")
     python = container_python(spec, default_python)
-    return {
+    return Plan.model_validate({
         "app_name": spec.name,
         "roles": [
             {"name": name, "instances": role.instances, "memory_mb": role.memory_mb, "vcores": role.vcores,
@@ -250,7 +310,7 @@ def build_plan(
         "gang_hold_s": spec.gang_hold_s,
         "queue_timeout_s": spec.queue_timeout_s or 0,
         "labels": dict(labels or {}),
-    }
+    }).model_dump(mode="json")
 
 
 def build_submission(
@@ -318,3 +378,12 @@ def application_acls(owner: str, admin_acl: Optional[str]) -> dict[str, str]:
     acl = ",".join(n.strip() for n in names) + (" " + ",".join(g.strip() for g in groups.split(",") if g.strip())
                                                 if groups.strip() else "")
     return {"VIEW_APP": acl, "MODIFY_APP": acl}
+
+
+if __name__ == "__main__":  # python -m airflow_provider_melon.submission --write-plan-schema
+    import sys
+
+    if sys.argv[1:] != ["--write-plan-schema"]:
+        sys.exit("usage: python -m airflow_provider_melon.submission --write-plan-schema")
+    PLAN_SCHEMA_PATH.write_text(plan_schema_text())
+    print(f"wrote {PLAN_SCHEMA_PATH}")
