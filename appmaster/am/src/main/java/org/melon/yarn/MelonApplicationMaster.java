@@ -116,7 +116,9 @@ public final class MelonApplicationMaster {
   }
 
   int run() throws Exception {
-    log("starting AM for " + appId + " with " + book.tasks.size() + " tasks");
+    log("starting AM for " + appId + " with " + book.tasks.size() + " tasks on Java "
+        + System.getProperty("java.version") + " (" + System.getProperty("java.home") + "), Hadoop "
+        + org.apache.hadoop.util.VersionInfo.getVersion());
     Credentials creds = UserGroupInformation.getCurrentUser().getCredentials();
     DataOutputBuffer dob = new DataOutputBuffer();
     Credentials taskCreds = new Credentials(creds);
