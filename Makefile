@@ -57,4 +57,4 @@ constraints:
 
 clean:
 	-$(PY) -m airflow_provider_melon.cli minicluster stop
-	rm -rf appmaster/target .melon-minicluster
+	rm -rf appmaster/target appmaster/am/target appmaster/launcher/target .melon-minicluster

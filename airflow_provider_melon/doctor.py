@@ -5,7 +5,7 @@ Checks, in order: the ResourceManager (reachable, HA state of every configured R
 (``yarn.io/gpu`` and ``melon.io/gpu-memory`` declared), the scheduler (CapacityScheduler on the
 DominantResourceCalculator, without which GPU resources are ignored), the nodes (advertising GPU memory), the
 target queue (exists, running, has capacity), HDFS (reachable, ``fs.defaultFS`` known, the staging folder
-writable), the ApplicationMaster jar, and the auth mode.
+writable), the ApplicationMaster jar, the auth mode, and the Hadoop and Java versions (whether the AM jar loads).
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ class Doctor:
         else:
             rest = [self.check_resource_types, self.check_scheduler, self.check_nodes, self.check_queue]
         rest += [self.check_hdfs, self.check_am_jar, self.check_auth]
+        if findings[0].status != "fail":
+            rest.append(self.check_hadoop_java)
         return findings + [self._guard(fn.__name__.removeprefix("check_").replace("_", "-"), fn) for fn in rest]
 
     @staticmethod
@@ -227,6 +229,45 @@ class Doctor:
                 return _fail("auth", "kerberos, but no valid ticket", str(exc))
             return _ok("auth", f"kerberos (SPNEGO on every RM call, ticket cache {tickets.s.ccache or 'default'})")
         return _ok("auth", f"{mode} (a custom requests auth object)")
+
+    def check_hadoop_java(self) -> Finding:
+        """The cluster's Hadoop version (RM ``/ws/v1/cluster/info``), each RUNNING NodeManager's Java (no REST
+        resource names it: the NM's ``/jmx`` Runtime bean, ``SpecVersion``) and whether the AM jar's class-file
+        version loads there (hadoop_compat.py)."""
+        from airflow_provider_melon import hadoop_compat as hc
+
+        version = hc.hadoop_version(self.yarn.cluster_info()) or "unknown"
+        line = hc.line_of(version)
+        javas: dict[str, Optional[int]] = {}
+        for node in self.nodes():
+            try:
+                resp = self.yarn.get_url(self.yarn.node_base_url(node.get("nodeHTTPAddress")) + hc.JMX_PATH,
+                                         params=hc.JMX_RUNTIME_QUERY)
+                javas[str(node.get("id"))] = hc.java_from_jmx(resp.json()) if resp.status_code == 200 else None
+            except Exception:  # noqa: BLE001 - an unreadable /jmx leaves that node's Java unknown
+                javas[str(node.get("id"))] = None
+        known = sorted({j for j in javas.values() if j})
+        seen = (f"NodeManagers on Java {', '.join(map(str, known))} ({sum(1 for j in javas.values() if j)} of "
+                f"{len(javas)} read from their /jmx)" if known else "NodeManagers' Java unknown (no /jmx answered)")
+        detail = f"Hadoop {version}" + ("" if line else " (not a tested line: 3.3, 3.4, 3.5)") + f"; {seen}"
+        jar = self.hook.am_jar
+        if not jar.is_file():
+            return _warn("hadoop-java", detail, "see the am-jar check")
+        major = max(hc.jar_class_majors(jar).values(), default=0)
+        needs = hc.java_for_major(major)
+        too_old = sorted(n for n, j in javas.items() if j and not hc.am_runs_on(major, j))
+        detail += f"; the AM jar is Java {needs} bytecode (class major {major})"
+        if too_old:
+            return _fail("hadoop-java", detail + f": it does not load on {', '.join(too_old)}",
+                         f"use the provider's packaged AM jar (Java {hc.AM_MAX_CLASS_MAJOR - 44} bytecode), or run "
+                         f"the NodeManagers on Java {needs}+")
+        if not known:
+            oldest = min(line.server_java) if line else 8
+            fix = f"Hadoop {version} servers run on Java {oldest}+" if line else "check the NodeManagers' Java"
+            if needs > oldest:
+                return _warn("hadoop-java", detail, fix + f": the AM jar needs Java {needs}")
+            return _ok("hadoop-java", detail + f": runs on any Java this line runs on ({fix})")
+        return _ok("hadoop-java", detail + ": runs there")
 
 
 def render(findings: list[Finding]) -> str:

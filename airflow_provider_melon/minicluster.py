@@ -110,8 +110,8 @@ def log_path(work_dir: Path) -> Path:
 
 
 def launcher_classpath() -> str:
-    classes = APPMASTER_DIR / "target" / "classes"
-    cp_file = APPMASTER_DIR / "target" / "classpath.txt"
+    classes = APPMASTER_DIR / "launcher" / "target" / "classes"
+    cp_file = APPMASTER_DIR / "launcher" / "target" / "classpath.txt"
     if not classes.is_dir() or not cp_file.is_file():
         raise MiniClusterError(
             f"the launcher is not built: {classes} or {cp_file} is missing; run `make build` "

@@ -4,11 +4,11 @@
 #   appmaster/smoke.sh                  # starts its own launcher on ports 28xxx under /tmp, stops it at the end
 #   CLUSTER_JSON=/path/cluster.json appmaster/smoke.sh   # use an already running cluster
 #
-# Needs `mvn -q -B package -DskipTests` in appmaster/ first. Exits non-zero on the first failed check.
+# Needs `mvn -q -B package -DskipTests` in appmaster/ first (appmaster/build.sh --dev). Exits non-zero on the first failed check.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-JAR=$HERE/target/melon-appmaster.jar
-[ -f "$JAR" ] || { echo "build first: cd appmaster && mvn -q -B package -DskipTests" >&2; exit 1; }
+JAR=$HERE/am/target/melon-appmaster.jar
+[ -f "$JAR" ] || { echo "build first: appmaster/build.sh --dev" >&2; exit 1; }
 
 LAUNCHER_PID=""
 cleanup() {
@@ -27,7 +27,7 @@ if [ -z "${CLUSTER_JSON:-}" ]; then
   rm -rf "$WORK"; mkdir -p "$WORK"
   CLUSTER_JSON=$WORK/cluster.json
   echo "starting launcher in $WORK (log $WORK/launcher.log)"
-  java -Xmx1g -cp "$HERE/target/classes:$(cat "$HERE/target/classpath.txt")" org.melon.yarn.MiniClusterLauncher \
+  java -Xmx1g -cp "$HERE/launcher/target/classes:$(cat "$HERE/launcher/target/classpath.txt")" org.melon.yarn.MiniClusterLauncher \
     --work-dir "$WORK" --rm-port $((BASE + 32)) --rm-web-port $((BASE + 88)) --nn-port $((BASE + 20)) \
     --nn-http-port $((BASE + 70)) > "$WORK/launcher.log" 2>&1 &
   LAUNCHER_PID=$!

@@ -40,9 +40,33 @@ def test_doctor_is_all_green_on_a_melon_cluster(minicluster):
     assert rc == 0, findings
     assert {name: f["status"] for name, f in findings.items()} == {
         "resourcemanager": "ok", "resource-types": "ok", "scheduler": "ok", "nodes": "ok", "queue": "ok",
-        "hdfs": "ok", "am-jar": "ok", "auth": "ok"}
+        "hdfs": "ok", "am-jar": "ok", "auth": "ok", "hadoop-java": "ok"}
     assert "DominantResourceCalculator" in findings["scheduler"]["detail"]
     assert findings["nodes"]["detail"].count("2 GPU(s), 32768 MiB") == 2
+    # the mini cluster's Hadoop (the launcher's jars) and the Java its NodeManagers run on (the launcher's JVM,
+    # read from each NM's /jmx), against the packaged AM jar's class version
+    java = _java_feature_release()
+    detail = findings["hadoop-java"]["detail"]
+    assert f"Hadoop {_launcher_hadoop_version()};" in detail, detail
+    assert f"NodeManagers on Java {java} (2 of 2 read from their /jmx)" in detail, detail
+    assert "the AM jar is Java 8 bytecode (class major 52): runs there" in detail, detail
+
+
+def _java_feature_release() -> int:
+    """The feature release of the `java` the launcher runs on (minicluster.py starts it from PATH)."""
+    out = subprocess.run(["java", "-XshowSettings:properties", "-version"], capture_output=True, text=True,
+                         timeout=60).stderr
+    spec = next(line.split("=", 1)[1].strip() for line in out.splitlines()
+                if line.strip().startswith("java.specification.version"))
+    return int(spec.split(".")[-1]) if spec.startswith("1.") else int(spec)
+
+
+def _launcher_hadoop_version() -> str:
+    """The Hadoop version of the launcher's classpath (hadoop-common-<version>.jar)."""
+    import re
+
+    jars = mc.launcher_classpath().split(os.pathsep)
+    return next(m.group(1) for j in jars if (m := re.search(r"hadoop-common-(\d+\.\d+\.\d+)\.jar$", j)))
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +86,7 @@ def test_doctor_names_each_misconfiguration(vanilla_yarn):
     assert rc == 1
     status = {name: f["status"] for name, f in findings.items()}
     assert status == {"resourcemanager": "ok", "resource-types": "fail", "scheduler": "fail", "nodes": "fail",
-                      "queue": "fail", "hdfs": "fail", "am-jar": "fail", "auth": "ok"}, findings
+                      "queue": "fail", "hdfs": "fail", "am-jar": "fail", "auth": "ok", "hadoop-java": "warn"}, findings
     assert "melon.io/gpu-memory" in findings["resource-types"]["detail"]
     assert "resource-types.xml" in findings["resource-types"]["fix"]
     assert "DefaultResourceCalculator" in findings["scheduler"]["detail"]

@@ -14,7 +14,7 @@ So two things are tested:
 2. Hadoop 3.5.0's own unpacking (the version appmaster/pom.xml builds against), on generated hostile zip and
    tar.gz archives (``../`` entries, absolute paths, symlinks and hard links out of the folder): nothing is
    written outside the target folder; ``../`` entries are refused with an error. It runs a small Java class
-   against the AM build's classpath (``appmaster/target/classpath.txt``, made by ``make setup``/``make build``)
+   against the AM build's classpath (``appmaster/launcher/target/classpath.txt``, made by ``make setup``/``make build``)
    and is skipped without it.
 """
 
@@ -169,7 +169,7 @@ def test_fifo_and_symlinked_folder_are_skipped_with_a_warning(tmp_path, caplog):
 
 # ----------------------------------------------------------------------- Hadoop's unpacking (what YARN runs)
 
-HADOOP_CLASSPATH = REPO / "appmaster" / "target" / "classpath.txt"
+HADOOP_CLASSPATH = REPO / "appmaster" / "launcher" / "target" / "classpath.txt"
 UNPACK_JAVA = """
 import java.io.*;
 import java.nio.file.*;
@@ -198,7 +198,7 @@ public class MelonUnpack {
 def hadoop_unpack(tmp_path_factory):
     java, javac = shutil.which("java"), shutil.which("javac")
     if not (java and javac and HADOOP_CLASSPATH.is_file()):
-        pytest.skip("needs a JDK and the AM build's Hadoop classpath (appmaster/target/classpath.txt: make build)")
+        pytest.skip("needs a JDK and the AM build's Hadoop classpath (appmaster/launcher/target/classpath.txt: make build)")
     classpath = HADOOP_CLASSPATH.read_text().strip()
     classes = tmp_path_factory.mktemp("unpack-classes")
     (classes / "MelonUnpack.java").write_text(UNPACK_JAVA)

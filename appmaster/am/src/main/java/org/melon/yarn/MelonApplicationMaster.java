@@ -15,6 +15,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -91,7 +92,7 @@ public final class MelonApplicationMaster {
   private AMRMClientAsync<ContainerRequest> amrm;
   private NMClientAsync nm;
   private ByteBuffer tokens;
-  private Map<String, LocalResource> localResources = Map.of();
+  private Map<String, LocalResource> localResources = Collections.emptyMap();
 
   MelonApplicationMaster(JsonNode plan) {
     this.plan = plan;
@@ -115,7 +116,9 @@ public final class MelonApplicationMaster {
   }
 
   int run() throws Exception {
-    log("starting AM for " + appId + " with " + book.tasks.size() + " tasks");
+    log("starting AM for " + appId + " with " + book.tasks.size() + " tasks on Java "
+        + System.getProperty("java.version") + " (" + System.getProperty("java.home") + "), Hadoop "
+        + org.apache.hadoop.util.VersionInfo.getVersion());
     Credentials creds = UserGroupInformation.getCurrentUser().getCredentials();
     DataOutputBuffer dob = new DataOutputBuffer();
     Credentials taskCreds = new Credentials(creds);
@@ -249,7 +252,7 @@ public final class MelonApplicationMaster {
     env.put("MELON_GPU_MEMORY_MB", String.valueOf(t.role.gpuMemoryMb));
     String command = plan.path("command").asText() + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR
         + "/stdout 2>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stderr";
-    return ContainerLaunchContext.newInstance(new HashMap<>(localResources), env, List.of(command), null, tokens.duplicate(), null);
+    return ContainerLaunchContext.newInstance(new HashMap<>(localResources), env, Collections.singletonList(command), null, tokens.duplicate(), null);
   }
 
   private void completed(ContainerStatus status) {
@@ -351,10 +354,10 @@ public final class MelonApplicationMaster {
     }
     if (text == null) {
       // No stderr (e.g. localization failed, exit -1000): YARN's own diagnostics, whose head names the cause.
-      List<String> lines = Arrays.asList(status.getDiagnostics().strip().split("\r?\n"));
+      List<String> lines = Arrays.asList(status.getDiagnostics().trim().split("\r?\n"));
       return String.join("\n", lines.subList(0, Math.min(lines.size(), 20)));
     }
-    List<String> lines = Arrays.asList(text.strip().split("\r?\n"));
+    List<String> lines = Arrays.asList(text.trim().split("\r?\n"));
     return String.join("\n", lines.subList(Math.max(0, lines.size() - 20), lines.size()));
   }
 
@@ -380,7 +383,7 @@ public final class MelonApplicationMaster {
       c.setReadTimeout(5000);
       try (InputStream in = c.getInputStream()) {
         // The NM wraps the file in a header ("LogContents:") and a footer ("End of LogType:stderr").
-        String body = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        String body = new String(IO.readAll(in), StandardCharsets.UTF_8);
         int from = body.indexOf("LogContents:\n");
         int to = body.lastIndexOf("End of LogType:");
         return from >= 0 && to > from ? body.substring(from + "LogContents:\n".length(), to) : body;

@@ -2,6 +2,7 @@ package org.melon.yarn;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -59,8 +60,38 @@ final class TaskBook {
     void cancel(Task t);
   }
 
-  /** An answer to an HTTP call: status code and a body for Jackson. */
-  record Reply(int code, Object body) {
+  /** An answer to an HTTP call: status code and a body for Jackson (a value, as a record would be: Java 8). */
+  static final class Reply {
+    private final int code;
+    private final Object body;
+
+    Reply(int code, Object body) {
+      this.code = code;
+      this.body = body;
+    }
+
+    int code() {
+      return code;
+    }
+
+    Object body() {
+      return body;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof Reply && ((Reply) o).code == code && Objects.equals(((Reply) o).body, body);
+    }
+
+    @Override
+    public int hashCode() {
+      return 31 * code + Objects.hashCode(body);
+    }
+
+    @Override
+    public String toString() {
+      return "Reply[code=" + code + ", body=" + body + "]";
+    }
   }
 
   /** A role from the plan plus its restart budget. */
@@ -454,18 +485,19 @@ final class TaskBook {
 
   /** "exited 137 (SIGKILL)", "exited -100 (its node was lost or the container was released)", "exited 3". */
   static String describeExit(int code) {
-    String why = switch (code) {
-      case -100 -> "its node was lost or the container was released";
-      case -101 -> "the node's disks failed";
-      case -102 -> "preempted by the scheduler";
-      case -103 -> "killed by YARN: over its virtual memory limit";
-      case -104 -> "killed by YARN: over its physical memory limit";
-      case -105 -> "killed by the ApplicationMaster";
-      case -106 -> "killed by the ResourceManager";
-      case -108 -> "killed: the application finished";
-      case 75 -> "no GPU fits on its node";
-      default -> code > 128 && code < 128 + 65 ? signalName(code - 128) : null;
-    };
+    String why;
+    switch (code) {
+      case -100: why = "its node was lost or the container was released"; break;
+      case -101: why = "the node's disks failed"; break;
+      case -102: why = "preempted by the scheduler"; break;
+      case -103: why = "killed by YARN: over its virtual memory limit"; break;
+      case -104: why = "killed by YARN: over its physical memory limit"; break;
+      case -105: why = "killed by the ApplicationMaster"; break;
+      case -106: why = "killed by the ResourceManager"; break;
+      case -108: why = "killed: the application finished"; break;
+      case 75: why = "no GPU fits on its node"; break;
+      default: why = code > 128 && code < 128 + 65 ? signalName(code - 128) : null;
+    }
     return "exited " + code + (why == null ? "" : " (" + why + ")");
   }
 
@@ -586,7 +618,7 @@ final class TaskBook {
     }
     t.avoidHost = host;
     avoided.put(host, now());
-    yarn.blacklist(List.of(host), null);
+    yarn.blacklist(Collections.singletonList(host), null);
     MelonApplicationMaster.log("avoiding node " + host + " for task " + t.name()
         + " (exit 75: no GPU fits there); other nodes " + others);
   }
@@ -596,7 +628,7 @@ final class TaskBook {
       return;
     }
     avoided.remove(host);
-    yarn.blacklist(null, List.of(host));
+    yarn.blacklist(null, Collections.singletonList(host));
     MelonApplicationMaster.log("node " + host + " no longer avoided: " + why);
   }
 
@@ -636,7 +668,7 @@ final class TaskBook {
     String host = body.path("host").asText(t.host);
     int port = body.path("port").asInt();
     if (t.registered && !(Objects.equals(host, t.host) && port == t.port)) {
-      return new Reply(409, Map.of("error", "task " + t.name() + " is already registered at " + t.host + ":"
+      return new Reply(409, Collections.singletonMap("error", "task " + t.name() + " is already registered at " + t.host + ":"
           + t.port + ", not " + host + ":" + port));
     }
     t.host = host;
@@ -654,14 +686,14 @@ final class TaskBook {
     t.updated = now();
     long missing = tasks.stream().filter(x -> !x.registered).count();
     if (missing > 0) {
-      return new Reply(202, Map.of("waiting", missing));
+      return new Reply(202, Collections.singletonMap("waiting", missing));
     }
     gangComplete = true;
     Map<String, List<String>> cluster = new LinkedHashMap<>();
     for (Task x : tasks) {
       cluster.computeIfAbsent(x.role.name, k -> new ArrayList<>()).add(x.host + ":" + x.port);
     }
-    return new Reply(200, Map.of("cluster", cluster));
+    return new Reply(200, Collections.singletonMap("cluster", cluster));
   }
 
   /** Progress of {@code t}: {@code step}, {@code loss}, {@code gpu}, {@code gpu_memory_used_mb}, {@code message}
@@ -705,7 +737,7 @@ final class TaskBook {
       t.message = body.path("message").asText();
     }
     t.updated = now();
-    return new Reply(200, Map.of("ok", true));
+    return new Reply(200, Collections.singletonMap("ok", true));
   }
 
   /** 409 if the body names a container ({@code container_id}, non-empty) other than the task's current one;
@@ -719,7 +751,7 @@ final class TaskBook {
     if (given.equals(current)) {
       return null;
     }
-    return new Reply(409, Map.of("error", "task " + t.name() + " does not run in " + given + " (its container: "
+    return new Reply(409, Collections.singletonMap("error", "task " + t.name() + " does not run in " + given + " (its container: "
         + (current == null ? "none" : current) + ")"));
   }
 

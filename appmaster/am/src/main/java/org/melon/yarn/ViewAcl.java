@@ -1,10 +1,12 @@
 package org.melon.yarn;
 
+import java.io.UnsupportedEncodingException;
 import java.net.InetAddress;
 import java.net.URLDecoder;
 import java.net.UnknownHostException;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
@@ -53,13 +55,13 @@ final class ViewAcl {
   /** {@code host:port} of the RM web proxies, as configured. */
   private final List<String> proxyHosts;
   // guarded by this
-  private Set<InetAddress> proxyAddresses = Set.of();
+  private Set<InetAddress> proxyAddresses = Collections.emptySet();
   private long resolvedAt = Long.MIN_VALUE / 2;
 
   ViewAcl(String appId, String owner, String viewAcl, String adminAcl, List<String> proxyHosts) {
     this.appId = appId;
     this.owner = owner;
-    this.proxyHosts = List.copyOf(proxyHosts);
+    this.proxyHosts = Collections.unmodifiableList(new ArrayList<>(proxyHosts));
     // no ACL: YarnConfiguration.DEFAULT_YARN_APP_ACL (" ", nobody), as the RM
     this.view = new AccessControlList(viewAcl == null || viewAcl.isEmpty() ? YarnConfiguration.DEFAULT_YARN_APP_ACL
         : viewAcl);
@@ -85,12 +87,12 @@ final class ViewAcl {
       for (String hostPort : proxyHosts) {
         String host = hostPort.contains(":") ? hostPort.substring(0, hostPort.lastIndexOf(':')) : hostPort;
         try {
-          found.addAll(List.of(InetAddress.getAllByName(host)));
+          found.addAll(Arrays.asList(InetAddress.getAllByName(host)));
         } catch (UnknownHostException e) {
           MelonApplicationMaster.log("RM web proxy host " + host + " does not resolve: " + e.getMessage());
         }
       }
-      proxyAddresses = Set.copyOf(found);
+      proxyAddresses = Collections.unmodifiableSet(found);
     }
     return proxyAddresses.contains(caller);
   }
@@ -127,7 +129,7 @@ final class ViewAcl {
   /** The users named by the request's {@link #COOKIE} cookies (URL-encoded by the proxy), empty ones left out. */
   static List<String> proxyUsers(Headers headers) {
     List<String> users = new ArrayList<>();
-    for (String header : headers.getOrDefault("Cookie", List.of())) {
+    for (String header : headers.getOrDefault("Cookie", Collections.<String>emptyList())) {
       for (String pair : header.split(";")) {
         int eq = pair.indexOf('=');
         if (eq > 0 && COOKIE.equals(pair.substring(0, eq).trim())) {
@@ -136,8 +138,8 @@ final class ViewAcl {
             v = v.substring(1, v.length() - 1);
           }
           try {
-            v = URLDecoder.decode(v, StandardCharsets.UTF_8);
-          } catch (IllegalArgumentException e) {
+            v = URLDecoder.decode(v, "UTF-8");
+          } catch (IllegalArgumentException | UnsupportedEncodingException e) {
             // not URL-encoded: take it as it is
           }
           if (!v.isEmpty()) {

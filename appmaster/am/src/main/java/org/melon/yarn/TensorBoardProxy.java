@@ -1,18 +1,19 @@
 package org.melon.yarn;
 
+import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.net.HttpURLConnection;
+import java.net.Proxy;
 import java.net.URI;
 import java.net.URISyntaxException;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
+import java.net.URL;
 import java.nio.charset.StandardCharsets;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Base64;
+import java.util.Collections;
 import java.util.List;
 import java.util.Objects;
 import java.util.regex.Matcher;
@@ -54,14 +55,15 @@ final class TensorBoardProxy {
   static final String TYPE_PARAM = "__melon_type";
   private static final Pattern DOCTYPE = Pattern.compile("\\s*<!doctype html>", Pattern.CASE_INSENSITIVE);
 
-  private static final List<String> REQUEST_HEADERS = List.of("Accept", "Accept-Encoding", "Accept-Language",
-      "Content-Type", "If-None-Match", "If-Modified-Since");
-  private static final List<String> RESPONSE_HEADERS = List.of("Content-Type", "Content-Encoding", "Cache-Control",
-      "ETag", "Expires", "Last-Modified", "Content-Security-Policy", "X-Content-Type-Options");
-
-  private final HttpClient client = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
-      .proxy(HttpClient.Builder.NO_PROXY).followRedirects(HttpClient.Redirect.NEVER)
-      .connectTimeout(Duration.ofSeconds(5)).build();
+  private static final List<String> REQUEST_HEADERS = Collections.unmodifiableList(Arrays.asList("Accept",
+      "Accept-Encoding", "Accept-Language", "Content-Type", "If-None-Match", "If-Modified-Since"));
+  private static final List<String> RESPONSE_HEADERS = Collections.unmodifiableList(Arrays.asList("Content-Type",
+      "Content-Encoding", "Cache-Control", "ETag", "Expires", "Last-Modified", "Content-Security-Policy",
+      "X-Content-Type-Options"));
+  private static final List<String> METHODS = Collections.unmodifiableList(Arrays.asList("GET", "HEAD", "POST"));
+  /** Connecting to TensorBoard / waiting for its answer (HttpURLConnection: no proxy, no redirects followed). */
+  static final int CONNECT_TIMEOUT_MS = 5_000;
+  static final int READ_TIMEOUT_MS = 60_000;
 
   // guarded by this
   private String url;
@@ -134,7 +136,7 @@ final class TensorBoardProxy {
   /** Answer one request under {@link #PREFIX}; an error before the answer starts is thrown for the AM to send. */
   void handle(HttpExchange ex) throws IOException, AmHttp.HttpError {
     String method = ex.getRequestMethod();
-    if (!List.of("GET", "HEAD", "POST").contains(method)) {
+    if (!METHODS.contains(method)) {
       throw new AmHttp.HttpError(405, "method not allowed");
     }
     URI in = ex.getRequestURI();
@@ -167,10 +169,10 @@ final class TensorBoardProxy {
     String path = in.getRawPath();
     String query = in.getRawQuery();
     String forward = method;
-    HttpRequest.BodyPublisher body = HttpRequest.BodyPublishers.noBody();
+    byte[] body = null;
     String formType = null;
     if ("POST".equals(method)) {
-      body = HttpRequest.BodyPublishers.ofByteArray(readBody(ex));
+      body = readBody(ex);
     } else if (path.startsWith(POST_PREFIX) && "GET".equals(method)) {
       // a POST the page had to send as GET through the RM proxy (post-as-get.js): make it a POST again
       path = PREFIX + "/" + path.substring(POST_PREFIX.length());
@@ -193,39 +195,55 @@ final class TensorBoardProxy {
       }
       query = kept.isEmpty() ? null : String.join("&", kept);
       forward = "POST";
-      body = HttpRequest.BodyPublishers.ofString(fields, StandardCharsets.UTF_8);
+      body = fields.getBytes(StandardCharsets.UTF_8);
       formType = formType != null ? formType : "application/x-www-form-urlencoded";
     }
     boolean page = (PREFIX + "/").equals(path) || (PREFIX + "/index.html").equals(path);
-    HttpRequest.Builder req = HttpRequest.newBuilder(URI.create(base + path + (query == null ? "" : "?" + query)))
-        .timeout(Duration.ofSeconds(60)).method(forward, body);
+    HttpURLConnection conn = (HttpURLConnection) new URL(base + path + (query == null ? "" : "?" + query))
+        .openConnection(Proxy.NO_PROXY);
+    conn.setInstanceFollowRedirects(false);
+    conn.setUseCaches(false);
+    conn.setConnectTimeout(CONNECT_TIMEOUT_MS);
+    conn.setReadTimeout(READ_TIMEOUT_MS);
+    conn.setRequestMethod(forward);
+    conn.setRequestProperty("Accept", "*/*"); // else HttpURLConnection sends its own list; the caller's replaces it
     for (String h : REQUEST_HEADERS) {
       String v = ex.getRequestHeaders().getFirst(h);
       if (v != null && !(page && "Accept-Encoding".equals(h)) && !(formType != null && "Content-Type".equals(h))) {
-        req.header(h, v); // the page is rewritten: it is asked for plain
+        conn.setRequestProperty(h, v); // the page is rewritten: it is asked for plain
       }
     }
     if (formType != null) {
-      req.header("Content-Type", formType);
+      conn.setRequestProperty("Content-Type", formType);
     }
-    HttpResponse<InputStream> resp;
+    int code;
     try {
-      resp = client.send(req.build(), HttpResponse.BodyHandlers.ofInputStream());
-    } catch (IOException e) {
-      throw new AmHttp.HttpError(502, "TensorBoard at " + base + " is not answering: " + e);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new AmHttp.HttpError(502, "interrupted");
-    }
-    try (InputStream from = resp.body()) {
-      for (String h : RESPONSE_HEADERS) {
-        resp.headers().firstValue(h).ifPresent(v -> ex.getResponseHeaders().set(h, v));
+      if (body != null) {
+        conn.setDoOutput(true);
+        conn.setFixedLengthStreamingMode(body.length);
+        try (OutputStream to = conn.getOutputStream()) {
+          to.write(body);
+        }
       }
-      int code = resp.statusCode();
+      code = conn.getResponseCode();
+    } catch (IOException e) {
+      conn.disconnect();
+      throw new AmHttp.HttpError(502, "TensorBoard at " + base + " is not answering: " + e);
+    }
+    InputStream stream = code >= 400 ? conn.getErrorStream() : conn.getInputStream();
+    try (InputStream from = stream != null ? stream : new ByteArrayInputStream(new byte[0])) {
+      for (String h : RESPONSE_HEADERS) {
+        String v = conn.getHeaderField(h);
+        if (v != null) {
+          ex.getResponseHeaders().set(h, v);
+        }
+      }
       boolean empty = "HEAD".equals(method) || code == 204 || code == 304;
-      if (page && !empty && code == 200 && resp.headers().firstValue("Content-Type").orElse("").startsWith("text/html")
-          && "identity".equals(resp.headers().firstValue("Content-Encoding").orElse("identity"))) {
-        byte[] html = withShim(from.readAllBytes());
+      String type = conn.getHeaderField("Content-Type");
+      String encoding = conn.getHeaderField("Content-Encoding");
+      if (page && !empty && code == 200 && type != null && type.startsWith("text/html")
+          && "identity".equals(encoding == null ? "identity" : encoding)) {
+        byte[] html = withShim(IO.readAll(from));
         ex.sendResponseHeaders(code, html.length);
         try (OutputStream out = ex.getResponseBody()) {
           out.write(html);
@@ -233,11 +251,11 @@ final class TensorBoardProxy {
         return;
       }
       // the JDK's server: -1 no body, 0 chunked, n exactly n bytes
-      long declared = resp.headers().firstValueAsLong("Content-Length").orElse(-1L);
+      long declared = conn.getHeaderFieldLong("Content-Length", -1L);
       ex.sendResponseHeaders(code, empty || declared == 0 ? -1 : Math.max(0, declared));
       if (!empty) {
         try (OutputStream out = ex.getResponseBody()) {
-          from.transferTo(out);
+          IO.copy(from, out);
         }
       }
     }
@@ -257,7 +275,7 @@ final class TensorBoardProxy {
       if (in == null) {
         throw new IOException("post-as-get.js missing from the AM's jar");
       }
-      return in.readAllBytes();
+      return IO.readAll(in);
     }
   }
 

