@@ -671,7 +671,8 @@ class SubmitTest:
         else:
             self._step("ok", "java", "; ".join(java_ok) + note)
         python = {f"{p.get('node')}: {p.get('python')} {p.get('python_version')}" for p in probes}
-        no_nvml = [f"{p.get('node')}: {p.get('pynvml_error')}" for p in probes if "pynvml_error" in p]
+        no_nvml = [f"{p.get('node')}: {p.get('python')}: {p.get('pynvml_error')}" for p in probes
+                   if "pynvml_error" in p]
         if no_nvml:
             self._step("fail", "pynvml", f"the job Python has no pynvml: {'; '.join(sorted(no_nvml))}{note}",
                        "install nvidia-ml-py into the job Python on every GPU node (or into the job's "
