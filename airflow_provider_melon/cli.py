@@ -109,11 +109,24 @@ def _secure_melon_hook(details, name: str = "airflow"):
 
 
 def _doctor(args) -> int:
-    from airflow_provider_melon.doctor import Doctor, as_json, render
-    from airflow_provider_melon.hooks.melon import MelonHook
+    """``melon doctor``: the cluster as the job commands name it (``--rm/--webhdfs/--user``, or Airflow connections:
+    ``yarn_default`` and ``webhdfs_default`` when neither is given), through :func:`cli_jobs.run` (its exit codes
+    for what stops the checks from starting: a missing connection, bad usage)."""
+    from airflow_provider_melon import cli_jobs
 
-    hook = MelonHook(args.conn_id, args.webhdfs_conn_id)
-    findings = Doctor(hook, queue=args.queue).run()
+    if not args.rm and not args.conn_id:
+        args.conn_id = "yarn_default"
+    if args.conn_id and not args.webhdfs_conn_id and not args.webhdfs:
+        args.webhdfs_conn_id = "webhdfs_default"
+    return cli_jobs.run(args)
+
+
+def _doctor_checks(args, cluster) -> int:
+    from airflow_provider_melon.doctor import Doctor, as_json, render
+
+    hook = cluster.melon_hook(resolve_fs=False)
+    findings = Doctor(hook, queue=args.queue, submit_test=args.submit_test, timeout=args.timeout,
+                      fs_from_connection=cluster.mode == "conn").run()
     print(as_json(findings) if args.json else render(findings))
     return 1 if any(f.status == "fail" for f in findings) else 0
 
@@ -169,13 +182,20 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--timeout", type=float, default=300)
     up.set_defaults(func=_up)
 
-    dr = sub.add_parser("doctor", help="check that a cluster is ready for MeLoN jobs (each finding with its fix); "
-                        "exit 1 if any check fails")
-    dr.add_argument("--conn-id", default="yarn_default", help="Airflow connection of the RM (type yarn)")
-    dr.add_argument("--webhdfs-conn-id", default="webhdfs_default", help="Airflow connection of WebHDFS")
+    doctor_help = ("check that a cluster is ready for MeLoN jobs, from where Airflow runs (each finding with its "
+                   "fix); exit 1 if any check fails")
+    dr = sub.add_parser("doctor", parents=[cli_jobs.cluster_options()], help=doctor_help,
+                        description=doctor_help + ". The cluster: --rm/--webhdfs/--user as the job commands, or "
+                        "Airflow connections (--conn-id, default yarn_default and webhdfs_default).")
     dr.add_argument("--queue", default="default", help="the YARN queue jobs will use")
-    dr.add_argument("--json", action="store_true", help="findings as JSON")
-    dr.set_defaults(func=_doctor)
+    dr.add_argument("--submit-test", action="store_true",
+                    help="then run a tiny job through the real path (stage, submit, AM, containers, output, logs), "
+                    "reporting each step and the nodes' Java, job Python, pynvml and framework")
+    dr.add_argument("--python", help="with --submit-test: the job Python to probe (default: the connection's "
+                    "`python`, as for jobs that name none)")
+    dr.add_argument("--timeout", type=float, default=300.0,
+                    help="with --submit-test: seconds to wait for the AM, then for the job (default 300)")
+    dr.set_defaults(func=_doctor, command_func=_doctor_checks)
 
     pe = sub.add_parser("pack-env", help="pack a virtualenv (venv-pack) or conda env (conda-pack) to a tar.gz")
     pe.add_argument("output")

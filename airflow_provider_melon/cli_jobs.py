@@ -92,9 +92,10 @@ class Cluster:
                 self._yarn = YarnHook(rm_urls=urls, user=user, retries=1, backoff=0.5)
         return self._yarn
 
-    def melon_hook(self):
+    def melon_hook(self, resolve_fs: bool = True):
         """A MelonHook for staging and submitting (or pruning): the connection's extras, the embedded cluster's
-        details, or the submit options (which override either)."""
+        details, or the submit options (which override either). ``resolve_fs=False``: leave an unknown
+        fs.defaultFS unset rather than ask the RM (``melon doctor`` reports it)."""
         from airflow_provider_melon.hooks.melon import MelonHook
 
         a = self.args
@@ -123,7 +124,7 @@ class Cluster:
             fs_default_fs=opt("fs_default_fs") or (details.fs_default_fs if details else None),
             staging_retry_s=opt("staging_retry_s") or 30.0,
         )
-        if not hook.fs_default_fs:
+        if not hook.fs_default_fs and resolve_fs:
             value = yarn.rm_conf("fs.defaultFS")  # the RM's own configuration names the cluster's file system
             if not value or not value.startswith("hdfs://"):
                 raise UsageError(f"the cluster's fs.defaultFS is unknown (the RM says {value!r}): pass "
@@ -593,7 +594,9 @@ def _follow(args, yarn, app: dict, logs, chosen) -> int:
 
 
 # ---- the command line -----------------------------------------------------------------------------------------
-def _cluster_options() -> argparse.ArgumentParser:
+def cluster_options() -> argparse.ArgumentParser:
+    """The options naming the cluster (``--conn-id``/``--rm``/``--webhdfs``/``--user``/``--work-dir``, ``--json``,
+    ``-v``): one parent parser for every command that talks to a cluster (the job commands, ``melon doctor``)."""
     parent = argparse.ArgumentParser(add_help=False)
     g = parent.add_argument_group("cluster (default: the embedded mini cluster in --work-dir)")
     g.add_argument("--conn-id", help="Airflow connection of the ResourceManager (type yarn), e.g. yarn_default")
@@ -612,7 +615,7 @@ def _cluster_options() -> argparse.ArgumentParser:
 
 def add_commands(sub, formatter) -> None:
     """Add the job commands to the ``melon`` parser's sub-parsers."""
-    common = _cluster_options()
+    common = cluster_options()
 
     def add(name: str, help_: str, func) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help_, description=help_ + ".", epilog=EXIT_CODES,

@@ -250,6 +250,7 @@ def start(
     tenants: bool = False,
     token_renew_s: float = 0,
     fair: bool = False,
+    yarn_site: dict[str, str] | None = None,
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
@@ -260,7 +261,10 @@ def start(
     setup (:data:`TENANTS`: queues with preemption, ACLs, HDFS permissions, an ``airflow`` user that may
     impersonate the tenants); with ``secure`` too, the tenants are Kerberos principals. ``token_renew_s`` > 0: the
     NameNode's delegation-token renew interval (a token expires that long after its last renewal). ``fair``: the
-    default queue orders its applications by fair share (interleaved grants) instead of FIFO (the gang tests)."""
+    default queue orders its applications by fair share (interleaved grants) instead of FIFO (the gang tests).
+    ``yarn_site``: extra properties in a ``yarn-site.xml`` on the launcher's classpath, read by every
+    ``YarnConfiguration`` it makes (so by the NodeManagers), for settings the launcher does not set itself: e.g.
+    YARN's GPU plugin (``yarn.nodemanager.resource-plugins``, tests/integration/test_gpu_plugin_live.py)."""
     work_dir = Path(work_dir).resolve()
     if running_pid(work_dir):
         existing = read_details(work_dir)
@@ -274,6 +278,11 @@ def start(
     if secure:  # site files the launcher writes for configurations created inside it (SecureCluster.java)
         (work_dir / "site").mkdir(exist_ok=True)
         classpath = f"{classpath}{os.pathsep}{work_dir / 'site'}"
+    if yarn_site:
+        extra = work_dir / "yarn-site"
+        extra.mkdir(exist_ok=True)
+        write_site_xml(extra / "yarn-site.xml", yarn_site)
+        classpath = f"{classpath}{os.pathsep}{extra}"
     args = [java, "-Xmx1g", "-cp", classpath, LAUNCHER_CLASS, "--work-dir", str(work_dir)]
     for flag, port in ports_from_base(port_base).items():
         args += [f"--{flag}", str(port)]
@@ -313,6 +322,16 @@ def start(
         f"mini cluster not ready within {timeout:.0f}s (expected {nodemanagers} RUNNING nodes with GPUs); "
         f"log tail:\n{_log_tail(work_dir)}"
     )
+
+
+def write_site_xml(path: Path, props: dict[str, str]) -> Path:
+    """A Hadoop ``*-site.xml`` holding ``props``."""
+    from xml.sax.saxutils import escape
+
+    body = "".join(f"  <property><name>{escape(str(k))}</name><value>{escape(str(v))}</value></property>\n"
+                   for k, v in props.items())
+    Path(path).write_text(f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n')
+    return Path(path)
 
 
 def control(details: ClusterDetails, action: str, timeout: float = 180.0) -> dict:
@@ -426,11 +445,20 @@ def _secure_connections(details: ClusterDetails, python: str) -> dict:
 
 
 def connection_exports(details: ClusterDetails, python: str) -> list[str]:
-    """``export AIRFLOW_CONN_...='...'`` lines that point an Airflow at this cluster."""
+    """``export AIRFLOW_CONN_...='...'`` lines that point an Airflow (and ``melon --conn-id``) at this cluster. On a
+    secure cluster also the Kerberos environment of the ``airflow`` principal: the provider's hooks need only the
+    connections (the yarn connection names keytab, cache and krb5.conf), but the HDFS provider's own
+    ``WebHDFSHook`` in your DAGs, ``klist`` and Hadoop's CLI read ``[core] security``, ``KRB5_CONFIG`` and
+    ``KRB5CCNAME`` (the cache the hook keeps a ticket in)."""
     import shlex
 
-    return [f"export AIRFLOW_CONN_{conn_id.upper()}={shlex.quote(json.dumps(conn))}"
-            for conn_id, conn in airflow_connections(details, python).items()]
+    lines = [f"export AIRFLOW_CONN_{conn_id.upper()}={shlex.quote(json.dumps(conn))}"
+             for conn_id, conn in airflow_connections(details, python).items()]
+    if details.secure:
+        lines += [f"export KRB5_CONFIG={shlex.quote(str(details.krb5_conf))}",
+                  f"export KRB5CCNAME={shlex.quote('FILE:' + details.ccache('airflow'))}",
+                  "export AIRFLOW__CORE__SECURITY=kerberos"]
+    return lines
 
 
 def airflow_env(details: ClusterDetails, airflow_home: Path, dags_folder: Path, python: str) -> dict:

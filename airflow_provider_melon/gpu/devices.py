@@ -11,7 +11,9 @@ Sources, in order:
    ``no GPU: NVML found no device (NVML Shared Library Not Found)``.
 
 If ``CUDA_VISIBLE_DEVICES`` is already set in this process's environment (a container runtime restricted the
-node's GPUs for us), NVML devices outside it (by index or UUID) are not offered.
+node's GPUs for us, or the admin set it in the yarn connection's ``container_env`` to keep MeLoN off the GPUs
+YARN's own GPU plugin manages: docs/gpu-plugin.md), devices outside it (by index or UUID) are not offered, NVML's
+and the inventory's alike.
 """
 
 from __future__ import annotations
@@ -152,7 +154,15 @@ def list_gpus(env=None) -> GpuList:
     if inventory:
         if not os.path.exists(inventory):
             return GpuList(source="none", reason=f"{found.reason}; inventory {inventory} does not exist")
-        return inventory_gpus(inventory)
+        gpus = inventory_gpus(inventory)
+        allowed = _visible_filter(env)
+        if allowed is None or not gpus:
+            return gpus
+        kept = [g for g in gpus if str(g.index) in allowed or g.uuid in allowed]
+        if not kept:
+            return GpuList(source="none", reason=f"no GPU: inventory {inventory} lists none of CUDA_VISIBLE_DEVICES="
+                           f"{env.get('CUDA_VISIBLE_DEVICES')}")
+        return GpuList(kept, source="inventory")
     return found
 
 

@@ -230,6 +230,8 @@ class MelonHook:
     # ---- HDFS -----------------------------------------------------------------------------------------------
     @property
     def hdfs(self):
+        if self._hdfs is None and getattr(self.yarn, "auth_mode", None) == "kerberos":
+            self._hdfs = self._kerberos_hdfs()
         if self._hdfs is None:
             from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
 
@@ -246,6 +248,38 @@ class MelonHook:
                 auth.principal = tickets.credential()  # SPNEGO on the YARN hook's ticket, not the process default
             self._hdfs = client
         return self._hdfs
+
+    def _kerberos_hdfs(self):
+        """Under ``auth=kerberos``: the WebHDFS connection's NameNode(s) through the ``hdfs`` package's Kerberos
+        client on the YARN hook's own ticket, obtained (from its keytab) before the first WebHDFS call. The HDFS
+        provider's ``WebHDFSHook`` is not used here: it speaks Kerberos only under ``[core] security = kerberos``
+        and then on the process's default ticket cache (``KRB5CCNAME``), neither of which a connection says."""
+        from hdfs import HdfsError
+
+        conn = self.yarn.get_connection(self.webhdfs_conn_id)
+        extra = dict(conn.extra_dejson or {})
+        scheme = "https" if str(extra.get("use_ssl", "")).lower() in ("true", "1") else "http"
+        tickets = self.yarn._kerberos_tickets()
+        namenodes = [h.strip() for h in str(conn.host or "").split(",") if h.strip()]
+        tried = []
+        for namenode in namenodes:
+            url = f"{scheme}://{namenode}" + (f":{conn.port}" if conn.port else "") + \
+                (f"/{conn.schema}" if conn.schema else "")
+            client = tickets.webhdfs_client(url, proxy=self.proxy_user or None)  # a valid ticket first
+            if scheme == "https":
+                client._session.verify = extra.get("verify", True)
+            if len(namenodes) == 1:  # nothing to choose between: its first call's error says what is wrong
+                return client
+            try:
+                with hdfs_errors("status", "/"):
+                    client.status("/")
+                return client
+            except (MelonHdfsError, HdfsError) as exc:
+                tried.append(f"{url}: {exc}")
+        raise MelonHdfsError("connect", f"(connection {self.webhdfs_conn_id})",
+                             "no NameNode answered with Kerberos: " + ("; ".join(tried) or "the connection has no host"),
+                             "set the webhdfs connection's host and port to the NameNode's HTTP address "
+                             "(dfs.namenode.http-address)", retriable=True)
 
     @hdfs.setter
     def hdfs(self, client) -> None:

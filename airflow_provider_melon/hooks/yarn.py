@@ -359,6 +359,13 @@ class YarnHook(BaseHook):
         else:
             self.auth_mode, self._auth_obj = "custom", auth
         self.kerberos_principal = ex["kerberos_principal"] or extras.get("kerberos_principal") or None
+        if self.auth_mode == "kerberos" and not ex["user"]:
+            # on Kerberos the cluster knows us by the principal, not by the connection's login or the OS user: the
+            # HDFS user (staging folder, the app's owner) is the principal's short name, as Hadoop's default
+            # auth_to_local rule maps it (airflow/host@REALM -> airflow)
+            from airflow_provider_melon.kerberos import _airflow_kerberos, short_name
+
+            self.user = short_name(self.kerberos_principal or _airflow_kerberos("principal")) or self.user
         self._kerberos_extras = extras
         self.proxy_user = self.proxy_user or ex["proxy_user"] or extras.get("proxy_user") or None
 

@@ -102,7 +102,7 @@ def test_doctor_is_all_green_on_the_deployment(stack):
                                                 for c, f in findings.items()))
     assert {c: f["status"] for c, f in findings.items()} == {
         "resourcemanager": "ok", "resource-types": "ok", "scheduler": "ok", "nodes": "ok", "queue": "ok",
-        "hdfs": "ok", "am-jar": "ok", "auth": "ok"}, findings
+        "nodemanagers": "ok", "gpu-plugin": "ok", "hdfs": "ok", "datanodes": "ok", "am-jar": "ok", "auth": "ok"}, findings
     assert "nodemanager-1:45454: 2 GPU(s), 32768 MiB" in findings["nodes"]["detail"]
     assert "nodemanager-2:45454: 2 GPU(s), 16384 MiB" in findings["nodes"]["detail"]
 

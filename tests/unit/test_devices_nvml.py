@@ -119,3 +119,18 @@ def test_process_memory_counts_only_the_given_pids(nvml):
     assert mod.calls["init"] == mod.calls["shutdown"] == 5
     nvml([{**H200[0], "procs": {101: None}}])  # NVML without per-process accounting (usedGpuMemory None)
     assert devices.process_memory_mb(0, [101]) is None
+
+
+def test_cuda_visible_devices_restricts_the_inventory_too(nvml, tmp_path):
+    """The GPU plugin's coexistence (docs/gpu-plugin.md): container_env CUDA_VISIBLE_DEVICES names MeLoN's GPUs, and
+    the inventory's others are not offered, as NVML's are not."""
+    nvml(init_error="NVML Shared Library Not Found")  # no driver: the inventory is what the node has
+    inventory = tmp_path / "gpus.json"
+    inventory.write_text('{"gpus": [{"index": 0, "total_mb": 16384}, {"index": 1, "total_mb": 8192, "uuid": "G1"},'
+                         ' {"index": 2, "total_mb": 4096}]}')
+    env = {"MELON_GPU_INVENTORY": str(inventory), "CUDA_VISIBLE_DEVICES": "1,2"}
+    assert [g.index for g in devices.list_gpus(env=env)] == [1, 2]
+    assert [g.index for g in devices.list_gpus(env=dict(env, CUDA_VISIBLE_DEVICES="G1"))] == [1]
+    none = devices.list_gpus(env=dict(env, CUDA_VISIBLE_DEVICES="7"))
+    assert not none and none.source == "none" and "CUDA_VISIBLE_DEVICES=7" in none.reason
+    assert len(devices.list_gpus(env={"MELON_GPU_INVENTORY": str(inventory)})) == 3

@@ -53,18 +53,28 @@ def test_the_auth_object_carries_the_keepers_cache_and_the_environment_is_left_a
 
 
 def test_the_webhdfs_client_of_a_kerberos_hook_uses_the_yarn_hooks_cache(keytab, tmp_path, monkeypatch):
-    """The HDFS provider's hook builds a KerberosClient on the process's default cache; the MelonHook points its
-    SPNEGO at the YARN hook's own ticket instead."""
+    """Under auth=kerberos the MelonHook builds the Kerberos WebHDFS client itself from the webhdfs connection (the
+    HDFS provider's hook would need ``[core] security = kerberos`` and the process's default cache), on the YARN
+    hook's own ticket, obtained before the client exists; the HDFS user is the principal's short name."""
+    import json
+
     import spnego
-    from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
     from hdfs.ext.kerberos import KerberosClient
 
     from airflow_provider_melon.hooks.melon import MelonHook
     from airflow_provider_melon.hooks.yarn import YarnHook
 
-    monkeypatch.setattr(WebHDFSHook, "get_conn", lambda self: KerberosClient("http://nn.example:9870"))
-    yarn = YarnHook(rm_urls=["http://rm.example:8088"], auth="kerberos", kerberos_principal="erin@R",
+    monkeypatch.setenv("AIRFLOW_CONN_WEBHDFS_DEFAULT", json.dumps({"conn_type": "webhdfs", "host": "nn.example",
+                                                                   "port": 9870}))
+    monkeypatch.delenv("AIRFLOW__CORE__SECURITY", raising=False)
+    ensured = []
+    monkeypatch.setattr(TicketKeeper, "ensure", lambda self, force=False: ensured.append(self.s.principal))
+    yarn = YarnHook(rm_urls=["http://rm.example:8088"], auth="kerberos", kerberos_principal="erin/host.example@R",
                     kerberos_keytab=keytab, kerberos_ccache=str(tmp_path / "erin.ccache"))
-    client = MelonHook(yarn_hook=yarn, user="erin").hdfs
+    hook = MelonHook(yarn_hook=yarn)
+    assert hook.user == "erin" and hook.staging_dir == "/user/erin/.melon"  # not the OS user's home
+    client = hook.hdfs
+    assert isinstance(client, KerberosClient) and client.url == "http://nn.example:9870"
+    assert ensured == ["erin/host.example@R"]  # the ticket came first
     assert client._session.auth.principal == spnego.KerberosCCache(ccache=f"FILE:{tmp_path / 'erin.ccache'}",
-                                                                    principal="erin@R")
+                                                                    principal="erin/host.example@R")
