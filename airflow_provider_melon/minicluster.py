@@ -114,8 +114,8 @@ def launcher_classpath() -> str:
     cp_file = APPMASTER_DIR / "target" / "classpath.txt"
     if not classes.is_dir() or not cp_file.is_file():
         raise MiniClusterError(
-            f"the launcher is not built: {classes} or {cp_file} is missing; run `make build` "
-            "(mvn -q -B -f appmaster/pom.xml package)"
+            f"the launcher is not built: {classes} or {cp_file} is missing; run `make setup` "
+            "(or just `bash appmaster/build.sh --dev`)"
         )
     return f"{classes}{os.pathsep}{cp_file.read_text().strip()}"
 
