@@ -13,6 +13,12 @@ from pathlib import Path
 
 from airflow_provider_melon import minicluster as mc
 
+#: ``melon --help``'s text: plain, as a terminal shows it (the module docstring above is reST for the API docs)
+DESCRIPTION = """\
+MeLoN on any YARN cluster: jobs (submit, status, ls, logs, wait, kill, prune), cluster checks (doctor), the
+embedded Hadoop cluster (minicluster, up), packing a Python environment (pack-env) and the parameter-server
+planner (plan). `melon COMMAND --help` lists a command's options."""
+
 
 def _cluster(args) -> int:
     work_dir = Path(args.work_dir)
@@ -148,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AIRFLOW__LOGGING__NAMESPACE_LEVELS", QUIET_NAMESPACES)
     from airflow_provider_melon import cli_jobs
 
-    parser = argparse.ArgumentParser(prog="melon", description=__doc__, epilog=cli_jobs.EXIT_CODES,
+    parser = argparse.ArgumentParser(prog="melon", description=DESCRIPTION, epilog=cli_jobs.EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     cli_jobs.add_commands(sub, argparse.RawDescriptionHelpFormatter)

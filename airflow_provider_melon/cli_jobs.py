@@ -122,7 +122,7 @@ class Cluster:
             hdfs_client=client, am_classpath=opt("am_classpath") or (details.am_classpath if details else None),
             default_python=opt("python") or (sys.executable if details else None), container_env=env,
             fs_default_fs=opt("fs_default_fs") or (details.fs_default_fs if details else None),
-            staging_retry_s=opt("staging_retry_s") or 30.0,
+            staging_retry_s=opt("staging_retry_s"),  # None: the hook's default, the same as in Airflow
         )
         if not hook.fs_default_fs and resolve_fs:
             value = yarn.rm_conf("fs.defaultFS")  # the RM's own configuration names the cluster's file system
@@ -634,8 +634,9 @@ def add_commands(sub, formatter) -> None:
     s.add_argument("--am-classpath", help="the AM's Hadoop classpath (default: YARN's application classpath)")
     s.add_argument("--python", help="the NodeManagers' interpreter for jobs that name none (default python3)")
     s.add_argument("--container-env", action="append", metavar="KEY=VALUE", help="environment of every container")
-    s.add_argument("--staging-retry-s", type=float, default=30.0,
-                   help="how long staging retries a NameNode that is away (default 30)")
+    s.add_argument("--staging-retry-s", type=float, default=None,
+                   help="how long staging retries a NameNode that is away (default: [melon] staging_retry_s, "
+                        "else 120, as in Airflow)")
 
     st = add("status", "an application's state, progress and tasks (exit 1 if it FAILED or was KILLED)",
              cmd_status)

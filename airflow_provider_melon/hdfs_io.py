@@ -13,6 +13,8 @@
   through Airflow's own logger: an admin quietens them with ``[logging] namespace_levels``.)
 * :func:`run_slug` — a path component for an Airflow run id (every run has one; manual runs in Airflow 3 have
   no logical date, so ``ts_nodash``/``ds`` cannot name a run's folder).
+* :func:`hdfs_home` — ``/user/<user>`` of the user MeLoN jobs on a yarn connection run as (a DAG's HDFS folders
+  go there, not under a hard-coded user).
 """
 
 from __future__ import annotations
@@ -447,3 +449,16 @@ def run_slug(run_id: str) -> str:
     if safe == run_id:
         return run_id
     return f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
+
+
+def hdfs_home(yarn_conn_id: str = "yarn_default") -> str:
+    """``/user/<user>``: the HDFS home of the user that MeLoN jobs on ``yarn_conn_id`` run as, the same user whose
+    ``/user/<user>/.melon`` holds their staging (``MelonHook.user``: the connection's ``proxy_user``, else its
+    login, else ``HADOOP_USER_NAME``/the OS user). Reads the connection only, no network call. In a template:
+    ``user_defined_macros={"hdfs_home": hdfs_home}`` then ``{{ hdfs_home() }}/melon-demo``."""
+    from airflow_provider_melon.hooks.melon import MelonHook  # Airflow side only
+
+    user = MelonHook(yarn_conn_id).user
+    if not user or "/" in user:
+        raise ValueError(f"yarn connection {yarn_conn_id!r}: no usable HDFS user ({user!r}); set its login")
+    return f"/user/{user}"

@@ -114,8 +114,8 @@ def launcher_classpath() -> str:
     cp_file = APPMASTER_DIR / "launcher" / "target" / "classpath.txt"
     if not classes.is_dir() or not cp_file.is_file():
         raise MiniClusterError(
-            f"the launcher is not built: {classes} or {cp_file} is missing; run `make build` "
-            "(mvn -q -B -f appmaster/pom.xml package)"
+            f"the launcher is not built: {classes} or {cp_file} is missing; run `make setup` "
+            "(or just `bash appmaster/build.sh --dev`)"
         )
     return f"{classes}{os.pathsep}{cp_file.read_text().strip()}"
 
@@ -254,7 +254,7 @@ def start(
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
-    an admin has before following the README's "configure your cluster" (used to test ``melon doctor``).
+    an admin has before following docs/cluster-configuration.md (used to test ``melon doctor``).
     ``nm_expiry_ms`` and ``rm_recovery`` are for fault tests (see :func:`control`). ``secure``: Kerberos (a KDC,
     keytabs and krb5.conf under ``<work_dir>/kerberos``, SPNEGO on RM/NM/WebHDFS); this process is then logged in
     as the ``airflow`` principal (:func:`kerberos_login`) to check readiness. ``tenants``: the multi-tenant

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from airflow_provider_melon import __version__
 
+#: ``[melon] staging_retry_s``'s default, the one home of it: MelonHook (and so ``melon submit``) falls back to it.
+STAGING_RETRY_S_DEFAULT = 120
 
 #: ``conn-fields`` for the ``yarn`` connection type in provider info (extra fields, stored in ``extra``).
 YARN_CONN_FIELDS: dict = {
@@ -179,7 +181,8 @@ def get_provider_info() -> dict:
                     "staging_retry_s": {
                         "description": "Seconds an upload keeps retrying while the NameNode restarts, fails over or "
                                        "is in safe mode.",
-                        "version_added": "0.2.0", "type": "integer", "example": None, "default": "120",
+                        "version_added": "0.2.0", "type": "integer", "example": None,
+                        "default": str(STAGING_RETRY_S_DEFAULT),
                     },
                     "deployment_id": {
                         "description": "This Airflow deployment's name in the identity tag of every application it "
@@ -196,6 +199,14 @@ def get_provider_info() -> dict:
                                        "the cluster with that connection's credentials.",
                         "version_added": "0.3.0", "type": "string", "example": "yarn_default,yarn_gpu",
                         "default": None,
+                    },
+                    "admin_acl": {
+                        "description": "Who besides the owner may view and kill every application this Airflow "
+                                       "submits: a Hadoop ACL \"users groups\" (\" melon-admins\": the group "
+                                       "melon-admins), set as the applications' VIEW_APP and MODIFY_APP ACLs. The "
+                                       "operator's admin_acl and the yarn connection's extra admin_acl win over it. "
+                                       "Empty: the owner only (and YARN's admins).",
+                        "version_added": "0.3.0", "type": "string", "example": " melon-admins", "default": None,
                     },
                     "am_jar": {
                         "description": "Local path of an ApplicationMaster jar to use instead of the one shipped in the package.",

@@ -1,6 +1,9 @@
 """Dynamic task mapping over a small hyper-parameter grid: each trial is a shared-GPU MeLoN job (6 GiB of
 expected GPU memory), so more trials than GPUs run at once; then the best trial is picked. The trials defer to
-``YarnApplicationTrigger`` while YARN runs them."""
+``YarnApplicationTrigger`` while YARN runs them.
+
+Its HDFS folder: the ``root`` param, else the variable ``melon_hdfs_root``, else ``<hdfs_home>/melon-demo``
+(``/user/<user>`` of the yarn connection's user, ``hdfs_io.hdfs_home``)."""
 
 from __future__ import annotations
 
@@ -8,9 +11,9 @@ import json
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Variable, task
 
-from airflow_provider_melon.hdfs_io import run_slug
+from airflow_provider_melon.hdfs_io import hdfs_home, run_slug
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 TRAINING = Path(__file__).resolve().parent / "training" / "mnist"
@@ -29,7 +32,7 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["melon", "example"],
-    params={"root": "/user/root/melon-demo"},
+    params={"root": ""},  # empty: melon_hdfs_root, else the jobs' user's HDFS home
 ) as dag:
 
     @task
@@ -39,7 +42,8 @@ with DAG(
         sys.path.insert(0, str(TRAINING))
         from data import ensure_in_hdfs
 
-        root = params["root"]
+        root = (params or {}).get("root") or Variable.get("melon_hdfs_root", default="") \
+            or f"{hdfs_home()}/melon-demo"
         # One folder per run, named from the run id (a manual run has no logical date, so no ts_nodash).
         return {"data": ensure_in_hdfs(_webhdfs(), root), "out": f"{root}/hpo/{run_slug(run_id)}"}
 

@@ -4,7 +4,8 @@
 memory model train.py reports) and hands its expected GPU memory to ``train`` through XCom.
 
 Connections: ``yarn_default`` (the RM; its extra carries ``fs_default_fs``) and ``webhdfs_default`` (the
-NameNode's HTTP address). Variables (optional): ``melon_hdfs_root`` (default /user/<login>/melon-demo),
+NameNode's HTTP address). Variables (optional): ``melon_hdfs_root`` (default ``<hdfs_home>/melon-demo``:
+``/user/<user>`` of the yarn connection's user, ``hdfs_io.hdfs_home``),
 ``melon_accuracy_threshold`` (default 0.8). ``make demo`` runs it on the embedded mini cluster.
 
 Each run works under ``<root>/runs/<run>/``, named from the run id (``run_slug``): every run has one, whether
@@ -22,13 +23,14 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Variable, task
 
-from airflow_provider_melon.hdfs_io import run_slug
+from airflow_provider_melon.hdfs_io import hdfs_home, run_slug
 from airflow_provider_melon.operators.profile import MelonProfileOperator
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 HERE = Path(__file__).resolve().parent
 TRAINING = HERE / "training" / "mnist"
-ROOT = "{{ var.value.get('melon_hdfs_root', '/user/root/melon-demo') }}"
+# the HDFS home of the user the jobs run as (the yarn connection's), unless the variable says otherwise
+ROOT = "{{ var.value.get('melon_hdfs_root', hdfs_home() ~ '/melon-demo') }}"
 RUN_DIR = ROOT + "/runs/{{ run_id | run_slug }}"
 
 
@@ -45,6 +47,7 @@ with DAG(
     catchup=False,
     tags=["melon", "example"],
     user_defined_filters={"run_slug": run_slug},
+    user_defined_macros={"hdfs_home": hdfs_home},
 ) as dag:
     # [START howto_melon_ingest]
     @task

@@ -32,9 +32,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.melon-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
-  echo "[setup] pip install -e '.[tensorflow,test,pack]' -c constraints.txt (first time: several minutes)"
+  echo "[setup] pip install -e '.[tensorflow,test,pack,docs]' -c constraints.txt (first time: several minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[tensorflow,test,pack]'
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[tensorflow,test,pack,docs]'
   touch "$stamp"
 fi
 

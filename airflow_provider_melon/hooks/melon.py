@@ -38,6 +38,7 @@ from airflow_provider_melon import submission
 from airflow_provider_melon.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
 from airflow_provider_melon.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
+from airflow_provider_melon.provider_info import STAGING_RETRY_S_DEFAULT
 from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
@@ -213,10 +214,10 @@ class MelonHook:
         #: ``[melon] staging_dir`` ({user} is replaced): cache/ (content-addressed), apps/ (plans), profiles/
         self.staging_dir = (_conf("staging_dir") or "/user/{user}/.melon").format(user=self.user).rstrip("/")
         self.cache_dir = f"{self.staging_dir}/cache"
-        #: how long an upload keeps retrying a NameNode that is restarting / in safe mode (``[melon]
-        #: staging_retry_s``, default 120)
+        #: how long an upload keeps retrying a NameNode that is restarting / in safe mode (``staging_retry_s``, else
+        #: ``[melon] staging_retry_s``, else its declared default, provider_info.STAGING_RETRY_S_DEFAULT)
         self.staging_retry_s = float(staging_retry_s if staging_retry_s is not None
-                                     else _conf("staging_retry_s") or 120)
+                                     else _conf("staging_retry_s") or STAGING_RETRY_S_DEFAULT)
 
     def _yarn_extra(self) -> dict:
         conn_id = getattr(self.yarn, "yarn_conn_id", None)

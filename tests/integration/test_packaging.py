@@ -1,0 +1,79 @@
+"""The release artifacts, as CI builds them: `python -m build` makes the sdist and, from it, the wheel (so the sdist
+alone is enough to build a wheel that carries the AM), `twine check --strict` accepts both, setuptools warns of no
+package it would ignore, and each artifact holds what an operator needs (the AM jar, the UI plugin's page, the
+license). No cluster needed; the build's isolated environment comes from the package index, as `pip wheel` does in
+test_wheel_install.py."""
+
+from __future__ import annotations
+
+import glob
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_melon import __version__
+
+pytestmark = [pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> tuple[Path, Path, str]:
+    out = tmp_path_factory.mktemp("dist")
+    result = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+                            capture_output=True, text=True, timeout=1200)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-6000:]
+    [whl] = glob.glob(str(out / "airflow_provider_melon-*.whl"))
+    [sdist] = glob.glob(str(out / "airflow_provider_melon-*.tar.gz"))
+    return Path(whl), Path(sdist), log
+
+
+def test_build_gives_both_artifacts_at_the_one_version(dist):
+    whl, sdist, _ = dist
+    assert whl.name == f"airflow_provider_melon-{__version__}-py3-none-any.whl"
+    assert sdist.name == f"airflow_provider_melon-{__version__}.tar.gz"
+    metadata = zipfile.ZipFile(whl).read(f"airflow_provider_melon-{__version__}.dist-info/METADATA").decode()
+    assert re.search(rf"^Version: {re.escape(__version__)}$", metadata, re.M)
+    assert re.search(r"^License(-Expression)?: Apache-2.0$", metadata, re.M), metadata[:800]
+
+
+def test_setuptools_warns_of_no_ignored_package(dist):
+    _, _, log = dist
+    assert "Package would be ignored" not in log, log[log.find("would be ignored") - 2000:][:4000]
+    assert "is absent from the `packages` configuration" not in log
+
+
+def test_twine_check_passes(dist):
+    whl, sdist, _ = dist
+    result = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(whl), str(sdist)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("PASSED") == 2, result.stdout
+
+
+def test_the_wheel_holds_the_am_the_ui_plugin_page_and_the_license(dist):
+    whl, _, _ = dist
+    names = set(zipfile.ZipFile(whl).namelist())
+    for needed in ("airflow_provider_melon/am/melon-appmaster.jar",
+                   "airflow_provider_melon/plugin/static/page.html",
+                   "airflow_provider_melon/plugin/static/melon.js",
+                   f"airflow_provider_melon-{__version__}.dist-info/licenses/LICENSE"):
+        assert needed in names, needed
+    assert not [n for n in names if "__pycache__" in n or n.startswith(("tests/", "dags/", "docs/"))]
+
+
+def test_the_sdist_holds_the_sources_to_rebuild_everything(dist):
+    _, sdist, _ = dist
+    root = f"airflow_provider_melon-{__version__}/"
+    names = {n[len(root):] for n in tarfile.open(sdist).getnames()}
+    for needed in ("LICENSE", "CHANGELOG.md", "README.md", "setup.cfg", "setup.py", "appmaster/pom.xml",
+                   "appmaster/build.sh", "airflow_provider_melon/plugin/static/page.html"):
+        assert needed in names, needed
+    assert any(n.startswith("appmaster/src/") and n.endswith(".java") for n in names)
