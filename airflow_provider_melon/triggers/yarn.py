@@ -21,8 +21,10 @@ operator can summarise.
   the AM's task states and last step/loss every ``log_every_n`` polls (``stream_progress``).
 * ``deadline`` (epoch seconds) is the task's timeout: reached → ``timeout`` event (the operator kills the
   application if ``cancel_on_kill``).
-* ``on_kill()`` (Airflow 3.3: the user marked the deferred task failed/success or cleared it) kills the
-  application when ``cancel_on_kill``; ``cleanup()`` (every exit, triggerer restarts included) never does.
+* A user who marks the deferred task failed/success or clears it kills the application (``cancel_on_kill``), on
+  every Airflow 3 line: 3.3+ through ``on_kill()``, 3.0–3.2 in the cancellation path; both first ask the task
+  instance's state and kill only once it has left DEFERRED (``version_compat.TRIGGER_KILL_PATHS`` says why per line).
+  ``cleanup()`` (every exit, triggerer restarts included) never kills.
 * ``tags`` instead of ``app_id`` (the sensor on applications submitted elsewhere): the newest application
   carrying every tag is followed once it appears.
 * ``job_logs`` (the operator turns it on): while the application runs, the chief's stdout/stderr and any failing
@@ -63,7 +65,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
-from airflow_provider_melon.version_compat import trigger_has_on_kill
+from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER, trigger_has_on_kill
 
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 #: how long a kill path waits for the RM to report a killed application ended (the RM shows a kill in progress as
@@ -77,6 +79,9 @@ MIN_POLL_INTERVAL = 5.0
 LOG_STATE_XCOM_KEY = "melon_job_log_state"
 #: Longest wait for that XCom (read or write) through the triggerer.
 RESTORE_WAIT_S = 120.0
+#: Longest wait for the task instance's state on a kill path (Airflow 3.3 bounds on_kill by 30 s, the kill included)
+TASK_STATE_WAIT_S = 10.0
+_UNKNOWN = object()  # a task state that could not be read
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -577,10 +582,11 @@ class YarnApplicationTrigger(BaseTrigger):
             if self._restoring is not None and not self._restoring.done():
                 self._restoring.cancel()
             # Below Airflow 3.3 there is no on_kill(): kill here if the task is no longer deferred (the user
-            # acted on it), not when the triggerer merely stops or moves this trigger.
+            # acted on it), not when the triggerer merely stops or moves this trigger (version_compat).
             if self.cancel_on_kill and self.app_id and not trigger_has_on_kill():
-                if await self._task_no_longer_deferred():
-                    await self._kill("the task is no longer deferred")
+                state = await self._task_state()
+                if state is not _UNKNOWN and state != "deferred":
+                    await self._kill(f"the task is no longer deferred (it is {state or 'cleared'})")
             raise
 
     # ---- kill ---------------------------------------------------------------------------------------------
@@ -608,11 +614,18 @@ class YarnApplicationTrigger(BaseTrigger):
             self.log.info("YARN application %s is %s", self.app_id, state)
 
     async def on_kill(self) -> None:
-        """Airflow 3.3: the user marked the deferred task failed/success or cleared it."""
+        """Airflow 3.3+: the triggerer says the user marked the deferred task failed/success or cleared it. It says
+        the same of a trigger handed to another triggerer while this one's heartbeat lapsed (apache/airflow#73454;
+        ``version_compat.TRIGGER_ON_KILL_ALSO_ON_HANDOVER``): the application is killed unless the task is still
+        deferred (then another trigger follows it). A state that cannot be read trusts the triggerer's word."""
         if not self.cancel_on_kill:
             self.log.info("cancel_on_kill is off: leaving YARN application %s running", self.app_id)
             return
         if not self.app_id:
+            return
+        if TRIGGER_ON_KILL_ALSO_ON_HANDOVER and await self._task_state() == "deferred":
+            self.log.info("Not killing YARN application %s: the triggerer dropped this trigger but the task is still "
+                          "deferred (the trigger was handed to another triggerer)", self.app_id)
             return
         await self._kill("the deferred task was killed")
 
@@ -622,23 +635,25 @@ class YarnApplicationTrigger(BaseTrigger):
         if hook is not None:
             hook.close()
 
-    async def _task_no_longer_deferred(self) -> bool:
-        """Airflow < 3.3 only: whether this trigger's task instance has left the DEFERRED state."""
+    async def _task_state(self) -> Any:
+        """This trigger's task instance's state as the API server has it now (``"deferred"``, ``"failed"``, None
+        after a clear…), or :data:`_UNKNOWN` (no task instance, the call failed)."""
         ti = self.task_instance
         if ti is None:
-            return False
+            return _UNKNOWN
         try:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-            states = await asyncio.to_thread(
+            states = await asyncio.wait_for(asyncio.to_thread(
                 RuntimeTaskInstance.get_task_states, dag_id=ti.dag_id, task_ids=[ti.task_id],
                 run_ids=[ti.run_id], map_index=getattr(ti, "map_index", None),
-            )
-            state = (states.get(ti.run_id) or {}).get(ti.task_id)
-        except Exception as exc:  # noqa: BLE001 - unknown: do not kill
-            self.log.debug("Could not read the task state: %s", exc)
-            return False
-        return state is not None and str(state).lower() != "deferred"
+            ), TASK_STATE_WAIT_S)
+            state = states[ti.run_id][ti.task_id]
+        except Exception as exc:  # noqa: BLE001 - unknown
+            self.log.warning("Could not read the state of task %s.%s (%s): %s", ti.dag_id, ti.task_id, ti.run_id,
+                             exc)
+            return _UNKNOWN
+        return None if state is None else str(getattr(state, "value", state)).lower()
 
 
 __all__ = ["DEFAULT_FAILURE_STATES", "DEFAULT_TARGET_STATES", "LIVE_STATES", "MIN_POLL_INTERVAL",
