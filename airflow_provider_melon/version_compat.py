@@ -116,6 +116,15 @@ TRIGGER_KILL_PATHS = {"3.0": "cancel + task state", "3.1": "cancel + task state"
 TRIGGER_ON_KILL_ALSO_ON_HANDOVER = AIRFLOW_V_3_3_PLUS
 
 
+def remote_logging() -> bool:
+    """Whether task logs go to remote storage (``[logging] remote_logging``): the triggerer then uploads a
+    trigger's log only when the trigger ends (every 3.x line)."""
+    try:
+        return conf.getboolean("logging", "remote_logging", fallback=False)
+    except Exception:  # noqa: BLE001 - an unreadable setting: local logs
+        return False
+
+
 def trigger_has_on_kill() -> bool:
     """Whether the triggerer calls ``BaseTrigger.on_kill()`` on user kills (Airflow 3.3+; see
     :data:`TRIGGER_KILL_PATHS`)."""
@@ -129,5 +138,5 @@ __all__ = [
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "XCom", "conf",
-    "trigger_has_on_kill",
+    "remote_logging", "trigger_has_on_kill",
 ]

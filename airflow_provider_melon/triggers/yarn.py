@@ -44,8 +44,13 @@ operator can summarise.
   drops a repeat by its container, file and offset. The read of the saved offsets runs beside the poll loop (the
   triggerer's first XCom call can take long: it starts its in-process API then): until it is done, job log
   reads wait (their lines come later, none lost); a save that fails or takes over RESTORE_WAIT_S is skipped
-  (the lines are logged all the same; a crash then could repeat some unmarked). (With remote logging Airflow uploads a trigger's log when the trigger ends; the
-  lines of a trigger that died unended are not uploaded, and the re-shown batch does not cover them.)
+  (the lines are logged all the same; a crash then could repeat some unmarked). With remote logging
+  (``[logging] remote_logging``) Airflow uploads a trigger's log only when the trigger ends, so the lines of a
+  trigger that died unended never reach the task log the user reads (its triggerer's disk may be gone): the XCom
+  then also carries ``durable``, the offsets the task log is known to hold — those a trigger started from (the
+  task's own upload at deferral, or a predecessor's ``durable``), advanced only in ``cleanup()``, right before
+  Airflow uploads the ending trigger's log (to the floor, one batch behind). A successor goes on from ``durable``
+  (:meth:`LogFollower.resume_from`), marking re-shown every line up to where the dead trigger got.
 
 The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
 the trigger (state classification, progress lines, per-role task summaries), so all three judge an
@@ -65,7 +70,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
-from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER, trigger_has_on_kill
+from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER, remote_logging, trigger_has_on_kill
 
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 #: how long a kill path waits for the RM to report a killed application ended (the RM shows a kill in progress as
@@ -82,6 +87,8 @@ RESTORE_WAIT_S = 120.0
 #: Longest wait for the task instance's state on a kill path (Airflow 3.3 bounds on_kill by 30 s, the kill included)
 TASK_STATE_WAIT_S = 10.0
 _UNKNOWN = object()  # a task state that could not be read
+#: Longest wait for the last save of the offsets the uploaded task log holds, as a trigger ends
+CLEANUP_SAVE_WAIT_S = 10.0
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -303,6 +310,8 @@ class YarnApplicationTrigger(BaseTrigger):
         self._follower: Optional[LogFollower] = None
         self._saved_log_state: Optional[str] = None
         self._restoring: Optional[asyncio.Future] = None  # reading the saved offsets (a crashed triggerer)
+        #: remote logging: the follower state the *task log* is known to hold (None: local logs, not tracked)
+        self._durable: Optional[dict] = None
         self._last_tasks: Optional[list] = None
         self._melon_hook: Any = None
         self._poll_due: Optional[float] = None  # monotonic time of the next shared poll (None: now)
@@ -400,15 +409,16 @@ class YarnApplicationTrigger(BaseTrigger):
         ids = self._xcom_ids()
         if ids is not None and self._follower is not None:
             state = self._follower.floor()
-            text = json.dumps(state, sort_keys=True)
+            value = {"app_id": self.app_id, "state": state}
+            if self._durable is not None:
+                value["durable"] = self._durable
+            text = json.dumps(value, sort_keys=True)
             if text == self._saved_log_state:
                 return
             try:
                 from airflow_provider_melon.version_compat import XCom
 
-                await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value={"app_id": self.app_id,
-                                                                                 "state": state}, **ids),
-                                       RESTORE_WAIT_S)
+                await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value=value, **ids), RESTORE_WAIT_S)
                 self._saved_log_state = text
             except asyncio.CancelledError:
                 raise
@@ -434,10 +444,20 @@ class YarnApplicationTrigger(BaseTrigger):
                 or not isinstance(saved.get("state"), dict):
             return
         if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
-            self.log_state, self._follower = saved["state"], None
-            self._saved_log_state = json.dumps(saved["state"], sort_keys=True)
-            self.log.info("Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
-                          "restarted): its last batch of lines is shown again, marked re-shown", self.app_id)
+            durable = saved.get("durable") if self._durable is not None else None
+            if isinstance(durable, dict):
+                # remote logging: what the dead trigger printed never reached the task log; go on from what did
+                self.log_state = LogFollower.resume_from(durable, saved["state"])
+                self._durable = durable
+                self.log.info("Job log of %s goes on from the offsets the task log is known to hold (remote logging: "
+                              "the previous trigger's own lines were not uploaded): the lines since are shown again, "
+                              "marked re-shown", self.app_id)
+            else:
+                self.log_state = saved["state"]
+                self.log.info("Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
+                              "restarted): its last batch of lines is shown again, marked re-shown", self.app_id)
+            self._follower = None
+            self._saved_log_state = None
 
     def _event(self, status: str, app: Optional[dict], message: str) -> TriggerEvent:
         payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
@@ -509,6 +529,8 @@ class YarnApplicationTrigger(BaseTrigger):
         polls = running_polls = 0
         app: Optional[dict] = None
         if self.job_logs and self._xcom_ids() is not None:
+            if remote_logging():
+                self._durable = self.follower.state()  # what this trigger starts from is in the task log
             self._restoring = asyncio.ensure_future(self._restore_log_state())
         try:
             while True:
@@ -630,7 +652,16 @@ class YarnApplicationTrigger(BaseTrigger):
         await self._kill("the deferred task was killed")
 
     async def cleanup(self) -> None:
-        """Every exit (triggerer restart included): release local resources; never kill the application."""
+        """Every exit (triggerer restart included): release local resources; never kill the application. With
+        remote logging, Airflow uploads this trigger's log once it has ended (after this): the offsets it logged are
+        then in the task log, and saved as such (one batch behind, as every save), for a successor."""
+        if self._durable is not None and self._follower is not None and self._xcom_ids() is not None \
+                and (self._restoring is None or self._restoring.done()):
+            self._durable = self._follower.floor()
+            try:
+                await asyncio.wait_for(self._save_log_state(), CLEANUP_SAVE_WAIT_S)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
         hook = getattr(self, "_hook", None)
         if hook is not None:
             hook.close()
