@@ -179,8 +179,43 @@ class AirflowApi:
             if run["state"] in TERMINAL_RUN_STATES:
                 return run
             time.sleep(3)
-        raise LocalAirflowError(f"run {dag_id}/{run_id} not finished within {timeout:.0f}s: "
-                                f"{self.task_states(dag_id, run_id)}")
+        raise LocalAirflowError(f"run {dag_id}/{run_id} not finished within {timeout:.0f}s:\n"
+                                f"{self.run_picture(dag_id, run_id)}")
+
+    def run_picture(self, dag_id: str, run_id: str, task_id: Optional[str] = None, lines: int = 25) -> str:
+        """What Airflow shows of a run, for a failure message: every task instance's state (with its trigger and
+        triggerer), then the log tail of ``task_id`` (else of every task instance not yet succeeded). Never
+        raises (a failure message must not fail)."""
+        try:
+            tis = self.task_instances(dag_id, run_id)
+        except Exception as exc:  # noqa: BLE001
+            return f"(task instances of {dag_id}/{run_id} unavailable: {exc!r})"
+        out = [f"task instances of {dag_id}/{run_id}:"]
+        for ti in tis:
+            name = ti["task_id"] + (f"[{ti['map_index']}]" if ti.get("map_index", -1) >= 0 else "")
+            trigger = (ti.get("trigger") or {}).get("classpath", "").rsplit(".", 1)[-1]
+            triggerer = (ti.get("triggerer_job") or {}).get("id")
+            out.append(f"  {name}: {ti['state']} (try {ti.get('try_number')}"
+                       + (f", trigger {trigger} on triggerer {triggerer}" if trigger else "") + ")")
+        for ti in tis:
+            if (task_id is not None and ti["task_id"] != task_id) or (task_id is None and ti["state"] == "success"):
+                continue
+            try:
+                text = self.task_log(dag_id, run_id, ti["task_id"], ti.get("map_index", -1),
+                                     max(1, int(ti.get("try_number") or 1)))
+                tail = "\n".join(f"    {line[:300]}" for line in text.splitlines()[-lines:])
+            except Exception as exc:  # noqa: BLE001
+                tail = f"    (log unavailable: {exc!r})"
+            out.append(f"  log of {ti['task_id']} (try {ti.get('try_number')}), last {lines} lines:\n{tail}")
+        return "\n".join(out)
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str, map_index: int = -1) -> dict:
+        """Mark a task instance ``state`` (``failed``, ``success``, ``skipped``) as the UI's "Mark as" does:
+        ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}`` with ``new_state``."""
+        path = f"/dags/{quote(dag_id)}/dagRuns/{quote(run_id, safe='')}/taskInstances/{quote(task_id)}"
+        if map_index >= 0:
+            path += f"/{map_index}"
+        return self.api("PATCH", path, {"new_state": state})
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         body = self.api("GET", f"/dags/{quote(dag_id)}/dagRuns/{quote(run_id, safe='')}/taskInstances?limit=100")

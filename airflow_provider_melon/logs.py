@@ -211,6 +211,32 @@ class LogFollower:
         return floor
 
     @staticmethod
+    def resume_from(durable: Optional[dict], reached: Optional[dict]) -> dict:
+        """The state a successor goes on from when only ``durable`` is known to be in the task log (remote logging:
+        a trigger's lines are uploaded when it ends, so a trigger that died unended left none there) while a lost
+        trigger had got as far as ``reached``: ``durable``'s offsets (a container found since is read from its
+        start), every line up to ``reached``'s offsets (and its own marks) marked re-shown, since a reader of a
+        shared disk or a log server may have seen them. (A container the lost trigger read to its end before its
+        last two batches is no longer in ``reached``: its lines after ``durable`` are not shown again.)"""
+        out = LogFollower._load(durable)
+        got = LogFollower._load(reached)
+        out["tasks"] = {**out["tasks"], **got["tasks"]}
+        for cid, entry in got["follow"].items():  # containers found since: read again from their start
+            if cid not in out["follow"] and cid not in out["done"]:
+                out["follow"][cid] = dict(copy.deepcopy(entry), offsets={})
+        for cid, entry in got["follow"].items():
+            for file, offset in (entry.get("offsets") or {}).items():
+                if offset:
+                    marks = out["reshow"].setdefault(cid, {})
+                    marks[file] = max(int(offset), marks.get(file, 0))
+        for cid, files in got["reshow"].items():
+            for file, offset in files.items():
+                marks = out["reshow"].setdefault(cid, {})
+                marks[file] = max(int(offset), marks.get(file, 0))
+        out["seq"] = max(out["seq"], got["seq"])
+        return out
+
+    @staticmethod
     def progress(state: Optional[dict]) -> int:
         """How far a :meth:`state` has got (0 for none): of two states of one follower, the later is larger."""
         return int((state or {}).get("seq") or 0) if isinstance(state, dict) else 0

@@ -6,8 +6,8 @@ a newer Airflow is switched on the ``AIRFLOW_V_3_x_PLUS`` flags below:
 
 * ``ResumableJobMixin`` (3.3): the sync operator path stores the YARN application id in the task state
   store and reconnects on retry. Below 3.3 a stand-in submits on every try (the tag lookup still reattaches).
-* ``BaseTrigger.on_kill()`` (3.3): a deferred task that a user marks failed/success or clears kills its
-  application. Below 3.3 the trigger falls back to the "task no longer deferred" check on cancellation.
+* How a user's kill of a *deferred* task (marked failed/success, cleared) reaches the trigger — see
+  :data:`TRIGGER_KILL_PATHS`: the trigger kills the application on every line, by the path its line has.
 """
 
 from __future__ import annotations
@@ -93,8 +93,41 @@ except ImportError:  # pragma: no cover - below 3.3
 RESUMABLE_JOBS = AIRFLOW_V_3_3_PLUS and ResumableJobMixin.__module__.startswith("airflow.sdk")
 
 
+#: What each Airflow 3 line does to a trigger whose deferred task a user marks failed/success or clears (the task
+#: instance leaves DEFERRED, the scheduler deletes the trigger row, the triggerer drops it), read in the triggerer's
+#: ``TriggerRunner.cancel_triggers``/``run_trigger`` of each line:
+#:
+#: * 3.0–3.2: the trigger's asyncio task is cancelled with no reason, exactly as when the triggerer stops or hands
+#:   the trigger on; there is no ``BaseTrigger.on_kill``. The trigger tells the two apart in its own cancellation
+#:   path by asking its task instance's state (``RuntimeTaskInstance.get_task_states``, which the 3.0+ triggerer
+#:   serves): no longer ``deferred`` (``failed``, ``success``, or no state after a clear) → kill.
+#: * 3.3.0+ (apache/airflow#65590): the triggerer cancels with a user-action message and then awaits
+#:   ``trigger.on_kill()`` (bounded by ``[triggerer] on_kill_timeout``); a plain stop calls no ``on_kill``. But a
+#:   triggerer whose heartbeat lapsed (a busy host, a GC pause) and whose triggers were meanwhile handed to another
+#:   triggerer cancels them down the *same* user-action path on recovery, so ``on_kill`` also runs for a trigger that
+#:   another triggerer now follows (apache/airflow#73454, still open at 3.3.2): the trigger's ``on_kill`` therefore
+#:   asks the task's state too and leaves the application running while the task is still deferred
+#:   (:data:`TRIGGER_ON_KILL_ALSO_ON_HANDOVER`).
+TRIGGER_KILL_PATHS = {"3.0": "cancel + task state", "3.1": "cancel + task state", "3.2": "cancel + task state",
+                      "3.3": "on_kill + task state"}
+
+#: Airflow 3.3+: ``on_kill()`` also runs for a trigger handed over to another triggerer (apache/airflow#73454, open
+#: at 3.3.2, so true for every 3.3+ release known here): ``on_kill`` must check that the task left DEFERRED.
+TRIGGER_ON_KILL_ALSO_ON_HANDOVER = AIRFLOW_V_3_3_PLUS
+
+
+def remote_logging() -> bool:
+    """Whether task logs go to remote storage (``[logging] remote_logging``): the triggerer then uploads a
+    trigger's log only when the trigger ends (every 3.x line)."""
+    try:
+        return conf.getboolean("logging", "remote_logging", fallback=False)
+    except Exception:  # noqa: BLE001 - an unreadable setting: local logs
+        return False
+
+
 def trigger_has_on_kill() -> bool:
-    """Whether the triggerer calls ``BaseTrigger.on_kill()`` on user kills (Airflow 3.3)."""
+    """Whether the triggerer calls ``BaseTrigger.on_kill()`` on user kills (Airflow 3.3+; see
+    :data:`TRIGGER_KILL_PATHS`)."""
     from airflow.triggers.base import BaseTrigger
 
     return AIRFLOW_V_3_3_PLUS and hasattr(BaseTrigger, "on_kill")
@@ -104,5 +137,6 @@ __all__ = [
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
-    "RESUMABLE_JOBS", "ResumableJobMixin", "XCom", "conf", "trigger_has_on_kill",
+    "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "XCom", "conf",
+    "remote_logging", "trigger_has_on_kill",
 ]

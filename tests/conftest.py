@@ -186,21 +186,13 @@ class Jobs:
 
     def picture(self, app_id: str) -> str:
         """What the RM says of the app and of the cluster: for a failure message (a wait that timed out)."""
-        try:
-            app = self.app(app_id)
-            keys = ("state", "finalStatus", "diagnostics", "amContainerLogs", "amHostHttpAddress", "allocatedMB")
-            metrics = self.hook.yarn.cluster_metrics()
-            metric_keys = ("appsRunning", "appsPending", "availableMB", "allocatedMB", "activeNodes", "unhealthyNodes",
-                           "lostNodes")
-            live = self.hook.yarn.list_applications(states="NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")
-            return (f"RM app: {json.dumps({k: app.get(k) for k in keys})}\n"
-                    f"cluster: {json.dumps({k: metrics.get(k) for k in metric_keys})}\n"
-                    f"live apps: {[(a['id'], a['name'], a['state'], a.get('allocatedMB')) for a in live]}\n"
-                    + "".join(f"{cid} {name} (tail):\n{text[-1200:]}\n"
-                              for name in ("AppMaster.stdout", "AppMaster.stderr")
-                              for cid, text in self.container_logs(app_id, name).items() if text.strip()))
-        except Exception as exc:  # noqa: BLE001 - a failure message must not fail
-            return f"(RM picture unavailable: {exc!r})"
+        from tests.waits import rm_picture
+
+        return rm_picture(self.hook, app_id, self.cluster)
+
+    def cause(self, app_id: str):
+        """:meth:`picture` as a wait's cause (``tests.waits.wait_for(..., cause=jobs.cause(app_id))``)."""
+        return lambda: self.picture(app_id)
 
     def container_logs(self, app_id: str, name: str = "stdout") -> dict[str, str]:
         """container id → the log file's text, read from the NodeManagers' log dirs (mini cluster: local)."""

@@ -21,8 +21,10 @@ operator can summarise.
   the AM's task states and last step/loss every ``log_every_n`` polls (``stream_progress``).
 * ``deadline`` (epoch seconds) is the task's timeout: reached → ``timeout`` event (the operator kills the
   application if ``cancel_on_kill``).
-* ``on_kill()`` (Airflow 3.3: the user marked the deferred task failed/success or cleared it) kills the
-  application when ``cancel_on_kill``; ``cleanup()`` (every exit, triggerer restarts included) never does.
+* A user who marks the deferred task failed/success or clears it kills the application (``cancel_on_kill``), on
+  every Airflow 3 line: 3.3+ through ``on_kill()``, 3.0–3.2 in the cancellation path; both first ask the task
+  instance's state and kill only once it has left DEFERRED (``version_compat.TRIGGER_KILL_PATHS`` says why per line).
+  ``cleanup()`` (every exit, triggerer restarts included) never kills.
 * ``tags`` instead of ``app_id`` (the sensor on applications submitted elsewhere): the newest application
   carrying every tag is followed once it appears.
 * ``job_logs`` (the operator turns it on): while the application runs, the chief's stdout/stderr and any failing
@@ -42,8 +44,13 @@ operator can summarise.
   drops a repeat by its container, file and offset. The read of the saved offsets runs beside the poll loop (the
   triggerer's first XCom call can take long: it starts its in-process API then): until it is done, job log
   reads wait (their lines come later, none lost); a save that fails or takes over RESTORE_WAIT_S is skipped
-  (the lines are logged all the same; a crash then could repeat some unmarked). (With remote logging Airflow uploads a trigger's log when the trigger ends; the
-  lines of a trigger that died unended are not uploaded, and the re-shown batch does not cover them.)
+  (the lines are logged all the same; a crash then could repeat some unmarked). With remote logging
+  (``[logging] remote_logging``) Airflow uploads a trigger's log only when the trigger ends, so the lines of a
+  trigger that died unended never reach the task log the user reads (its triggerer's disk may be gone): the XCom
+  then also carries ``durable``, the offsets the task log is known to hold — those a trigger started from (the
+  task's own upload at deferral, or a predecessor's ``durable``), advanced only in ``cleanup()``, right before
+  Airflow uploads the ending trigger's log (to the floor, one batch behind). A successor goes on from ``durable``
+  (:meth:`LogFollower.resume_from`), marking re-shown every line up to where the dead trigger got.
 
 The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
 the trigger (state classification, progress lines, per-role task summaries), so all three judge an
@@ -63,7 +70,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
-from airflow_provider_melon.version_compat import trigger_has_on_kill
+from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER, remote_logging, trigger_has_on_kill
 
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 #: how long a kill path waits for the RM to report a killed application ended (the RM shows a kill in progress as
@@ -77,6 +84,11 @@ MIN_POLL_INTERVAL = 5.0
 LOG_STATE_XCOM_KEY = "melon_job_log_state"
 #: Longest wait for that XCom (read or write) through the triggerer.
 RESTORE_WAIT_S = 120.0
+#: Longest wait for the task instance's state on a kill path (Airflow 3.3 bounds on_kill by 30 s, the kill included)
+TASK_STATE_WAIT_S = 10.0
+_UNKNOWN = object()  # a task state that could not be read
+#: Longest wait for the last save of the offsets the uploaded task log holds, as a trigger ends
+CLEANUP_SAVE_WAIT_S = 10.0
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -298,6 +310,8 @@ class YarnApplicationTrigger(BaseTrigger):
         self._follower: Optional[LogFollower] = None
         self._saved_log_state: Optional[str] = None
         self._restoring: Optional[asyncio.Future] = None  # reading the saved offsets (a crashed triggerer)
+        #: remote logging: the follower state the *task log* is known to hold (None: local logs, not tracked)
+        self._durable: Optional[dict] = None
         self._last_tasks: Optional[list] = None
         self._melon_hook: Any = None
         self._poll_due: Optional[float] = None  # monotonic time of the next shared poll (None: now)
@@ -395,15 +409,16 @@ class YarnApplicationTrigger(BaseTrigger):
         ids = self._xcom_ids()
         if ids is not None and self._follower is not None:
             state = self._follower.floor()
-            text = json.dumps(state, sort_keys=True)
+            value = {"app_id": self.app_id, "state": state}
+            if self._durable is not None:
+                value["durable"] = self._durable
+            text = json.dumps(value, sort_keys=True)
             if text == self._saved_log_state:
                 return
             try:
                 from airflow_provider_melon.version_compat import XCom
 
-                await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value={"app_id": self.app_id,
-                                                                                 "state": state}, **ids),
-                                       RESTORE_WAIT_S)
+                await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value=value, **ids), RESTORE_WAIT_S)
                 self._saved_log_state = text
             except asyncio.CancelledError:
                 raise
@@ -429,10 +444,20 @@ class YarnApplicationTrigger(BaseTrigger):
                 or not isinstance(saved.get("state"), dict):
             return
         if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
-            self.log_state, self._follower = saved["state"], None
-            self._saved_log_state = json.dumps(saved["state"], sort_keys=True)
-            self.log.info("Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
-                          "restarted): its last batch of lines is shown again, marked re-shown", self.app_id)
+            durable = saved.get("durable") if self._durable is not None else None
+            if isinstance(durable, dict):
+                # remote logging: what the dead trigger printed never reached the task log; go on from what did
+                self.log_state = LogFollower.resume_from(durable, saved["state"])
+                self._durable = durable
+                self.log.info("Job log of %s goes on from the offsets the task log is known to hold (remote logging: "
+                              "the previous trigger's own lines were not uploaded): the lines since are shown again, "
+                              "marked re-shown", self.app_id)
+            else:
+                self.log_state = saved["state"]
+                self.log.info("Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
+                              "restarted): its last batch of lines is shown again, marked re-shown", self.app_id)
+            self._follower = None
+            self._saved_log_state = None
 
     def _event(self, status: str, app: Optional[dict], message: str) -> TriggerEvent:
         payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
@@ -504,6 +529,8 @@ class YarnApplicationTrigger(BaseTrigger):
         polls = running_polls = 0
         app: Optional[dict] = None
         if self.job_logs and self._xcom_ids() is not None:
+            if remote_logging():
+                self._durable = self.follower.state()  # what this trigger starts from is in the task log
             self._restoring = asyncio.ensure_future(self._restore_log_state())
         try:
             while True:
@@ -577,10 +604,11 @@ class YarnApplicationTrigger(BaseTrigger):
             if self._restoring is not None and not self._restoring.done():
                 self._restoring.cancel()
             # Below Airflow 3.3 there is no on_kill(): kill here if the task is no longer deferred (the user
-            # acted on it), not when the triggerer merely stops or moves this trigger.
+            # acted on it), not when the triggerer merely stops or moves this trigger (version_compat).
             if self.cancel_on_kill and self.app_id and not trigger_has_on_kill():
-                if await self._task_no_longer_deferred():
-                    await self._kill("the task is no longer deferred")
+                state = await self._task_state()
+                if state is not _UNKNOWN and state != "deferred":
+                    await self._kill(f"the task is no longer deferred (it is {state or 'cleared'})")
             raise
 
     # ---- kill ---------------------------------------------------------------------------------------------
@@ -608,37 +636,55 @@ class YarnApplicationTrigger(BaseTrigger):
             self.log.info("YARN application %s is %s", self.app_id, state)
 
     async def on_kill(self) -> None:
-        """Airflow 3.3: the user marked the deferred task failed/success or cleared it."""
+        """Airflow 3.3+: the triggerer says the user marked the deferred task failed/success or cleared it. It says
+        the same of a trigger handed to another triggerer while this one's heartbeat lapsed (apache/airflow#73454;
+        ``version_compat.TRIGGER_ON_KILL_ALSO_ON_HANDOVER``): the application is killed unless the task is still
+        deferred (then another trigger follows it). A state that cannot be read trusts the triggerer's word."""
         if not self.cancel_on_kill:
             self.log.info("cancel_on_kill is off: leaving YARN application %s running", self.app_id)
             return
         if not self.app_id:
             return
+        if TRIGGER_ON_KILL_ALSO_ON_HANDOVER and await self._task_state() == "deferred":
+            self.log.info("Not killing YARN application %s: the triggerer dropped this trigger but the task is still "
+                          "deferred (the trigger was handed to another triggerer)", self.app_id)
+            return
         await self._kill("the deferred task was killed")
 
     async def cleanup(self) -> None:
-        """Every exit (triggerer restart included): release local resources; never kill the application."""
+        """Every exit (triggerer restart included): release local resources; never kill the application. With
+        remote logging, Airflow uploads this trigger's log once it has ended (after this): the offsets it logged are
+        then in the task log, and saved as such (one batch behind, as every save), for a successor."""
+        if self._durable is not None and self._follower is not None and self._xcom_ids() is not None \
+                and (self._restoring is None or self._restoring.done()):
+            self._durable = self._follower.floor()
+            try:
+                await asyncio.wait_for(self._save_log_state(), CLEANUP_SAVE_WAIT_S)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
         hook = getattr(self, "_hook", None)
         if hook is not None:
             hook.close()
 
-    async def _task_no_longer_deferred(self) -> bool:
-        """Airflow < 3.3 only: whether this trigger's task instance has left the DEFERRED state."""
+    async def _task_state(self) -> Any:
+        """This trigger's task instance's state as the API server has it now (``"deferred"``, ``"failed"``, None
+        after a clear…), or :data:`_UNKNOWN` (no task instance, the call failed)."""
         ti = self.task_instance
         if ti is None:
-            return False
+            return _UNKNOWN
         try:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-            states = await asyncio.to_thread(
+            states = await asyncio.wait_for(asyncio.to_thread(
                 RuntimeTaskInstance.get_task_states, dag_id=ti.dag_id, task_ids=[ti.task_id],
                 run_ids=[ti.run_id], map_index=getattr(ti, "map_index", None),
-            )
-            state = (states.get(ti.run_id) or {}).get(ti.task_id)
-        except Exception as exc:  # noqa: BLE001 - unknown: do not kill
-            self.log.debug("Could not read the task state: %s", exc)
-            return False
-        return state is not None and str(state).lower() != "deferred"
+            ), TASK_STATE_WAIT_S)
+            state = states[ti.run_id][ti.task_id]
+        except Exception as exc:  # noqa: BLE001 - unknown
+            self.log.warning("Could not read the state of task %s.%s (%s): %s", ti.dag_id, ti.task_id, ti.run_id,
+                             exc)
+            return _UNKNOWN
+        return None if state is None else str(getattr(state, "value", state)).lower()
 
 
 __all__ = ["DEFAULT_FAILURE_STATES", "DEFAULT_TARGET_STATES", "LIVE_STATES", "MIN_POLL_INTERVAL",

@@ -70,7 +70,7 @@ class Runs:
         if name not in self.finished:
             self.finished[name] = self.stack.wait_run(dag_id, run_id, timeout)
         run = self.finished[name]
-        assert run["state"] == "success", (name, self.stack.task_states(dag_id, run_id))
+        assert run["state"] == "success", f"{name}: run {run['state']}\n{self.stack.run_picture(dag_id, run_id)}"
         return dag_id, run_id, run
 
     def deferred_by(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[tuple[str, int]]:

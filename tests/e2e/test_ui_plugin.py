@@ -16,6 +16,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import headless_chromium
+from tests.waits import airflow_cause, causes, rm_cause, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -39,27 +40,15 @@ def browser():
         driver.quit()
 
 
-def wait_for(predicate, timeout: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except Exception as exc:  # noqa: BLE001 - the page is still rendering
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
 @pytest.fixture(scope="module")
 def probe(airflow_stack, melon_hook_module):
     """A run of the probe DAG whose train task is deferred while its 3 tasks report step/loss."""
     run_id = airflow_stack.trigger(DAG, conf={"seconds": 420})
-    app_id = wait_for(lambda: airflow_stack.xcom(DAG, run_id, "train", key="app_id"), 180, "the app id in XCom")
+    app_id = wait_for(lambda: airflow_stack.xcom(DAG, run_id, "train", key="app_id"), 180, "the app id in XCom",
+                      cause=causes(airflow_cause(airflow_stack, DAG, run_id, "train"), rm_cause(melon_hook_module)))
     wait_for(lambda: len([t for t in (melon_hook_module.yarn.am_status(app_id) or {}).get("tasks", [])
-                          if t.get("step")]) == 3, 180, "3 tasks reporting steps")
+                          if t.get("step")]) == 3, 180, "3 tasks reporting steps",
+             cause=causes(airflow_cause(airflow_stack, DAG, run_id, "train"), rm_cause(melon_hook_module, app_id)))
     yield {"run_id": run_id, "app_id": app_id}
     try:
         melon_hook_module.yarn.kill_application(app_id)

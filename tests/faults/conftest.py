@@ -28,6 +28,7 @@ import pytest
 
 from tests.conftest import Jobs, running_cluster
 
+
 FAULT_ROWS: list[dict] = []
 
 
@@ -161,21 +162,3 @@ def app_containers_prefix(app_id: str, attempt: int = 1) -> str:
 
 def sigkill_group(pgid: int) -> None:
     os.killpg(pgid, signal.SIGKILL)
-
-
-def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
-    """``predicate()`` once truthy. An exception from it counts as "not yet" (a daemon restarting does not answer);
-    at ``timeout`` the failure says what the last try saw."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except Exception as exc:  # noqa: BLE001 - shown on timeout
-            value, last = None, exc
-        else:
-            last = value
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last saw: {last!r}"[:2000])

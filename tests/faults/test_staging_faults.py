@@ -11,7 +11,8 @@ import pytest
 
 from airflow_provider_melon import minicluster as mc
 
-from .conftest import wait_for
+from tests.waits import hdfs_cause, wait_for
+
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,7 +40,7 @@ def _restart_during_staging(fault_hook, fault_cluster, row, data: bytes, digest:
     # the upload is under way: its temporary file exists beside the target
     wait_for(lambda: any(n.endswith(".tmp") for n in (fault_hook.hdfs.list(target_dir) if
                                                          fault_hook.hdfs.status(target_dir, strict=False) else [])),
-             60, "the upload's temporary file", every=0.05)
+             60, "the upload's temporary file", every=0.05, cause=hdfs_cause(fault_hook, target_dir))
     row.injected()
     restarted = mc.control(fault_cluster, "namenode/restart")
     stager.join(timeout=300)

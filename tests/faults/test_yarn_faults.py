@@ -18,7 +18,9 @@ from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 
-from .conftest import app_containers_prefix, container_group, sigkill_group, wait_for
+from tests.waits import rm_cause, wait_for
+
+from .conftest import app_containers_prefix, container_group, sigkill_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -75,10 +77,12 @@ def _rm_restart(fault_jobs, fault_hook, fault_cluster, row, caplog):
     for f in followers:
         f.start()
     # both have polled once (the trigger logged a state, the operator announced the app) before the outage
-    wait_for(lambda: trigger.last_state and ti.xcom_push.called, 60, "a first poll of the trigger and the operator")
+    wait_for(lambda: trigger.last_state and ti.xcom_push.called, 60, "a first poll of the trigger and the operator",
+             cause=rm_cause(fault_hook, app_id, fault_cluster))
     row.injected()
     restart = mc.control(fault_cluster, "resourcemanager/restart?down_ms=15000")
-    back = wait_for(lambda: fault_hook.yarn.get_application(app_id), 120, "the RM to answer for the app again")
+    back = wait_for(lambda: fault_hook.yarn.get_application(app_id), 120, "the RM to answer for the app again",
+                    cause=rm_cause(fault_hook, app_id, fault_cluster))
     recovered_s = row.recovered()
     assert back["state"] in LIVE | {"FINISHED"}, back
     final = fault_jobs.wait(app_id, timeout=240)
@@ -145,7 +149,7 @@ def test_worker_sigkilled_restarts_within_budget_and_resumes_then_fails_past_it(
             tmp_path, "worker-kill", 40, roles={"worker": {"instances": 2, "memory": 256, "restarts": 1}}),
             tags=row.tags)
         fault_jobs.wait_status(app_id, lambda s: all_registered(s, 2), timeout=120)
-        wait_for(lambda: read_step(tmp_path, "worker1") >= 5, 60, "worker:1 at step 5")
+        wait_for(lambda: read_step(tmp_path, "worker1") >= 5, 60, "worker:1 at step 5", cause=fault_jobs.cause(app_id))
         group = container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX="1")
         row.injected()
         sigkill_group(group)
@@ -156,14 +160,15 @@ def test_worker_sigkilled_restarts_within_budget_and_resumes_then_fails_past_it(
                                   for t in s["tasks"]), timeout=120)
         wait_for(lambda: any(f"resumed from step {killed_at}" in text
                              for text in fault_jobs.container_logs(app_id).values()),
-                 60, f"worker:1 resumed from step {killed_at}")
+                 60, f"worker:1 resumed from step {killed_at}", cause=fault_jobs.cause(app_id))
         row.recovered()
 
     # a second kill is past the budget: the application fails, naming the task and the signal
     with fault_row("worker container SIGKILLed again, past the budget -> FAILED naming it", hook=fault_hook,
                    end=("FINISHED", "FAILED")) as row:
         row.app_id = app_id
-        wait_for(lambda: read_step(tmp_path, "worker1") >= killed_at + 3, 60, "worker:1 training again")
+        wait_for(lambda: read_step(tmp_path, "worker1") >= killed_at + 3, 60, "worker:1 training again",
+                 cause=fault_jobs.cause(app_id))
         group = container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX="1",
                                 MELON_TASK_ATTEMPT="1")
         row.injected()
@@ -192,11 +197,12 @@ def test_am_killed_next_attempt_restarts_the_gang_one_app(fault_jobs, fault_hook
         follower = threading.Thread(target=lambda: result.update(
             op=op.poll_until_complete(app_id, {"ti": mock.Mock(map_index=-1), "run_id": "r"})))
         follower.start()
-        wait_for(lambda: read_step(tmp_path, "worker0") >= 3, 60, "training under way")
+        wait_for(lambda: read_step(tmp_path, "worker0") >= 3, 60, "training under way", cause=fault_jobs.cause(app_id))
         am = container_group(app_containers_prefix(app_id) + "000001")  # the AM's container
         row.injected()
         sigkill_group(am)
-        wait_for(lambda: len(fault_hook.yarn.app_attempts(app_id)) == 2, 120, "a second AM attempt")
+        wait_for(lambda: len(fault_hook.yarn.app_attempts(app_id)) == 2, 120, "a second AM attempt",
+                 cause=fault_jobs.cause(app_id))
         second = f"_{app_id[len('application_'):]}_02_"
         # the gang of the second attempt (not the first one's, which was stopped with its AM)
         status = fault_jobs.wait_status(app_id, lambda s: all_registered(s, 2) and all(
@@ -227,7 +233,8 @@ def test_node_lost_its_task_reruns_on_another_node(fault_jobs, fault_hook, fault
         status = fault_jobs.wait_status(app_id, lambda s: all_registered(s, 2), timeout=120)
         am_node = fault_hook.yarn.app_attempts(app_id)[-1]["nodeId"]
         victim = next(t for t in status["tasks"] if t["node_id"] != am_node)
-        wait_for(lambda: read_step(tmp_path, f"worker{victim['index']}") >= 3, 60, "training under way")
+        wait_for(lambda: read_step(tmp_path, f"worker{victim['index']}") >= 3, 60, "training under way",
+                 cause=fault_jobs.cause(app_id))
         row.injected()
         crashed = mc.control(fault_cluster, f"nodemanagers/{victim['node_id']}/crash")
         assert victim["container_id"] in crashed["result"], crashed

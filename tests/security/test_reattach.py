@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.submission import airflow_tags, deployment_id
-from tests.faults.conftest import wait_for
+from tests.waits import wait_for
 from tests.integration.test_tenants_live import T, _wait_state, tenants, tenants_cluster  # noqa: F401 - fixtures
 from tests.unit.test_operator import FakeStore
 

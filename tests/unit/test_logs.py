@@ -417,6 +417,86 @@ def test_lines_logged_just_before_a_triggerer_crash_are_shown_again_marked_never
     assert _shown(first)[:batches[-3]] + [t for _, t in marked] + plain[1:] == [f"a {i}" for i in range(last + 1)]
 
 
+def _crash_then_successor(nm, monkeypatch, *, graceful: bool):
+    """With remote logging on: a first trigger streams a few polls (saving offsets), then its triggerer dies
+    (``graceful=False``: SIGKILL, no clean-up, its log never uploaded) or stops (``True``: cancelled, ``cleanup()``
+    runs, Airflow uploads its log after); a successor re-created from the deferral kwargs. Returns (first, second,
+    the XCom saved, the last line number)."""
+    from types import SimpleNamespace
+
+    import airflow_provider_melon.triggers.yarn as trigger_module
+    from airflow_provider_melon.triggers.yarn import LOG_STATE_XCOM_KEY
+    from airflow_provider_melon.version_compat import XCom
+
+    monkeypatch.setattr(trigger_module, "remote_logging", lambda: True)
+    xcoms: dict = {}
+
+    async def aset(*, key, value, dag_id, task_id, run_id, map_index):
+        xcoms[(key, dag_id, task_id, run_id, map_index)] = json.loads(json.dumps(value))
+
+    async def aget_one(*, key, dag_id, task_id, run_id, map_index):
+        return xcoms.get((key, dag_id, task_id, run_id, map_index))
+
+    ti = SimpleNamespace(dag_id="d", task_id="train", run_id="r1", map_index=-1)
+    deferred = {"app_id": APP, "poll_interval": 5, "job_logs": True, "log_chief": "chief:0"}
+    printed = iter(range(1000))
+    first = _trigger(nm, ((f"a {next(printed)}\n", app()) for _ in range(1000)), ti=ti, **deferred)
+    real_get = first._hook.get_application
+    polls = []
+
+    async def get_application(app_id):
+        polls.append(1)
+        if len(polls) > 4:
+            first.hung.set()
+            await asyncio.Event().wait()
+        return await real_get(app_id)
+    first._hook.get_application = get_application
+
+    async def scenario():
+        await _run_until_hung(first)
+        if graceful:
+            await first.cleanup()  # what the triggerer runs on every exit but a SIGKILL
+        saved = json.loads(json.dumps(xcoms[(LOG_STATE_XCOM_KEY, "d", "train", "r1", -1)]))
+        last = next(printed)
+        second = _trigger(nm, [(f"a {last}\n", app()), ("", app("FINISHED", "SUCCEEDED"))], ti=ti, **deferred)
+        await second.run().__anext__()
+        return saved, last, second
+
+    with mock.patch.object(XCom, "aset", aset), mock.patch.object(XCom, "aget_one", aget_one):
+        saved, last, second = asyncio.run(scenario())
+    return first, second, saved, last
+
+
+def test_remote_logging_a_successor_goes_on_from_what_the_task_log_holds_not_what_the_dead_trigger_printed(
+        nm, monkeypatch):
+    """With remote logging Airflow uploads a trigger's log when it ends: a trigger killed unended leaves nothing in
+    the task log the user reads. The successor goes on from the offsets the task log is known to hold (here: the
+    deferral's, none), so every line reaches the log the user reads, those the dead trigger got to marked."""
+    first, second, saved, last = _crash_then_successor(nm, monkeypatch, graceful=False)
+    assert len(_shown(first)) >= 3, "the first trigger streamed several polls"
+    assert saved["durable"]["seq"] == 0 and saved["state"]["seq"] > 0  # never advanced by the dead trigger
+    again = [c.args[1] for c in second._log.info.call_args_list if c.args[0] == "%s"]
+    plain = job_lines(again, "chief:0 | ")
+    marked = [m.group(1) for m in map(re.compile(r"chief:0 \[re-shown @\d+\] \| (.*)").fullmatch, again) if m]
+    # the user's log is the successor's alone: every line, in order, those the dead one had reached marked
+    assert marked + plain[1:] == [f"a {i}" for i in range(last + 1)], again
+    assert plain[0].startswith(f"... re-shown from {CHIEF_CID}/stdout@0 ")
+    assert set(_shown(first)) <= set(marked)  # whatever the dead trigger printed comes again marked
+    assert any("the task log is known to hold" in str(c.args) for c in second._log.info.call_args_list)
+
+
+def test_remote_logging_a_trigger_that_ends_saves_its_offsets_as_held_by_the_task_log(nm, monkeypatch):
+    """A trigger that ends (cancelled by a stopping triggerer: cleanup runs, then Airflow uploads its log) advances
+    what the task log holds to its floor: the successor re-shows only the last batches, not the whole job."""
+    first, second, saved, last = _crash_then_successor(nm, monkeypatch, graceful=True)
+    assert saved["durable"] == saved["state"] and saved["durable"]["seq"] > 0
+    again = [c.args[1] for c in second._log.info.call_args_list if c.args[0] == "%s"]
+    marked = [m.group(1) for m in map(re.compile(r"chief:0 \[re-shown @\d+\] \| (.*)").fullmatch, again) if m]
+    assert marked and len(marked) < len(_shown(first)), (marked, _shown(first))
+    assert (_shown(first)[:len(_shown(first)) - len(marked)] + marked + job_lines(again, "chief:0 | ")[1:]
+            == [f"a {i}" for i in range(last + 1)])
+
+
 # ---------------------------------------------------------------------------------------------- failures
 
 

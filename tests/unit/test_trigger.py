@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import types
 from unittest import mock
 
 import pytest
@@ -322,6 +323,70 @@ async def test_this_airflows_triggerer_calls_on_kill_on_a_user_kill_only(monkeyp
         await task
     assert trigger_has_on_kill()
     assert hook.kill_application.await_count == (1 if user_action else 0), hook.kill_application.await_args_list
+
+
+def _task_in_state(monkeypatch, trig, state):
+    """The trigger's task instance, whose state the API server (``get_task_states``) reports as ``state``
+    (an exception: the call fails)."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    trig.task_instance = types.SimpleNamespace(dag_id="d", task_id="train", run_id="r1", map_index=-1)
+    calls = []
+
+    def get_task_states(**kw):
+        calls.append(kw)
+        if isinstance(state, Exception):
+            raise state
+        return {"r1": {"train": state}}
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(get_task_states))
+    return calls
+
+
+@pytest.mark.parametrize("state,killed", [("failed", True), ("success", True), (None, True), ("deferred", False),
+                                          (RuntimeError("api down"), True)],
+                         ids=["marked-failed", "marked-success", "cleared", "handed-over", "state-unknown"])
+async def test_on_kill_leaves_the_app_to_the_next_triggerer_while_the_task_is_still_deferred(monkeypatch, state,
+                                                                                           killed):
+    """Airflow 3.3 calls on_kill() also for a trigger it handed to another triggerer after a heartbeat lapse
+    (apache/airflow#73454): the task is still deferred then, and the other trigger follows the app."""
+    from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER
+
+    assert TRIGGER_ON_KILL_ALSO_ON_HANDOVER  # this Airflow (3.3.2) has the defect
+    trig, hook = make_trigger(cancel_on_kill=True)
+    calls = _task_in_state(monkeypatch, trig, state)
+    await trig.on_kill()
+    assert calls and calls[0]["run_ids"] == ["r1"] and calls[0]["task_ids"] == ["train"]
+    assert hook.kill_application.await_count == (1 if killed else 0)
+    if not killed:
+        assert any("still deferred" in line for line in logged(trig)), logged(trig)
+
+
+@pytest.mark.parametrize("state,killed", [("failed", True), (None, True), ("deferred", False),
+                                          (RuntimeError("api down"), False)],
+                         ids=["marked-failed", "cleared", "triggerer-stops", "state-unknown"])
+async def test_below_3_3_a_cancelled_trigger_kills_once_the_task_left_deferred(monkeypatch, state, killed):
+    """Airflow 3.0–3.2 cancel a trigger the same way for a user's kill and a triggerer stop, with no on_kill():
+    the cancellation path asks the task's state (a clear leaves it None: that is a kill too)."""
+    import airflow_provider_melon.triggers.yarn as trigger_module
+
+    monkeypatch.setattr(trigger_module, "trigger_has_on_kill", lambda: False)
+    trig, hook = make_trigger(cancel_on_kill=True)
+    polled = asyncio.Event()
+
+    async def get_application(app_id):  # the second poll waits (until the cancellation)
+        if polled.is_set():
+            await asyncio.Event().wait()
+        polled.set()
+        return app("RUNNING")
+    hook.get_application.side_effect = get_application
+    _task_in_state(monkeypatch, trig, state)
+    task = asyncio.ensure_future(collect(trig))
+    await asyncio.wait_for(polled.wait(), 10)
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert hook.kill_application.await_count == (1 if killed else 0)
 
 
 # ---------------------------------------------------------------------------------------------- tags mode
