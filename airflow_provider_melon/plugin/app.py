@@ -273,6 +273,7 @@ def am_log_text(hook, app_id: str, file: Optional[str] = None, limit: int = AM_L
     logs = NodeLogs(hook, app_id)
     ref = ContainerRef(str(attempt["containerId"]), "am", attempt.get("nodeId"),
                        logs.nm_url(attempt.get("nodeHttpAddress")))
+
     def served(answer):
         if ref.nm_url in logs.unreachable or not ref.nm_url:
             raise HTTPException(502, f"the NodeManager of {ref.id} ({ref.nm_url or attempt.get('nodeId')}) is "

@@ -23,9 +23,21 @@
   const ui = (rel) => typeof rel === "string" && /^dags\//.test(rel) ? esc("../" + rel) : null;
   const ANON = "#9aa5b1";
 
+  // the login ended while the page was open (its JSON answers 401): reload the page (the UI's, when embedded), which
+  // the api-server redirects to the login page and back; at most once a minute, never in a loop
+  function loginAgain() {
+    const last = Number(sessionStorage.getItem("melon-login-reload") || 0);
+    if (Date.now() - last < 60000) return;
+    sessionStorage.setItem("melon-login-reload", String(Date.now()));
+    let where = window;
+    try { if (window.top.location.origin === location.origin) where = window.top; } catch (e) { /* another origin */ }
+    where.location.reload();
+  }
+
   async function getJson(path) {
     const sep = path.includes("?") ? "&" : "?";
     const resp = await fetch("api/" + path + (conn ? sep + conn : ""), {credentials: "same-origin"});
+    if (resp.status === 401) loginAgain();
     if (!resp.ok) throw new Error(resp.status + " " + (await resp.text()).slice(0, 300));
     return resp.json();
   }
