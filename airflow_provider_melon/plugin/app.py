@@ -13,8 +13,18 @@ the provider's :class:`YarnHook`; the AMs' ``/status`` through the RM's web prox
 Authorization (the auth manager's DAG permissions, per user): a job is shown to a user who may read the DAG it is
 proven to belong to (:func:`attribute`); an application that is not proven to be one of this deployment's task
 instances is shown only to users who may read every DAG, with no DAG and no link built from its labels. On the GPU
-page, the tasks of jobs a user may not see are anonymous reservations (memory only). ``/api/ti`` and
-``/api/jobs/{id}`` answer 403 for a DAG the user may not read; an application that is not a MeLoN one, 404.
+page, the tasks of jobs a user may not see are anonymous reservations (memory only). ``/api/ti``,
+``/api/jobs/{id}`` and its logs answer 403 for a DAG the user may not read; an application that is not a MeLoN
+one, 404.
+
+AM logs: ``/melon/api/jobs/{app_id}/logs`` (every log file of the application's ApplicationMaster container, as
+text) and ``/melon/api/jobs/{app_id}/logs/{file}`` (one of them). The api-server reads them from the NodeManager
+(:mod:`airflow_provider_melon.nm_logs`, as ``melon logs`` does), so the page's "AM logs" link names only Airflow,
+never a NodeManager's host, which a browser outside the cluster's network often cannot reach.
+
+Login: a browser (``Accept: text/html``, no ``Authorization`` header) that opens any route without a valid Airflow
+login is redirected to the auth manager's login page (``get_url_login``) with the page it asked for as the return
+URL; API clients keep the JSON 401/403.
 """
 
 from __future__ import annotations
@@ -24,14 +34,18 @@ from importlib.resources import files
 from dataclasses import dataclass
 from typing import Annotated, Any, Iterable, Optional
 
-from fastapi import Depends, FastAPI, HTTPException, Query
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_melon.plugin import views
 from airflow_provider_melon.rm_json import as_dict, as_list, split_tags
 from airflow_provider_melon.submission import APPLICATION_TYPE, IDENTITY_TAG_PREFIX, airflow_tags
 
 PAGES = ("gpus", "jobs", "fit", "ti")
+#: at most this many bytes of each AM log file are served (its tail), with a line saying what was left out
+AM_LOG_TAIL_BYTES = 4 * 1024 * 1024
 RECENT_JOBS = 30
 #: MeLoN applications (newest first) looked at for the jobs list before the viewer's filter
 CANDIDATE_JOBS = 200
@@ -219,10 +233,101 @@ def _job_views(hook, apps: list[dict], tis: dict[str, dict]) -> list[dict]:
     return [views.job_view(a, statuses.get(a["id"]), hook.web_ui_url, ti=tis.get(a["id"])) for a in apps]
 
 
+class Refused(HTTPException):
+    """A 403 of the plugin's own (the user is logged in, but may not read that DAG): never a reason to log in."""
+
+    def __init__(self, detail: str):
+        super().__init__(403, detail)
+
+
+def visible_melon_app(hook, app_id: str, who: Viewer) -> tuple[dict, dict[str, dict]]:
+    """The RM's application ``app_id`` and its attribution, if it is a MeLoN application the viewer may see:
+    else 404 (no such application, or not a MeLoN one) or 403 (a DAG the viewer may not read)."""
+    from airflow_provider_melon.hooks.yarn import YarnApiError
+
+    try:
+        app_json = hook.get_application(app_id)
+    except YarnApiError as exc:
+        if exc.status == 404:
+            raise HTTPException(404, f"app_id: no application {app_id}") from None
+        raise
+    if not is_melon_app(app_json):
+        raise HTTPException(404, f"app_id: {app_id} is not a MeLoN application")
+    tis = attribute([app_json], None if who.all_dags else who.dag_ids)
+    if not who.sees(app_json["id"], tis):
+        raise Refused(f"app_id: you may not read the DAG of {app_id}")
+    return app_json, tis
+
+
+def am_log_text(hook, app_id: str, file: Optional[str] = None, limit: int = AM_LOG_TAIL_BYTES) -> str:
+    """The log files of the application's (last attempt's) AM container as text, each under a header naming it
+    (``file``: only that one; 404 naming ``file`` when the container has no such log), read from its
+    NodeManager as ``melon logs`` does. A file longer than ``limit`` bytes: its last ``limit``, and a line saying
+    so. 404 when no NodeManager serves them any more (why: :func:`nm_logs.gone_message`)."""
+    from airflow_provider_melon.nm_logs import BOILERPLATE, ContainerRef, NodeLogs, NodeManagerError, gone_message
+
+    attempts = [a for a in hook.app_attempts(app_id) if a.get("containerId")]
+    if not attempts:
+        raise HTTPException(404, f"app_id: {app_id} has no ApplicationMaster container yet")
+    attempt = max(attempts, key=lambda a: int(views.number(a.get("id")) or 0))
+    logs = NodeLogs(hook, app_id)
+    ref = ContainerRef(str(attempt["containerId"]), "am", attempt.get("nodeId"),
+                       logs.nm_url(attempt.get("nodeHttpAddress")))
+
+    def served(answer):
+        if ref.nm_url in logs.unreachable or not ref.nm_url:
+            raise HTTPException(502, f"the NodeManager of {ref.id} ({ref.nm_url or attempt.get('nodeId')}) is "
+                                     "unreachable from the api-server")
+        if answer is None:
+            raise HTTPException(404, gone_message(app_id, hook.get_application(app_id)))
+        return answer
+
+    try:
+        listed = served(logs.files(ref))
+        if file is not None and file not in listed:
+            raise HTTPException(404, f"file: the AM container {ref.id} has no log {file!r} (it has "
+                                     f"{', '.join(sorted(listed))})")
+        names = [file] if file is not None else sorted(n for n in listed if n not in BOILERPLATE)
+        parts = []
+        for name in names:
+            total, data = served(logs.fetch(ref, name, -limit))
+            head = f"==> {name} of {ref.id} on {attempt.get('nodeId')} ({total} bytes)"
+            if total > len(data):
+                head += f"; its first {total - len(data)} bytes not shown"
+            parts.append(f"{head} <==\n{data.decode('utf-8', 'replace')}")
+    except NodeManagerError as exc:
+        raise HTTPException(502, f"the NodeManager of {ref.id} did not serve its logs: {exc}") from None
+    return "\n".join(parts)
+
+
+def wants_html(request: Request) -> bool:
+    """A browser opening a page (not a script): a GET/HEAD that accepts HTML and sends no ``Authorization``."""
+    return (request.method in ("GET", "HEAD") and "text/html" in request.headers.get("accept", "").lower()
+            and "authorization" not in request.headers)
+
+
+def login_redirect(request: Request) -> RedirectResponse:
+    """To the auth manager's login page, with the URL the browser asked for as the return URL."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=307,
+                            headers={"Cache-Control": "no-store"})
+
+
+async def login_or_error(request: Request, exc: StarletteHTTPException):
+    """Airflow's authentication refused the request (401, or 403 for a JWT it cannot read: a stale cookie): a
+    browser goes to the login page, anyone else gets the JSON error. The plugin's own 403s (:class:`Refused`)
+    and every other error are answered as they are."""
+    if exc.status_code in (401, 403) and not isinstance(exc, Refused) and wants_html(request):
+        return login_redirect(request)
+    return await http_exception_handler(request, exc)
+
+
 def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
 
-    app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(requires_authenticated())])
+    app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(requires_authenticated())],
+                  exception_handlers={StarletteHTTPException: login_or_error})
 
     def viewer(user=Depends(get_user)) -> Viewer:  # noqa: B008 - FastAPI's dependency idiom
         return _viewer(user)
@@ -239,27 +344,27 @@ def create_app() -> FastAPI:
 
     @app.get("/api/jobs/{app_id}")
     def api_job(app_id: str, conn_id: ConnId, who: Viewer = ViewerDep) -> dict:
-        from airflow_provider_melon.hooks.yarn import YarnApiError
-
         hook = _hook(conn_id)
-        try:
-            app_json = hook.get_application(app_id)
-        except YarnApiError as exc:
-            if exc.status == 404:
-                raise HTTPException(404, f"app_id: no application {app_id}") from None
-            raise
-        if not is_melon_app(app_json):
-            raise HTTPException(404, f"app_id: {app_id} is not a MeLoN application")
-        tis = attribute([app_json], None if who.all_dags else who.dag_ids)
-        if not who.sees(app_json["id"], tis):
-            raise HTTPException(403, f"app_id: you may not read the DAG of {app_id}")
+        app_json, tis = visible_melon_app(hook, app_id, who)
         return _job_views(hook, [app_json], tis)[0]
+
+    @app.get("/api/jobs/{app_id}/logs", response_class=PlainTextResponse)
+    def api_job_logs(app_id: str, conn_id: ConnId, who: Viewer = ViewerDep) -> PlainTextResponse:
+        hook = _hook(conn_id)
+        visible_melon_app(hook, app_id, who)
+        return PlainTextResponse(am_log_text(hook, app_id))
+
+    @app.get("/api/jobs/{app_id}/logs/{file}", response_class=PlainTextResponse)
+    def api_job_log(app_id: str, file: str, conn_id: ConnId, who: Viewer = ViewerDep) -> PlainTextResponse:
+        hook = _hook(conn_id)
+        visible_melon_app(hook, app_id, who)
+        return PlainTextResponse(am_log_text(hook, app_id, file))
 
     @app.get("/api/ti")
     def api_ti(dag_id: str, run_id: str, task_id: str, conn_id: ConnId, map_index: str = "-1",
                who: Viewer = ViewerDep) -> dict:
         if not who.may_read(dag_id):
-            raise HTTPException(403, f"dag_id: you may not read DAG {dag_id!r}")
+            raise Refused(f"dag_id: you may not read DAG {dag_id!r}")
         # the UI leaves "{MAP_INDEX}" unreplaced on a task that is not mapped
         map_index = int(map_index) if map_index.lstrip("-").isdigit() else -1
         hook = _hook(conn_id)
@@ -297,5 +402,5 @@ def create_app() -> FastAPI:
     return app
 
 
-__all__: list[Any] = ["attribute", "checked_conn_id", "create_app", "gpus_data", "is_melon_app", "jobs_data",
-                      "Viewer"]
+__all__: list[Any] = ["am_log_text", "attribute", "checked_conn_id", "create_app", "gpus_data", "is_melon_app",
+                      "jobs_data", "login_or_error", "Refused", "Viewer", "visible_melon_app", "wants_html"]

@@ -5,7 +5,7 @@ I/O, so every figure on the pages is unit-tested against recorded responses).
   (the executors' NVML heartbeats), MPS, and the tasks on each GPU with the Airflow task instance that
   submitted them; the queues' GPU-memory headroom.
 * :func:`job_view` — one MeLoN application: state, owner, queue, progress, tasks, the step/loss history of
-  its tasks, and its links.
+  its tasks, and its links (the RM's pages at the connection's ``web_ui_url``; the AM logs through the plugin).
 * :func:`fit_view` — would a role of ``instances`` tasks of ``gpu_memory`` (or ``gpus``) fit: ever (the
   pre-flight, on capacity) and now (on what is free on each GPU).
 
@@ -227,9 +227,8 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
     links = {"YARN application": f"{base}/cluster/app/{quote(app_id)}"}
     if app.get("state") in LIVE:
         links["ApplicationMaster"] = f"{base}/proxy/{quote(app_id)}/"
-    logs = http_url(app.get("amContainerLogs"))
-    if logs:
-        links["AM logs"] = logs
+    if http_url(app.get("amContainerLogs")):  # the RM shows the AM's logs to the connection's user
+        links["AM logs"] = am_logs_link(app_id)
     tensorboard = http_url(tensorboard) or (http_url(labels.get("tensorboard")) if ti else None)
     if not tensorboard and app.get("state") in LIVE and as_dict(as_dict(status).get("tensorboard")).get("url"):
         tensorboard = f"{base}/proxy/{quote(app_id)}/tensorboard/"  # the job's own, served through the AM
@@ -250,6 +249,13 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
         "tasks": tasks, "series": series, "links": links,
         "gang_waiting": waiting,  # where gang formation stands while the AM holds or backs off (None once formed)
     }
+
+
+def am_logs_link(app_id: str) -> str:
+    """The AM logs of ``app_id`` as the plugin serves them, relative to its pages (``/melon/``): the api-server
+    reads them from the NodeManager, so the link never names a NodeManager's host (``amContainerLogs`` does, by
+    its cluster-internal name: ``nodemanager-1:8042``)."""
+    return f"api/jobs/{quote(app_id, safe='')}/logs"
 
 
 def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memory_mb: int = 0,
@@ -291,6 +297,6 @@ def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memo
     }
 
 
-__all__ = ["fit_view", "gpu_view", "http_url", "integer", "job_view", "number", "tags_of", "text", "ti_url",
+__all__ = ["am_logs_link", "fit_view", "gpu_view", "http_url", "integer", "job_view", "number", "tags_of", "text", "ti_url",
            "LIVE"]
 

@@ -107,6 +107,14 @@ def test_doctor_is_all_green_on_the_deployment(stack):
     assert "nodemanager-2:45454: 2 GPU(s), 16384 MiB" in findings["nodes"]["detail"]
 
 
+def test_melon_runs_in_the_api_server_as_an_operator_types_it(stack):
+    """`melon --help` inside the api-server container: through `compose exec`, and in a login shell (`sh -l`,
+    `bash -l`: /etc/profile sets its own PATH, without the venv's bin, so `melon` was "command not found")."""
+    for cmd in (("melon", "--help"), ("sh", "-lc", "melon --help"), ("bash", "-lc", "command -v melon; melon --help")):
+        out = stack.exec("api-server", *cmd)
+        assert "usage: melon" in out and "doctor" in out, (cmd, out[-800:])
+
+
 SUBMIT = """
 import json, sys
 from airflow_provider_melon.hooks.melon import MelonHook

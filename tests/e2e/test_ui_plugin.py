@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -65,17 +66,84 @@ def melon_hook_module(minicluster):
 
 def log_in(driver, airflow):
     """Log in through the Airflow UI's login form (SimpleAuthManager's or FAB's) as ``airflow``'s user."""
+    driver.get(airflow.url + "/")
+    return fill_login_form(driver, airflow)
+
+
+def fill_login_form(driver, airflow):
+    """Fill in the login form the browser shows (or is on its way to) as ``airflow``'s user, and send it."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    driver.get(airflow.url + "/")
-    user = wait_for(lambda: driver.find_element(By.NAME, "username"), 60, "the login form")
+    user = wait_for(lambda: driver.find_element(By.NAME, "username"), 60,
+                    f"the login form (the browser is at {driver.current_url})")
     user.send_keys(airflow.username)
     password = driver.find_element(By.NAME, "password")
     password.send_keys(airflow.password)
     password.send_keys(Keys.ENTER)
     wait_for(lambda: any(c["name"] == "_token" for c in driver.get_cookies()), 60, "the session cookie")
     return driver
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def answer(url: str, **headers) -> tuple[int, Any, str]:
+    """``(status, headers, body)`` of a GET, redirects not followed."""
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers), timeout=30) as resp:
+            return resp.status, resp.headers, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read().decode(errors="replace")
+
+
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
+
+
+def check_login_redirect(airflow) -> None:
+    """A browser that opens a MeLoN page without a login is sent to the auth manager's login page with the page as
+    its return URL, and lands on the page once logged in; API clients keep their JSON 401/403. ``airflow``: a real
+    api-server (SimpleAuthManager's or FAB's)."""
+    from urllib.parse import parse_qs, urljoin, urlsplit
+
+    from selenium.webdriver.common.by import By
+
+    page = "/melon/ti?dag_id=melon_ui_probe&run_id=manual__x&task_id=train&map_index=-1"
+    code, headers, body = answer(airflow.url + page, Accept=BROWSER_ACCEPT)
+    assert code in (302, 303, 307), (code, body[:300])
+    location = urljoin(airflow.url + page, headers["location"])
+    assert urlsplit(location).netloc == urlsplit(airflow.url).netloc and "/login" in urlsplit(location).path, location
+    assert parse_qs(urlsplit(location).query)["next"] == [airflow.url + page], location
+    # the login page it names is a real one
+    code, _, body = answer(location, Accept=BROWSER_ACCEPT)
+    assert code == 200 or (code in (302, 303, 307) and "login" in body.lower() + location), (code, body[:300])
+    # scripts: JSON, no redirect (no Accept: text/html; or a bearer token, even with it)
+    for path, hdrs, want in (("/melon/api/jobs", {"Accept": "application/json"}, 401),
+                             ("/melon/jobs", {}, 401),
+                             ("/melon/jobs", {"Accept": BROWSER_ACCEPT, "Authorization": "Bearer not-a-jwt"}, 403)):
+        code, headers, body = answer(airflow.url + path, **hdrs)
+        assert code == want and headers.get("Content-Type", "").startswith("application/json"), (path, code, body)
+        assert json.loads(body)["detail"] in ("Not authenticated", "Invalid JWT token"), body
+    # a real browser, no cookies: the login form, then back on the page it asked for, drawn
+    driver = headless_chromium()
+    try:
+        driver.get(airflow.url + "/melon/jobs")
+        fill_login_form(driver, airflow)
+        wait_for(lambda: driver.current_url == airflow.url + "/melon/jobs", 60,
+                 "the browser back on /melon/jobs after the login")
+        loaded = wait_for(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"), 60,
+                          "/melon/jobs to load")
+        assert loaded != "error", driver.find_element(By.ID, "root").text
+        # the login ends while the page is open: its next refresh (every 10 s) takes the browser to the login page
+        driver.delete_all_cookies()
+        fill_login_form(driver, airflow)
+        wait_for(lambda: driver.current_url == airflow.url + "/melon/jobs", 60,
+                 "the browser back on /melon/jobs after the second login")
+    finally:
+        driver.quit()
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +175,10 @@ def test_json_endpoints_need_an_airflow_login(airflow_stack):
         assert err.value.code == 403, path
     body = airflow_stack._http("GET", "/melon/api/gpus")  # with the login's JWT
     assert body["totals"]["nodes"] == 2 and body["totals"]["gpus"] == 4
+
+
+def test_a_browser_without_a_login_is_sent_to_the_login_page(airflow_stack):
+    check_login_redirect(airflow_stack)
 
 
 def test_gpu_page_shows_the_tasks_on_their_gpus(logged_in, airflow_stack, probe, shots):
@@ -152,6 +224,34 @@ def test_jobs_page_draws_the_loss_chart(logged_in, airflow_stack, probe, shots):
     assert links >= {"YARN application", "ApplicationMaster"}
     driver.switch_to.default_content()
     driver.save_screenshot(str(shots / "melon-jobs.png"))
+
+
+def test_the_am_logs_link_serves_the_am_log(logged_in, airflow_stack, probe, melon_hook_module):
+    """The jobs page's "AM logs" link is the plugin's, resolved by the browser against the page: it names Airflow
+    (never a NodeManager's host) and serves the AM container's log as the NodeManager holds it."""
+    from selenium.webdriver.common.by import By
+
+    hook, app_id = melon_hook_module.yarn, probe["app_id"]
+    [attempt] = hook.app_attempts(app_id)
+    am_log = hook.container_log(attempt["nodeHttpAddress"], attempt["containerId"], "AppMaster.stdout").data.decode()
+    assert f"attempt 0 -> container_" in am_log, am_log[-2000:]
+    driver = logged_in
+    open_plugin_page(driver, airflow_stack.url, "melon-jobs")
+    row = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{app_id}"]'), 60, "the job")
+    [link] = [a.get_attribute("href") for a in row.find_elements(By.CSS_SELECTOR, ".links a") if a.text == "AM logs"]
+    assert link == f"{airflow_stack.url}/melon/api/jobs/{app_id}/logs", link
+    driver.switch_to.default_content()
+    driver.get(link)
+    shown = wait_for(lambda: driver.find_element(By.TAG_NAME, "body").text, 30, "the AM log page")
+    assert f"==> AppMaster.stdout of {attempt['containerId']}" in shown and "==> AppMaster.stderr" in shown, shown[:500]
+    assert am_log.strip().splitlines()[0] in shown and "MelonAM: task worker:2 attempt 0 -> container_" in shown
+    # one file; a file the container does not have, and another user's call without a login, refused
+    token = {"Authorization": f"Bearer {airflow_stack.token()}"}
+    code, headers, body = answer(f"{link}/AppMaster.stdout", **token)
+    assert code == 200 and headers["Content-Type"].startswith("text/plain") and am_log in body, (code, body[:300])
+    code, _, body = answer(f"{link}/launch_container.sh.bak", **token)
+    assert code == 404 and json.loads(body)["detail"].startswith("file: "), (code, body)
+    assert answer(link, Accept="application/json")[0] == 401
 
 
 def test_task_instance_has_a_yarn_job_tab(logged_in, airflow_stack, probe, shots):

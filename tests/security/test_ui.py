@@ -24,7 +24,8 @@ import pytest
 from airflow_provider_melon import minicluster as mc
 from airflow_provider_melon.local_airflow import LocalAirflow, LocalAirflowError
 from tests.conftest import REPO, headless_chromium
-from tests.e2e.test_ui_plugin import log_in, melon_hook_module, wait_for  # noqa: F401 (a fixture)
+from tests.e2e.test_ui_plugin import (answer, check_login_redirect, log_in, melon_hook_module,  # noqa: F401
+                                      wait_for)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -114,6 +115,16 @@ def world(fab, melon_hook_module):
             pass
 
 
+def logs(client, app_id: str) -> tuple[int, str]:
+    """``(status, text)`` of the AM logs of ``app_id`` as ``client``'s user (text/plain, not JSON)."""
+    code, _, body = answer(f"{client.url}/melon/api/jobs/{app_id}/logs", Authorization=f"Bearer {client.token()}")
+    return code, body
+
+
+def test_a_browser_without_a_login_is_sent_to_the_fab_login_page(fab):
+    check_login_redirect(fab)
+
+
 def ti_path(dag: str, run_id: str) -> str:
     return f"/melon/api/ti?dag_id={dag}&run_id={quote(run_id, safe='')}&task_id=train&map_index=-1"
 
@@ -133,12 +144,17 @@ def test_a_reader_of_dag_a_sees_a_and_nothing_of_b(world, attack):
         row.got = str(get(reader, ti_path(DAG_B, runs[DAG_B]))[0])
     with attack("reader of DAG A reads /melon/api/jobs/<B's app>", expected="403") as row:
         row.got = str(get(reader, f"/melon/api/jobs/{apps[DAG_B]}")[0])
+    with attack("reader of DAG A reads the AM logs of B's app (/melon/api/jobs/<B's app>/logs)",
+                expected="403") as row:
+        row.got = str(logs(reader, apps[DAG_B])[0])
     code, ti = get(reader, ti_path(DAG_A, runs[DAG_A]))
     with attack("planted app with A's tags (identity tag too) on A's YARN job tab", expected="only A's own app") as row:
         got = [j["id"] for j in ti["jobs"]] if code == 200 else code
         row.got = "only A's own app" if got == [apps[DAG_A]] else f"{got}"
     code, job = get(reader, f"/melon/api/jobs/{apps[DAG_A]}")
     assert code == 200 and job["dag_id"] == DAG_A, job
+    code, text = logs(reader, apps[DAG_A])  # A's own AM log: served, as the NodeManager holds it
+    assert code == 200 and "MelonAM: task worker:0 attempt 0 -> container_" in text, (code, text[:500])
 
 
 def test_the_gpu_page_shows_other_tenants_as_anonymous_capacity(world, attack):
@@ -164,12 +180,16 @@ def test_a_user_with_no_dag_rights_sees_nothing(world, attack):
         row.got = str(get(nobody, ti_path(DAG_A, runs[DAG_A]))[0])
     with attack("user with no DAG rights reads /melon/api/jobs/<A's app>", expected="403") as row:
         row.got = str(get(nobody, f"/melon/api/jobs/{apps[DAG_A]}")[0])
+    with attack("user with no DAG rights reads the AM logs of A's app", expected="403") as row:
+        row.got = str(logs(nobody, apps[DAG_A])[0])
 
 
 def test_non_melon_apps_and_foreign_connections_are_refused(world, attack):
     admin = world["admin"]
     with attack("admin reads /melon/api/jobs/<an app that is not MeLoN's> (AM proxied)", expected="404") as row:
         row.got = str(get(admin, f"/melon/api/jobs/{world['planted']['other']}")[0])
+    with attack("admin reads the AM logs of an app that is not MeLoN's", expected="404") as row:
+        row.got = str(logs(admin, world["planted"]["other"])[0])
     for conn_id in ("not_yarn", "no_such_conn"):
         with attack(f"conn_id={conn_id} (the api-server would use that connection's credentials)",
                     expected="422 conn_id") as row:

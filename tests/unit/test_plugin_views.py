@@ -74,7 +74,7 @@ def test_job_view_links_history_and_airflow_identity():
     job = views.job_view(APP, status, "http://127.0.0.1:28088/", ti=LABELS)
     assert job["links"] == {"YARN application": "http://127.0.0.1:28088/cluster/app/application_1_0001",
                             "ApplicationMaster": "http://127.0.0.1:28088/proxy/application_1_0001/",
-                            "AM logs": APP["amContainerLogs"], "TensorBoard": "http://tb/?logdir=x"}
+                            "AM logs": "api/jobs/application_1_0001/logs", "TensorBoard": "http://tb/?logdir=x"}
     assert job["series"] == [{"task": "worker:0", "points": [{"t": 1, "step": 1, "loss": 2.0},
                                                              {"t": 2, "step": 5, "loss": 1.0},
                                                              {"t": 3, "step": 9, "loss": None}]}]
@@ -82,6 +82,26 @@ def test_job_view_links_history_and_airflow_identity():
     ended = views.job_view({**APP, "state": "FINISHED"}, None, "http://rm:8088", ti=LABELS)
     assert "ApplicationMaster" not in ended["links"] and ended["tasks"] == []
     assert ended["dag_id"] == "melon_hpo_fanout"  # the proven attribution, also when the AM is gone
+
+
+def test_with_a_web_ui_url_no_link_names_a_nodemanagers_internal_host():
+    """The RM's ``amContainerLogs`` names the AM's NodeManager by its cluster-internal name (the docker/ stack's
+    ``nodemanager-1:8042``), which a browser outside the cluster's network cannot open: the AM logs link goes
+    through the plugin (the api-server reads the NodeManager), the RM's pages through ``web_ui_url``."""
+    app = {**APP, "amContainerLogs": "http://nodemanager-1:8042/node/containerlogs/container_1_0001_01_000001/airflow",
+           "amHostHttpAddress": "nodemanager-1:8042"}
+    status = {"labels": {}, "tasks": [{**task("worker", 0, "0", "nodemanager-1:45454"), "host": "nodemanager-1"}],
+              "tensorboard": {"url": "http://nodemanager-1:41234/"}}
+    for state in ("RUNNING", "FINISHED"):
+        job = views.job_view({**app, "state": state}, status, "http://127.0.0.1:28088", ti=LABELS)
+        assert "AM logs" in job["links"], job["links"]
+        for name, url in job["links"].items():
+            assert "nodemanager-1" not in url and "8042" not in url, (name, url)
+            assert url.startswith("http://127.0.0.1:28088/") or url == views.am_logs_link(APP["id"]), (name, url)
+    assert views.am_logs_link(APP["id"]) == "api/jobs/application_1_0001/logs"
+    # no AM logs link where the RM shows the connection's user none (another tenant's app under view ACLs)
+    assert "AM logs" not in views.job_view({k: v for k, v in app.items() if k != "amContainerLogs"}, status,
+                                           "http://127.0.0.1:28088")["links"]
 
 
 def test_job_view_says_where_gang_formation_stands_until_the_gang_has_formed():
@@ -194,5 +214,26 @@ def test_the_api_takes_only_its_documented_query_parameters():
     query = {path: sorted(p["name"] for p in op["get"].get("parameters", []) if p["in"] == "query")
              for path, op in paths.items()}
     assert query == {"/api/gpus": ["conn_id"], "/api/jobs": ["conn_id"], "/api/jobs/{app_id}": ["conn_id"],
+                     "/api/jobs/{app_id}/logs": ["conn_id"], "/api/jobs/{app_id}/logs/{file}": ["conn_id"],
                      "/api/ti": ["conn_id", "dag_id", "map_index", "run_id", "task_id"],
                      "/api/fit": ["conn_id", "gpu_memory", "gpus", "instances"]}
+
+
+def test_only_a_browser_opening_a_page_is_sent_to_the_login_page():
+    """A browser navigation (Accept: text/html, no Authorization header) is redirected to the login page on a
+    401; a script (JSON, or any request with a bearer token) gets the JSON error."""
+    from starlette.requests import Request
+
+    from airflow_provider_melon.plugin.app import wants_html
+
+    def request(method="GET", **headers):
+        return Request({"type": "http", "method": method, "path": "/melon/jobs", "query_string": b"",
+                        "headers": [(k.lower().replace("_", "-").encode(), v.encode()) for k, v in headers.items()]})
+
+    chromium = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
+    assert wants_html(request(Accept=chromium))
+    assert not wants_html(request())  # urllib, curl: no Accept
+    assert not wants_html(request(Accept="*/*"))  # the page's own fetch()
+    assert not wants_html(request(Accept="application/json"))
+    assert not wants_html(request(Accept=chromium, Authorization="Bearer x"))
+    assert not wants_html(request("POST", Accept=chromium))

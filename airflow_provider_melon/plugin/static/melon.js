@@ -16,13 +16,28 @@
   const pct = (v) => isNum(v) ? Math.max(0, Math.min(100, v)) : 0;
   const mib = (v) => !isNum(v) ? "–" : (v >= 1024 ? (v / 1024).toFixed(v % 1024 ? 1 : 0) + " GiB" : v + " MiB");
   const href = (u) => typeof u === "string" && /^https?:\/\//i.test(u) ? esc(u) : null;
+  // or one of the plugin's own routes, relative to these pages (the AM logs the api-server serves)
+  const own = (u) => typeof u === "string" && /^api\/jobs\/[A-Za-z0-9_]+\/logs(\/[A-Za-z0-9._-]+)?$/.test(u) ? esc(u) : null;
+  const jobLink = (u) => href(u) || own(u);
   // pages live at <airflow>/melon/<page>; the UI at <airflow>/ (ti_url is the server's relative "dags/..." path)
   const ui = (rel) => typeof rel === "string" && /^dags\//.test(rel) ? esc("../" + rel) : null;
   const ANON = "#9aa5b1";
 
+  // the login ended while the page was open (its JSON answers 401): reload the page (the UI's, when embedded), which
+  // the api-server redirects to the login page and back; at most once a minute, never in a loop
+  function loginAgain() {
+    const last = Number(sessionStorage.getItem("melon-login-reload") || 0);
+    if (Date.now() - last < 60000) return;
+    sessionStorage.setItem("melon-login-reload", String(Date.now()));
+    let where = window;
+    try { if (window.top.location.origin === location.origin) where = window.top; } catch (e) { /* another origin */ }
+    where.location.reload();
+  }
+
   async function getJson(path) {
     const sep = path.includes("?") ? "&" : "?";
     const resp = await fetch("api/" + path + (conn ? sep + conn : ""), {credentials: "same-origin"});
+    if (resp.status === 401) loginAgain();
     if (!resp.ok) throw new Error(resp.status + " " + (await resp.text()).slice(0, 300));
     return resp.json();
   }
@@ -104,7 +119,7 @@
         <td>${ui(j.ti_url) ? `<a target="_top" href="${ui(j.ti_url)}">${esc(j.dag_id)} / ${esc(j.task_id)}</a>` : esc(j.dag_id || "")}</td>
         <td class="tasks">${j.tasks.map((t) => `<div data-task-row="${esc(t.task)}">${esc(t.task)} <span class="badge ${esc(t.state)}">${esc(t.state)}</span> ${esc(t.host || "")} ${t.gpu != null ? "GPU " + esc(t.gpu) : ""}${isNum(t.step) ? " · step " + num(t.step) : ""}</div>`).join("") || '<span class="muted">(AM not serving)</span>'}</td>
         <td>${j.series.length ? chart(j.series) : `<span class="muted">${j.state === "RUNNING" ? "no step/loss reported yet" : "shown while the AM runs"}</span>`}</td>
-        <td class="links">${Object.entries(j.links || {}).filter(([, u]) => href(u)).map(([n, u]) => `<a target="_blank" rel="noopener noreferrer" href="${href(u)}">${esc(n)}</a>`).join("<br>")}</td></tr>`).join("")}</table>
+        <td class="links">${Object.entries(j.links || {}).filter(([, u]) => jobLink(u)).map(([n, u]) => `<a target="_blank" rel="noopener noreferrer" href="${jobLink(u)}">${esc(n)}</a>`).join("<br>")}</td></tr>`).join("")}</table>
       ${jobs.some((j) => j.diagnostics) ? jobs.filter((j) => j.diagnostics).map((j) => `<p class="muted"><b>${esc(j.id)}</b>: ${esc(j.diagnostics)}</p>`).join("") : ""}`;
   }
 
