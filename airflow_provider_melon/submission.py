@@ -186,8 +186,8 @@ class PlanResource(_PlanPart):
 class Plan(_PlanPart):
     """``melon-plan.json``: the contract between the Python side (:func:`build_plan` writes it) and the Java AM
     (``MelonApplicationMaster`` reads it), declared once. Its JSON Schema is ``am/plan.schema.json``
-    (:func:`plan_schema_text`); the AM's JUnit ``PlanSchemaTest`` checks every field the AM reads is in it, and
-    ``tests/unit/test_plan_contract.py`` that the committed schema is this model's and that every field is written."""
+    (:func:`plan_schema_text`); ``tests/unit/test_plan_contract.py`` checks that the committed schema is this
+    model's and that every field is written. (Not yet: a JUnit check that every field the AM reads is in it.)"""
 
     app_name: str
     roles: list[PlanRole] = Field(min_length=1)
@@ -202,7 +202,7 @@ class Plan(_PlanPart):
     labels: dict[str, Any] = Field(description="echoed by the AM's /status (the submitting task instance)")
 
 
-#: the plan's JSON Schema, committed beside the AM jar; the Java build reads it (appmaster PlanSchemaTest)
+#: the plan's JSON Schema, committed beside the AM jar (shipped in the wheel)
 PLAN_SCHEMA_PATH = Path(__file__).resolve().parent / "am" / "plan.schema.json"
 
 

@@ -1,6 +1,6 @@
 """The plan contract (``submission.Plan``), declared once: the committed JSON Schema the Java AM's build reads is
 the model's, every field the schema declares is written by ``build_plan``, and a plan that breaks the contract
-is refused naming the field. (The Java side: appmaster ``PlanSchemaTest``, every field the AM reads is in it.)"""
+is refused naming the field."""
 
 from __future__ import annotations
 
