@@ -187,7 +187,8 @@ class Plan(_PlanPart):
     """``melon-plan.json``: the contract between the Python side (:func:`build_plan` writes it) and the Java AM
     (``MelonApplicationMaster`` reads it), declared once. Its JSON Schema is ``am/plan.schema.json``
     (:func:`plan_schema_text`); ``tests/unit/test_plan_contract.py`` checks that the committed schema is this
-    model's and that every field is written. (Not yet: a JUnit check that every field the AM reads is in it.)"""
+    model's and that every field is written. The Java side: the AM reads the plan only through
+    ``PlanFields`` constants, and its JUnit ``PlanSchemaTest`` checks each is in the schema."""
 
     app_name: str
     roles: list[PlanRole] = Field(min_length=1)

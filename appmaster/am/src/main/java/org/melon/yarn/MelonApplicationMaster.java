@@ -133,7 +133,7 @@ public final class MelonApplicationMaster {
     ViewAcl viewers = ViewAcl.fromEnvironment(appId, owner(), conf);
     log(viewers == null ? "yarn.acl.enable is off: the AM's pages are open to every caller"
         : "the AM's pages, for a user the RM proxy names: " + viewers);
-    http = new AmHttp(book, secret, appId, plan.path("labels"), viewers);
+    http = new AmHttp(book, secret, appId, plan.path(PlanFields.LABELS), viewers);
     int port = http.start("0.0.0.0");
     amUrl = "http://" + amHost + ":" + port;
     amrm = AMRMClientAsync.createAMRMClientAsync(500, new RMCallbacks());
@@ -206,13 +206,13 @@ public final class MelonApplicationMaster {
 
   private Map<String, LocalResource> parseLocalResources() {
     Map<String, LocalResource> resources = new HashMap<>();
-    for (JsonNode r : plan.path("local_resources")) {
+    for (JsonNode r : plan.path(PlanFields.LOCAL_RESOURCES)) {
       try {
-        resources.put(r.path("name").asText(), LocalResource.newInstance(
-            URL.fromURI(new URI(r.path("url").asText())),
-            LocalResourceType.valueOf(r.path("type").asText("FILE").toUpperCase()),
-            LocalResourceVisibility.valueOf(r.path("visibility").asText("APPLICATION").toUpperCase()),
-            r.path("size").asLong(), r.path("timestamp").asLong()));
+        resources.put(r.path(PlanFields.RES_NAME).asText(), LocalResource.newInstance(
+            URL.fromURI(new URI(r.path(PlanFields.RES_URL).asText())),
+            LocalResourceType.valueOf(r.path(PlanFields.RES_TYPE).asText("FILE").toUpperCase()),
+            LocalResourceVisibility.valueOf(r.path(PlanFields.RES_VISIBILITY).asText("APPLICATION").toUpperCase()),
+            r.path(PlanFields.RES_SIZE).asLong(), r.path(PlanFields.RES_TIMESTAMP).asLong()));
       } catch (Exception e) {
         throw new IllegalArgumentException("bad local resource " + r + ": " + e, e);
       }
@@ -238,7 +238,7 @@ public final class MelonApplicationMaster {
 
   private ContainerLaunchContext launchContext(Task t) {
     Map<String, String> env = new HashMap<>();
-    plan.path("env").fields().forEachRemaining(e -> env.put(e.getKey(), e.getValue().asText()));
+    plan.path(PlanFields.ENV).fields().forEachRemaining(e -> env.put(e.getKey(), e.getValue().asText()));
     env.put("MELON_ROLE", t.role.name);
     env.put("MELON_INDEX", String.valueOf(t.index));
     env.put("MELON_TASK_ATTEMPT", String.valueOf(t.attempt));
@@ -250,7 +250,7 @@ public final class MelonApplicationMaster {
     env.put("MELON_CONTAINER_ID", t.container.getId().toString());
     env.put("MELON_GPUS", String.valueOf(t.role.gpus));
     env.put("MELON_GPU_MEMORY_MB", String.valueOf(t.role.gpuMemoryMb));
-    String command = plan.path("command").asText() + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR
+    String command = plan.path(PlanFields.COMMAND).asText() + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR
         + "/stdout 2>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stderr";
     return ContainerLaunchContext.newInstance(new HashMap<>(localResources), env, Collections.singletonList(command), null, tokens.duplicate(), null);
   }

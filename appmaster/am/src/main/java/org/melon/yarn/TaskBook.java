@@ -209,28 +209,28 @@ final class TaskBook {
     this.yarn = yarn;
     this.clock = clock;
     this.random = random;
-    this.registerTimeoutMs = plan.path("register_timeout_s").asLong(300) * 1000L;
-    this.gangHoldMs = Math.round(plan.path("gang_hold_s").asDouble(0) * 1000);
-    this.queueTimeoutMs = Math.round(plan.path("queue_timeout_s").asDouble(0) * 1000);
-    this.successRole = plan.path("success_role").isTextual() ? plan.path("success_role").asText() : null;
+    this.registerTimeoutMs = plan.path(PlanFields.REGISTER_TIMEOUT_S).asLong(300) * 1000L;
+    this.gangHoldMs = Math.round(plan.path(PlanFields.GANG_HOLD_S).asDouble(0) * 1000);
+    this.queueTimeoutMs = Math.round(plan.path(PlanFields.QUEUE_TIMEOUT_S).asDouble(0) * 1000);
+    this.successRole = plan.path(PlanFields.SUCCESS_ROLE).isTextual() ? plan.path(PlanFields.SUCCESS_ROLE).asText() : null;
     this.gangWaitSince = clock.getAsLong();
     this.startedAt = gangWaitSince;
     int number = 0;
-    for (JsonNode r : plan.path("roles")) {
+    for (JsonNode r : plan.path(PlanFields.ROLES)) {
       Role role = new Role();
-      role.name = r.path("name").asText();
-      role.instances = r.path("instances").asInt(1);
-      role.memoryMb = r.path("memory_mb").asInt(1024);
-      role.vcores = r.path("vcores").asInt(1);
-      role.gpus = r.path("gpus").asInt(0);
-      role.gpuMemoryMb = r.path("gpu_memory_mb").asInt(0);
-      role.restarts = r.path("restarts").asInt(0);
-      role.tracked = r.path("tracked").asBoolean(true);
+      role.name = r.path(PlanFields.ROLE_NAME).asText();
+      role.instances = r.path(PlanFields.ROLE_INSTANCES).asInt(1);
+      role.memoryMb = r.path(PlanFields.ROLE_MEMORY_MB).asInt(1024);
+      role.vcores = r.path(PlanFields.ROLE_VCORES).asInt(1);
+      role.gpus = r.path(PlanFields.ROLE_GPUS).asInt(0);
+      role.gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt(0);
+      role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt(0);
+      role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean(true);
       for (int i = 0; i < role.instances; i++) {
         tasks.add(new Task(role, i, number++, gangWaitSince));
       }
     }
-    this.outputTask = plan.path("output_role").isTextual() ? task(plan.path("output_role").asText(), 0) : null;
+    this.outputTask = plan.path(PlanFields.OUTPUT_ROLE).isTextual() ? task(plan.path(PlanFields.OUTPUT_ROLE).asText(), 0) : null;
   }
 
   synchronized String state() {

@@ -1,0 +1,41 @@
+package org.melon.yarn;
+
+/**
+ * The names of the plan fields the AM reads ({@code melon-plan.json}, written by Python's {@code submission.Plan},
+ * whose JSON Schema is {@code airflow_provider_melon/am/plan.schema.json}). The AM reads the plan only through these
+ * constants; {@code PlanSchemaTest} checks each is in the schema (top-level, {@code PlanRole} or {@code PlanResource}),
+ * and that no plan read bypasses them.
+ */
+final class PlanFields {
+  private PlanFields() {}
+
+  // the plan itself
+  static final String ROLES = "roles";
+  static final String SUCCESS_ROLE = "success_role";
+  static final String OUTPUT_ROLE = "output_role";
+  static final String COMMAND = "command";
+  static final String ENV = "env";
+  static final String LOCAL_RESOURCES = "local_resources";
+  static final String REGISTER_TIMEOUT_S = "register_timeout_s";
+  static final String GANG_HOLD_S = "gang_hold_s";
+  static final String QUEUE_TIMEOUT_S = "queue_timeout_s";
+  static final String LABELS = "labels";
+
+  // one of its roles
+  static final String ROLE_NAME = "name";
+  static final String ROLE_INSTANCES = "instances";
+  static final String ROLE_MEMORY_MB = "memory_mb";
+  static final String ROLE_VCORES = "vcores";
+  static final String ROLE_GPUS = "gpus";
+  static final String ROLE_GPU_MEMORY_MB = "gpu_memory_mb";
+  static final String ROLE_RESTARTS = "restarts";
+  static final String ROLE_TRACKED = "tracked";
+
+  // one of its local resources
+  static final String RES_NAME = "name";
+  static final String RES_URL = "url";
+  static final String RES_TYPE = "type";
+  static final String RES_VISIBILITY = "visibility";
+  static final String RES_SIZE = "size";
+  static final String RES_TIMESTAMP = "timestamp";
+}
