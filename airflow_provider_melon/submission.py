@@ -20,6 +20,8 @@ from airflow_provider_melon.spec import RESERVED_LINK_PREFIX, JobSpec
 AM_CLASS = "org.melon.yarn.MelonApplicationMaster"
 AM_JAR = "melon-appmaster.jar"
 PLAN_FILE = "melon-plan.json"
+#: beside the plan in HDFS: the AM's final ``/status``, written before it unregisters (``plan["status_file"]``)
+STATUS_FILE = "melon-status.json"
 CODE_LINK = "code"
 #: link name prefix of the code folder's big files, localized one by one beside the code archive; the executor
 #: puts each at its path in the folder (``MELON_CODE_FILES_B64``: link name → path)

@@ -160,6 +160,35 @@ def test_exit_code_heartbeats_and_code_dir(tmp_path, am_factory):
     assert "user process exited 7" in err
 
 
+REPORTER = textwrap.dedent(
+    """
+    import time
+    from airflow_provider_melon.runtime import report
+    report(step=1, total=3, loss=0.9, accuracy=0.1)
+    report(step=2, total=3, loss=0.6, accuracy=0.5)
+    time.sleep(2.0)
+    report(step=3, total=3, loss=0.3, accuracy=0.9)  # then exits at once, before any periodic heartbeat
+    """
+)
+
+
+def test_each_report_reaches_the_am_promptly_and_the_last_one_after_the_exit(tmp_path, am_factory):
+    """Issue 21: the last report must reach the AM. A period of 60 s: no periodic beat while the process runs; a new
+    report is sent at once (the job's step 2, within its 2 s pause), and the final heartbeat after the exit carries
+    step 3 of 3 with its metrics, the last thing the AM hears."""
+    (tmp_path / "reporter.py").write_text(REPORTER)
+    am = am_factory(["worker:0"])
+    rc, out, err = finish(start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_HEARTBEAT_S="60",
+                                                   MELON_ENTRYPOINT="python reporter.py")))
+    assert rc == 0, err
+    prompt = [h for h in am.heartbeats if "message" not in h]
+    steps = [h.get("step") for h in prompt]
+    assert steps and steps[-1] == 2 and set(steps) <= {1, 2}, am.heartbeats
+    last = am.heartbeats[-1]
+    assert last["message"] == "user process exited 0", am.heartbeats
+    assert (last["step"], last["total"], last["loss"], last["metrics"]) == (3, 3, 0.3, {"accuracy": 0.9})
+
+
 def test_pytorch_env(tmp_path, am_factory):
     am = am_factory(["chief:0", "worker:0"], preregistered={"chief:0": "10.0.0.5:29500"})
     env = exec_env(tmp_path, am, "worker", 0, MELON_FRAMEWORK="pytorch")

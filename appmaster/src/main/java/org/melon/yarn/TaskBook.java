@@ -399,9 +399,9 @@ final class TaskBook {
     }
     t.exitCode = code;
     t.updated = now();
-    if (!running()) {
+    if (!running()) {  // decided: a task ending now is not restarted; one that exits 0 by itself did succeed
       if (t.live()) {
-        t.state = "KILLED";
+        t.state = code == 0 ? "SUCCEEDED" : "KILLED";
       }
       return;
     }
