@@ -409,6 +409,42 @@ class TaskBookTest {
   }
 
   @Test
+  void exit75OnOneOfTwoNodeManagersOfAHostGivesBackGrantsOnThatNodeManager() {
+    // The embedded cluster: two NodeManagers on one host, so the host cannot be blacklisted; YARN may grant the
+    // retry on the same NodeManager again (the CI timeout of test_shared_mode_runs_more_tasks_than_gpus: 5 of 6
+    // tasks on one NM whose GPUs fit 4, the 5th's retries landing there until its no-fit retries ran out).
+    yarn.hosts = Set.of("localhost");
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1}]}");
+    Task w0 = book.task("worker", 0);
+    Container first = Fixtures.container(w0, "localhost", 1111);
+    assertSame(w0, book.allocated(first));
+    book.started(first.getId());
+    exit(book, first, 75);
+    assertEquals(List.of(), yarn.blacklist, "the host is the last one: never blacklisted");
+    assertEquals(List.of("worker:0#1"), yarn.requests);
+    for (int i = 1; i <= TaskBook.MAX_NODE_REFUSALS; i++) {
+      assertNull(book.allocated(Fixtures.container(w0, "localhost", 1111)), "refusal " + i);
+      assertEquals("PENDING", w0.state);
+      assertEquals(i, yarn.cancelled.size(), "its request withdrawn ...");
+      assertEquals(1 + i, yarn.requests.size(), "... and made again");
+    }
+    assertSame(w0, book.allocated(Fixtures.container(w0, "localhost", 1111)), "bounded: then taken there");
+    exit(book, w0.container, 75);
+    assertSame(w0, book.allocated(Fixtures.container(w0, "localhost", 2222)), "the other NodeManager: taken");
+    assertEquals(2, w0.noFitRetries);
+  }
+
+  @Test
+  void aRefusedNodeManagerIsTakenAgainAfterAvoidMs() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1}]}");
+    Task w0 = book.task("worker", 0);
+    exit(book, place(book, w0, "node-a"), 75);
+    assertNull(book.allocated(Fixtures.container(w0, "node-a")));
+    clock.advance(TaskBook.AVOID_MS + 1);
+    assertSame(w0, book.allocated(Fixtures.container(w0, "node-a")));
+  }
+
+  @Test
   void theLastUsableNodeIsNeverAvoided() {
     yarn.hosts = Set.of("node-a");
     TaskBook book = book("{roles: [{name: 'worker', instances: 1}]}");
