@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -235,13 +236,21 @@ def test_waiting_for_a_gpu_succeeds_when_one_frees(tmp_path, am_factory, invento
     assert led.reserve("someone-else", os.getpid(), 6000, [DeviceInfo(0, "v", "v", 8000)]) == 0
     proc = start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4000,
                                     MELON_GPU_WAIT_S=30))
-    time.sleep(1.5)
-    assert proc.poll() is None and am.registrations == []  # still waiting
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60  # the event, not a fixed sleep: on a busy host the start alone takes seconds
+    while not any("waiting up to 30s" in line for line in lines):
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.1)
+    assert am.registrations == []  # still waiting
     led.release("someone-else")
-    rc, out, err = finish(proc)
+    out = proc.stdout.read()
+    rc = proc.wait(timeout=60)
+    reader.join(timeout=10)
+    err = "".join(lines)
     assert rc == 0, err
     assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == "0"
-    assert "waiting up to 30s" in err
 
 
 def test_larger_than_any_gpu_exits_75_at_once(tmp_path, am_factory, inventory):
@@ -474,3 +483,15 @@ def test_a_ledger_directory_others_may_write_is_refused_before_the_task_starts(t
     assert f"install -d -m 2770" in err and "docs/ledger.md" in err, err
     assert "ENV=" not in out and not am.registrations, "the user's process never ran, nothing registered"
     assert os.listdir(open_dir) == []
+
+
+def test_a_node_that_hides_its_gpus_keeps_them_hidden_from_the_job(tmp_path, am_factory, inventory):
+    """The embedded cluster on a host whose GPUs it cannot split gives every container CUDA_VISIBLE_DEVICES=-1
+    (minicluster.gpu_layout): the task reserves a virtual GPU, and the user's process still sees no real one."""
+    am = am_factory(["worker:0"])
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=4096,
+                   CUDA_VISIBLE_DEVICES="-1")
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert am.registrations[-1]["gpu"] == "0"  # the virtual GPU's reservation still counts on the node
