@@ -552,7 +552,10 @@ class Executor:
         env["MELON_CLUSTER"] = _framework.cluster_json(cluster)
         env["MELON_PROGRESS_FILE"] = cfg.progress_file
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # same numbering as NVML
-        env["CUDA_VISIBLE_DEVICES"] = self.gpu_label or ""
+        # the node's own restriction "-1" (no device: the embedded cluster hides a host's GPUs it cannot split)
+        # stays; else the GPUs reserved here, by NVML index
+        hidden = self.env.get("CUDA_VISIBLE_DEVICES", "").strip() == "-1"
+        env["CUDA_VISIBLE_DEVICES"] = "-1" if hidden else self.gpu_label or ""
         env["MELON_GPU"] = self.gpu_label or ""
         try:
             env.update(_outputs.child_env(self.env, self.workdir))
