@@ -183,8 +183,8 @@ def test_each_report_reaches_the_am_promptly_and_the_last_one_after_the_exit(tmp
                                                    MELON_ENTRYPOINT="python reporter.py")))
     assert rc == 0, err
     prompt = [h for h in am.heartbeats if "message" not in h]
-    steps = [h.get("step") for h in prompt]
-    assert steps and steps[-1] == 2 and set(steps) <= {1, 2}, am.heartbeats
+    steps = [h.get("step") for h in prompt]  # step 3 may go out promptly too, before the exit's final beat
+    assert 2 in steps and set(steps) <= {1, 2, 3}, am.heartbeats
     last = am.heartbeats[-1]
     assert last["message"] == "user process exited 0", am.heartbeats
     assert (last["step"], last["total"], last["loss"], last["metrics"]) == (3, 3, 0.3, {"accuracy": 0.9})
