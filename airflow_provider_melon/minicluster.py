@@ -9,6 +9,7 @@ pytest session fixture and by ``make demo``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -20,6 +21,8 @@ from pathlib import Path
 
 from airflow_provider_melon.gpu.ledger import pid_alive
 from airflow_provider_melon.rm_json import GPU_RESOURCE, parse_resource
+
+logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 APPMASTER_DIR = REPO_ROOT / "appmaster"
@@ -198,6 +201,81 @@ def write_inventory(work_dir: Path, gpus: int, gpu_memory_mb: int) -> Path:
     return path
 
 
+#: what a NodeManager's containers get to hide the host's GPUs (CUDA's "no device"; ``devices.nvml_gpus`` then
+#: finds none, and the executor keeps it for the user's process)
+HIDDEN_GPUS = "-1"
+
+
+@dataclass
+class GpuLayout:
+    """Which GPUs each NodeManager of the embedded cluster advertises and its containers see.
+
+    ``source`` ``nvml``: the host's real GPUs, split between the NodeManagers in disjoint sets (NM ``i`` gets
+    ``nodes[i]``, its containers see only those: ``CUDA_VISIBLE_DEVICES`` and their own inventory file); ``virtual``:
+    none is real (``gpus`` per NM, declared only, with ``message`` saying why, "no GPU: ..."). ``env``: per NM,
+    what its containers' environment is forced to (the NodeManager's ``admin-env``)."""
+
+    source: str
+    gpus: int
+    gpu_memory_mb: int
+    message: str
+    nodes: list = field(default_factory=list)
+    env: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "gpus_per_node": self.gpus, "gpu_memory_mb_per_node": self.gpu_memory_mb,
+                "message": self.message, "nodes": self.nodes}
+
+
+def gpu_layout(work_dir: Path, nodemanagers: int, gpus: int, gpu_memory_mb: int, found=None) -> GpuLayout:
+    """Split the host's GPUs (``found``: :func:`~airflow_provider_melon.gpu.devices.nvml_gpus`, the product's own
+    NVML call, which honours this process's ``CUDA_VISIBLE_DEVICES``) between ``nodemanagers``: NM ``i`` gets
+    GPUs ``[i*k, (i+1)*k)`` of the list, ``k = len // nodemanagers`` (the rest unused, and said), so no two
+    NodeManagers ever claim one physical GPU. Each NM advertises ``k`` GPUs and ``k`` × the smallest one's memory.
+    With no GPU, or fewer than NodeManagers: ``gpus`` virtual GPUs per NM of ``gpu_memory_mb`` in all, the real
+    ones (if any) hidden from every container. Writes the per-NM inventory files it names."""
+    from airflow_provider_melon.gpu import devices
+
+    found = devices.nvml_gpus() if found is None else found
+    if nodemanagers < 1:
+        raise MiniClusterError(f"nodemanagers must be at least 1, got {nodemanagers}")
+    per = len(found) // nodemanagers
+    if per == 0:
+        why = found.reason if not found else (f"this host's {len(found)} GPU(s) cannot be split between "
+                                              f"{nodemanagers} NodeManagers (hidden from the containers)")
+        message = f"{why}; each NodeManager advertises {gpus} virtual GPU(s), {gpu_memory_mb} MiB in all"
+        env = [{"CUDA_VISIBLE_DEVICES": HIDDEN_GPUS}] * nodemanagers if found else [{}] * nodemanagers
+        return GpuLayout("virtual", gpus, gpu_memory_mb, message if message.startswith("no GPU") else
+                         f"no GPU: {message}", env=list(env))
+    smallest = min(g.total_mb for g in found)
+    nodes, env = [], []
+    for i in range(nodemanagers):
+        mine = list(found)[i * per:(i + 1) * per]
+        inventory = Path(work_dir) / f"gpu-inventory-nm{i}.json"
+        inventory.write_text(json.dumps({"gpus": [{"index": g.index, "uuid": g.uuid, "total_mb": g.total_mb,
+                                                   "name": g.name} for g in mine]}, indent=1))
+        nodes.append({"nodemanager": i, "gpus": [g.index for g in mine], "uuids": [g.uuid for g in mine]})
+        env.append({"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) for g in mine),
+                    "MELON_GPU_INVENTORY": str(inventory)})
+    unused = list(found)[per * nodemanagers:]
+    message = (f"{len(found)} GPU(s) ({found[0].name}) split between {nodemanagers} NodeManagers: "
+               + "; ".join(f"NM{n['nodemanager']} GPU {','.join(map(str, n['gpus']))}" for n in nodes)
+               + (f"; GPU {','.join(str(g.index) for g in unused)} unused (not an even split)" if unused else ""))
+    return GpuLayout("nvml", per, per * smallest, message, nodes, env)
+
+
+def layout_path(work_dir: Path) -> Path:
+    return Path(work_dir) / "gpu-layout.json"
+
+
+def read_layout(work_dir: Path) -> dict | None:
+    """The running cluster's :class:`GpuLayout` as JSON (``melon minicluster status`` shows it)."""
+    try:
+        return json.loads(layout_path(work_dir).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def container_logs(work_dir: Path, app_id: str, name: str = "stdout") -> dict[str, str]:
     """Container id -> that container's log file ``name`` (``stdout``, ``stderr``), read from the NodeManagers'
     log dirs under ``work_dir`` (the mini cluster's NMs are local)."""
@@ -208,8 +286,12 @@ def container_logs(work_dir: Path, app_id: str, name: str = "stdout") -> dict[st
 def container_env(details: ClusterDetails) -> dict[str, str]:
     """Environment the mini cluster's task containers need: the virtual GPU inventory, and one ledger per
     NodeManager (``{nm}`` → ``<NM_HOST>_<NM_PORT>``): both NMs run on this one host, each with its own GPUs."""
-    return {"MELON_GPU_INVENTORY": str(inventory_path(details.work_dir)),
-            "MELON_LEDGER_DIR": str(Path(details.work_dir) / "ledger-{nm}")}
+    env = {"MELON_GPU_INVENTORY": str(inventory_path(details.work_dir)),
+           "MELON_LEDGER_DIR": str(Path(details.work_dir) / "ledger-{nm}")}
+    layout = read_layout(details.work_dir)
+    if layout and layout.get("source") == "nvml":  # each NodeManager gives its containers its own inventory (its
+        del env["MELON_GPU_INVENTORY"]  # admin-env, which YARN appends to a job's value rather than replacing it)
+    return env
 
 
 def tenant_hook(details: ClusterDetails, user: str, *, hdfs_client=None, admin_acl: str | None = None):
@@ -273,6 +355,11 @@ def start(
         raise MiniClusterError(f"a launcher is already starting in {work_dir} (pid {running_pid(work_dir)})")
     work_dir.mkdir(parents=True, exist_ok=True)
     details_path(work_dir).unlink(missing_ok=True)
+    layout = gpu_layout(work_dir, nodemanagers, gpus, gpu_memory_mb) if melon_config else None
+    if layout is not None:
+        gpus, gpu_memory_mb = layout.gpus, layout.gpu_memory_mb
+        layout_path(work_dir).write_text(json.dumps(layout.to_json(), indent=1))
+        (work_dir / "nm-env.json").write_text(json.dumps(layout.env))
     write_inventory(work_dir, gpus, gpu_memory_mb)
     classpath = launcher_classpath()
     if secure:  # site files the launcher writes for configurations created inside it (SecureCluster.java)
@@ -300,6 +387,8 @@ def start(
         args += ["--dt-renew-ms", str(int(token_renew_s * 1000))]
     if fair:
         args += ["--fair", "1"]
+    if layout is not None:
+        args += ["--nm-env", str(work_dir / "nm-env.json")]
     with open(log_path(work_dir), "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=work_dir)
@@ -315,6 +404,8 @@ def start(
         auth = kerberos_login(details).auth() if details and details.secure else None
         if details and nodes_ready(details.rm_web_url, details.user, nodemanagers, require_gpu=melon_config,
                                    auth=auth):
+            if layout is not None:
+                logger.info("mini cluster GPUs: %s", layout.message)
             return details
         time.sleep(0.5)
     stop(work_dir)
@@ -390,6 +481,7 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
         if details.secure:
             out.update(secure=True, realm=details.details.get("realm"), krb5_conf=details.krb5_conf,
                        principals=details.details.get("principals"), keytabs=details.details.get("keytabs"))
+        out["gpu_layout"] = read_layout(work_dir)
         nodes = nodes_ready(details.rm_web_url, details.user, 0, require_gpu=False, auth=auth) or []
         out["nodes"] = [
             {"id": n.get("id"), "state": n.get("state"), "total": node_resources(n.get("totalResource")),

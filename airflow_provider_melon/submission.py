@@ -23,6 +23,8 @@ from airflow_provider_melon.spec import RESERVED_LINK_PREFIX, JobSpec
 AM_CLASS = "org.melon.yarn.MelonApplicationMaster"
 AM_JAR = "melon-appmaster.jar"
 PLAN_FILE = "melon-plan.json"
+#: beside the plan in HDFS: the AM's final ``/status``, written before it unregisters (``plan["status_file"]``)
+STATUS_FILE = "melon-status.json"
 CODE_LINK = "code"
 #: link name prefix of the code folder's big files, localized one by one beside the code archive; the executor
 #: puts each at its path in the folder (``MELON_CODE_FILES_B64``: link name → path)
@@ -201,6 +203,10 @@ class Plan(_PlanPart):
     gang_hold_s: int = Field(ge=0, description="all-or-nothing gang formation hold; 0: off")
     queue_timeout_s: int = Field(ge=0, description="fail when the gang is not granted whole within this; 0: wait")
     labels: dict[str, Any] = Field(description="echoed by the AM's /status (the submitting task instance)")
+    staged: list[str] = Field(default_factory=list,
+                              description="every staged file the job uses, the AM jar too (read by `melon prune`)")
+    status_file: Optional[str] = Field(None, description="where the AM writes its final /status before it "
+                                                         "unregisters (read by the operator's final result)")
 
 
 #: the plan's JSON Schema, committed beside the AM jar (shipped in the wheel)
@@ -227,6 +233,8 @@ def build_plan(
     hdfs_user: Optional[str] = None,
     code_files: Optional[dict[str, StagedFile]] = None,
     env_archive_visibility: str = "PUBLIC",
+    staged: Optional[list[str]] = None,
+    status_file: Optional[str] = None,
 ) -> dict:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
     submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
@@ -311,6 +319,8 @@ def build_plan(
         "gang_hold_s": spec.gang_hold_s,
         "queue_timeout_s": spec.queue_timeout_s or 0,
         "labels": dict(labels or {}),
+        "staged": sorted(set(staged or ())),
+        "status_file": status_file,
     }).model_dump(mode="json")
 
 

@@ -11,9 +11,10 @@ Sources, in order:
    ``no GPU: NVML found no device (NVML Shared Library Not Found)``.
 
 If ``CUDA_VISIBLE_DEVICES`` is already set in this process's environment (a container runtime restricted the
-node's GPUs for us, or the admin set it in the yarn connection's ``container_env`` to keep MeLoN off the GPUs
-YARN's own GPU plugin manages: docs/gpu-plugin.md), devices outside it (by index or UUID) are not offered, NVML's
-and the inventory's alike.
+node's GPUs for us, the embedded cluster gave each NodeManager its own: ``minicluster.gpu_layout``, or the admin set
+it in the yarn connection's ``container_env`` to keep MeLoN off the GPUs YARN's own GPU plugin manages:
+docs/gpu-plugin.md), devices outside it (by index or UUID) are not offered, NVML's and the inventory's alike;
+``-1`` hides them all.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ def nvml_gpus(env=None) -> GpuList:
                 skipped.append(f"device {i}: {_s(exc)}")
         if not out:
             why = "; ".join(skipped) if skipped else f"{count} device(s), none visible"
+            if allowed == {"-1"}:
+                why = f"CUDA_VISIBLE_DEVICES=-1 hides this node's {count} device(s)"
             return GpuList(source="none", reason=f"no GPU: NVML found no device ({why})")
         return GpuList(out, source="nvml")
     finally:

@@ -472,8 +472,10 @@ class MelonHook:
             default_python=self.default_python,
             container_env=self.container_env, labels=labels,
             webhdfs_url=self._webhdfs_url() if spec.outputs else None, hdfs_user=self.user,
+            staged=[f.url for f in files.values()],  # all it uses, the AM jar too: for `melon prune`
+            # the AM writes its final /status there (read by final_status)
+            status_file=self.hdfs_uri(self.status_path(app_id)) if self.fs_default_fs else self.status_path(app_id),
         )
-        plan["staged"] = sorted({f.url for f in files.values()})  # all it uses, the AM jar too: for `melon prune`
         plan_file = self.put_bytes(f"{self.staging_dir}/apps/{app_id}/{submission.PLAN_FILE}",
                                    json.dumps(plan, indent=1, sort_keys=True).encode(), cached=False)
         files["plan"] = plan_file
@@ -532,6 +534,22 @@ class MelonHook:
         return True, f"{message}; HDFS reachable, staging under {self.cache_dir}"
 
     # ---- AM status ------------------------------------------------------------------------------------------
+    def status_path(self, app_id: str) -> str:
+        """Where the AM of ``app_id`` leaves its final ``/status`` (every task's last report) before it ends."""
+        return f"{self.staging_dir}/apps/{app_id}/{submission.STATUS_FILE}"
+
+    def final_status(self, app_id: str) -> Optional[dict]:
+        """The AM's final ``/status`` JSON of an ended application, from HDFS (:meth:`status_path`), or None when
+        there is none (an AM that died, one that could not write it, an application of an older MeLoN)."""
+        path = self.status_path(app_id)
+        try:
+            with hdfs_errors("read", path), self.hdfs.read(path) as reader:
+                body = json.loads(reader.read())
+        except Exception as exc:  # noqa: BLE001 - best effort: the caller falls back to what it saw last
+            log.info("final AM status of %s not read from %s: %s", app_id, path, exc)
+            return None
+        return body if isinstance(body, dict) else None
+
     def am_status(self, app_id: str) -> Optional[dict]:
         """The AM's ``/status`` JSON through the RM web proxy, or None while the AM is not serving yet."""
         try:

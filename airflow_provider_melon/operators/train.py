@@ -39,7 +39,9 @@ What ``execute`` does, in order:
    offsets: it shows each container's last 16 KiB and says that earlier lines are not shown. No log failure
    (a dead node, a 404) fails the task: one line says so.
 5. **Finish** — success returns (and pushes as ``return_value``) ``{"app_id", "final_status", "state",
-   "tasks" (per role), "task_source", "diagnostics", "outputs", "tracking_url", "duration_s"}`` and sets the
+   "tasks" (per role), "progress" (per task: its last step, total, loss, metrics), "task_source" (``am-final``:
+   the AM's final status, written to HDFS before it ended; else ``am`` / ``am-last-seen``), "diagnostics",
+   "outputs", "tracking_url", "duration_s"}``, read after the application's final state, and sets the
    task's outlets to an :class:`Asset` per ``hdfs://`` output. FAILED/KILLED raises ``AirflowException``
    with the RM diagnostics; a timeout kills the application (``cancel_on_kill``) and fails the task.
 
@@ -84,6 +86,7 @@ from airflow_provider_melon.triggers.yarn import (
     make_event_payload,
     outcome_message,
     progress_line,
+    task_progress,
     task_summary,
 )
 from airflow_provider_melon.version_compat import (
@@ -680,9 +683,14 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             raise AirflowException(message)
 
         self._check_outputs_exist(app_id, outputs)
+        # Read after the application's final state: the AM's final /status (every task's last report, written to
+        # HDFS before it unregistered), else a live AM's, else the last one a poll saw (may be a few seconds old).
         tasks, source = None, "rm"
-        status_json = self.hook.am_status(app_id) if self.stream_logs else None
-        if status_json and status_json.get("tasks"):
+        final_json = self.hook.final_status(app_id) if app_id else None
+        status_json = None if final_json else self.hook.am_status(app_id) if self.stream_logs else None
+        if final_json and final_json.get("tasks"):
+            tasks, source = final_json["tasks"], "am-final"
+        elif status_json and status_json.get("tasks"):
             tasks, source = status_json["tasks"], "am"
         elif event.get("tasks"):
             tasks, source = event["tasks"], "am-last-seen"
@@ -691,6 +699,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             "final_status": event.get("final_status"),
             "state": event.get("state"),
             "tasks": task_summary(tasks, roles),
+            "progress": task_progress(tasks),
             "task_source": source,
             "diagnostics": event.get("diagnostics") or "",
             "outputs": dict(outputs or {}),

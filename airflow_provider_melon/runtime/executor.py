@@ -24,7 +24,8 @@ Environment read (set by the AM / the plan):
                             plan's shared env from ``submission.py`` carries it)
 ``MELON_GPU_WAIT_S``        how long to wait for a GPU that fits (default 60), then exit 75
 ``MELON_REGISTER_TIMEOUT_S`` how long to wait for the gang (default 300)
-``MELON_HEARTBEAT_S``       heartbeat period (default 5)
+``MELON_HEARTBEAT_S``       heartbeat period (default 5); a new progress report is sent at once (within 0.5 s),
+                            and a final heartbeat after the user's process exits carries its last report
 ``MELON_PROGRESS_FILE``     where the user's script may write progress (default ``./melon-progress.json``
                             in the container's directory, made absolute and passed on)
 ``MELON_HOST``              the address to register (default ``socket.getfqdn()``)
@@ -104,6 +105,9 @@ EXIT_REGISTER = 4
 EXIT_OUTPUT = 5  # a declared output could not be published (runtime/outputs.py)
 EXIT_NO_GPU_FITS = 75
 EXIT_TERMINATED = 143
+
+PROGRESS_POLL_S = 0.5  # how often the heartbeat loop looks for a new progress report (a stat of the file)
+FINAL_HEARTBEAT_TRIES = 3
 
 
 def log(msg: str) -> None:
@@ -548,7 +552,10 @@ class Executor:
         env["MELON_CLUSTER"] = _framework.cluster_json(cluster)
         env["MELON_PROGRESS_FILE"] = cfg.progress_file
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # same numbering as NVML
-        env["CUDA_VISIBLE_DEVICES"] = self.gpu_label or ""
+        # the node's own restriction "-1" (no device: the embedded cluster hides a host's GPUs it cannot split)
+        # stays; else the GPUs reserved here, by NVML index
+        hidden = self.env.get("CUDA_VISIBLE_DEVICES", "").strip() == "-1"
+        env["CUDA_VISIBLE_DEVICES"] = "-1" if hidden else self.gpu_label or ""
         env["MELON_GPU"] = self.gpu_label or ""
         try:
             env.update(_outputs.child_env(self.env, self.workdir))
@@ -602,17 +609,54 @@ class Executor:
         status, _ = self.am.post("/heartbeat", body)
         return status
 
+    def _progress_mark(self) -> Optional[Tuple[int, int, int]]:
+        """What identifies the progress file's current content (inode, size, mtime), None while there is none."""
+        try:
+            st = os.stat(self.cfg.progress_file)
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
     def _heartbeat_loop(self, stop: threading.Event) -> None:
+        """A heartbeat every ``heartbeat_s``, and one as soon as the job reports new progress (the file is looked
+        at every :data:`PROGRESS_POLL_S`): a report reaches the AM within a fraction of a second, so the last one
+        is there even when the container is stopped right after it (the AM stops a chief's peers once it ends)."""
         failures = 0
-        while not stop.wait(self.cfg.heartbeat_s):
+        sent_mark, last_beat = None, time.monotonic()
+        while not stop.wait(min(self.cfg.heartbeat_s, PROGRESS_POLL_S)):
+            mark = self._progress_mark()
+            if mark == sent_mark and time.monotonic() - last_beat < self.cfg.heartbeat_s:
+                continue
+            last_beat = time.monotonic()
             try:
                 status = self.heartbeat()
             except Exception as exc:  # never let heartbeats kill the task
                 status = f"error {exc!r}"
-            if status != 200:
+            if status == 200:
+                sent_mark = mark
+            else:
                 failures += 1
                 if failures == 1 or failures % 10 == 0:
                     log(f"heartbeat failed ({status}); {failures} so far, training continues")
+
+    def final_heartbeat(self, message: str) -> bool:
+        """The last heartbeat, after the user's process has ended: its final progress and how it ended. The
+        periodic loop has stopped (joined), so nothing older can reach the AM after it. A few tries: it is what the
+        AM keeps for the application's final status."""
+        for attempt in range(1, FINAL_HEARTBEAT_TRIES + 1):
+            try:
+                status = self.heartbeat(message=message)
+            except Exception as exc:  # noqa: BLE001 - reported below, never fatal
+                status = f"error {exc!r}"
+            if status == 200:
+                return True
+            if isinstance(status, int) and 400 <= status < 500:
+                log(f"final heartbeat refused by the AM ({status}): its last progress may be older")
+                return False
+            if attempt < FINAL_HEARTBEAT_TRIES:
+                time.sleep(0.5)
+        log(f"final heartbeat failed ({status}) after {FINAL_HEARTBEAT_TRIES} tries: the AM keeps older progress")
+        return False
 
     # ---- TensorBoard (runtime/tensorboard.py) -------------------------------------------------------------
     @property
@@ -697,10 +741,8 @@ class Executor:
             self.stop_tensorboard()
             code = rc if rc >= 0 else 128 - rc
             log(f"user process exited {code}" + (" (after SIGTERM)" if self.terminating.is_set() else ""))
-            try:
-                self.heartbeat(message=f"user process exited {code}")
-            except Exception:
-                pass
+            beat.join(timeout=self.am.timeout + 1)  # an in-flight periodic beat lands before the final one
+            self.final_heartbeat(f"user process exited {code}")
             if self.terminating.is_set():
                 return EXIT_TERMINATED
             if code == 0 and _outputs.is_output_task(self.env, cfg.role, cfg.index):

@@ -183,6 +183,24 @@ def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]
     return out
 
 
+def task_progress(tasks: Optional[Sequence[dict]]) -> dict[str, dict]:
+    """``role:index`` → what that task reported last (``step``, ``total``, ``loss``, ``metrics``) and its ``state``,
+    from the AM's task list; the per-task view beside :func:`task_summary`'s per-role one."""
+    out: dict[str, dict] = {}
+    for task in tasks if isinstance(tasks, (list, tuple)) else []:
+        if not isinstance(task, dict):
+            continue
+        step, total = _num(task.get("step")), _num(task.get("total"))
+        metrics = task.get("metrics") if isinstance(task.get("metrics"), dict) else {}
+        out[f"{task.get('role') or '?'}:{task.get('index')}"] = {
+            "state": str(task.get("state") or "UNKNOWN"),
+            "step": None if step is None else int(step), "total": int(total) if total else None,
+            "loss": _num(task.get("loss")),
+            "metrics": {str(k): float(v) for k, v in metrics.items() if _num(v) is not None},
+        }
+    return out
+
+
 def progress_line(status: Optional[dict]) -> Optional[str]:
     """One log line from the AM's ``/status`` JSON: per role the task states and the last step/loss."""
     if not status or not isinstance(status, dict):

@@ -83,9 +83,26 @@ def _identity_of(hook, app_id: str) -> Optional[str]:
     return next((t for t in tags.split(",") if t.startswith(IDENTITY_TAG_PREFIX)), None)
 
 
+def _whole(hook, output) -> bool:
+    """A declared output is there: ``path``, or ``(path, sha256)``: there with exactly those bytes."""
+    import hashlib
+
+    path, want = (output, None) if isinstance(output, str) else output
+    if not hook.hdfs.status(path, strict=False):
+        return False
+    if want is None:
+        return True
+    digest = hashlib.sha256()
+    with hook.hdfs.read(path, chunk_size=1 << 20) as reader:
+        for chunk in reader:
+            digest.update(chunk)
+    return digest.hexdigest() == want
+
+
 @pytest.fixture
 def fault_row(request):
-    """``with fault_row(fault, hook=..., outputs=[hdfs paths], end=("FINISHED", "SUCCEEDED")) as row:`` — the
+    """``with fault_row(fault, hook=..., outputs=[hdfs path or (path, sha256)], end=("FINISHED", "SUCCEEDED")) as
+    row:`` (an output with a digest counts as lost unless its bytes match) — the
     test calls ``row.injected()`` and, once the cluster shows the recovery, ``row.recovered()``; it submits with
     ``tags=row.tags`` (or sets ``row.app_id``). The row is recorded when the block ends, however it ends."""
     @contextmanager
@@ -103,7 +120,7 @@ def fault_row(request):
                 found = hook.yarn.find_applications([identity]) if apps and identity else []
                 seen["duplicate_apps"] = max(0, len(found) - 1) if apps else "-"
                 ended = (found[0].get("state"), found[0].get("finalStatus")) if found else None
-                seen["lost_outputs"] = sum(not hook.hdfs.status(p, strict=False) for p in outputs)
+                seen["lost_outputs"] = sum(not _whole(hook, out) for out in outputs)
                 ok = rec.recovered_at is not None and (end is None or ended == tuple(end))
                 seen["recovered"] = "yes" if ok else f"no (app {ended})" if end and ended != tuple(end) else "no"
             except Exception as exc:  # noqa: BLE001 - the row says it could not look

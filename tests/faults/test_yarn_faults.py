@@ -27,26 +27,25 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
 
 
-def sleeper(seconds: float) -> str:
-    return f"python -c \"import time; time.sleep({seconds}); print('slept {seconds}')\""
-
-
 def all_registered(status: dict, n: int) -> bool:
     return sum(t["state"] == "REGISTERED" for t in status.get("tasks") or []) == n
 
 
 def test_rm_restart_keeps_the_app_and_pollers_report_its_true_end(fault_jobs, fault_hook, fault_cluster, fault_row,
-                                                                  caplog):
+                                                                  tmp_path, caplog):
     """The RM is down for 15 s (three polls of each poller), then back with the app recovered."""
-    with fault_row("RM down 15 s, then restarted (work-preserving recovery)", hook=fault_hook) as row:
-        _rm_restart(fault_jobs, fault_hook, fault_cluster, row, caplog)
+    output = output_dir(fault_cluster)
+    with fault_row("RM down 15 s, then restarted (work-preserving recovery)", hook=fault_hook,
+                   outputs=[f"{output}/last_step"]) as row:
+        _rm_restart(fault_jobs, fault_hook, fault_cluster, row, caplog, tmp_path, output)
+        assert fault_hook.hdfs.status(f"{output}/last_step", strict=False), "the declared output is missing"
 
 
-def _rm_restart(fault_jobs, fault_hook, fault_cluster, row, caplog):
+def _rm_restart(fault_jobs, fault_hook, fault_cluster, row, caplog, tmp_path, output):
     caplog.set_level(logging.WARNING)
     name = f"rm-restart-{int(time.time())}"
-    app_id = fault_jobs.submit({"name": name, "framework": "generic", "entrypoint": sleeper(40),
-                                "roles": {"worker": {"instances": 2, "memory": 256}}}, tags=row.tags)
+    app_id = fault_jobs.submit(checkpointed_job(tmp_path, name, 40, output=output,
+                                                roles={"worker": {"instances": 2, "memory": 256}}), tags=row.tags)
     fault_jobs.wait_status(app_id, lambda s: all_registered(s, 2), timeout=120)
 
     # the two pollers a DAG uses, following the app through the outage: the trigger and the operator's loop
@@ -217,6 +216,61 @@ def test_am_killed_next_attempt_restarts_the_gang_one_app(fault_jobs, fault_hook
         logs = fault_jobs.container_logs(app_id)
         assert sum("resumed from step" in text for cid, text in logs.items() if "_02_" in cid) == 2, logs
         assert fault_hook.hdfs.status(f"{output}/last_step", strict=False), "the declared output is missing"
+
+
+# The output task writes a model big enough that publishing it takes a while (the upload is streamed to HDFS).
+PUBLISHER = """\
+import os, sys
+block = bytes(range(256)) * 4096  # 1 MiB, the same bytes every attempt
+with open(os.path.join(os.environ["MELON_OUTPUT_MODEL"], "weights.bin"), "wb") as f:
+    for _ in range(int(sys.argv[1])):
+        f.write(block)
+print("attempt", os.environ["MELON_TASK_ATTEMPT"], "wrote", sys.argv[1], "MiB", flush=True)
+"""
+PUBLISH_MIB = 384
+
+
+def test_output_task_killed_while_publishing_leaves_it_whole_or_absent_and_the_retry_publishes(
+        fault_jobs, fault_hook, fault_cluster, tmp_path, fault_row):
+    """The output task's container SIGKILLed mid-upload (its upload folder beside the output is being written):
+    the output is absent then, never half there under its name; the retry (the role's restart) publishes it whole,
+    checked by its bytes' digest."""
+    import hashlib
+
+    output = output_dir(fault_cluster)
+    expected = hashlib.sha256(bytes(range(256)) * 4096 * PUBLISH_MIB).hexdigest()
+    parent, base = output.rsplit("/", 1)
+    with fault_row("output task SIGKILLed while publishing its output: retried, output whole", hook=fault_hook,
+                   outputs=[(f"{output}/weights.bin", expected)]) as row:
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "publish.py").write_text(PUBLISHER)
+        app_id = fault_jobs.submit({
+            "name": "publish-kill", "framework": "generic", "code": str(code),
+            "entrypoint": f"python publish.py {PUBLISH_MIB}", "outputs": {"model": output},
+            "roles": {"worker": {"instances": 1, "memory": 512, "restarts": 1}}}, tags=row.tags)
+
+        def uploading():
+            names = fault_hook.hdfs.list(parent) if fault_hook.hdfs.status(parent, strict=False) else []
+            return [n for n in names if n.startswith(f".{base}.melon-") and n.endswith(".tmp")]
+
+        first_upload = wait_for(uploading, 180, f"the output task's upload beside {output}", every=0.2)
+        group = container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX="0",
+                                MELON_TASK_ATTEMPT="0")
+        row.injected()
+        sigkill_group(group)
+        assert fault_hook.hdfs.status(output, strict=False) is None, "a killed upload must not be under the name"
+        retried = fault_jobs.wait_status(app_id, lambda s: s["tasks"][0]["attempt"] == 1, timeout=120)
+        final = fault_jobs.wait(app_id, timeout=300)
+        assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), final["diagnostics"]
+        assert "exited 137" in "".join(fault_jobs.container_logs(app_id, "AppMaster.stdout").values()), retried
+        digest = hashlib.sha256()
+        with fault_hook.hdfs.read(f"{output}/weights.bin", chunk_size=1 << 20) as reader:
+            for chunk in reader:
+                digest.update(chunk)
+        assert digest.hexdigest() == expected, "the published output is not the job's bytes"
+        row.recovered()
+        print(f"killed attempt 0 while {first_upload} was being written; attempt 1 published {output} whole")
 
 
 def test_node_lost_its_task_reruns_on_another_node(fault_jobs, fault_hook, fault_cluster, tmp_path, fault_row):

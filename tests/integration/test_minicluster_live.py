@@ -72,3 +72,49 @@ def test_the_embedded_rm_serves_its_web_ui(minicluster, jobs):
     node = json.load(urllib.request.urlopen(minicluster.rm_web_url + "/ws/v1/cluster/nodes", timeout=30))
     nm = "http://" + node["nodes"]["node"][0]["nodeHTTPAddress"]
     assert "nodeInfo" in json.load(urllib.request.urlopen(nm + "/ws/v1/node/info", timeout=30))
+
+
+def test_a_two_gpu_host_gives_each_nodemanager_its_own_gpu(tmp_path, monkeypatch):
+    """Issue 21: on a host with real GPUs the embedded cluster's NodeManagers must not both claim one. A fake 2-GPU
+    host (the fake NVML, seen by the product's own ``devices.nvml_gpus``): NM0 advertises and gets GPU 0, NM1 GPU
+    1; a job of two 1-GPU tasks (one per NM, as YARN must place them) sees GPU 0 on NM0 and GPU 1 on NM1."""
+    import os
+    import shutil
+
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.gpu import devices
+    from airflow_provider_melon.spec import JobSpec
+    from tests.fake_nvml import fake_nvml
+
+    gpus = [{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "total_mb": 16384, "used_mb": 0, "util": 0} for i in (0, 1)]
+    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml(gpus))
+    work = tmp_path / "mc"
+    try:
+        details = mc.start(work, port_base=int(os.environ.get("MELON_TEST_PORT_BASE", "19000")) + 700, timeout=480)
+        assert [n["gpus"] for n in mc.read_layout(work)["nodes"]] == [[0], [1]]
+        port_to_nm = {nm_id.rsplit(":", 1)[1]: i for i, nm_id in enumerate(details.details["nodemanager_ids"])}
+        nodes = mc.status(work)["nodes"]
+        assert sorted((n["total"]["yarn.io/gpu"], n["total"]["melon.io/gpu-memory"]) for n in nodes) == [
+            (1, 16384), (1, 16384)], nodes
+        hook = melon_hook_for_cluster(work)
+        entry = ("python -c \"import os; print('SEEN', os.environ['NM_PORT'], os.environ['CUDA_VISIBLE_DEVICES'], "
+                 "os.environ['MELON_GPU_INVENTORY'], sep='|')\"")
+        app_id = hook.submit(JobSpec.from_dict({
+            "name": "gpu-split", "framework": "generic", "entrypoint": entry,
+            "roles": {"worker": {"instances": 2, "memory": 256, "vcores": 1, "gpus": 1}}}))["app_id"]
+        deadline = time.monotonic() + 240
+        while (app := hook.yarn.get_application(app_id))["state"] not in ("FINISHED", "FAILED", "KILLED"):
+            if time.monotonic() > deadline:
+                hook.yarn.kill_application(app_id)
+                raise AssertionError(f"{app_id} still {app['state']} after 240 s: {app.get('diagnostics')}\n"
+                                     + mc._log_tail(work))
+            time.sleep(1)
+        assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"]
+        seen = [line.split("|")[1:] for text in mc.container_logs(work, app_id).values()
+                for line in text.splitlines() if line.startswith("SEEN|")]
+        stderr = "\n".join(mc.container_logs(work, app_id, "stderr").values())
+        assert sorted((port_to_nm[port], cuda, inventory.rsplit("/", 1)[1]) for port, cuda, inventory in seen) == [
+            (0, "0", "gpu-inventory-nm0.json"), (1, "1", "gpu-inventory-nm1.json")], (seen, stderr)
+    finally:
+        mc.stop(work)
+        shutil.rmtree(work, ignore_errors=True)

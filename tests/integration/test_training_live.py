@@ -96,3 +96,40 @@ def test_pytorch_ddp_gloo_two_workers(jobs):
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
     out = "\n".join(jobs.container_logs(app_id).values())
     assert out.count("replicas_identical=True") == 2 and "rank 0/2" in out and "rank 1/2" in out
+
+
+def test_operator_result_has_every_tasks_last_report(jobs, melon_hook, dataset):
+    """Issue 21: a job written as a user would (Keras ``model.fit`` with the runtime's ``keras_callback()``, 4
+    epochs, a chief and 2 workers, MWMS) through the operator. Its final result must hold what each task reported
+    last, 4 of 4 with the epoch's metrics, read after the application ended, not the operator's last poll (which
+    said chief ``step: null``, worker ``step: 2``, ``metrics: {}``)."""
+    from unittest import mock
+
+    from airflow_provider_melon.operators.train import MelonTrainOperator
+
+    model_dir = f"/user/root/it-models/progress-{uuid.uuid4().hex[:8]}"
+    role = {"memory": "1g", "gpu_memory": "2GiB"}
+    # polls 30 s apart: the last one that sees the job running is (almost always) before its last epochs, so only
+    # a result read after the end can hold them
+    op = MelonTrainOperator(task_id="train", deferrable=False, poll_interval=30, job={
+        "name": "mnist-progress", "framework": "tensorflow", "code": str(TRAINING),
+        "entrypoint": "python train.py --epochs 4",
+        "inputs": [{"path": dataset, "name": "mnist.npz"}], "outputs": {"model": model_dir},
+        "roles": {"chief": role, "worker": {**role, "instances": 2}},
+    })
+    op.__dict__["hook"] = melon_hook  # the session's cluster, no Airflow connection
+    ti = mock.Mock(dag_id="progress_live", task_id="train", run_id="manual__progress_live", map_index=-1)
+    result = op.execute({"ti": ti, "run_id": f"manual__progress_live_{uuid.uuid4().hex[:6]}"})
+    jobs.submitted.append(result["app_id"])
+    assert result["final_status"] == "SUCCEEDED"
+    assert result["task_source"] == "am-final", result
+    progress = result["progress"]
+    assert sorted(progress) == ["chief:0", "worker:0", "worker:1"], progress
+    for task, last in progress.items():
+        assert last["state"] == "SUCCEEDED", (task, progress)  # the workers end with the chief, not killed
+        assert (last["step"], last["total"]) == (4, 4), (task, progress)
+        assert last["loss"] is not None and "accuracy" in last["metrics"], (task, progress)
+    for name, instances in (("chief", 1), ("worker", 2)):
+        summary = result["tasks"][name]
+        assert summary["instances"] == instances and summary["states"] == {"SUCCEEDED": instances}, result["tasks"]
+        assert (summary["step"], summary["total"]) == (4, 4) and "accuracy" in summary["metrics"], result["tasks"]

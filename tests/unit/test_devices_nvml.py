@@ -5,61 +5,10 @@ checked on a GPU machine only (benchmarks/bench_gpu.py)."""
 
 from __future__ import annotations
 
-import types
-from collections import namedtuple
-
 import pytest
 
 from airflow_provider_melon.gpu import devices
-
-MiB = 1024 * 1024
-Memory = namedtuple("Memory", "total free used")
-Utilization = namedtuple("Utilization", "gpu memory")
-Process = namedtuple("Process", "pid usedGpuMemory")
-
-
-class NVMLError(Exception):
-    pass
-
-
-def fake_nvml(gpus: list[dict], *, init_error: str | None = None) -> types.ModuleType:
-    """A pynvml stand-in: ``gpus`` of {uuid, name, total_mb, used_mb, util, procs: {pid: MiB|None}, denied}."""
-    calls = {"init": 0, "shutdown": 0}
-    mod = types.ModuleType("pynvml")
-    mod.NVMLError = NVMLError
-    mod.calls = calls
-
-    def init():
-        calls["init"] += 1
-        if init_error:
-            raise NVMLError(init_error)
-
-    def handle(i):
-        if i >= len(gpus):
-            raise NVMLError("Invalid Argument")
-        if gpus[i].get("denied"):
-            raise NVMLError("Insufficient Permissions")
-        return gpus[i]
-
-    mod.nvmlInit = init
-    mod.nvmlShutdown = lambda: calls.__setitem__("shutdown", calls["shutdown"] + 1)
-    mod.nvmlDeviceGetCount = lambda: len(gpus)
-    mod.nvmlDeviceGetHandleByIndex = handle
-    mod.nvmlDeviceGetUUID = lambda h: h["uuid"]
-    mod.nvmlDeviceGetName = lambda h: h["name"]
-    mod.nvmlDeviceGetMemoryInfo = lambda h: Memory(h["total_mb"] * MiB, (h["total_mb"] - h["used_mb"]) * MiB,
-                                                   h["used_mb"] * MiB)
-
-    def util(h):
-        if h.get("util") is None:
-            raise NVMLError("Not Supported")
-        return Utilization(h["util"], 0)
-
-    mod.nvmlDeviceGetUtilizationRates = util
-    mod.nvmlDeviceGetComputeRunningProcesses = lambda h: [Process(p, None if m is None else m * MiB)
-                                                          for p, m in h.get("procs", {}).items()]
-    return mod
-
+from tests.fake_nvml import fake_nvml
 
 H200 = [{"uuid": "GPU-aaaa", "name": b"NVIDIA H200", "total_mb": 143771, "used_mb": 512, "util": 37,
          "procs": {101: 4096, 102: 1024}},
@@ -134,3 +83,49 @@ def test_cuda_visible_devices_restricts_the_inventory_too(nvml, tmp_path):
     none = devices.list_gpus(env=dict(env, CUDA_VISIBLE_DEVICES="7"))
     assert not none and none.source == "none" and "CUDA_VISIBLE_DEVICES=7" in none.reason
     assert len(devices.list_gpus(env={"MELON_GPU_INVENTORY": str(inventory)})) == 3
+
+
+# ---- the embedded cluster splits the host's GPUs between its NodeManagers (minicluster.gpu_layout) -------------
+
+FOUR = [{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "total_mb": 143771 - i, "used_mb": 0, "util": 0}
+        for i in range(4)]
+
+
+def _seen_by(layout, nm: int) -> list[int]:
+    """What NM ``nm``'s containers find: the product's NVML call under the NM's forced environment, and the
+    per-NM inventory the executor falls back to."""
+    env = layout.env[nm]
+    nvml_view = [g.index for g in devices.nvml_gpus(env=env)]
+    assert [g.index for g in devices.inventory_gpus(env["MELON_GPU_INVENTORY"])] == nvml_view
+    return nvml_view
+
+
+@pytest.mark.parametrize("gpus, nms, want, unused", [
+    (FOUR, 2, [[0, 1], [2, 3]], ""), (FOUR[:2], 2, [[0], [1]], ""), (FOUR[:3], 2, [[0], [1]], "GPU 2 unused"),
+    (FOUR, 1, [[0, 1, 2, 3]], "")])
+def test_the_mini_cluster_gives_each_nodemanager_its_own_gpus(nvml, tmp_path, gpus, nms, want, unused):
+    from airflow_provider_melon import minicluster as mc
+
+    nvml(gpus)
+    layout = mc.gpu_layout(tmp_path, nms, 2, 32768)
+    assert layout.source == "nvml" and [n["gpus"] for n in layout.nodes] == want
+    assert [_seen_by(layout, i) for i in range(nms)] == want  # disjoint: no GPU claimed by two NMs
+    assert layout.gpus == len(want[0]) and layout.gpu_memory_mb == len(want[0]) * min(g["total_mb"] for g in gpus)
+    assert unused in layout.message and "split between" in layout.message
+
+
+def test_no_gpu_or_too_few_to_split_says_no_gpu_and_hides_the_real_ones(nvml, tmp_path):
+    from airflow_provider_melon import minicluster as mc
+
+    nvml(init_error="NVML Shared Library Not Found")
+    none = mc.gpu_layout(tmp_path, 2, 2, 32768)
+    assert (none.source, none.gpus, none.gpu_memory_mb, none.env) == ("virtual", 2, 32768, [{}, {}])
+    assert none.message == ("no GPU: NVML found no device (NVML Shared Library Not Found); each NodeManager "
+                            "advertises 2 virtual GPU(s), 32768 MiB in all")
+    nvml(FOUR[:1])
+    one = mc.gpu_layout(tmp_path, 2, 2, 32768)
+    assert one.source == "virtual" and one.message.startswith("no GPU: this host's 1 GPU(s) cannot be split")
+    for env in one.env:  # neither NM's containers see the one real GPU (else both would claim it)
+        hidden = devices.nvml_gpus(env=env)
+        assert not hidden and hidden.reason == "no GPU: NVML found no device (CUDA_VISIBLE_DEVICES=-1 hides this " \
+                                               "node's 1 device(s))"

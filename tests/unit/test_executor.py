@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -160,6 +161,35 @@ def test_exit_code_heartbeats_and_code_dir(tmp_path, am_factory):
     assert "user process exited 7" in err
 
 
+REPORTER = textwrap.dedent(
+    """
+    import time
+    from airflow_provider_melon.runtime import report
+    report(step=1, total=3, loss=0.9, accuracy=0.1)
+    report(step=2, total=3, loss=0.6, accuracy=0.5)
+    time.sleep(2.0)
+    report(step=3, total=3, loss=0.3, accuracy=0.9)  # then exits at once, before any periodic heartbeat
+    """
+)
+
+
+def test_each_report_reaches_the_am_promptly_and_the_last_one_after_the_exit(tmp_path, am_factory):
+    """Issue 21: the last report must reach the AM. A period of 60 s: no periodic beat while the process runs; a new
+    report is sent at once (the job's step 2, within its 2 s pause), and the final heartbeat after the exit carries
+    step 3 of 3 with its metrics, the last thing the AM hears."""
+    (tmp_path / "reporter.py").write_text(REPORTER)
+    am = am_factory(["worker:0"])
+    rc, out, err = finish(start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_HEARTBEAT_S="60",
+                                                   MELON_ENTRYPOINT="python reporter.py")))
+    assert rc == 0, err
+    prompt = [h for h in am.heartbeats if "message" not in h]
+    steps = [h.get("step") for h in prompt]  # step 3 may go out promptly too, before the exit's final beat
+    assert 2 in steps and set(steps) <= {1, 2, 3}, am.heartbeats
+    last = am.heartbeats[-1]
+    assert last["message"] == "user process exited 0", am.heartbeats
+    assert (last["step"], last["total"], last["loss"], last["metrics"]) == (3, 3, 0.3, {"accuracy": 0.9})
+
+
 def test_pytorch_env(tmp_path, am_factory):
     am = am_factory(["chief:0", "worker:0"], preregistered={"chief:0": "10.0.0.5:29500"})
     env = exec_env(tmp_path, am, "worker", 0, MELON_FRAMEWORK="pytorch")
@@ -206,18 +236,20 @@ def test_waiting_for_a_gpu_succeeds_when_one_frees(tmp_path, am_factory, invento
     assert led.reserve("someone-else", os.getpid(), 6000, [DeviceInfo(0, "v", "v", 8000)]) == 0
     proc = start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4000,
                                     MELON_GPU_WAIT_S=30))
-    # the GPU is released once the executor says it waits (not after a fixed sleep: on a busy host the executor
-    # may not have looked at the ledger yet, find the GPU free and never wait)
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "waiting up to 30s" in line:
-            break
-    assert any("waiting up to 30s" in line for line in seen), "".join(seen)
-    assert proc.poll() is None and am.registrations == []  # still waiting
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60  # the event, not a fixed sleep: on a busy host the start alone takes seconds
+    while not any("waiting up to 30s" in line for line in lines):
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.1)
+    assert am.registrations == []  # still waiting
     led.release("someone-else")
-    rc, out, err = finish(proc)
-    assert rc == 0, "".join(seen) + err
+    out = proc.stdout.read()
+    rc = proc.wait(timeout=60)
+    reader.join(timeout=10)
+    err = "".join(lines)
+    assert rc == 0, err
     assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == "0"
 
 
@@ -451,3 +483,15 @@ def test_a_ledger_directory_others_may_write_is_refused_before_the_task_starts(t
     assert f"install -d -m 2770" in err and "docs/ledger.md" in err, err
     assert "ENV=" not in out and not am.registrations, "the user's process never ran, nothing registered"
     assert os.listdir(open_dir) == []
+
+
+def test_a_node_that_hides_its_gpus_keeps_them_hidden_from_the_job(tmp_path, am_factory, inventory):
+    """The embedded cluster on a host whose GPUs it cannot split gives every container CUDA_VISIBLE_DEVICES=-1
+    (minicluster.gpu_layout): the task reserves a virtual GPU, and the user's process still sees no real one."""
+    am = am_factory(["worker:0"])
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=4096,
+                   CUDA_VISIBLE_DEVICES="-1")
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert am.registrations[-1]["gpu"] == "0"  # the virtual GPU's reservation still counts on the node

@@ -108,6 +108,7 @@ def hooks():
     with mock.patch.object(MelonHook, "submit", autospec=True, return_value={"app_id": APP, "staging": None,
                                                                             "plan": {}}) as submit, \
             mock.patch.object(MelonHook, "am_status", autospec=True, return_value=None) as am_status, \
+            mock.patch.object(MelonHook, "final_status", autospec=True, return_value=None) as final_status, \
             mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]) as find, \
             mock.patch.object(YarnHook, "get_application", autospec=True) as get_app, \
             mock.patch.object(YarnHook, "kill_application", autospec=True, return_value={}) as kill, \
@@ -116,7 +117,7 @@ def hooks():
             mock.patch.object(MelonHook, "file_status", autospec=True,
                               return_value={"type": "DIRECTORY"}) as file_status, \
             mock.patch.object(MelonTrainOperator, "_sleep", autospec=True) as sleep:
-        yield mock.Mock(submit=submit, am_status=am_status, find=find, get_app=get_app, kill=kill, sleep=sleep,
+        yield mock.Mock(submit=submit, am_status=am_status, final_status=final_status, find=find, get_app=get_app, kill=kill, sleep=sleep,
                         file_status=file_status, get_state=get_state)
 
 
@@ -549,6 +550,30 @@ def test_result_prefers_live_am_status_then_rm(hooks):
     result = make_op().execute_complete(make_context(), event(), roles={"chief": 1, "worker": 2})
     assert result["task_source"] == "rm"
     assert result["tasks"]["worker"]["instances"] == 2 and result["tasks"]["worker"]["states"] == {}
+
+
+def test_result_is_read_from_the_ams_final_status_after_the_end(hooks):
+    """The AM's final /status (HDFS, written before it unregistered) wins over the last poll's picture: each task's
+    last report, not the one seen a poll earlier (issue 21: chief step null, worker 2 of 4, metrics {})."""
+    last_seen = [{"role": "chief", "index": 0, "state": "RUNNING", "step": None, "metrics": {}},
+                 {"role": "worker", "index": 0, "state": "RUNNING", "step": 2, "total": 4, "metrics": {}}]
+    final = [{"role": "chief", "index": 0, "state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.25,
+              "metrics": {"accuracy": 0.9}},
+             {"role": "worker", "index": 0, "state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.5,
+              "metrics": {"accuracy": 0.8}}]
+    hooks.final_status.return_value = {"state": "SUCCEEDED", "tasks": final}
+    hooks.am_status.return_value = {"state": "RUNNING", "tasks": last_seen}
+    result = make_op().execute_complete(make_context(), event(tasks=last_seen), roles={"chief": 1, "worker": 1})
+    assert hooks.final_status.call_args.args[1] == APP
+    assert result["task_source"] == "am-final"
+    assert result["progress"] == {
+        "chief:0": {"state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.25, "metrics": {"accuracy": 0.9}},
+        "worker:0": {"state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.5, "metrics": {"accuracy": 0.8}}}
+    assert result["tasks"]["worker"]["step"] == 4 and result["tasks"]["chief"]["metrics"] == {"accuracy": 0.9}
+    hooks.final_status.return_value = None  # no final status (an AM that died): the last one seen, as before
+    hooks.am_status.return_value = None
+    result = make_op().execute_complete(make_context(), event(tasks=last_seen), roles={"chief": 1, "worker": 1})
+    assert result["task_source"] == "am-last-seen" and result["progress"]["worker:0"]["step"] == 2
 
 
 @pytest.mark.parametrize("ev", [

@@ -279,7 +279,18 @@ public final class MelonApplicationMaster {
     }
   }
 
+  /** After a success, how long the tasks that decide it (tracked, running) may take to end on their own before
+   * they are stopped: a multi-worker job's workers end with its chief, and their last heartbeats (the final
+   * progress) reach the AM before it stops them and writes the final status. */
+  static final long FINISH_GRACE_MS = 10_000;
+
   private int shutdown() throws Exception {
+    if ("SUCCEEDED".equals(book.state())) {
+      long graceEnd = System.currentTimeMillis() + FINISH_GRACE_MS;
+      while (System.currentTimeMillis() < graceEnd && anyLiveTracked()) {
+        Thread.sleep(100);
+      }
+    }
     List<Task> toStop = new ArrayList<>();
     synchronized (book) {
       for (Task t : book.tasks) {
@@ -300,6 +311,7 @@ public final class MelonApplicationMaster {
     while (System.currentTimeMillis() < deadline && anyLive(toStop)) {
       Thread.sleep(100);
     }
+    writeFinalStatus();
     String state = book.state();
     FinalApplicationStatus status = "SUCCEEDED".equals(state) ? FinalApplicationStatus.SUCCEEDED
         : "KILLED".equals(state) ? FinalApplicationStatus.KILLED : FinalApplicationStatus.FAILED;
@@ -309,6 +321,57 @@ public final class MelonApplicationMaster {
     amrm.stop();
     http.stop();
     return 0;
+  }
+
+  private boolean anyLiveTracked() {
+    synchronized (book) {
+      return book.tasks.stream().anyMatch(t -> t.live() && t.launched && t.role.tracked);
+    }
+  }
+
+  /**
+   * The final {@code GET /status} (every task's last report: step, total, loss, metrics, its end) to the plan's
+   * {@code status_file} in HDFS, as the application's user, before unregistering: once the application has ended the
+   * AM serves nothing, and this is what the train operator's result is read from. Bounded (20 s) and best effort:
+   * a failure is logged and the operator falls back to what it saw last.
+   */
+  private void writeFinalStatus() {
+    String target = plan.path(PlanFields.STATUS_FILE).asText("");
+    if (target.isEmpty()) {
+      return;
+    }
+    byte[] body;
+    try {
+      body = JSON.writerWithDefaultPrettyPrinter().writeValueAsBytes(http.statusJson());
+    } catch (IOException e) {
+      log("final status not written: " + e);
+      return;
+    }
+    java.util.concurrent.ExecutorService writer = java.util.concurrent.Executors.newSingleThreadExecutor(r -> {
+      Thread th = new Thread(r, "melon-final-status");
+      th.setDaemon(true);
+      return th;
+    });
+    try {
+      UserGroupInformation ugi = UserGroupInformation.createRemoteUser(owner());
+      ugi.addCredentials(UserGroupInformation.getCurrentUser().getCredentials());
+      writer.submit(() -> ugi.doAs((java.security.PrivilegedExceptionAction<Void>) () -> {
+        org.apache.hadoop.conf.Configuration fsConf = new org.apache.hadoop.conf.Configuration(conf);
+        fsConf.setInt("ipc.client.connect.max.retries", 2);
+        fsConf.setBoolean("fs.hdfs.impl.disable.cache", true);
+        org.apache.hadoop.fs.Path path = new org.apache.hadoop.fs.Path(target);
+        try (org.apache.hadoop.fs.FileSystem fs = path.getFileSystem(fsConf);
+             java.io.OutputStream out = fs.create(path, true)) {
+          out.write(body);
+        }
+        return null;
+      })).get(20, TimeUnit.SECONDS);
+      log("final status written to " + target);
+    } catch (Exception e) {
+      log("final status not written to " + target + ": " + e);
+    } finally {
+      writer.shutdownNow();
+    }
   }
 
   private boolean anyLive(List<Task> list) {

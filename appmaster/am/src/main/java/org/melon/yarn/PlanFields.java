@@ -20,6 +20,7 @@ final class PlanFields {
   static final String GANG_HOLD_S = "gang_hold_s";
   static final String QUEUE_TIMEOUT_S = "queue_timeout_s";
   static final String LABELS = "labels";
+  static final String STATUS_FILE = "status_file";
 
   // one of its roles
   static final String ROLE_NAME = "name";

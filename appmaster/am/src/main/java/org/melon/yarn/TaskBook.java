@@ -38,6 +38,9 @@ final class TaskBook {
   static final int HISTORY = 500;
   /** A node avoided after an exit 75 is given back after this long, or once the task runs elsewhere. */
   static final long AVOID_MS = 120_000;
+  /** How many grants on the very NodeManager a task left with exit 75 it gives back (asking again) before it takes
+   * one there: host avoidance cannot tell apart two NodeManagers of one host (the embedded cluster's). */
+  static final int MAX_NODE_REFUSALS = 10;
 
   /** What the book asks of YARN: the AM does it with its clients, tests record it. */
   interface Yarn {
@@ -128,6 +131,10 @@ final class TaskBook {
     Integer exitCode;
     /** The host this task left with exit 75 (no GPU fits there): avoided until the task is placed elsewhere. */
     String avoidHost;
+    /** The NodeManager (host:port) it left with exit 75, since when, and how many grants there it gave back. */
+    String avoidNode;
+    long avoidNodeSince;
+    int nodeRefusals;
     String gpu;
     /** GPU memory reserved for the task on its GPU (its expected memory), MiB. */
     long gpuMemoryMb;
@@ -268,6 +275,17 @@ final class TaskBook {
     if (t == null || !"PENDING".equals(t.state) || !running() || rerequestAt >= 0) {
       return null;  // nothing waits for it, or the gang is backing off (a grant for a withdrawn request)
     }
+    String node = c.getNodeId().toString();
+    if (t.avoidNode != null && t.avoidNode.equals(node) && t.nodeRefusals < MAX_NODE_REFUSALS
+        && now() - t.avoidNodeSince <= AVOID_MS) {
+      t.nodeRefusals++;
+      MelonApplicationMaster.log("task " + t.name() + " granted again on " + node + ", where no GPU fitted it (exit"
+          + " 75): given back and asked again (" + t.nodeRefusals + "/" + MAX_NODE_REFUSALS + ")");
+      yarn.cancel(t);
+      yarn.request(t);
+      return null;  // the AM gives the container back
+    }
+    t.avoidNode = null;
     t.container = c;
     t.nodeHost = c.getNodeId().getHost();
     t.host = t.nodeHost;
@@ -430,9 +448,9 @@ final class TaskBook {
     }
     t.exitCode = code;
     t.updated = now();
-    if (!running()) {
+    if (!running()) {  // decided: a task ending now is not restarted; one that exits 0 by itself did succeed
       if (t.live()) {
-        t.state = "KILLED";
+        t.state = code == 0 ? "SUCCEEDED" : "KILLED";
       }
       return;
     }
@@ -450,6 +468,9 @@ final class TaskBook {
     }
     if (code == EXIT_NO_GPU_FIT && t.noFitRetries < MAX_NO_FIT_RETRIES) {
       t.noFitRetries++;
+      t.avoidNode = t.container.getNodeId().toString();
+      t.avoidNodeSince = now();
+      t.nodeRefusals = 0;
       avoid(t, t.nodeHost);
       restart(t, "no GPU fits on " + t.nodeHost + " (exit 75), retry " + t.noFitRetries);
       return;

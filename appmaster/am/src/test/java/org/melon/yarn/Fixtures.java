@@ -108,8 +108,13 @@ final class Fixtures {
 
   /** A new container for {@code t} (its allocation request id is the task's number) on {@code host}. */
   static Container container(Task t, String host) {
+    return container(t, host, 45454);
+  }
+
+  /** A container on the NodeManager {@code host:port} (two NodeManagers of one host: the embedded cluster). */
+  static Container container(Task t, String host, int port) {
     ContainerId id = ContainerId.newContainerId(ApplicationAttemptId.newInstance(APP, 1), SEQ.incrementAndGet());
-    Container c = Container.newInstance(id, NodeId.newInstance(host, 45454), host + ":8042",
+    Container c = Container.newInstance(id, NodeId.newInstance(host, port), host + ":8042",
         Resource.newInstance(256, 1), Priority.newInstance(1), null);
     c.setAllocationRequestId(t.number);
     return c;

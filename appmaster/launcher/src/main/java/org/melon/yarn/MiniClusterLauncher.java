@@ -93,6 +93,10 @@ public final class MiniClusterLauncher {
     // a test job outlives its HDFS token's first expiry and only the RM's renewal keeps it valid
     opts.put("dt-renew-ms", "0");
     opts.put("details", null);
+    // a JSON list, one object per NodeManager: the environment its containers are forced to (its admin-env), e.g.
+    // {"CUDA_VISIBLE_DEVICES": "1", "MELON_GPU_INVENTORY": ".../gpu-inventory-nm1.json"}: a host's real GPUs
+    // split between the NodeManagers (minicluster.gpu_layout), so no two claim one GPU
+    opts.put("nm-env", null);
     for (int i = 0; i < args.length; i++) {
       String a = args[i];
       String key = a.startsWith("--") ? a.substring(2) : null;
@@ -109,7 +113,7 @@ public final class MiniClusterLauncher {
       opts.put(key, value);
     }
     for (String k : opts.keySet()) {
-      if (!k.equals("work-dir") && !k.equals("details")) {
+      if (!k.equals("work-dir") && !k.equals("details") && !k.equals("nm-env")) {
         try {
           Integer.parseInt(opts.get(k));
         } catch (NumberFormatException e) {
@@ -409,6 +413,7 @@ public final class MiniClusterLauncher {
     int nms = intOpt("nodemanagers");
     yarn = new MiniYARNCluster("melon", nms, 1, 1);
     yarn.init(conf);
+    applyNodeManagerEnv(nms);
     yarn.start();
     waitForHealthyNodes(nms);
     restoreRmWebUi();
@@ -424,6 +429,27 @@ public final class MiniClusterLauncher {
     System.out.printf("MiniClusterLauncher ready in %.1f s: %s%n", (System.nanoTime() - t0) / 1e9, details);
     System.out.flush();
     Thread.currentThread().join();
+  }
+
+  /** {@code --nm-env}: each NodeManager's own container environment, set in its own configuration (every NM of a
+   * MiniYARNCluster has its own copy) as {@code yarn.nodemanager.admin-env.<VAR>}: forced over the job's env. */
+  private void applyNodeManagerEnv(int nms) throws IOException {
+    if (opt("nm-env") == null) {
+      return;
+    }
+    com.fasterxml.jackson.databind.JsonNode perNm = new com.fasterxml.jackson.databind.ObjectMapper()
+        .readTree(new File(opt("nm-env")));
+    if (!perNm.isArray() || perNm.size() != nms) {
+      fail("--nm-env " + opt("nm-env") + ": expected a JSON list of " + nms + " objects, one per NodeManager");
+    }
+    for (int i = 0; i < nms; i++) {
+      Configuration nmConf = yarn.getNodeManager(i).getConfig();
+      final int index = i;
+      perNm.get(i).fields().forEachRemaining(e -> {
+        nmConf.set(YarnConfiguration.NM_ADMIN_USER_ENV + "." + e.getKey(), e.getValue().asText());
+        System.out.println("NodeManager " + index + " containers: " + e.getKey() + "=" + e.getValue().asText());
+      });
+    }
   }
 
   private void waitForHealthyNodes(int expected) throws Exception {
@@ -487,6 +513,11 @@ public final class MiniClusterLauncher {
     d.put("nodemanagers", intOpt("nodemanagers"));
     d.put("gpus_per_node", intOpt("gpus"));
     d.put("gpu_memory_mb_per_node", intOpt("gpu-memory-mb"));
+    List<String> nmIds = new ArrayList<>();  // in NodeManager index order (--nm-env, the control URL's <i>)
+    for (int i = 0; i < intOpt("nodemanagers"); i++) {
+      nmIds.add(String.valueOf(yarn.getNodeManager(i).getNMContext().getNodeId()));
+    }
+    d.put("nodemanager_ids", nmIds);
     d.put("tenants", intOpt("tenants"));
     d.put("control_url", "http://127.0.0.1:" + control.getAddress().getPort());
     if (secure != null) {
@@ -498,7 +529,13 @@ public final class MiniClusterLauncher {
         json.append(", ");
       }
       json.append(Json.quote(e.getKey())).append(": ");
-      json.append(e.getValue() instanceof String ? Json.quote((String) e.getValue()) : e.getValue());
+      if (e.getValue() instanceof List<?> list) {
+        List<String> items = new ArrayList<>();
+        list.forEach(x -> items.add(Json.quote(String.valueOf(x))));
+        json.append("[").append(String.join(", ", items)).append("]");
+      } else {
+        json.append(e.getValue() instanceof String ? Json.quote((String) e.getValue()) : e.getValue());
+      }
     }
     json.append("}\n");
     details.getParentFile().mkdirs();
