@@ -71,6 +71,11 @@ except ImportError:  # pragma: no cover
         AirflowSensorTimeout,
     )
 
+try:
+    from airflow.sdk.exceptions import TaskDeferred
+except ImportError:  # pragma: no cover - Airflow 3.0: only in airflow.exceptions
+    from airflow.exceptions import TaskDeferred  # type: ignore[no-redef]
+
 try:  # Airflow 3.3: the real mixin (task_state_store)
     from airflow.sdk import ResumableJobMixin
 except ImportError:  # pragma: no cover - below 3.3
@@ -126,5 +131,5 @@ __all__ = [
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
-    "RESUMABLE_JOBS", "ResumableJobMixin", "XCom", "conf", "stream_to_stderr", "trigger_has_on_kill",
+    "RESUMABLE_JOBS", "ResumableJobMixin", "TaskDeferred", "XCom", "conf", "stream_to_stderr", "trigger_has_on_kill",
 ]
