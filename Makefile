@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo up test test-unit test-all test-repeat docker-build docker-test docker-down constraints clean
+.PHONY: setup demo up test test-unit test-all test-repeat compat docker-build docker-test docker-down constraints clean
 
 setup:
 	@bash scripts/setup.sh
@@ -34,6 +34,12 @@ test-repeat: setup
 test-all: setup
 	$(PY) -m pip install -q -c constraints.txt -e '.[pytorch]'
 	MELON_TEST_ALL=1 $(PY) -m pytest -q -p no:cacheprovider --timeout=1800 tests --ignore=tests/docker
+
+# Each supported Airflow minor line (newest patch): a venv .venv-compat/<line> pinned by compat/constraints-<line>.txt,
+# the unit tests and a real-Airflow e2e subset on it (scripts/compat.sh; docs/compatibility.md). LINES="3.0" for one.
+LINES ?= 3.0 3.1 3.2 3.3
+compat: setup
+	LINES="$(LINES)" bash scripts/compat.sh
 
 # The docker/ deployment: images from a debootstrapped Debian base (podman), compose stack, tests from outside.
 docker-build: setup

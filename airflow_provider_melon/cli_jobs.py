@@ -681,9 +681,11 @@ def _quiet_logging(verbose: bool) -> None:
     only errors unless ``--verbose``."""
     import airflow_provider_melon.hooks.yarn  # noqa: F401 - importing Airflow sets up its logging first
 
-    for handler in logging.root.handlers:
+    from airflow_provider_melon.version_compat import stream_to_stderr
+
+    for handler in list(logging.root.handlers):
         if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.stdout:
-            handler.setStream(sys.stderr)
+            stream_to_stderr(logging.root, handler)
     if not logging.root.handlers:
         logging.basicConfig(stream=sys.stderr)
     level = logging.INFO if verbose else logging.ERROR

@@ -177,6 +177,9 @@ def get_provider_info() -> dict:
                         "description": "HDFS folder for content-addressed staging; {user} is the submitting user.",
                         "version_added": "0.1.0", "type": "string", "example": None,
                         "default": "/user/{user}/.melon",
+                        # not str.format()ed by Airflow: 3.0 formats every other default with its own variables
+                        # and fails on '{user}' (KeyError: every `airflow` command, before anything else)
+                        "is_template": True,
                     },
                     "staging_retry_s": {
                         "description": "Seconds an upload keeps retrying while the NameNode restarts, fails over or "

@@ -8,10 +8,14 @@ a newer Airflow is switched on the ``AIRFLOW_V_3_x_PLUS`` flags below:
   store and reconnects on retry. Below 3.3 a stand-in submits on every try (the tag lookup still reattaches).
 * How a user's kill of a *deferred* task (marked failed/success, cleared) reaches the trigger — see
   :data:`TRIGGER_KILL_PATHS`: the trigger kills the application on every line, by the path its line has.
+* :func:`stream_to_stderr` (3.0): the CLI's log records go to stderr; 3.0's ``RedirectStdHandler`` cannot be
+  re-pointed, so it is replaced.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 
@@ -66,6 +70,11 @@ except ImportError:  # pragma: no cover
         AirflowFailException,
         AirflowSensorTimeout,
     )
+
+try:
+    from airflow.sdk.exceptions import TaskDeferred
+except ImportError:  # pragma: no cover - Airflow 3.0: only in airflow.exceptions
+    from airflow.exceptions import TaskDeferred  # type: ignore[no-redef]
 
 try:  # Airflow 3.3: the real mixin (task_state_store)
     from airflow.sdk import ResumableJobMixin
@@ -133,10 +142,28 @@ def trigger_has_on_kill() -> bool:
     return AIRFLOW_V_3_3_PLUS and hasattr(BaseTrigger, "on_kill")
 
 
+def stream_to_stderr(logger: logging.Logger, handler: logging.StreamHandler) -> None:
+    """Make ``handler`` of ``logger`` write to stderr instead of stdout. Airflow 3.0 (its default logging config's
+    ``airflow.utils.log.logging_mixin.RedirectStdHandler("stdout")``, whose ``stream`` is a read-only property: the
+    current ``sys.stdout``) needs the handler replaced by a ``RedirectStdHandler("stderr")`` (the current
+    ``sys.stderr``, whatever it is when a record is written) with the same level, formatter and filters; 3.1+ log
+    through plain handlers whose stream can be set."""
+    try:
+        handler.setStream(sys.stderr)
+    except AttributeError:  # Airflow 3.0: RedirectStdHandler
+        replacement = type(handler)("stderr")
+        replacement.setLevel(handler.level)
+        replacement.setFormatter(handler.formatter)
+        for f in handler.filters:
+            replacement.addFilter(f)
+        logger.removeHandler(handler)
+        logger.addHandler(replacement)
+
+
 __all__ = [
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
-    "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "XCom", "conf",
-    "remote_logging", "trigger_has_on_kill",
+    "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "TaskDeferred",
+    "XCom", "conf", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",
 ]

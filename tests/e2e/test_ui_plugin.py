@@ -16,6 +16,8 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_provider_melon.plugin import MelonPlugin
+from airflow_provider_melon.version_compat import AIRFLOW_V_3_1_PLUS
 from tests.conftest import headless_chromium
 from tests.waits import airflow_cause, causes, rm_cause, wait_for
 
@@ -152,13 +154,18 @@ def logged_in(browser, airflow_stack):
 
 
 def open_plugin_page(driver, base: str, route: str):
-    """Open an external view as the UI's menu does (/plugin/<route>) and switch into its iframe."""
+    """Open an external view as the UI's menu does (/plugin/<route>) and switch into its iframe; on Airflow 3.0
+    (no external views) open the page itself, as a 3.0 user does (the plugin's href of that route)."""
     from selenium.webdriver.common.by import By
 
     driver.switch_to.default_content()
-    driver.get(f"{base}/plugin/{route}")
-    frame = wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), 60, f"the {route} iframe")
-    driver.switch_to.frame(frame)
+    if not AIRFLOW_V_3_1_PLUS:
+        [href] = [v["href"] for v in MelonPlugin.external_views if v["url_route"] == route]
+        driver.get(f"{base}/{href}")
+    else:
+        driver.get(f"{base}/plugin/{route}")
+        frame = wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), 60, f"the {route} iframe")
+        driver.switch_to.frame(frame)
     loaded = wait_for(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"), 60,
                       f"{route} to load")
     assert loaded != "error", driver.find_element(By.ID, "root").text
@@ -259,12 +266,17 @@ def test_task_instance_has_a_yarn_job_tab(logged_in, airflow_stack, probe, shots
 
     driver = logged_in
     driver.switch_to.default_content()
-    driver.get(f"{airflow_stack.url}/dags/{DAG}/runs/{quote(probe['run_id'], safe='')}/tasks/train")
-    tab = wait_for(lambda: [a for a in driver.find_elements(By.TAG_NAME, "a") if a.text.strip() == "YARN job"][0],
-                   60, "the YARN job tab")
-    tab.click()
-    frame = wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), 60, "the tab's iframe")
-    driver.switch_to.frame(frame)
+    if not AIRFLOW_V_3_1_PLUS:  # no task-instance tabs on 3.0: the tab's page itself, at the plugin's href
+        [href] = [v["href"] for v in MelonPlugin.external_views if v["destination"] == "task_instance"]
+        driver.get(f"{airflow_stack.url}/" + href.format(DAG_ID=DAG, RUN_ID=quote(probe["run_id"], safe=""),
+                                                        TASK_ID="train", MAP_INDEX=-1))
+    else:
+        driver.get(f"{airflow_stack.url}/dags/{DAG}/runs/{quote(probe['run_id'], safe='')}/tasks/train")
+        tab = wait_for(lambda: [a for a in driver.find_elements(By.TAG_NAME, "a") if a.text.strip() == "YARN job"][0],
+                       60, "the YARN job tab")
+        tab.click()
+        frame = wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), 60, "the tab's iframe")
+        driver.switch_to.frame(frame)
     row = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{probe["app_id"]}"]'), 60, "the job")
     assert "RUNNING" in row.text
     driver.switch_to.default_content()

@@ -78,7 +78,10 @@ def test_operator_links_serialize_with_their_xcom_keys():
     """What the API server gets: each link's name mapped to its xcom_key (it reads the URL from XCom)."""
     from airflow.sdk import DAG
 
-    from airflow.serialization.serialized_objects import OperatorSerialization
+    try:
+        from airflow.serialization.serialized_objects import OperatorSerialization
+    except ImportError:  # Airflow 3.0: the same classmethod on SerializedBaseOperator
+        from airflow.serialization.serialized_objects import SerializedBaseOperator as OperatorSerialization
 
     from airflow_provider_melon.operators.train import MelonTrainOperator
 

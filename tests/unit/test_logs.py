@@ -20,6 +20,11 @@ import requests_mock as rm_mock
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook, parse_container_log
 from airflow_provider_melon.logs import FETCH_WINDOW, RESUME_TAIL_BYTES, SLACK, LogFollower, chief_of
+from airflow_provider_melon.version_compat import XCom
+
+#: the trigger saves the job log's offsets with the async XCom API, which Airflow 3.0 lacks (there it logs at DEBUG
+#: and a re-created trigger goes on from its serialized offsets: docs/compatibility.md)
+needs_async_xcom = pytest.mark.skipif(not hasattr(XCom, "aset"), reason="Airflow 3.0: no async XCom (XCom.aset)")
 
 RM = "http://rm:8088"
 APP = "application_1700000000000_0042"
@@ -291,6 +296,7 @@ def test_trigger_serialize_carries_the_offsets_and_a_recreated_trigger_goes_on(n
     assert event.payload["status"] == "success" and event.payload["log_state"]["done"] == [CHIEF_CID]
 
 
+@needs_async_xcom
 def test_a_crashed_triggerer_recreates_the_trigger_from_its_deferral_kwargs_and_the_xcom_has_the_offsets(nm):
     """Airflow keeps a trigger's kwargs as they were when the task deferred; the offsets reached since are in an
     XCom of the task instance, which the trigger of the new triggerer reads."""
@@ -363,6 +369,7 @@ def test_the_floor_is_two_batches_behind_even_for_a_container_read_to_its_end(nm
     assert successor.state()["reshow"] == {} and successor.state()["done"] == [CHIEF_CID]
 
 
+@needs_async_xcom
 def test_lines_logged_just_before_a_triggerer_crash_are_shown_again_marked_never_lost(nm):
     """The batch a trigger logged last before the triggerer died may never have reached the log (its lines and the
     XCom save travel on different connections): the offsets a poll saves, before it logs its lines, are one batch

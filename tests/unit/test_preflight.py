@@ -153,7 +153,7 @@ def _op_and_ctx(gpu_memory, **kw):
 
 
 def test_operator_fails_before_submission_with_the_numbers(op_env):
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow_provider_melon.version_compat import AirflowFailException
 
     op, ctx = _op_and_ctx("20GiB")
     with pytest.raises(AirflowFailException) as err:

@@ -249,7 +249,7 @@ def test_a_stale_or_missing_profile_fails_the_task(hooks):
 
 def test_preflight_applies_to_the_profile_job(hooks):
     # profiled on a whole GPU: a role of gpus 3 cannot run on 2-GPU nodes, and nothing is submitted
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow_provider_melon.version_compat import AirflowFailException
 
     job = train_job(roles={"chief": {"gpus": 3}, "worker": {"gpu_memory": "1GiB"}})
     with pytest.raises(AirflowFailException, match="role chief: 3 GPU\\(s\\) per task, but no node has more than 2"):

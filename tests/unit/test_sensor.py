@@ -129,7 +129,7 @@ def test_by_tags_newest_failed_raises(rm):
 
 
 def test_deferrable_defers_with_the_shared_trigger(rm):
-    from airflow.sdk.exceptions import TaskDeferred
+    from airflow_provider_melon.version_compat import TaskDeferred
 
     rm.find.return_value = []
     s = sensor(tags=["airflow-run:abc"], deferrable=True, poll_interval=20, timeout=600,
