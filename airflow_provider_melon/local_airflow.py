@@ -298,6 +298,11 @@ class LocalAirflow(AirflowApi):
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__API__EXPOSE_CONFIG": "False",
+            # the scheduler's/worker's and the triggerer's log servers listen on fixed ports (8793/8794, on every
+            # address) unless told: two local Airflows on one host (tests beside a demo, make compat beside make
+            # test) would fight for them, and the loser's component dies
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         })
 
     def log_file(self, component: str) -> Path:
