@@ -44,7 +44,7 @@ docker-down:
 constraints:
 	rm -rf .venv-constraints && python3 -m venv .venv-constraints
 	.venv-constraints/bin/pip install -q --upgrade pip
-	.venv-constraints/bin/pip install -q '.[tensorflow,test,pack]'
+	.venv-constraints/bin/pip install -q '.[tensorflow,test,pack,celery]'
 	.venv-constraints/bin/pip freeze --exclude-editable | grep -v '^airflow-provider-melon' > constraints.txt
 	rm -rf .venv-constraints
 
