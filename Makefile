@@ -57,7 +57,7 @@ docker-down:
 constraints:
 	rm -rf .venv-constraints && python3 -m venv .venv-constraints
 	.venv-constraints/bin/pip install -q --upgrade pip
-	.venv-constraints/bin/pip install -q '.[tensorflow,test,pack,docs]'
+	.venv-constraints/bin/pip install -q '.[tensorflow,test,pack,docs,celery]'
 	{ grep '^#' constraints.txt; .venv-constraints/bin/pip freeze --exclude-editable | grep -v '^airflow-provider-melon'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf .venv-constraints

@@ -2,10 +2,13 @@
 # Build everything the docker/ stack runs, from this checkout, without a container registry:
 #   1. localhost/melon-base:bookworm  a Debian base made by debootstrap (skipped if it exists, or with
 #                                     MELON_BASE=<image> to build FROM a registry image instead, e.g. debian:bookworm)
-#   2. docker/hadoop/dist/            Hadoop 3.5.0 from Maven Central in the binary distribution's layout
-#   3. docker/airflow/dist/           the provider's wheel (carrying the AM jar) and constraints.txt
-#   4. the images melon-hadoop, melon-airflow, melon-postgres (layer cache makes a rebuild quick)
-#   5. docker/.env                    random passwords/secrets for compose (kept once written)
+#   2. docker/hadoop/dist/<version>/  Hadoop from Maven Central in the binary distribution's layout, for each line
+#                                     in HADOOP_VERSION (space-separated; default 3.5.0; 3.3.6, 3.4.2 and 3.5.0)
+#   3. docker/airflow/dist/           the provider's wheel (carrying the AM jar), its requirements with the
+#                                     [celery] extra (the stack runs the CeleryExecutor) and constraints.txt
+#   4. the images melon-hadoop:<version> (each on its line's Java: 3.5 → 17, 3.3/3.4 → 11), melon-airflow,
+#      melon-postgres, melon-redis (layer cache makes a rebuild quick)
+#   5. docker/.env                    random passwords/secrets for compose (kept once written; missing ones added)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -29,7 +32,12 @@ for name in hadoop airflow; do
   cp /usr/local/share/ca-certificates/*.crt "$here/$name/certs/" 2>/dev/null || true
 done
 
-bash "$here/hadoop/assemble.sh" "$here/hadoop/dist"
+hadoop_versions="${HADOOP_VERSION:-3.5.0}"
+java_of() { case "$1" in 3.5.*) echo 17 ;; 3.3.*|3.4.*) echo 11 ;; *) echo "no Java known for Hadoop $1" >&2; exit 2 ;; esac; }
+for v in $hadoop_versions; do
+  java_of "$v" >/dev/null
+  HADOOP_VERSION="$v" bash "$here/hadoop/assemble.sh" "$here/hadoop/dist/$v"
+done
 cp "$repo/constraints.txt" "$here/hadoop/constraints.txt"
 
 rm -rf "$here/airflow/dist" && mkdir -p "$here/airflow/dist"
@@ -44,20 +52,27 @@ dist = sys.argv[1]
 with zipfile.ZipFile(whl) as zf:
     meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
     reqs = Parser().parsestr(zf.read(meta).decode()).get_all("Requires-Dist") or []
-open(f"{dist}/requirements.txt", "w").write("".join(r + "\n" for r in reqs if "extra ==" not in r))
+# the [celery] extra's too (the stack's executor), without its marker
+wanted = [r if "extra ==" not in r else r.split(";")[0].strip() for r in reqs
+          if "extra ==" not in r or 'extra == "celery"' in r]
+open(f"{dist}/requirements.txt", "w").write("".join(r + "\n" for r in wanted))
 PY
 
-for image in hadoop:3.5.0 airflow:3.3.2 postgres:15; do
+for v in $hadoop_versions; do
+  echo "[docker] build localhost/melon-hadoop:$v (Java $(java_of "$v"))"
+  $MELON_ENGINE build -q --build-arg BASE="$base" --build-arg HADOOP_VERSION="$v" \
+    --build-arg JAVA_VERSION="$(java_of "$v")" -t "localhost/melon-hadoop:$v" "$here/hadoop" >/dev/null
+done
+for image in airflow:3.3.2 postgres:15 redis:7; do
   name=${image%%:*}
   echo "[docker] build localhost/melon-$image"
   $MELON_ENGINE build -q --build-arg BASE="$base" -t "localhost/melon-$image" "$here/$name" >/dev/null
 done
 
-if [ ! -f "$here/.env" ]; then
-  secret() { python3 -c "import secrets; print(secrets.token_urlsafe(24))"; }
-  printf 'MELON_JWT_SECRET=%s\nMELON_DB_PASSWORD=%s\nMELON_ADMIN_PASSWORD=%s\n' "$(secret)" "$(secret)" "$(secret)" \
-    > "$here/.env"
-  chmod 600 "$here/.env"
-fi
+secret() { python3 -c "import secrets; print(secrets.token_urlsafe(24))"; }
+touch "$here/.env" && chmod 600 "$here/.env"
+for key in MELON_JWT_SECRET MELON_DB_PASSWORD MELON_ADMIN_PASSWORD MELON_REDIS_PASSWORD; do
+  grep -q "^$key=" "$here/.env" || echo "$key=$(secret)" >> "$here/.env"
+done
 echo "[docker] images ready in $(( $(date +%s) - t0 )) s:"
 $MELON_ENGINE images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep melon- || true

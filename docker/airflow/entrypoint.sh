@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One Airflow component per container: api-server | scheduler | dag-processor | triggerer.
+# One Airflow component per container: api-server | scheduler | dag-processor | triggerer | celery worker.
 # The api-server migrates the metadata DB first; the others wait until it answers (so they never race a
-# migration), then start.
+# migration), then start as `airflow <args>` (a Celery worker: `celery worker`).
 set -euo pipefail
-component="${1:?api-server|scheduler|dag-processor|triggerer}"
+component="${1:?api-server|scheduler|dag-processor|triggerer|celery worker}"
 wait_for() {  # $1: what, $2...: a command that succeeds when it is ready
   local what="$1"; shift
   for _ in $(seq 1 300); do "$@" >/dev/null 2>&1 && return 0; sleep 2; done
@@ -16,4 +16,4 @@ if [ "$component" = "api-server" ]; then
   exec airflow api-server --host 0.0.0.0 --port 8080
 fi
 wait_for "api-server" curl -sf "${AIRFLOW__CORE__EXECUTION_API_SERVER_URL%/execution/}/api/v2/version"
-exec airflow "$component"
+exec airflow "$@"

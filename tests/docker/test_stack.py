@@ -1,6 +1,7 @@
-"""The provider installed from its wheel, on a pseudo-distributed Hadoop 3.5 + Airflow 3.3 deployment (docker/):
-NameNode, DataNode, ResourceManager and two NodeManagers as separate daemons with their own host names, Postgres,
-and Airflow split into api-server, scheduler, dag-processor and triggerer."""
+"""The provider installed from its wheel, on a pseudo-distributed deployment (docker/) of one Hadoop line
+(HADOOP_VERSION) and Airflow 3.3: NameNode, DataNode, ResourceManager and two NodeManagers as separate daemons with
+their own host names, Postgres, Redis, and Airflow split into api-server, scheduler, dag-processor, triggerer and
+two Celery workers."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.docker.conftest import NN_URL, RM_URL, http_json
+from tests.docker.conftest import HADOOP_VERSION, NN_URL, RM_URL, http_json
 
 pytestmark = pytest.mark.docker
 
@@ -95,6 +96,23 @@ def test_mnist_pipeline_on_the_deployment(stack):
     print(f"[docker] extra links opened: {opened}")
 
 
+#: the Java each Hadoop line runs its servers on (docker/build.sh builds each image on it)
+JAVA_OF_LINE = {"3.3": "11", "3.4": "11", "3.5": "17"}
+
+
+def test_the_cluster_runs_the_chosen_hadoop_line_on_its_java(stack):
+    """The RM (from outside: its REST API and JMX) and a NodeManager's JAVA_HOME (what the containers it launches,
+    the AM's among them, run on) are the line's Hadoop and Java."""
+    java = JAVA_OF_LINE[HADOOP_VERSION.rsplit(".", 1)[0]]
+    info = stack.rm("/ws/v1/cluster/info")["clusterInfo"]
+    assert info["hadoopVersion"] == info["resourceManagerVersion"] == HADOOP_VERSION, info
+    [runtime] = http_json(f"{RM_URL}/jmx?qry=java.lang:type=Runtime")["beans"]
+    assert runtime["SpecVersion"] == java, runtime["SpecVersion"]
+    out = stack.exec("nodemanager-1", "sh", "-c", "$JAVA_HOME/bin/java -version 2>&1")
+    assert f'version "{java}.' in out, out
+    print(f"[docker] Hadoop {info['hadoopVersion']} on Java {runtime['VmVersion']} ({runtime['VmVendor']})")
+
+
 def test_doctor_is_all_green_on_the_deployment(stack):
     out = stack.exec("api-server", "melon", "doctor", "--json")
     findings = {f["check"]: f for f in json.loads(out)}
@@ -102,7 +120,11 @@ def test_doctor_is_all_green_on_the_deployment(stack):
                                                 for c, f in findings.items()))
     assert {c: f["status"] for c, f in findings.items()} == {
         "resourcemanager": "ok", "resource-types": "ok", "scheduler": "ok", "nodes": "ok", "queue": "ok",
-        "nodemanagers": "ok", "gpu-plugin": "ok", "hdfs": "ok", "datanodes": "ok", "am-jar": "ok", "auth": "ok"}, findings
+        "nodemanagers": "ok", "gpu-plugin": "ok", "hdfs": "ok", "datanodes": "ok", "am-jar": "ok", "auth": "ok",
+        "hadoop-java": "ok"}, findings
+    java = JAVA_OF_LINE[HADOOP_VERSION.rsplit(".", 1)[0]]
+    assert f"Hadoop {HADOOP_VERSION}; NodeManagers on Java {java} (2 of 2" in findings["hadoop-java"]["detail"], \
+        findings["hadoop-java"]
     assert "nodemanager-1:45454: 2 GPU(s), 32768 MiB" in findings["nodes"]["detail"]
     assert "nodemanager-2:45454: 2 GPU(s), 16384 MiB" in findings["nodes"]["detail"]
 
