@@ -233,7 +233,7 @@ def build_plan(
     hdfs_user: Optional[str] = None,
     code_files: Optional[dict[str, StagedFile]] = None,
     env_archive_visibility: str = "PUBLIC",
-    staged: Optional[list[str]] = None,
+    staged_urls: Optional[list[str]] = None,
     status_file: Optional[str] = None,
 ) -> dict:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
@@ -319,7 +319,7 @@ def build_plan(
         "gang_hold_s": spec.gang_hold_s,
         "queue_timeout_s": spec.queue_timeout_s or 0,
         "labels": dict(labels or {}),
-        "staged": sorted(set(staged or ())),
+        "staged": sorted(set(staged_urls or ())),
         "status_file": status_file,
     }).model_dump(mode="json")
 

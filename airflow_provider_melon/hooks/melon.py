@@ -472,7 +472,7 @@ class MelonHook:
             default_python=self.default_python,
             container_env=self.container_env, labels=labels,
             webhdfs_url=self._webhdfs_url() if spec.outputs else None, hdfs_user=self.user,
-            staged=[f.url for f in files.values()],  # all it uses, the AM jar too: for `melon prune`
+            staged_urls=[f.url for f in files.values()],  # all it uses, the AM jar too: for `melon prune`
             # the AM writes its final /status there (read by final_status)
             status_file=self.hdfs_uri(self.status_path(app_id)) if self.fs_default_fs else self.status_path(app_id),
         )

@@ -25,7 +25,8 @@ def _plan(tmp_path) -> dict:
         "roles": {"chief": {"gpu_memory": "4g"}, "worker": {"instances": 2}, "ps": {}},
     })
     return submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE},
-                                 labels={"dag_id": "d", "map_index": -1})
+                                 labels={"dag_id": "d", "map_index": -1}, staged_urls=[RUNTIME.url, CODE.url],
+                                 status_file="hdfs://nn:8020/user/u/.melon/apps/a/melon-status.json")
 
 
 def test_the_committed_schema_is_the_models():
@@ -43,6 +44,8 @@ def test_every_field_of_the_schema_is_written(tmp_path):
     assert all(set(role) == role_fields for role in plan["roles"])
     assert plan["local_resources"] and all(set(r) == resource_fields for r in plan["local_resources"])
     assert json.loads(json.dumps(plan)) == plan  # plain JSON, as written to melon-plan.json
+    assert plan["staged"] == sorted([RUNTIME.url, CODE.url])
+    assert plan["status_file"].endswith("/melon-status.json")
 
 
 @pytest.mark.parametrize("path,value,field", [
