@@ -76,4 +76,8 @@ def test_the_sdist_holds_the_sources_to_rebuild_everything(dist):
     for needed in ("LICENSE", "CHANGELOG.md", "README.md", "setup.cfg", "setup.py", "appmaster/pom.xml",
                    "appmaster/build.sh", "airflow_provider_melon/plugin/static/page.html"):
         assert needed in names, needed
-    assert any(n.startswith("appmaster/src/") and n.endswith(".java") for n in names)
+    # the AM (appmaster/am, Java 8) and the mini-cluster launcher (appmaster/launcher) are separate Maven modules
+    for module in ("am", "launcher"):
+        assert f"appmaster/{module}/pom.xml" in names, module
+        assert any(n.startswith(f"appmaster/{module}/src/") and n.endswith(".java") for n in names), module
+    assert "airflow_provider_melon/am/plan.schema.json" in names  # the plan contract the AM's build checks
