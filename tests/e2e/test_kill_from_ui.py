@@ -78,6 +78,11 @@ def test_marking_a_deferred_train_task_failed_kills_its_app(kill_run, airflow_st
              240, "the trigger's first poll", cause=cause)
 
     _mark_failed_and_wait_killed(stack, hook, kill_run, task_id, app["id"])
+    # the RM shows KILLED before the triggerer's log handler has written the kill path's last lines: wait for them
+    ended_re = rf"YARN application {re.escape(app['id'])} is ([A-Z_]+)"
+    wait_for(lambda: (lambda text: f"Killing YARN application {app['id']}" in text
+                      and any(s not in LIVE for s in re.findall(ended_re, text)))(trigger_log.read_text()),
+             60, "the kill's lines in the trigger log", cause=causes(cause, lambda: trigger_log.read_text()[-3000:]))
     said = trigger_log.read_text()
     assert f"Killing YARN application {app['id']}" in said, said[-3000:]
     if trigger_has_on_kill():  # Airflow 3.3+: the triggerer's on_kill() path (this session's Airflow)
@@ -85,7 +90,7 @@ def test_marking_a_deferred_train_task_failed_kills_its_app(kill_run, airflow_st
     else:
         assert "the task is no longer deferred (it is failed)" in said, (AIRFLOW_VERSION, said[-3000:])
     # the kill waited until the RM no longer showed the app live (KILLED, or FINAL_SAVING on its way there)
-    ended = re.findall(rf"YARN application {re.escape(app['id'])} is ([A-Z_]+)", said)
+    ended = re.findall(ended_re, said)
     assert ended and ended[-1] not in LIVE, (ended, said[-3000:])
     # the state check before the kill (a trigger handed to another triggerer is not killed) read the real state
     assert "Could not read the state of task" not in said, said[-3000:]
