@@ -159,7 +159,9 @@ def list_gpus(env=None) -> GpuList:
             return GpuList(source="none", reason=f"{found.reason}; inventory {inventory} does not exist")
         gpus = inventory_gpus(inventory)
         allowed = _visible_filter(env)
-        if allowed is None or not gpus:
+        # "-1" names no device: it hides the host's real GPUs (minicluster.gpu_layout on a host whose GPUs cannot be
+        # split gives it with a virtual inventory), so it does not filter the inventory; a list of devices does
+        if allowed is None or not gpus or allowed == {"-1"}:
             return gpus
         kept = [g for g in gpus if str(g.index) in allowed or g.uuid in allowed]
         if not kept:

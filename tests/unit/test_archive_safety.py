@@ -134,6 +134,7 @@ def test_code_archive_holds_only_regular_files_inside_the_folder(tree):
             assert stat.S_ISREG(info.external_attr >> 16), f"{info.filename}: not a regular file entry"
         # and an extraction of it stays put (what YARN's unzip does, checked by Hadoop itself below)
         dest = Path(tmp) / "unpacked"
+        dest.mkdir()  # an archive with no entry (a folder of only .pyc files) extracts nothing
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             zf.extractall(dest)
         assert sorted(p.name for p in Path(tmp).iterdir()) == ["code", "outside", "unpacked"]
