@@ -244,29 +244,38 @@ final class AmHttp {
     }
   }
 
-  /** The body as one JSON object, read no further than {@link #MAX_BODY} + 1 bytes. */
-  private static JsonNode readBody(HttpExchange ex) throws IOException, HttpError {
+  /**
+   * The request body, refused (413) when its Content-Length or its bytes pass {@code max}; read no further than
+   * {@code max} + 1 bytes. Not InputStream.readNBytes: on a chunked body it asks for 0 more bytes once it has them
+   * all, and the JDK's chunked stream then waits for the next chunk's header.
+   */
+  static byte[] boundedBody(HttpExchange ex, int max) throws IOException, HttpError {
     String declared = ex.getRequestHeaders().getFirst("Content-Length");
     if (declared != null) {
       try {
-        if (Long.parseLong(declared.trim()) > MAX_BODY) {
-          throw new HttpError(413, "request body over " + MAX_BODY + " bytes");
+        if (Long.parseLong(declared.trim()) > max) {
+          throw new HttpError(413, "request body over " + max + " bytes");
         }
       } catch (NumberFormatException e) {
         throw new HttpError(400, "bad Content-Length");
       }
     }
-    // Not InputStream.readNBytes: on a chunked body it asks for 0 more bytes once it has them all, and the JDK's
-    // chunked stream then waits for the next chunk's header.
-    byte[] bytes = new byte[MAX_BODY + 1];
+    byte[] bytes = new byte[max + 1];
     int n = 0;
     InputStream in = ex.getRequestBody();
     for (int r; n < bytes.length && (r = in.read(bytes, n, bytes.length - n)) != -1; ) {
       n += r;
     }
-    if (n > MAX_BODY) {
-      throw new HttpError(413, "request body over " + MAX_BODY + " bytes");
+    if (n > max) {
+      throw new HttpError(413, "request body over " + max + " bytes");
     }
+    return java.util.Arrays.copyOf(bytes, n);
+  }
+
+  /** The body as one JSON object, read no further than {@link #MAX_BODY} + 1 bytes. */
+  private static JsonNode readBody(HttpExchange ex) throws IOException, HttpError {
+    byte[] bytes = boundedBody(ex, MAX_BODY);
+    int n = bytes.length;
     JsonNode body;
     try {
       body = READER.readTree(bytes, 0, n);

@@ -287,25 +287,8 @@ final class TensorBoardProxy {
     }
   }
 
-  /** The POST body, read no further than {@link #MAX_POST_BODY} + 1 bytes (see AmHttp.readBody on chunks). */
+  /** The POST body, read no further than {@link #MAX_POST_BODY} + 1 bytes (AmHttp.boundedBody). */
   private static byte[] readBody(HttpExchange ex) throws IOException, AmHttp.HttpError {
-    String declared = ex.getRequestHeaders().getFirst("Content-Length");
-    try {
-      if (declared != null && Long.parseLong(declared.trim()) > MAX_POST_BODY) {
-        throw new AmHttp.HttpError(413, "request body over " + MAX_POST_BODY + " bytes");
-      }
-    } catch (NumberFormatException e) {
-      throw new AmHttp.HttpError(400, "bad Content-Length");
-    }
-    byte[] bytes = new byte[MAX_POST_BODY + 1];
-    int n = 0;
-    InputStream in = ex.getRequestBody();
-    for (int r; n < bytes.length && (r = in.read(bytes, n, bytes.length - n)) != -1; ) {
-      n += r;
-    }
-    if (n > MAX_POST_BODY) {
-      throw new AmHttp.HttpError(413, "request body over " + MAX_POST_BODY + " bytes");
-    }
-    return Arrays.copyOf(bytes, n);
+    return AmHttp.boundedBody(ex, MAX_POST_BODY);
   }
 }
