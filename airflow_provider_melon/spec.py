@@ -140,6 +140,9 @@ class RoleSpec(BaseModel):
     gpu_memory: Optional[Union[int, Text]] = None
     restarts: int = Field(0, ge=0, le=INT32_MAX)
     untracked: Optional[bool] = None
+    #: an untracked role whose failure (past its restarts) is only logged, e.g. a TF evaluator; without it such a
+    #: failure fails the job, since the others cannot go on without it (a parameter server)
+    optional: bool = False
     large: bool = False  # the task saturates a GPU on its own (see gpu.policy.packing_pays)
 
     @field_validator("memory", "gpu_memory", mode="before")
@@ -373,6 +376,10 @@ class JobSpec(BaseModel):
         for name, role in roles.items():
             if role.untracked is None:
                 role.untracked = name == "ps"
+        for name, role in roles.items():
+            if role.optional and not role.untracked:
+                raise ValueError(f"roles.{name}.optional: only an untracked role can be optional (the job waits for "
+                                 f"every tracked task); add untracked: true or drop optional")
         if all(role.untracked for role in roles.values()):
             raise ValueError("roles: at least one role must be tracked (untracked: false)")
         self._tensorboard_rules()

@@ -172,6 +172,8 @@ class PlanRole(_PlanPart):
     gpu_memory_mb: int = Field(ge=0, description="expected GPU memory per task (melon.io/gpu-memory); 0: none")
     restarts: int = Field(ge=0)
     tracked: bool = Field(description="false: the job does not wait for this role's tasks (e.g. parameter servers)")
+    optional: bool = Field(False, description="true: a task of this (untracked) role failing past its restarts is "
+                                              "only logged; false: it fails the job")
 
 
 class PlanResource(_PlanPart):
@@ -305,7 +307,7 @@ def build_plan(
         "roles": [
             {"name": name, "instances": role.instances, "memory_mb": role.memory_mb, "vcores": role.vcores,
              "gpus": role.gpus or 0, "gpu_memory_mb": role.gpu_memory_mb, "restarts": role.restarts,
-             "tracked": not role.untracked}
+             "tracked": not role.untracked, "optional": role.optional}
             for name, role in spec.roles.items()
         ],
         "success_role": spec.success_role,

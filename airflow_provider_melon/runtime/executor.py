@@ -31,6 +31,8 @@ Environment read (set by the AM / the plan):
 ``MELON_HOST``              the address to register (default ``socket.getfqdn()``)
 ``MELON_BIND_HOST``         where to reserve the port (default: ``MELON_HOST`` resolved; ``0.0.0.0`` if that
                             fails)
+``MELON_PORT_RANGE``        ``low-high``: the ports the framework may listen on (a firewall's open range);
+                            default: outside the kernel's ephemeral range (``runtime/ports.py``)
 ``MELON_LEDGER_DIR``        the node's GPU ledger (default ``/var/lib/melon/ledger``); ``{nm}`` in it becomes
                             ``<NM_HOST>_<NM_PORT>`` (one ledger per NodeManager when several share a host,
                             as in the mini cluster). A folder another OS user could change is refused: exit 2
@@ -57,9 +59,8 @@ the user's exit code (128+N when it died of signal N).
 
 The port race: the port is reserved by binding it (without listening) while registration runs, and closed
 right before the user's process starts, because TensorFlow's gRPC server and torch's TCPStore must bind it
-themselves. In that short window another process on the node could take it; the task then fails to bind and
-YARN restarts it within the role's budget. Ephemeral ports are handed out round-robin by the kernel, so the
-window is rarely hit.
+themselves. The port comes from outside the kernel's ephemeral range (``runtime/ports.py``), so no outgoing
+connection on the node can be handed it in between.
 
 Exit codes: the user's code; 2 bad configuration; 3 the AM refused us (403: wrong secret); 4 registration
 failed (AM unreachable, gang timeout); 5 a declared output could not be published (empty, exists, HDFS
@@ -85,8 +86,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
@@ -94,8 +93,11 @@ from airflow_provider_melon.gpu import devices as _devices
 from airflow_provider_melon.gpu.ledger import Ledger, UnsafeLedger
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import outputs as _outputs
+from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
 from airflow_provider_melon.runtime import tokens
+from airflow_provider_melon.runtime.amclient import AmClient
+from airflow_provider_melon.runtime.workdir import code_files, prepare_workdir
 
 PREFIX = "[melon-executor]"
 
@@ -163,6 +165,7 @@ class Config:
     bind_host: str = ""
     progress_file: str = ""
     tensorboard_task: str = ""
+    port_range: Optional[Tuple[int, int]] = None  # None: the default of runtime/ports.py
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "Config":
@@ -187,6 +190,10 @@ class Config:
         if framework not in ("tensorflow", "pytorch", "generic"):
             raise Fatal(EXIT_CONFIG, f"MELON_FRAMEWORK={framework!r}: expected tensorflow, pytorch or generic")
         progress = env.get("MELON_PROGRESS_FILE") or "melon-progress.json"
+        try:
+            port_range = _ports.parse_range(env["MELON_PORT_RANGE"]) if env.get("MELON_PORT_RANGE") else None
+        except ValueError as exc:
+            raise Fatal(EXIT_CONFIG, str(exc)) from None
         return cls(
             role=env["MELON_ROLE"],
             index=_int(env, "MELON_INDEX", 0),
@@ -209,6 +216,7 @@ class Config:
             bind_host=env.get("MELON_BIND_HOST", ""),
             progress_file=os.path.abspath(progress),
             tensorboard_task=env.get("MELON_TENSORBOARD_TASK", "").strip(),
+            port_range=port_range,
         )
 
     @property
@@ -218,40 +226,6 @@ class Config:
     @property
     def task_id(self) -> str:
         return self.container_id or f"{self.app_id or 'local'}/{self.task}#{self.attempt}"
-
-
-class AmClient:
-    """Tiny JSON-over-HTTP client for the AM (urllib; ignores http_proxy: the AM is inside the cluster)."""
-
-    def __init__(self, base_url: str, secret: str, timeout: float = 10.0):
-        self.base_url = base_url
-        self.secret = secret
-        self.timeout = timeout
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-    def post(self, path: str, body: dict) -> Tuple[Optional[int], object]:
-        """``(status, parsed JSON or text)``; status None when the AM could not be reached."""
-        req = urllib.request.Request(
-            self.base_url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "X-Melon-Secret": self.secret},
-            method="POST",
-        )
-        try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                return resp.status, _parse(resp.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, _parse(exc.read())
-        except (urllib.error.URLError, OSError) as exc:
-            return None, str(getattr(exc, "reason", exc))
-
-
-def _parse(raw: bytes):
-    text = raw.decode(errors="replace")
-    try:
-        return json.loads(text) if text.strip() else {}
-    except ValueError:
-        return text
 
 
 def read_progress(path: str) -> dict:
@@ -303,83 +277,6 @@ def _descendants(pid: int) -> List[int]:
         out.append(p)
         todo.extend(children.get(p, []))
     return out
-
-
-WORKDIR = "melon-work"
-_YARN_FILES = ("launch_container.sh", "container_tokens", "default_container_executor", "tmp")
-
-
-def code_files(env: Mapping[str, str]) -> dict:
-    """``MELON_CODE_FILES_B64``: the code folder's big files, localized one by one (link name → path in the
-    folder); {} without it. A path that could leave the working folder is a configuration error."""
-    raw = env.get("MELON_CODE_FILES_B64")
-    if not raw:
-        return {}
-    try:
-        links = json.loads(base64.b64decode(raw, validate=True).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Fatal(EXIT_CONFIG, f"MELON_CODE_FILES_B64 is not base64 of a JSON object: {exc}") from None
-    for link, rel in links.items():
-        parts = str(rel).split("/")
-        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "/" in link:
-            raise Fatal(EXIT_CONFIG, f"MELON_CODE_FILES_B64: {link!r} -> {rel!r} is not a plain relative path")
-    return links
-
-
-def _place_code_file(work: str, rel: str, target: str) -> None:
-    """Link ``target`` at ``work/rel``. A folder on the way that is a link into the (read-only, shared) code
-    archive becomes a real folder of links to its entries, so the file joins the archive's files there."""
-    *folders, name = rel.split("/")
-    here = work
-    for folder in folders:
-        path = os.path.join(here, folder)
-        if os.path.islink(path):
-            source = os.path.realpath(path)
-            os.unlink(path)
-            os.mkdir(path)
-            for entry in os.listdir(source):
-                os.symlink(os.path.join(source, entry), os.path.join(path, entry))
-        elif not os.path.isdir(path):
-            os.mkdir(path)
-        here = path
-    dest = os.path.join(here, name)
-    if not os.path.lexists(dest):
-        os.symlink(target, dest)
-
-
-def prepare_workdir(container_dir: str, code_links: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """The user's working folder: the code archive's files *and* the other localized resources side by side.
-
-    The code is localized as ``./code`` (a link into YARN's cache, shared by the app's containers on the node,
-    so it is not written to) and each input as ``./<name>``. A script run inside ``code`` could not see the
-    inputs by relative path (``..`` is the cache folder, not the container's), so this builds ``./melon-work``:
-    links to every entry of ``code`` and to every other localized resource (code wins a name clash). Writes of
-    the user's process land there, private to this container. Without a code archive: the container's folder.
-    ``code_links`` (:func:`code_files`): the code folder's big files, localized on their own, go to their paths
-    in the folder, as if they had been in the archive.
-    """
-    code = os.path.join(container_dir, "code")
-    code_links = dict(code_links or {})
-    if not os.path.isdir(code) and not code_links:
-        return None
-    work = os.path.join(container_dir, WORKDIR)
-    os.makedirs(work, exist_ok=True)
-    links = {}
-    for name in os.listdir(container_dir):
-        path = os.path.join(container_dir, name)
-        if name in ("code", WORKDIR) or name in code_links or name.startswith(_YARN_FILES) or name.startswith("."):
-            continue
-        if os.path.islink(path):  # localized resources are links into the NodeManager's caches
-            links[name] = os.path.realpath(path)
-    for name in os.listdir(code) if os.path.isdir(code) else ():
-        links[name] = os.path.realpath(os.path.join(code, name))
-    for name, target in links.items():
-        dest = os.path.join(work, name)
-        if not os.path.lexists(dest):
-            os.symlink(target, dest)
-    for link, rel in sorted(code_links.items(), key=lambda item: item[1]):
-        _place_code_file(work, rel, os.path.realpath(os.path.join(container_dir, link)))
-    return work
 
 
 def resolve_python(argv: List[str]) -> List[str]:
@@ -502,12 +399,19 @@ class Executor:
                 bind_host = socket.gethostbyname(host)
             except OSError:
                 bind_host = "0.0.0.0"
-        family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.bind((bind_host, 0))
+        if self.cfg.port_range:
+            port_range, skip, why = self.cfg.port_range, frozenset(), "MELON_PORT_RANGE"
+        else:
+            port_range, skip, why = _ports.listen_range({})
+        try:
+            sock = _ports.reserve(bind_host, port_range, skip)
+        except OSError as exc:
+            raise Fatal(EXIT_REGISTER, f"cannot reserve a port on {bind_host}: {exc}") from None
         self.port_sock = sock
         self.host, self.bind_host = host, bind_host
-        return host, sock.getsockname()[1]
+        port = sock.getsockname()[1]
+        log(f"port {port} reserved on {bind_host} ({why})")
+        return host, port
 
     def release_port(self) -> None:
         if self.port_sock is not None:
@@ -584,7 +488,11 @@ class Executor:
                                      f"{self.cfg.entrypoint!r}") from None
         if not argv:
             raise Fatal(EXIT_CONFIG, "MELON_ENTRYPOINT is empty")
-        cwd = self.child_cwd = prepare_workdir(".", code_files(self.env))
+        try:
+            links = code_files(self.env)
+        except ValueError as exc:
+            raise Fatal(EXIT_CONFIG, str(exc)) from None
+        cwd = self.child_cwd = prepare_workdir(".", links)
         log(f"starting {argv!r} in {os.path.abspath(cwd or '.')}")
         self.release_port()  # the framework binds it itself (see the module docstring on the race)
         try:

@@ -202,3 +202,27 @@ def test_reported_progress_moves_the_rm_progress_bar(jobs, melon_hook):
     assert status_seen == sorted(status_seen), seen  # and they only went up
     assert app["finalStatus"] == "SUCCEEDED" and float(app["progress"]) == 100.0, app
     assert reported and reported["total"] == 10 and reported["metrics"]["accuracy"] == reported["step"] / 10, reported
+
+
+def test_a_parameter_server_gone_for_good_fails_the_job_and_an_optional_one_does_not(jobs):
+    """A ps task (untracked) that fails past its restarts used to be only logged: its workers waited for it until
+    the job's timeout. Now it fails the job at once, naming the task; ``optional: true`` keeps the old rule."""
+    ps_dies = ("python -c \"import os, sys, time; role = os.environ['MELON_ROLE']; "
+               "(print('ps-is-gone', file=sys.stderr), sys.exit(3)) if role == 'ps' else time.sleep({s})\"")
+    hangs = jobs.submit({
+        "name": "ps-gone", "framework": "generic", "entrypoint": ps_dies.format(s=600),
+        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1},
+                  "ps": {"instances": 1, "memory": 256, "vcores": 1}},
+    })
+    optional = jobs.submit({
+        "name": "ps-optional", "framework": "generic", "entrypoint": ps_dies.format(s=8),
+        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1},
+                  "ps": {"instances": 1, "memory": 256, "vcores": 1, "optional": True}},
+    })
+    app = jobs.wait(hangs, timeout=180)  # the worker sleeps 600 s: only the ps's failure ends it this early
+    assert app["finalStatus"] == "FAILED", app
+    diag = app["diagnostics"]
+    assert "task ps:0 on" in diag and "exited 3" in diag and "ps-is-gone" in diag, diag
+    assert "cannot go on without it" in diag, diag
+    app = jobs.wait(optional, timeout=180)
+    assert app["finalStatus"] == "SUCCEEDED", app

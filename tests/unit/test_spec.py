@@ -58,6 +58,8 @@ def test_valid_spec_normalises_sizes_and_defaults(tmp_path):
         ({"roles": {}}, "roles"),
         ({"roles": {"launcher": {}}}, "launcher"),
         ({"roles": {"worker": {"restarts": -1}}}, "roles.worker.restarts"),
+        # optional: only an untracked role (the job waits for every tracked task)
+        ({"roles": {"worker": {"optional": True}}}, "roles.worker.optional"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"name": "1bad name"}, "name"),
         ({"bogus": 1}, "bogus"),

@@ -34,7 +34,8 @@ def test_plan_roles_resources_and_env(spec):
                                  webhdfs_url="http://nn:9870", hdfs_user="alice")
     roles = {r["name"]: r for r in plan["roles"]}
     assert roles["chief"] == {"name": "chief", "instances": 1, "memory_mb": 2048, "vcores": 1, "gpus": 0,
-                              "gpu_memory_mb": 4096, "restarts": 0, "tracked": True}
+                              "gpu_memory_mb": 4096, "restarts": 0, "tracked": True,
+                              "optional": False}
     assert roles["worker"]["gpus"] == 1 and roles["worker"]["gpu_memory_mb"] == 0 and roles["worker"]["restarts"] == 2
     assert roles["ps"]["tracked"] is False
     assert plan["success_role"] == "chief"

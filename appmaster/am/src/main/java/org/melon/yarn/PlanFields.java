@@ -31,6 +31,7 @@ final class PlanFields {
   static final String ROLE_GPU_MEMORY_MB = "gpu_memory_mb";
   static final String ROLE_RESTARTS = "restarts";
   static final String ROLE_TRACKED = "tracked";
+  static final String ROLE_OPTIONAL = "optional";
 
   // one of its local resources
   static final String RES_NAME = "name";

@@ -108,6 +108,8 @@ final class TaskBook {
     int restarts;
     /** Whether the role's tasks decide the application's outcome (a ps role does not). */
     boolean tracked;
+    /** An untracked role whose failure past its budget is only logged (an evaluator); else it fails the job. */
+    boolean optional;
     int restartsUsed;
   }
 
@@ -233,6 +235,7 @@ final class TaskBook {
       role.gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt(0);
       role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt(0);
       role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean(true);
+      role.optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean(false);
       for (int i = 0; i < role.instances; i++) {
         tasks.add(new Task(role, i, number++, gangWaitSince));
       }
@@ -438,7 +441,7 @@ final class TaskBook {
    * A container of ours ended with {@code code}. 0: the task SUCCEEDED (maybe the application too). 75 (no GPU
    * fits on that node), at most {@link #MAX_NO_FIT_RETRIES} times per task: a new container elsewhere, outside the
    * restart budget. Other codes: a new container while the role's budget lasts, else the task FAILED, and the
-   * application with it if the role is tracked; the diagnostics name the task, its node, the code and
+   * application with it unless the role is untracked and optional; the diagnostics name the task, its node, the code and
    * {@code stderrTail} of the task. Once the application is decided, a live task is only marked KILLED.
    */
   synchronized void completed(ContainerId id, int code, Function<Task, String> stderrTail) {
@@ -493,8 +496,11 @@ final class TaskBook {
       finish("FAILED", "output " + diag);
     } else if (t.role.tracked) {
       finish("FAILED", diag);
+    } else if (!t.role.optional) {  // a parameter server: the tracked tasks would wait for it forever
+      finish("FAILED", diag + " (role " + t.role.name + " is untracked, but the job cannot go on without it; "
+          + "optional: true lets it fail)");
     } else {
-      MelonApplicationMaster.log("untracked " + diag);
+      MelonApplicationMaster.log("optional " + diag);
     }
   }
 

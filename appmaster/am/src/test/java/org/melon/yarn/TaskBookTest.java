@@ -502,10 +502,26 @@ class TaskBookTest {
   // ---------------------------------------------------------------- untracked roles and the outcome
 
   @Test
-  void anUntrackedRoleNeitherFailsNorBlocksSuccess() {
+  void anUntrackedRoleFailingForGoodFailsTheJob() {
+    // a parameter server that is gone for good: the workers would wait for it until the job's timeout
     TaskBook book = training("");
     Map<String, Container> c = placeAll(book);
+    exit(book, c.get("worker:0"), 0);
     exit(book, c.get("ps:0"), 1);  // ps: no restarts, untracked
+    assertEquals("FAILED", book.task("ps", 0).state);
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("task ps:0 on node-"), book.diagnostics());
+    assertTrue(book.diagnostics().contains("exited 1: Traceback ...\nRuntimeError: boom in ps:0 (role ps is untracked, but the job cannot go on "
+        + "without it; optional: true lets it fail)"), book.diagnostics());
+  }
+
+  @Test
+  void anOptionalRoleNeitherFailsNorBlocksSuccess() {
+    TaskBook book = book("{register_timeout_s: 60, roles: ["
+        + "{name: 'chief', instances: 1}, {name: 'worker', instances: 2, restarts: 1},"
+        + "{name: 'ps', instances: 1, tracked: false, optional: true}]}");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("ps:0"), 1);
     assertEquals("FAILED", book.task("ps", 0).state);
     assertEquals(List.of("ps:0"), tails, "its tail is logged");
     assertEquals("RUNNING", book.state());

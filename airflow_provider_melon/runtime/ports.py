@@ -1,0 +1,111 @@
+"""The port a task's framework listens on (TensorFlow's gRPC server, torch's TCPStore): chosen so nothing else on
+the node takes it between the executor's reservation and the framework's own bind.
+
+The executor reserves the port by binding it (without listening) while the gang registers, and must close it
+right before the user's process starts: TensorFlow's gRPC server binds without ``SO_REUSEPORT`` (checked with
+TF 2.x: a held ``SO_REUSEPORT`` socket makes it fail with "Could not start gRPC server"), and so does torch's
+store. Between that close and the framework's bind (the import of TensorFlow alone takes seconds) a port from the
+kernel's *ephemeral* range can be handed to any outgoing connection on the node (an HDFS read, a heartbeat, a
+NodeManager's RPC): the task then dies with "address in use" — the test suite saw exactly that on its
+parameter-server job. So the port comes from outside the ephemeral range, where the kernel never hands out a
+port by itself:
+
+- ``MELON_PORT_RANGE=lo-hi`` (inclusive), when the cluster's firewall opens only some ports to the tasks;
+- else the ports above the kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``; 61000-65535 on
+  a default Linux), skipping ``ip_local_reserved_ports``;
+- else (a range that reaches 65535) the 10000 ports below it;
+- else, or off Linux, the kernel's choice (port 0), as before, and the executor says so.
+
+Inside the range a port is picked at random and bound to check it is free, so two tasks on one node rarely meet
+on one (a port held by a running framework is skipped by the bind).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import random
+import socket
+from typing import Callable, Iterable, Mapping, Optional, Tuple
+
+PROC_NET = "/proc/sys/net/ipv4"
+MIN_ROOM = 1000  # fewer free ports than this above the ephemeral range: use the ports below it instead
+BELOW = 10000
+TRIES = 64
+
+PortRange = Tuple[int, int]
+
+
+def parse_range(text: str, name: str = "MELON_PORT_RANGE") -> PortRange:
+    """``"lo-hi"`` → ``(lo, hi)``, 1024 <= lo <= hi <= 65535; a clear error naming ``name`` otherwise."""
+    try:
+        lo_s, hi_s = text.strip().split("-")
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected 'low-high', e.g. '50100-50200'") from None
+    if not 1024 <= lo <= hi <= 65535:
+        raise ValueError(f"{name}={text!r}: needs 1024 <= low <= high <= 65535")
+    return lo, hi
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _reserved(text: Optional[str]) -> frozenset:
+    """``ip_local_reserved_ports``: ``"8080,9000-9010"`` → the set of ports."""
+    out = set()
+    for part in (text or "").replace("\n", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(out)
+
+
+def listen_range(env: Mapping[str, str], proc: str = PROC_NET) -> Tuple[Optional[PortRange], frozenset, str]:
+    """``(range or None, ports to skip, why)``: where the executor picks its port (see the module docstring)."""
+    if env.get("MELON_PORT_RANGE"):
+        return parse_range(env["MELON_PORT_RANGE"]), frozenset(), "MELON_PORT_RANGE"
+    text = _read(os.path.join(proc, "ip_local_port_range"))
+    if not text:
+        return None, frozenset(), "no ip_local_port_range: the kernel's choice"
+    lo, hi = (int(x) for x in text.split())
+    skip = _reserved(_read(os.path.join(proc, "ip_local_reserved_ports")))
+    if 65535 - hi >= MIN_ROOM:
+        return (hi + 1, 65535), skip, f"above the ephemeral range {lo}-{hi}"
+    if lo - 1024 >= MIN_ROOM:
+        return (max(1024, lo - BELOW), lo - 1), skip, f"below the ephemeral range {lo}-{hi}"
+    return None, frozenset(), f"the ephemeral range {lo}-{hi} leaves no room: the kernel's choice"
+
+
+def reserve(bind_host: str, port_range: Optional[PortRange], skip: Iterable[int] = (),
+            choose: Callable[[int, int], int] = random.randint) -> socket.socket:
+    """A socket bound (not listening) to a free port of ``port_range`` on ``bind_host`` (port 0 without a range).
+    ``OSError`` when :data:`TRIES` ports of the range were all taken."""
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    if port_range is None:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.bind((bind_host, 0))
+        return sock
+    skip = frozenset(skip)
+    lo, hi = port_range
+    last: Optional[OSError] = None
+    for _ in range(TRIES):
+        port = choose(lo, hi)
+        if port in skip:
+            continue
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.bind((bind_host, port))
+            return sock
+        except OSError as exc:
+            sock.close()
+            if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                raise
+            last = exc
+    raise OSError(errno.EADDRINUSE, f"no free port in {lo}-{hi} on {bind_host} after {TRIES} tries ({last})")
