@@ -165,10 +165,14 @@ class AirflowApi:
                     raise LocalAirflowError(f"DAG {dag_id} not available: {exc}; import errors: {errors}") from None
             time.sleep(2)
 
-    def trigger(self, dag_id: str, conf: Optional[dict] = None) -> str:
-        """Trigger a run as the UI's Trigger button does (no logical date); returns its ``dag_run_id``."""
+    def trigger(self, dag_id: str, conf: Optional[dict] = None, run_id: Optional[str] = None) -> str:
+        """Trigger a run as the UI's Trigger button does (no logical date; ``run_id``: the form's "Run id"
+        field, else Airflow's own); returns its ``dag_run_id``."""
         self.wait_dag(dag_id)
-        run = self.api("POST", f"/dags/{quote(dag_id)}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        body = {"logical_date": None, "conf": conf or {}}
+        if run_id:
+            body["dag_run_id"] = run_id
+        run = self.api("POST", f"/dags/{quote(dag_id)}/dagRuns", body)
         return run["dag_run_id"]
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 900) -> dict:
