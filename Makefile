@@ -17,7 +17,7 @@ up: setup
 # JUnit tests of the ApplicationMaster (no cluster, under a minute) first, then the Python suite.
 test: setup
 	mvn -q -B -f appmaster/pom.xml test
-	$(PY) -m pytest -q -rs -p no:cacheprovider --timeout=900 $(PYTEST_ARGS) tests --ignore=tests/docker
+	$(PY) -m pytest -q -rs --durations=30 -p no:cacheprovider --timeout=900 $(PYTEST_ARGS) tests --ignore=tests/docker
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
