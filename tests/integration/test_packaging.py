@@ -6,7 +6,6 @@ test_wheel_install.py."""
 
 from __future__ import annotations
 
-import glob
 import re
 import subprocess
 import sys
@@ -24,15 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> tuple[Path, Path, str]:
-    out = tmp_path_factory.mktemp("dist")
-    result = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
-                            capture_output=True, text=True, timeout=1200)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-6000:]
-    [whl] = glob.glob(str(out / "airflow_provider_melon-*.whl"))
-    [sdist] = glob.glob(str(out / "airflow_provider_melon-*.tar.gz"))
-    return Path(whl), Path(sdist), log
+def dist(release_dist) -> tuple[Path, Path, str]:
+    return release_dist  # tests/integration/conftest.py: one build for this file and test_wheel_install.py
 
 
 def test_build_gives_both_artifacts_at_the_one_version(dist):

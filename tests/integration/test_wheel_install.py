@@ -1,4 +1,4 @@
-"""The wheel is the product: `pip wheel .` carries the ApplicationMaster jar, and a provider installed from that
+"""The wheel is the product: the release build's wheel (`python -m build`, from the sdist) carries the ApplicationMaster jar, and a provider installed from that
 wheel (not editable) into a fresh venv in a temp dir outside the checkout submits a TensorFlow job to the mini
 cluster from there.
 
@@ -11,7 +11,6 @@ and everything on ``sys.path`` but that dependency folder lie outside the checko
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import site
@@ -38,13 +37,8 @@ print("tf-from-wheel", tf.__version__, "replicas", strategy.num_replicas_in_sync
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-w", str(out), "-q"],
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    [whl] = glob.glob(str(out / "airflow_provider_melon-*.whl"))
-    return Path(whl)
+def wheel(release_dist) -> Path:
+    return release_dist[0]  # the wheel CI's release build makes (tests/integration/conftest.py)
 
 
 def test_the_wheel_carries_the_application_master(wheel):
