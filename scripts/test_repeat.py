@@ -104,11 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for k in range(1, args.rounds + 1):
             xml = out_dir / f"round-{k}.xml"
-            cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--timeout={args.timeout}",
-                   f"--junitxml={xml}", *suites]
-            print(f"[repeat] round {k}/{args.rounds}: {' '.join(cmd[1:])}", flush=True)
+            cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "tests.instafail",
+                   f"--timeout={args.timeout}", f"--junitxml={xml}", *suites]
+            failures = out_dir / f"round-{k}.failures.txt"  # written as they happen (tests/instafail.py)
+            print(f"[repeat] round {k}/{args.rounds}: {' '.join(cmd[1:])} (failures as they happen: {failures})",
+                  flush=True)
             t0 = time.monotonic()
-            code = subprocess.call(cmd, cwd=REPO)
+            code = subprocess.call(cmd, cwd=REPO, env={**os.environ, "MELON_INSTAFAIL_FILE": str(failures)})
             durations.append(time.monotonic() - t0)
             codes.append(code)
             rounds.append(parse_junit(xml) if xml.exists() else {})

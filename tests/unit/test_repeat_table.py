@@ -4,6 +4,7 @@ from a round makes the run red."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,16 @@ def test_table_counts_failures_and_tests_missing_from_a_round(tmp_path):
     text, failed = repeat.table([full, green])  # test_bad failed in round 1 and is missing from round 2
     row = next(line for line in text.splitlines() if "test_bad" in line)
     assert failed == 2 and row.split()[1:5] == ["0", "1", "0", "1"]
+
+
+def test_a_failure_is_written_down_as_it_happens(tmp_path):
+    """tests/instafail.py: the report is in the file while the session still runs (a stopped round keeps it)."""
+    failures = tmp_path / "failures.txt"
+    (tmp_path / "test_live.py").write_text(
+        "def test_bad(): assert 1 == 2, 'one is not two'\n"
+        f"def test_after(): assert 'one is not two' in open({str(failures)!r}).read()\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.instafail",
+                             str(tmp_path / "test_live.py")], capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "MELON_INSTAFAIL_FILE": str(failures)})
+    assert "1 failed, 1 passed" in result.stdout, result.stdout + result.stderr
+    assert "test_live.py::test_bad (call" in failures.read_text()
