@@ -17,6 +17,7 @@ ROOT=$PWD
 C=$ROOT/.compat
 BASE=${PORT_BASE:-$((${MELON_TEST_PORT_BASE:-19000} + 700))}
 PY=${PY:-$ROOT/.venv/bin/python}
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's airflow_provider_melon, whatever the venv's is
 mkdir -p "$C"
 
 # 1. a Java 11 runtime: $JAVA11_HOME, else Debian bullseye's openjdk-11-jre-headless (bookworm packages only
@@ -142,6 +143,16 @@ length, data = parse_log_answer(open(sys.argv[1], "rb").read(), -300)
 print(f"[compat] NM log answer: LogLength {length}, {len(data)} bytes served of the last 300")
 assert length > 300 and len(data) == 300, (length, len(data))
 EOF
+
+# 6. `melon doctor --submit-test` against the 3.3.6 cluster, as through Airflow connections (the mini cluster has no
+# HADOOP_HOME layout: the connection's extra names its am_classpath and fs.defaultFS; the job Python is this venv's,
+# which has TensorFlow and pynvml): its hadoop-java check must say Hadoop 3.3.6, NodeManagers on Java 11, the AM jar
+# runs there; the tiny job must succeed.
+CP=$(field am_classpath | sed 's/:/<CPS>/g')
+AIRFLOW_CONN_YARN_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split("//")[1].split(":"); print(json.dumps({"conn_type":"yarn","host":h,"port":int(p),"login":sys.argv[2],"extra":{"am_classpath":sys.argv[3],"fs_default_fs":sys.argv[4]}}))' "$RM" "$(field user)" "$CP" "$(field fs_default_fs)") \
+AIRFLOW_CONN_WEBHDFS_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split(":"); print(json.dumps({"conn_type":"webhdfs","host":h,"port":int(p),"login":sys.argv[2]}))' "$(field nn_http)" "$(field user)") \
+  "$ROOT/.venv/bin/melon" doctor --submit-test --timeout 240 --python "$PY" | tee "$P/doctor.txt"
+grep -q "^OK    hadoop-java .*Hadoop 3\.3\.6; NodeManagers on Java 11 .*runs there" "$P/doctor.txt"
 
 # the AM containers ran on the NodeManagers' Java 11 against Hadoop 3.3.6
 AMLOGS=$(find "$W" -name AppMaster.stdout | wc -l)
