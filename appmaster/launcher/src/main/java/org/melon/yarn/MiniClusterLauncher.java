@@ -359,7 +359,61 @@ public final class MiniClusterLauncher {
    * 404). Point the static pipeline back at the RM's own (the one its injector built). REST (Jersey) is not
    * dispatched by Guice and is unaffected; the NodeManagers' HTML pages are the ones that lose out.
    */
+  /**
+   * Hadoop 3.3/3.4 serve REST through Jersey 1's GuiceContainer, i.e. through that same Guice pipeline: in one JVM
+   * every web app's port then answered from one app's routes (on 3.3.6 the NodeManagers' /ws/v1/node/... were 404:
+   * their ports served the RM's). Give each web app's Jetty GuiceFilter the pipeline its own injector built (the
+   * filter instance Hadoop keeps, WebApp.guiceFilter, holds it), so each port serves its own daemon whatever the
+   * static pipeline is. On 3.5 (Jersey 2 outside Guice) this only fixes the NodeManagers' HTML pages.
+   */
+  private void pinOwnGuicePipelines() {
+    int pinned = 0;
+    try {
+      List<Object> webApps = new ArrayList<>();
+      java.lang.reflect.Field rmWebApp =
+          org.apache.hadoop.yarn.server.resourcemanager.ResourceManager.class.getDeclaredField("webApp");
+      rmWebApp.setAccessible(true);
+      webApps.add(rmWebApp.get(yarn.getResourceManager()));
+      java.lang.reflect.Field nmWebApp =
+          org.apache.hadoop.yarn.server.nodemanager.webapp.WebServer.class.getDeclaredField("webApp");
+      nmWebApp.setAccessible(true);
+      for (int i = 0; i < intOpt("nodemanagers"); i++) {
+        for (org.apache.hadoop.service.Service s : yarn.getNodeManager(i).getServices()) {
+          if (s instanceof org.apache.hadoop.yarn.server.nodemanager.webapp.WebServer) {
+            webApps.add(nmWebApp.get(s));
+          }
+        }
+      }
+      java.lang.reflect.Field filterField = org.apache.hadoop.yarn.webapp.WebApp.class.getDeclaredField("guiceFilter");
+      filterField.setAccessible(true);
+      java.lang.reflect.Field injected = com.google.inject.servlet.GuiceFilter.class.getDeclaredField("injectedPipeline");
+      injected.setAccessible(true);
+      for (Object w : webApps) {
+        if (w == null) {
+          continue;
+        }
+        Object own = filterField.get(w);
+        Object pipeline = own == null ? null : injected.get(own);
+        if (pipeline == null) {
+          continue;
+        }
+        org.apache.hadoop.http.HttpServer2 http = ((org.apache.hadoop.yarn.webapp.WebApp) w).httpServer();
+        for (org.eclipse.jetty.servlet.FilterHolder h : http.getWebAppContext().getServletHandler().getFilters()) {
+          Object f = h.getFilter();
+          if (f instanceof com.google.inject.servlet.GuiceFilter && f != own) {
+            injected.set(f, pipeline);
+            pinned++;
+          }
+        }
+      }
+      System.out.println("MiniClusterLauncher: " + pinned + " web apps' GuiceFilters pinned to their own pipelines");
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      System.out.println("MiniClusterLauncher: could not pin the web apps' Guice pipelines (" + e + ")");
+    }
+  }
+
   private void restoreRmWebUi() {
+    pinOwnGuicePipelines();
     try {
       java.lang.reflect.Field webAppField =
           org.apache.hadoop.yarn.server.resourcemanager.ResourceManager.class.getDeclaredField("webApp");
@@ -529,9 +583,9 @@ public final class MiniClusterLauncher {
         json.append(", ");
       }
       json.append(Json.quote(e.getKey())).append(": ");
-      if (e.getValue() instanceof List<?> list) {
+      if (e.getValue() instanceof List<?>) {  // no pattern matching: the 3.3.6 launcher is built for Java 11
         List<String> items = new ArrayList<>();
-        list.forEach(x -> items.add(Json.quote(String.valueOf(x))));
+        ((List<?>) e.getValue()).forEach(x -> items.add(Json.quote(String.valueOf(x))));
         json.append("[").append(String.join(", ", items)).append("]");
       } else {
         json.append(e.getValue() instanceof String ? Json.quote((String) e.getValue()) : e.getValue());
