@@ -76,8 +76,8 @@ curl -sf "http://$NM/jmx?qry=java.lang:type=Runtime&$U" > "$P/nm-jmx-runtime.jso
 curl -sf "http://$NM/ws/v1/node/info?$U" > "$P/nm-info.json"
 "$PY" - "$P" <<'EOF'
 import json, sys
-from airflow_provider_melon import hadoop_compat as hc
-from airflow_provider_melon.rm_json import as_list
+from airflow_provider_melon.hadoop import compat as hc
+from airflow_provider_melon.hadoop.rm_json import as_list
 p = sys.argv[1]
 info = json.load(open(f"{p}/cluster-info.json"))
 java = hc.java_from_jmx(json.load(open(f"{p}/nm-jmx-runtime.json")))
@@ -102,7 +102,7 @@ for NM in $("$PY" -c 'import json,sys; print(" ".join(n["nodeHTTPAddress"] for n
 done
 "$PY" - "$P/nm-log-answer.txt" <<'EOF'
 import sys
-from airflow_provider_melon.nm_logs import parse_log_answer
+from airflow_provider_melon.hadoop.nodemanager import parse_log_answer
 length, data = parse_log_answer(open(sys.argv[1], "rb").read(), -300)
 print(f"[compat] NM log answer: LogLength {length}, {len(data)} bytes served of the last 300")
 assert length > 300 and len(data) == 300, (length, len(data))

@@ -3,9 +3,9 @@
 Staging is content-addressed: the code folder is zipped deterministically (sorted entries, fixed timestamps
 and modes), hashed, and uploaded to ``<staging_dir>/cache/<sha256>/<name>`` (``[melon] staging_dir``, default
 ``/user/<user>/.melon``); an object already there with the same size is not uploaded again, so a second submit
-of unchanged code uploads 0 bytes. Uploads go through :func:`airflow_provider_melon.hdfs_io.put_once`: any
+of unchanged code uploads 0 bytes. Uploads go through :func:`airflow_provider_melon.hadoop.hdfs_io.put_once`: any
 number of tasks staging the same content at once upload it once, and nothing half-written is ever visible
-under the cache path. HDFS failures surface as one-line :class:`~airflow_provider_melon.hdfs_io.MelonHdfsError`. The same
+under the cache path. HDFS failures surface as one-line :class:`~airflow_provider_melon.hadoop.hdfs_io.MelonHdfsError`. The same
 holds for the in-container runtime (``runtime/`` + ``gpu/``) and the AM jar. YARN local resources then carry
 the HDFS file's real length and modification time, as the NodeManager's localizer checks them.
 
@@ -33,10 +33,10 @@ from typing import Any, BinaryIO, Iterable, Optional
 
 import tenacity
 
-from airflow_provider_melon import queues as _queues
+from airflow_provider_melon.hadoop import queues as _queues
 from airflow_provider_melon import submission
-from airflow_provider_melon.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
-from airflow_provider_melon.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
+from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
+from airflow_provider_melon.hadoop.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
 from airflow_provider_melon.provider_info import STAGING_RETRY_S_DEFAULT
 from airflow_provider_melon.runtime import outputs as _outputs
@@ -353,7 +353,7 @@ class MelonHook:
 
     def _touch(self, path: str) -> None:
         """Set a cached object's access time (never its modification time, which YARN's localizer checks): its
-        last use, which ``melon prune`` keeps objects by (:mod:`airflow_provider_melon.staging_gc`). Best effort:
+        last use, which ``melon prune`` keeps objects by (:mod:`airflow_provider_melon.hadoop.staging_gc`). Best effort:
         a NameNode with access times off (``dfs.namenode.accesstime.precision`` 0) refuses, and prune then goes
         by upload time, costing at most a re-upload."""
         try:
@@ -383,7 +383,7 @@ class MelonHook:
     def stage_file(self, name: str, path: Path) -> StagedFile:
         """:meth:`stage_content` of a local file, hashed and uploaded in blocks (a 1 GiB env archive costs a
         few blocks of memory, not 1 GiB). From :data:`HASH_WHILE_UPLOADING_BYTES` on, content never staged
-        before is hashed while it uploads, reading it once (:func:`airflow_provider_melon.hdfs_io.put_file_hashing`).
+        before is hashed while it uploads, reading it once (:func:`airflow_provider_melon.hadoop.hdfs_io.put_file_hashing`).
         """
         path = Path(path)
         if path.stat().st_size < HASH_WHILE_UPLOADING_BYTES:
@@ -492,8 +492,8 @@ class MelonHook:
 
     def _add_delegation_tokens(self, context: dict) -> None:
         """Kerberos: an HDFS delegation token (renewer: the RM) in the submission's credentials, so YARN can
-        localize the staged files and the containers can reach HDFS (:mod:`airflow_provider_melon.delegation`)."""
-        from airflow_provider_melon import delegation
+        localize the staged files and the containers can reach HDFS (:mod:`airflow_provider_melon.hadoop.delegation`)."""
+        from airflow_provider_melon.hadoop import delegation
 
         url = self._webhdfs_url()
         if not url:
@@ -507,7 +507,7 @@ class MelonHook:
 
     def check_queue(self, spec: JobSpec) -> Optional[_queues.QueueReport]:
         """Before anything is staged: the job's queue exists, runs, and its maximum and this user's limit in it can
-        hold the whole gang (:mod:`airflow_provider_melon.queues`); raises :class:`~airflow_provider_melon.queues.QueueError`.
+        hold the whole gang (:mod:`airflow_provider_melon.hadoop.queues`); raises :class:`~airflow_provider_melon.hadoop.queues.QueueError`.
         Being the first RM call, it also fails a user the cluster refuses to let us act for (403, with the fix).
         Other failures to read the scheduler only skip the check (the submission meets the RM anyway)."""
         try:

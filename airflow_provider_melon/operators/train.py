@@ -32,7 +32,7 @@ What ``execute`` does, in order:
    AM progress every ``log_every_n`` polls, ``timeout``).
    **Job logs** (``job_logs``, default on with ``stream_logs``): either way, the job's own output reaches the task
    log while it runs: the chief's stdout/stderr (``chief:0 | ...``; the task that decides success) and any failing
-   task's, read from the NodeManagers every poll by :class:`airflow_provider_melon.logs.LogFollower` (byte offsets:
+   task's, read from the NodeManagers every poll by :class:`airflow_provider_melon.hadoop.log_follower.LogFollower` (byte offsets:
    no line twice, none lost, also across a re-created trigger), the rest once the application has ended. At most
    ``job_log_lines_per_poll`` lines per poll and ``job_log_max_bytes`` per task run, then a ``... truncated, full
    log: <link>`` line. A task that reattaches to a running application (a retry, a crashed worker) knows no
@@ -65,7 +65,7 @@ from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
 from airflow_provider_melon.runtime import outputs as _outputs
-from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
+from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
     TensorBoardLink,

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Optional
 from urllib.parse import quote, urlsplit
 
 from airflow_provider_melon.gpu import preflight
-from airflow_provider_melon.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
+from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
 
 LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
 
@@ -196,7 +196,7 @@ def gpu_view(nodes: Iterable[dict], apps: Iterable[dict], statuses: dict[str, Op
 
 
 def _resource_values(resource: dict) -> dict[str, int]:
-    from airflow_provider_melon.rm_json import parse_resource
+    from airflow_provider_melon.hadoop.rm_json import parse_resource
 
     return {k: int(v) for k, v in parse_resource(resource)["resources"].items()}
 

@@ -29,7 +29,7 @@ operator can summarise.
   carrying every tag is followed once it appears.
 * ``job_logs`` (the operator turns it on): while the application runs, the chief's stdout/stderr and any failing
   task's are read from the NodeManagers every poll and logged as ``chief:0 | ...`` lines (the triggerer writes them
-  into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.logs.LogFollower`
+  into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.hadoop.log_follower.LogFollower`
   does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
   from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
   triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll the trigger
@@ -69,7 +69,7 @@ import tenacity
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
-from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
+from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
 from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER, remote_logging, trigger_has_on_kill
 
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")

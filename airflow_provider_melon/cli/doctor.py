@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
 from airflow_provider_melon.hooks.yarn import YarnApiError
-from airflow_provider_melon.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list
+from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list
 
 DRC = "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
 CALCULATOR_KEY = "yarn.scheduler.capacity.resource-calculator"
@@ -45,7 +45,7 @@ NN_INFO_BEAN = "Hadoop:service=NameNode,name=NameNodeInfo"
 
 def _am_java() -> int:
     """The oldest Java the AM's class files load on (hadoop_compat: the jar is Java 8 bytecode)."""
-    from airflow_provider_melon import hadoop_compat as hc
+    from airflow_provider_melon.hadoop import compat as hc
 
     return hc.java_for_major(hc.AM_MAX_CLASS_MAJOR)
 
@@ -417,7 +417,7 @@ class Doctor:
         if mode == "simple":
             return _ok("auth", f"simple: calls carry user.name={self.yarn.user} (an unsecured cluster)")
         if mode == "kerberos":  # the hook's own ticket cache (from its keytab, or the one `airflow kerberos` keeps)
-            from airflow_provider_melon.kerberos import KerberosError
+            from airflow_provider_melon.hooks.kerberos import KerberosError
 
             try:
                 tickets = self.yarn._kerberos_tickets()
@@ -447,7 +447,7 @@ class Doctor:
         """The cluster's Hadoop version (RM ``/ws/v1/cluster/info``), each RUNNING NodeManager's Java (no REST
         resource names it: the NM's ``/jmx`` Runtime bean, ``SpecVersion``) and whether the AM jar's class-file
         version loads there (hadoop_compat.py)."""
-        from airflow_provider_melon import hadoop_compat as hc
+        from airflow_provider_melon.hadoop import compat as hc
 
         version = hc.hadoop_version(self.yarn.cluster_info()) or "unknown"
         line = hc.line_of(version)
@@ -569,7 +569,7 @@ class SubmitTest:
             try:
                 result = hook.submit(spec, tags=["melon-doctor"])
             except Exception as exc:  # noqa: BLE001 - the step that broke is the finding
-                from airflow_provider_melon.hdfs_io import MelonHdfsError
+                from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError
 
                 if isinstance(exc, (MelonHdfsError, FileNotFoundError)):
                     self._step("fail", "stage", f"staging to {hook.staging_dir} failed: {_one_line(exc)}",
@@ -663,7 +663,7 @@ class SubmitTest:
         return self._step("ok", "output", f"declared output published to {output} (task on {body.get('node')})")
 
     def _logs(self, app_id: str, app: dict) -> None:
-        from airflow_provider_melon import nm_logs
+        from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
         expected = max(len(self.d.nodes()), 1)
         probes: list[dict] = []

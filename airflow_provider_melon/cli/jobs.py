@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 
 EXIT_CODES = """\
 exit codes of submit, status, ls, logs, kill, wait, prune:
@@ -366,8 +366,8 @@ def cmd_submit(args, cluster: Cluster) -> int:
 
 
 def cmd_prune(args, cluster: Cluster) -> int:
-    from airflow_provider_melon import staging_gc
-    from airflow_provider_melon.logs import human_bytes
+    from airflow_provider_melon.hadoop import staging_gc
+    from airflow_provider_melon.hadoop.log_follower import human_bytes
 
     try:
         older_than = staging_gc.parse_age(args.older_than)
@@ -498,7 +498,7 @@ def cmd_kill(args, cluster: Cluster) -> int:
 
 
 def cmd_logs(args, cluster: Cluster) -> int:
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     yarn = cluster.yarn
     app_id = _check_app_id(args.app_id)
@@ -535,7 +535,7 @@ def cmd_logs(args, cluster: Cluster) -> int:
 def _log_files(logs, running: bool, chosen, wanted) -> tuple[bool, list]:
     """``(served, [(container ref, file name, size)])``: the wanted files of the chosen containers, and whether any
     NodeManager served a container's listing at all."""
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     served, found = False, []
     for ref in logs.discover(running):
@@ -550,7 +550,7 @@ def _log_files(logs, running: bool, chosen, wanted) -> tuple[bool, list]:
 
 def _no_logs(app: dict, logs) -> None:
     """No NodeManager served any log of the app: say why (raises), unless it simply has not started yet."""
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     if logs.unreachable:
         raise Unreachable(f"NodeManager(s) {', '.join(sorted(logs.unreachable))} unreachable: cannot read the logs "
@@ -561,7 +561,7 @@ def _no_logs(app: dict, logs) -> None:
 
 def _follow(args, yarn, app: dict, logs, chosen) -> int:
     """Print every log line once, as it comes, until the app ends (then what is left, and stop)."""
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     tails: dict[tuple[str, str], nm_logs.LogTail] = {}
     served = False
@@ -736,8 +736,8 @@ def _cause(message: str) -> str:
 
 def classify(exc: BaseException, args=None) -> tuple[int, str]:
     """An exception → (exit code, one-line message)."""
-    from airflow_provider_melon.hdfs_io import MelonHdfsError
-    from airflow_provider_melon.nm_logs import NodeManagerError
+    from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError
+    from airflow_provider_melon.hadoop.nodemanager import NodeManagerError
     from airflow_provider_melon.spec import JobSpecError
 
     if isinstance(exc, CliError):
@@ -753,6 +753,8 @@ def classify(exc: BaseException, args=None) -> tuple[int, str]:
         from airflow_provider_melon.hooks.yarn import YarnApiError
     except ImportError:  # pragma: no cover
         YarnApiError = ()  # type: ignore[assignment]  # noqa: N806
+    if isinstance(exc, NodeManagerError):  # a YarnApiError too, but not about the ResourceManager
+        return APP_FAILED, str(exc)
     if YarnApiError and isinstance(exc, YarnApiError):
         if exc.status is None or exc.status == 307:
             return UNREACHABLE, f"cannot reach the ResourceManager {_base(exc.url)}: {_cause(exc.message)}"
@@ -761,8 +763,6 @@ def classify(exc: BaseException, args=None) -> tuple[int, str]:
         return APP_FAILED, str(exc)
     if isinstance(exc, MelonHdfsError):
         return (UNREACHABLE if exc.retriable else APP_FAILED), str(exc)
-    if isinstance(exc, NodeManagerError):
-        return APP_FAILED, str(exc)
     import requests
 
     if isinstance(exc, requests.RequestException):

@@ -43,7 +43,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
-from airflow_provider_melon.hdfs_io import hdfs_errors
+from airflow_provider_melon.hadoop.hdfs_io import hdfs_errors
 
 log = logging.getLogger(__name__)
 
