@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.hooks.yarn import YarnApiError
 from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list
 
@@ -592,7 +593,7 @@ class SubmitTest:
                 self._logs(app_id, app)
         finally:
             try:
-                if hook.yarn.get_application(app_id).get("state") not in TERMINAL:
+                if hook.yarn.get_application(app_id).get("state") not in TERMINAL_STATES:
                     hook.yarn.kill_application(app_id)
             except Exception:  # noqa: BLE001 - best effort clean-up
                 pass
@@ -615,7 +616,7 @@ class SubmitTest:
         deadline = time.monotonic() + self.d.timeout
         while time.monotonic() < deadline:
             app = self.hook.yarn.get_application(app_id)
-            if app.get("state") in TERMINAL:
+            if app.get("state") in TERMINAL_STATES:
                 if app.get("finalStatus") == "SUCCEEDED":
                     return self._step("ok", "am", f"{app_id}: the AM ran (the app ended before its status was read)")
                 return self._step("fail", "am", f"{app_id} ended before its AM served a status: {self._picture(app_id)}",
@@ -636,7 +637,7 @@ class SubmitTest:
         while time.monotonic() < deadline:
             status = self.hook.am_status(app_id) or status
             app = self.hook.yarn.get_application(app_id)
-            if app.get("state") in TERMINAL:
+            if app.get("state") in TERMINAL_STATES:
                 tasks = as_list(as_dict(status).get("tasks")) if status else []
                 shown = ", ".join(f"{t.get('role')}:{t.get('index')} on {t.get('node_id') or t.get('host') or '?'}"
                                   for t in tasks if isinstance(t, dict)) or "tasks as in the AM log"
@@ -739,7 +740,6 @@ class SubmitTest:
             self._step("ok", "framework", "; ".join(found) + note)
 
 
-TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
 
 
 def render(findings: list[Finding]) -> str:

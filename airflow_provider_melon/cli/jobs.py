@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop.app_state import STATES, TERMINAL_STATES
 
 EXIT_CODES = """\
 exit codes of submit, status, ls, logs, kill, wait, prune:
@@ -32,8 +33,6 @@ exit codes of submit, status, ls, logs, kill, wait, prune:
   124  wait --timeout (or kill --timeout) expired before the app ended"""
 
 OK, APP_FAILED, USAGE, UNREACHABLE, NOT_FOUND, TIMED_OUT = 0, 1, 2, 3, 4, 124
-TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
-RM_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
 APP_ID = re.compile(r"^application_\d+_\d+$")
 #: the RM may be restarting or failing over while we poll an app we have seen: keep polling this long
 POLL_GRACE_S = 120.0
@@ -162,7 +161,7 @@ def succeeded(app: dict) -> bool:
 
 def app_exit_code(app: dict) -> int:
     """0 while running or once SUCCEEDED; 1 once FAILED or KILLED."""
-    return OK if app.get("state") not in TERMINAL or succeeded(app) else APP_FAILED
+    return OK if app.get("state") not in TERMINAL_STATES or succeeded(app) else APP_FAILED
 
 
 def _state(app: dict) -> str:
@@ -312,7 +311,7 @@ def wait_for(yarn, app_id: str, *, timeout: Optional[float], interval: float, ba
         if app is not None:
             bar.update(float(app.get("progress") or 0) / 100,
                        f"{_state(app)} {_duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}")
-            if app.get("state") in TERMINAL:
+            if app.get("state") in TERMINAL_STATES:
                 bar.clear()
                 return app
         waited = time.monotonic() - start
@@ -429,9 +428,9 @@ def cmd_status(args, cluster: Cluster) -> int:
 
 def cmd_ls(args, cluster: Cluster) -> int:
     states = [s.strip().upper() for v in args.state or [] for s in v.split(",") if s.strip()]
-    bad = [s for s in states if s not in RM_STATES]
+    bad = [s for s in states if s not in STATES]
     if bad:
-        raise UsageError(f"--state {','.join(bad)}: YARN states are {', '.join(RM_STATES)}")
+        raise UsageError(f"--state {','.join(bad)}: YARN states are {', '.join(STATES)}")
     if args.limit < 0:
         raise UsageError(f"--limit {args.limit}: must be 0 (all) or more")
     tags = [t.strip().lower() for v in args.tag or [] for t in v.split(",") if t.strip()]
@@ -477,7 +476,7 @@ def cmd_kill(args, cluster: Cluster) -> int:
     yarn = cluster.yarn
     app_id = _check_app_id(args.app_id)
     app = yarn.get_application(app_id)
-    if app.get("state") in TERMINAL:
+    if app.get("state") in TERMINAL_STATES:
         message = f"{app_id} already ended ({_state(app)}): nothing to kill"
     else:
         yarn.kill_application(app_id)
@@ -512,7 +511,7 @@ def cmd_logs(args, cluster: Cluster) -> int:
     if args.follow:
         return _follow(args, yarn, app, logs, chosen)
     out = []
-    served, found = _log_files(logs, app.get("state") not in TERMINAL, chosen, args.file)
+    served, found = _log_files(logs, app.get("state") not in TERMINAL_STATES, chosen, args.file)
     for ref, name, size in found:
         got = logs.fetch(ref, name) if size else (0, b"")
         text = got[1].decode("utf-8", "replace") if got else ""
@@ -555,7 +554,7 @@ def _no_logs(app: dict, logs) -> None:
     if logs.unreachable:
         raise Unreachable(f"NodeManager(s) {', '.join(sorted(logs.unreachable))} unreachable: cannot read the logs "
                           f"of {app.get('id')}")
-    if app.get("state") in TERMINAL:
+    if app.get("state") in TERMINAL_STATES:
         raise NotFound(nm_logs.gone_message(str(app.get("id")), app))
 
 
@@ -577,7 +576,7 @@ def _follow(args, yarn, app: dict, logs, chosen) -> int:
             sys.stdout.flush()
 
     while True:
-        running = app.get("state") not in TERMINAL
+        running = app.get("state") not in TERMINAL_STATES
         listed, found = _log_files(logs, running, chosen, args.file)
         served = served or listed
         for ref, name, size in found:

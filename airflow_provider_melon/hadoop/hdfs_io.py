@@ -30,6 +30,7 @@ import socket
 import time
 import uuid
 from typing import Any, Iterator, Optional, Union
+from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
@@ -450,3 +451,21 @@ def run_slug(run_id: str) -> str:
     if safe == run_id:
         return run_id
     return f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
+
+
+def hdfs_asset_uri(path: str, fs_default_fs: Optional[str] = None) -> Optional[str]:
+    """A fully qualified ``hdfs://host:port/path`` for an output path, or None when it cannot be one.
+
+    The HDFS provider's asset-uris handler rejects ``hdfs://`` URIs without a namenode host, so
+    ``hdfs:///x`` and ``/x`` are qualified with ``fs_default_fs`` when it is known.
+    """
+    if not isinstance(path, str) or not path:
+        return None
+    if path.startswith("hdfs://"):
+        parts = urlsplit(path)
+        if parts.netloc and parts.path:
+            return path
+        path = parts.path
+    if path.startswith("/") and fs_default_fs and fs_default_fs.startswith("hdfs://"):
+        return fs_default_fs.rstrip("/") + path
+    return None

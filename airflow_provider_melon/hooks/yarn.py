@@ -54,6 +54,8 @@ from airflow_provider_melon.hadoop.rm_json import (  # noqa: F401  (re-exported)
     split_tags,
 )
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES  # noqa: F401  (re-exported)
+
 # The RM's and the NodeManagers' error answers and the NM client are Airflow-free (hadoop/); re-exported here.
 from airflow_provider_melon.hadoop.nodemanager import (  # noqa: F401  (re-exported)
     ContainerLogChunk,
@@ -89,7 +91,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 30.0)
-TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
 MAX_REDIRECTS = 3
 #: Failures with no usable HTTP answer: the next RM is tried, then the whole pass is retried.
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
