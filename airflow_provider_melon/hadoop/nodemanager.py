@@ -29,15 +29,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import Any, Iterable, Optional
 from urllib.parse import quote, urlsplit
 
 import requests
 
 from airflow_provider_melon.hadoop.rm_json import YarnApiError, _extract_rm_message, as_dict, as_list
-
-if TYPE_CHECKING:
-    from airflow_provider_melon.hooks.yarn import YarnHook
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +160,9 @@ def parse_log_answer(body: bytes, requested: Optional[int]) -> tuple[int, bytes]
 class NodeLogs:
     """Find an application's containers and read their log files from the NodeManagers (see the module doc)."""
 
-    def __init__(self, yarn: "YarnHook", app_id: str):
+    def __init__(self, yarn: Any, app_id: str):
+        """``yarn``: an RM client with ``active_rm``, ``nodes()``, ``app_attempts()``, ``app_containers()`` and
+        ``get_url()`` (a :class:`~airflow_provider_melon.hooks.yarn.YarnHook`)."""
         self.yarn = yarn
         self.app_id = app_id
         self.containers: dict[str, ContainerRef] = {}
