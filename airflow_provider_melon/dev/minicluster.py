@@ -24,7 +24,7 @@ from airflow_provider_melon.hadoop.rm_json import GPU_RESOURCE, parse_resource
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # airflow_provider_melon/dev/minicluster.py
 APPMASTER_DIR = REPO_ROOT / "appmaster"
 DEFAULT_WORK_DIR = REPO_ROOT / ".melon-minicluster"
 LAUNCHER_CLASS = "org.melon.yarn.MiniClusterLauncher"

@@ -192,3 +192,13 @@ def test_the_public_paths_of_a_dag_still_import():
     assert all(map(callable, (hdfs_home, put_once, run_slug, classify, progress_line)))
     assert AsyncYarnHook is moved and issubclass(NodeManagerError, YarnApiError) and YarnHook
     assert YarnApplicationTrigger.__module__ == "airflow_provider_melon.triggers.yarn"  # serialized in the DB
+
+
+def test_paths_relative_to_a_moved_module_still_name_the_checkout():
+    """minicluster.py moved one folder down (dev/): its REPO_ROOT (the launcher, the default work dir, `melon up`'s
+    DAGs) must still be the checkout's root, and the bundle's PACKAGE_DIR the package."""
+    from airflow_provider_melon.dev import minicluster as mc
+    from airflow_provider_melon.hadoop import bundle
+
+    assert (mc.REPO_ROOT / "setup.cfg").is_file() and mc.APPMASTER_DIR.is_dir(), mc.REPO_ROOT
+    assert bundle.PACKAGE_DIR == PKG
