@@ -641,7 +641,7 @@ class YarnHook(BaseHook):
 
     def node_base_url(self, node_http: str) -> str:
         """``http(s)://<node http address>``: the RM's ``nodeHTTPAddress`` carries no scheme; the NMs use the RM's."""
-        return nm_base_url(node_http, self.active_rm)
+        return nm_base_url(str(node_http), self.active_rm)
 
     def container_log(self, node_http: str, container_id: str, filename: str = "stdout",
                       size: int | None = None) -> ContainerLogChunk:
