@@ -100,5 +100,28 @@ class TensorBoardLink(MelonLink):
         return tensorboard_url(base_url, logdir)
 
 
+def persist_job_links(context: Any, rm: Optional[str], app_id: str, app: Optional[dict], *,
+                      tensorboard_link: bool = False, tensorboard: bool = False, tensorboard_dir: Optional[str] = None,
+                      tensorboard_template: Optional[str] = None) -> None:
+    """A job's links, as soon as it has an application: XComs ``app_id``, ``tracking_url`` and ``am_status_url``,
+    and each link's URL (the RM's at ``rm``, its web UI; none without). ``tensorboard_link`` (a job with a
+    TensorBoard or its log folder): the connection's ``tensorboard_template`` (an external TensorBoard) wins;
+    else the one MeLoN runs (``tensorboard``), through the RM proxy."""
+    ti = context["ti"]
+    am_url = am_status_url(rm, app_id) if rm else None
+    tracking = (app or {}).get("trackingUrl") or am_url
+    ti.xcom_push(key="app_id", value=app_id)
+    if tracking:
+        ti.xcom_push(key="tracking_url", value=tracking)
+    if am_url:
+        ti.xcom_push(key="am_status_url", value=am_url)
+    if rm:
+        YarnApplicationLink.persist(context, yarn_application_url(rm, app_id))
+        MelonAmStatusLink.persist(context, am_url)
+    if tensorboard_link:
+        TensorBoardLink.persist(context, tensorboard_url(tensorboard_template, tensorboard_dir)
+                                or (proxied_tensorboard_url(rm, app_id) if tensorboard and rm else None))
+
+
 __all__ = ["MelonAmStatusLink", "MelonLink", "TensorBoardLink", "YarnApplicationLink", "am_status_url",
-           "proxied_tensorboard_url", "tensorboard_url", "yarn_application_url"]
+           "persist_job_links", "proxied_tensorboard_url", "tensorboard_url", "yarn_application_url"]

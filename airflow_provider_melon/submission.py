@@ -17,6 +17,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
 from airflow_provider_melon.spec import RESERVED_LINK_PREFIX, JobSpec
 
@@ -125,6 +126,29 @@ def airflow_tags(dag_id: str, task_id: str, run_id: str, map_index: int = -1, *,
     finds its app by) and the readable ``airflow-dag:``/``airflow-task:``/``airflow-run:``/``airflow-map:`` ones."""
     return ["melon", identity_tag(deployment, dag_id, task_id, run_id, map_index), f"airflow-dag:{dag_id}"[:100],
             f"airflow-task:{task_id}"[:100], run_tag(run_id), f"airflow-map:{map_index}"]
+
+
+def not_reattachable(app: dict, user: Optional[str], killed: set[str]) -> Optional[str]:
+    """Why an application found by a task instance's identity tag must not be reattached to, or None. Tags are
+    not proof: any YARN user may put any tags on an application; ``killed``: those an earlier try killed."""
+    if app.get("id") in killed:
+        return "an earlier try of this task killed it"
+    if app.get("applicationType") != APPLICATION_TYPE:
+        return f"its type is {app.get('applicationType')!r}, not {APPLICATION_TYPE}"
+    if user and app.get("user") != user:
+        return f"it belongs to user {app.get('user')!r}, not {user!r}"
+    return None
+
+
+def reattach_choice(apps: list[dict]) -> Optional[dict]:
+    """Of a task instance's applications that may be reattached to (newest first): a live one, else the newest if it
+    SUCCEEDED, else None (a failed or killed one means a fresh submit)."""
+    live = [a for a in apps if a.get("state") in LIVE_STATES]
+    if live:
+        return live[0]
+    if apps and apps[0].get("state") == "FINISHED" and apps[0].get("finalStatus") == "SUCCEEDED":
+        return apps[0]
+    return None
 
 
 def deployment_id() -> str:

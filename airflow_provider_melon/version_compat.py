@@ -160,10 +160,34 @@ def stream_to_stderr(logger: logging.Logger, handler: logging.StreamHandler) -> 
         logger.addHandler(replacement)
 
 
+def connection_form_widgets(fields: dict) -> dict:
+    """The connection form's extra fields as wtforms fields (Airflow < 3.2; from 3.2 on, the provider info's
+    ``conn-fields`` win), from a provider-info field declaration."""
+    from wtforms import IntegerField, StringField
+
+    try:
+        from flask_babel import lazy_gettext
+    except ImportError:  # pragma: no cover - depends on the UI packages installed
+        def lazy_gettext(text: str) -> str:  # type: ignore[misc]
+            return text
+    try:
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+
+        widget_kw: dict[str, Any] = {"widget": BS3TextFieldWidget()}
+    except ImportError:  # Airflow 3 without the FAB provider: the React UI needs no widget
+        widget_kw = {}
+    widgets: dict[str, Any] = {}
+    for name, spec in fields.items():
+        field_cls = IntegerField if spec["schema"]["type"] in ("integer", ["integer", "null"]) else StringField
+        widgets[name] = field_cls(lazy_gettext(spec["label"]), description=spec.get("description", ""),
+                                  **widget_kw)
+    return widgets
+
+
 __all__ = [
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "TaskDeferred",
-    "XCom", "conf", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",
+    "XCom", "conf", "connection_form_widgets", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",
 ]

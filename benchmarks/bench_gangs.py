@@ -39,7 +39,7 @@ REPO = os.path.dirname(HERE)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from airflow_provider_melon import minicluster as mc  # noqa: E402
+from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 TRACE = [("alice", "tenant_a", 4), ("bob", "tenant_b", 2), ("alice", "tenant_a", 3), ("bob", "tenant_b", 2),

@@ -85,7 +85,7 @@ def job_spec(job: "sim.Job", code: str, data: str, out_dir: str) -> dict:
 
 
 def run_system(trace, args, data: str, log) -> Dict:
-    from airflow_provider_melon import minicluster as mc
+    from airflow_provider_melon.dev import minicluster as mc
     from airflow_provider_melon.cli import melon_hook_for_cluster
     from airflow_provider_melon.spec import JobSpec
 

@@ -219,7 +219,7 @@ def wait_states(hook, tag: str, want: str, count: int, timeout: float) -> list[d
 def parent(args) -> int:
     import logging
 
-    from airflow_provider_melon import minicluster as mc
+    from airflow_provider_melon.dev import minicluster as mc
     from airflow_provider_melon.cli import melon_hook_for_cluster
     from airflow_provider_melon.hooks.yarn import YarnHook
     from tests.counting_proxy import CountingProxy

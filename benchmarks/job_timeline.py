@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from airflow_provider_melon import minicluster as mc  # noqa: E402
+from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 

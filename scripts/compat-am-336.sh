@@ -6,7 +6,7 @@
 # kill) with the AM jar built for Java 8 against the 3.3.6 API. The AM
 # containers run on the NodeManagers' Java (the launcher forces its java.home as JAVA_HOME): each AM log says
 # "on Java 11.0.x ..., Hadoop 3.3.6", which this script checks. What the 3.3.6 daemons answer (cluster info, nodes,
-# an NM's /jmx Runtime bean, an NM container-log answer) is saved under .compat/probe-3.3.6/ (hadoop_compat.py).
+# an NM's /jmx Runtime bean, an NM container-log answer) is saved under .compat/probe-3.3.6/ (hadoop/compat.py).
 #
 #   scripts/compat-am-336.sh                         # ports from $MELON_TEST_PORT_BASE + 700 (default 19700)
 #   JAVA11_HOME=/usr/lib/jvm/java-11 scripts/compat-am-336.sh   # any full JRE/JDK 11 (with jdk.httpserver)
@@ -112,8 +112,8 @@ curl -sf "http://$NM/jmx?qry=java.lang:type=Runtime&$U" > "$P/nm-jmx-runtime.jso
 curl -sf "http://$NM/ws/v1/node/info?$U" > "$P/nm-info.json"
 "$PY" - "$P" <<'EOF'
 import json, sys
-from airflow_provider_melon import hadoop_compat as hc
-from airflow_provider_melon.rm_json import as_list
+from airflow_provider_melon.hadoop import compat as hc
+from airflow_provider_melon.hadoop.rm_json import as_list
 p = sys.argv[1]
 info = json.load(open(f"{p}/cluster-info.json"))
 java = hc.java_from_jmx(json.load(open(f"{p}/nm-jmx-runtime.json")))
@@ -130,7 +130,7 @@ EOF
 # 5. real jobs with the AM jar
 CLUSTER_JSON=$W/cluster.json bash appmaster/smoke.sh | tee "$P/smoke.txt"
 
-# an NM container-log answer (3.3.6's shape, read by nm_logs.parse_log_answer)
+# an NM container-log answer (3.3.6's shape, read by hadoop.nodemanager.parse_log_answer)
 AM_OUT=$(find "$W" -name AppMaster.stdout | head -1)
 CID=$(basename "$(dirname "$AM_OUT")")
 for NM in $("$PY" -c 'import json,sys; print(" ".join(n["nodeHTTPAddress"] for n in json.load(open(sys.argv[1]))["nodes"]["node"]))' "$P/nodes.json"); do
@@ -138,7 +138,7 @@ for NM in $("$PY" -c 'import json,sys; print(" ".join(n["nodeHTTPAddress"] for n
 done
 "$PY" - "$P/nm-log-answer.txt" <<'EOF'
 import sys
-from airflow_provider_melon.nm_logs import parse_log_answer
+from airflow_provider_melon.hadoop.nodemanager import parse_log_answer
 length, data = parse_log_answer(open(sys.argv[1], "rb").read(), -300)
 print(f"[compat] NM log answer: LogLength {length}, {len(data)} bytes served of the last 300")
 assert length > 300 and len(data) == 300, (length, len(data))

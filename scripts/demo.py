@@ -14,8 +14,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from airflow_provider_melon import minicluster as mc  # noqa: E402
-from airflow_provider_melon.local_airflow import LocalAirflow  # noqa: E402
+from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
+from airflow_provider_melon.dev.local_airflow import LocalAirflow  # noqa: E402
 
 DAG_ID = "melon_mnist_pipeline"
 

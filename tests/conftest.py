@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
-from airflow_provider_melon.local_airflow import LocalAirflow
+from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.dev.local_airflow import LocalAirflow
 from airflow_provider_melon.spec import JobSpec
 
 REPO = Path(__file__).resolve().parents[1]

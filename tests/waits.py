@@ -66,7 +66,7 @@ def airflow_cause(stack, dag_id: str, run_id: Any, task_id: Optional[str] = None
 
 def rm_picture(hook, app_id: str, cluster=None) -> str:
     """What the RM says of the app and of the cluster (and, with the mini ``cluster``, the AM's log tail)."""
-    from airflow_provider_melon import minicluster as mc
+    from airflow_provider_melon.dev import minicluster as mc
 
     try:
         app = hook.yarn.get_application(app_id)

@@ -1,11 +1,11 @@
 """MelonHook: stage a job's files to HDFS, submit its ApplicationMaster to YARN, read the AM's status.
 
-Staging is content-addressed: the code folder is zipped deterministically (sorted entries, fixed timestamps
+Staging is content-addressed: the code folder is zipped deterministically (:mod:`~airflow_provider_melon.hadoop.bundle`: sorted entries, fixed timestamps
 and modes), hashed, and uploaded to ``<staging_dir>/cache/<sha256>/<name>`` (``[melon] staging_dir``, default
 ``/user/<user>/.melon``); an object already there with the same size is not uploaded again, so a second submit
-of unchanged code uploads 0 bytes. Uploads go through :func:`airflow_provider_melon.hdfs_io.put_once`: any
+of unchanged code uploads 0 bytes. Uploads go through :func:`airflow_provider_melon.hadoop.hdfs_io.put_once`: any
 number of tasks staging the same content at once upload it once, and nothing half-written is ever visible
-under the cache path. HDFS failures surface as one-line :class:`~airflow_provider_melon.hdfs_io.MelonHdfsError`. The same
+under the cache path. HDFS failures surface as one-line :class:`~airflow_provider_melon.hadoop.hdfs_io.MelonHdfsError`. The same
 holds for the in-container runtime (``runtime/`` + ``gpu/``) and the AM jar. YARN local resources then carry
 the HDFS file's real length and modification time, as the NodeManager's localizer checks them.
 
@@ -16,27 +16,34 @@ passed in, which is what the CLI and tests do.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import os
 import posixpath
 import secrets
-import shutil
-import stat
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Optional
+from typing import Any, Optional
 
 import tenacity
 
-from airflow_provider_melon import queues as _queues
 from airflow_provider_melon import submission
-from airflow_provider_melon.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
-from airflow_provider_melon.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
+from airflow_provider_melon.hadoop import queues as _queues
+# the deterministic bundling: hadoop/bundle.py (re-exported: these names were this module's)
+from airflow_provider_melon.hadoop.bundle import (  # noqa: F401
+    CHUNK_BYTES,
+    CODE_SPLIT_BYTES,
+    PACKAGE_DIR,
+    deterministic_zip,
+    folder_files,
+    runtime_files,
+    split_code_files,
+    write_deterministic_zip,
+)
+from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
+from airflow_provider_melon.hadoop.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
 from airflow_provider_melon.provider_info import STAGING_RETRY_S_DEFAULT
 from airflow_provider_melon.runtime import outputs as _outputs
@@ -44,87 +51,6 @@ from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
 
 log = logging.getLogger(__name__)
-
-PACKAGE_DIR = Path(__file__).resolve().parent.parent
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
-_SKIP_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints", ".pytest_cache"}
-
-
-#: block size for reading local files (zipping, hashing): memory stays bounded by it, not by the file size
-CHUNK_BYTES = 1 << 20
-
-
-def deterministic_zip(files: Iterable[tuple[str, Path]]) -> bytes:
-    """Zip ``(archive name, path)`` pairs so that the same contents always give the same bytes."""
-    buf = io.BytesIO()
-    write_deterministic_zip(files, buf)
-    return buf.getvalue()
-
-
-def write_deterministic_zip(files: Iterable[tuple[str, Path]], out: BinaryIO) -> None:
-    """:func:`deterministic_zip` into ``out`` (a seekable file), each file streamed in :data:`CHUNK_BYTES` blocks."""
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, path in sorted(files):
-            info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
-            mode = 0o755 if os.access(path, os.X_OK) else 0o644
-            info.external_attr = (stat.S_IFREG | mode) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with open(path, "rb") as src:
-                info.file_size = os.fstat(src.fileno()).st_size  # decides ZIP64 up front, as writestr did
-                with zf.open(info, "w") as dst:
-                    shutil.copyfileobj(src, dst, CHUNK_BYTES)
-
-
-
-
-def folder_files(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
-    """``(archive name, path)`` of every regular file under ``folder``, for :func:`deterministic_zip`.
-
-    Archive names are relative paths inside the folder (never absolute, never ``..``), and the zip holds regular
-    files only, so the archive YARN unpacks into a container cannot point outside it. A symlink to a file is
-    packed as the file it points to; a symlinked folder is not followed (a warning says so). A broken symlink
-    or a file name that is not UTF-8 (a zip entry name must be) is an error naming it; sockets, FIFOs and
-    devices are skipped with a warning (reading a FIFO would block the submission).
-    """
-    out = []
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-        for name in dirs:
-            if os.path.islink(os.path.join(root, name)):  # os.walk does not descend into it
-                log.warning("code folder %s: symlinked folder %s is not followed (not packed)", folder,
-                            _shown(Path(root, name).relative_to(folder)))
-        for name in names:
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            path = Path(root) / name
-            rel = path.relative_to(folder)
-            try:
-                rel.as_posix().encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"code folder {folder}: file name {_shown(rel)} is not UTF-8; rename it") from None
-            if not path.exists():
-                raise ValueError(f"code folder {folder}: {_shown(rel)} is a broken symlink (to "
-                                 f"{os.readlink(path)!r}); remove it or make it point at a file")
-            if not path.is_file():
-                log.warning("code folder %s: %s is not a regular file (socket, FIFO or device): skipped", folder,
-                            _shown(rel))
-                continue
-            out.append((prefix + rel.as_posix(), path))
-    return out
-
-
-def _shown(rel: Path) -> str:
-    """A path for a message: undecodable bytes shown as bytes, not as surrogates."""
-    return repr(os.fsencode(rel)) if any("\udc80" <= c <= "\udcff" for c in str(rel)) else repr(str(rel))
-
-
-def runtime_files() -> list[tuple[str, Path]]:
-    """What containers need of this package: its light ``__init__``, ``runtime/`` and ``gpu/``."""
-    files = [("airflow_provider_melon/__init__.py", PACKAGE_DIR / "__init__.py")]
-    for sub in ("runtime", "gpu"):
-        files += folder_files(PACKAGE_DIR / sub, f"airflow_provider_melon/{sub}/")
-    return files
-
 
 def packaged_am_jar() -> Path:
     """The ApplicationMaster jar shipped inside this package (``airflow_provider_melon/am/``; appmaster/build.sh
@@ -134,23 +60,11 @@ def packaged_am_jar() -> Path:
     return Path(str(files("airflow_provider_melon").joinpath("am", submission.AM_JAR)))
 
 
-#: a code file of at least this size is not zipped: it is staged as its own content-addressed object and
-#: localized beside the archive, so a change elsewhere in the folder does not upload it again (and it is not
-#: deflated: big files are mostly data, already compressed or incompressible)
-CODE_SPLIT_BYTES = 8 << 20
 #: a local file of at least this size is hashed while it uploads when its content is new (see stage_file)
 HASH_WHILE_UPLOADING_BYTES = 8 << 20
 #: report key prefix of such a file (``code:<path in the folder>``) and its object's name in the cache
 CODE_FILE_KEY = "code:"
 CODE_FILE_OBJECT = "code-file"
-
-
-def split_code_files(files: list[tuple[str, Path]], threshold: int) -> tuple[list, list]:
-    """``files`` → (those for the code archive, those of at least ``threshold`` bytes staged on their own)."""
-    small, large = [], []
-    for name, path in files:
-        (large if path.stat().st_size >= threshold else small).append((name, path))
-    return small, sorted(large)
 
 
 @dataclass
@@ -353,7 +267,7 @@ class MelonHook:
 
     def _touch(self, path: str) -> None:
         """Set a cached object's access time (never its modification time, which YARN's localizer checks): its
-        last use, which ``melon prune`` keeps objects by (:mod:`airflow_provider_melon.staging_gc`). Best effort:
+        last use, which ``melon prune`` keeps objects by (:mod:`airflow_provider_melon.hadoop.staging_gc`). Best effort:
         a NameNode with access times off (``dfs.namenode.accesstime.precision`` 0) refuses, and prune then goes
         by upload time, costing at most a re-upload."""
         try:
@@ -383,7 +297,7 @@ class MelonHook:
     def stage_file(self, name: str, path: Path) -> StagedFile:
         """:meth:`stage_content` of a local file, hashed and uploaded in blocks (a 1 GiB env archive costs a
         few blocks of memory, not 1 GiB). From :data:`HASH_WHILE_UPLOADING_BYTES` on, content never staged
-        before is hashed while it uploads, reading it once (:func:`airflow_provider_melon.hdfs_io.put_file_hashing`).
+        before is hashed while it uploads, reading it once (:func:`airflow_provider_melon.hadoop.hdfs_io.put_file_hashing`).
         """
         path = Path(path)
         if path.stat().st_size < HASH_WHILE_UPLOADING_BYTES:
@@ -492,8 +406,8 @@ class MelonHook:
 
     def _add_delegation_tokens(self, context: dict) -> None:
         """Kerberos: an HDFS delegation token (renewer: the RM) in the submission's credentials, so YARN can
-        localize the staged files and the containers can reach HDFS (:mod:`airflow_provider_melon.delegation`)."""
-        from airflow_provider_melon import delegation
+        localize the staged files and the containers can reach HDFS (:mod:`airflow_provider_melon.hadoop.delegation`)."""
+        from airflow_provider_melon.hadoop import delegation
 
         url = self._webhdfs_url()
         if not url:
@@ -507,7 +421,7 @@ class MelonHook:
 
     def check_queue(self, spec: JobSpec) -> Optional[_queues.QueueReport]:
         """Before anything is staged: the job's queue exists, runs, and its maximum and this user's limit in it can
-        hold the whole gang (:mod:`airflow_provider_melon.queues`); raises :class:`~airflow_provider_melon.queues.QueueError`.
+        hold the whole gang (:mod:`airflow_provider_melon.hadoop.queues`); raises :class:`~airflow_provider_melon.hadoop.queues.QueueError`.
         Being the first RM call, it also fails a user the cluster refuses to let us act for (403, with the fix).
         Other failures to read the scheduler only skip the check (the submission meets the RM anyway)."""
         try:
@@ -566,3 +480,8 @@ def _conf(key: str) -> Optional[str]:
         return conf.get("melon", key, fallback=None)
     except Exception:  # noqa: BLE001 - outside Airflow
         return None
+
+
+__all__ = ["CHUNK_BYTES", "CODE_FILE_KEY", "CODE_FILE_OBJECT", "CODE_SPLIT_BYTES", "HASH_WHILE_UPLOADING_BYTES",
+           "MelonHook", "PACKAGE_DIR", "StagingReport", "deterministic_zip", "folder_files", "packaged_am_jar",
+           "runtime_files", "split_code_files", "write_deterministic_zip"]

@@ -23,23 +23,16 @@ Behaviour on every call (``YarnHook._request``):
   another exception. Lists and cluster/node views read what they can (missing fields count as absent); the
   calls whose answer *is* one field — ``get_application`` (``state``), ``get_state``, ``new_application``
   (``application-id``) — raise when it is missing.
-* **NodeManagers** — :meth:`YarnHook.container_log` reads a container's log file from its NodeManager's REST API
-  through the same session (SPNEGO or ``user.name``), with a short timeout and no retries: the caller (the job log
-  follower, :mod:`airflow_provider_melon.logs`) polls again anyway. Failures raise :class:`NodeManagerError`.
+* **NodeManagers** — :meth:`YarnHook.container_log` reads a container's log through the same session, no retries
+  (the client: :mod:`airflow_provider_melon.hadoop.nodemanager`). Failures raise :class:`NodeManagerError`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import getpass
-import json
 import logging
-import os
-import re
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
-from urllib.parse import parse_qsl, quote, urljoin, urlsplit
+from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import requests
 import tenacity
@@ -50,10 +43,9 @@ except ImportError:  # pragma: no cover - Airflow 2 fallback, not a supported ta
     from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
 
 # RM JSON parsing is pure and shared with the mini-cluster wrapper (which must not import Airflow).
-from airflow_provider_melon.rm_json import (  # noqa: F401  (re-exported)
+from airflow_provider_melon.hadoop.rm_json import (  # noqa: F401  (re-exported)
     GPU_MEMORY_RESOURCE,
     GPU_RESOURCE,
-    KNOWN_RESOURCES,
     _to_number,
     as_dict,
     as_list,
@@ -62,123 +54,46 @@ from airflow_provider_melon.rm_json import (  # noqa: F401  (re-exported)
     split_tags,
 )
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES  # noqa: F401  (re-exported)
+
+# The RM's and the NodeManagers' error answers and the NM client are Airflow-free (hadoop/); re-exported here.
+from airflow_provider_melon.hadoop.nodemanager import (  # noqa: F401  (re-exported)
+    ContainerLogChunk,
+    NodeManagerError,
+    nm_base_url,
+    parse_container_log,
+    read_container_log,
+)
+from airflow_provider_melon.hadoop.rm_json import (  # noqa: F401
+    DEFAULT_RM_PORT,
+    YarnApiError,
+    _base_path,
+    _csv,
+    _default_user,
+    _extract_rm_message,
+    _json_body,
+    _normalise_app,
+    _normalise_base_url,
+    _parse_bool,
+    _q,
+    _short,
+    gpu_summary,
+)
+
 # The connection form is declared in provider_info (Airflow reads it without importing this module).
 from airflow_provider_melon.provider_info import YARN_CONN_FIELDS as CONN_FIELDS
 from airflow_provider_melon.provider_info import YARN_UI_FIELD_BEHAVIOUR as UI_FIELD_BEHAVIOUR
+from airflow_provider_melon.version_compat import connection_form_widgets
 
 if TYPE_CHECKING:
     from requests.auth import AuthBase
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RM_PORT = 8088
 DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 30.0)
-TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
 MAX_REDIRECTS = 3
 #: Failures with no usable HTTP answer: the next RM is tried, then the whole pass is retried.
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
-#: Longest RM message kept in a YarnApiError (a proxy's error page can be megabytes)
-MAX_MESSAGE = 500
-
-def _rm_fix(status: int | None, message: str) -> str | None:
-    """The fix a user can apply for a failed RM call, where the status and message tell it."""
-    if status is None:
-        return ("check the yarn connection's host (the RM web address, e.g. http://rm:8088; list both RMs "
-                "of an HA pair) and that the ResourceManager is up")
-    if status == 401:
-        return ("the RM wants Kerberos (SPNEGO): set auth=kerberos in the yarn connection's extra and provide "
-                "a ticket (airflow kerberos) or keytab")
-    if status == 403 and "impersonate" in message:
-        return _proxy_fix(message)
-    if status == 403:
-        return "the user lacks the ACL for this (queue acl_submit_applications, application ACLs, yarn.admin.acl)"
-    if status == 404 and "application" in message.lower():
-        return "the RM does not know this application (wrong id, or an RM restarted without recovery)"
-    if status == 400 and "maximum" in message.lower():
-        return "the request exceeds yarn.scheduler.maximum-allocation-*: ask for less per container"
-    return None
-
-
-def _proxy_fix(message: str) -> str:
-    """The fix for "User: airflow is not allowed to impersonate bob" (Hadoop's proxy-user check)."""
-    match = re.search(r"User:\s*(\S+?)(?:@\S+)?\s+(?:\(auth:\S+\)\s+)?is not allowed to impersonate\s+(\S+)", message)
-    service, user = match.groups() if match else ("<service user>", "<user>")
-    return (f"the cluster does not let {service} act for {user} (doAs): add {user} (or a group of theirs) to "
-            f"hadoop.proxyuser.{service}.users / hadoop.proxyuser.{service}.groups and the Airflow host to "
-            f"hadoop.proxyuser.{service}.hosts in core-site.xml, then `hdfs dfsadmin -refreshSuperUserGroupsConfiguration`"
-            f" and `yarn rmadmin -refreshSuperUserGroupsConfiguration`; or run the task as another user (run_as)")
-
-
-class YarnApiError(Exception):
-    """A failed RM call: ``status`` (``None`` when no HTTP answer came, or none that could be read:
-    ``unreadable``), ``url`` and the RM's ``message``. ``str()`` is one line: what failed, the RM's own message
-    (without a Java stack trace) and, where known, the fix."""
-
-    def __init__(self, message: str, *, status: int | None = None, url: str | None = None,
-                 exception: str | None = None, unreadable: bool = False):
-        self.status = status
-        self.url = url
-        self.message = " ".join(str(message).split("\n\tat ", 1)[0].split())
-        if len(self.message) > MAX_MESSAGE:
-            self.message = self.message[:MAX_MESSAGE] + "…"
-        self.exception = None if exception is None else str(exception)
-        self.fix = None if unreadable else _rm_fix(status, self.message)
-        where = f" for {url}" if url else ""
-        if status is not None:
-            head = f"YARN RM returned {status}{where}"
-        else:
-            head = f"YARN RM answer unreadable{where}" if unreadable else f"YARN RM unreachable{where}"
-        super().__init__(f"{head}: {self.message}" + (f" — fix: {self.fix}" if self.fix else ""))
-
-    @classmethod
-    def from_response(cls, resp: requests.Response) -> YarnApiError:
-        message, exception = _extract_rm_message(resp)
-        return cls(message, status=resp.status_code, url=resp.url, exception=exception)
-
-
-class NodeManagerError(YarnApiError):
-    """A failed NodeManager call (container logs): ``status`` None when the node did not answer at all."""
-
-    def __init__(self, message: str, *, node: str, status: int | None = None, url: str | None = None):
-        super().__init__(message, status=status, url=url)
-        self.node = node
-        self.fix = None
-        head = f"NodeManager {node} returned {status}" if status is not None else f"NodeManager {node} unreachable"
-        self.args = (f"{head}: {self.message}",)
-
-
-@dataclass(frozen=True)
-class ContainerLogChunk:
-    """Bytes ``[start, start + len(data))`` of a container's log file, which was ``length`` bytes long when read."""
-
-    length: int
-    start: int
-    data: bytes
-    url: str
-
-
-def parse_container_log(body: bytes, size: int | None, url: str = "") -> ContainerLogChunk:
-    """The NodeManager's ``/containers/{id}/logs/{file}`` answer (Hadoop 3.5 ``LogToolUtils``): a header
-    (``Container:``, ``LogAggregationType:``, ``LogType:``, ``LogLastModifiedTime:``, ``LogLength:<whole file>``,
-    ``LogContents:``), then the bytes asked for (``size`` > 0: the first ``size``; < 0: the last ``-size``; None: all),
-    then a footer (``End of LogType:...``). The bytes are located by length, not by the footer, so a log that
-    itself prints "End of LogType:" is read right."""
-    marker = b"LogContents:\n"
-    head_end = body.find(marker)
-    match = re.search(rb"^LogLength:\s*(\d+)\s*$", body[:head_end if head_end >= 0 else 4096], re.MULTILINE)
-    if head_end < 0 or not match:
-        raise ValueError(f"not a NodeManager log answer: {body[:120]!r}")
-    length = int(match.group(1))
-    wanted = length if size is None else min(abs(size), length)
-    begin = head_end + len(marker)
-    data = body[begin:begin + wanted]
-    if len(data) < wanted:  # the answer was cut short: keep what came
-        footer = data.rfind(b"End of LogType:")
-        data = data[:footer] if footer >= 0 else data
-    start = length - wanted if size is not None and size < 0 else 0
-    return ContainerLogChunk(length=length, start=start, data=data, url=url)
-
-
 class _RetryableError(Exception):
     """Internal: one pass over the RM list failed in a way worth retrying (connection/timeout/5xx)."""
 
@@ -192,67 +107,9 @@ class _RetryableError(Exception):
 # --------------------------------------------------------------------------------------------------------
 
 
-def _extract_rm_message(resp: requests.Response) -> tuple[str, str | None]:
-    """The RM's error message: ``RemoteException.message`` when JSON, else the (trimmed) body text."""
-    text = ""
-    try:
-        text = resp.text or ""
-    except Exception:  # pragma: no cover - undecodable body
-        pass
-    try:
-        body = json.loads(text) if text else None
-    except (ValueError, RecursionError):
-        body = None
-    if isinstance(body, dict):
-        remote = body.get("RemoteException") or body.get("remoteException")
-        if isinstance(remote, dict):
-            msg = remote.get("message") or remote.get("exception") or json.dumps(remote)
-            return str(msg), remote.get("exception") or remote.get("javaClassName")
-        for key in ("message", "diagnostics", "error"):
-            if body.get(key):
-                return str(body[key]), None
-    text = " ".join(text.split())
-    if len(text) > MAX_MESSAGE:
-        text = text[:MAX_MESSAGE] + "…"
-    return text or (resp.reason or f"HTTP {resp.status_code}"), None
-
-
 # --------------------------------------------------------------------------------------------------------
 # The hook
 # --------------------------------------------------------------------------------------------------------
-
-
-def _normalise_base_url(url: str, default_port: int = DEFAULT_RM_PORT, default_scheme: str = "http") -> str:
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = f"{default_scheme}://{url}"
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.port is None:
-        netloc = f"{netloc}:{default_port}"
-    path = parts.path.rstrip("/")
-    return f"{parts.scheme}://{netloc}{path}"
-
-
-def _default_user() -> str | None:
-    """Like Hadoop's own clients under simple auth: ``HADOOP_USER_NAME``, else the OS login."""
-    try:
-        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-    except Exception:  # noqa: BLE001 - no passwd entry (some containers)
-        return None
-
-
-def _parse_bool(value: Any, default: bool | str = True) -> bool | str:
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip()
-    if text.lower() in ("true", "yes", "1", "on"):
-        return True
-    if text.lower() in ("false", "no", "0", "off"):
-        return False
-    return text  # a CA bundle path
 
 
 class YarnHook(BaseHook):
@@ -363,7 +220,7 @@ class YarnHook(BaseHook):
             # on Kerberos the cluster knows us by the principal, not by the connection's login or the OS user: the
             # HDFS user (staging folder, the app's owner) is the principal's short name, as Hadoop's default
             # auth_to_local rule maps it (airflow/host@REALM -> airflow)
-            from airflow_provider_melon.kerberos import _airflow_kerberos, short_name
+            from airflow_provider_melon.hooks.kerberos import _airflow_kerberos, short_name
 
             self.user = short_name(self.kerberos_principal or _airflow_kerberos("principal")) or self.user
         self._kerberos_extras = extras
@@ -414,15 +271,15 @@ class YarnHook(BaseHook):
             return self._session
 
     def _kerberos_tickets(self) -> Any:
-        """Under ``auth=kerberos``: the :class:`~airflow_provider_melon.kerberos.TicketKeeper` that keeps a ticket
+        """Under ``auth=kerberos``: the :class:`~airflow_provider_melon.hooks.kerberos.TicketKeeper` that keeps a ticket
         in the cache (from the keytab, or checks the one ``airflow kerberos`` renews); None otherwise. Built on
-        first use; its checks of the settings raise :class:`~airflow_provider_melon.kerberos.KerberosError`."""
+        first use; its checks of the settings raise :class:`~airflow_provider_melon.hooks.kerberos.KerberosError`."""
         self._ensure_configured()
         if self.auth_mode != "kerberos":
             return None
         with self._lock:
             if self._tickets is None:
-                from airflow_provider_melon.kerberos import KerberosSettings, TicketKeeper
+                from airflow_provider_melon.hooks.kerberos import KerberosSettings, TicketKeeper
 
                 settings = KerberosSettings.resolve(self._kerberos_extras, principal=self.kerberos_principal,
                                                     **self._kerberos_explicit)
@@ -645,23 +502,7 @@ class YarnHook(BaseHook):
 
     def node_gpu_summary(self, states: Iterable[str] | str | None = ("RUNNING",)) -> dict[str, Any]:
         """GPU count and GPU memory (MiB) per node and in total: ``{"nodes": [...], "total": {...}}``."""
-        rows = []
-        for n in self.nodes(states):
-            tot, used = n["totalResource"]["resources"], n["usedResource"]["resources"]
-            rows.append({
-                "id": n.get("id"), "host": n.get("nodeHostName"), "state": n.get("state"),
-                "http_address": n.get("nodeHTTPAddress"),
-                "gpus": tot.get(GPU_RESOURCE, 0), "gpus_used": used.get(GPU_RESOURCE, 0),
-                "gpu_memory_mb": tot.get(GPU_MEMORY_RESOURCE, 0),
-                "gpu_memory_used_mb": used.get(GPU_MEMORY_RESOURCE, 0),
-                "memory_mb": tot.get("memory-mb", 0), "memory_used_mb": used.get("memory-mb", 0),
-                "vcores": tot.get("vcores", 0), "vcores_used": used.get("vcores", 0),
-            })
-        total = {k: sum(r[k] for r in rows) for k in
-                 ("gpus", "gpus_used", "gpu_memory_mb", "gpu_memory_used_mb", "memory_mb", "memory_used_mb",
-                  "vcores", "vcores_used")}
-        total["nodes"] = len(rows)
-        return {"nodes": rows, "total": total}
+        return gpu_summary(self.nodes(states))
 
     # ---------------------------------------------------------------- applications
 
@@ -800,35 +641,17 @@ class YarnHook(BaseHook):
 
     def node_base_url(self, node_http: str) -> str:
         """``http(s)://<node http address>``: the RM's ``nodeHTTPAddress`` carries no scheme; the NMs use the RM's."""
-        node_http = str(node_http).strip().rstrip("/")
-        if "://" in node_http:
-            return node_http
-        return f"{urlsplit(self.active_rm).scheme or 'http'}://{node_http}"
+        return nm_base_url(str(node_http), self.active_rm)
 
     def container_log(self, node_http: str, container_id: str, filename: str = "stdout",
                       size: int | None = None) -> ContainerLogChunk:
-        """Part of a container's log file, from its NodeManager's REST API
-        (``GET /ws/v1/node/containers/{id}/logs/{file}?size=``, Hadoop 3.5: ``size`` > 0 the first bytes, < 0 the
-        last bytes, absent the whole file; there is no start offset, so callers ask for the tail and place it by
-        the whole file's ``LogLength``, see :func:`parse_container_log`). The hook's session carries the auth.
-        Redirects are followed (an NM that no longer holds the logs may redirect to the aggregated log server,
-        which answers in the same format). Raises :class:`NodeManagerError` (status None: unreachable)."""
+        """Part of a container's log file, from its NodeManager (:func:`~airflow_provider_melon.hadoop.nodemanager.
+        read_container_log`), through the hook's session (its auth), with a short timeout and no retries.
+        Raises :class:`NodeManagerError` (status None: unreachable)."""
         self._ensure_configured()
-        url = f"{self.node_base_url(node_http)}/ws/v1/node/containers/{_q(container_id)}/logs/{_q(filename)}"
-        params = self._params({"size": size})
         timeout = (min(self.timeout[0], 5.0), min(self.timeout[1], 15.0))
-        try:
-            resp = self.get_conn().get(url, params=params, timeout=timeout, allow_redirects=True,
-                                       headers={"Accept": "text/plain, */*"})
-        except requests.RequestException as err:
-            raise NodeManagerError(f"{type(err).__name__}: {err}", node=node_http, url=url) from None
-        if resp.status_code >= 400:
-            message, _ = _extract_rm_message(resp)
-            raise NodeManagerError(message, node=node_http, status=resp.status_code, url=resp.url)
-        try:
-            return parse_container_log(resp.content, size, resp.url)
-        except ValueError as err:
-            raise NodeManagerError(str(err), node=node_http, status=resp.status_code, url=resp.url) from None
+        return read_container_log(self.get_conn(), self.node_base_url(node_http), node_http, container_id, filename,
+                                  size, params=self._params({"size": size}), timeout=timeout)
 
     # ---------------------------------------------------------------- Airflow integration
 
@@ -850,25 +673,7 @@ class YarnHook(BaseHook):
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:
         """Extra connection form fields (Airflow < 3.2; from 3.2 on, ``CONN_FIELDS`` in provider info wins)."""
-        from wtforms import IntegerField, StringField
-
-        try:
-            from flask_babel import lazy_gettext
-        except ImportError:  # pragma: no cover - depends on the UI packages installed
-            def lazy_gettext(text: str) -> str:  # type: ignore[misc]
-                return text
-        try:
-            from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
-
-            widget_kw: dict[str, Any] = {"widget": BS3TextFieldWidget()}
-        except ImportError:  # Airflow 3 without the FAB provider: the React UI needs no widget
-            widget_kw = {}
-        widgets: dict[str, Any] = {}
-        for name, spec in CONN_FIELDS.items():
-            field_cls = IntegerField if spec["schema"]["type"] in ("integer", ["integer", "null"]) else StringField
-            widgets[name] = field_cls(lazy_gettext(spec["label"]), description=spec.get("description", ""),
-                                      **widget_kw)
-        return widgets
+        return connection_form_widgets(CONN_FIELDS)
 
 
 class _StandbyNoActive(Exception):
@@ -877,173 +682,17 @@ class _StandbyNoActive(Exception):
         self.url, self.resp = url, resp
 
 
-def _base_path(base: str) -> str:
-    return urlsplit(base).path.rstrip("/")
-
-
-def _q(segment: str) -> str:
-    return quote(str(segment), safe="")
-
-
-def _csv(values: Iterable[str] | str | None) -> str | None:
-    if values is None:
-        return None
-    if isinstance(values, str):
-        return values
-    return ",".join(str(v) for v in values)
-
-
-def _json_body(resp: requests.Response) -> dict[str, Any]:
-    if 300 <= resp.status_code < 400:  # not the HA 307 (followed in _one_pass): e.g. an SSO login page
-        raise YarnApiError(f"unexpected redirect to {resp.headers.get('Location')!r}", status=resp.status_code,
-                           url=resp.url)
-    if not resp.content or not resp.content.strip():
-        return {}
-    try:
-        body = resp.json()
-    except (ValueError, RecursionError) as err:  # RecursionError: JSON nested deeper than Python recurses
-        kind = resp.headers.get("Content-Type") or "no Content-Type"
-        raise YarnApiError(f"RM answered non-JSON ({kind}): {resp.text[:200]!r}", status=resp.status_code,
-                           url=resp.url) from err
-    return body if isinstance(body, dict) else {"value": body}
-
-
-def _short(body: Any) -> str:
-    """A body for an error message: its repr, cut."""
-    text = repr(body)
-    return text if len(text) <= 200 else text[:200] + "…"
-
-
-def _normalise_app(app: Any) -> dict[str, Any]:
-    a = dict(as_dict(app))
-    a["applicationTagList"] = split_tags(a.get("applicationTags"))
-    return a
-
-
-# --------------------------------------------------------------------------------------------------------
-# Async twin
-# --------------------------------------------------------------------------------------------------------
-
-
-class AsyncYarnHook:
-    """Async twin of :class:`YarnHook` for triggers: the same methods, as coroutines.
-
-    Design choice: every call runs the *sync* hook in a worker thread (``asyncio.to_thread``). This gives
-    one behaviour by construction — Kerberos SPNEGO (requests-kerberos has no async counterpart), HA
-    failover with the remembered active RM, timeouts, retries and defensive parsing are the very same
-    code. The Airflow connection is fetched lazily inside that thread on the first call, so the triggerer's
-    event loop never blocks on it. RM calls are few and short (a poll every several seconds), so a thread
-    per in-flight call is cheap.
-    """
-
-    conn_name_attr = YarnHook.conn_name_attr
-    default_conn_name = YarnHook.default_conn_name
-    conn_type = YarnHook.conn_type
-    hook_name = YarnHook.hook_name
-
-    def __init__(self, yarn_conn_id: str = YarnHook.default_conn_name, **kwargs: Any):
-        self.yarn_conn_id = yarn_conn_id
-        self._kwargs = kwargs
-        self._hook: YarnHook | None = None
-        self._hook_lock = threading.Lock()
-
-    @property
-    def sync_hook(self) -> YarnHook:
-        """The wrapped sync hook (created on first use; its connection is looked up on its first call)."""
-        with self._hook_lock:
-            if self._hook is None:
-                self._hook = YarnHook(self.yarn_conn_id, **self._kwargs)
-            return self._hook
-
-    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        def run() -> Any:
-            return getattr(self.sync_hook, name)(*args, **kwargs)
-
-        return await asyncio.to_thread(run)
-
-    async def cluster_info(self) -> dict[str, Any]:
-        return await self._call("cluster_info")
-
-    async def cluster_metrics(self) -> dict[str, Any]:
-        return await self._call("cluster_metrics")
-
-    async def scheduler(self) -> dict[str, Any]:
-        return await self._call("scheduler")
-
-    async def find_active_rm(self) -> str | None:
-        return await self._call("find_active_rm")
-
-    async def ha_states(self) -> dict[str, dict[str, Any] | str]:
-        return await self._call("ha_states")
-
-    async def rm_conf(self, name: str) -> str | None:
-        return await self._call("rm_conf", name)
-
-    async def nodes(self, states: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
-        return await self._call("nodes", states)
-
-    async def node_gpu_summary(self, states: Iterable[str] | str | None = ("RUNNING",)) -> dict[str, Any]:
-        return await self._call("node_gpu_summary", states)
-
-    async def new_application(self) -> dict[str, Any]:
-        return await self._call("new_application")
-
-    async def submit_application(self, context: dict[str, Any]) -> str:
-        return await self._call("submit_application", context)
-
-    async def get_application(self, app_id: str) -> dict[str, Any]:
-        return await self._call("get_application", app_id)
-
-    async def get_state(self, app_id: str) -> str:
-        return await self._call("get_state", app_id)
-
-    async def kill_application(self, app_id: str) -> dict[str, Any]:
-        return await self._call("kill_application", app_id)
-
-    async def app_attempts(self, app_id: str) -> list[dict[str, Any]]:
-        return await self._call("app_attempts", app_id)
-
-    async def app_containers(self, app_id: str, attempt_id: str) -> list[dict[str, Any]]:
-        return await self._call("app_containers", app_id, attempt_id)
-
-    async def list_applications(self, **filters: Any) -> list[dict[str, Any]]:
-        return await self._call("list_applications", **filters)
-
-    async def find_applications(self, tags: Iterable[str] | str, states: Iterable[str] | str | None = None,
-                                *, match_all: bool = False, application_type: str | None = None
-                                ) -> list[dict[str, Any]]:
-        return await self._call("find_applications", tags, states, match_all=match_all,
-                                application_type=application_type)
-
-    async def application_logs_url(self, app: dict[str, Any] | str) -> str:
-        return await self._call("application_logs_url", app)
-
-    async def application_url(self, app_id: str) -> str:
-        return await self._call("application_url", app_id)
-
-    async def am_status(self, app_id: str, path: str = "/status", *, retries: int = 0) -> dict[str, Any] | None:
-        return await self._call("am_status", app_id, path, retries=retries)
-
-    async def get_url(self, url: str, params: dict[str, Any] | None = None, **kw: Any) -> requests.Response:
-        return await self._call("get_url", url, params, **kw)
-    async def node_base_url(self, node_http: str) -> str:
-        return await self._call("node_base_url", node_http)
-
-    async def container_log(self, node_http: str, container_id: str, filename: str = "stdout",
-                            size: int | None = None) -> ContainerLogChunk:
-        return await self._call("container_log", node_http, container_id, filename, size)
-
-    async def test_connection(self) -> tuple[bool, str]:
-        return await self._call("test_connection")
-
-    def close(self) -> None:
-        if self._hook is not None:
-            self._hook.close()
-
-
 __all__ = [
-    "AsyncYarnHook", "CONN_FIELDS", "ContainerLogChunk", "GPU_MEMORY_RESOURCE", "GPU_RESOURCE", "NodeManagerError",
+    "CONN_FIELDS", "ContainerLogChunk", "GPU_MEMORY_RESOURCE", "GPU_RESOURCE", "NodeManagerError",
     "TERMINAL_STATES",
     "UI_FIELD_BEHAVIOUR", "YarnApiError", "YarnHook", "as_list", "normalise_node", "parse_resource",
     "parse_container_log", "split_tags",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AsyncYarnHook":  # its own module (it wraps YarnHook); still importable from here
+        from airflow_provider_melon.hooks.yarn_async import AsyncYarnHook
+
+        return AsyncYarnHook
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,14 +30,11 @@ What ``execute`` does, in order:
 4. **Wait** — ``deferrable``: check the state once (finish at once if already terminal), then defer to
    :class:`YarnApplicationTrigger`. Otherwise poll here with the same rules (failure budget, heartbeat,
    AM progress every ``log_every_n`` polls, ``timeout``).
-   **Job logs** (``job_logs``, default on with ``stream_logs``): either way, the job's own output reaches the task
-   log while it runs: the chief's stdout/stderr (``chief:0 | ...``; the task that decides success) and any failing
-   task's, read from the NodeManagers every poll by :class:`airflow_provider_melon.logs.LogFollower` (byte offsets:
-   no line twice, none lost, also across a re-created trigger), the rest once the application has ended. At most
-   ``job_log_lines_per_poll`` lines per poll and ``job_log_max_bytes`` per task run, then a ``... truncated, full
-   log: <link>`` line. A task that reattaches to a running application (a retry, a crashed worker) knows no
-   offsets: it shows each container's last 16 KiB and says that earlier lines are not shown. No log failure
-   (a dead node, a 404) fails the task: one line says so.
+   **Job logs** (``job_logs``, default on with ``stream_logs``): either way, the chief's stdout/stderr
+   (``chief:0 | ...``) and any failing task's reach the task log while the job runs, read from the NodeManagers
+   every poll by :class:`~airflow_provider_melon.hadoop.log_follower.LogFollower` (no line twice, none lost; its
+   module says how), at most ``job_log_lines_per_poll`` lines per poll and ``job_log_max_bytes`` per task run.
+   A reattaching task shows each container's last 16 KiB. No log failure (a dead node, a 404) fails the task.
 5. **Finish** — success returns (and pushes as ``return_value``) ``{"app_id", "final_status", "state",
    "tasks" (per role), "progress" (per task: its last step, total, loss, metrics), "task_source" (``am-final``:
    the AM's final status, written to HDFS before it ended; else ``am`` / ``am-last-seen``), "diagnostics",
@@ -57,38 +54,42 @@ from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
-from urllib.parse import urlsplit
 
 import tenacity
 
 from airflow_provider_melon.gpu import preflight as _preflight
+from airflow_provider_melon.hadoop.app_state import (
+    LIVE_STATES,
+    PollStep,
+    classify,
+    emit,
+    ended_event,
+    job_result,
+    kill_waiting,
+    killed_line,
+    make_event_payload,
+)
+from airflow_provider_melon.hadoop.hdfs_io import hdfs_asset_uri
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
 from airflow_provider_melon.runtime import outputs as _outputs
-from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
+from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
     TensorBoardLink,
     YarnApplicationLink,
-    am_status_url,
-    proxied_tensorboard_url,
-    tensorboard_url,
+    persist_job_links,
     yarn_application_url,
 )
 from airflow_provider_melon.spec import JobSpec, JobSpecError
-from airflow_provider_melon.submission import APPLICATION_TYPE, IDENTITY_TAG_PREFIX, airflow_tags, deployment_id
-from airflow_provider_melon.triggers.yarn import (
-    KILL_WAIT_S,
-    LIVE_STATES,
-    MIN_POLL_INTERVAL,
-    YarnApplicationTrigger,
-    classify,
-    make_event_payload,
-    outcome_message,
-    progress_line,
-    task_progress,
-    task_summary,
+from airflow_provider_melon.submission import (
+    IDENTITY_TAG_PREFIX,
+    airflow_tags,
+    deployment_id,
+    not_reattachable,
+    reattach_choice,
 )
+from airflow_provider_melon.triggers.yarn import MIN_POLL_INTERVAL, YarnApplicationTrigger
 from airflow_provider_melon.version_compat import (
     AirflowException,
     AirflowFailException,
@@ -114,24 +115,6 @@ def _timeout_seconds(value: Union[None, int, float, timedelta]) -> Optional[floa
     if seconds <= 0:
         raise ValueError(f"timeout must be positive, got {value!r}")
     return seconds
-
-
-def hdfs_asset_uri(path: str, fs_default_fs: Optional[str] = None) -> Optional[str]:
-    """A fully qualified ``hdfs://host:port/path`` for an output path, or None when it cannot be one.
-
-    The HDFS provider's asset-uris handler rejects ``hdfs://`` URIs without a namenode host, so
-    ``hdfs:///x`` and ``/x`` are qualified with ``fs_default_fs`` when it is known.
-    """
-    if not isinstance(path, str) or not path:
-        return None
-    if path.startswith("hdfs://"):
-        parts = urlsplit(path)
-        if parts.netloc and parts.path:
-            return path
-        path = parts.path
-    if path.startswith("/") and fs_default_fs and fs_default_fs.startswith("hdfs://"):
-        return fs_default_fs.rstrip("/") + path
-    return None
 
 
 def output_assets(outputs: Optional[dict], fs_default_fs: Optional[str] = None) -> list:
@@ -344,8 +327,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         extra = self._completion_kwargs()
         verdict = classify(app) if app else None
         if verdict is not None:  # already terminal (e.g. a succeeded app found by tags): no deferral
-            event = make_event_payload(verdict, app_id, app, outcome_message(app_id, app, verdict, ("FINISHED",)))
-            return self._complete(context, event, **extra)
+            return self._complete(context, ended_event(app_id, app, verdict), **extra)
         self.defer(
             trigger=YarnApplicationTrigger(
                 app_id=app_id, yarn_conn_id=self.yarn_conn_id, poll_interval=self.poll_interval,
@@ -406,15 +388,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             return set()
 
     def not_reattachable(self, app: dict, user: Optional[str], killed: set[str]) -> Optional[str]:
-        """Why an application found by this task instance's identity tag must not be reattached to, or None.
-        Tags are not proof: any YARN user may put any tags on an application."""
-        if app.get("id") in killed:
-            return "an earlier try of this task killed it"
-        if app.get("applicationType") != APPLICATION_TYPE:
-            return f"its type is {app.get('applicationType')!r}, not {APPLICATION_TYPE}"
-        if user and app.get("user") != user:
-            return f"it belongs to user {app.get('user')!r}, not {user!r}"
-        return None
+        """Why an application found by this task instance's identity tag must not be reattached to, or None
+        (:func:`~airflow_provider_melon.submission.not_reattachable`)."""
+        return not_reattachable(app, user, killed)
 
     def find_existing(self, tags: list[str]) -> Optional[dict]:
         """A live application of this task instance, or its newest one if that one SUCCEEDED; else None.
@@ -432,12 +408,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                                  found.get("state"), found.get("finalStatus"), why)
             else:
                 apps.append(found)
-        live = [a for a in apps if a.get("state") in LIVE_STATES]
-        if live:
-            return live[0]
-        if apps and apps[0].get("state") == "FINISHED" and apps[0].get("finalStatus") == "SUCCEEDED":
-            return apps[0]
-        return None
+        return reattach_choice(apps)
 
     def _attach_or_submit(self, context: "Context") -> tuple[str, Optional[dict]]:
         spec = self._spec or self.load_spec()
@@ -504,24 +475,13 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         if app_id in self._announced:
             return
         self._announced.add(app_id)
-        ti = context["ti"]
         rm = self._rm_url()
-        am_url = am_status_url(rm, app_id) if rm else None
-        tracking = (app or {}).get("trackingUrl") or am_url
-        ti.xcom_push(key="app_id", value=app_id)
-        if tracking:
-            ti.xcom_push(key="tracking_url", value=tracking)
-        if am_url:
-            ti.xcom_push(key="am_status_url", value=am_url)
-        if rm:
-            YarnApplicationLink.persist(context, yarn_application_url(rm, app_id))
-            MelonAmStatusLink.persist(context, am_url)
         spec = self._spec
-        if spec is not None and (spec.tensorboard or spec.tensorboard_log_dir):
-            # the connection's template (an external TensorBoard) wins; else the one MeLoN runs, if asked for
-            TensorBoardLink.persist(context, tensorboard_url(self._yarn_extra().get("tensorboard_url"),
-                                                             spec.tensorboard_dir)
-                                    or (proxied_tensorboard_url(rm, app_id) if spec.tensorboard and rm else None))
+        tensorboard = spec is not None and (spec.tensorboard or spec.tensorboard_log_dir)
+        persist_job_links(context, rm, app_id, app, tensorboard_link=bool(tensorboard),
+                          tensorboard=bool(tensorboard and spec.tensorboard),
+                          tensorboard_dir=spec.tensorboard_dir if tensorboard else None,
+                          tensorboard_template=self._yarn_extra().get("tensorboard_url") if tensorboard else None)
         self.log.info("YARN application %s: %s", app_id, yarn_application_url(rm, app_id) if rm else app_id)
 
     def _link_am_status_to_app_page(self, context: "Context", app_id: str) -> None:
@@ -583,60 +543,43 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         app_id = str(external_id)
         self._app_id = app_id
         extra = self._completion_kwargs()
-        polls = running_polls = failures = 0
-        last_state: Optional[str] = None
+        step = PollStep(app_id, log_every_n=self.log_every_n, max_consecutive_failures=self.max_consecutive_failures,
+                        stream_progress=self.stream_logs)
         app: Optional[dict] = None
         announced = app_id in self._announced
         follower = self._log_follower(app_id) if self.job_logs else None
         while True:
             remaining = None if self._deadline is None else self._deadline - time.time()
-            if remaining is not None and remaining <= 0:
-                msg = f"YARN application {app_id} did not finish before the task's timeout (last state {last_state})"
-                return self._complete(context, make_event_payload("timeout", app_id, app, msg, self._last_tasks),
-                                      **extra)
+            if step.timed_out(remaining):
+                return self._complete(context, make_event_payload("timeout", app_id, app, step.timeout_message(),
+                                                                  self._last_tasks), **extra)
             try:
                 app = self.yarn_hook.get_application(app_id)
             except Exception as exc:  # noqa: BLE001 - RM outage: bounded by the failure budget
-                failures += 1
-                if failures > self.max_consecutive_failures:
-                    msg = (f"YARN RM unreachable for {failures} polls in a row (budget "
-                           f"{self.max_consecutive_failures}) while following {app_id}: {exc}")
+                msg, warning = step.failed(exc)
+                if msg is not None:
                     return self._complete(context, make_event_payload("error", app_id, app, msg, self._last_tasks),
                                           **extra)
-                self.log.warning("Polling YARN application %s failed (%d/%d in a row): %s", app_id, failures,
-                                 self.max_consecutive_failures, exc)
+                emit(self.log, [warning])
                 self._sleep(remaining)
                 continue
-            failures = 0
-            polls += 1
+            step.answered()
             if not announced:  # reconnect path of ResumableJobMixin: XComs of the earlier try are gone
                 self._announce(context, app_id, app)
                 announced = True
-            state = app.get("state")
-            if state != last_state:
-                self.log.info("YARN application %s: %s -> %s (final status %s)", app_id, last_state or "-", state,
-                              app.get("finalStatus"))
-                last_state = state
-            elif polls % self.log_every_n == 0:
-                self.log.info("YARN application %s still %s (poll %d, progress %s%%)", app_id, state, polls,
-                              app.get("progress", "?"))
-            running_polls += state == "RUNNING"
-            progress_due = self.stream_logs and state == "RUNNING" and (running_polls - 1) % self.log_every_n == 0
-            if progress_due or (follower is not None and state == "RUNNING"):
+            seen = step.seen(app)
+            emit(self.log, seen.lines)
+            if seen.wants_status(follower is not None):
                 status = self.hook.am_status(app_id)  # job logs: every running poll (the tasks' containers)
-                if status:
-                    self._last_tasks = status.get("tasks") or self._last_tasks
-                    line = progress_line(status) if progress_due else None
-                    if line:
-                        self.log.info("%s: %s", app_id, line)
+                self._last_tasks, lines = step.status(seen, status, self._last_tasks)
+                emit(self.log, lines)
                 if follower is not None:
                     self._stream_job_logs(follower, status, app)
-            verdict = classify(app)
-            if verdict is not None:
-                if follower is not None:
+            if seen.verdict is not None:
+                if follower is not None and seen.final_logs():
                     self._stream_job_logs(follower, None, app, final=True)  # the rest, read once
-                msg = outcome_message(app_id, app, verdict, ("FINISHED",))
-                return self._complete(context, make_event_payload(verdict, app_id, app, msg, self._last_tasks),
+                return self._complete(context, make_event_payload(seen.verdict, app_id, app,
+                                                                  step.outcome(app, seen.verdict), self._last_tasks),
                                       **extra)
             self._sleep(remaining)
 
@@ -650,9 +593,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         # ResumableJobMixin found this application already SUCCEEDED: no submit, no polling.
         app = self.yarn_hook.get_application(app_id)
         self._announce(context, app_id, app)
-        verdict = classify(app) or "error"
-        event = make_event_payload(verdict, app_id, app, outcome_message(app_id, app, verdict, ("FINISHED",)))
-        return self._complete(context, event, **self._completion_kwargs())
+        return self._complete(context, ended_event(app_id, app), **self._completion_kwargs())
 
     # ---- completion ---------------------------------------------------------------------------------------
     def _completion_kwargs(self) -> dict[str, Any]:
@@ -685,27 +626,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self._check_outputs_exist(app_id, outputs)
         # Read after the application's final state: the AM's final /status (every task's last report, written to
         # HDFS before it unregistered), else a live AM's, else the last one a poll saw (may be a few seconds old).
-        tasks, source = None, "rm"
         final_json = self.hook.final_status(app_id) if app_id else None
         status_json = None if final_json else self.hook.am_status(app_id) if self.stream_logs else None
-        if final_json and final_json.get("tasks"):
-            tasks, source = final_json["tasks"], "am-final"
-        elif status_json and status_json.get("tasks"):
-            tasks, source = status_json["tasks"], "am"
-        elif event.get("tasks"):
-            tasks, source = event["tasks"], "am-last-seen"
-        result = {
-            "app_id": app_id,
-            "final_status": event.get("final_status"),
-            "state": event.get("state"),
-            "tasks": task_summary(tasks, roles),
-            "progress": task_progress(tasks),
-            "task_source": source,
-            "diagnostics": event.get("diagnostics") or "",
-            "outputs": dict(outputs or {}),
-            "tracking_url": event.get("tracking_url"),
-            "duration_s": event.get("duration_s"),
-        }
+        result = job_result(event, final_json, status_json, roles, outputs)
         ti = context["ti"]
         ti.xcom_push(key="final_status", value=result["final_status"])
         ti.xcom_push(key="outputs", value=result["outputs"])
@@ -758,18 +681,12 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         except Exception as exc:  # noqa: BLE001 - a kill path never raises
             self.log.warning("Could not kill YARN application %s: %s", app_id, exc)
             return
-        waiting = tenacity.Retrying(stop=tenacity.stop_after_delay(KILL_WAIT_S), wait=tenacity.wait_fixed(0.5),
-                                    retry=tenacity.retry_if_result(lambda state: state in LIVE_STATES),
-                                    retry_error_callback=lambda last: last.outcome.result())
         try:
-            state = waiting(self.yarn_hook.get_state, app_id)
+            state = kill_waiting(tenacity.Retrying)(self.yarn_hook.get_state, app_id)
         except Exception as exc:  # noqa: BLE001
             self.log.warning("Could not read YARN application %s after the kill: %s", app_id, exc)
             return
-        if state in LIVE_STATES:
-            self.log.warning("YARN application %s still shows %s %.0f s after the kill", app_id, state, KILL_WAIT_S)
-        else:
-            self.log.info("YARN application %s is %s", app_id, state)
+        emit(self.log, [killed_line(app_id, state)])
 
     def on_kill(self) -> None:
         if not self._app_id:

@@ -19,7 +19,7 @@ one, 404.
 
 AM logs: ``/melon/api/jobs/{app_id}/logs`` (every log file of the application's ApplicationMaster container, as
 text) and ``/melon/api/jobs/{app_id}/logs/{file}`` (one of them). The api-server reads them from the NodeManager
-(:mod:`airflow_provider_melon.nm_logs`, as ``melon logs`` does), so the page's "AM logs" link names only Airflow,
+(:mod:`airflow_provider_melon.hadoop.nodemanager`, as ``melon logs`` does), so the page's "AM logs" link names only Airflow,
 never a NodeManager's host, which a browser outside the cluster's network often cannot reach.
 
 Login: a browser (``Accept: text/html``, no ``Authorization`` header) that opens any route without a valid Airflow
@@ -40,7 +40,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_melon.plugin import views
-from airflow_provider_melon.rm_json import as_dict, as_list, split_tags
+from airflow_provider_melon.hadoop.rm_json import as_dict, as_list, split_tags
 from airflow_provider_melon.submission import APPLICATION_TYPE, IDENTITY_TAG_PREFIX, airflow_tags
 
 PAGES = ("gpus", "jobs", "fit", "ti")
@@ -264,7 +264,7 @@ def am_log_text(hook, app_id: str, file: Optional[str] = None, limit: int = AM_L
     (``file``: only that one; 404 naming ``file`` when the container has no such log), read from its
     NodeManager as ``melon logs`` does. A file longer than ``limit`` bytes: its last ``limit``, and a line saying
     so. 404 when no NodeManager serves them any more (why: :func:`nm_logs.gone_message`)."""
-    from airflow_provider_melon.nm_logs import BOILERPLATE, ContainerRef, NodeLogs, NodeManagerError, gone_message
+    from airflow_provider_melon.hadoop.nodemanager import BOILERPLATE, ContainerRef, NodeLogs, NodeManagerError, gone_message
 
     attempts = [a for a in hook.app_attempts(app_id) if a.get("containerId")]
     if not attempts:

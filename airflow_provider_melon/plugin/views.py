@@ -24,9 +24,9 @@ from typing import Any, Iterable, Optional
 from urllib.parse import quote, urlsplit
 
 from airflow_provider_melon.gpu import preflight
-from airflow_provider_melon.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
+from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
 
-LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
 
 
 def number(value: Any) -> Optional[float]:
@@ -196,7 +196,7 @@ def gpu_view(nodes: Iterable[dict], apps: Iterable[dict], statuses: dict[str, Op
 
 
 def _resource_values(resource: dict) -> dict[str, int]:
-    from airflow_provider_melon.rm_json import parse_resource
+    from airflow_provider_melon.hadoop.rm_json import parse_resource
 
     return {k: int(v) for k, v in parse_resource(resource)["resources"].items()}
 
@@ -225,12 +225,12 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
     app_id = str(app.get("id"))
     base = web_ui_url.rstrip("/")
     links = {"YARN application": f"{base}/cluster/app/{quote(app_id)}"}
-    if app.get("state") in LIVE:
+    if app.get("state") in LIVE_STATES:
         links["ApplicationMaster"] = f"{base}/proxy/{quote(app_id)}/"
     if http_url(app.get("amContainerLogs")):  # the RM shows the AM's logs to the connection's user
         links["AM logs"] = am_logs_link(app_id)
     tensorboard = http_url(tensorboard) or (http_url(labels.get("tensorboard")) if ti else None)
-    if not tensorboard and app.get("state") in LIVE and as_dict(as_dict(status).get("tensorboard")).get("url"):
+    if not tensorboard and app.get("state") in LIVE_STATES and as_dict(as_dict(status).get("tensorboard")).get("url"):
         tensorboard = f"{base}/proxy/{quote(app_id)}/tensorboard/"  # the job's own, served through the AM
     if tensorboard:
         links["TensorBoard"] = tensorboard
@@ -297,6 +297,5 @@ def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memo
     }
 
 
-__all__ = ["am_logs_link", "fit_view", "gpu_view", "http_url", "integer", "job_view", "number", "tags_of", "text", "ti_url",
-           "LIVE"]
+__all__ = ["am_logs_link", "fit_view", "gpu_view", "http_url", "integer", "job_view", "number", "tags_of", "text", "ti_url"]
 

@@ -16,14 +16,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from airflow_provider_melon.hooks.yarn import YarnHook
-from airflow_provider_melon.triggers.yarn import (
+from airflow_provider_melon.hadoop.app_state import (
     DEFAULT_FAILURE_STATES,
     DEFAULT_TARGET_STATES,
-    MIN_POLL_INTERVAL,
-    YarnApplicationTrigger,
     classify,
     outcome_message,
 )
+from airflow_provider_melon.triggers.yarn import MIN_POLL_INTERVAL, YarnApplicationTrigger
 from airflow_provider_melon.version_compat import (
     AirflowException,
     AirflowSensorTimeout,

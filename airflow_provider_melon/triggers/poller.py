@@ -37,12 +37,12 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hooks.yarn import YarnHook
 
 log = logging.getLogger(__name__)
 
 #: RM states of an application that has not ended (the list call's ``states`` filter).
-LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 #: The tag every MeLoN submission carries (``submission.py``): the list call's ``applicationTags`` filter.
 LIST_TAG = "melon"
 #: Threads of a poller's own executor (one list call, plus the single GETs of applications not in the list).

@@ -29,7 +29,7 @@ operator can summarise.
   carrying every tag is followed once it appears.
 * ``job_logs`` (the operator turns it on): while the application runs, the chief's stdout/stderr and any failing
   task's are read from the NodeManagers every poll and logged as ``chief:0 | ...`` lines (the triggerer writes them
-  into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.logs.LogFollower`
+  into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.hadoop.log_follower.LogFollower`
   does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
   from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
   triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll the trigger
@@ -52,33 +52,44 @@ operator can summarise.
   Airflow uploads the ending trigger's log (to the floor, one batch behind). A successor goes on from ``durable``
   (:meth:`LogFollower.resume_from`), marking re-shown every line up to where the dead trigger got.
 
-The module also holds the pure helpers that the operator's synchronous poll loop and the sensor share with
-the trigger (state classification, progress lines, per-role task summaries), so all three judge an
-application the same way.
+The trigger's wait goes through :class:`~airflow_provider_melon.hadoop.app_state.PollStep`, the same poll step
+as the operator's synchronous wait; the state vocabulary and the outcome helpers the sensor shares (state
+classification, progress lines, per-role task summaries) live beside it in
+:mod:`airflow_provider_melon.hadoop.app_state` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
-from typing import Any, AsyncIterator, Iterable, Optional, Sequence
+from typing import Any, AsyncIterator, Optional, Sequence
 
 import tenacity
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_melon.hooks.yarn import AsyncYarnHook
-from airflow_provider_melon.logs import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
+# the state vocabulary and the outcome helpers: hadoop/app_state.py (re-exported, this was their home)
+from airflow_provider_melon.hadoop.app_state import (  # noqa: F401
+    DEFAULT_FAILURE_STATES,
+    DEFAULT_TARGET_STATES,
+    KILL_WAIT_S,
+    LIVE_STATES,
+    TERMINAL_STATES,
+    PollStep,
+    classify,
+    duration_s,
+    emit,
+    kill_waiting,
+    killed_line,
+    make_event_payload,
+    outcome_message,
+    progress_line,
+    task_summary,
+)
+from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
+from airflow_provider_melon.hooks.yarn_async import AsyncYarnHook
 from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER, remote_logging, trigger_has_on_kill
 
-LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
-#: how long a kill path waits for the RM to report a killed application ended (the RM shows a kill in progress as
-#: RUNNING for a moment, and a retry starting then must not find it live and reattach to it)
-KILL_WAIT_S = 30.0
-TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
-DEFAULT_TARGET_STATES = ("FINISHED",)
-DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
 MIN_POLL_INTERVAL = 5.0
 #: XCom (of the deferred task instance) holding the job log follower's state, for a triggerer that crashed.
 LOG_STATE_XCOM_KEY = "melon_job_log_state"
@@ -89,167 +100,6 @@ TASK_STATE_WAIT_S = 10.0
 _UNKNOWN = object()  # a task state that could not be read
 #: Longest wait for the last save of the offsets the uploaded task log holds, as a trigger ends
 CLEANUP_SAVE_WAIT_S = 10.0
-
-
-# ------------------------------------------------------------------------------------------------------
-# Pure helpers shared by the trigger, the operator's sync loop and the sensor
-# ------------------------------------------------------------------------------------------------------
-
-
-def classify(app: dict, target_states: Iterable[str] = DEFAULT_TARGET_STATES,
-             failure_states: Iterable[str] = DEFAULT_FAILURE_STATES) -> Optional[str]:
-    """``"error"``, ``"success"`` or None (keep waiting) for an RM ``app`` dict.
-
-    Failure states are matched against the state *and*, once the application is terminal, its
-    ``finalStatus`` (an AM that unregisters FAILED leaves the application FINISHED/FAILED). An application
-    that ends in a state that is neither a target nor a failure is an error too: it can no longer get there.
-    """
-    state = str(app.get("state") or "").upper()
-    final = str(app.get("finalStatus") or "").upper()
-    failure = {s.upper() for s in failure_states}
-    terminal = state in TERMINAL_STATES
-    if state in failure or (terminal and final in failure):
-        return "error"
-    if state in {s.upper() for s in target_states}:
-        return "success"
-    if terminal:
-        return "error"
-    return None
-
-
-def duration_s(app: dict) -> Optional[float]:
-    """Seconds the application ran (RM ``elapsedTime``, else finished − started), None when unknown."""
-    elapsed = app.get("elapsedTime")
-    try:
-        if elapsed not in (None, "", 0, "0"):
-            seconds = float(elapsed) / 1000.0
-            return round(seconds, 3) if math.isfinite(seconds) else None
-        started, finished = float(app.get("startedTime") or 0), float(app.get("finishedTime") or 0)
-    except (TypeError, ValueError):
-        return None
-    if started > 0 and finished >= started and math.isfinite(finished - started):
-        return round((finished - started) / 1000.0, 3)
-    return None
-
-
-def _num(value: Any) -> Optional[float]:
-    """A finite number from a JSON value, else None (``Infinity``/``NaN`` parse as floats, but mean nothing)."""
-    try:
-        number = None if value is None or value == "" or isinstance(value, bool) else float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if number is not None and math.isfinite(number) else None
-
-
-def _new_summary(instances: int) -> dict:
-    return {"instances": instances, "states": {}, "step": None, "total": None, "loss": None, "metrics": {},
-            "restarts": 0, "failed_exit_codes": []}
-
-
-def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]] = None) -> dict[str, dict]:
-    """Per-role summary of the AM's task list: instances, count per state, the furthest task's step (of total),
-    loss and metrics (what the job reported with ``airflow_provider_melon.runtime.report``), attempts, exits.
-
-    ``roles`` (role → requested instances, from the job spec) fills in roles the AM did not report.
-    """
-    out: dict[str, dict] = {}
-    for role, instances in (roles or {}).items():
-        out[role] = _new_summary(int(instances))
-    for task in tasks if isinstance(tasks, (list, tuple)) else []:
-        if not isinstance(task, dict):
-            continue
-        role = str(task.get("role") or "?")
-        entry = out.setdefault(role, _new_summary(0))
-        if not roles:
-            entry["instances"] += 1
-        state = str(task.get("state") or "UNKNOWN")
-        entry["states"][state] = entry["states"].get(state, 0) + 1
-        step = _num(task.get("step"))
-        if step is not None and (entry["step"] is None or step >= entry["step"]):
-            entry["step"] = int(step)
-            loss, total = _num(task.get("loss")), _num(task.get("total"))
-            if loss is not None:
-                entry["loss"] = loss
-            if total:
-                entry["total"] = int(total)
-            if isinstance(task.get("metrics"), dict) and task["metrics"]:
-                entry["metrics"] = {str(k): v for k, v in task["metrics"].items() if _num(v) is not None}
-        attempt = _num(task.get("attempt"))
-        if attempt:
-            entry["restarts"] = max(entry["restarts"], int(attempt))
-        code = task.get("exit_code")
-        if isinstance(code, (int, str)) and code not in (None, "", 0, "0"):
-            entry["failed_exit_codes"].append(code)
-    return out
-
-
-def task_progress(tasks: Optional[Sequence[dict]]) -> dict[str, dict]:
-    """``role:index`` → what that task reported last (``step``, ``total``, ``loss``, ``metrics``) and its ``state``,
-    from the AM's task list; the per-task view beside :func:`task_summary`'s per-role one."""
-    out: dict[str, dict] = {}
-    for task in tasks if isinstance(tasks, (list, tuple)) else []:
-        if not isinstance(task, dict):
-            continue
-        step, total = _num(task.get("step")), _num(task.get("total"))
-        metrics = task.get("metrics") if isinstance(task.get("metrics"), dict) else {}
-        out[f"{task.get('role') or '?'}:{task.get('index')}"] = {
-            "state": str(task.get("state") or "UNKNOWN"),
-            "step": None if step is None else int(step), "total": int(total) if total else None,
-            "loss": _num(task.get("loss")),
-            "metrics": {str(k): float(v) for k, v in metrics.items() if _num(v) is not None},
-        }
-    return out
-
-
-def progress_line(status: Optional[dict]) -> Optional[str]:
-    """One log line from the AM's ``/status`` JSON: per role the task states and the last step/loss."""
-    if not status or not isinstance(status, dict):
-        return None
-    parts = []
-    for role, entry in task_summary(status.get("tasks")).items():
-        states = ",".join(f"{s}={n}" for s, n in sorted(entry["states"].items()))
-        text = f"{role}[{entry['instances']}] {states}"
-        if entry["step"] is not None:
-            text += f" step={entry['step']}" + (f"/{entry['total']}" if entry["total"] else "")
-        if entry["loss"] is not None:
-            text += f" loss={entry['loss']:.4g}"
-        for name, value in list(entry["metrics"].items())[:4]:
-            text += f" {name}={value:.4g}"
-        if entry["restarts"]:
-            text += f" restarts={entry['restarts']}"
-        parts.append(text)
-    head = f"AM {status.get('state', '?')}"
-    gang = status.get("gang") if isinstance(status.get("gang"), dict) else {}
-    if gang.get("formed") is False and gang.get("hold_s") and gang.get("message"):
-        head += f" ({str(gang['message'])[:200]})"  # waiting for the whole gang: granted/asked, holds given back
-    return head + (" | " + " | ".join(parts) if parts else " | no tasks reported yet")
-
-
-def make_event_payload(status: str, app_id: Optional[str], app: Optional[dict], message: str,
-                       tasks: Optional[list] = None) -> dict[str, Any]:
-    app = app or {}
-    return {
-        "status": status,
-        "app_id": app_id,
-        "state": app.get("state"),
-        "final_status": app.get("finalStatus"),
-        "diagnostics": str(app.get("diagnostics") or ""),
-        "duration_s": duration_s(app),
-        "tracking_url": app.get("trackingUrl"),
-        "message": message,
-        "tasks": tasks,
-    }
-
-
-def outcome_message(app_id: str, app: dict, verdict: str, target_states: Iterable[str]) -> str:
-    state, final = app.get("state"), app.get("finalStatus")
-    if verdict == "success":
-        return f"YARN application {app_id} reached {state} (final status {final})"
-    diag = str(app.get("diagnostics") or "").strip()
-    text = f"YARN application {app_id} ended {state}/{final}"
-    if state not in TERMINAL_STATES or (state == "FINISHED" and final == "SUCCEEDED"):
-        text = f"YARN application {app_id} is {state}/{final}, not one of {', '.join(target_states)}"
-    return text + (f": {diag}" if diag else "")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -544,7 +394,10 @@ class YarnApplicationTrigger(BaseTrigger):
         return app
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        polls = running_polls = 0
+        step = PollStep(self.app_id, log_every_n=self.log_every_n, max_consecutive_failures=self.max_consecutive_failures,
+                        stream_progress=self.stream_progress, target_states=self.target_states,
+                        failure_states=self.failure_states, last_state=self.last_state,
+                        failures=self.consecutive_failures)
         app: Optional[dict] = None
         if self.job_logs and self._xcom_ids() is not None:
             if remote_logging():
@@ -552,20 +405,19 @@ class YarnApplicationTrigger(BaseTrigger):
             self._restoring = asyncio.ensure_future(self._restore_log_state())
         try:
             while True:
-                remaining = self._remaining()
-                if remaining is not None and remaining <= 0:
-                    msg = (f"YARN application {self.app_id or '(tags ' + ','.join(self.tags or []) + ')'} "
-                           f"did not finish before the task's timeout (last state {self.last_state})")
+                if step.timed_out(self._remaining()):
+                    msg = step.timeout_message(self.app_id or '(tags ' + ','.join(self.tags or []) + ')')
                     self.log.error(msg)
                     yield self._event("timeout", app, msg)
                     return
                 try:
                     if self.app_id is None:
                         app = await self._resolve_by_tags()
+                        step.app_id = self.app_id
                         if app is None:
-                            self.consecutive_failures = 0
-                            polls += 1
-                            if (polls - 1) % self.log_every_n == 0:
+                            step.answered()
+                            self.consecutive_failures = step.failures
+                            if (step.polls - 1) % self.log_every_n == 0:
                                 self.log.info("No YARN application with tags %s yet", ", ".join(self.tags))
                             await self._sleep()
                             continue
@@ -576,46 +428,31 @@ class YarnApplicationTrigger(BaseTrigger):
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - any RM failure counts against the budget
-                    self.consecutive_failures += 1
-                    if self.consecutive_failures > self.max_consecutive_failures:
-                        msg = (f"YARN RM unreachable for {self.consecutive_failures} polls in a row "
-                               f"(budget {self.max_consecutive_failures}) while following {self.app_id}: {exc}")
+                    msg, warning = step.failed(exc)
+                    self.consecutive_failures = step.failures
+                    if msg is not None:
                         self.log.error(msg)
                         yield self._event("error", app, msg)
                         return
-                    self.log.warning("Polling YARN application %s failed (%d/%d in a row): %s", self.app_id,
-                                     self.consecutive_failures, self.max_consecutive_failures, exc)
+                    emit(self.log, [warning])
                     await self._sleep()
                     continue
-                self.consecutive_failures = 0
-                polls += 1
-                state = app.get("state")
-                if state != self.last_state:
-                    self.log.info("YARN application %s: %s -> %s (final status %s)", self.app_id,
-                                  self.last_state or "-", state, app.get("finalStatus"))
-                    self.last_state = state
-                elif polls % self.log_every_n == 0:
-                    self.log.info("YARN application %s still %s (poll %d, progress %s%%)", self.app_id, state,
-                                  polls, app.get("progress", "?"))
-                running_polls += state == "RUNNING"
-                progress_due = (self.stream_progress and state == "RUNNING"
-                                and (running_polls - 1) % self.log_every_n == 0)
-                if progress_due or (self.job_logs and state == "RUNNING"):
+                step.answered()
+                seen = step.seen(app)
+                self.consecutive_failures, self.last_state = step.failures, step.last_state
+                emit(self.log, seen.lines)
+                if seen.wants_status(self.job_logs):
                     status = await self.am_status()  # job logs: every running poll (the tasks' containers)
-                    if isinstance(status, dict) and status:
-                        self._last_tasks = status.get("tasks") or self._last_tasks
-                        line = progress_line(status) if progress_due else None
-                        if line:
-                            self.log.info("%s: %s", self.app_id, line)
+                    self._last_tasks, lines = step.status(seen, status, self._last_tasks)
+                    emit(self.log, lines)
                     if self.job_logs:
                         await self._stream_job_logs(status, app)
-                verdict = classify(app, self.target_states, self.failure_states)
-                if verdict is not None:
-                    if self.job_logs and state in TERMINAL_STATES:
+                if seen.verdict is not None:
+                    if self.job_logs and seen.final_logs():
                         await self._stream_job_logs(None, app, final=True)  # the rest, read once
-                    msg = outcome_message(self.app_id, app, verdict, self.target_states)
-                    (self.log.info if verdict == "success" else self.log.error)(msg)
-                    yield self._event(verdict, app, msg)
+                    msg = step.outcome(app, seen.verdict)
+                    (self.log.info if seen.verdict == "success" else self.log.error)(msg)
+                    yield self._event(seen.verdict, app, msg)
                     return
                 await self._sleep()
         except asyncio.CancelledError:
@@ -639,19 +476,12 @@ class YarnApplicationTrigger(BaseTrigger):
         except Exception as exc:  # noqa: BLE001 - reported, never raised from a kill path
             self.log.warning("Could not kill YARN application %s: %s", self.app_id, exc)
             return
-        waiting = tenacity.AsyncRetrying(stop=tenacity.stop_after_delay(KILL_WAIT_S), wait=tenacity.wait_fixed(0.5),
-                                         retry=tenacity.retry_if_result(lambda state: state in LIVE_STATES),
-                                         retry_error_callback=lambda last: last.outcome.result())
         try:
-            state = await waiting(self.hook.get_state, self.app_id)
+            state = await kill_waiting(tenacity.AsyncRetrying)(self.hook.get_state, self.app_id)
         except Exception as exc:  # noqa: BLE001
             self.log.warning("Could not read YARN application %s after the kill: %s", self.app_id, exc)
             return
-        if state in LIVE_STATES:
-            self.log.warning("YARN application %s still shows %s %.0f s after the kill", self.app_id, state,
-                             KILL_WAIT_S)
-        else:
-            self.log.info("YARN application %s is %s", self.app_id, state)
+        emit(self.log, [killed_line(self.app_id, state)])
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: the triggerer says the user marked the deferred task failed/success or cleared it. It says
@@ -705,6 +535,6 @@ class YarnApplicationTrigger(BaseTrigger):
         return None if state is None else str(getattr(state, "value", state)).lower()
 
 
-__all__ = ["DEFAULT_FAILURE_STATES", "DEFAULT_TARGET_STATES", "LIVE_STATES", "MIN_POLL_INTERVAL",
+__all__ = ["DEFAULT_FAILURE_STATES", "DEFAULT_TARGET_STATES", "KILL_WAIT_S", "LIVE_STATES", "MIN_POLL_INTERVAL",
            "TERMINAL_STATES", "YarnApplicationTrigger", "classify", "duration_s", "make_event_payload",
            "outcome_message", "progress_line", "task_summary"]

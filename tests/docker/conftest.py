@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon.local_airflow import AirflowApi
+from airflow_provider_melon.dev.local_airflow import AirflowApi
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"

@@ -18,7 +18,7 @@ from datetime import datetime
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hdfs_io import run_slug
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import run_tag

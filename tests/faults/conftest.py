@@ -2,7 +2,7 @@
 
 Faults are injected on real daemons in one of two ways: process kills (a task container's process group, the AM's
 JVM, Airflow's triggerer) with signals, as a crashed process or host would die; or the launcher's fault controls
-(:func:`airflow_provider_melon.minicluster.control`: a NodeManager going silent, the NameNode or the RM
+(:func:`airflow_provider_melon.dev.minicluster.control`: a NodeManager going silent, the NameNode or the RM
 restarting). The cluster here is not the session's: three NodeManagers (so a lost node's tasks have somewhere to
 go), a 12 s NodeManager expiry (the RM finds a silent node LOST after 12 s instead of 10 min) and RM recovery
 (work-preserving, state in the work dir). It is started for the tests that need it and stopped after them (package scope).

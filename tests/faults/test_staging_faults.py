@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 
 from tests.waits import hdfs_cause, wait_for
 

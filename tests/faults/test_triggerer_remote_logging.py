@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
-from airflow_provider_melon.local_airflow import LocalAirflow
+from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.dev.local_airflow import LocalAirflow
 from airflow_provider_melon.submission import run_tag
 from airflow_provider_melon.triggers.yarn import LOG_STATE_XCOM_KEY
 from tests.conftest import REPO

@@ -13,7 +13,7 @@ from unittest import mock
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger

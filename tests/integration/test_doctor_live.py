@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.cli import melon_hook_for_cluster
 from airflow_provider_melon.spec import JobSpec
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 
 pytestmark = pytest.mark.integration
 

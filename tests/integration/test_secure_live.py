@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
-from airflow_provider_melon.kerberos import KerberosError
+from airflow_provider_melon.hooks.kerberos import KerberosError
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +149,7 @@ def test_no_keytab_and_an_empty_cache_says_run_airflow_kerberos(secure_cluster, 
 def test_expired_ticket_in_the_cache_fails_with_the_fix(secure_cluster, tmp_path, monkeypatch):
     """A ticket ``airflow kerberos`` stopped renewing: 6 s lifetime (the KDC grants what krb5.conf asks), then the
     hook — no keytab, only that cache — refuses to call the RM and says the ticket expired."""
-    from airflow_provider_melon.kerberos import KerberosSettings, TicketKeeper
+    from airflow_provider_melon.hooks.kerberos import KerberosSettings, TicketKeeper
 
     short = tmp_path / "krb5.conf"
     short.write_text(Path(secure_cluster.krb5_conf).read_text().replace(
@@ -279,7 +279,7 @@ def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_to
     (``delegation=``; ``user.name`` gets 401 on this cluster). It succeeds because the RM, the token's renewer,
     renewed it while the app ran (its log shows each renewal for the app); a token nobody renews, taken at the
     same moment, is refused as expired by then."""
-    from airflow_provider_melon import delegation
+    from airflow_provider_melon.hadoop import delegation
     from airflow_provider_melon.cli import melon_hook_for_cluster
     from airflow_provider_melon.spec import JobSpec
     from tests.conftest import SECURE_TOKEN_RENEW_S
@@ -377,7 +377,7 @@ def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secu
 def test_doctor_checks_the_hooks_own_ticket(secure_cluster, tmp_path, monkeypatch):
     """`melon doctor`'s auth check reads the hook's ticket cache (its keytab login), not the process default,
     which may hold nothing: a hook with only an empty cache fails, naming it and the fix."""
-    from airflow_provider_melon.doctor import Doctor
+    from airflow_provider_melon.cli.doctor import Doctor
     from airflow_provider_melon.hooks.melon import MelonHook
 
     monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path / 'nothing-here.ccache'}")

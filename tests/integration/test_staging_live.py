@@ -118,7 +118,7 @@ def test_concurrent_stagers_of_one_folder_upload_once(minicluster, melon_hook, t
 
 
 def test_a_lock_left_by_a_dead_stager_is_taken_over(melon_hook, caplog):
-    from airflow_provider_melon.hdfs_io import put_once
+    from airflow_provider_melon.hadoop.hdfs_io import put_once
 
     data = os.urandom(4096)
     path = f"{melon_hook.cache_dir}/dead-{uuid.uuid4().hex}/blob.bin"
@@ -132,11 +132,11 @@ def test_a_lock_left_by_a_dead_stager_is_taken_over(melon_hook, caplog):
 
 
 def test_an_hdfs_error_is_one_readable_line(melon_hook, caplog):
-    from airflow_provider_melon.hdfs_io import MelonHdfsError
+    from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError
 
     base = f"/user/{melon_hook.user}/errors-{uuid.uuid4().hex}"
     melon_hook.hdfs.write(f"{base}/a-file", data=b"x")
-    caplog.set_level(logging.DEBUG, logger="airflow_provider_melon.hdfs_io")
+    caplog.set_level(logging.DEBUG, logger="airflow_provider_melon.hadoop.hdfs_io")
     with pytest.raises(MelonHdfsError) as info:
         melon_hook.put_bytes(f"{base}/a-file/plan.json", b"{}", cached=False)
     message = str(info.value)

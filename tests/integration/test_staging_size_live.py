@@ -143,7 +143,7 @@ def test_new_big_file_is_hashed_while_it_uploads_and_a_sample_collision_is_still
     bytes in between is hashed in full and staged as its own object; repeats upload nothing."""
     import hashlib
 
-    from airflow_provider_melon.hdfs_io import sample_key
+    from airflow_provider_melon.hadoop.hdfs_io import sample_key
 
     one = tmp_path / "one.bin"
     _random_file(one, 9 * MiB)
@@ -155,7 +155,7 @@ def test_new_big_file_is_hashed_while_it_uploads_and_a_sample_collision_is_still
 
     from unittest import mock
 
-    with mock.patch("airflow_provider_melon.hdfs_io.file_sha256", side_effect=AssertionError("a second read")):
+    with mock.patch("airflow_provider_melon.hadoop.hdfs_io.file_sha256", side_effect=AssertionError("a second read")):
         first = melon_hook.stage_file("blob", one)  # new content: read once, while uploading
     digest = hashlib.sha256(one.read_bytes()).hexdigest()
     assert first.uploaded_bytes == 9 * MiB and first.url.endswith(f"/cache/{digest}/blob")

@@ -16,10 +16,10 @@ import requests
 from hdfs import InsecureClient
 from hdfs.util import HdfsError
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
-from airflow_provider_melon.queues import QueueError
+from airflow_provider_melon.hadoop.queues import QueueError
 from airflow_provider_melon.spec import JobSpec
 from tests.conftest import running_cluster
 

@@ -95,7 +95,7 @@ def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(whe
     app = jobs.wait(app_id, timeout=300)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
 
-    from airflow_provider_melon import minicluster as mc
+    from airflow_provider_melon.dev import minicluster as mc
 
     logs = "\n".join(mc.container_logs(minicluster.work_dir, app_id).values())
     assert logs.count("tf-from-wheel") == 2 and "replicas 2" in logs, logs[-3000:]

@@ -21,8 +21,8 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_provider_melon import minicluster as mc
-from airflow_provider_melon.local_airflow import LocalAirflow, LocalAirflowError
+from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.dev.local_airflow import LocalAirflow, LocalAirflowError
 from tests.conftest import REPO, headless_chromium
 from tests.e2e.test_ui_plugin import (answer, check_login_redirect, log_in, melon_hook_module,  # noqa: F401
                                       wait_for)

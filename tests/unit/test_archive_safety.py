@@ -1,7 +1,7 @@
 """Code archives (issue 12 §2): nothing in or out of them reaches outside the folder they belong to.
 
 Who unpacks what: the provider never extracts an archive in Python. It *packs* the job's code folder
-(``hooks/melon.py``: ``folder_files`` + ``deterministic_zip``); YARN's NodeManager unpacks each ARCHIVE resource
+(``hadoop/bundle.py``: ``folder_files`` + ``deterministic_zip``); YARN's NodeManager unpacks each ARCHIVE resource
 (the code zip, the runtime zip, an ``environment.archive`` tar.gz) with Hadoop's ``FSDownload`` →
 ``FileUtil.unZip`` / ``FileUtil.unTar`` (GNU tar on Linux), and the executor only links the unpacked entries.
 
@@ -36,7 +36,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_melon.hooks.melon import _SKIP_DIRS, deterministic_zip, folder_files
+from airflow_provider_melon.hadoop.bundle import _SKIP_DIRS, deterministic_zip, folder_files
 
 REPO = Path(__file__).resolve().parents[2]
 

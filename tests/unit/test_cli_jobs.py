@@ -13,8 +13,9 @@ import pytest
 import requests
 import requests_mock as rm_mock
 
-from airflow_provider_melon import cli, cli_jobs
-from airflow_provider_melon.cli_jobs import Progress, UploadProgress, app_exit_code, classify
+from airflow_provider_melon import cli
+from airflow_provider_melon.cli import jobs as cli_jobs
+from airflow_provider_melon.cli.jobs import Progress, UploadProgress, app_exit_code, classify
 
 APP = "application_1700000000000_0007"
 RM = "http://rm1:8088"
@@ -120,7 +121,7 @@ def test_app_exit_codes():
 
 
 def test_errors_map_to_exit_codes():
-    from airflow_provider_melon.hdfs_io import MelonHdfsError
+    from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError
     from airflow_provider_melon.hooks.yarn import YarnApiError
     from airflow_provider_melon.spec import JobSpecError
 
@@ -241,7 +242,7 @@ def test_logs_with_the_nodemanager_down_exit_3(capsys):
 
 
 def test_gone_message_says_where_logs_went():
-    from airflow_provider_melon.nm_logs import gone_message
+    from airflow_provider_melon.hadoop.nodemanager import gone_message
 
     off = gone_message(APP, {"logAggregationStatus": "DISABLED"})
     assert "are gone" in off and "log aggregation is off" in off and "retain-seconds" in off
@@ -257,7 +258,7 @@ NM_ANSWER = (b"Container: container_1_0001_01_000002 on node:45454\nLogAggregati
 
 
 def test_parse_log_answer_takes_exactly_the_bytes_served():
-    from airflow_provider_melon.nm_logs import NodeManagerError, parse_log_answer
+    from airflow_provider_melon.hadoop.nodemanager import NodeManagerError, parse_log_answer
 
     assert parse_log_answer(NM_ANSWER % (12, b"one\ntwo\nthre"), None) == (12, b"one\ntwo\nthre")
     assert parse_log_answer(NM_ANSWER % (500, b"last-five"[-5:]), -5) == (500, b"-five")
@@ -282,7 +283,7 @@ class GrowingFile:
 
 
 def test_log_tail_reads_each_byte_once_through_growth_truncation_and_partial_lines():
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     f = GrowingFile()
     tail = nm_logs.LogTail(f, nm_logs.ContainerRef("c", "worker:0"), "stdout")
@@ -300,7 +301,7 @@ def test_log_tail_reads_each_byte_once_through_growth_truncation_and_partial_lin
 
 
 def test_containers_are_found_in_the_am_log_with_their_nodemanagers():
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     class Yarn:
         active_rm = "http://rm:8088"

@@ -104,7 +104,7 @@ def _seen_by(layout, nm: int) -> list[int]:
     (FOUR, 2, [[0, 1], [2, 3]], ""), (FOUR[:2], 2, [[0], [1]], ""), (FOUR[:3], 2, [[0], [1]], "GPU 2 unused"),
     (FOUR, 1, [[0, 1, 2, 3]], "")])
 def test_the_mini_cluster_gives_each_nodemanager_its_own_gpus(nvml, tmp_path, gpus, nms, want, unused):
-    from airflow_provider_melon import minicluster as mc
+    from airflow_provider_melon.dev import minicluster as mc
 
     nvml(gpus)
     layout = mc.gpu_layout(tmp_path, nms, 2, 32768)
@@ -115,7 +115,7 @@ def test_the_mini_cluster_gives_each_nodemanager_its_own_gpus(nvml, tmp_path, gp
 
 
 def test_no_gpu_or_too_few_to_split_says_no_gpu_and_hides_the_real_ones(nvml, tmp_path):
-    from airflow_provider_melon import minicluster as mc
+    from airflow_provider_melon.dev import minicluster as mc
 
     nvml(init_error="NVML Shared Library Not Found")
     none = mc.gpu_layout(tmp_path, 2, 2, 32768)

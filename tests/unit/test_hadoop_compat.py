@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_melon import hadoop_compat as hc
+from airflow_provider_melon.hadoop import compat as hc
 
 PACKAGED_JAR = Path(hc.__file__).parent / "am" / "melon-appmaster.jar"
 
@@ -101,7 +101,7 @@ class _Resp:
 def _doctor(tmp_path, jar_major: int, node_java: dict[str, object], version: str = "3.3.6"):
     """A Doctor whose hook answers like a cluster of ``version`` whose NodeManagers run ``node_java`` (spec
     version, or an exception for a /jmx that does not answer)."""
-    from airflow_provider_melon.doctor import Doctor
+    from airflow_provider_melon.cli.doctor import Doctor
 
     jar = _jar(tmp_path / "am.jar", {"org/melon/yarn/MelonApplicationMaster.class": jar_major})
     nodes = [{"id": f"{n}:1", "nodeHTTPAddress": f"{n}:8042"} for n in node_java]

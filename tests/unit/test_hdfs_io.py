@@ -3,7 +3,7 @@ import logging
 import pytest
 from hdfs.util import HdfsError
 
-from airflow_provider_melon.hdfs_io import MelonHdfsError, hdfs_errors, put_once, quiet_client_logs, run_slug
+from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, hdfs_errors, put_once, quiet_client_logs, run_slug
 
 JAVA_TRACE = ("Cannot create file/user/root/x. Name node is in safe mode.\n"
               "\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.checkNameNodeSafeMode(FSNamesystem.java:1570)\n"
@@ -27,7 +27,7 @@ def test_run_slug_keeps_safe_ids_and_separates_lookalikes():
 
 
 def test_hdfs_errors_become_one_line_with_the_fix(caplog):
-    caplog.set_level(logging.DEBUG, logger="airflow_provider_melon.hdfs_io")
+    caplog.set_level(logging.DEBUG, logger="airflow_provider_melon.hadoop.hdfs_io")
     with pytest.raises(MelonHdfsError) as info:
         with hdfs_errors("write", "/user/root/x"):
             raise HdfsError(JAVA_TRACE, exception="SafeModeException")
@@ -148,7 +148,7 @@ def test_a_retry_cleans_up_and_does_not_wait_on_its_own_lock(caplog):
     assert "/c/a/.code.zip.lock" in client.files and any(p.endswith(".tmp") for p in client.files)
     assert "/c/a/code.zip" not in client.files  # nothing half-written under the target
     client.down = False
-    caplog.set_level(logging.WARNING, logger="airflow_provider_melon.hdfs_io")
+    caplog.set_level(logging.WARNING, logger="airflow_provider_melon.hadoop.hdfs_io")
     st, uploaded = put_once(client, "/c/a/code.zip", b"x" * 10, lock_wait=30)  # the retry
     assert uploaded and st["length"] == 10
     assert sorted(client.files) == ["/c/a/code.zip"]  # our orphans removed, no lock left
@@ -162,7 +162,7 @@ def test_block_reader_rewinds_for_a_resend_and_hashes_what_was_sent_once(tmp_pat
     import io
     import os
 
-    from airflow_provider_melon.hdfs_io import BlockReader
+    from airflow_provider_melon.hadoop.hdfs_io import BlockReader
 
     data = os.urandom(3 * 1024 * 1024 + 5)
     path = tmp_path / "f.bin"

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from airflow_provider_melon.kerberos import KerberosError, KerberosSettings, TicketKeeper, default_ccache
+from airflow_provider_melon.hooks.kerberos import KerberosError, KerberosSettings, TicketKeeper, default_ccache
 
 
 @pytest.fixture

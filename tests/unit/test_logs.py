@@ -19,7 +19,7 @@ import requests
 import requests_mock as rm_mock
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook, parse_container_log
-from airflow_provider_melon.logs import FETCH_WINDOW, RESUME_TAIL_BYTES, SLACK, LogFollower, chief_of
+from airflow_provider_melon.hadoop.log_follower import FETCH_WINDOW, RESUME_TAIL_BYTES, SLACK, LogFollower, chief_of
 from airflow_provider_melon.version_compat import XCom
 
 #: the trigger saves the job log's offsets with the async XCom API, which Airflow 3.0 lacks (there it logs at DEBUG
@@ -195,7 +195,7 @@ def test_total_cap_says_truncated_with_the_links_and_stops_reading(nm, hook):
 
 
 def test_a_line_longer_than_the_line_limit_is_cut_and_the_offset_moves_on(nm, hook):
-    from airflow_provider_melon.logs import MAX_LINE_BYTES
+    from airflow_provider_melon.hadoop.log_follower import MAX_LINE_BYTES
 
     f = LogFollower("chief:0")
     nm.write(CHIEF_CID, "stdout", "y" * (MAX_LINE_BYTES + 10))

@@ -2,7 +2,7 @@
 
 import json
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 
 
 def test_minicluster_start_prints_the_connections_to_export(tmp_path):

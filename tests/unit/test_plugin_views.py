@@ -3,7 +3,7 @@
 import pytest
 
 from airflow_provider_melon.plugin import views
-from airflow_provider_melon.rm_json import normalise_node
+from airflow_provider_melon.hadoop.rm_json import normalise_node
 
 
 def node(node_id, gpus=2, gpu_mem=32768, used_mem=0, used_gpus=0):

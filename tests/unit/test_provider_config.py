@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon import __version__, cli, cli_jobs
+from airflow_provider_melon import __version__, cli
+from airflow_provider_melon.cli import jobs as cli_jobs
 from airflow_provider_melon.provider_info import STAGING_RETRY_S_DEFAULT, get_provider_info
 
 PACKAGE = Path(__file__).resolve().parents[2] / "airflow_provider_melon"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_melon.staging_gc import Entry, decide, parse_age, staged_paths
+from airflow_provider_melon.hadoop.staging_gc import Entry, decide, parse_age, staged_paths
 
 C = "/user/u/.melon/cache"
 DAY = 86_400_000
@@ -84,7 +84,7 @@ class _Untouchable:
 
 @pytest.mark.parametrize("seconds", [0, 59 * 60, -1])
 def test_prune_refuses_a_cutoff_under_an_hour_before_touching_anything(seconds):
-    from airflow_provider_melon.staging_gc import prune
+    from airflow_provider_melon.hadoop.staging_gc import prune
 
     with pytest.raises(ValueError, match="must be 1h or more"):
         prune(_Untouchable(), seconds)

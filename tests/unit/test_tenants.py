@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import requests_mock as rm_mock
 
-from airflow_provider_melon import queues, submission
-from airflow_provider_melon.hdfs_io import describe
+from airflow_provider_melon import submission
+from airflow_provider_melon.hadoop import queues
+from airflow_provider_melon.hadoop.hdfs_io import describe
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
 from airflow_provider_melon.spec import JobSpec

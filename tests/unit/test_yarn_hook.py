@@ -313,7 +313,7 @@ def test_kerberos_on_every_call_and_no_user_name(m):
     register_all(m)
     hook = make_hook(auth="kerberos")
     # the ticket check before each call (against a real KDC: tests/integration/test_secure_live.py) is not this test's
-    mock.patch("airflow_provider_melon.kerberos.TicketKeeper.ensure").start()
+    mock.patch("airflow_provider_melon.hooks.kerberos.TicketKeeper.ensure").start()
     assert isinstance(hook.get_conn().auth, HTTPKerberosAuth)
     seen_auth = []
     orig = HTTPKerberosAuth.__call__

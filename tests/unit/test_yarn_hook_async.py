@@ -152,7 +152,7 @@ async def test_read_timeout_retried(m):
 async def test_kerberos_same_in_async(m, monkeypatch):
     from requests_kerberos import HTTPKerberosAuth
 
-    from airflow_provider_melon.kerberos import TicketKeeper
+    from airflow_provider_melon.hooks.kerberos import TicketKeeper
 
     monkeypatch.setattr(TicketKeeper, "ensure", lambda self, force=False: None)  # the KDC side: test_secure_live
 

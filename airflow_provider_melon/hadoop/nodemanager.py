@@ -18,6 +18,10 @@ What a NodeManager serves: ``/ws/v1/node/containers/{id}/logs`` (each log file's
 whole length, ``LogLength:``, and a footer). :class:`LogTail` reads a file from an offset, so following it never
 repeats a line. With log aggregation off, a NodeManager deletes an ended app's logs after
 ``yarn.nodemanager.log.retain-seconds``: :func:`gone_message` says so.
+
+This is the one NodeManager client: its error (:class:`NodeManagerError`), its URLs (:func:`nm_base_url`), the
+parser of its log answer (:func:`parse_container_log`) and the one-file read the job log follower uses
+(:func:`read_container_log`, through ``YarnHook.container_log``) as well as the listing and tailing above.
 """
 
 from __future__ import annotations
@@ -25,15 +29,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Any, Iterable, Optional
 from urllib.parse import quote, urlsplit
 
 import requests
 
-from airflow_provider_melon.rm_json import as_dict, as_list
-
-if TYPE_CHECKING:
-    from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.hadoop.rm_json import YarnApiError, _extract_rm_message, as_dict, as_list
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,94 @@ AM_LOG = "AppMaster.stdout"
 #: files every YARN container has, written by the NodeManager, not by the task
 BOILERPLATE = frozenset({"launch_container.sh", "directory.info", "prelaunch.out", "prelaunch.err"})
 _CONTENTS = b"LogContents:\n"
-_LENGTH = re.compile(rb"LogLength:\s*(\d+)")
+_LENGTH = re.compile(rb"^LogLength:\s*(\d+)\s*$", re.MULTILINE)
 _CHUNK = 64 * 1024
 
 
-class NodeManagerError(RuntimeError):
-    """A NodeManager answered something that is not a container log."""
+class NodeManagerError(YarnApiError, RuntimeError):
+    """A failed NodeManager call. With ``node``: ``str()`` is "NodeManager <node> returned <status>: <message>"
+    (``status`` None: "unreachable", the node did not answer at all); without, the message as given (it names
+    the NodeManager itself)."""
+
+    def __init__(self, message: str, *, node: Optional[str] = None, status: Optional[int] = None,
+                 url: Optional[str] = None):
+        super().__init__(message, status=status, url=url)
+        self.node = node
+        self.fix = None
+        if node is None:
+            self.args = (str(message),)
+            return
+        head = f"NodeManager {node} returned {status}" if status is not None else f"NodeManager {node} unreachable"
+        self.args = (f"{head}: {self.message}",)
+
+
+class LogAnswerError(NodeManagerError, ValueError):
+    """A NodeManager answered something that is not a container log (a proxy's login page, say)."""
+
+
+@dataclass(frozen=True)
+class ContainerLogChunk:
+    """Bytes ``[start, start + len(data))`` of a container's log file, which was ``length`` bytes long when read."""
+
+    length: int
+    start: int
+    data: bytes
+    url: str
+
+
+def nm_base_url(address: Optional[str], rm_url: str) -> Optional[str]:
+    """``host:port`` (the RM's ``nodeHTTPAddress``, which carries no scheme) or a URL of a NodeManager's web server →
+    its base URL; the NodeManagers use the scheme of the RM (``rm_url``). None when there is no address."""
+    if not address:
+        return None
+    address = str(address).strip().rstrip("/")
+    if "://" in address:
+        return address
+    return f"{urlsplit(rm_url).scheme or 'http'}://{address}"
+
+
+def parse_container_log(body: bytes, size: Optional[int], url: str = "") -> ContainerLogChunk:
+    """The NodeManager's ``/containers/{id}/logs/{file}`` answer (Hadoop 3.5 ``LogToolUtils``): a header
+    (``Container:``, ``LogAggregationType:``, ``LogType:``, ``LogLastModifiedTime:``, ``LogLength:<whole file>``,
+    ``LogContents:``), then the bytes asked for (``size`` > 0: the first ``size``; < 0: the last ``-size``; None: all),
+    then a footer (``End of LogType:...``). The bytes are located by length, not by the footer, so a log that
+    itself prints "End of LogType:" is read right. Raises :class:`LogAnswerError` (a ``ValueError``)."""
+    head_end = body.find(_CONTENTS)
+    match = _LENGTH.search(body[:head_end if head_end >= 0 else 4096])
+    if head_end < 0 or not match:
+        raise LogAnswerError(f"not a NodeManager log answer: {body[:120]!r}")
+    length = int(match.group(1))
+    wanted = length if size is None else min(abs(size), length)
+    begin = head_end + len(_CONTENTS)
+    data = body[begin:begin + wanted]
+    if len(data) < wanted:  # the answer was cut short: keep what came
+        footer = data.rfind(b"End of LogType:")
+        data = data[:footer] if footer >= 0 else data
+    start = length - wanted if size is not None and size < 0 else 0
+    return ContainerLogChunk(length=length, start=start, data=data, url=url)
+
+
+def read_container_log(session: Any, base_url: str, node_http: str, container_id: str, filename: str = "stdout",
+                       size: Optional[int] = None, *, params: Optional[dict] = None,
+                       timeout: Any = None) -> ContainerLogChunk:
+    """Part of a container's log file (``GET /ws/v1/node/containers/{id}/logs/{file}?size=``, Hadoop 3.5: ``size``
+    > 0 the first bytes, < 0 the last bytes, absent the whole file; there is no start offset, so callers ask for
+    the tail and place it by the whole file's ``LogLength``, see :func:`parse_container_log`). ``session`` carries
+    the auth. Redirects are followed (an NM that no longer holds the logs may redirect to the aggregated log server,
+    which answers in the same format). Raises :class:`NodeManagerError` (status None: unreachable)."""
+    url = f"{base_url}/ws/v1/node/containers/{quote(str(container_id), safe='')}/logs/{quote(str(filename), safe='')}"
+    try:
+        resp = session.get(url, params=params, timeout=timeout, allow_redirects=True,
+                           headers={"Accept": "text/plain, */*"})
+    except requests.RequestException as err:
+        raise NodeManagerError(f"{type(err).__name__}: {err}", node=node_http, url=url) from None
+    if resp.status_code >= 400:
+        message, _ = _extract_rm_message(resp)
+        raise NodeManagerError(message, node=node_http, status=resp.status_code, url=resp.url)
+    try:
+        return parse_container_log(resp.content, size, resp.url)
+    except ValueError as err:
+        raise NodeManagerError(str(err), node=node_http, status=resp.status_code, url=resp.url) from None
 
 
 @dataclass
@@ -69,23 +152,17 @@ class ContainerRef:
 
 
 def parse_log_answer(body: bytes, requested: Optional[int]) -> tuple[int, bytes]:
-    """``(file length, bytes served)`` from a NodeManager's answer to ``…/logs/{file}[?size=N]``. The bytes served
-    are the file's first N (N > 0), last |N| (N < 0) or all (no size) of ``LogLength`` bytes, right after the
-    header's ``LogContents:`` line, followed by the NodeManager's footer."""
-    start = body.find(_CONTENTS)
-    length = _LENGTH.search(body[:start]) if start >= 0 else None
-    if length is None:
-        raise NodeManagerError(f"not a container log answer: {body[:120]!r}")
-    total = int(length.group(1))
-    served = total if requested is None else min(abs(requested), total)
-    start += len(_CONTENTS)
-    return total, body[start:start + served]
+    """``(file length, bytes served)`` of a NodeManager's log answer (:func:`parse_container_log`)."""
+    chunk = parse_container_log(body, requested)
+    return chunk.length, chunk.data
 
 
 class NodeLogs:
     """Find an application's containers and read their log files from the NodeManagers (see the module doc)."""
 
-    def __init__(self, yarn: "YarnHook", app_id: str):
+    def __init__(self, yarn: Any, app_id: str):
+        """``yarn``: an RM client with ``active_rm``, ``nodes()``, ``app_attempts()``, ``app_containers()`` and
+        ``get_url()`` (a :class:`~airflow_provider_melon.hooks.yarn.YarnHook`)."""
         self.yarn = yarn
         self.app_id = app_id
         self.containers: dict[str, ContainerRef] = {}
@@ -96,12 +173,7 @@ class NodeLogs:
     # ---- where ---------------------------------------------------------------------------------------------
     def nm_url(self, address: Optional[str]) -> Optional[str]:
         """``host:port`` (or a URL) of a NodeManager's web server → its base URL."""
-        if not address:
-            return None
-        if "://" in address:
-            return address.rstrip("/")
-        scheme = urlsplit(self.yarn.active_rm).scheme or "http"
-        return f"{scheme}://{address}"
+        return nm_base_url(address, self.yarn.active_rm)
 
     def node_url(self, node_id: str) -> Optional[str]:
         if self._nodes is None or node_id not in self._nodes:

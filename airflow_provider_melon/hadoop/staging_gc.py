@@ -43,12 +43,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
-from airflow_provider_melon.hdfs_io import hdfs_errors
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
+from airflow_provider_melon.hadoop.hdfs_io import hdfs_errors
 
 log = logging.getLogger(__name__)
 
 #: YARN states of an application that may still localize (or re-localize, on an AM restart) staged files
-LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 INDEX = "by-sample"
 #: the shortest ``older_than`` a prune accepts (module docstring: in-flight uploads, submissions not yet live)
 MIN_AGE_S = 3600

@@ -52,7 +52,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from airflow_provider_melon.hooks.yarn import NodeManagerError
+from airflow_provider_melon.hadoop.nodemanager import NodeManagerError
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ points were not probed on any line but 3.5.0 (the secure mini cluster).
   custom types need ``resource-types.xml`` on the RM in each (``melon doctor``'s resource-types check).
 * **NodeManager container logs.** ``/ws/v1/node/containers/{id}/logs/{file}?size=N`` (N < 0: the last bytes) with a
   ``LogLength:``/``LogContents:`` header and an ``End of LogType:`` footer, the same in all three lines
-  (``nm_logs.parse_log_answer``); the AM reads a failed task's stderr tail the same way.
+  (``hadoop.nodemanager.parse_container_log``); the AM reads a failed task's stderr tail the same way.
 * **The RM web proxy.** The ``proxy-user`` cookie it sets for the AM's pages (``WebAppProxyServlet``) and the AM
   filter's proxy hosts (``WebAppUtils.getProxyHostsAndPortsForAmFilter``) are the same in all three lines: the AM
   compiles against 3.3.6's and ``ViewAclTest`` reads the cookie name from the 3.3.6 servlet.

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from airflow_provider_melon.gpu.preflight import GPU_MEMORY_RESOURCE, GPU_RESOURCE, _role_numbers
-from airflow_provider_melon.rm_json import as_dict, as_list, parse_resource
+from airflow_provider_melon.hadoop.rm_json import as_dict, as_list, parse_resource
 
 __all__ = ["AM_RESOURCE", "QueueError", "QueueReport", "leaf_queues", "check", "ensure_fits", "user_limit"]
 

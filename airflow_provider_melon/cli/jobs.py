@@ -3,58 +3,49 @@
 The cluster comes from an Airflow connection (``--conn-id``, with ``--webhdfs-conn-id`` for staging: the provider's
 own hooks, as in Airflow), from RM URLs (``--rm``, repeatable or comma-separated for HA, ``--webhdfs``,
 ``--user``), or, when neither is given, from the embedded mini cluster in ``--work-dir``.
-Output is human-readable, or JSON with ``--json``; exit codes are in :data:`EXIT_CODES` (``melon --help``).
+Output is human-readable (:mod:`.terminal`), or JSON with ``--json``; exit codes: :mod:`.exit_codes`
+(``melon --help``).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
+import importlib
 import json
 import logging
-import os
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.cli.exit_codes import (  # noqa: F401  (EXIT_CODES, classify: cli/__init__ and tests)
+    EXIT_CODES,
+    OK,
+    TIMED_OUT,
+    CliError,
+    NotFound,
+    Unreachable,
+    UsageError,
+    classify,
+)
+from airflow_provider_melon.cli.terminal import (
+    Progress,
+    UploadProgress,
+    _duration,
+    _first_line,
+    _print_json,
+    _state,
+    app_exit_code,
+    app_summary,
+    succeeded,
+)
+from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop.app_state import STATES, TERMINAL_STATES
 
-EXIT_CODES = """\
-exit codes of submit, status, ls, logs, kill, wait, prune:
-  0    success: the app SUCCEEDED (wait, status, submit --wait) or is still running (status)
-  1    the app FAILED or was KILLED (wait, status, submit --wait); any other error
-  2    bad usage or a bad job spec (the message names the field)
-  3    the cluster is unreachable (ResourceManager, NameNode, NodeManagers)
-  4    not found: no such application, or its logs are gone
-  124  wait --timeout (or kill --timeout) expired before the app ended"""
-
-OK, APP_FAILED, USAGE, UNREACHABLE, NOT_FOUND, TIMED_OUT = 0, 1, 2, 3, 4, 124
-TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
-RM_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
 APP_ID = re.compile(r"^application_\d+_\d+$")
 #: the RM may be restarting or failing over while we poll an app we have seen: keep polling this long
 POLL_GRACE_S = 120.0
-
-
-class CliError(Exception):
-    """A failure with its exit code; ``str()`` is the one line printed."""
-
-    code = APP_FAILED
-
-
-class UsageError(CliError):
-    code = USAGE
-
-
-class Unreachable(CliError):
-    code = UNREACHABLE
-
-
-class NotFound(CliError):
-    code = NOT_FOUND
 
 
 # ---- the cluster ----------------------------------------------------------------------------------------------
@@ -133,141 +124,10 @@ class Cluster:
         return hook
 
 
-# ---- output helpers -------------------------------------------------------------------------------------------
-def _duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def app_summary(app: dict) -> dict:
-    """The fields of an RM application the CLI shows (``--json`` prints this)."""
-    finished = int(app.get("finishedTime") or 0)
-    return {
-        "id": app.get("id"), "name": app.get("name"), "user": app.get("user"), "queue": app.get("queue"),
-        "type": app.get("applicationType"), "state": app.get("state"), "final_status": app.get("finalStatus"),
-        "progress": float(app.get("progress") or 0.0), "elapsed_s": round(int(app.get("elapsedTime") or 0) / 1000, 1),
-        "started": int(app.get("startedTime") or 0) or None, "finished": finished or None,
-        "tags": list(app.get("applicationTagList") or []), "tracking_url": app.get("trackingUrl"),
-        "diagnostics": (app.get("diagnostics") or "").strip(),
-    }
-
-
-def succeeded(app: dict) -> bool:
-    return app.get("state") == "FINISHED" and app.get("finalStatus") == "SUCCEEDED"
-
-
-def app_exit_code(app: dict) -> int:
-    """0 while running or once SUCCEEDED; 1 once FAILED or KILLED."""
-    return OK if app.get("state") not in TERMINAL or succeeded(app) else APP_FAILED
-
-
-def _state(app: dict) -> str:
-    return f"{app.get('state')}/{app.get('finalStatus') or 'UNDEFINED'}"
-
-
-def _first_line(text: str, width: int = 160) -> str:
-    line = " ".join(str(text or "").split("\n", 1)[0].split())
-    return line if len(line) <= width else line[:width - 1] + "…"
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=1, sort_keys=True))
-
-
 def _check_app_id(app_id: str) -> str:
     if not APP_ID.match(app_id):
         raise UsageError(f"{app_id!r} is not a YARN application id (application_<cluster timestamp>_<sequence>)")
     return app_id
-
-
-class Progress:
-    """A one-line text bar on stderr, drawn only when stderr is a terminal (never into pipes or files)."""
-
-    WIDTH = 24
-
-    def __init__(self, stream=None, enabled: Optional[bool] = None):
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
-        self._shown = 0
-        self._last = 0.0
-
-    def update(self, fraction: Optional[float], text: str, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < 0.1:
-            return
-        self._last = now
-        line = text
-        if fraction is not None:
-            frac = min(max(fraction, 0.0), 1.0)
-            done = int(frac * self.WIDTH)
-            line = f"[{'#' * done}{'.' * (self.WIDTH - done)}] {frac * 100:3.0f}% {text}"
-        line = line[: max(shutil.get_terminal_size((100, 20)).columns - 1, 20)]
-        self.stream.write("\r" + line + " " * max(self._shown - len(line), 0))
-        self.stream.flush()
-        self._shown = len(line)
-
-    def clear(self) -> None:
-        if self.enabled and self._shown:
-            self.stream.write("\r" + " " * self._shown + "\r")
-            self.stream.flush()
-            self._shown = 0
-
-
-class _ReadProgress:
-    """Bytes (or an open local file, streamed) to upload, read in blocks by the HTTP client (with a known
-    length), reporting how far it got."""
-
-    def __init__(self, data, size: int, report: Callable[[int], None]):
-        self._buf = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
-        self._len, self._report, self._start = size, report, self._buf.tell()
-
-    def __len__(self) -> int:
-        return self._len
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self._buf.read(size)
-        self._report(self._buf.tell() - self._start)
-        return chunk
-
-
-class UploadProgress:
-    """An ``hdfs`` client whose bigger writes (the staged code, runtime and AM jar) draw the progress bar; every
-    other call passes through unchanged."""
-
-    MIN_BYTES = 64 * 1024
-    _TMP = re.compile(r"^\.(.+)\.[0-9a-f]{32}\.tmp$")  # hdfs_io writes beside the target, then renames
-
-    def __init__(self, client, bar: Progress):
-        self._client, self._bar = client, bar
-
-    def __getattr__(self, name: str):
-        return getattr(self._client, name)
-
-    def write(self, hdfs_path: str, data=None, **kwargs):
-        streamed = hasattr(data, "read") and hasattr(data, "fileno")  # a local file (hdfs_io.open_source)
-        total = (os.fstat(data.fileno()).st_size - data.tell() if streamed
-                 else len(data) if isinstance(data, (bytes, bytearray)) else 0)
-        if not self._bar.enabled or total < self.MIN_BYTES:
-            return self._client.write(hdfs_path, data=data, **kwargs)
-        base = hdfs_path.rsplit("/", 1)[-1]
-        match = self._TMP.match(base)
-        name = match.group(1) if match else base
-
-        def report(done: int) -> None:
-            self._bar.update(done / total, f"staging {name} {done / 2**20:.1f}/{total / 2**20:.1f} MiB",
-                             force=done >= total)
-
-        try:
-            body = _ReadProgress(data if streamed else bytes(data), total, report)
-            return self._client.write(hdfs_path, data=body, **kwargs)
-        finally:
-            self._bar.clear()
 
 
 # ---- polling --------------------------------------------------------------------------------------------------
@@ -312,7 +172,7 @@ def wait_for(yarn, app_id: str, *, timeout: Optional[float], interval: float, ba
         if app is not None:
             bar.update(float(app.get("progress") or 0) / 100,
                        f"{_state(app)} {_duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}")
-            if app.get("state") in TERMINAL:
+            if app.get("state") in TERMINAL_STATES:
                 bar.clear()
                 return app
         waited = time.monotonic() - start
@@ -366,8 +226,8 @@ def cmd_submit(args, cluster: Cluster) -> int:
 
 
 def cmd_prune(args, cluster: Cluster) -> int:
-    from airflow_provider_melon import staging_gc
-    from airflow_provider_melon.logs import human_bytes
+    from airflow_provider_melon.hadoop import staging_gc
+    from airflow_provider_melon.hadoop.log_follower import human_bytes
 
     try:
         older_than = staging_gc.parse_age(args.older_than)
@@ -429,9 +289,9 @@ def cmd_status(args, cluster: Cluster) -> int:
 
 def cmd_ls(args, cluster: Cluster) -> int:
     states = [s.strip().upper() for v in args.state or [] for s in v.split(",") if s.strip()]
-    bad = [s for s in states if s not in RM_STATES]
+    bad = [s for s in states if s not in STATES]
     if bad:
-        raise UsageError(f"--state {','.join(bad)}: YARN states are {', '.join(RM_STATES)}")
+        raise UsageError(f"--state {','.join(bad)}: YARN states are {', '.join(STATES)}")
     if args.limit < 0:
         raise UsageError(f"--limit {args.limit}: must be 0 (all) or more")
     tags = [t.strip().lower() for v in args.tag or [] for t in v.split(",") if t.strip()]
@@ -477,7 +337,7 @@ def cmd_kill(args, cluster: Cluster) -> int:
     yarn = cluster.yarn
     app_id = _check_app_id(args.app_id)
     app = yarn.get_application(app_id)
-    if app.get("state") in TERMINAL:
+    if app.get("state") in TERMINAL_STATES:
         message = f"{app_id} already ended ({_state(app)}): nothing to kill"
     else:
         yarn.kill_application(app_id)
@@ -498,7 +358,7 @@ def cmd_kill(args, cluster: Cluster) -> int:
 
 
 def cmd_logs(args, cluster: Cluster) -> int:
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     yarn = cluster.yarn
     app_id = _check_app_id(args.app_id)
@@ -512,7 +372,7 @@ def cmd_logs(args, cluster: Cluster) -> int:
     if args.follow:
         return _follow(args, yarn, app, logs, chosen)
     out = []
-    served, found = _log_files(logs, app.get("state") not in TERMINAL, chosen, args.file)
+    served, found = _log_files(logs, app.get("state") not in TERMINAL_STATES, chosen, args.file)
     for ref, name, size in found:
         got = logs.fetch(ref, name) if size else (0, b"")
         text = got[1].decode("utf-8", "replace") if got else ""
@@ -535,7 +395,7 @@ def cmd_logs(args, cluster: Cluster) -> int:
 def _log_files(logs, running: bool, chosen, wanted) -> tuple[bool, list]:
     """``(served, [(container ref, file name, size)])``: the wanted files of the chosen containers, and whether any
     NodeManager served a container's listing at all."""
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     served, found = False, []
     for ref in logs.discover(running):
@@ -550,18 +410,18 @@ def _log_files(logs, running: bool, chosen, wanted) -> tuple[bool, list]:
 
 def _no_logs(app: dict, logs) -> None:
     """No NodeManager served any log of the app: say why (raises), unless it simply has not started yet."""
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     if logs.unreachable:
         raise Unreachable(f"NodeManager(s) {', '.join(sorted(logs.unreachable))} unreachable: cannot read the logs "
                           f"of {app.get('id')}")
-    if app.get("state") in TERMINAL:
+    if app.get("state") in TERMINAL_STATES:
         raise NotFound(nm_logs.gone_message(str(app.get("id")), app))
 
 
 def _follow(args, yarn, app: dict, logs, chosen) -> int:
     """Print every log line once, as it comes, until the app ends (then what is left, and stop)."""
-    from airflow_provider_melon import nm_logs
+    from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     tails: dict[tuple[str, str], nm_logs.LogTail] = {}
     served = False
@@ -577,7 +437,7 @@ def _follow(args, yarn, app: dict, logs, chosen) -> int:
             sys.stdout.flush()
 
     while True:
-        running = app.get("state") not in TERMINAL
+        running = app.get("state") not in TERMINAL_STATES
         listed, found = _log_files(logs, running, chosen, args.file)
         served = served or listed
         for ref, name, size in found:
@@ -679,7 +539,7 @@ def add_commands(sub, formatter) -> None:
 def _quiet_logging(verbose: bool) -> None:
     """Airflow's logging writes to stdout; the CLI keeps stdout for its output, so log records go to stderr, and
     only errors unless ``--verbose``."""
-    import airflow_provider_melon.hooks.yarn  # noqa: F401 - importing Airflow sets up its logging first
+    importlib.import_module("airflow_provider_melon.hooks.yarn")  # importing Airflow sets up its logging first
 
     from airflow_provider_melon.version_compat import stream_to_stderr
 
@@ -717,57 +577,3 @@ def run(args) -> int:
         return code
 
 
-def _base(url: Optional[str]) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url or "")
-    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else "?"
-
-
-def _cause(message: str) -> str:
-    """The gist of a transport error (requests' messages nest the whole connection pool's story)."""
-    for key, text in (("refused", "connection refused"), ("timed out", "timed out"), ("Timeout", "timed out"),
-                      ("Name or service not known", "unknown host"), ("nodename nor servname", "unknown host"),
-                      ("standby", "standby ResourceManager and no active one known")):
-        if key in message:
-            return text
-    return _first_line(message, 200)
-
-
-def classify(exc: BaseException, args=None) -> tuple[int, str]:
-    """An exception → (exit code, one-line message)."""
-    from airflow_provider_melon.hdfs_io import MelonHdfsError
-    from airflow_provider_melon.nm_logs import NodeManagerError
-    from airflow_provider_melon.spec import JobSpecError
-
-    if isinstance(exc, CliError):
-        return exc.code, str(exc)
-    if isinstance(exc, JobSpecError):
-        return USAGE, f"{getattr(args, 'spec', 'job spec')}: {exc}"
-    if isinstance(exc, mc.MiniClusterError):
-        return USAGE, str(exc)
-    name = type(exc).__name__
-    if name == "AirflowNotFoundException":
-        return USAGE, f"{exc} (an Airflow connection: `airflow connections add`, or AIRFLOW_CONN_<ID>)"
-    try:
-        from airflow_provider_melon.hooks.yarn import YarnApiError
-    except ImportError:  # pragma: no cover
-        YarnApiError = ()  # type: ignore[assignment]  # noqa: N806
-    if YarnApiError and isinstance(exc, YarnApiError):
-        if exc.status is None or exc.status == 307:
-            return UNREACHABLE, f"cannot reach the ResourceManager {_base(exc.url)}: {_cause(exc.message)}"
-        if exc.status == 404 and getattr(args, "app_id", None):
-            return NOT_FOUND, f"no application {args.app_id} on this cluster ({exc.message})"
-        return APP_FAILED, str(exc)
-    if isinstance(exc, MelonHdfsError):
-        return (UNREACHABLE if exc.retriable else APP_FAILED), str(exc)
-    if isinstance(exc, NodeManagerError):
-        return APP_FAILED, str(exc)
-    import requests
-
-    if isinstance(exc, requests.RequestException):
-        return UNREACHABLE, f"{name}: {exc}"
-    if isinstance(exc, ValueError) and "ResourceManager URL" in str(exc):
-        return USAGE, str(exc)
-    return APP_FAILED, f"{name}: {_first_line(str(exc), 400)}" + ("" if getattr(args, "verbose", False)
-                                                                   else " (-v for the traceback)")

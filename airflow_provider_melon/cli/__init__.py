@@ -1,5 +1,5 @@
 """``melon`` command line: MeLoN jobs on any YARN cluster (``melon submit|status|ls|logs|kill|wait``, in
-:mod:`airflow_provider_melon.cli_jobs`), the embedded mini cluster, cluster checks (``melon doctor``), packing a
+:mod:`airflow_provider_melon.cli.jobs`), the embedded mini cluster, cluster checks (``melon doctor``), packing a
 Python environment, and the parameter-server planner (``melon plan ...``,
 :func:`airflow_provider_melon.planner.plan_main`)."""
 
@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from airflow_provider_melon import minicluster as mc
+from airflow_provider_melon.dev import minicluster as mc
 
 #: ``melon --help``'s text: plain, as a terminal shows it (the module docstring above is reST for the API docs)
 DESCRIPTION = """\
@@ -45,7 +45,7 @@ def _up(args) -> int:
     import signal
     import time
 
-    from airflow_provider_melon.local_airflow import LocalAirflow
+    from airflow_provider_melon.dev.local_airflow import LocalAirflow
 
     def stop_on(signum, _frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -118,7 +118,7 @@ def _doctor(args) -> int:
     """``melon doctor``: the cluster as the job commands name it (``--rm/--webhdfs/--user``, or Airflow connections:
     ``yarn_default`` and ``webhdfs_default`` when neither is given), through :func:`cli_jobs.run` (its exit codes
     for what stops the checks from starting: a missing connection, bad usage)."""
-    from airflow_provider_melon import cli_jobs
+    from airflow_provider_melon.cli import jobs as cli_jobs
 
     if not args.rm and not args.conn_id:
         args.conn_id = "yarn_default"
@@ -128,7 +128,7 @@ def _doctor(args) -> int:
 
 
 def _doctor_checks(args, cluster) -> int:
-    from airflow_provider_melon.doctor import Doctor, as_json, render
+    from airflow_provider_melon.cli.doctor import Doctor, as_json, render
 
     hook = cluster.melon_hook(resolve_fs=False)
     findings = Doctor(hook, queue=args.queue, submit_test=args.submit_test, timeout=args.timeout,
@@ -138,7 +138,7 @@ def _doctor_checks(args, cluster) -> int:
 
 
 def _pack_env(args) -> int:
-    from airflow_provider_melon.packing import pack_env
+    from airflow_provider_melon.cli.pack_env import pack_env
 
     out = pack_env(args.output, venv=args.venv, conda=args.conda)
     print(out)
@@ -152,7 +152,7 @@ QUIET_NAMESPACES = "airflow.task.hooks.airflow.providers.apache.hdfs=WARNING"
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AIRFLOW__LOGGING__NAMESPACE_LEVELS", QUIET_NAMESPACES)
-    from airflow_provider_melon import cli_jobs
+    from airflow_provider_melon.cli import jobs as cli_jobs
 
     parser = argparse.ArgumentParser(prog="melon", description=DESCRIPTION, epilog=cli_jobs.EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -227,6 +227,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

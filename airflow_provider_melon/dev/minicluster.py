@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_provider_melon.gpu.ledger import pid_alive
-from airflow_provider_melon.rm_json import GPU_RESOURCE, parse_resource
+from airflow_provider_melon.hadoop.rm_json import GPU_RESOURCE, parse_resource
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # airflow_provider_melon/dev/minicluster.py
 APPMASTER_DIR = REPO_ROOT / "appmaster"
 DEFAULT_WORK_DIR = REPO_ROOT / ".melon-minicluster"
 LAUNCHER_CLASS = "org.melon.yarn.MiniClusterLauncher"
@@ -153,9 +153,9 @@ def running_pid(work_dir: Path = DEFAULT_WORK_DIR) -> int | None:
 
 def kerberos_login(details: ClusterDetails, name: str = "airflow"):
     """A ticket of ``name`` on a secure cluster (its keytab → its ccache in the work dir; exports ``KRB5_CONFIG``),
-    as the hook gets one for the Airflow principal: the :class:`~airflow_provider_melon.kerberos.TicketKeeper`,
+    as the hook gets one for the Airflow principal: the :class:`~airflow_provider_melon.hooks.kerberos.TicketKeeper`,
     whose ``auth()`` makes SPNEGO calls with it."""
-    from airflow_provider_melon.kerberos import KerberosSettings, TicketKeeper
+    from airflow_provider_melon.hooks.kerberos import KerberosSettings, TicketKeeper
 
     keeper = TicketKeeper(KerberosSettings(details.principal(name), details.keytab(name), details.ccache(name),
                                            details.krb5_conf))

@@ -1,0 +1,147 @@
+"""What the ``melon`` job commands print: an application's summary and state, JSON, and the progress bars
+(drawn on stderr only when it is a terminal)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from typing import Any, Callable, Optional
+
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def app_summary(app: dict) -> dict:
+    """The fields of an RM application the CLI shows (``--json`` prints this)."""
+    finished = int(app.get("finishedTime") or 0)
+    return {
+        "id": app.get("id"), "name": app.get("name"), "user": app.get("user"), "queue": app.get("queue"),
+        "type": app.get("applicationType"), "state": app.get("state"), "final_status": app.get("finalStatus"),
+        "progress": float(app.get("progress") or 0.0), "elapsed_s": round(int(app.get("elapsedTime") or 0) / 1000, 1),
+        "started": int(app.get("startedTime") or 0) or None, "finished": finished or None,
+        "tags": list(app.get("applicationTagList") or []), "tracking_url": app.get("trackingUrl"),
+        "diagnostics": (app.get("diagnostics") or "").strip(),
+    }
+
+
+def succeeded(app: dict) -> bool:
+    return app.get("state") == "FINISHED" and app.get("finalStatus") == "SUCCEEDED"
+
+
+def app_exit_code(app: dict) -> int:
+    """0 while running or once SUCCEEDED; 1 once FAILED or KILLED."""
+    return 0 if app.get("state") not in TERMINAL_STATES or succeeded(app) else 1  # exit_codes.OK / APP_FAILED
+
+
+def _state(app: dict) -> str:
+    return f"{app.get('state')}/{app.get('finalStatus') or 'UNDEFINED'}"
+
+
+def _first_line(text: str, width: int = 160) -> str:
+    line = " ".join(str(text or "").split("\n", 1)[0].split())
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=1, sort_keys=True))
+
+
+class Progress:
+    """A one-line text bar on stderr, drawn only when stderr is a terminal (never into pipes or files)."""
+
+    WIDTH = 24
+
+    def __init__(self, stream=None, enabled: Optional[bool] = None):
+        self.stream = stream or sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
+        self._shown = 0
+        self._last = 0.0
+
+    def update(self, fraction: Optional[float], text: str, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1:
+            return
+        self._last = now
+        line = text
+        if fraction is not None:
+            frac = min(max(fraction, 0.0), 1.0)
+            done = int(frac * self.WIDTH)
+            line = f"[{'#' * done}{'.' * (self.WIDTH - done)}] {frac * 100:3.0f}% {text}"
+        line = line[: max(shutil.get_terminal_size((100, 20)).columns - 1, 20)]
+        self.stream.write("\r" + line + " " * max(self._shown - len(line), 0))
+        self.stream.flush()
+        self._shown = len(line)
+
+    def clear(self) -> None:
+        if self.enabled and self._shown:
+            self.stream.write("\r" + " " * self._shown + "\r")
+            self.stream.flush()
+            self._shown = 0
+
+
+class _ReadProgress:
+    """Bytes (or an open local file, streamed) to upload, read in blocks by the HTTP client (with a known
+    length), reporting how far it got."""
+
+    def __init__(self, data, size: int, report: Callable[[int], None]):
+        self._buf = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
+        self._len, self._report, self._start = size, report, self._buf.tell()
+
+    def __len__(self) -> int:
+        return self._len
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._buf.read(size)
+        self._report(self._buf.tell() - self._start)
+        return chunk
+
+
+class UploadProgress:
+    """An ``hdfs`` client whose bigger writes (the staged code, runtime and AM jar) draw the progress bar; every
+    other call passes through unchanged."""
+
+    MIN_BYTES = 64 * 1024
+    _TMP = re.compile(r"^\.(.+)\.[0-9a-f]{32}\.tmp$")  # hdfs_io writes beside the target, then renames
+
+    def __init__(self, client, bar: Progress):
+        self._client, self._bar = client, bar
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def write(self, hdfs_path: str, data=None, **kwargs):
+        streamed = hasattr(data, "read") and hasattr(data, "fileno")  # a local file (hdfs_io.open_source)
+        total = (os.fstat(data.fileno()).st_size - data.tell() if streamed
+                 else len(data) if isinstance(data, (bytes, bytearray)) else 0)
+        if not self._bar.enabled or total < self.MIN_BYTES:
+            return self._client.write(hdfs_path, data=data, **kwargs)
+        base = hdfs_path.rsplit("/", 1)[-1]
+        match = self._TMP.match(base)
+        name = match.group(1) if match else base
+
+        def report(done: int) -> None:
+            self._bar.update(done / total, f"staging {name} {done / 2**20:.1f}/{total / 2**20:.1f} MiB",
+                             force=done >= total)
+
+        try:
+            body = _ReadProgress(data if streamed else bytes(data), total, report)
+            return self._client.write(hdfs_path, data=body, **kwargs)
+        finally:
+            self._bar.clear()
+
+
+__all__ = ["Progress", "UploadProgress", "app_exit_code", "app_summary", "succeeded"]

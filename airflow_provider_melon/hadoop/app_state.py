@@ -1,0 +1,334 @@
+"""YARN application states, and how a wait for an application judges and reports it: the one vocabulary the
+operator, the sensor, the trigger, the shared poller, the CLI, the doctor, the UI plugin and the staging clean-up
+share, and the one poll step (:class:`PollStep`) of the operator's synchronous wait and the trigger's deferred
+one, so the two cannot drift. Pure and Airflow-free: no I/O, no logging; a step returns the log lines for its
+caller's logger.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional, Sequence
+
+#: every state the ResourceManager reports an application in (``YarnApplicationState``), in the order of a life
+STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
+#: the states of an application that has not ended
+LIVE_STATES = STATES[:5]
+#: the states of an application that has ended (its ``finalStatus`` says how)
+TERMINAL_STATES = STATES[5:]
+DEFAULT_TARGET_STATES = ("FINISHED",)
+DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
+#: how long a kill path waits for the RM to report a killed application ended (the RM shows a kill in progress as
+#: RUNNING for a moment, and a retry starting then must not find it live and reattach to it)
+KILL_WAIT_S = 30.0
+
+
+def classify(app: dict, target_states: Iterable[str] = DEFAULT_TARGET_STATES,
+             failure_states: Iterable[str] = DEFAULT_FAILURE_STATES) -> Optional[str]:
+    """``"error"``, ``"success"`` or None (keep waiting) for an RM ``app`` dict.
+
+    Failure states are matched against the state *and*, once the application is terminal, its
+    ``finalStatus`` (an AM that unregisters FAILED leaves the application FINISHED/FAILED). An application
+    that ends in a state that is neither a target nor a failure is an error too: it can no longer get there.
+    """
+    state = str(app.get("state") or "").upper()
+    final = str(app.get("finalStatus") or "").upper()
+    failure = {s.upper() for s in failure_states}
+    terminal = state in TERMINAL_STATES
+    if state in failure or (terminal and final in failure):
+        return "error"
+    if state in {s.upper() for s in target_states}:
+        return "success"
+    if terminal:
+        return "error"
+    return None
+
+
+def duration_s(app: dict) -> Optional[float]:
+    """Seconds the application ran (RM ``elapsedTime``, else finished − started), None when unknown."""
+    elapsed = app.get("elapsedTime")
+    try:
+        if elapsed not in (None, "", 0, "0"):
+            seconds = float(elapsed) / 1000.0
+            return round(seconds, 3) if math.isfinite(seconds) else None
+        started, finished = float(app.get("startedTime") or 0), float(app.get("finishedTime") or 0)
+    except (TypeError, ValueError):
+        return None
+    if started > 0 and finished >= started and math.isfinite(finished - started):
+        return round((finished - started) / 1000.0, 3)
+    return None
+
+
+def _num(value: Any) -> Optional[float]:
+    """A finite number from a JSON value, else None (``Infinity``/``NaN`` parse as floats, but mean nothing)."""
+    try:
+        number = None if value is None or value == "" or isinstance(value, bool) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _new_summary(instances: int) -> dict:
+    return {"instances": instances, "states": {}, "step": None, "total": None, "loss": None, "metrics": {},
+            "restarts": 0, "failed_exit_codes": []}
+
+
+def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]] = None) -> dict[str, dict]:
+    """Per-role summary of the AM's task list: instances, count per state, the furthest task's step (of total),
+    loss and metrics (what the job reported with ``airflow_provider_melon.runtime.report``), attempts, exits.
+
+    ``roles`` (role → requested instances, from the job spec) fills in roles the AM did not report.
+    """
+    out: dict[str, dict] = {}
+    for role, instances in (roles or {}).items():
+        out[role] = _new_summary(int(instances))
+    for task in tasks if isinstance(tasks, (list, tuple)) else []:
+        if not isinstance(task, dict):
+            continue
+        role = str(task.get("role") or "?")
+        entry = out.setdefault(role, _new_summary(0))
+        if not roles:
+            entry["instances"] += 1
+        state = str(task.get("state") or "UNKNOWN")
+        entry["states"][state] = entry["states"].get(state, 0) + 1
+        step = _num(task.get("step"))
+        if step is not None and (entry["step"] is None or step >= entry["step"]):
+            entry["step"] = int(step)
+            loss, total = _num(task.get("loss")), _num(task.get("total"))
+            if loss is not None:
+                entry["loss"] = loss
+            if total:
+                entry["total"] = int(total)
+            if isinstance(task.get("metrics"), dict) and task["metrics"]:
+                entry["metrics"] = {str(k): v for k, v in task["metrics"].items() if _num(v) is not None}
+        attempt = _num(task.get("attempt"))
+        if attempt:
+            entry["restarts"] = max(entry["restarts"], int(attempt))
+        code = task.get("exit_code")
+        if isinstance(code, (int, str)) and code not in (None, "", 0, "0"):
+            entry["failed_exit_codes"].append(code)
+    return out
+
+
+def task_progress(tasks: Optional[Sequence[dict]]) -> dict[str, dict]:
+    """``role:index`` → what that task reported last (``step``, ``total``, ``loss``, ``metrics``) and its ``state``,
+    from the AM's task list; the per-task view beside :func:`task_summary`'s per-role one."""
+    out: dict[str, dict] = {}
+    for task in tasks if isinstance(tasks, (list, tuple)) else []:
+        if not isinstance(task, dict):
+            continue
+        step, total = _num(task.get("step")), _num(task.get("total"))
+        metrics = task.get("metrics") if isinstance(task.get("metrics"), dict) else {}
+        out[f"{task.get('role') or '?'}:{task.get('index')}"] = {
+            "state": str(task.get("state") or "UNKNOWN"),
+            "step": None if step is None else int(step), "total": int(total) if total else None,
+            "loss": _num(task.get("loss")),
+            "metrics": {str(k): float(v) for k, v in metrics.items() if _num(v) is not None},
+        }
+    return out
+
+
+def progress_line(status: Optional[dict]) -> Optional[str]:
+    """One log line from the AM's ``/status`` JSON: per role the task states and the last step/loss."""
+    if not status or not isinstance(status, dict):
+        return None
+    parts = []
+    for role, entry in task_summary(status.get("tasks")).items():
+        states = ",".join(f"{s}={n}" for s, n in sorted(entry["states"].items()))
+        text = f"{role}[{entry['instances']}] {states}"
+        if entry["step"] is not None:
+            text += f" step={entry['step']}" + (f"/{entry['total']}" if entry["total"] else "")
+        if entry["loss"] is not None:
+            text += f" loss={entry['loss']:.4g}"
+        for name, value in list(entry["metrics"].items())[:4]:
+            text += f" {name}={value:.4g}"
+        if entry["restarts"]:
+            text += f" restarts={entry['restarts']}"
+        parts.append(text)
+    head = f"AM {status.get('state', '?')}"
+    gang = status.get("gang") if isinstance(status.get("gang"), dict) else {}
+    if gang.get("formed") is False and gang.get("hold_s") and gang.get("message"):
+        head += f" ({str(gang['message'])[:200]})"  # waiting for the whole gang: granted/asked, holds given back
+    return head + (" | " + " | ".join(parts) if parts else " | no tasks reported yet")
+
+
+def make_event_payload(status: str, app_id: Optional[str], app: Optional[dict], message: str,
+                       tasks: Optional[list] = None) -> dict[str, Any]:
+    app = app or {}
+    return {
+        "status": status,
+        "app_id": app_id,
+        "state": app.get("state"),
+        "final_status": app.get("finalStatus"),
+        "diagnostics": str(app.get("diagnostics") or ""),
+        "duration_s": duration_s(app),
+        "tracking_url": app.get("trackingUrl"),
+        "message": message,
+        "tasks": tasks,
+    }
+
+
+def outcome_message(app_id: str, app: dict, verdict: str, target_states: Iterable[str]) -> str:
+    state, final = app.get("state"), app.get("finalStatus")
+    if verdict == "success":
+        return f"YARN application {app_id} reached {state} (final status {final})"
+    diag = str(app.get("diagnostics") or "").strip()
+    text = f"YARN application {app_id} ended {state}/{final}"
+    if state not in TERMINAL_STATES or (state == "FINISHED" and final == "SUCCEEDED"):
+        text = f"YARN application {app_id} is {state}/{final}, not one of {', '.join(target_states)}"
+    return text + (f": {diag}" if diag else "")
+
+
+def ended_event(app_id: Optional[str], app: dict, verdict: Optional[str] = None) -> dict[str, Any]:
+    """The event of an application found already ended (no wait): judged by ``verdict``, else by :func:`classify`
+    with the default target (``error`` when that says nothing)."""
+    verdict = verdict or classify(app) or "error"
+    return make_event_payload(verdict, app_id, app, outcome_message(app_id, app, verdict, DEFAULT_TARGET_STATES))
+
+
+def job_result(event: dict, final_json: Optional[dict], status_json: Optional[dict], roles: Optional[dict],
+               outputs: Optional[dict]) -> dict[str, Any]:
+    """A training task's result, from its final event: the task list from the AM's final ``/status`` (written to
+    HDFS before it unregistered), else a live AM's ``status_json``, else the last one a poll saw (the event's, maybe a
+    few seconds old); per role (:func:`task_summary`) and per task (:func:`task_progress`)."""
+    tasks, source = None, "rm"
+    if final_json and final_json.get("tasks"):
+        tasks, source = final_json["tasks"], "am-final"
+    elif status_json and status_json.get("tasks"):
+        tasks, source = status_json["tasks"], "am"
+    elif event.get("tasks"):
+        tasks, source = event["tasks"], "am-last-seen"
+    return {
+        "app_id": event.get("app_id"),
+        "final_status": event.get("final_status"),
+        "state": event.get("state"),
+        "tasks": task_summary(tasks, roles),
+        "progress": task_progress(tasks),
+        "task_source": source,
+        "diagnostics": event.get("diagnostics") or "",
+        "outputs": dict(outputs or {}),
+        "tracking_url": event.get("tracking_url"),
+        "duration_s": event.get("duration_s"),
+    }
+
+
+def kill_waiting(retrying: type) -> Any:
+    """The wait after a kill, as a tenacity ``Retrying`` (or ``AsyncRetrying``) to call with the state getter: it
+    reads the state until the application is no longer live, at most :data:`KILL_WAIT_S`; gives the last state."""
+    import tenacity
+
+    return retrying(stop=tenacity.stop_after_delay(KILL_WAIT_S), wait=tenacity.wait_fixed(0.5),
+                    retry=tenacity.retry_if_result(lambda state: state in LIVE_STATES),
+                    retry_error_callback=lambda last: last.outcome.result())
+
+
+def killed_line(app_id: Optional[str], state: Optional[str]) -> "LogLine":
+    """The line after that wait: the state the RM reports, with a warning while it still shows it live."""
+    if state in LIVE_STATES:
+        return "warning", "YARN application %s still shows %s %.0f s after the kill", (app_id, state, KILL_WAIT_S)
+    return "info", "YARN application %s is %s", (app_id, state)
+
+
+# ------------------------------------------------------------------------------------------------------
+# One poll of a wait: the sync loop (MelonTrainOperator.poll_until_complete) and the async one
+# (YarnApplicationTrigger.run) both go through these steps
+# ------------------------------------------------------------------------------------------------------
+
+#: a log line: (logger method, format, args)
+LogLine = tuple[str, str, tuple]
+
+
+class Seen:
+    """What one RM report of the application means for the wait."""
+
+    def __init__(self, state: Optional[str], lines: list[LogLine], progress_due: bool, verdict: Optional[str]):
+        self.state, self.lines, self.progress_due, self.verdict = state, lines, progress_due, verdict
+
+    def wants_status(self, job_logs: bool) -> bool:
+        """Read the AM's ``/status`` this poll: its progress line is due, or the job logs follow the tasks'
+        containers (every running poll)."""
+        return self.progress_due or (job_logs and self.state == "RUNNING")
+
+    def final_logs(self) -> bool:
+        """The application ended: the rest of the job logs is read once."""
+        return self.verdict is not None and self.state in TERMINAL_STATES
+
+
+class PollStep:
+    """The state of a wait for one application and its steps: the deadline, the budget of failed polls in a row,
+    the state-change and heartbeat lines, the AM progress line every ``log_every_n`` running polls, the verdict
+    and its message. The caller does the I/O (RM, AM, sleeping) and logs the lines it is handed."""
+
+    def __init__(self, app_id: Optional[str], *, log_every_n: int, max_consecutive_failures: int,
+                 stream_progress: bool, target_states: Iterable[str] = DEFAULT_TARGET_STATES,
+                 failure_states: Iterable[str] = DEFAULT_FAILURE_STATES, last_state: Optional[str] = None,
+                 failures: int = 0):
+        self.app_id = app_id
+        self.log_every_n = log_every_n
+        self.max_consecutive_failures = max_consecutive_failures
+        self.stream_progress = stream_progress
+        self.target_states = tuple(target_states)
+        self.failure_states = tuple(failure_states)
+        self.last_state = last_state
+        self.failures = failures
+        self.polls = 0
+        self.running_polls = 0
+
+    @staticmethod
+    def timed_out(remaining: Optional[float]) -> bool:
+        return remaining is not None and remaining <= 0
+
+    def timeout_message(self, name: Optional[str] = None) -> str:
+        return (f"YARN application {name or self.app_id} did not finish before the task's timeout "
+                f"(last state {self.last_state})")
+
+    def failed(self, exc: BaseException) -> tuple[Optional[str], Optional[LogLine]]:
+        """A poll that failed: (the error message when the budget is spent, else None; the warning line)."""
+        self.failures += 1
+        if self.failures > self.max_consecutive_failures:
+            return (f"YARN RM unreachable for {self.failures} polls in a row (budget "
+                    f"{self.max_consecutive_failures}) while following {self.app_id}: {exc}"), None
+        return None, ("warning", "Polling YARN application %s failed (%d/%d in a row): %s",
+                      (self.app_id, self.failures, self.max_consecutive_failures, exc))
+
+    def answered(self) -> None:
+        """The RM answered (the failure budget starts again); one more poll."""
+        self.failures = 0
+        self.polls += 1
+
+    def seen(self, app: dict) -> Seen:
+        """An RM report of the application (after :meth:`answered`)."""
+        state = app.get("state")
+        lines: list[LogLine] = []
+        if state != self.last_state:
+            lines.append(("info", "YARN application %s: %s -> %s (final status %s)",
+                          (self.app_id, self.last_state or "-", state, app.get("finalStatus"))))
+            self.last_state = state
+        elif self.polls % self.log_every_n == 0:
+            lines.append(("info", "YARN application %s still %s (poll %d, progress %s%%)",
+                          (self.app_id, state, self.polls, app.get("progress", "?"))))
+        self.running_polls += state == "RUNNING"
+        progress_due = self.stream_progress and state == "RUNNING" and (self.running_polls - 1) % self.log_every_n == 0
+        return Seen(state, lines, progress_due, classify(app, self.target_states, self.failure_states))
+
+    def status(self, seen: Seen, status: Any, tasks: Optional[list]) -> tuple[Optional[list], list[LogLine]]:
+        """The AM's ``/status`` read this poll: (the task list to keep, the progress line when due)."""
+        if not isinstance(status, dict) or not status:
+            return tasks, []
+        tasks = status.get("tasks") or tasks
+        line = progress_line(status) if seen.progress_due else None
+        return tasks, ([("info", "%s: %s", (self.app_id, line))] if line else [])
+
+    def outcome(self, app: dict, verdict: str) -> str:
+        return outcome_message(self.app_id, app, verdict, self.target_states)
+
+
+def emit(logger: Any, lines: Iterable[LogLine]) -> None:
+    """Log a step's lines on ``logger``."""
+    for level, fmt, args in lines:
+        getattr(logger, level)(fmt, *args)
+
+
+__all__ = ["DEFAULT_FAILURE_STATES", "DEFAULT_TARGET_STATES", "LIVE_STATES", "PollStep", "STATES", "Seen",
+           "TERMINAL_STATES", "classify", "duration_s", "KILL_WAIT_S", "emit", "ended_event", "job_result", "kill_waiting", "killed_line", "make_event_payload", "outcome_message",
+           "progress_line", "task_progress", "task_summary"]

@@ -1,0 +1,204 @@
+"""The package's layout rules (docs/architecture.md), checked by reading its source with ``ast``.
+
+* the package root holds at most 8 modules; no module is over 700 lines (``runtime/executor.py`` excepted while
+  it is split);
+* layers point down: a module imports only from its own layer or the ones below (any import, also one inside
+  a function: an import that runs later still points somewhere);
+* ``runtime/`` and ``gpu/`` (the container payload) import nothing from Airflow or from ``hadoop/``; ``hadoop/``
+  imports nothing from Airflow;
+* no import cycle between modules at import time (module-level imports, ``if TYPE_CHECKING:`` ones aside);
+* the modules that moved out of the root (issue 25) still import under their old dotted path, with a
+  DeprecationWarning, as the same module object.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import airflow_provider_melon
+
+PKG = Path(airflow_provider_melon.__file__).resolve().parent
+NAME = "airflow_provider_melon"
+MAX_LINES = 700
+OVER_LIMIT_ALLOWED = {"runtime/executor.py"}  # being split by its owner
+
+#: layer of each top-level part of the package (a module imports from its layer or lower ones only)
+LAYERS = {
+    "runtime": 0, "gpu": 0, "am": 0,
+    "hadoop": 1,
+    "spec": 2, "submission": 2, "planner": 2, "provider_info": 2,
+    "version_compat": 3, "hooks": 3,
+    "links": 4, "operators": 4, "sensors": 4, "triggers": 4, "plugin": 4, "hdfs_io": 4,
+    "cli": 5, "dev": 5,
+}
+AIRFLOW_FREE = ("runtime", "gpu", "hadoop")
+NOT_FROM_HADOOP = ("runtime", "gpu")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join([NAME, *parts])] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _part(module: str) -> str:
+    """The top-level part of the package a module belongs to ('' for the package's own __init__)."""
+    rest = module[len(NAME) + 1:] if module != NAME else ""
+    return rest.split(".", 1)[0]
+
+
+def _type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:``: its imports never run (still an arrow for the layers, not for import cycles)."""
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, module: str) -> list[tuple[str, bool]]:
+    """(imported name, at module level) for every import in a file; relative imports resolved."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+                and not _type_checking(child)
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, top) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.rsplit(".", child.level - 1)[0] if child.level > 1 else package
+                    base = f"{anchor}.{base}" if base else anchor
+                for alias in child.names:
+                    sub = f"{base}.{alias.name}"
+                    found.append((sub if sub in MODULES else base, top))
+            visit(child, inner)
+
+    visit(tree, True)
+    return found
+
+
+GRAPH = {m: _imports(p, m) for m, p in MODULES.items()}
+
+
+def test_the_package_root_holds_at_most_8_modules():
+    root = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(root) <= 8, root
+
+
+def test_no_module_is_over_700_lines():
+    long = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert set(long) <= OVER_LIMIT_ALLOWED, long
+
+
+def test_layers_point_down():
+    upward = []
+    for module, imports in GRAPH.items():
+        here = LAYERS.get(_part(module))
+        if here is None:
+            continue  # the package __init__: import-light, aliases only
+        for name, _top in imports:
+            if name.startswith(NAME + ".") and (there := LAYERS.get(_part(name))) is not None and there > here:
+                upward.append(f"{module} -> {name}")
+    assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
+
+
+@pytest.mark.parametrize("part", AIRFLOW_FREE)
+def test_airflow_free_parts_import_no_airflow(part):
+    bad = [f"{m} -> {n}" for m, imports in GRAPH.items() if _part(m) == part
+           for n, _top in imports if n == "airflow" or n.startswith("airflow.")]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("part", NOT_FROM_HADOOP)
+def test_the_container_payload_imports_nothing_from_hadoop(part):
+    bad = [f"{m} -> {n}" for m, imports in GRAPH.items() if _part(m) == part
+           for n, _top in imports if _part(n) == "hadoop" and n.startswith(NAME)]
+    assert not bad, bad
+
+
+def test_no_import_cycle_at_import_time():
+    edges = {m: sorted({n for n, top in imports if top and n in MODULES and n != m})
+             for m, imports in GRAPH.items()}
+    cycles, state = [], {}
+
+    def walk(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in edges[node]:
+            if nxt.startswith(node + "."):
+                continue  # a package importing its own submodule (re-export) is not a cycle
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                walk(nxt, path + [nxt])
+        state[node] = "done"
+
+    for module in edges:
+        if module not in state:
+            walk(module, [module])
+    assert not cycles, "\n".join(cycles)
+
+
+@pytest.mark.parametrize("old", sorted(airflow_provider_melon.MOVED))
+def test_a_moved_module_imports_under_its_old_path_with_a_warning(old):
+    new = f"{NAME}.{airflow_provider_melon.MOVED[old]}"
+    code = (
+        "import importlib, sys, warnings\n"
+        f"new = importlib.import_module({new!r})\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    old = importlib.import_module({NAME + '.' + old!r})\n"
+        f"    from {NAME} import {old} as via_attribute\n"
+        "assert old is new and via_attribute is new, (old, new)\n"
+        f"assert sys.modules[{NAME + '.' + old!r}] is new\n"
+        f"assert new.__spec__.name == {new!r}, new.__spec__\n"
+        "assert [w for w in caught if issubclass(w.category, DeprecationWarning)"
+        f" and {new!r} in str(w.message)], [str(w.message) for w in caught]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_unknown_names_still_fail():
+    with pytest.raises(ImportError):
+        importlib.import_module(f"{NAME}.no_such_module")
+    with pytest.raises(AttributeError):
+        getattr(airflow_provider_melon, "no_such_module")
+
+
+def test_the_public_paths_of_a_dag_still_import():
+    from airflow_provider_melon.hdfs_io import hdfs_home, put_once, run_slug
+    from airflow_provider_melon.hooks.yarn import AsyncYarnHook, NodeManagerError, YarnApiError, YarnHook
+    from airflow_provider_melon.hooks.yarn_async import AsyncYarnHook as moved
+    from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger, classify, progress_line
+
+    assert all(map(callable, (hdfs_home, put_once, run_slug, classify, progress_line)))
+    assert AsyncYarnHook is moved and issubclass(NodeManagerError, YarnApiError) and YarnHook
+    assert YarnApplicationTrigger.__module__ == "airflow_provider_melon.triggers.yarn"  # serialized in the DB
+
+
+def test_paths_relative_to_a_moved_module_still_name_the_checkout():
+    """minicluster.py moved one folder down (dev/): its REPO_ROOT (the launcher, the default work dir, `melon up`'s
+    DAGs) must still be the checkout's root, and the bundle's PACKAGE_DIR the package."""
+    from airflow_provider_melon.dev import minicluster as mc
+    from airflow_provider_melon.hadoop import bundle
+
+    assert (mc.REPO_ROOT / "setup.cfg").is_file() and mc.APPMASTER_DIR.is_dir(), mc.REPO_ROOT
+    assert bundle.PACKAGE_DIR == PKG
