@@ -14,7 +14,7 @@ So two things are tested:
 2. Hadoop 3.5.0's own unpacking (the version appmaster/pom.xml builds against), on generated hostile zip and
    tar.gz archives (``../`` entries, absolute paths, symlinks and hard links out of the folder): nothing is
    written outside the target folder; ``../`` entries are refused with an error. It runs a small Java class
-   against the AM build's classpath (``appmaster/launcher/target/classpath.txt``, made by ``make setup``/``make build``)
+   against the AM build's classpath (``appmaster/launcher/target/classpath.txt``, made by ``make setup``)
    and is skipped without it.
 """
 
@@ -199,7 +199,7 @@ public class MelonUnpack {
 def hadoop_unpack(tmp_path_factory):
     java, javac = shutil.which("java"), shutil.which("javac")
     if not (java and javac and HADOOP_CLASSPATH.is_file()):
-        pytest.skip("needs a JDK and the AM build's Hadoop classpath (appmaster/launcher/target/classpath.txt: make build)")
+        pytest.skip("needs a JDK and the AM build's Hadoop classpath (appmaster/launcher/target/classpath.txt: make setup or appmaster/build.sh --dev)")
     classpath = HADOOP_CLASSPATH.read_text().strip()
     classes = tmp_path_factory.mktemp("unpack-classes")
     (classes / "MelonUnpack.java").write_text(UNPACK_JAVA)
