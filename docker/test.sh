@@ -6,7 +6,9 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 source "$here/engine.sh"
-lines="${HADOOP_VERSION:-3.5.0}"
+# 3.3.6 (Java 11) by default: the oldest supported line, while the embedded mini cluster of `make test` runs 3.5.0
+# (both lines in CI's budget; HADOOP_VERSION="3.3.6 3.5.0" runs the stack on both, ~20 min more)
+lines="${HADOOP_VERSION:-3.3.6}"
 t0=$(date +%s)
 HADOOP_VERSION="$lines" bash "$here/build.sh"
 t1=$(date +%s)
