@@ -10,6 +10,10 @@ a newer Airflow is switched on the ``AIRFLOW_V_3_x_PLUS`` flags below:
   :data:`TRIGGER_KILL_PATHS`: the trigger kills the application on every line, by the path its line has.
 * :func:`stream_to_stderr` (3.0): the CLI's log records go to stderr; 3.0's ``RedirectStdHandler`` cannot be
   re-pointed, so it is replaced.
+* The ``yarn`` connection's form: Airflow 3.2+ reads ``conn-fields`` from provider info; 3.0 and 3.1 only call
+  ``YarnHook.get_connection_form_widgets()``, so that classmethod builds every field of
+  ``provider_info.CONN_FORM_FIELDS`` (the RM client's and MelonHook's: ``fs_default_fs``, ``python``, …), not only
+  the RM client's (on 3.0.6 the form lacked MelonHook's five fields until this was so).
 """
 
 from __future__ import annotations
