@@ -6,6 +6,7 @@
 # triggerer, a retry that reattaches, the UI plugin's pages) on the real mini cluster. Results (pytest's summary
 # line per part) go to .venv-compat/results/<line>.txt and a table at the end; exit 1 if any part failed.
 #
+# 3.3, the line `make test` runs, reuses the project's constraints.txt (compat/constraints-3.3.txt is a link to it).
 # INSTALL_ONLY=1 builds the venvs and runs nothing. RESOLVE=1 re-resolves a line's constraints (a fresh venv, pip's resolver, `pip freeze`) and rewrites
 # compat/constraints-<line>.txt: Airflow's own published constraints (constraints-<version>/constraints-3.11.txt on
 # GitHub) are not reachable from this machine, so the committed files stand in for them (their headers say so).
@@ -15,12 +16,10 @@ cd "$(dirname "$0")/.."
 
 declare -A VERSION=([3.0]=3.0.6 [3.1]=3.1.8 [3.2]=3.2.2 [3.3]=3.3.2)
 # Hints for RESOLVE only (the resolver otherwise backtracks for many minutes): Airflow 3.0 pins SQLAlchemy < 2,
-# and the FAB provider's flask-sqlalchemy>=3.0.5 then needs flask-sqlalchemy 3.0.x (3.1 wants SQLAlchemy 2). Not a
-# speed hint but a fix: Airflow 3.0.6 (pyjwt>=2.10) signs its tokens with iss=None, which PyJWT 2.11+ refuses
-# ("Issuer (iss) must be a string": every POST /auth/token a 500, no task can run); 3.1 requires pyjwt>=2.11 itself.
+# and the FAB provider's flask-sqlalchemy>=3.0.5 then needs flask-sqlalchemy 3.0.x (3.1 wants SQLAlchemy 2).
 # Airflow 3.1.8 pins fastapi<0.118: cadwyn 5.5+ needs fastapi>=0.119 and fastapi 0.117 needs starlette<0.49, so
 # without those two hints pip walks back through every newer cadwyn and starlette release.
-declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1 pyjwt<2.11" [3.1]="cadwyn<5.5 starlette<0.49")
+declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1" [3.1]="cadwyn<5.5 starlette<0.49")
 LINES=${LINES:-"3.0 3.1 3.2 3.3"}
 PY=${PYTHON:-python3}
 # docs: tests/unit/test_docs.py builds the Sphinx site (part of the unit tests, as in `make test`)
@@ -38,6 +37,9 @@ mkdir -p "$RESULTS"
 resolve() {  # $1 line: a fresh resolve of apache-airflow==<version> + this package -> compat/constraints-<line>.txt
   local line=$1 version=${VERSION[$1]} venv=.venv-compat/$1 out=compat/constraints-$1.txt
   local hints=.venv-compat/hints-$1.txt
+  if [ -L "$out" ]; then  # 3.3: the project's own constraints.txt (`make constraints` refreshes it), not resolved here
+    echo "$out is a link to $(readlink "$out"): refresh that with \`make constraints\`"; return 1
+  fi
   rm -rf "$venv" && "$PY" -m venv "$venv" || return 1
   tr ' ' '\n' <<< "${HINTS[$1]:-}" > "$hints"
   "$venv/bin/python" -m pip install -q -c "$hints" "apache-airflow==$version" -e "$EXTRAS" || return 1
