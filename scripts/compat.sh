@@ -17,9 +17,13 @@ cd "$(dirname "$0")/.."
 declare -A VERSION=([3.0]=3.0.6 [3.1]=3.1.8 [3.2]=3.2.2 [3.3]=3.3.2)
 # Hints for RESOLVE only (the resolver otherwise backtracks for many minutes): Airflow 3.0 pins SQLAlchemy < 2,
 # and the FAB provider's flask-sqlalchemy>=3.0.5 then needs flask-sqlalchemy 3.0.x (3.1 wants SQLAlchemy 2).
+# Not for speed: Airflow 3.0.6 declares fastapi>=0.115 without a cap, and on what pip picks then (fastapi 0.165,
+# cadwyn 9) its execution API refuses every task's PATCH /execution/task-instances/<id>/run (422 "Input should be a
+# valid dictionary"): no task runs. The 3.0 line gets the caps 3.1.8 itself declares (fastapi<0.118; cadwyn<5.5 and
+# starlette<0.49 follow from it).
 # Airflow 3.1.8 pins fastapi<0.118: cadwyn 5.5+ needs fastapi>=0.119 and fastapi 0.117 needs starlette<0.49, so
 # without those two hints pip walks back through every newer cadwyn and starlette release.
-declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1" [3.1]="cadwyn<5.5 starlette<0.49")
+declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1 fastapi<0.118 cadwyn<5.5 starlette<0.49" [3.1]="cadwyn<5.5 starlette<0.49")
 LINES=${LINES:-"3.0 3.1 3.2 3.3"}
 PY=${PYTHON:-python3}
 # docs: tests/unit/test_docs.py builds the Sphinx site (part of the unit tests, as in `make test`)
