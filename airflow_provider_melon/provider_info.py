@@ -114,6 +114,11 @@ MELON_CONN_FIELDS = {
 }
 
 
+#: The ``yarn`` connection's whole form: ``conn-fields`` in provider info (read by Airflow >= 3.2) and the same
+#: fields from ``YarnHook.get_connection_form_widgets`` (what Airflow 3.0/3.1 read: version_compat.py).
+CONN_FORM_FIELDS = {**YARN_CONN_FIELDS, **MELON_CONN_FIELDS}
+
+
 def get_provider_info() -> dict:
     return {
         "package-name": "airflow-provider-melon",
@@ -151,7 +156,7 @@ def get_provider_info() -> dict:
                 "connection-type": "yarn",
                 "hook-class-name": "airflow_provider_melon.hooks.yarn.YarnHook",
                 "hook-name": "YARN ResourceManager",
-                "conn-fields": {**YARN_CONN_FIELDS, **MELON_CONN_FIELDS},
+                "conn-fields": CONN_FORM_FIELDS,
                 "ui-field-behaviour": YARN_UI_FIELD_BEHAVIOUR,
             },
         ],

@@ -10,6 +10,10 @@ a newer Airflow is switched on the ``AIRFLOW_V_3_x_PLUS`` flags below:
   :data:`TRIGGER_KILL_PATHS`: the trigger kills the application on every line, by the path its line has.
 * :func:`stream_to_stderr` (3.0): the CLI's log records go to stderr; 3.0's ``RedirectStdHandler`` cannot be
   re-pointed, so it is replaced.
+* The ``yarn`` connection's form: Airflow 3.2+ reads ``conn-fields`` from provider info; 3.0 and 3.1 only call
+  ``YarnHook.get_connection_form_widgets()``, so that classmethod builds every field of
+  ``provider_info.CONN_FORM_FIELDS`` (the RM client's and MelonHook's: ``fs_default_fs``, ``python``, …), not only
+  the RM client's (on 3.0.6 the form lacked MelonHook's five fields until this was so).
 """
 
 from __future__ import annotations
@@ -125,6 +129,14 @@ TRIGGER_KILL_PATHS = {"3.0": "cancel + task state", "3.1": "cancel + task state"
 TRIGGER_ON_KILL_ALSO_ON_HANDOVER = AIRFLOW_V_3_3_PLUS
 
 
+#: Airflow 3.0 reads an unset ``[api_auth] jwt_issuer`` as ``[]`` and signs every JWT with ``"iss": []``, which PyJWT
+#: 2.11+ refuses ("Issuer (iss) must be a string"): every ``POST /auth/token`` of the api-server is a 500 and no task
+#: gets its execution-API token. The FAB provider 3.9+ (and Flask-JWT-Extended 4.7.4) require PyJWT 2.11+, so such a
+#: 3.0 deployment must set ``jwt_issuer`` (Airflow recommends it anyway); 3.1+ leave a falsy issuer out of the token.
+#: The embedded Airflow (``local_airflow.LocalAirflow``) sets one below 3.1.
+JWT_ISSUER_MUST_BE_SET = not AIRFLOW_V_3_1_PLUS
+
+
 def remote_logging() -> bool:
     """Whether task logs go to remote storage (``[logging] remote_logging``): the triggerer then uploads a
     trigger's log only when the trigger ends (every 3.x line)."""
@@ -187,6 +199,7 @@ def connection_form_widgets(fields: dict) -> dict:
 __all__ = [
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
+    "JWT_ISSUER_MUST_BE_SET",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "TaskDeferred",
     "XCom", "conf", "connection_form_widgets", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",

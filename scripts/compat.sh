@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `make compat [LINES="3.0 3.3"]`: the provider on each supported Airflow minor line, newest patch of each.
 # For each line: a venv .venv-compat/<line> (git-ignored) with `apache-airflow==<version>` and this package
-# (`-e '.[test,pack]'`, no TensorFlow: the subset's jobs are `generic` ones) pinned by compat/constraints-<line>.txt,
+# (`-e '.[test,pack,docs]'`, no TensorFlow: the subset's jobs are `generic` ones) pinned by compat/constraints-<line>.txt,
 # then the unit tests and the real-Airflow e2e subset (COMPAT_E2E below: a deferred train task held by the
 # triggerer, a retry that reattaches, the UI plugin's pages) on the real mini cluster. Results (pytest's summary
 # line per part) go to .venv-compat/results/<line>.txt and a table at the end; exit 1 if any part failed.
 #
+# 3.3, the line `make test` runs, reuses the project's constraints.txt (compat/constraints-3.3.txt is a link to it).
 # INSTALL_ONLY=1 builds the venvs and runs nothing. RESOLVE=1 re-resolves a line's constraints (a fresh venv, pip's resolver, `pip freeze`) and rewrites
 # compat/constraints-<line>.txt: Airflow's own published constraints (constraints-<version>/constraints-3.11.txt on
 # GitHub) are not reachable from this machine, so the committed files stand in for them (their headers say so).
@@ -16,10 +17,17 @@ cd "$(dirname "$0")/.."
 declare -A VERSION=([3.0]=3.0.6 [3.1]=3.1.8 [3.2]=3.2.2 [3.3]=3.3.2)
 # Hints for RESOLVE only (the resolver otherwise backtracks for many minutes): Airflow 3.0 pins SQLAlchemy < 2,
 # and the FAB provider's flask-sqlalchemy>=3.0.5 then needs flask-sqlalchemy 3.0.x (3.1 wants SQLAlchemy 2).
-declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1")
+# Not for speed: Airflow 3.0.6 declares fastapi>=0.115 without a cap, and on what pip picks then (fastapi 0.165,
+# cadwyn 9) its execution API refuses every task's PATCH /execution/task-instances/<id>/run (422 "Input should be a
+# valid dictionary"): no task runs. The 3.0 line gets the caps 3.1.8 itself declares (fastapi<0.118; cadwyn<5.5 and
+# starlette<0.49 follow from it).
+# Airflow 3.1.8 pins fastapi<0.118: cadwyn 5.5+ needs fastapi>=0.119 and fastapi 0.117 needs starlette<0.49, so
+# without those two hints pip walks back through every newer cadwyn and starlette release.
+declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1 fastapi<0.118 cadwyn<5.5 starlette<0.49" [3.1]="cadwyn<5.5 starlette<0.49")
 LINES=${LINES:-"3.0 3.1 3.2 3.3"}
 PY=${PYTHON:-python3}
-EXTRAS='.[test,pack]'
+# docs: tests/unit/test_docs.py builds the Sphinx site (part of the unit tests, as in `make test`)
+EXTRAS='.[test,pack,docs]'
 # The e2e subset: existing tests, each run as `make test` runs it.
 COMPAT_E2E=(
   "tests/e2e/test_real_airflow.py::test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer"
@@ -33,6 +41,9 @@ mkdir -p "$RESULTS"
 resolve() {  # $1 line: a fresh resolve of apache-airflow==<version> + this package -> compat/constraints-<line>.txt
   local line=$1 version=${VERSION[$1]} venv=.venv-compat/$1 out=compat/constraints-$1.txt
   local hints=.venv-compat/hints-$1.txt
+  if [ -L "$out" ]; then  # 3.3: the project's own constraints.txt (`make constraints` refreshes it), not resolved here
+    echo "$out is a link to $(readlink "$out"): refresh that with \`make constraints\`"; return 1
+  fi
   rm -rf "$venv" && "$PY" -m venv "$venv" || return 1
   tr ' ' '\n' <<< "${HINTS[$1]:-}" > "$hints"
   "$venv/bin/python" -m pip install -q -c "$hints" "apache-airflow==$version" -e "$EXTRAS" || return 1
@@ -43,16 +54,17 @@ resolve() {  # $1 line: a fresh resolve of apache-airflow==<version> + this pack
       'import platform; print(platform.python_version())') venv, then \`pip freeze\`."
     "$venv/bin/python" -m pip freeze --exclude-editable | grep -v '^airflow-provider-melon'
   } > "$out"
-  touch "$venv/.melon-compat-installed"
+  echo "$EXTRAS" > "$venv/.melon-compat-installed"
 }
 
 install() {  # $1 line: the venv from the committed constraints (reused while setup.cfg and they are unchanged)
   local line=$1 version=${VERSION[$1]} venv=.venv-compat/$1 cons=compat/constraints-$1.txt
   local stamp=$venv/.melon-compat-installed
-  if [ -f "$stamp" ] && [ ! setup.cfg -nt "$stamp" ] && [ ! "$cons" -nt "$stamp" ]; then return 0; fi
+  if [ -f "$stamp" ] && [ ! setup.cfg -nt "$stamp" ] && [ ! "$cons" -nt "$stamp" ] \
+    && [ "$(cat "$stamp")" = "$EXTRAS" ]; then return 0; fi
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv" || return 1
   "$venv/bin/python" -m pip install -q -c "$cons" "apache-airflow==$version" -e "$EXTRAS" || return 1
-  touch "$stamp"
+  echo "$EXTRAS" > "$stamp"
 }
 
 summary() {  # pytest's last line ("3 passed, 1 skipped in 12.3s") or why there is none

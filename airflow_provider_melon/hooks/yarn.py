@@ -81,7 +81,9 @@ from airflow_provider_melon.hadoop.rm_json import (  # noqa: F401
 )
 
 # The connection form is declared in provider_info (Airflow reads it without importing this module).
-from airflow_provider_melon.provider_info import YARN_CONN_FIELDS as CONN_FIELDS
+# CONN_FIELDS is the whole form (the RM client's fields and MelonHook's): Airflow 3.0/3.1 take the form from
+# get_connection_form_widgets only (version_compat.py), so it must list MelonHook's fields too.
+from airflow_provider_melon.provider_info import CONN_FORM_FIELDS as CONN_FIELDS
 from airflow_provider_melon.provider_info import YARN_UI_FIELD_BEHAVIOUR as UI_FIELD_BEHAVIOUR
 from airflow_provider_melon.version_compat import connection_form_widgets
 

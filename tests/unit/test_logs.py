@@ -474,6 +474,7 @@ def _crash_then_successor(nm, monkeypatch, *, graceful: bool):
     return first, second, saved, last
 
 
+@needs_async_xcom
 def test_remote_logging_a_successor_goes_on_from_what_the_task_log_holds_not_what_the_dead_trigger_printed(
         nm, monkeypatch):
     """With remote logging Airflow uploads a trigger's log when it ends: a trigger killed unended leaves nothing in
@@ -492,6 +493,7 @@ def test_remote_logging_a_successor_goes_on_from_what_the_task_log_holds_not_wha
     assert any("the task log is known to hold" in str(c.args) for c in second._log.info.call_args_list)
 
 
+@needs_async_xcom
 def test_remote_logging_a_trigger_that_ends_saves_its_offsets_as_held_by_the_task_log(nm, monkeypatch):
     """A trigger that ends (cancelled by a stopping triggerer: cleanup runs, then Airflow uploads its log) advances
     what the task log holds to its floor: the successor re-shows only the last batches, not the whole job."""

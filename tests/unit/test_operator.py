@@ -386,7 +386,8 @@ def test_an_app_with_the_tags_but_not_ours_is_not_reattached_to(hooks, capsys, p
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
     assert make_op().execute(make_context())["app_id"] == APP
     hooks.submit.assert_called_once()
-    said = [line for line in capsys.readouterr().out.splitlines() if "application_1_0001" in line]
+    shown = capsys.readouterr()  # the task SDK's log goes to stdout; Airflow 3.0's logging handler writes stderr
+    said = [line for line in (shown.out + shown.err).splitlines() if "application_1_0001" in line]
     assert any(f"Not reattaching to YARN application application_1_0001 ({planted['state']}/"
                f"{planted['finalStatus']}) found by tags: {why}" in line for line in said), said
 
@@ -418,7 +419,9 @@ def test_an_app_this_task_killed_is_not_reattached_to_while_the_rm_shows_it_runn
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
     assert make_op(durable=False).execute(make_context(store))["app_id"] == APP
     hooks.submit.assert_called_once()
-    assert "application_1_0001 (RUNNING/UNDEFINED) found by tags: an earlier try of this task killed it" in capsys.readouterr().out
+    shown = capsys.readouterr()  # stdout (task SDK log), stderr on Airflow 3.0
+    assert ("application_1_0001 (RUNNING/UNDEFINED) found by tags: an earlier try of this task killed it"
+            in shown.out + shown.err)
 
 
 @needs_state_store

@@ -347,6 +347,7 @@ def _task_in_state(monkeypatch, trig, state):
     return calls
 
 
+@pytest.mark.skipif(not trigger_has_on_kill(), reason="Airflow < 3.3: the triggerer calls no BaseTrigger.on_kill()")
 @pytest.mark.parametrize("state,killed", [("failed", True), ("success", True), (None, True), ("deferred", False),
                                           (RuntimeError("api down"), True)],
                          ids=["marked-failed", "marked-success", "cleared", "handed-over", "state-unknown"])
