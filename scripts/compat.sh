@@ -23,7 +23,10 @@ declare -A VERSION=([3.0]=3.0.6 [3.1]=3.1.8 [3.2]=3.2.2 [3.3]=3.3.2)
 # starlette<0.49 follow from it).
 # Airflow 3.1.8 pins fastapi<0.118: cadwyn 5.5+ needs fastapi>=0.119 and fastapi 0.117 needs starlette<0.49, so
 # without those two hints pip walks back through every newer cadwyn and starlette release.
-declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1 fastapi<0.118 cadwyn<5.5 starlette<0.49" [3.1]="cadwyn<5.5 starlette<0.49")
+# Airflow 3.2.2 declares fastapi>=0.129 uncapped; on fastapi 0.165 its execution API's routes fail to build
+# (pydantic "AttributeError: __pydantic_core_schema__" in fastapi/routing.py: the dag-processor dies at start).
+# Capped at the fastapi below 0.137 that 3.3.2 runs on in constraints.txt; cadwyn 8+ needs fastapi 0.137.1+.
+declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1 fastapi<0.118 cadwyn<5.5 starlette<0.49" [3.1]="cadwyn<5.5 starlette<0.49" [3.2]="fastapi<0.137 cadwyn<8")
 LINES=${LINES:-"3.0 3.1 3.2 3.3"}
 PY=${PYTHON:-python3}
 # docs: tests/unit/test_docs.py builds the Sphinx site (part of the unit tests, as in `make test`)
