@@ -136,6 +136,52 @@ TRIGGER_ON_KILL_ALSO_ON_HANDOVER = AIRFLOW_V_3_3_PLUS
 #: The embedded Airflow (``local_airflow.LocalAirflow``) sets one below 3.1.
 JWT_ISSUER_MUST_BE_SET = not AIRFLOW_V_3_1_PLUS
 
+#: Airflow 3.0: the REST API's ``xcomEntries/...?deserialize=true`` answers 400 ("XCom deserialization is disabled in
+#: configuration") unless ``[api] enable_xcom_deserialize_support`` is on; 3.1 dropped the option (always allowed).
+#: The embedded Airflow (``dev/local_airflow.LocalAirflow``, whose ``xcom()`` reads values so) turns it on below 3.1.
+XCOM_DESERIALIZE_NEEDS_CONFIG = not AIRFLOW_V_3_1_PLUS
+
+#: Airflow 3.0 / 3.1: a trigger's sync SDK call (the hook's connection, a task state) made from a plain worker thread
+#: (``asyncio.to_thread``) reaches the triggerer's comms through asgiref's ``async_to_sync``, which, outside an
+#: asgiref thread, runs it on a second event loop: its read interleaves with the main loop's, the runner raises
+#: "Response read out of order" and the triggerer's runner process dies (seen by ``make compat`` with several deferred
+#: trials on 3.0.6 and 3.1.8). 3.2 sends such calls to the main loop (``run_coroutine_threadsafe``). Below 3.2 the
+#: provider's trigger threads are asgiref's (``sync_to_async``), whose ``async_to_sync`` goes back to the main loop.
+TRIGGER_THREADS_THROUGH_ASGIREF = not AIRFLOW_V_3_2_PLUS
+
+#: Airflow 3.1+: outlets a task adds at run time (outputs known only then: a templated path) become asset events.
+#: Airflow 3.0's api-server refuses a success with an outlet that is not an active asset from parse time
+#: (``AirflowInactiveAssetInInletOrOutletException`` in ``register_asset_changes_in_db``: the task fails after it
+#: pushed its result; seen by ``make compat`` on 3.0.6 with the HPO example's templated outputs). On 3.0 only the
+#: parse-time outlets (a literal job's ``hdfs://`` outputs) are the task's assets.
+RUNTIME_OUTLETS = AIRFLOW_V_3_1_PLUS
+
+
+def with_runtime_outlets(outlets: Any, assets: list, log: Any) -> list:
+    """A task's outlets plus the ``assets`` of its outputs not among them yet (none on 3.0: :data:`RUNTIME_OUTLETS`)."""
+    known = {getattr(a, "uri", None) for a in outlets or []}
+    added = [a for a in assets if a.uri not in known]
+    if added and not RUNTIME_OUTLETS:
+        log.info("Airflow 3.0: outputs known only at run time are not assets: %s", ", ".join(a.uri for a in added))
+        added = []
+    return list(outlets or []) + added
+
+
+async def run_in_thread(fn: Any, *args: Any, executor: Any = None, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a worker thread of ``executor`` (None: the loop's default), from a trigger: the
+    thread may make sync SDK calls (see :data:`TRIGGER_THREADS_THROUGH_ASGIREF`)."""
+    import asyncio
+    import functools
+
+    call = functools.partial(fn, *args, **kwargs)
+    if TRIGGER_THREADS_THROUGH_ASGIREF:
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(call, thread_sensitive=False, executor=executor)()
+    if executor is None:
+        return await asyncio.to_thread(call)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
+
 
 def remote_logging() -> bool:
     """Whether task logs go to remote storage (``[logging] remote_logging``): the triggerer then uploads a
@@ -197,6 +243,7 @@ def connection_form_widgets(fields: dict) -> dict:
 
 
 __all__ = [
+    "RUNTIME_OUTLETS", "TRIGGER_THREADS_THROUGH_ASGIREF", "XCOM_DESERIALIZE_NEEDS_CONFIG", "run_in_thread", "with_runtime_outlets",
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
     "JWT_ISSUER_MUST_BE_SET",

@@ -308,10 +308,12 @@ class LocalAirflow(AirflowApi):
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         })
-        from airflow_provider_melon.version_compat import JWT_ISSUER_MUST_BE_SET
+        from airflow_provider_melon.version_compat import JWT_ISSUER_MUST_BE_SET, XCOM_DESERIALIZE_NEEDS_CONFIG
 
         if JWT_ISSUER_MUST_BE_SET:  # Airflow 3.0 with PyJWT 2.11+: no token without an issuer (version_compat.py)
             self.env.setdefault("AIRFLOW__API_AUTH__JWT_ISSUER", "melon-local-airflow")
+        if XCOM_DESERIALIZE_NEEDS_CONFIG:  # Airflow 3.0: xcom() reads values deserialized
+            self.env.setdefault("AIRFLOW__API__ENABLE_XCOM_DESERIALIZE_SUPPORT", "True")
 
     def log_file(self, component: str) -> Path:
         return self.home / f"{component}.log"

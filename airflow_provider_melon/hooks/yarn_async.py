@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any, Iterable
 
@@ -11,12 +10,14 @@ import requests
 
 from airflow_provider_melon.hadoop.nodemanager import ContainerLogChunk
 from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.version_compat import run_in_thread
 
 
 class AsyncYarnHook:
     """Async twin of :class:`YarnHook` for triggers: the same methods, as coroutines.
 
-    Design choice: every call runs the *sync* hook in a worker thread (``asyncio.to_thread``). This gives
+    Design choice: every call runs the *sync* hook in a worker thread (``version_compat.run_in_thread``:
+    ``asyncio.to_thread``, or asgiref's on Airflow 3.0/3.1). This gives
     one behaviour by construction — Kerberos SPNEGO (requests-kerberos has no async counterpart), HA
     failover with the remembered active RM, timeouts, retries and defensive parsing are the very same
     code. The Airflow connection is fetched lazily inside that thread on the first call, so the triggerer's
@@ -47,7 +48,7 @@ class AsyncYarnHook:
         def run() -> Any:
             return getattr(self.sync_hook, name)(*args, **kwargs)
 
-        return await asyncio.to_thread(run)
+        return await run_in_thread(run)  # version_compat: a thread that may look up the connection
 
     async def cluster_info(self) -> dict[str, Any]:
         return await self._call("cluster_info")

@@ -91,6 +91,7 @@ from airflow_provider_melon.submission import (
 )
 from airflow_provider_melon.triggers.yarn import MIN_POLL_INTERVAL, YarnApplicationTrigger
 from airflow_provider_melon.version_compat import (
+    with_runtime_outlets,
     AirflowException,
     AirflowFailException,
     Asset,
@@ -636,8 +637,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         skipped = [v for v in (outputs or {}).values() if not hdfs_asset_uri(v, fs_default_fs)]
         if skipped:
             self.log.info("Outputs without a qualified hdfs:// URI are not assets: %s", ", ".join(map(str, skipped)))
-        known = {getattr(a, "uri", None) for a in self.outlets or []}
-        self.outlets = list(self.outlets or []) + [a for a in assets if a.uri not in known]
+        self.outlets = with_runtime_outlets(self.outlets, assets, self.log)
         self.log.info("YARN application %s SUCCEEDED in %s s; outputs: %s", app_id, result["duration_s"],
                       result["outputs"] or "none")
         if app_id:

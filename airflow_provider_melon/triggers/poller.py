@@ -39,6 +39,7 @@ from typing import Any, Callable, Optional
 
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.version_compat import run_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ class RmPoller:
                 self._hook = self._hook_factory()
             return fn(self._hook, *args, **kwargs)
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+        return await run_in_thread(run, executor=self._executor)  # version_compat: its SDK calls
 
     async def _cycle(self, batch: list[_Waiter]) -> None:
         self.stats["cycles"] += 1

@@ -88,7 +88,8 @@ from airflow_provider_melon.hadoop.app_state import (  # noqa: F401
 )
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
 from airflow_provider_melon.hooks.yarn_async import AsyncYarnHook
-from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER, remote_logging, trigger_has_on_kill
+from airflow_provider_melon.version_compat import (TRIGGER_ON_KILL_ALSO_ON_HANDOVER, remote_logging, run_in_thread,
+                                                    trigger_has_on_kill)
 
 MIN_POLL_INTERVAL = 5.0
 #: XCom (of the deferred task instance) holding the job log follower's state, for a triggerer that crashed.
@@ -224,7 +225,7 @@ class YarnApplicationTrigger(BaseTrigger):
             fetch = getattr(self.hook, "am_status", None)
             if fetch is not None:
                 return await fetch(self.app_id)
-            return await asyncio.to_thread(self._sync_am_status, self.app_id)
+            return await run_in_thread(self._sync_am_status, self.app_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - progress is best effort
@@ -523,7 +524,7 @@ class YarnApplicationTrigger(BaseTrigger):
         try:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-            states = await asyncio.wait_for(asyncio.to_thread(
+            states = await asyncio.wait_for(run_in_thread(
                 RuntimeTaskInstance.get_task_states, dag_id=ti.dag_id, task_ids=[ti.task_id],
                 run_ids=[ti.run_id], map_index=getattr(ti, "map_index", None),
             ), TASK_STATE_WAIT_S)

@@ -715,3 +715,15 @@ def test_execute_complete_without_defer_kwargs_rereads_the_job(hooks):
     assert result["outputs"] == job()["outputs"]
     assert set(result["tasks"]) == {"chief", "worker", "ps"}
     assert "hdfs://nn:8020/user/alice/metrics" in [a.uri for a in op.outlets]  # fs_default_fs of the connection
+
+
+def test_on_airflow_3_0_outputs_known_only_at_run_time_are_not_added_as_outlets(hooks, monkeypatch):
+    """3.0's api-server fails a task whose outlets hold an asset not active from parse time (version_compat)."""
+    from airflow_provider_melon import version_compat
+
+    monkeypatch.setattr(version_compat, "RUNTIME_OUTLETS", False)
+    op = make_op()
+    before = [a.uri for a in op.outlets]
+    op.execute_complete(make_context(), event(tasks=AM_TASKS), outputs=job()["outputs"],
+                        roles={"chief": 1, "worker": 2, "ps": 1}, fs_default_fs="hdfs://nn:8020")
+    assert [a.uri for a in op.outlets] == before == ["hdfs://nn:8020/models/mnist"]  # the parse-time one only
