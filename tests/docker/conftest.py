@@ -116,7 +116,10 @@ def stack(tmp_path_factory):
         print(f"[docker] stack (Hadoop {HADOOP_VERSION}) up and ready in {time.monotonic() - started:.0f} s")
         yield s
     finally:
-        logs = tmp_path_factory.mktemp("stack-logs")
+        # kept in the checkout (git-ignored), not in pytest's temp folders, which later pytest runs rotate away: a
+        # failure seen under load must still have its services' logs when someone looks
+        logs = REPO / ".docker-logs" / time.strftime("%Y%m%dT%H%M%S")
+        logs.mkdir(parents=True, exist_ok=True)
         for service in SERVICES:
             result = s.compose("logs", service, check=False, timeout=120)
             (logs / f"{service}.log").write_text(result.stdout + result.stderr)
