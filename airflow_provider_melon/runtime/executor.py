@@ -399,10 +399,7 @@ class Executor:
                 bind_host = socket.gethostbyname(host)
             except OSError:
                 bind_host = "0.0.0.0"
-        if self.cfg.port_range:
-            port_range, skip, why = self.cfg.port_range, frozenset(), "MELON_PORT_RANGE"
-        else:
-            port_range, skip, why = _ports.listen_range({})
+        port_range, skip, why = _ports.listen_range(self.cfg.port_range)
         try:
             sock = _ports.reserve(bind_host, port_range, skip)
         except OSError as exc:

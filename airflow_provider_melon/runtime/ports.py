@@ -25,7 +25,7 @@ import errno
 import os
 import random
 import socket
-from typing import Callable, Iterable, Mapping, Optional, Tuple
+from typing import Callable, Iterable, Optional, Tuple
 
 PROC_NET = "/proc/sys/net/ipv4"
 MIN_ROOM = 1000  # fewer free ports than this above the ephemeral range: use the ports below it instead
@@ -67,10 +67,11 @@ def _reserved(text: Optional[str]) -> frozenset:
     return frozenset(out)
 
 
-def listen_range(env: Mapping[str, str], proc: str = PROC_NET) -> Tuple[Optional[PortRange], frozenset, str]:
-    """``(range or None, ports to skip, why)``: where the executor picks its port (see the module docstring)."""
-    if env.get("MELON_PORT_RANGE"):
-        return parse_range(env["MELON_PORT_RANGE"]), frozenset(), "MELON_PORT_RANGE"
+def listen_range(chosen: Optional[PortRange], proc: str = PROC_NET) -> Tuple[Optional[PortRange], frozenset, str]:
+    """``(range or None, ports to skip, why)``: where the executor picks its port (see the module docstring);
+    ``chosen``: ``MELON_PORT_RANGE`` as :func:`parse_range` read it (None: not set)."""
+    if chosen:
+        return chosen, frozenset(), "MELON_PORT_RANGE"
     text = _read(os.path.join(proc, "ip_local_port_range"))
     if not text:
         return None, frozenset(), "no ip_local_port_range: the kernel's choice"

@@ -17,20 +17,20 @@ def proc(tmp_path, port_range, reserved=""):
 
 
 def test_default_range_is_above_the_ephemeral_range(tmp_path):
-    rng, skip, why = ports.listen_range({}, proc(tmp_path, "32768\t60999", "61000-61002,65000"))
+    rng, skip, why = ports.listen_range(None, proc(tmp_path, "32768\t60999", "61000-61002,65000"))
     assert rng == (61000, 65535)
     assert {61000, 61001, 61002, 65000} <= skip and 61003 not in skip
     assert "above the ephemeral range 32768-60999" == why
 
 
 def test_a_range_that_reaches_the_top_gives_the_ports_below_it(tmp_path):
-    assert ports.listen_range({}, proc(tmp_path, "40000 65000"))[0] == (30000, 39999)
-    assert ports.listen_range({}, proc(tmp_path, "1500 65000"))[0] is None  # no room anywhere: the kernel's
-    assert ports.listen_range({}, str(tmp_path / "absent"))[0] is None
+    assert ports.listen_range(None, proc(tmp_path, "40000 65000"))[0] == (30000, 39999)
+    assert ports.listen_range(None, proc(tmp_path, "1500 65000"))[0] is None  # no room anywhere: the kernel's
+    assert ports.listen_range(None, str(tmp_path / "absent"))[0] is None
 
 
 def test_melon_port_range_wins_and_bad_values_name_the_field(tmp_path):
-    assert ports.listen_range({"MELON_PORT_RANGE": "50100-50200"}, proc(tmp_path, "32768 60999"))[0] == (50100, 50200)
+    assert ports.listen_range(ports.parse_range("50100-50200"), proc(tmp_path, "32768 60999"))[0] == (50100, 50200)
     for bad in ("50100", "a-b", "50200-50100", "80-90", "60000-70000"):
         with pytest.raises(ValueError, match="MELON_PORT_RANGE"):
             ports.parse_range(bad)
