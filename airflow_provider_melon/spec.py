@@ -57,6 +57,8 @@ RESERVED_LINKS = ("code", "melon_runtime", "melon-work", "tmp", "launch_containe
 RESERVED_LINK_PREFIX = "melon-code-file-"
 #: YARN takes ASCII application tags of at most 100 characters (ApplicationSubmissionContext.checkTags)
 MAX_TAG_LENGTH = 100
+#: ``gpu_memory: auto``: learned from earlier runs
+AUTO = "auto"
 #: Java int: YARN (and the AM's JSON reader) take counts, sizes in MiB, priorities and timeouts as int32
 INT32_MAX = 2**31 - 1
 
@@ -128,6 +130,18 @@ def parse_size_mb(value: Union[int, float, str]) -> int:
     return max(1, int(round(mb)))
 
 
+def override_gpu_memory(data: Any, override: Union[int, str]) -> list[str]:
+    """Set ``gpu_memory`` of every role of the job ``data`` (a dict) that declares one to ``override`` (the
+    operator's, e.g. a profile step's figure); an ``auto`` role keeps learning and takes it as its first run's
+    figure (``auto:<override>``). Returns those roles' names."""
+    roles = data.get("roles") if isinstance(data, dict) else None
+    shared = [name for name, role in (roles or {}).items() if isinstance(role, dict) and role.get("gpu_memory") is not None]
+    for name in shared:
+        auto = str(roles[name]["gpu_memory"]).strip().lower().startswith(AUTO)
+        roles[name]["gpu_memory"] = f"{AUTO}:{override}" if auto else override
+    return shared
+
+
 class RoleSpec(BaseModel):
     """One task role: how many tasks, their container size and their GPU demand."""
 
@@ -137,7 +151,14 @@ class RoleSpec(BaseModel):
     memory: Union[int, Text] = 2048  # MiB
     vcores: int = Field(1, gt=0, le=INT32_MAX)
     gpus: Optional[int] = Field(None, gt=0, le=INT32_MAX)
+    #: MiB, a size, or ``"auto"`` / ``"auto:<size>"``: the figure learned from this task's earlier runs
+    #: (``gpu.learned``), else the operator's ``gpu_memory`` (a profile step's), else ``<size>``
     gpu_memory: Optional[Union[int, Text]] = None
+    #: after an out-of-memory exit under its cap, a task asks again with ``oom_growth`` × its expected memory, at
+    #: most ``oom_max_growths`` times (shared mode only; not counted against ``restarts``); false: never
+    oom_retry: StrictBool = True
+    oom_growth: float = Field(1.5, ge=1.1, le=4.0)
+    oom_max_growths: int = Field(2, ge=1, le=10)
     restarts: int = Field(0, ge=0, le=INT32_MAX)
     untracked: Optional[bool] = None
     #: an untracked role whose failure (past its restarts) is only logged, e.g. a TF evaluator; without it such a
@@ -152,9 +173,20 @@ class RoleSpec(BaseModel):
             raise ValueError(f"not a size: {value!r}")
         return value
 
-    @field_validator("memory", "gpu_memory")
+    @field_validator("memory")
     @classmethod
     def _size(cls, value):
+        return parse_size_mb(value)
+
+    @field_validator("gpu_memory")
+    @classmethod
+    def _gpu_size(cls, value):
+        if isinstance(value, str) and value.strip().lower().startswith(AUTO):
+            head, sep, first = value.strip().partition(":")
+            if head.lower() != AUTO or (sep and not first.strip()):
+                raise ValueError(f"expected a size, {AUTO!r} or '{AUTO}:<size>' (the first run's figure), "
+                                 f"got {value!r}")
+            return f"{AUTO}:{parse_size_mb(first)}" if sep else AUTO
         return None if value is None else parse_size_mb(value)
 
     @model_validator(mode="after")
@@ -168,8 +200,26 @@ class RoleSpec(BaseModel):
         return int(self.memory)
 
     @property
+    def gpu_memory_auto(self) -> bool:
+        """``gpu_memory: auto``: the figure is learned at submission (``MelonHook.resolve_gpu_memory``)."""
+        return isinstance(self.gpu_memory, str)
+
+    @property
+    def gpu_memory_first_mb(self) -> Optional[int]:
+        """The figure after ``auto:`` (the first run's, without history), else None."""
+        return int(self.gpu_memory.split(":")[1]) if self.gpu_memory_auto and ":" in self.gpu_memory else None
+
+    @property
     def gpu_memory_mb(self) -> int:
+        if self.gpu_memory_auto:
+            raise ValueError("gpu_memory is 'auto' and not resolved yet (MelonHook.resolve_gpu_memory resolves it "
+                             "before submission)")
         return int(self.gpu_memory or 0)
+
+    @property
+    def oom_growths(self) -> int:
+        """How many times a task of this role may grow after an OOM (0: oom_retry is off, or exclusive GPUs)."""
+        return self.oom_max_growths if self.oom_retry and self.gpus is None else 0
 
 
 class InputSpec(BaseModel):

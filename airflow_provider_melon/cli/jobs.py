@@ -194,6 +194,13 @@ def cmd_submit(args, cluster: Cluster) -> int:
     base = path.resolve().parent
     spec = JobSpec.from_json(text, base_dir=base) if path.suffix == ".json" else JobSpec.from_yaml(text, base_dir=base)
     hook = cluster.melon_hook()
+    key = args.learn_as or f"jobs/{spec.name}"
+    try:
+        spec, lines = hook.resolve_gpu_memory(spec, key)
+    except ValueError as exc:
+        raise UsageError(f"job spec {args.spec}: {exc}") from None
+    for line in lines:
+        print(line, file=sys.stderr)
     bar = Progress()
     hook.hdfs = UploadProgress(hook.hdfs, bar)
     result = hook.submit(spec, tags=args.tag or None)
@@ -218,6 +225,10 @@ def cmd_submit(args, cluster: Cluster) -> int:
         else:
             out["final"] = app_summary(app)
             code = app_exit_code(app)
+            try:  # gpu_memory: auto learns from this run (docs/job-spec.md)
+                out["memory_history"] = hook.record_gpu_memory(key, app_id, hook.final_status(app_id))
+            except Exception as exc:  # noqa: BLE001 - the run's outcome stands
+                print(f"GPU memory of {app_id} not recorded: {exc}", file=sys.stderr)
             if not args.json:
                 _print_outcome(app)
     if args.json:
@@ -486,7 +497,10 @@ def add_commands(sub, formatter) -> None:
     sb = add("submit", "stage and submit a job spec (YAML or JSON file)", cmd_submit)
     sb.add_argument("spec", help="the job spec file (.yaml, .yml or .json)")
     sb.add_argument("--tag", action="append", help="an application tag (repeatable), besides the spec's tags")
-    sb.add_argument("--wait", action="store_true", help="then wait until the app ends (exit code as `wait`)")
+    sb.add_argument("--wait", action="store_true", help="then wait until the app ends (exit code as `wait`); "
+                    "its GPU memory is recorded for gpu_memory: auto")
+    sb.add_argument("--learn-as", metavar="KEY", help="the GPU memory history gpu_memory: auto learns from and "
+                    "--wait records to: DAG_ID/TASK_ID shares an Airflow task's (default jobs/<job name>)")
     sb.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds (exit 124)")
     sb.add_argument("--interval", type=float, default=2.0, help="with --wait: seconds between polls")
     s = sb.add_argument_group("cluster settings a yarn connection's extra would give (override it)")

@@ -8,7 +8,8 @@ caller's logger.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional, Sequence
+from datetime import timedelta
+from typing import Any, Iterable, Optional, Sequence, Union
 
 #: every state the ResourceManager reports an application in (``YarnApplicationState``), in the order of a life
 STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
@@ -21,6 +22,16 @@ DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
 #: how long a kill path waits for the RM to report a killed application ended (the RM shows a kill in progress as
 #: RUNNING for a moment, and a retry starting then must not find it live and reattach to it)
 KILL_WAIT_S = 30.0
+
+
+def timeout_seconds(value: Union[None, int, float, timedelta]) -> Optional[float]:
+    """A wait's limit in seconds from seconds or a timedelta; None: no limit. ValueError when not positive."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise ValueError(f"timeout must be positive, got {value!r}")
+    return seconds
 
 
 def classify(app: dict, target_states: Iterable[str] = DEFAULT_TARGET_STATES,

@@ -30,6 +30,8 @@ from typing import Any, Optional
 import tenacity
 
 from airflow_provider_melon import submission
+from airflow_provider_melon.gpu import learned
+from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hadoop import queues as _queues
 # the deterministic bundling: hadoop/bundle.py (re-exported: these names were this module's)
 from airflow_provider_melon.hadoop.bundle import (  # noqa: F401
@@ -351,6 +353,23 @@ class MelonHook:
             raise FileNotFoundError(f"environment.archive: {archive} is not a local file")
         return self.stage_file(local.name, local)
 
+    def missing_outputs(self, outputs: Optional[dict]) -> list:
+        """The declared HDFS outputs (name → target) not in HDFS, as ``'name' (target)``; MelonHdfsError when one
+        cannot be checked."""
+        missing = []
+        for name, target in (outputs or {}).items():
+            path = _outputs.hdfs_path(str(target))
+            if path is None:
+                continue
+            try:
+                found = self.file_status(path) is not None
+            except Exception as exc:  # noqa: BLE001 - any HDFS failure: the output is not known to be there
+                raise MelonHdfsError("status", path, f"output {name!r} ({target}) could not be checked in HDFS: "
+                                     f"{exc}") from exc
+            if not found:
+                missing.append(f"{name!r} ({target})")
+        return missing
+
     def _webhdfs_url(self) -> Optional[str]:
         """Where the output task publishes (the WebHDFS address this hook uses; ``MELON_WEBHDFS_URL`` in the
         connection's ``container_env`` wins, for clusters whose NodeManagers see the NameNode elsewhere)."""
@@ -463,6 +482,42 @@ class MelonHook:
             log.info("final AM status of %s not read from %s: %s", app_id, path, exc)
             return None
         return body if isinstance(body, dict) else None
+
+    # ---- learned GPU memory (gpu_memory: auto) ---------------------------------------------------------------
+    def resolve_gpu_memory(self, spec: JobSpec, key: str) -> tuple[JobSpec, list]:
+        """``spec`` with each ``gpu_memory: auto`` role's figure filled in (learned from the history under ``key``,
+        else its first run's ``auto:<size>``: :func:`memory_history.resolve`), and a line per such role saying
+        which it used. Unreadable history counts as none (logged). ValueError names a role with neither."""
+        if not any(role.gpu_memory_auto for role in spec.roles.values()):
+            return spec, []
+
+        def runs_of(role: str) -> list:
+            try:
+                return memory_history.read_runs(self.hdfs, self.staging_dir, key, role)
+            except Exception as exc:  # noqa: BLE001 - no history is a first run, not a failed submission
+                log.warning("memory history of %s not read: %s", key, exc)
+                return []
+
+        figures, lines = memory_history.resolve(runs_of, spec.roles)
+        resolved = spec.model_copy(deep=True)
+        for name, mb in figures.items():
+            resolved.roles[name] = resolved.roles[name].model_copy(update={"gpu_memory": mb})
+        return resolved, lines
+
+    def record_gpu_memory(self, key: str, app_id: str, final: Optional[dict]) -> Optional[str]:
+        """Add the ended run ``app_id`` (its AM's final status ``final``) to the history under ``key``, one record
+        per shared-mode role (tasks with an ``initial_gpu_memory_mb``); returns the file's path, or None when there
+        is nothing to record (no final status: an AM that died; no shared role)."""
+        tasks = (final or {}).get("tasks")
+        if not isinstance(tasks, list):
+            return None
+        planned = {t.get("role"): t.get("initial_gpu_memory_mb") for t in tasks if isinstance(t, dict)}
+        records = {role: learned.run_record(role, tasks, app_id=app_id, state=final.get("state"), at=time.time(),
+                                            planned_mb=int(mb))
+                   for role, mb in planned.items() if isinstance(mb, int) and mb > 0}
+        if not records:
+            return None
+        return memory_history.record_run(self.hdfs, self.staging_dir, key, app_id, records)
 
     def am_status(self, app_id: str) -> Optional[dict]:
         """The AM's ``/status`` JSON through the RM web proxy, or None while the AM is not serving yet."""

@@ -143,7 +143,7 @@ class MelonProfileOperator(MelonTrainOperator):
         steps = self._steps()
         name = self.choose_role(spec)
         role = spec.roles[name].model_dump(mode="json", exclude_none=True)
-        gpus = spec.roles[name].gpus or (1 if spec.roles[name].gpu_memory_mb else 0)
+        gpus = spec.roles[name].gpus or (1 if spec.roles[name].gpu_memory is not None else 0)
         role.pop("gpu_memory", None)
         role.pop("gpus", None)
         if gpus:

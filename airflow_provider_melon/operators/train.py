@@ -4,8 +4,9 @@ What ``execute`` does, in order:
 
 1. **Validate** — ``job`` (a dict, a path to a YAML/JSON file, YAML text or a :class:`JobSpec`; templated)
    is loaded with ``base_dir`` = the DAG file's folder, after the templated ``gpu_memory`` override has
-   been applied to every role that declares ``gpu_memory``. An invalid spec fails the task with a
-   :class:`JobSpecError` naming the field, before any HTTP call.
+   been applied to every role that declares ``gpu_memory`` (an ``auto`` role's first-run figure). An invalid spec
+   fails the task with a :class:`JobSpecError` naming the field, before any HTTP call. ``gpu_memory: auto`` is
+   learned from this task's ended runs (``MelonHook.resolve_gpu_memory``/``record_gpu_memory``), logged with its source.
 2. **Reattach or submit** — the application carries the tags of ``submission.airflow_tags`` (``melon``, the
    identity tag ``melon-id:<hash of deployment, dag, task, run, map index>``, and the readable ``airflow-dag:…``,
    ``airflow-task:…``, ``airflow-run:<hash>``, ``airflow-map:<n>``, which YARN cuts and lower-cases). Before
@@ -58,21 +59,11 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 import tenacity
 
 from airflow_provider_melon.gpu import preflight as _preflight
-from airflow_provider_melon.hadoop.app_state import (
-    LIVE_STATES,
-    PollStep,
-    classify,
-    emit,
-    ended_event,
-    job_result,
-    kill_waiting,
-    killed_line,
-    make_event_payload,
-)
-from airflow_provider_melon.hadoop.hdfs_io import hdfs_asset_uri
+from airflow_provider_melon.hadoop.app_state import (LIVE_STATES, PollStep, classify, emit, ended_event, job_result,
+                                                    kill_waiting, killed_line, make_event_payload, timeout_seconds)
+from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, hdfs_asset_uri
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
-from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
@@ -81,7 +72,7 @@ from airflow_provider_melon.links import (
     persist_job_links,
     yarn_application_url,
 )
-from airflow_provider_melon.spec import JobSpec, JobSpecError
+from airflow_provider_melon.spec import JobSpec, JobSpecError, override_gpu_memory
 from airflow_provider_melon.submission import (
     IDENTITY_TAG_PREFIX,
     airflow_tags,
@@ -107,15 +98,6 @@ if TYPE_CHECKING:
 _NO_OVERRIDE = (None, "", "None", "none", "null")
 #: task state store key: the applications this task instance's tries killed (never reattached to, see _kill)
 KILLED_KEY = "melon_killed_app_ids"
-
-
-def _timeout_seconds(value: Union[None, int, float, timedelta]) -> Optional[float]:
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds <= 0:
-        raise ValueError(f"timeout must be positive, got {value!r}")
-    return seconds
 
 
 def output_assets(outputs: Optional[dict], fs_default_fs: Optional[str] = None) -> list:
@@ -206,7 +188,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self.webhdfs_conn_id = webhdfs_conn_id
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
-        self.timeout = _timeout_seconds(timeout)
+        self.timeout = timeout_seconds(timeout)
         self.cancel_on_kill = cancel_on_kill
         self.stream_logs = stream_logs
         self.gpu_memory = gpu_memory
@@ -267,6 +249,10 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         return self.hook.yarn
 
     # ---- the spec -----------------------------------------------------------------------------------------
+    @property
+    def memory_key(self) -> str:  # this task's GPU memory history: profiles/<key>/memory in the staging folder
+        return f"{self.dag_id}/{self.task_id}"
+
     def _base_dir(self) -> Optional[str]:
         dag = self.dag if self.has_dag() else None
         fileloc = getattr(dag, "fileloc", None)
@@ -291,17 +277,12 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             data["queue"] = queue
         if override in _NO_OVERRIDE:
             return JobSpec.from_dict(data, base_dir=base_dir)
-        roles = data.get("roles") if isinstance(data, dict) else None
-        shared = [name for name, role in (roles or {}).items()
-                  if isinstance(role, dict) and role.get("gpu_memory") is not None]
+        shared = override_gpu_memory(data, override)
         if not shared:
             self.log.warning("gpu_memory=%r given, but no role of the job declares gpu_memory: ignored", override)
-        for name in shared:
-            roles[name]["gpu_memory"] = override
         spec = JobSpec.from_dict(data, base_dir=base_dir)
         if shared:
-            self.log.info("gpu_memory of role(s) %s set to %s MiB", ", ".join(shared),
-                          spec.roles[shared[0]].gpu_memory_mb)
+            self.log.info("gpu_memory of role(s) %s set to %s", ", ".join(shared), spec.roles[shared[0]].gpu_memory)
         return spec
 
     # ---- execute ------------------------------------------------------------------------------------------
@@ -422,12 +403,19 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                               app_id, existing.get("state"), existing.get("finalStatus"))
                 self._announce(context, app_id, existing)
                 return app_id, existing
+        try:
+            spec, lines = self.hook.resolve_gpu_memory(spec, self.memory_key)
+        except ValueError as exc:
+            raise AirflowFailException(f"{spec.name}: {exc}") from None
+        self._spec = spec
+        for line in lines:
+            self.log.info("%s", line)
         self.run_preflight(spec)
         self.log.info("Submitting %s (%d tasks in %s) with tags %s", spec.name, spec.task_count,
                       ", ".join(spec.roles), ", ".join(tags))
         dag_id, task_id, run_id, map_index = self._ti_identity(context)
-        result = self.hook.submit(spec, tags=tags, labels={"dag_id": dag_id, "task_id": task_id, "run_id": run_id,
-                                                          "map_index": map_index})
+        labels = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
+        result = self.hook.submit(spec, tags=tags, labels=labels | ({"gpu_memory": "; ".join(lines)} if lines else {}))
         app_id = result["app_id"]
         self._app_id = app_id
         self._submitted.add(app_id)
@@ -611,8 +599,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         app_id = event.get("app_id")
         self._app_id = app_id or self._app_id
         message = event.get("message") or f"YARN application {app_id}: {status}"
-        if app_id and status != "timeout":
-            self._link_am_status_to_app_page(context, app_id)
+        final_json = self._ended(context, app_id) if app_id and status != "timeout" else None
         if status == "timeout":
             if self.cancel_on_kill and app_id:
                 self._kill(app_id, "the task's timeout was reached")
@@ -627,7 +614,6 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self._check_outputs_exist(app_id, outputs)
         # Read after the application's final state: the AM's final /status (every task's last report, written to
         # HDFS before it unregistered), else a live AM's, else the last one a poll saw (may be a few seconds old).
-        final_json = self.hook.final_status(app_id) if app_id else None
         status_json = None if final_json else self.hook.am_status(app_id) if self.stream_logs else None
         result = job_result(event, final_json, status_json, roles, outputs)
         ti = context["ti"]
@@ -647,21 +633,26 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     def _check_outputs_exist(self, app_id: Optional[str], outputs: Optional[dict]) -> None:
         """Every declared HDFS output is in HDFS after a SUCCEEDED application, else the task fails naming the
         missing ones and declares no asset (an output task killed while it published, a path deleted since)."""
-        missing = []
-        for name, target in (outputs or {}).items():
-            path = _outputs.hdfs_path(str(target))
-            if path is None:
-                continue
-            try:
-                found = self.hook.file_status(path) is not None
-            except Exception as exc:  # noqa: BLE001 - any HDFS failure: the output is not known to be there
-                raise AirflowException(f"YARN application {app_id} SUCCEEDED, but output {name!r} ({target}) could "
-                                       f"not be checked in HDFS: {exc}; no asset is declared") from exc
-            if not found:
-                missing.append(f"{name!r} ({target})")
+        try:
+            missing = self.hook.missing_outputs(outputs)
+        except MelonHdfsError as exc:
+            raise AirflowException(f"YARN application {app_id} SUCCEEDED, but {exc.cause}; no asset is declared") from exc
         if missing:
             raise AirflowException(f"YARN application {app_id} SUCCEEDED, but declared output(s) "
                                    f"{', '.join(missing)} are not in HDFS; no asset is declared")
+
+    def _ended(self, context: "Context", app_id: str) -> Optional[dict]:
+        """The application ended: its AM status link opens the RM's page; its AM's final status (None if none) is
+        read and added to the task's GPU memory history (``gpu_memory: auto``), never failing."""
+        self._link_am_status_to_app_page(context, app_id)
+        final = self.hook.final_status(app_id)
+        try:
+            path = self.hook.record_gpu_memory(self.memory_key, app_id, final)
+            if path:
+                self.log.info("GPU memory of %s recorded in %s (gpu_memory: auto learns from it)", app_id, path)
+        except Exception as exc:  # noqa: BLE001 - learning is a bonus; the run's result stands
+            self.log.warning("GPU memory of %s not recorded: %s", app_id, exc)
+        return final
 
     # ---- kill ---------------------------------------------------------------------------------------------
     def _kill(self, app_id: str, why: str) -> None:

@@ -216,7 +216,9 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
                       "gpu": text(task.get("gpu"), 50), "attempt": integer(task.get("attempt")),
                       "exit_code": integer(task.get("exit_code")), "step": integer(task.get("step")),
                       "loss": number(task.get("loss")), "expected_mb": integer(task.get("expected_gpu_memory_mb")),
-                      "used_mb": integer(task.get("gpu_memory_used_mb"))})
+                      "used_mb": integer(task.get("gpu_memory_used_mb")),
+                      "initial_mb": integer(task.get("initial_gpu_memory_mb")),
+                      "peak_mb": integer(task.get("gpu_memory_peak_mb")), "oom_growths": integer(task.get("oom_growths"))})
         points = [{"t": number(p[0]), "step": number(p[1]), "loss": number(p[2])}
                   for p in as_list(task.get("history")) if isinstance(p, list) and len(p) == 3]
         points = [p for p in points if p["step"] is not None]
@@ -248,6 +250,8 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
         "map_index": ti.get("map_index"), "ti_url": ti_url(ti) if ti else None,
         "tasks": tasks, "series": series, "links": links,
         "gang_waiting": waiting,  # where gang formation stands while the AM holds or backs off (None once formed)
+        # where each gpu_memory: auto figure came from (the submitting task's label: shown only with its proof)
+        "gpu_memory_note": text(labels.get("gpu_memory"), 500) if ti else None,
     }
 
 

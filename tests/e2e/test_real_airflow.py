@@ -19,6 +19,7 @@ from datetime import datetime
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hdfs_io import run_slug
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import run_tag
@@ -163,6 +164,29 @@ def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_st
     assert len(outs) == 2  # two concurrent runs of one DAG never share an output folder
     cli_run = runs.finished["hpo_cli"]
     assert cli_run["logical_date"] and cli_run["logical_date"].startswith("2026-01-02")
+
+
+def test_hpo_trials_start_at_the_gpu_memory_earlier_runs_taught(runs, airflow_stack, melon_hook):
+    """``gpu_memory: auto:6GiB`` (issue 26): once the two concurrent runs above have ended, each of their trials is in
+    the task's history (one file a run, in the user's 0700 profiles/ folder), and a third run's trials start at the
+    figure those runs taught (they succeeded at 6144 MiB; no GPU here reports a peak). The trial's log says so, and
+    the AM carries the same line as a label, which the UI's job page shows."""
+    for name in ("hpo", "hpo_cli"):
+        runs.wait(name)
+    history = memory_history.folder(melon_hook.staging_dir, "melon_hpo_fanout/trial")
+    recorded = melon_hook.hdfs.list(history)
+    assert len(recorded) >= 8 and melon_hook.hdfs.status(history)["permission"] == "700", recorded
+    run_id = airflow_stack.trigger("melon_hpo_fanout")
+    run = airflow_stack.wait_run("melon_hpo_fanout", run_id, 1200)
+    assert run["state"] == "success", airflow_stack.run_picture("melon_hpo_fanout", run_id)
+    learned = "roles.worker.gpu_memory auto: 6144 MiB (learned from the last 5 run(s): succeeded at 6144 MiB in run"
+    text = airflow_stack.task_log("melon_hpo_fanout", run_id, "trial", map_index=0)
+    assert learned in text, text[-3000:]
+    [app] = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_hpo_fanout", run_tag(run_id)],
+                                                          match_all=True) if a["name"] == "hpo-trial-0"]
+    final = melon_hook.final_status(app["id"])
+    assert final["labels"]["gpu_memory"].startswith(learned), final["labels"]
+    assert final["tasks"][0]["initial_gpu_memory_mb"] == 6144, final["tasks"]
 
 
 def test_trial_task_log_is_readable(runs, airflow_stack):

@@ -9,11 +9,13 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop import memory_history
 
 pytestmark = pytest.mark.integration
 
@@ -199,3 +201,59 @@ def test_the_embedded_cluster_is_the_default(melon, minicluster):
     listed = melon.run("ls", "--state", "FINISHED", *here, where=False)
     assert listed.returncode == 0 and any(line.split()[0] == app_id and "cli-live-embedded" in line
                                           for line in listed.stdout.splitlines()[1:])
+
+
+# A job that needs 1400 MiB of GPU memory: under a smaller cap it fails as TensorFlow does (the real text of an
+# OOM, tests/unit/test_oom.py captures it from TF), and it reports its peak through MELON_PEAK_FILE as the cap's
+# bootstrap does for TF/PyTorch on a GPU (the mini cluster's GPUs are virtual: no framework sees one).
+OOM_JOB = '''import json, os, sys
+cap = int(os.environ.get("MELON_CAP_MB", "0"))
+with open(os.environ["MELON_PEAK_FILE"], "w") as f:
+    json.dump({"peak_mb": min(cap, 1300)}, f)
+if cap < 1400:
+    print("tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node __wrapped__Fill}} "
+          "OOM when allocating tensor with shape[367001600] and type float on /job:localhost/replica:0/task:0/"
+          "device:GPU:0 by allocator GPU_0_bfc [Op:Fill]", file=sys.stderr)
+    sys.exit(1)
+print("fits under", cap, "MiB")
+'''
+
+
+def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(melon, melon_hook, tmp_path):
+    """Issue 26 end to end on the cluster: a task that runs out of GPU memory under its cap exits 76, the AM asks
+    again with 1.5 × its expected memory (not a restart of the role's budget), the job succeeds; `submit --wait`
+    records the run in the user's 0700 profiles/ folder, and the next `gpu_memory: auto` run starts at the learned
+    figure (peak 1300 × 1.1 = 1430 MiB) and fits at once. Then a job whose growths run out fails naming the field."""
+    code = tmp_path / "oom"
+    code.mkdir()
+    (code / "oom_job.py").write_text(OOM_JOB)
+    job = {"name": "oom-learns", "framework": "generic", "code": str(code), "entrypoint": "python oom_job.py",
+           "roles": {"worker": {"instances": 1, "memory": 256, "gpu_memory": "auto:1GiB"}}}
+    key = f"tests/oom-{uuid.uuid4().hex[:8]}"
+
+    first = melon.submit(job, "--wait", "--learn-as", key)
+    assert first["returncode"] == 0 and first["final"]["final_status"] == "SUCCEEDED", first
+    [task] = melon_hook.final_status(first["app_id"])["tasks"]
+    assert (task["initial_gpu_memory_mb"], task["expected_gpu_memory_mb"], task["oom_growths"]) == (1024, 1536, 1)
+    assert task["oom"]["cap_mb"] == 1024 and task["gpu_memory_peak_mb"] == 1300, task
+    am_log = "".join(mc.container_logs(melon.cluster.work_dir, first["app_id"], "AppMaster.stdout").values())
+    assert "exceeded its expected GPU memory (cap 1024 MiB; peak seen 1024 MiB): asking again with 1536 MiB" \
+        in am_log, am_log[-3000:]
+    history = memory_history.folder(melon_hook.staging_dir, key)
+    assert first["memory_history"] == f"{history}/{first['app_id']}.json"
+    assert melon_hook.hdfs.status(history)["permission"] == "700"
+
+    second = melon.submit(job, "--wait", "--learn-as", key)
+    assert second["final"]["final_status"] == "SUCCEEDED", second
+    [task] = melon_hook.final_status(second["app_id"])["tasks"]
+    assert (task["initial_gpu_memory_mb"], task["expected_gpu_memory_mb"], task["oom_growths"]) == (1430, 1430, 0)
+
+    fixed = dict(job, name="oom-gives-up", roles={"worker": {"instances": 1, "memory": 256, "gpu_memory": "512MiB",
+                                                              "oom_max_growths": 1, "restarts": 3}})
+    third = melon.submit(fixed, "--wait", "--learn-as", key + "-fixed")
+    assert third["returncode"] == 1 and third["final"]["final_status"] == "FAILED", third
+    diag = third["final"]["diagnostics"]
+    assert "task worker:0" in diag and "exceeded its expected GPU memory (cap 768 MiB" in diag, diag
+    assert "raise roles.worker.gpu_memory" in diag, diag
+    # two containers in all (the first try and one growth): an OOM used none of the role's 3 restarts
+    assert len(mc.container_logs(melon.cluster.work_dir, third["app_id"], "stderr")) == 2

@@ -237,3 +237,17 @@ def test_only_a_browser_opening_a_page_is_sent_to_the_login_page():
     assert not wants_html(request(Accept="application/json"))
     assert not wants_html(request(Accept=chromium, Authorization="Bearer x"))
     assert not wants_html(request("POST", Accept=chromium))
+
+
+def test_job_view_shows_learned_gpu_memory_and_growths_only_for_a_proven_task():
+    """gpu_memory: auto (issue 26): the job page says where the figure came from (the operator's label) and how a
+    task grew after running out of GPU memory; a label on an app not proven to be the task's is not shown."""
+    note = "roles.worker.gpu_memory auto: 1430 MiB (learned from the last 1 run(s): peak 1300 MiB × 1.10 in run x)"
+    grown = {"role": "worker", "index": 0, "state": "RUNNING", "expected_gpu_memory_mb": 1536,
+             "initial_gpu_memory_mb": 1024, "gpu_memory_peak_mb": 1300, "oom_growths": 1}
+    status = {"tasks": [grown], "labels": {**LABELS, "gpu_memory": note}}
+    job = views.job_view(APP, status, "http://rm:8088", ti=LABELS)
+    assert job["gpu_memory_note"] == note
+    [row] = job["tasks"]
+    assert (row["expected_mb"], row["initial_mb"], row["peak_mb"], row["oom_growths"]) == (1536, 1024, 1300, 1)
+    assert views.job_view(APP, status, "http://rm:8088")["gpu_memory_note"] is None

@@ -1,0 +1,107 @@
+"""The history of a task's GPU memory in HDFS (``gpu_memory: auto``; the figures: ``gpu/learned.py``).
+
+One JSON file per finished run, ``<staging_dir>/profiles/<key>/memory/<application id>.json``: concurrent runs of
+the same task (mapped trials) each write their own file, so none overwrites another's record. ``key`` is
+``<dag_id>/<task_id>`` for an Airflow task (the profile step's folder, ``operators/profile.py``) and
+``jobs/<job name>`` for ``melon submit`` unless it names one. The staging folder is the user's, 0700 (each tenant
+learns from its own runs only); the ``profiles/<key>/memory`` folders are made 0700 too. The oldest files beyond
+``learned.KEEP`` are deleted when a run is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import re
+from typing import Any, Mapping, Optional
+
+from airflow_provider_melon.gpu import learned
+from airflow_provider_melon.hadoop.hdfs_io import _write_beside_and_rename, hdfs_errors
+
+log = logging.getLogger(__name__)
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_.+@=,~-]+")
+_APP = re.compile(r"application_(\d+)_(\d+)\.json")
+
+
+def folder(staging_dir: str, key: str) -> str:
+    """``<staging_dir>/profiles/<key>/memory``; ``key`` is one or more plain names joined by ``/``."""
+    parts = [p for p in str(key).split("/") if p]
+    bad = [p for p in parts if not _SEGMENT.fullmatch(p) or p in (".", "..")]
+    if not parts or bad:
+        raise ValueError(f"memory history key {key!r}: each '/'-separated part must be a plain name "
+                         "(letters, digits, '_.+@=,~-')")
+    return posixpath.join(staging_dir, "profiles", *parts, "memory")
+
+
+def _order(name: str) -> tuple[int, int]:
+    m = _APP.fullmatch(name)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def read_runs(client: Any, staging_dir: str, key: str, role: str) -> list[dict]:
+    """The role's records, oldest first (files that cannot be read or parsed are skipped with a warning)."""
+    where = folder(staging_dir, key)
+    with hdfs_errors("list", where):
+        if client.status(where, strict=False) is None:
+            return []
+        names = sorted((n for n in client.list(where) if _APP.fullmatch(n)), key=_order)
+    runs = []
+    for name in names[-learned.KEEP:]:
+        try:
+            with hdfs_errors("read", f"{where}/{name}"), client.read(f"{where}/{name}") as reader:
+                doc = json.loads(reader.read().decode("utf-8"))
+        except Exception as exc:  # noqa: BLE001 - one bad file must not stop a submission
+            log.warning("memory history: skipping %s/%s: %s", where, name, exc)
+            continue
+        record = (doc.get("roles") or {}).get(role) if isinstance(doc, dict) else None
+        if isinstance(record, dict):
+            runs.append(record)
+    return runs
+
+
+def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Mapping[str, Mapping]) -> str:
+    """Write one run's records (role → record) and drop the oldest files past ``learned.KEEP``; returns the path."""
+    where = folder(staging_dir, key)
+    with hdfs_errors("mkdir", where):
+        if client.status(where, strict=False) is None:
+            client.makedirs(where, permission="700")
+    path = f"{where}/{app_id}.json"
+    body = json.dumps({"version": 1, "app_id": app_id, "roles": dict(records)}, sort_keys=True).encode()
+    with hdfs_errors("status", path):
+        if client.status(path, strict=False) is not None:  # a retry that read the same result: one record a run
+            with hdfs_errors("delete", path):
+                client.delete(path)
+    _write_beside_and_rename(client, path, body)
+    with hdfs_errors("list", where):
+        names = sorted((n for n in client.list(where) if _APP.fullmatch(n)), key=_order)
+    for old in names[:-learned.KEEP]:
+        try:
+            client.delete(f"{where}/{old}")
+        except Exception as exc:  # noqa: BLE001 - only housekeeping
+            log.debug("memory history: could not delete %s/%s: %s", where, old, exc)
+    return path
+
+
+def resolve(runs_of, roles: Mapping[str, Any], largest_gpu_mb: Optional[int] = None
+            ) -> tuple[dict[str, int], list[str]]:
+    """The figure of each ``gpu_memory: auto`` role of ``roles`` (name → RoleSpec) and one line per role saying
+    where it came from: learned (``runs_of(role)`` → its records, oldest first), else the role's first-run figure
+    (``auto:<size>``, which the operator's ``gpu_memory``, a profile step's, sets). ValueError naming the field
+    when neither exists."""
+    figures, lines = {}, []
+    for name, role in roles.items():
+        if not getattr(role, "gpu_memory_auto", False):
+            continue
+        found = learned.learned_mb(runs_of(name), growth=role.oom_growth, largest_gpu_mb=largest_gpu_mb)
+        if found is not None:
+            figures[name], why = found
+        elif role.gpu_memory_first_mb:
+            figures[name], why = (role.gpu_memory_first_mb,
+                                  "no history yet: the first run's figure, auto:<size> or the operator's gpu_memory")
+        else:
+            raise ValueError(f"roles.{name}.gpu_memory: 'auto' has no history for this task yet and no first-run "
+                             f"figure: write 'auto:<size>' (e.g. auto:4GiB) or give the operator's gpu_memory")
+        lines.append(f"roles.{name}.gpu_memory auto: {figures[name]} MiB ({why})")
+    return figures, lines
