@@ -150,6 +150,9 @@ def test_deployment_id_is_what_every_worker_of_a_deployment_shares_and_another_d
     ``airflow-db-not-allowed:///``), so the identity cannot come from it: two deployments would share it."""
     for key in ("AIRFLOW__MELON__DEPLOYMENT_ID", "AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__API__BASE_URL"):
         monkeypatch.delenv(key, raising=False)
+    # Airflow imported first, as in a worker (run alone, this file would import it with the address below, which
+    # Airflow's own start-up cannot parse); its configuration is read from the environment at each get
+    pytest.importorskip("airflow.configuration")
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "airflow-db-not-allowed:///")
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "http://airflow-dev:8080/execution/")
     dev = submission.deployment_id()
