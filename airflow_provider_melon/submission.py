@@ -198,6 +198,11 @@ class PlanRole(_PlanPart):
     tracked: bool = Field(description="false: the job does not wait for this role's tasks (e.g. parameter servers)")
     optional: bool = Field(False, description="true: a task of this (untracked) role failing past its restarts is "
                                               "only logged; false: it fails the job")
+    oom_growth: float = Field(1.5, ge=1.0, description="after a task runs out of its expected GPU memory (exit 76, "
+                                                       "shared mode), its expected GPU memory is multiplied by this "
+                                                       "(at most the largest GPU seen) and the task asked for again")
+    oom_max_growths: int = Field(2, ge=0, description="how many times a task's expected GPU memory may grow after an "
+                                                      "OOM (not counted against restarts); 0: an OOM fails the job")
 
 
 class PlanResource(_PlanPart):
@@ -331,7 +336,10 @@ def build_plan(
         "roles": [
             {"name": name, "instances": role.instances, "memory_mb": role.memory_mb, "vcores": role.vcores,
              "gpus": role.gpus or 0, "gpu_memory_mb": role.gpu_memory_mb, "restarts": role.restarts,
-             "tracked": not role.untracked, "optional": role.optional}
+             "tracked": not role.untracked, "optional": role.optional,
+             # the spec's fields may not exist yet (added on main): the AM's defaults then
+             "oom_growth": float(getattr(role, "oom_growth", 1.5)),
+             "oom_max_growths": int(getattr(role, "oom_max_growths", 2))}
             for name, role in spec.roles.items()
         ],
         "success_role": spec.success_role,

@@ -226,3 +226,27 @@ def test_a_parameter_server_gone_for_good_fails_the_job_and_an_optional_one_does
     assert "cannot go on without it" in diag, diag
     app = jobs.wait(optional, timeout=180)
     assert app["finalStatus"] == "SUCCEEDED", app
+
+
+OUT_OF_GPU_MEMORY = ("python -c \"import os, sys; print('GPU_MEMORY', os.environ['MELON_GPU_MEMORY_MB'], file=sys.stderr); "
+                     "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', file=sys.stderr); "
+                     "sys.exit(76)\"")
+
+
+def test_an_oom_asks_again_with_more_gpu_memory_then_fails_saying_what_to_set(jobs):
+    """Exit 76 (out of GPU memory) in shared mode: the AM asks for the task again with its expected GPU memory grown
+    by oom_growth (4096 → 6144 → 9216 MiB, in the container request and MELON_GPU_MEMORY_MB), outside the role's
+    restarts (0 here), then fails the job saying what to set."""
+    app_id = jobs.submit({
+        "name": "oom-grows", "framework": "generic", "entrypoint": OUT_OF_GPU_MEMORY,
+        "env": {"MELON_GPU_WAIT_S": "5"},
+        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "4GiB"}},
+    })
+    app = jobs.wait(app_id)
+    assert app["finalStatus"] == "FAILED"
+    diag = app["diagnostics"]
+    assert diag.startswith("task worker:0 exceeded its expected GPU memory (cap 9216 MiB; peak seen "), diag
+    assert "grown 2 of 2 times; raise roles.worker.gpu_memory above 9216 MiB" in diag, diag
+    seen = sorted(int(line.split()[1]) for text in jobs.container_logs(app_id, "stderr").values()
+                  for line in text.splitlines() if line.startswith("GPU_MEMORY "))
+    assert seen == [4096, 6144, 9216]

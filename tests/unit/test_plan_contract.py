@@ -52,6 +52,8 @@ def test_every_field_of_the_schema_is_written(tmp_path):
     (("roles", 0, "instances"), 0, "roles.0.instances"),
     (("local_resources", 0, "visibility"), "WORLD", "local_resources.0.visibility"),
     (("gang_hold_s",), -1, "gang_hold_s"),
+    (("roles", 0, "oom_growth"), 0.5, "roles.0.oom_growth"),
+    (("roles", 0, "oom_max_growths"), -1, "roles.0.oom_max_growths"),
     (("surprise",), 1, "surprise"),
 ])
 def test_a_plan_that_breaks_the_contract_is_refused_naming_the_field(tmp_path, path, value, field):

@@ -1,6 +1,7 @@
 import base64
 import json
 
+import pydantic
 import pytest
 
 from airflow_provider_melon import submission
@@ -35,7 +36,7 @@ def test_plan_roles_resources_and_env(spec):
     roles = {r["name"]: r for r in plan["roles"]}
     assert roles["chief"] == {"name": "chief", "instances": 1, "memory_mb": 2048, "vcores": 1, "gpus": 0,
                               "gpu_memory_mb": 4096, "restarts": 0, "tracked": True,
-                              "optional": False}
+                              "optional": False, "oom_growth": 1.5, "oom_max_growths": 2}
     assert roles["worker"]["gpus"] == 1 and roles["worker"]["gpu_memory_mb"] == 0 and roles["worker"]["restarts"] == 2
     assert roles["ps"]["tracked"] is False
     assert plan["success_role"] == "chief"
@@ -58,6 +59,31 @@ def test_plan_roles_resources_and_env(spec):
                              "size": 20, "timestamp": 222}
     assert local["mnist.npz"]["visibility"] == "PUBLIC" and local["mnist.npz"]["size"] == 50
     json.dumps(plan)  # serialisable as written to HDFS
+
+
+class _RoleWith:
+    """A spec role with extra attributes (the spec's own oom fields are added on main)."""
+
+    def __init__(self, role, **extra):
+        self._role = role
+        self.__dict__.update(extra)
+
+    def __getattr__(self, name):
+        return getattr(self._role, name)
+
+
+def test_plan_roles_carry_the_oom_growth_of_their_spec_role(spec):
+    roles = dict(spec.roles)
+    roles["chief"] = _RoleWith(roles["chief"], oom_growth=2, oom_max_growths=0)
+    plan = submission.build_plan(spec.model_copy(update={"roles": roles}), code=CODE, runtime=RUNTIME,
+                                 inputs={"hdfs:///data/mnist.npz": CODE})
+    by_name = {r["name"]: r for r in plan["roles"]}
+    assert (by_name["chief"]["oom_growth"], by_name["chief"]["oom_max_growths"]) == (2.0, 0)
+    assert (by_name["worker"]["oom_growth"], by_name["worker"]["oom_max_growths"]) == (1.5, 2)  # the defaults
+    roles["chief"] = _RoleWith(roles["chief"], oom_growth=0.9)
+    with pytest.raises(pydantic.ValidationError, match="oom_growth"):  # never shrinks
+        submission.build_plan(spec.model_copy(update={"roles": roles}), code=CODE, runtime=RUNTIME,
+                              inputs={"hdfs:///data/mnist.npz": CODE})
 
 
 def test_env_archive_and_docker(tmp_path, spec):
@@ -150,6 +176,9 @@ def test_deployment_id_is_what_every_worker_of_a_deployment_shares_and_another_d
     ``airflow-db-not-allowed:///``), so the identity cannot come from it: two deployments would share it."""
     for key in ("AIRFLOW__MELON__DEPLOYMENT_ID", "AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__API__BASE_URL"):
         monkeypatch.delenv(key, raising=False)
+    # Airflow imported first, as in a worker (run alone, this file would import it with the address below, which
+    # Airflow's own start-up cannot parse); its configuration is read from the environment at each get
+    pytest.importorskip("airflow.configuration")
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "airflow-db-not-allowed:///")
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "http://airflow-dev:8080/execution/")
     dev = submission.deployment_id()

@@ -194,6 +194,9 @@ final class AmHttp {
         expect(body, "loss", JsonNode::isNumber, false, "a number");
         expect(body, "metrics", n -> n.isObject() && n.size() <= 32, false, "an object of at most 32 numbers");
         expect(body, "gpu_memory_used_mb", JsonNode::isNumber, false, "a number");
+        expect(body, "gpu_memory_peak_mb", JsonNode::isNumber, false, "a number");
+        expect(body, "oom", AmHttp::validOom, false,
+            "an object {cap_mb, peak_mb, largest_gpu_mb: numbers or null, signature: a string}");
         expect(body, "message", JsonNode::isTextual, false, "a string");
         expect(body, "tensorboard_url", TensorBoardProxy::validUrl, false, "\"\" or http://host:port");
         expect(body, "tensorboard_error", JsonNode::isTextual, false, "a string");
@@ -310,6 +313,20 @@ final class AmHttp {
     }
   }
 
+  /** A heartbeat's {@code oom} (the executor's exit 76): an object whose known fields have their types. */
+  static boolean validOom(JsonNode oom) {
+    if (!oom.isObject()) {
+      return false;
+    }
+    for (String k : new String[] {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}) {
+      JsonNode v = oom.path(k);
+      if (!v.isMissingNode() && !v.isNull() && !("signature".equals(k) ? v.isTextual() : v.isNumber())) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   private static void send(HttpExchange ex, int code, String type, String body) throws IOException {
     byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
     ex.getResponseHeaders().set("Content-Type", type);
@@ -344,7 +361,15 @@ final class AmHttp {
         o.put("exit_code", t.exitCode);
         o.put("gpu", t.gpu);
         o.put("gpu_memory_mb", t.gpuMemoryMb);
-        o.put("expected_gpu_memory_mb", t.role.gpuMemoryMb);
+        o.put("expected_gpu_memory_mb", t.expectedMb);
+        o.put("initial_gpu_memory_mb", t.role.gpuMemoryMb);
+        o.put("gpu_memory_peak_mb", t.gpuMemoryPeakMb);
+        o.put("oom_growths", t.oomGrowths);
+        if (t.oom == null) {
+          o.putNull("oom");
+        } else {
+          o.set("oom", t.oom.deepCopy());
+        }
         o.put("gpus", t.role.gpus);
         o.put("gpu_memory_used_mb", t.gpuMemoryUsedMb);
         o.put("mps", t.mps);
@@ -380,7 +405,8 @@ final class AmHttp {
             : "<p><a href=\"tensorboard/\">TensorBoard</a></p>")
         .append("<table border=\"1\" cellpadding=\"4\"><tr>");
     String[] cols = {"role", "index", "state", "container_id", "host", "port", "attempt", "exit_code", "gpu",
-        "gpu_memory_mb", "gpu_memory_used_mb", "step", "total", "loss", "message", "updated"};
+        "gpu_memory_mb", "expected_gpu_memory_mb", "gpu_memory_used_mb", "gpu_memory_peak_mb", "oom_growths", "step",
+        "total", "loss", "message", "updated"};
     for (String c : cols) {
       b.append("<th>").append(c).append("</th>");
     }

@@ -145,13 +145,14 @@ public final class MelonApplicationMaster {
     Resource max = amrm.registerApplicationMaster(amHost, port, amUrl + "/")
         .getMaximumResourceCapability();
     log("registered with the RM, tracking URL " + amUrl + "/, maximum allocation " + max);
+    book.maxGpuMemoryMb(resourceValue(max, GPU_MEM));
 
     synchronized (book) {
       try {
         localResources = parseLocalResources();
         for (Task t : book.tasks) {
-          if (!Resources.fitsIn(resource(t.role), max)) {
-            throw new IllegalArgumentException("role " + t.role.name + " asks for " + resource(t.role)
+          if (!Resources.fitsIn(resource(t), max)) {
+            throw new IllegalArgumentException("role " + t.role.name + " asks for " + resource(t)
                 + ", more than the cluster's maximum allocation " + max);
           }
         }
@@ -172,19 +173,31 @@ public final class MelonApplicationMaster {
 
   // ---------------------------------------------------------------- scheduling
 
-  private static Resource resource(Role role) {
+  /** What a container of {@code t} is asked for: its role's memory, vcores and whole GPUs, and the task's own
+   * expected GPU memory (its role's, grown after OOMs). */
+  static Resource resource(Task t) {
+    Role role = t.role;
     Resource res = Resource.newInstance(role.memoryMb, role.vcores);
     if (role.gpus > 0) {
       res.setResourceValue(GPU, role.gpus);
     }
-    if (role.gpuMemoryMb > 0) {
-      res.setResourceValue(GPU_MEM, role.gpuMemoryMb);
+    if (t.expectedMb > 0) {
+      res.setResourceValue(GPU_MEM, t.expectedMb);
     }
     return res;
   }
 
+  /** {@code res}'s value of the resource type {@code name}; 0 when the cluster does not know the type. */
+  private static long resourceValue(Resource res, String name) {
+    try {
+      return res.getResourceValue(name);
+    } catch (RuntimeException e) {  // ResourceNotFoundException
+      return 0;
+    }
+  }
+
   private void request(Task t) {
-    t.request = new ContainerRequest(resource(t.role), null, null, Priority.newInstance(1), t.number);
+    t.request = new ContainerRequest(resource(t), null, null, Priority.newInstance(1), t.number);
     amrm.addContainerRequest(t.request);
   }
 
@@ -198,7 +211,8 @@ public final class MelonApplicationMaster {
         }
         amrm.removeContainerRequest(t.request);
         seenHosts.add(t.nodeHost);
-        log("task " + t.name() + " attempt " + t.attempt + " -> " + c.getId() + " on " + c.getNodeId());
+        log("task " + t.name() + " attempt " + t.attempt + " -> " + c.getId() + " on " + c.getNodeId()
+            + (t.expectedMb > 0 ? " (expected GPU memory " + t.expectedMb + " MiB)" : ""));
         book.granted(t);  // starts it, or holds it until the whole gang is granted
       }
     }
@@ -249,7 +263,7 @@ public final class MelonApplicationMaster {
     env.put("MELON_APP_ID", appId);
     env.put("MELON_CONTAINER_ID", t.container.getId().toString());
     env.put("MELON_GPUS", String.valueOf(t.role.gpus));
-    env.put("MELON_GPU_MEMORY_MB", String.valueOf(t.role.gpuMemoryMb));
+    env.put("MELON_GPU_MEMORY_MB", String.valueOf(t.expectedMb));  // the task's: grown after an OOM
     String command = plan.path(PlanFields.COMMAND).asText() + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR
         + "/stdout 2>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stderr";
     return ContainerLaunchContext.newInstance(new HashMap<>(localResources), env, Collections.singletonList(command), null, tokens.duplicate(), null);

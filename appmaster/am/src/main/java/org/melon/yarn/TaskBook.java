@@ -16,6 +16,8 @@ import java.util.function.Function;
 import java.util.function.LongSupplier;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerId;
@@ -24,14 +26,19 @@ import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 /**
  * The AM's bookkeeping and decisions (docs/protocol.md section 2), kept apart from the YARN clients so that they
  * can be tested without a cluster: the plan's tasks, the gang barrier and its timeout, per-role restart budgets,
- * exit 75 (no GPU fits on that node: retry elsewhere), success and failure. What it decides to ask of YARN goes
- * through {@link Yarn}. One lock: every method holds this object's monitor, and the AM takes the same monitor
- * ({@code synchronized (book)}) around its own steps that read or change tasks.
+ * exit 75 (no GPU fits on that node: retry elsewhere), exit 76 (out of GPU memory: ask again with more), success
+ * and failure. What it decides to ask of YARN goes through {@link Yarn}. One lock: every method holds this object's
+ * monitor, and the AM takes the same monitor ({@code synchronized (book)}) around its own steps that read or change
+ * tasks.
  */
 final class TaskBook {
 
   static final int EXIT_NO_GPU_FIT = 75;
   static final int MAX_NO_FIT_RETRIES = 3;
+  /** The executor's exit code when the task's process ran out of GPU memory (its final heartbeat says {@code oom}). */
+  static final int EXIT_OOM = 76;
+  /** An OOM report's {@code signature} (the matched error line) is kept to this many characters. */
+  static final int OOM_SIGNATURE_MAX = 200;
   /** Re-runs of one task after exits that are not its fault (its node lost, disks failed, preempted). */
   static final int MAX_NOT_ITS_FAULT = 3;
   /** Step/loss samples kept per task for progress charts (oldest dropped first). */
@@ -110,7 +117,16 @@ final class TaskBook {
     boolean tracked;
     /** An untracked role whose failure past its budget is only logged (an evaluator); else it fails the job. */
     boolean optional;
+    /** After an OOM (exit 76) in shared mode a task's expected GPU memory is multiplied by this (at least 1) ... */
+    double oomGrowth;
+    /** ... at most this many times per task (0: an OOM fails the application). Not the restart budget. */
+    int oomMaxGrowths;
     int restartsUsed;
+
+    /** MeLoN's shared mode: the task states an expected GPU memory, which the executor caps it at. */
+    boolean shared() {
+      return gpus == 0 && gpuMemoryMb > 0;
+    }
   }
 
   /** One task = one container at a time. */
@@ -142,6 +158,20 @@ final class TaskBook {
     long gpuMemoryMb;
     /** GPU memory the task's processes use (NVML, from heartbeats), MiB; null without a GPU. */
     Long gpuMemoryUsedMb;
+    /** The task's expected GPU memory, MiB: its role's, grown after each OOM in shared mode. Its containers are asked
+     * for with it ({@code melon.io/gpu-memory}) and its executor caps the process at it. */
+    long expectedMb;
+    /** How many times {@link #expectedMb} grew after an OOM. */
+    int oomGrowths;
+    /** The most GPU memory the task's processes used over all its attempts (heartbeats, OOM reports), MiB; null:
+     * none reported. */
+    Long gpuMemoryPeakMb;
+    /** The same for the current attempt only. */
+    Long attemptPeakMb;
+    /** The current attempt's OOM report (from its final heartbeat); null: none. */
+    ObjectNode attemptOom;
+    /** The last OOM of the task as reported ({@code cap_mb} filled in when it came without one); null: none. */
+    ObjectNode oom;
     /** Whether the task's node runs a CUDA MPS control daemon (reported at registration). */
     boolean mps;
     Long step;
@@ -160,6 +190,7 @@ final class TaskBook {
       this.index = index;
       this.number = number;
       this.updated = now;
+      this.expectedMb = role.gpuMemoryMb;
     }
 
     String name() {
@@ -205,6 +236,12 @@ final class TaskBook {
   private long rerequestAt = -1;
   private int holdReleases;
   private long longestHoldMs;
+  /** The largest GPU memory of one GPU any OOM report named (its node's largest GPU), MiB; 0: none known. A task's
+   * expected GPU memory never grows past it. */
+  private long largestGpuMb;
+  /** The cluster's maximum allocation of {@code melon.io/gpu-memory} (the RM's answer at registration), MiB; 0:
+   * unknown. A request above it would be refused by the RM (and end the AM), so growth stops there too. */
+  private long maxGpuMemoryMb;
   /** Hosts on the application's blacklist (node avoidance after exit 75) and since when. */
   private final Map<String, Long> avoided = new HashMap<>();
   private String state = "RUNNING";
@@ -236,11 +273,18 @@ final class TaskBook {
       role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt(0);
       role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean(true);
       role.optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean(false);
+      role.oomGrowth = Math.max(1.0, r.path(PlanFields.ROLE_OOM_GROWTH).asDouble(1.5));
+      role.oomMaxGrowths = Math.max(0, r.path(PlanFields.ROLE_OOM_MAX_GROWTHS).asInt(2));
       for (int i = 0; i < role.instances; i++) {
         tasks.add(new Task(role, i, number++, gangWaitSince));
       }
     }
     this.outputTask = plan.path(PlanFields.OUTPUT_ROLE).isTextual() ? task(plan.path(PlanFields.OUTPUT_ROLE).asText(), 0) : null;
+  }
+
+  /** The cluster's maximum allocation of {@code melon.io/gpu-memory}, MiB (0: unknown): growth stops there. */
+  synchronized void maxGpuMemoryMb(long mb) {
+    maxGpuMemoryMb = Math.max(0, mb);
   }
 
   synchronized String state() {
@@ -440,9 +484,10 @@ final class TaskBook {
   /**
    * A container of ours ended with {@code code}. 0: the task SUCCEEDED (maybe the application too). 75 (no GPU
    * fits on that node), at most {@link #MAX_NO_FIT_RETRIES} times per task: a new container elsewhere, outside the
-   * restart budget. Other codes: a new container while the role's budget lasts, else the task FAILED, and the
-   * application with it unless the role is untracked and optional; the diagnostics name the task, its node, the code and
-   * {@code stderrTail} of the task. Once the application is decided, a live task is only marked KILLED.
+   * restart budget. 76 (out of GPU memory): see {@link #outOfMemory}. Other codes: a new container while the role's
+   * budget lasts, else the task FAILED, and the application with it unless the role is untracked and optional; the
+   * diagnostics name the task, its node, the code and {@code stderrTail} of the task. Once the application is decided, a
+   * live task is only marked KILLED.
    */
   synchronized void completed(ContainerId id, int code, Function<Task, String> stderrTail) {
     Task t = byContainer.remove(id);
@@ -469,6 +514,10 @@ final class TaskBook {
           + "was decided (waiting for the output task " + outputTask.name() + "): not restarted");
       return;
     }
+    if (code == EXIT_OOM) {
+      outOfMemory(t, stderrTail);
+      return;
+    }
     if (code == EXIT_NO_GPU_FIT && t.noFitRetries < MAX_NO_FIT_RETRIES) {
       t.noFitRetries++;
       t.avoidNode = t.container.getNodeId().toString();
@@ -490,8 +539,13 @@ final class TaskBook {
           + t.role.name);
       return;
     }
+    fail(t, "task " + t.name() + " on " + t.nodeHost + " " + describeExit(code) + ": " + stderrTail.apply(t));
+  }
+
+  /** {@code t} FAILED for good: the application fails with {@code diag} unless the task's role is untracked and
+   * optional (then it is only logged); the output task fails it whatever its role. */
+  private void fail(Task t, String diag) {
     t.state = "FAILED";
-    String diag = "task " + t.name() + " on " + t.nodeHost + " " + describeExit(code) + ": " + stderrTail.apply(t);
     if (t == outputTask) {
       finish("FAILED", "output " + diag);
     } else if (t.role.tracked) {
@@ -502,6 +556,94 @@ final class TaskBook {
     } else {
       MelonApplicationMaster.log("optional " + diag);
     }
+  }
+
+  /**
+   * {@code t} ran out of GPU memory (exit 76; its final heartbeat's {@code oom} says the cap, the peak, the node's
+   * largest GPU; a lost report counts as one with the task's expected memory as cap and no peak). In shared mode, while
+   * the task has growths left ({@code oom_max_growths}), its expected GPU memory grows by {@code oom_growth}, at most
+   * to the largest GPU reported and the cluster's maximum allocation, and it is asked for again with that: not
+   * counted against the role's restarts. Otherwise (growths used up, retry off, nothing left to grow into, exclusive
+   * mode) it FAILED: an OOM is never re-run with the same memory, nor does it use the role's restarts.
+   */
+  private void outOfMemory(Task t, Function<Task, String> stderrTail) {
+    ObjectNode report = t.attemptOom;
+    if (report == null) {  // its final heartbeat was lost
+      report = oomReport(t, JsonNodeFactory.instance.objectNode());
+      t.oom = report;
+    }
+    Role role = t.role;
+    String what;
+    String advice;
+    if (role.gpus > 0) {
+      what = "ran out of GPU memory on its " + role.gpus + " whole GPU(s) (exclusive mode: not retried with more)";
+      advice = ": reduce the batch or ask for more gpus";
+    } else if (t.expectedMb <= 0) {
+      what = "ran out of GPU memory with no expected GPU memory (no cap: not retried with more)";
+      advice = ": set roles." + role.name + ".gpu_memory";
+    } else {
+      long cap = report.path("cap_mb").isNumber() ? report.path("cap_mb").asLong() : t.expectedMb;
+      Long peak = report.path("peak_mb").isNumber() ? Long.valueOf(report.path("peak_mb").asLong()) : t.attemptPeakMb;
+      String exceeded = "exceeded its expected GPU memory (cap " + cap + " MiB; peak seen "
+          + (peak == null ? "unknown" : peak + " MiB") + ")";
+      String notGrown;
+      advice = "; raise roles." + role.name + ".gpu_memory above " + cap + " MiB";
+      if (role.oomMaxGrowths == 0) {
+        notGrown = "oom retry is off (oom_max_growths: 0)";
+      } else if (t.oomGrowths >= role.oomMaxGrowths) {
+        notGrown = "grown " + t.oomGrowths + " of " + role.oomMaxGrowths + " times";
+      } else {
+        long grown = (long) Math.ceil(t.expectedMb * role.oomGrowth - 1e-6);  // 1000 x 1.1 is 1100, not 1101
+        notGrown = "oom_growth " + role.oomGrowth + " does not grow " + t.expectedMb + " MiB";
+        if (largestGpuMb > 0 && grown > largestGpuMb) {
+          grown = largestGpuMb;
+          notGrown = "already at the largest GPU (" + largestGpuMb + " MiB)";
+          advice = "; reduce the batch or the model: no GPU seen has more memory";
+        }
+        if (maxGpuMemoryMb > 0 && grown > maxGpuMemoryMb) {
+          grown = maxGpuMemoryMb;
+          notGrown = "already at the cluster's maximum allocation of " + MelonApplicationMaster.GPU_MEM + " ("
+              + maxGpuMemoryMb + " MiB)";
+          advice = "; reduce the batch or the model: YARN grants no more";
+        }
+        if (grown > t.expectedMb) {
+          t.expectedMb = grown;
+          t.oomGrowths++;
+          restart(t, exceeded + ": asking again with " + grown + " MiB (growth " + t.oomGrowths + "/"
+              + role.oomMaxGrowths + ", not counted against the role's restarts)");
+          return;
+        }
+      }
+      what = exceeded + ": " + notGrown;
+    }
+    fail(t, "task " + t.name() + " " + what + advice + ". It " + describeExit(EXIT_OOM) + " on " + t.nodeHost
+        + ": " + stderrTail.apply(t));
+  }
+
+  /** An OOM report of {@code t} as kept: the executor's fields ({@code cap_mb}, {@code peak_mb},
+   * {@code largest_gpu_mb}: integers or null; {@code signature}, at most {@link #OOM_SIGNATURE_MAX} characters), with
+   * {@code cap_mb} filled from the task's expected memory (shared mode) when it came without one. */
+  private static ObjectNode oomReport(Task t, JsonNode given) {
+    ObjectNode o = JsonNodeFactory.instance.objectNode();
+    for (String k : new String[] {"cap_mb", "peak_mb", "largest_gpu_mb"}) {
+      if (given.path(k).isNumber()) {
+        o.put(k, given.path(k).asLong());
+      } else {
+        o.putNull(k);
+      }
+    }
+    if (o.path("cap_mb").isNull() && t.role.shared()) {
+      o.put("cap_mb", t.expectedMb);
+    }
+    String signature = given.path("signature").isTextual() ? given.path("signature").asText() : null;
+    o.put("signature", signature == null || signature.length() <= OOM_SIGNATURE_MAX ? signature
+        : signature.substring(0, OOM_SIGNATURE_MAX));
+    return o;
+  }
+
+  private static void notePeak(Task t, long mb) {
+    t.attemptPeakMb = t.attemptPeakMb == null ? mb : Math.max(t.attemptPeakMb, mb);
+    t.gpuMemoryPeakMb = t.gpuMemoryPeakMb == null ? mb : Math.max(t.gpuMemoryPeakMb, mb);
   }
 
   /** YARN's codes for a container that ended through no fault of its task: its node was lost (-100 ABORTED),
@@ -523,6 +665,7 @@ final class TaskBook {
       case -106: why = "killed by the ResourceManager"; break;
       case -108: why = "killed: the application finished"; break;
       case 75: why = "no GPU fits on its node"; break;
+      case 76: why = "out of GPU memory"; break;
       default: why = code > 128 && code < 128 + 65 ? signalName(code - 128) : null;
     }
     return "exited " + code + (why == null ? "" : " (" + why + ")");
@@ -545,6 +688,8 @@ final class TaskBook {
     t.state = "PENDING";
     t.container = null;
     t.launched = false;
+    t.attemptPeakMb = null;
+    t.attemptOom = null;
     t.updated = now();
     yarn.request(t);
   }
@@ -723,8 +868,9 @@ final class TaskBook {
     return new Reply(200, Collections.singletonMap("cluster", cluster));
   }
 
-  /** Progress of {@code t}: {@code step}, {@code loss}, {@code gpu}, {@code gpu_memory_used_mb}, {@code message}
-   * (all optional; optional {@code container_id} as for {@link #register}). */
+  /** Progress of {@code t}: {@code step}, {@code loss}, {@code gpu}, {@code gpu_memory_used_mb},
+   * {@code gpu_memory_peak_mb}, {@code message}, and in the final heartbeat of an OOM (exit 76) {@code oom} (all
+   * optional; optional {@code container_id} as for {@link #register}). */
   synchronized Reply heartbeat(Task t, JsonNode body) {
     Reply stale = staleContainer(t, body);
     if (stale != null) {
@@ -759,6 +905,20 @@ final class TaskBook {
     }
     if (body.hasNonNull("gpu_memory_used_mb")) {
       t.gpuMemoryUsedMb = body.path("gpu_memory_used_mb").asLong();
+    }
+    if (body.hasNonNull("gpu_memory_peak_mb")) {
+      notePeak(t, body.path("gpu_memory_peak_mb").asLong());
+    }
+    if (body.path("oom").isObject()) {
+      ObjectNode report = oomReport(t, body.path("oom"));
+      if (report.path("peak_mb").isNumber()) {
+        notePeak(t, report.path("peak_mb").asLong());
+      }
+      if (report.path("largest_gpu_mb").isNumber()) {
+        largestGpuMb = Math.max(largestGpuMb, report.path("largest_gpu_mb").asLong());
+      }
+      t.attemptOom = report;
+      t.oom = report;
     }
     if (body.hasNonNull("message")) {
       t.message = body.path("message").asText();

@@ -60,8 +60,12 @@ class AmHttpTest {
 
   /** An AM for {@code workers} worker tasks, each in a running container, serving on loopback. */
   private void start(int workers, String secret) throws IOException {
-    book = new TaskBook(json("{roles: [{name: 'worker', instances: " + workers + "}], "
-        + "labels: {dag_id: 'd', task_id: 't'}}"), new FakeYarn(), clock);
+    start("{name: 'worker', instances: " + workers + "}", secret);
+  }
+
+  /** An AM for the one role {@code role} (lenient JSON), each task in a running container, serving on loopback. */
+  private void start(String role, String secret) throws IOException {
+    book = new TaskBook(json("{roles: [" + role + "], labels: {dag_id: 'd', task_id: 't'}}"), new FakeYarn(), clock);
     for (Task t : book.tasks) {
       containers.put(t.name(), place(book, t, "node-" + t.index % 2));
     }
@@ -184,6 +188,34 @@ class AmHttpTest {
     assertFalse(page.body().contains("<b>hi</b>"));
   }
 
+  @Test
+  void theStatusShowsEachTasksGrownExpectedMemoryItsPeakAndItsLastOom() throws IOException {
+    start("{name: 'worker', instances: 2, gpu_memory_mb: 1024}", SECRET);
+    JsonNode before = json(status()).path("tasks").path(1);
+    assertEquals(1024, before.path("expected_gpu_memory_mb").asLong());
+    assertEquals(1024, before.path("initial_gpu_memory_mb").asLong());
+    assertTrue(before.path("gpu_memory_peak_mb").isNull(), before.toString());
+    assertEquals(0, before.path("oom_growths").asInt());
+    assertTrue(before.path("oom").isNull(), before.toString());
+    String cid = containers.get("worker:1").getId().toString();
+    assertEquals(200, post("/heartbeat", "{\"role\": \"worker\", \"index\": 1, \"gpu_memory_peak_mb\": 900,"
+        + " \"container_id\": \"" + cid + "\"}").code());
+    assertEquals(200, post("/heartbeat", "{\"role\": \"worker\", \"index\": 1, \"container_id\": \"" + cid + "\","
+        + " \"oom\": {\"cap_mb\": null, \"peak_mb\": 1300, \"largest_gpu_mb\": 16384,"
+        + " \"signature\": \"torch.OutOfMemoryError: CUDA out of memory\"}}").code());
+    book.completed(containers.get("worker:1").getId(), TaskBook.EXIT_OOM, t -> "tail");
+    JsonNode w1 = json(status()).path("tasks").path(1);
+    assertEquals(1536, w1.path("expected_gpu_memory_mb").asLong(), "grown");
+    assertEquals(1024, w1.path("initial_gpu_memory_mb").asLong(), "the plan's");
+    assertEquals(1300, w1.path("gpu_memory_peak_mb").asLong());
+    assertEquals(1, w1.path("oom_growths").asInt());
+    assertEquals(json("{cap_mb: 1024, peak_mb: 1300, largest_gpu_mb: 16384,"
+        + " signature: 'torch.OutOfMemoryError: CUDA out of memory'}"), w1.path("oom"), "cap_mb filled in");
+    assertEquals(1024, json(status()).path("tasks").path(0).path("expected_gpu_memory_mb").asLong());
+    String page = call("GET", "/", null, null).body();
+    assertTrue(page.contains("<th>gpu_memory_peak_mb</th>") && page.contains("<td>1536</td>"), page);
+  }
+
   // ---------------------------------------------------------------- refused calls
 
   @Test
@@ -231,6 +263,10 @@ class AmHttpTest {
     for (String body : List.of("{\"role\": \"worker\", \"index\": 0, \"step\": \"ten\"}",
         "{\"role\": \"worker\", \"index\": 0, \"loss\": [1]}",
         "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_used_mb\": {}}",
+        "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_peak_mb\": \"lots\"}",
+        "{\"role\": \"worker\", \"index\": 0, \"oom\": true}",
+        "{\"role\": \"worker\", \"index\": 0, \"oom\": {\"cap_mb\": \"4g\"}}",
+        "{\"role\": \"worker\", \"index\": 0, \"oom\": {\"signature\": 7}}",
         "{\"role\": \"worker\", \"index\": 0, \"message\": 5}")) {
       assertRefused(400, () -> post("/heartbeat", body));
     }

@@ -47,9 +47,13 @@ final class Fixtures {
     Set<String> hosts = new TreeSet<>(Set.of("node-a", "node-b", "node-c"));
     int hostQueries;
 
+    /** The expected GPU memory (MiB) of each request, in the order of {@link #requests}. */
+    final List<Long> requestedGpuMemoryMb = new ArrayList<>();
+
     @Override
     public void request(Task t) {
       requests.add(t.name() + "#" + t.attempt);
+      requestedGpuMemoryMb.add(t.expectedMb);
     }
 
     @Override

@@ -19,6 +19,9 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Function;
 
 import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.api.records.ResourceTypeInfo;
+import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 import org.junit.jupiter.api.Test;
 
 import org.melon.yarn.Fixtures.Clock;
@@ -347,6 +350,7 @@ class TaskBookTest {
     assertEquals("exited 3", TaskBook.describeExit(3));
     assertEquals("exited -104 (killed by YARN: over its physical memory limit)", TaskBook.describeExit(-104));
     assertEquals("exited -1000", TaskBook.describeExit(-1000));
+    assertEquals("exited 76 (out of GPU memory)", TaskBook.describeExit(76));
   }
 
   @Test
@@ -497,6 +501,221 @@ class TaskBookTest {
     exit(book, place(book, book.task("worker", 1), "node-b"), 75);
     assertEquals(List.of("+node-a"), yarn.blacklist, "node-b is the only node not avoided");
     assertEquals(Set.of("node-a"), book.avoidedHosts());
+  }
+
+  // ---------------------------------------------------------------- exit 76: out of its expected GPU memory
+
+  /** The final heartbeat of an executor that exits 76, then the exit. */
+  private void oom(TaskBook book, Container c, String report) {
+    Task t = taskOf(book, c);
+    assertEquals(200, book.heartbeat(t, json("{container_id: '" + c.getId() + "', oom: " + report + "}")).code());
+    exit(book, c, TaskBook.EXIT_OOM);
+  }
+
+  private static Task taskOf(TaskBook book, Container c) {
+    return book.tasks.get((int) c.getAllocationRequestId());
+  }
+
+  /** The AM's log lines written while {@code r} runs. */
+  private static String logOf(Runnable r) {
+    java.io.PrintStream out = System.out;
+    java.io.ByteArrayOutputStream buf = new java.io.ByteArrayOutputStream();
+    System.setOut(new java.io.PrintStream(buf, true));
+    try {
+      r.run();
+    } finally {
+      System.setOut(out);
+    }
+    return buf.toString();
+  }
+
+  @Test
+  void anOomGrowsTheTasksExpectedGpuMemoryTwiceOutsideTheBudgetThenFailsSayingWhatToSet() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 2, gpu_memory_mb: 1024, restarts: 1}]}");
+    Map<String, Container> c = placeAll(book);
+    Task w1 = book.task("worker", 1);
+    book.heartbeat(w1, json("{gpu_memory_used_mb: 700, gpu_memory_peak_mb: 900}"));
+    String log = logOf(() -> oom(book, c.get("worker:1"), "{cap_mb: 1024, peak_mb: 1300, largest_gpu_mb: 16384,"
+        + " signature: 'torch.OutOfMemoryError: CUDA out of memory.'}"));
+    assertTrue(log.contains("restarting task worker:1: exceeded its expected GPU memory (cap 1024 MiB; peak seen 1300"
+        + " MiB): asking again with 1536 MiB (growth 1/2, not counted against the role's restarts)"), log);
+    assertEquals(List.of("worker:1#1"), yarn.requests);
+    assertEquals(List.of(1536L), yarn.requestedGpuMemoryMb, "the new request asks for the grown memory");
+    assertEquals("PENDING", w1.state);
+    assertEquals(1536, w1.expectedMb);
+    assertEquals(1, w1.oomGrowths);
+    assertEquals(0, w1.role.restartsUsed, "not counted against the role's restarts");
+    assertEquals(1024, book.task("worker", 0).expectedMb, "the task's own figure, not its role's");
+    assertTrue(tails.isEmpty());
+
+    Container second = place(book, w1, "node-b");
+    oom(book, second, "{cap_mb: 1536, peak_mb: 1600, largest_gpu_mb: 16384, signature: 'CUDA out of memory'}");
+    assertEquals(List.of(1536L, 2304L), yarn.requestedGpuMemoryMb, "1536 x 1.5");
+    assertEquals(2, w1.oomGrowths);
+    assertEquals(0, w1.role.restartsUsed);
+    assertEquals("RUNNING", book.state());
+
+    Container third = place(book, w1, "node-c");
+    oom(book, third, "{cap_mb: 2304, peak_mb: 2400, largest_gpu_mb: 16384, signature: 'CUDA out of memory'}");
+    assertEquals(List.of("worker:1#1", "worker:1#2"), yarn.requests, "an OOM is never re-run with the same memory");
+    assertEquals("FAILED", w1.state);
+    assertEquals("FAILED", book.state());
+    assertEquals("task worker:1 exceeded its expected GPU memory (cap 2304 MiB; peak seen 2400 MiB): grown 2 of 2 times;"
+        + " raise roles.worker.gpu_memory above 2304 MiB. It exited 76 (out of GPU memory) on node-c: Traceback ...\n"
+        + "RuntimeError: boom in worker:1", book.diagnostics());
+    assertEquals(0, w1.role.restartsUsed, "the role's restart is still there: an OOM does not use it");
+    assertEquals(2400L, w1.gpuMemoryPeakMb);
+  }
+
+  @Test
+  void theRolesRestartsAreUntouchedByOomsAndARestartKeepsTheGrownMemory() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, restarts: 1}]}");
+    Task w0 = book.task("worker", 0);
+    oom(book, place(book, w0, "node-a"), "{cap_mb: 1024, peak_mb: 1100, signature: 'CUDA out of memory'}");
+    Container second = place(book, w0, "node-b");
+    exit(book, second, 1);  // an ordinary failure: the budget's restart, with the task's grown memory
+    assertEquals(1, w0.role.restartsUsed);
+    assertEquals(List.of(1536L, 1536L), yarn.requestedGpuMemoryMb);
+    oom(book, place(book, w0, "node-c"), "{cap_mb: 1536, peak_mb: 1600, signature: 'CUDA out of memory'}");
+    assertEquals(List.of(1536L, 1536L, 2304L), yarn.requestedGpuMemoryMb, "budget spent, growth left: grown");
+    assertEquals("RUNNING", book.state());
+    exit(book, place(book, w0, "node-a"), 1);
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("task worker:0 on node-a exited 1: "), book.diagnostics());
+  }
+
+  @Test
+  void growthStopsAtTheLargestGpuEverReported() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 2, gpu_memory_mb: 12000}]}");
+    Map<String, Container> c = placeAll(book);
+    Task w0 = book.task("worker", 0);
+    oom(book, c.get("worker:0"), "{cap_mb: 12000, peak_mb: 12100, largest_gpu_mb: 16384, signature: 'x'}");
+    assertEquals(16384, w0.expectedMb, "not 18000: no GPU seen has more");
+    // worker:1's node has smaller GPUs: the largest ever reported still bounds the growth
+    oom(book, c.get("worker:1"), "{cap_mb: 12000, peak_mb: 12001, largest_gpu_mb: 8192, signature: 'x'}");
+    assertEquals(16384, book.task("worker", 1).expectedMb);
+    oom(book, place(book, w0, "node-b"), "{cap_mb: 16384, peak_mb: 16390, largest_gpu_mb: 16384, signature: 'x'}");
+    assertEquals(1, w0.oomGrowths, "a growth was left, but nothing to grow into");
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("task worker:0 exceeded its expected GPU memory (cap 16384 MiB; peak seen"
+        + " 16390 MiB): already at the largest GPU (16384 MiB); "), book.diagnostics());
+  }
+
+  @Test
+  void growthStopsAtTheClustersMaximumAllocation() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, oom_max_growths: 5}]}");
+    book.maxGpuMemoryMb(2000);
+    Task w0 = book.task("worker", 0);
+    oom(book, place(book, w0, "node-a"), "{cap_mb: 1024, peak_mb: null, largest_gpu_mb: null, signature: 'x'}");
+    oom(book, place(book, w0, "node-a"), "{cap_mb: 1536, peak_mb: null, largest_gpu_mb: null, signature: 'x'}");
+    assertEquals(List.of(1536L, 2000L), yarn.requestedGpuMemoryMb, "never a request the RM would refuse");
+    oom(book, place(book, w0, "node-a"), "{cap_mb: 2000, signature: 'x'}");
+    assertTrue(book.diagnostics().startsWith("task worker:0 exceeded its expected GPU memory (cap 2000 MiB; peak seen"
+        + " unknown): already at the cluster's maximum allocation of melon.io/gpu-memory (2000 MiB); "),
+        book.diagnostics());
+  }
+
+  @Test
+  void withOomRetryOffAnOomFailsAtOnce() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 2, gpu_memory_mb: 4096, restarts: 3,"
+        + " oom_growth: 2.0, oom_max_growths: 0}]}");
+    Map<String, Container> c = placeAll(book);
+    oom(book, c.get("worker:1"), "{cap_mb: 4096, peak_mb: 4370, largest_gpu_mb: 81920, signature: 'x'}");
+    assertEquals(List.of(), yarn.requests, "neither grown nor restarted with the same memory");
+    assertEquals(0, book.task("worker", 1).role.restartsUsed);
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("task worker:1 exceeded its expected GPU memory (cap 4096 MiB; peak seen"
+        + " 4370 MiB): oom retry is off (oom_max_growths: 0); raise roles.worker.gpu_memory above 4096 MiB. It exited"
+        + " 76 (out of GPU memory) on node-b: Traceback"), book.diagnostics());
+  }
+
+  @Test
+  void anOomOnWholeGpusIsNotRetried() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpus: 1, restarts: 2}]}");
+    Task w0 = book.task("worker", 0);
+    oom(book, place(book, w0, "node-a"), "{cap_mb: null, peak_mb: 80000, largest_gpu_mb: 81920, signature: 'x'}");
+    assertEquals(List.of(), yarn.requests);
+    assertEquals(0, w0.role.restartsUsed);
+    assertTrue(book.diagnostics().startsWith("task worker:0 ran out of GPU memory on its 1 whole GPU(s) (exclusive"
+        + " mode: not retried with more): reduce the batch or ask for more gpus. It exited 76"), book.diagnostics());
+    assertTrue(w0.oom.path("cap_mb").isNull(), "no cap to fill in: " + w0.oom);
+  }
+
+  @Test
+  void anExit76WhoseReportWasLostCountsAsAnOomAtTheTasksExpectedMemory() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, oom_max_growths: 1}]}");
+    Task w0 = book.task("worker", 0);
+    exit(book, place(book, w0, "node-a"), 76);  // no oom heartbeat
+    assertEquals(List.of(1536L), yarn.requestedGpuMemoryMb);
+    assertEquals("{\"cap_mb\":1024,\"peak_mb\":null,\"largest_gpu_mb\":null,\"signature\":null}", w0.oom.toString());
+    exit(book, place(book, w0, "node-a"), 76);
+    assertTrue(book.diagnostics().startsWith("task worker:0 exceeded its expected GPU memory (cap 1536 MiB; peak seen"
+        + " unknown): grown 1 of 1 times; raise roles.worker.gpu_memory above 1536 MiB."), book.diagnostics());
+  }
+
+  @Test
+  void theReportFillsInTheCapAndThePeakIsKeptOverAttempts() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024}]}");
+    Task w0 = book.task("worker", 0);
+    Container first = place(book, w0, "node-a");
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 1000}"));
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 800}"));
+    assertEquals(1000L, w0.gpuMemoryPeakMb, "the most seen");
+    String longLine = "x".repeat(300);
+    oom(book, first, "{peak_mb: 1100, signature: '" + longLine + "'}");
+    assertEquals(1024, w0.oom.path("cap_mb").asLong(), "filled from the task's expected memory");
+    assertEquals(TaskBook.OOM_SIGNATURE_MAX, w0.oom.path("signature").asText().length());
+    assertEquals(1100L, w0.gpuMemoryPeakMb, "from the report");
+    place(book, w0, "node-b");
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 200}"));
+    assertEquals(1100L, w0.gpuMemoryPeakMb, "across attempts");
+    assertEquals(200L, w0.attemptPeakMb);
+    assertEquals(1100, w0.oom.path("peak_mb").asLong(), "the last OOM stays until the next one");
+  }
+
+  @Test
+  void anOomOfAnOptionalRolePastItsGrowthsIsOnlyLoggedAndOfAParameterServerFailsTheJob() {
+    TaskBook book = book("{roles: [{name: 'chief', instances: 1}, {name: 'evaluator', instances: 1, tracked: false,"
+        + " optional: true, gpu_memory_mb: 1024, oom_max_growths: 0}, {name: 'ps', instances: 1, tracked: false,"
+        + " gpu_memory_mb: 1024, oom_max_growths: 0}]}");
+    Map<String, Container> c = placeAll(book);
+    oom(book, c.get("evaluator:0"), "{cap_mb: 1024, peak_mb: 1030, signature: 'x'}");
+    assertEquals("FAILED", book.task("evaluator", 0).state);
+    assertEquals("RUNNING", book.state());
+    oom(book, c.get("ps:0"), "{cap_mb: 1024, peak_mb: 1030, signature: 'x'}");
+    assertEquals("FAILED", book.state());
+    assertTrue(book.diagnostics().startsWith("task ps:0 exceeded its expected GPU memory"), book.diagnostics());
+    assertTrue(book.diagnostics().endsWith("(role ps is untracked, but the job cannot go on without it; optional: true"
+        + " lets it fail)"), book.diagnostics());
+  }
+
+  @Test
+  void anOomAfterTheOutcomeIsDecidedChangesNothing() {
+    TaskBook book = training("success_role: 'chief', output_role: 'worker',");
+    Map<String, Container> c = placeAll(book);
+    exit(book, c.get("chief:0"), 0);
+    exit(book, c.get("worker:1"), 76);  // decided: only the output task is waited for
+    assertEquals("FAILED", book.task("worker", 1).state);
+    assertEquals(List.of(), yarn.requests);
+    assertEquals("RUNNING", book.state());
+  }
+
+  @Test
+  void theContainerRequestCarriesTheTasksGrownMemory() {
+    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
+        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
+        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
+    try {
+      TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, memory_mb: 2048}]}");
+      Task w0 = book.task("worker", 0);
+      assertEquals(1024, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
+      exit(book, place(book, w0, "node-a"), 76);
+      Resource grown = MelonApplicationMaster.resource(w0);
+      assertEquals(1536, grown.getResourceValue(MelonApplicationMaster.GPU_MEM));
+      assertEquals(2048, grown.getMemorySize());
+    } finally {  // back to memory and vcores only (the no-argument reset leaves the type count stale)
+      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
+    }
   }
 
   // ---------------------------------------------------------------- untracked roles and the outcome
