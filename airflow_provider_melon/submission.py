@@ -338,8 +338,7 @@ def build_plan(
              "gpus": role.gpus or 0, "gpu_memory_mb": role.gpu_memory_mb, "restarts": role.restarts,
              "tracked": not role.untracked, "optional": role.optional,
              # the spec's fields may not exist yet (added on main): the AM's defaults then
-             "oom_growth": float(getattr(role, "oom_growth", 1.5)),
-             "oom_max_growths": int(getattr(role, "oom_max_growths", 2))}
+             "oom_growth": role.oom_growth, "oom_max_growths": role.oom_growths}
             for name, role in spec.roles.items()
         ],
         "success_role": spec.success_role,

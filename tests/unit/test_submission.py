@@ -1,7 +1,6 @@
 import base64
 import json
 
-import pydantic
 import pytest
 
 from airflow_provider_melon import submission
@@ -61,28 +60,25 @@ def test_plan_roles_resources_and_env(spec):
     json.dumps(plan)  # serialisable as written to HDFS
 
 
-class _RoleWith:
-    """A spec role with extra attributes (the spec's own oom fields are added on main)."""
-
-    def __init__(self, role, **extra):
-        self._role = role
-        self.__dict__.update(extra)
-
-    def __getattr__(self, name):
-        return getattr(self._role, name)
-
-
 def test_plan_roles_carry_the_oom_growth_of_their_spec_role(spec):
-    roles = dict(spec.roles)
-    roles["chief"] = _RoleWith(roles["chief"], oom_growth=2, oom_max_growths=0)
-    plan = submission.build_plan(spec.model_copy(update={"roles": roles}), code=CODE, runtime=RUNTIME,
+    data = spec.to_dict()
+    data["roles"]["chief"].update(gpu_memory="2GiB", oom_growth=2, oom_retry=False)
+    data["roles"]["worker"].pop("gpus")
+    data["roles"]["worker"].update(gpu_memory="1GiB", oom_max_growths=3)
+    plan = submission.build_plan(JobSpec.from_dict(data), code=CODE, runtime=RUNTIME,
                                  inputs={"hdfs:///data/mnist.npz": CODE})
     by_name = {r["name"]: r for r in plan["roles"]}
-    assert (by_name["chief"]["oom_growth"], by_name["chief"]["oom_max_growths"]) == (2.0, 0)
-    assert (by_name["worker"]["oom_growth"], by_name["worker"]["oom_max_growths"]) == (1.5, 2)  # the defaults
-    roles["chief"] = _RoleWith(roles["chief"], oom_growth=0.9)
-    with pytest.raises(pydantic.ValidationError, match="oom_growth"):  # never shrinks
-        submission.build_plan(spec.model_copy(update={"roles": roles}), code=CODE, runtime=RUNTIME,
+    assert (by_name["chief"]["oom_growth"], by_name["chief"]["oom_max_growths"]) == (2.0, 0)  # oom_retry: false
+    assert (by_name["worker"]["oom_growth"], by_name["worker"]["oom_max_growths"]) == (1.5, 3)
+    data["roles"]["worker"].pop("gpu_memory")
+    data["roles"]["worker"]["gpus"] = 1
+    plan = submission.build_plan(JobSpec.from_dict(data), code=CODE, runtime=RUNTIME,
+                                 inputs={"hdfs:///data/mnist.npz": CODE})
+    assert {r["name"]: r for r in plan["roles"]}["worker"]["oom_max_growths"] == 0  # whole GPUs: never grown
+    data["roles"]["worker"]["gpu_memory"] = "auto"
+    data["roles"]["worker"].pop("gpus")
+    with pytest.raises(ValueError, match="not resolved yet"):  # auto is resolved before any plan is built
+        submission.build_plan(JobSpec.from_dict(data), code=CODE, runtime=RUNTIME,
                               inputs={"hdfs:///data/mnist.npz": CODE})
 
 
