@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import shlex
 import shutil
@@ -96,6 +95,7 @@ from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
 from airflow_provider_melon.runtime import tokens
+from airflow_provider_melon.runtime.progress import read_progress
 from airflow_provider_melon.runtime.amclient import AmClient
 from airflow_provider_melon.runtime.workdir import code_files, prepare_workdir
 
@@ -226,57 +226,6 @@ class Config:
     @property
     def task_id(self) -> str:
         return self.container_id or f"{self.app_id or 'local'}/{self.task}#{self.attempt}"
-
-
-def read_progress(path: str) -> dict:
-    """``{"step", "total", "loss", "metrics"}`` from the user's progress file (what
-    :func:`airflow_provider_melon.runtime.report` writes; a missing/half-written file -> {})."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    def number(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    out: dict = {}
-    if number(data.get("step")):
-        out["step"] = int(data["step"])
-    if number(data.get("total")) and data["total"] > 0:
-        out["total"] = int(data["total"])
-    if number(data.get("loss")):
-        out["loss"] = float(data["loss"])
-    if isinstance(data.get("metrics"), dict):
-        metrics = {str(k)[:64]: float(v) for k, v in list(data["metrics"].items())[:32] if number(v)}
-        if metrics:
-            out["metrics"] = metrics
-    return out
-
-
-def _descendants(pid: int) -> List[int]:
-    """pid and its descendants (Linux /proc); just [pid] elsewhere."""
-    children = {}
-    try:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read().decode(errors="replace")
-                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    except OSError:
-        return [pid]
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
 
 
 def resolve_python(argv: List[str]) -> List[str]:
@@ -502,7 +451,7 @@ class Executor:
                 "container_id": self.cfg.container_id}
         body.update(read_progress(self.cfg.progress_file))
         if self.gpu_indices and self.gpu_source == "nvml" and self.child is not None:
-            used = _devices.process_memory_mb(self.gpu_indices[0], _descendants(self.child.pid))
+            used = _devices.process_memory_mb(self.gpu_indices[0], _devices.process_tree(self.child.pid))
             if used is not None:
                 body["gpu_memory_used_mb"] = used
         if message:
