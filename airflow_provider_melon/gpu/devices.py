@@ -23,9 +23,10 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
-__all__ = ["DeviceInfo", "GpuList", "list_gpus", "nvml_gpus", "inventory_gpus", "mps_active", "process_memory_mb"]
+__all__ = ["DeviceInfo", "GpuList", "list_gpus", "nvml_gpus", "inventory_gpus", "mps_active", "process_tree",
+           "process_memory_mb"]
 
 DEFAULT_MPS_PIPE_DIR = "/tmp/nvidia-mps"
 MPS_COMM = "nvidia-cuda-mps-control"[:15]
@@ -198,6 +199,30 @@ def mps_active(env=None, proc_root: str = "/proc") -> bool:
         if comm == MPS_COMM:
             return True
     return False
+
+
+def process_tree(pid: int) -> List[int]:
+    """pid and its descendants (Linux /proc); just [pid] elsewhere."""
+    children = {}
+    try:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
+                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    except OSError:
+        return [pid]
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
 
 
 def process_memory_mb(gpu_index: int, pids) -> Optional[int]:

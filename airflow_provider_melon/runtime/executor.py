@@ -48,6 +48,13 @@ Progress file: the user's script calls ``airflow_provider_melon.runtime.report(s
 ``os.replace``) whenever it likes. Each heartbeat sends the latest values to the AM, which reports step/total to
 YARN as the application's progress; its ``/status`` page and Airflow show them.
 
+GPU memory (``runtime/oom.py``): the user's process gets ``MELON_PEAK_FILE`` (``melon-peak.json`` in the container's
+directory, absolute), in every mode; ``{"peak_mb": N}`` written there (by the cap bootstrap at exit, or by the
+user's script itself) is its peak GPU memory. Every heartbeat carries ``gpu_memory_peak_mb``, the largest of that
+and of the NVML samples (``gpu_memory_used_mb``), once known. A non-zero exit whose stderr tail (the container's
+stderr file, which the user's process shares with the executor) names a framework's out-of-memory error exits 76,
+and the final heartbeat carries ``"oom": {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}``.
+
 Outputs and inputs (``runtime/outputs.py``): ``$MELON_OUTPUT_<NAME>`` is a local folder per declared HDFS output,
 published to HDFS (write beside, rename) by the output task after the user's process exits 0;
 ``$MELON_INPUT_<NAME>`` is each localized input's path.
@@ -55,7 +62,7 @@ published to HDFS (write beside, rename) by the output task after the user's pro
 Steps: choose a GPU (``gpu.ledger``) -> reserve a port -> ``POST /register`` until the gang is complete ->
 build the framework env and the memory-cap bootstrap -> release the port and start the user's process
 (stdout/stderr inherited, so they land in the container's logs) -> heartbeat -> release the GPU -> exit with
-the user's exit code (128+N when it died of signal N).
+the user's exit code (128+N when it died of signal N), or 76 when it ran out of GPU memory.
 
 The port race: the port is reserved by binding it (without listening) while registration runs, and closed
 right before the user's process starts, because TensorFlow's gRPC server and torch's TCPStore must bind it
@@ -65,7 +72,9 @@ connection on the node can be handed it in between.
 Exit codes: the user's code; 2 bad configuration; 3 the AM refused us (403: wrong secret); 4 registration
 failed (AM unreachable, gang timeout); 5 a declared output could not be published (empty, exists, HDFS
 error: the message names it); 75 no GPU of this node fits (the AM re-requests a container
-elsewhere without using the restart budget); 143 terminated (SIGTERM, forwarded to the user's process).
+elsewhere without using the restart budget); 76 the user's process ran out of GPU memory (a non-zero exit with a
+framework's out-of-memory error in its stderr: ``runtime/oom.py``); 143 terminated (SIGTERM, forwarded to the
+user's process).
 
 The user's process stays in the executor's process group: the NodeManager kills a container by signalling
 its whole group, so the user's process is never orphaned on a GPU if the executor is killed outright (the
@@ -76,7 +85,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import shlex
 import shutil
@@ -92,10 +100,12 @@ from typing import List, Mapping, Optional, Tuple
 from airflow_provider_melon.gpu import devices as _devices
 from airflow_provider_melon.gpu.ledger import Ledger, UnsafeLedger
 from airflow_provider_melon.runtime import framework as _framework
+from airflow_provider_melon.runtime import oom as _oom
 from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
 from airflow_provider_melon.runtime import tokens
+from airflow_provider_melon.runtime.progress import read_progress
 from airflow_provider_melon.runtime.amclient import AmClient
 from airflow_provider_melon.runtime.workdir import code_files, prepare_workdir
 
@@ -106,6 +116,7 @@ EXIT_AM_REFUSED = 3
 EXIT_REGISTER = 4
 EXIT_OUTPUT = 5  # a declared output could not be published (runtime/outputs.py)
 EXIT_NO_GPU_FITS = 75
+EXIT_GPU_OOM = _oom.EXIT_GPU_OOM  # 76: the user's process ran out of GPU memory (runtime/oom.py)
 EXIT_TERMINATED = 143
 
 PROGRESS_POLL_S = 0.5  # how often the heartbeat loop looks for a new progress report (a stat of the file)
@@ -228,57 +239,6 @@ class Config:
         return self.container_id or f"{self.app_id or 'local'}/{self.task}#{self.attempt}"
 
 
-def read_progress(path: str) -> dict:
-    """``{"step", "total", "loss", "metrics"}`` from the user's progress file (what
-    :func:`airflow_provider_melon.runtime.report` writes; a missing/half-written file -> {})."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    def number(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    out: dict = {}
-    if number(data.get("step")):
-        out["step"] = int(data["step"])
-    if number(data.get("total")) and data["total"] > 0:
-        out["total"] = int(data["total"])
-    if number(data.get("loss")):
-        out["loss"] = float(data["loss"])
-    if isinstance(data.get("metrics"), dict):
-        metrics = {str(k)[:64]: float(v) for k, v in list(data["metrics"].items())[:32] if number(v)}
-        if metrics:
-            out["metrics"] = metrics
-    return out
-
-
-def _descendants(pid: int) -> List[int]:
-    """pid and its descendants (Linux /proc); just [pid] elsewhere."""
-    children = {}
-    try:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read().decode(errors="replace")
-                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    except OSError:
-        return [pid]
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
 def resolve_python(argv: List[str]) -> List[str]:
     """Run a leading ``python``/``python3`` under this interpreter (the job's Python, not PATH's)."""
     if argv and argv[0] in ("python", "python3"):
@@ -300,6 +260,12 @@ class Executor:
         self.child: Optional[subprocess.Popen] = None
         self.terminating = threading.Event()
         self.cap_dir: Optional[str] = None
+        self.peak_file = os.path.join(self.workdir, "melon-peak.json")  # MELON_PEAK_FILE (runtime/oom.py)
+        self.peak_mb: Optional[int] = None  # the largest of the NVML samples and the peak file
+        self._peak_lock = threading.Lock()
+        self.largest_gpu_mb: Optional[int] = None  # the largest GPU of this node's list
+        self.stderr_mark: Optional[int] = None  # where fd 2's file ended when the user's process started
+        self.oom: Optional[dict] = None  # the final heartbeat's "oom", once one is recognised
         self.port_sock: Optional[socket.socket] = None
         self._starting = False  # between "about to Popen" and "self.child is set": never raise from a signal
         self.host = ""  # the address registered with the AM
@@ -356,6 +322,7 @@ class Executor:
             log(f"{gpus.reason}; no GPU inventory: running on CPU (gpu=null reported to the AM)")
             return
         self.gpu_source = gpus.source
+        self.largest_gpu_mb = max(g.total_mb for g in gpus)
         mps = self.mps = _devices.mps_active(self.env)
         exclusive = cfg.gpus > 0
         want = f"{cfg.gpus} whole GPU(s)" if exclusive else f"{cfg.gpu_memory_mb} MiB"
@@ -452,6 +419,7 @@ class Executor:
         env.pop("MELON_SECRET", None)  # least privilege: the user's code does not talk to the AM
         env["MELON_CLUSTER"] = _framework.cluster_json(cluster)
         env["MELON_PROGRESS_FILE"] = cfg.progress_file
+        env["MELON_PEAK_FILE"] = self.peak_file
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # same numbering as NVML
         # the node's own restriction "-1" (no device: the embedded cluster hides a host's GPUs it cannot split)
         # stays; else the GPUs reserved here, by NVML index
@@ -493,6 +461,12 @@ class Executor:
         log(f"starting {argv!r} in {os.path.abspath(cwd or '.')}")
         self.release_port()  # the framework binds it itself (see the module docstring on the race)
         try:
+            os.unlink(self.peak_file)  # only this process's peak counts
+        except OSError:
+            pass
+        sys.stderr.flush()
+        self.stderr_mark = _oom.stderr_size(2)  # its out-of-memory error is looked for after this
+        try:
             return subprocess.Popen(argv, env=dict(env), cwd=cwd)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument or the environment
             raise Fatal(EXIT_CONFIG, f"cannot start {argv[0]!r}: {exc}") from None
@@ -502,9 +476,15 @@ class Executor:
                 "container_id": self.cfg.container_id}
         body.update(read_progress(self.cfg.progress_file))
         if self.gpu_indices and self.gpu_source == "nvml" and self.child is not None:
-            used = _devices.process_memory_mb(self.gpu_indices[0], _descendants(self.child.pid))
+            used = _devices.process_memory_mb(self.gpu_indices[0], _devices.process_tree(self.child.pid))
             if used is not None:
                 body["gpu_memory_used_mb"] = used
+            self.note_peak(used)
+        self.note_peak(_oom.read_peak(self.peak_file))
+        if self.peak_mb is not None:
+            body["gpu_memory_peak_mb"] = self.peak_mb
+        if self.oom is not None:
+            body["oom"] = self.oom
         if message:
             body["message"] = message
         if self.tensorboard_url is not None:
@@ -513,6 +493,30 @@ class Executor:
             body["tensorboard_error"] = self.tensorboard_error
         status, _ = self.am.post("/heartbeat", body)
         return status
+
+    def note_peak(self, mb: Optional[int]) -> None:
+        if mb is not None:
+            with self._peak_lock:
+                self.peak_mb = mb if self.peak_mb is None else max(self.peak_mb, mb)
+
+    def gpu_oom(self, code: int) -> Optional[dict]:
+        """The ``oom`` object of the final heartbeat when the user's process died of a GPU out-of-memory error
+        (recognised in its stderr's tail, ``runtime/oom.py``), else None."""
+        tail = _oom.stderr_tail(2, since=self.stderr_mark)
+        signature = _oom.recognise(code, tail)
+        if signature is None or _oom.host_memory(code, tail):
+            if signature is not None:
+                log(f"the user's process ran out of host memory, not GPU memory: {signature}")
+            return None
+        cfg = self.cfg
+        self.note_peak(_oom.read_peak(self.peak_file))
+        cap = cfg.gpu_memory_mb if cfg.gpus <= 0 < cfg.gpu_memory_mb and self.gpu_indices else None
+        self.oom = {"cap_mb": cap, "peak_mb": self.peak_mb, "largest_gpu_mb": self.largest_gpu_mb,
+                    "signature": signature}
+        cap_text = "none" if cap is None else f"{cap} MiB"
+        peak_text = "unknown" if self.peak_mb is None else f"{self.peak_mb} MiB"
+        log(f"the user's process ran out of GPU memory (cap {cap_text}; peak seen {peak_text}): {signature}")
+        return self.oom
 
     def _progress_mark(self) -> Optional[Tuple[int, int, int]]:
         """What identifies the progress file's current content (inode, size, mtime), None while there is none."""
@@ -647,9 +651,12 @@ class Executor:
             code = rc if rc >= 0 else 128 - rc
             log(f"user process exited {code}" + (" (after SIGTERM)" if self.terminating.is_set() else ""))
             beat.join(timeout=self.am.timeout + 1)  # an in-flight periodic beat lands before the final one
+            oom = None if code == 0 or self.terminating.is_set() else self.gpu_oom(code)
             self.final_heartbeat(f"user process exited {code}")
             if self.terminating.is_set():
                 return EXIT_TERMINATED
+            if oom is not None:
+                return EXIT_GPU_OOM
             if code == 0 and _outputs.is_output_task(self.env, cfg.role, cfg.index):
                 try:
                     _outputs.publish(self.env, self.workdir, log)

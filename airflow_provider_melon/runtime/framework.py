@@ -20,6 +20,13 @@ A process that then runs out of GPU memory is told why (an ``excepthook`` adds a
 expected memory) instead of silently dying. Every step is wrapped: if TF/torch are absent, or no GPU is visible
 (``no GPU: memory cap not applied``), or the API changed, the user's code runs unchanged. A ``sitecustomize``
 the environment already had is chained (executed after ours), not shadowed.
+
+Peak GPU memory: once a framework has imported, an ``atexit`` hook (registered then, so it runs before the exit
+handlers the framework registered while importing) writes its peak to ``MELON_PEAK_FILE`` (set by the executor)
+as ``{"peak_mb": N}``: TensorFlow's ``tf.config.experimental.get_memory_info("GPU:0")["peak"]`` when it saw a
+GPU, PyTorch's ``torch.cuda.max_memory_reserved(0)`` when CUDA was initialised; in MiB rounded up, never below
+what the file holds already (the user's script may write it too: :mod:`airflow_provider_melon.runtime.oom`).
+Nothing is written when neither framework was imported or no GPU was seen.
 """
 
 from __future__ import annotations
@@ -97,7 +104,7 @@ def torch_env(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> Di
     return env
 
 
-# The bootstrap module. It reads only MELON_CAP_* variables and never raises.
+# The bootstrap module. It reads only MELON_CAP_* variables and MELON_PEAK_FILE, and never raises.
 SITECUSTOMIZE = r'''
 # Written by airflow_provider_melon.runtime.framework: MeLoN GPU memory cap. Never breaks user code.
 import os as _os
@@ -128,6 +135,7 @@ def _melon_tf(tf):
         if not gpus:
             _melon_log("no GPU: memory cap not applied (TensorFlow sees no GPU)")
             return
+        _MELON_GPU_SEEN.add("tensorflow")
         tf.config.set_logical_device_configuration(
             gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=mb)])
         _melon_log("TensorFlow: %s capped at %d MiB" % (gpus[0].name, mb))
@@ -161,12 +169,66 @@ def _melon_torch(torch):
 
 
 _MELON_HOOKS = {"tensorflow": _melon_tf, "torch": _melon_torch}
+_MELON_GPU_SEEN = set()  # the frameworks that saw a GPU (torch: asked at exit, CUDA initialised or not)
+_MELON_PEAK_REGISTERED = set()
+
+
+def _melon_peak_bytes(name, module):
+    """The framework's own peak GPU memory counter (bytes) for the first visible GPU, None when it saw none."""
+    if name == "tensorflow":
+        if "tensorflow" not in _MELON_GPU_SEEN:
+            return None
+        return module.config.experimental.get_memory_info("GPU:0")["peak"]
+    if name == "torch":
+        if not module.cuda.is_initialized():
+            return None
+        return module.cuda.max_memory_reserved(0)
+    return None
+
+
+def _melon_write_peak(name):
+    """atexit: {"peak_mb": N} to MELON_PEAK_FILE (the larger of the counter and what is there already)."""
+    try:
+        path = _os.environ.get("MELON_PEAK_FILE")
+        module = _sys.modules.get(name)
+        if not path or module is None:
+            return
+        peak = _melon_peak_bytes(name, module)
+        if peak is None or int(peak) < 0:
+            return
+        import json
+        mb = (int(peak) + 1048575) // 1048576
+        try:
+            with open(path) as f:
+                mb = max(mb, int(json.load(f)["peak_mb"]))
+        except Exception:
+            pass
+        tmp = "%s.%d.tmp" % (path, _os.getpid())
+        with open(tmp, "w") as f:
+            json.dump({"peak_mb": mb}, f)
+        _os.replace(tmp, path)
+    except Exception:
+        pass
+
+
+def _melon_peak_register(name):
+    """Write the peak at exit: registered once the framework has imported, so it runs before the exit
+    handlers the framework registered while importing (atexit runs them last in, first out)."""
+    if name in _MELON_PEAK_REGISTERED or not _os.environ.get("MELON_PEAK_FILE"):
+        return
+    try:
+        import atexit
+        atexit.register(_melon_write_peak, name)
+        _MELON_PEAK_REGISTERED.add(name)
+    except Exception:
+        pass
 
 
 class _MelonLoader(object):
-    def __init__(self, loader, hook):
+    def __init__(self, loader, hook, name):
         self._loader = loader
         self._hook = hook
+        self._name = name
 
     def create_module(self, spec):
         create = getattr(self._loader, "create_module", None)
@@ -178,6 +240,7 @@ class _MelonLoader(object):
             self._hook(module)
         except Exception as exc:
             _melon_log("memory cap hook failed: %r" % (exc,))
+        _melon_peak_register(self._name)
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
@@ -201,7 +264,7 @@ class _MelonFinder(object):
             self._busy.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None
-        spec.loader = _MelonLoader(spec.loader, hook)
+        spec.loader = _MelonLoader(spec.loader, hook, fullname)
         return spec
 
 
@@ -231,6 +294,7 @@ def _melon_install():
                 hook(_sys.modules[name])
             except Exception:
                 pass
+            _melon_peak_register(name)
 
 
 def _melon_chain():

@@ -10,6 +10,7 @@ and the UI plugin), and hands the last metrics to the train operator's XCom at t
 * :func:`keras_callback` — a Keras callback reporting each epoch (``total`` = the epochs; ``loss`` and the other
   epoch logs as metrics). Works with ``tf_keras`` (Keras 2) and Keras 3.
 * :class:`StepReporter` — for hand-written loops (PyTorch): ``r = StepReporter(total=steps)``; ``r.step(loss=...)``.
+* :func:`read_progress` — the executor's side: the last report, validated.
 """
 
 from __future__ import annotations
@@ -62,6 +63,33 @@ def report(step: Optional[int] = None, total: Optional[int] = None, loss: Option
         json.dump(body, f)
     os.replace(tmp, path)
     return True
+
+
+def read_progress(path: str) -> dict:
+    """``{"step", "total", "loss", "metrics"}`` from the user's progress file (what
+    :func:`airflow_provider_melon.runtime.report` writes; a missing/half-written file -> {})."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    out: dict = {}
+    if number(data.get("step")):
+        out["step"] = int(data["step"])
+    if number(data.get("total")) and data["total"] > 0:
+        out["total"] = int(data["total"])
+    if number(data.get("loss")):
+        out["loss"] = float(data["loss"])
+    if isinstance(data.get("metrics"), dict):
+        metrics = {str(k)[:64]: float(v) for k, v in list(data["metrics"].items())[:32] if number(v)}
+        if metrics:
+            out["metrics"] = metrics
+    return out
 
 
 class StepReporter:

@@ -198,3 +198,83 @@ def test_real_tensorflow_on_cpu_says_no_gpu(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "0"
     assert "no GPU: memory cap not applied" in p.stderr
+
+
+# ---- peak GPU memory (MELON_PEAK_FILE, issue 26) ----------------------------------------------------------
+
+FAKE_TF_PEAK = FAKE_TF + textwrap.dedent(
+    """
+    import os, types
+    def _get_memory_info(device):
+        calls.append(["get_memory_info", device])
+        return {"current": 0, "peak": int(os.environ["FAKE_PEAK_BYTES"])}
+    config.experimental = types.SimpleNamespace(get_memory_info=_get_memory_info)
+    if os.environ.get("FAKE_NO_GPU"):
+        _Config.list_physical_devices = lambda self, kind: []
+    """
+)
+
+FAKE_TORCH_PEAK = FAKE_TORCH + textwrap.dedent(
+    """
+    import os
+    cuda.is_initialized = lambda: cuda.initialized
+    cuda.max_memory_reserved = lambda device=None: int(os.environ["FAKE_PEAK_BYTES"]) if device == 0 else -1
+    """
+)
+
+
+def fake_framework(tmp_path, name, source):
+    fake = tmp_path / "fake"
+    (fake / name).mkdir(parents=True)
+    (fake / name / "__init__.py").write_text(source)
+    return str(fake)
+
+
+@pytest.mark.parametrize("code, rc", [
+    ("import tensorflow", 0),
+    ("import tensorflow\nraise RuntimeError('OOM when allocating tensor')", 1),  # written after a crash too
+])
+def test_the_bootstrap_writes_tensorflows_peak_at_exit(tmp_path, code, rc):
+    peak = tmp_path / "work" / "melon-peak.json"
+    peak.parent.mkdir()
+    p, _, _ = run_capped(tmp_path, code, extra_path=fake_framework(tmp_path, "tensorflow", FAKE_TF_PEAK),
+                         env_extra={"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(1300 * 2**20 + 1)})
+    assert p.returncode == rc, p.stderr
+    assert json.loads(peak.read_text()) == {"peak_mb": 1301}  # MiB, rounded up
+    assert os.listdir(peak.parent) == ["melon-peak.json"]  # written beside and renamed
+
+
+def test_the_bootstrap_writes_torchs_peak_once_cuda_was_initialised(tmp_path):
+    peak = tmp_path / "melon-peak.json"
+    fake = fake_framework(tmp_path, "torch", FAKE_TORCH_PEAK)
+    env = {"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(2**30)}
+    p, _, _ = run_capped(tmp_path, "import torch", extra_path=fake, env_extra=env)
+    assert p.returncode == 0, p.stderr
+    assert not peak.exists()  # CUDA never initialised: no GPU seen, nothing to say
+    p, _, _ = run_capped(tmp_path, "import torch; torch.cuda._lazy_init()", extra_path=fake, env_extra=env)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(peak.read_text()) == {"peak_mb": 1024}
+
+
+def test_the_bootstrap_keeps_a_larger_peak_the_script_wrote_and_writes_nothing_without_a_gpu(tmp_path):
+    peak = tmp_path / "melon-peak.json"
+    fake = fake_framework(tmp_path, "tensorflow", FAKE_TF_PEAK)
+    env = {"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(1300 * 2**20)}
+    for written, expected in ((100, 1300), (5000, 5000)):  # what the user's script wrote itself: the larger stays
+        peak.write_text(json.dumps({"peak_mb": written}))
+        p, _, _ = run_capped(tmp_path, "import tensorflow", extra_path=fake, env_extra=env)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(peak.read_text()) == {"peak_mb": expected}
+    peak.unlink()
+    p, _, _ = run_capped(tmp_path, "import tensorflow", extra_path=fake, env_extra={**env, "FAKE_NO_GPU": "1"})
+    assert p.returncode == 0 and "TensorFlow sees no GPU" in p.stderr, p.stderr
+    assert not peak.exists()
+    p, _, _ = run_capped(tmp_path, "print('no framework')", env_extra=env)
+    assert p.returncode == 0 and p.stderr == "" and not peak.exists()
+    # a counter that fails never breaks the exit, and leaves the file as it was
+    peak.write_text('{"peak_mb": 7}')
+    broken = fake_framework(tmp_path / "broken", "tensorflow",
+                            FAKE_TF_PEAK.replace('int(os.environ["FAKE_PEAK_BYTES"])', "1 // 0"))
+    p, _, _ = run_capped(tmp_path, "import tensorflow; print('ran')", extra_path=broken, env_extra=env)
+    assert p.returncode == 0 and p.stdout == "ran\n" and "Error" not in p.stderr, p.stderr
+    assert json.loads(peak.read_text()) == {"peak_mb": 7}

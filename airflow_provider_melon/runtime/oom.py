@@ -1,0 +1,169 @@
+"""Naming a GPU out-of-memory failure of the user's process, and its peak GPU memory. Stdlib only.
+
+MeLoN's shared GPU mode caps the user's process at the task's expected GPU memory (``MELON_GPU_MEMORY_MB``,
+:func:`airflow_provider_melon.runtime.framework.memory_cap_env`). A task that needs more crashes with the
+framework's out-of-memory error; the executor recognises it here and exits :data:`EXIT_GPU_OOM` (76), so the
+ApplicationMaster can tell "needs more GPU memory" from any other crash (``docs/protocol.md``).
+
+* :func:`recognise` — the frameworks' out-of-memory failures, from the process's exit code and the tail of its
+  stderr: TensorFlow's ``ResourceExhaustedError`` / ``OOM when allocating tensor`` (and its allocator's
+  ``ran out of memory trying to allocate``), PyTorch's ``torch.OutOfMemoryError`` / ``CUDA out of memory``
+  (and ``CUDA error: out of memory``), XLA's ``RESOURCE_EXHAUSTED: Out of memory``, and the cap bootstrap's own
+  hint (``[melon-cap] this task ran out of GPU memory ...``). Only a non-zero exit can be an out-of-memory
+  failure; the executor's own ``[melon-executor]`` lines are never matched. :func:`host_memory` tells a failure of
+  the host's memory (TensorFlow's CPU device) apart: that task keeps its exit code.
+* :func:`stderr_tail` — the last 64 KiB of the executor's own stderr. The user's process inherits it (it is not
+  piped): the ApplicationMaster launches the executor with ``2><LOG_DIR>/stderr``, a regular file, so its tail is
+  read back from that file (``os.fstat``, ``os.pread``; through ``/proc/self/fd/2`` when fd 2 was opened for
+  writing only, as a shell's ``2>`` opens it). When fd 2 is not a regular file (a pipe, a terminal: an executor
+  started by hand or by a test that pipes it) there is no tail, and no out-of-memory failure is recognised.
+* :func:`read_peak` — the peak file. The executor gives the user's process ``MELON_PEAK_FILE``, an absolute path
+  in the container's directory, in every mode. Whatever the process writes there as ``{"peak_mb": <MiB>}`` is
+  its peak GPU memory: the cap bootstrap writes it at exit from the framework's own counter (TensorFlow's
+  ``tf.config.experimental.get_memory_info("GPU:0")["peak"]``, PyTorch's ``torch.cuda.max_memory_reserved(0)``),
+  and a user's script or a generic framework may write it itself, at any time (to a temporary file, then
+  ``os.replace``). The executor reads it at each heartbeat and after the process has exited; the heartbeats'
+  ``gpu_memory_peak_mb`` is the largest of it and of the NVML samples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from typing import Optional
+
+__all__ = ["EXIT_GPU_OOM", "TAIL_BYTES", "SIGNATURE_CHARS", "recognise", "host_memory", "stderr_tail",
+           "stderr_size", "read_peak"]
+
+EXIT_GPU_OOM = 76
+TAIL_BYTES = 64 * 1024
+SIGNATURE_CHARS = 200
+EXECUTOR_PREFIX = "[melon-executor]"
+
+#: the frameworks' out-of-memory texts (one line each)
+_OOM = re.compile(
+    r"\bOOM when allocating tensor"                      # TensorFlow (the op's error)
+    r"|\bResourceExhaustedError\b"                       # TensorFlow's exception class
+    r"|\bran out of memory trying to allocate\b"         # TensorFlow's BFC allocator
+    r"|(?<![\w.])(?:torch\.(?:cuda\.)?)?OutOfMemoryError\b"  # PyTorch's exception class (not java.lang.'s)
+    r"|\bCUDA out of memory\b"                           # PyTorch's caching allocator
+    r"|\bCUDA error: out of memory\b"                    # CUDA itself (e.g. creating the context)
+    r"|\bRESOURCE_EXHAUSTED: Out of memory\b"            # XLA (JAX)
+    r"|\[melon-cap\] this task ran out of GPU memory",   # the cap bootstrap's hint (framework.SITECUSTOMIZE)
+    re.IGNORECASE,
+)
+#: an allocation on the host (TensorFlow's CPU device or allocator), not on a GPU
+_HOST = re.compile(r"/device:CPU:\d+|\bby allocator cpu\b", re.IGNORECASE)
+#: TensorFlow's ``{{function_node __wrapped__Fill_device_/job:...}}`` annotation: noise in a signature
+_TF_ANNOTATION = re.compile(r"\{\{[^{}]*\}\}\s*")
+
+
+def _last_match(exit_code: Optional[int], text: Optional[str]) -> Optional[tuple[str, int]]:
+    if not exit_code or not text:
+        return None
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if not line or line.startswith(EXECUTOR_PREFIX):
+            continue
+        line = _TF_ANNOTATION.sub("", line).strip()
+        match = _OOM.search(line)
+        if match:
+            return line, match.start()
+    return None
+
+
+def recognise(exit_code: Optional[int], text: Optional[str]) -> Optional[str]:
+    """The line of ``text`` (the tail of the process's stderr) that names an out-of-memory failure — the last
+    such line, without TensorFlow's ``{{function_node ...}}`` annotations, in at most :data:`SIGNATURE_CHARS`
+    characters — or None: always None for exit code 0 (or None), for no text, or when no line matches. The
+    executor's own ``[melon-executor]`` lines are skipped."""
+    found = _last_match(exit_code, text)
+    return None if found is None else _shorten(*found)
+
+
+def host_memory(exit_code: Optional[int], text: Optional[str]) -> bool:
+    """Whether the out-of-memory failure :func:`recognise` names was of the host's memory, not a GPU's: TensorFlow
+    names the device and allocator (``on /job:.../device:CPU:0 by allocator cpu``; on a GPU ``device:GPU:0 by
+    allocator GPU_0_bfc``). Such a task needs no more GPU memory, and the executor keeps its exit code."""
+    found = _last_match(exit_code, text)
+    return found is not None and _HOST.search(found[0]) is not None
+
+
+def _shorten(line: str, start: int) -> str:
+    """``line`` in at most :data:`SIGNATURE_CHARS` characters, keeping the match (which begins at ``start``)."""
+    if len(line) <= SIGNATURE_CHARS:
+        return line
+    if start + 40 > SIGNATURE_CHARS - 1:  # the match would be cut: begin at it
+        line = "…" + line[start:]
+        if len(line) <= SIGNATURE_CHARS:
+            return line
+    return line[:SIGNATURE_CHARS - 1] + "…"
+
+
+def _regular(fd: int) -> Optional[os.stat_result]:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def stderr_size(fd: int = 2) -> Optional[int]:
+    """The size of the file fd ``fd`` writes to, None when it is not a regular file (mark it before the user's
+    process starts, and :func:`stderr_tail` reads only what came after)."""
+    st = _regular(fd)
+    return None if st is None else st.st_size
+
+
+def stderr_tail(fd: int = 2, since: Optional[int] = None, limit: int = TAIL_BYTES) -> Optional[str]:
+    """The last ``limit`` bytes (64 KiB) of the regular file that fd ``fd`` (the executor's stderr, which the
+    user's process inherits) writes to, from offset ``since`` on at the earliest; decoded as UTF-8 (bad bytes
+    replaced). None when fd ``fd`` is not a regular file (a pipe, a terminal): then there is no tail."""
+    st = _regular(fd)
+    if st is None:
+        return None
+    end = st.st_size
+    begin = max(0, end - limit, since or 0)
+    if end <= begin:
+        return ""
+    try:
+        data = os.pread(fd, end - begin, begin)
+    except OSError:  # EBADF: opened for writing only (a shell's 2>file); read the same file anew
+        data = _pread_reopened(fd, st, end - begin, begin)
+        if data is None:
+            return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _pread_reopened(fd: int, st: os.stat_result, size: int, offset: int) -> Optional[bytes]:
+    try:
+        rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        again = os.fstat(rfd)
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+            return None
+        return os.pread(rfd, size, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(rfd)
+
+
+def read_peak(path: Optional[str]) -> Optional[int]:
+    """``peak_mb`` (MiB, an int >= 0) from the peak file, None when it is missing, half-written or not a number."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = data.get("peak_mb") if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return int(math.ceil(value))

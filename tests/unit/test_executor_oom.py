@@ -1,0 +1,159 @@
+"""Issue 26, the executor's part: a user's process that runs out of GPU memory is named (exit 76, the final
+heartbeat's ``oom``), and every heartbeat carries its peak GPU memory (``gpu_memory_peak_mb``, from
+``MELON_PEAK_FILE`` here: the virtual GPUs have no NVML samples). A real executor subprocess against the in-test
+AM, its stderr a file opened write-only, as the AM's ``2><LOG_DIR>/stderr`` opens it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from airflow_provider_melon.gpu.ledger import Ledger
+from airflow_provider_melon.runtime import executor
+from tests import oom_texts
+from tests.unit.test_executor import am_factory, exec_env, finish, inventory, start  # noqa: F401 - fixtures
+
+# The user's process: says where its peak file is, writes its peak there (as a script or a generic framework may),
+# lets a periodic heartbeat (every 0.2 s here) carry it, then prints the recorded text to stderr and exits.
+USER = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    peak = os.environ["MELON_PEAK_FILE"]
+    print("PEAK_FILE=" + peak, flush=True)
+    with open(peak + ".tmp", "w") as f:
+        json.dump({"peak_mb": 1300}, f)
+    os.replace(peak + ".tmp", peak)
+    def die(*_):
+        sys.stderr.write(open(os.environ["USER_STDERR"]).read())
+        sys.exit(int(os.environ["USER_EXIT"]))
+    if os.environ.get("USER_WAIT_FOR_TERM"):
+        signal.signal(signal.SIGTERM, die)
+        open(os.environ["USER_WAIT_FOR_TERM"], "w").close()
+        time.sleep(120)
+    time.sleep(0.8)
+    die()
+    """
+)
+
+
+def oom_env(tmp_path, am, text, code=1, **extra):
+    (tmp_path / "user.py").write_text(USER)
+    (tmp_path / "user-stderr.txt").write_text(text)
+    return exec_env(tmp_path, am, "worker", 0, MELON_ENTRYPOINT=f"python {tmp_path / 'user.py'}",
+                    USER_STDERR=tmp_path / "user-stderr.txt", USER_EXIT=code, **extra)
+
+
+def start_logged(tmp_path, env):
+    """The executor with its stderr a regular file opened for writing only (as YARN's launch script's ``2>``)."""
+    log = open(tmp_path / "stderr", "w")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "airflow_provider_melon.runtime.executor"], env=env,
+                                cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=log, text=True)
+    finally:
+        log.close()
+
+
+def run_logged(tmp_path, env):
+    rc, out, _ = finish(start_logged(tmp_path, env))
+    return rc, out, (tmp_path / "stderr").read_text()
+
+
+def test_a_tensorflow_oom_in_shared_mode_exits_76_and_tells_the_am(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"])
+    env = oom_env(tmp_path, am, oom_texts.TF_GPU_OOM_STDERR, MELON_FRAMEWORK="tensorflow",
+                  MELON_GPU_INVENTORY=inventory(8192, 16384), MELON_GPU_MEMORY_MB=1024)
+    rc, out, err = run_logged(tmp_path, env)
+    assert rc == executor.EXIT_GPU_OOM == 76, err
+    assert f"PEAK_FILE={tmp_path / 'melon-peak.json'}" in out  # absolute, in the container's directory
+    last = am.heartbeats[-1]
+    assert last["message"] == "user process exited 1"  # the final heartbeat's message is unchanged
+    signature = last["oom"].pop("signature")
+    assert last["oom"] == {"cap_mb": 1024, "peak_mb": 1300, "largest_gpu_mb": 16384}
+    assert signature.startswith("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
+                                "allocating tensor with shape[70368744177664]") and len(signature) <= 200
+    assert last["gpu_memory_peak_mb"] == 1300
+    # the periodic heartbeats carried the peak while the process ran; none of them an "oom"
+    periodic = [h for h in am.heartbeats[:-1] if "message" not in h]
+    assert any(h.get("gpu_memory_peak_mb") == 1300 for h in periodic), am.heartbeats
+    assert not any("oom" in h for h in am.heartbeats[:-1])
+    assert ("[melon-executor] the user's process ran out of GPU memory (cap 1024 MiB; peak seen 1300 MiB): "
+            + signature) in err
+    assert "ResourceExhaustedError" in err  # the user's stderr is still the container's
+    assert Ledger(str(tmp_path / "ledger")).entries() == []
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ({"MELON_GPUS": 1}, {"cap_mb": None, "largest_gpu_mb": 16384}),  # exclusive: no cap
+    ({"MELON_GPU_MEMORY_MB": 4096, "MELON_GPU_INVENTORY": None}, {"cap_mb": None, "largest_gpu_mb": None}),  # CPU
+])
+def test_a_pytorch_oom_without_a_cap(tmp_path, am_factory, inventory, mode, expected):
+    am = am_factory(["worker:0"])
+    extra = {"MELON_GPU_INVENTORY": inventory(16384, 16384), **mode}
+    env = oom_env(tmp_path, am, oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE), MELON_FRAMEWORK="pytorch",
+                  **{k: v for k, v in extra.items() if v is not None})
+    rc, out, err = run_logged(tmp_path, env)
+    assert rc == 76, err
+    oom = am.heartbeats[-1]["oom"]
+    assert oom["signature"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB")
+    assert {k: oom[k] for k in expected} == expected and oom["peak_mb"] == 1300
+    cap = "none" if expected["cap_mb"] is None else f"{expected['cap_mb']} MiB"
+    assert f"ran out of GPU memory (cap {cap}; peak seen 1300 MiB): torch.OutOfMemoryError" in err
+
+
+@pytest.mark.parametrize("text, code", [
+    (oom_texts.traceback_of("ValueError: shapes (3,4) and (5,6) not aligned"), 3),  # a plain crash
+    (oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE).replace("Traceback", "recovered from"), 0),  # exit 0
+])
+def test_other_exits_keep_their_code_and_carry_no_oom(tmp_path, am_factory, inventory, text, code):
+    am = am_factory(["worker:0"])
+    env = oom_env(tmp_path, am, text, code=code, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=1024)
+    rc, out, err = run_logged(tmp_path, env)
+    assert rc == code, err
+    assert am.heartbeats[-1]["message"] == f"user process exited {code}"
+    assert am.heartbeats[-1]["gpu_memory_peak_mb"] == 1300
+    assert not any("oom" in h for h in am.heartbeats)
+    assert "ran out of GPU memory" not in err
+
+
+def test_without_a_stderr_file_there_is_no_tail(tmp_path, am_factory, inventory):
+    """The executor's stderr a pipe (started by hand, or piped by a test): no tail to read, so no OOM is named."""
+    am = am_factory(["worker:0"])
+    env = oom_env(tmp_path, am, oom_texts.TF_GPU_OOM_STDERR, MELON_GPU_INVENTORY=inventory(16384),
+                  MELON_GPU_MEMORY_MB=1024)
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 1 and "ResourceExhaustedError" in err, err
+    assert not any("oom" in h for h in am.heartbeats)
+
+
+def test_a_terminated_task_exits_143_whatever_its_stderr_says(tmp_path, am_factory, inventory):
+    am = am_factory(["worker:0"])
+    ready = tmp_path / "ready"
+    env = oom_env(tmp_path, am, oom_texts.TF_GPU_OOM_STDERR, MELON_GPU_INVENTORY=inventory(16384),
+                  MELON_GPU_MEMORY_MB=1024, USER_WAIT_FOR_TERM=ready)
+    proc = start_logged(tmp_path, env)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    rc, out, _ = finish(proc)
+    err = (tmp_path / "stderr").read_text()
+    assert rc == executor.EXIT_TERMINATED and "ResourceExhaustedError" in err, err
+    assert not any("oom" in h for h in am.heartbeats)
+
+
+def test_a_host_memory_oom_keeps_its_exit_code(tmp_path, am_factory, inventory):
+    """TensorFlow's real OOM text from this CPU-only machine names the host's allocator: that task needs no more GPU
+    memory, so it is no exit 76 (the AM would grow its GPU memory for nothing) and carries no ``oom``."""
+    am = am_factory(["worker:0"])
+    env = oom_env(tmp_path, am, oom_texts.TF_OOM_STDERR, MELON_FRAMEWORK="tensorflow",
+                  MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=1024)
+    rc, out, err = run_logged(tmp_path, env)
+    assert rc == 1, err
+    assert not any("oom" in h for h in am.heartbeats)
+    assert "the user's process ran out of host memory, not GPU memory: tensorflow.python.framework" in err
