@@ -11,6 +11,12 @@ from airflow_provider_melon import __version__
 #: ``[melon] staging_retry_s``'s default, the one home of it: MelonHook (and so ``melon submit``) falls back to it.
 STAGING_RETRY_S_DEFAULT = 120
 
+#: ``[melon] gpu_context_mb``'s default, MiB: what each shared-mode task reserves on its GPU besides its expected
+#: memory, for the CUDA context and driver (the in-process cap covers the framework's allocator only). Not measured
+#: here (no GPU): gpu/memory_model.DEFAULT_FRAMEWORK_OVERHEAD_MB's figure, a CUDA 12 context with lazy loading on a
+#: Hopper GPU (~300-500 MiB). Measure yours: nvidia-smi's figure for a process that only initialised CUDA.
+GPU_CONTEXT_MB_DEFAULT = 400
+
 #: ``conn-fields`` for the ``yarn`` connection type in provider info (extra fields, stored in ``extra``).
 YARN_CONN_FIELDS: dict = {
     "auth": {
@@ -191,6 +197,16 @@ def get_provider_info() -> dict:
                                        "is in safe mode.",
                         "version_added": "0.2.0", "type": "integer", "example": None,
                         "default": str(STAGING_RETRY_S_DEFAULT),
+                    },
+                    "gpu_context_mb": {
+                        "description": "MiB each shared-mode task (gpu_memory) reserves on its GPU besides its "
+                                       "expected memory, for the CUDA context and driver: asked of YARN "
+                                       "(melon.io/gpu-memory) and held on the node's ledger, while the process is "
+                                       "capped at its expected memory. The yarn connection's extra gpu_context_mb "
+                                       "overrides it; 0 for GPUs without a context (the embedded cluster's virtual "
+                                       "ones).",
+                        "version_added": "0.3.0", "type": "integer", "example": "512",
+                        "default": str(GPU_CONTEXT_MB_DEFAULT),
                     },
                     "deployment_id": {
                         "description": "This Airflow deployment's name in the identity tag of every application it "

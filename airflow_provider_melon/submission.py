@@ -203,6 +203,9 @@ class PlanRole(_PlanPart):
                                                        "(at most the largest GPU seen) and the task asked for again")
     oom_max_growths: int = Field(2, ge=0, description="how many times a task's expected GPU memory may grow after an "
                                                       "OOM (not counted against restarts); 0: an OOM fails the job")
+    gpu_context_mb: int = Field(0, ge=0, description="MiB each task of a shared role reserves on its GPU besides its "
+                                "expected memory (the CUDA context): asked of YARN and held on the ledger, while "
+                                "the process is capped at the expected memory; 0 without gpu_memory_mb")
 
 
 class PlanResource(_PlanPart):
@@ -266,12 +269,14 @@ def build_plan(
     env_archive_visibility: str = "PUBLIC",
     staged_urls: Optional[list[str]] = None,
     status_file: Optional[str] = None,
+    gpu_context_mb: int = 0,
 ) -> dict:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
     submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
     staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``.
     ``env_archive_visibility``: PUBLIC (cached per node for every user) for a shared HDFS archive; APPLICATION
-    for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible")."""
+    for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible").
+    ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``)."""
     local = [dict(name=RUNTIME_LINK, url=runtime.url, type="ARCHIVE", visibility="APPLICATION",
                   size=runtime.size, timestamp=runtime.timestamp)]
     if code is not None:
@@ -338,7 +343,8 @@ def build_plan(
              "gpus": role.gpus or 0, "gpu_memory_mb": role.gpu_memory_mb, "restarts": role.restarts,
              "tracked": not role.untracked, "optional": role.optional,
              # the spec's fields may not exist yet (added on main): the AM's defaults then
-             "oom_growth": role.oom_growth, "oom_max_growths": role.oom_growths}
+             "oom_growth": role.oom_growth, "oom_max_growths": role.oom_growths,
+             "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0}
             for name, role in spec.roles.items()
         ],
         "success_role": spec.success_role,

@@ -94,6 +94,7 @@ def melon_hook_for_cluster(work_dir: Path):
         hdfs_client=InsecureClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=details.user),
         user=details.user, am_classpath=details.am_classpath, default_python=sys.executable,
         container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
+        gpu_context_mb=mc.GPU_CONTEXT_MB,
     )
 
 
@@ -111,6 +112,7 @@ def _secure_melon_hook(details, name: str = "airflow"):
         yarn_hook=yarn, hdfs_client=tickets.webhdfs_client(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]),
         user=name, am_classpath=details.am_classpath, default_python=sys.executable,
         container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
+        gpu_context_mb=mc.GPU_CONTEXT_MB,
     )
 
 

@@ -114,6 +114,8 @@ class Cluster:
             default_python=opt("python") or (sys.executable if details else None), container_env=env,
             fs_default_fs=opt("fs_default_fs") or (details.fs_default_fs if details else None),
             staging_retry_s=opt("staging_retry_s"),  # None: the hook's default, the same as in Airflow
+            gpu_context_mb=opt("gpu_context_mb") if opt("gpu_context_mb") is not None
+            else (mc.GPU_CONTEXT_MB if details else None),
         )
         if not hook.fs_default_fs and resolve_fs:
             value = yarn.rm_conf("fs.defaultFS")  # the RM's own configuration names the cluster's file system
@@ -508,6 +510,8 @@ def add_commands(sub, formatter) -> None:
     s.add_argument("--am-classpath", help="the AM's Hadoop classpath (default: YARN's application classpath)")
     s.add_argument("--python", help="the NodeManagers' interpreter for jobs that name none (default python3)")
     s.add_argument("--container-env", action="append", metavar="KEY=VALUE", help="environment of every container")
+    s.add_argument("--gpu-context-mb", type=int, help="MiB a shared task reserves on its GPU besides its expected "
+                   "memory, for the CUDA context (default [melon] gpu_context_mb, 400; 0 on the embedded cluster)")
     s.add_argument("--staging-retry-s", type=float, default=None,
                    help="how long staging retries a NameNode that is away (default: [melon] staging_retry_s, "
                         "else 120, as in Airflow)")

@@ -491,6 +491,11 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
     return out
 
 
+#: what the embedded cluster's jobs reserve on a GPU for the CUDA context ([melon] gpu_context_mb): nothing, its GPUs
+#: are virtual (or a real one split between NodeManagers, where the figure is the admin's to set)
+GPU_CONTEXT_MB = 0
+
+
 def airflow_connections(details: ClusterDetails, python: str) -> dict:
     """The Airflow connections that point at this cluster (what an admin would enter for a real one)."""
     host, port = details.nn_http
@@ -507,6 +512,7 @@ def airflow_connections(details: ClusterDetails, python: str) -> dict:
                 "am_classpath": details.am_classpath,
                 "python": python,
                 "container_env": container_env(details),
+                "gpu_context_mb": GPU_CONTEXT_MB,
             },
         },
         "webhdfs_default": {"conn_type": "webhdfs", "host": host, "port": port, "login": details.user},
@@ -527,6 +533,7 @@ def _secure_connections(details: ClusterDetails, python: str) -> dict:
                 "kerberos_ccache": details.ccache("airflow"),
                 "krb5_conf": details.krb5_conf,
                 "fs_default_fs": details.fs_default_fs,
+                "gpu_context_mb": GPU_CONTEXT_MB,
                 "am_classpath": details.am_classpath,
                 "python": python,
                 "container_env": container_env(details),

@@ -142,11 +142,13 @@ def _role_numbers(role: Any) -> tuple[int, int, int]:
     return int(role.instances), int(role.gpus or 0), int(role.gpu_memory_mb)
 
 
-def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any]) -> Report:
-    """Check the roles' GPU demand against the nodes (module docstring: the four rules)."""
+def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_mb: int = 0) -> Report:
+    """Check the roles' GPU demand against the nodes (module docstring: the four rules). ``context_mb``: what each
+    shared task reserves on its GPU besides its expected memory (the CUDA context, ``[melon] gpu_context_mb``)."""
     usable = [g for g in (node_gpus(n) for n in nodes) if g is not None]
     report = Report(checked=bool(usable), nodes=usable)
     numbers = {name: _role_numbers(role) for name, role in roles.items()}
+    numbers = {name: (i, g, m + context_mb if m > 0 else 0) for name, (i, g, m) in numbers.items()}
     excl = {name: (i, g) for name, (i, g, _) in numbers.items() if g > 0}
     shared = {name: (i, m) for name, (i, _, m) in numbers.items() if m > 0}
     excl_gpus = sum(i * g for i, g in excl.values())
@@ -163,7 +165,9 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any]) -> Repor
             where = max(usable, key=lambda n: n.per_gpu_mb)
             detail = (f"node {where.node}: {where.gpu_memory_mb} MiB over {where.gpus} GPU(s)" if largest > 0
                       else "no node advertises melon.io/gpu-memory")
-            report.problems.append(f"role {name}: expected GPU memory {mem} MiB per task exceeds the largest GPU "
+            report.problems.append(f"role {name}: expected GPU memory {mem - context_mb} MiB per task"
+                                   + (f" + {context_mb} MiB for the CUDA context" if context_mb else "")
+                                   + " exceeds the largest GPU "
                                    f"of any node, {largest:.0f} MiB ({detail})")
     most = report.max_node_gpus
     for name, (instances, gpus) in excl.items():
@@ -185,9 +189,9 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any]) -> Repor
     return report
 
 
-def ensure_fits(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any]) -> Report:
+def ensure_fits(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_mb: int = 0) -> Report:
     """:func:`check`, raising :class:`PreflightError` with ``report.message`` when a rule fails."""
-    report = check(nodes, roles)
+    report = check(nodes, roles, context_mb)
     if not report.ok:
         raise PreflightError(report.message)
     return report

@@ -154,11 +154,13 @@ def user_limit(info: Mapping[str, Any]) -> Optional[dict]:
 
 
 def check(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any], *, user: Optional[str] = None,
-          am: Mapping[str, int] = AM_RESOURCE) -> QueueReport:
+          am: Mapping[str, int] = AM_RESOURCE, context_mb: int = 0) -> QueueReport:
     """Check ``queue`` and the roles' demand against the scheduler (module docstring). ``user``: who the job runs as
-    (for the messages); ``am``: the AM container's resources."""
+    (for the messages); ``am``: the AM container's resources; ``context_mb``: what each shared task asks of
+    melon.io/gpu-memory besides its expected memory (the CUDA context)."""
     report = QueueReport(queue=queue)
     numbers = {name: _role_numbers(role) for name, role in roles.items()}
+    numbers = {name: (i, g, m + context_mb if m > 0 else 0) for name, (i, g, m) in numbers.items()}
     report.demand = {GPU_RESOURCE: sum(i * g for i, g, _ in numbers.values()),
                      GPU_MEMORY_RESOURCE: sum(i * m for i, _, m in numbers.values())}
     if not as_dict(scheduler).get("queues"):
@@ -229,9 +231,9 @@ def _check_user_limit(report: QueueReport, info: Mapping[str, Any], roles: Mappi
 
 
 def ensure_fits(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any], *, user: Optional[str] = None,
-                am: Mapping[str, int] = AM_RESOURCE) -> QueueReport:
+                am: Mapping[str, int] = AM_RESOURCE, context_mb: int = 0) -> QueueReport:
     """:func:`check`, raising :class:`QueueError` with the report's message when it found a problem."""
-    report = check(scheduler, queue, roles, user=user, am=am)
+    report = check(scheduler, queue, roles, user=user, am=am, context_mb=context_mb)
     if not report.ok:
         raise QueueError(report.message)
     return report

@@ -47,7 +47,7 @@ from airflow_provider_melon.hadoop.bundle import (  # noqa: F401
 from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
 from airflow_provider_melon.hadoop.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
-from airflow_provider_melon.provider_info import STAGING_RETRY_S_DEFAULT
+from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT, STAGING_RETRY_S_DEFAULT
 from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
@@ -103,6 +103,7 @@ class MelonHook:
         staging_retry_s: Optional[float] = None,
         proxy_user: Optional[str] = None,
         admin_acl: Optional[str] = None,
+        gpu_context_mb: Optional[int] = None,
     ) -> None:
         self.yarn = yarn_hook or YarnHook(yarn_conn_id)
         self.webhdfs_conn_id = webhdfs_conn_id
@@ -130,6 +131,16 @@ class MelonHook:
         #: ``[melon] staging_dir`` ({user} is replaced): cache/ (content-addressed), apps/ (plans), profiles/
         self.staging_dir = (_conf("staging_dir") or "/user/{user}/.melon").format(user=self.user).rstrip("/")
         self.cache_dir = f"{self.staging_dir}/cache"
+        #: MiB a shared-mode task reserves on its GPU besides its expected memory (the CUDA context): ``gpu_context_mb``,
+        #: else the connection extra's, else ``[melon] gpu_context_mb``, else provider_info.GPU_CONTEXT_MB_DEFAULT
+        context = next((v for v in (gpu_context_mb, extra.get("gpu_context_mb"), _conf("gpu_context_mb"))
+                        if v is not None and str(v).strip() != ""), GPU_CONTEXT_MB_DEFAULT)
+        try:
+            self.gpu_context_mb = int(context)
+        except (TypeError, ValueError):
+            raise ValueError(f"gpu_context_mb: expected whole MiB, got {context!r}") from None
+        if self.gpu_context_mb < 0:
+            raise ValueError(f"gpu_context_mb: must be 0 or more MiB, got {context!r}")
         #: how long an upload keeps retrying a NameNode that is restarting / in safe mode (``staging_retry_s``, else
         #: ``[melon] staging_retry_s``, else its declared default, provider_info.STAGING_RETRY_S_DEFAULT)
         self.staging_retry_s = float(staging_retry_s if staging_retry_s is not None
@@ -402,7 +413,7 @@ class MelonHook:
             code_files={k[len(CODE_FILE_KEY):]: f for k, f in files.items() if k.startswith(CODE_FILE_KEY)},
             inputs={i.path: files[f"input:{i.path}"] for i in spec.inputs},
             env_archive=env, env_archive_visibility="APPLICATION" if env and self.in_staging_dir(env.url) else "PUBLIC",
-            default_python=self.default_python,
+            default_python=self.default_python, gpu_context_mb=self.gpu_context_mb,
             container_env=self.container_env, labels=labels,
             webhdfs_url=self._webhdfs_url() if spec.outputs else None, hdfs_user=self.user,
             staged_urls=[f.url for f in files.values()],  # all it uses, the AM jar too: for `melon prune`
@@ -450,7 +461,7 @@ class MelonHook:
                 raise
             log.warning("queue check skipped: could not read the scheduler: %s", exc)
             return None
-        report = _queues.ensure_fits(scheduler, spec.queue, spec.roles, user=self.user)
+        report = _queues.ensure_fits(scheduler, spec.queue, spec.roles, user=self.user, context_mb=self.gpu_context_mb)
         log.info("%s: %s", spec.name, report.message)
         return report
 

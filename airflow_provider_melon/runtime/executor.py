@@ -19,6 +19,7 @@ Environment read (set by the AM / the plan):
                             LOCAL_RANK) | ``generic`` (default); every framework also gets ``MELON_CLUSTER``
 ``MELON_GPUS``              > 0: that many whole GPUs (exclusive)
 ``MELON_GPU_MEMORY_MB``     > 0: shared mode, best fit of this many MiB on one GPU, capped in-process
+``MELON_GPU_CONTEXT_MB``    shared mode: MiB reserved on the GPU besides that, for the CUDA context (not capped)
 ``MELON_LARGE``             1 if the job saturates a GPU alone (interference rule of ``gpu.policy``); also
                             true when this role is listed in ``MELON_LARGE_ROLES`` (comma-separated, as the
                             plan's shared env from ``submission.py`` carries it)
@@ -83,7 +84,6 @@ ledger entry of a killed executor is reclaimed as stale by the next reservation 
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shlex
@@ -94,7 +94,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
 from airflow_provider_melon.gpu import devices as _devices
@@ -104,139 +103,15 @@ from airflow_provider_melon.runtime import oom as _oom
 from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
-from airflow_provider_melon.runtime import tokens
 from airflow_provider_melon.runtime.progress import read_progress
 from airflow_provider_melon.runtime.amclient import AmClient
 from airflow_provider_melon.runtime.workdir import code_files, prepare_workdir
-
-PREFIX = "[melon-executor]"
-
-EXIT_CONFIG = 2
-EXIT_AM_REFUSED = 3
-EXIT_REGISTER = 4
-EXIT_OUTPUT = 5  # a declared output could not be published (runtime/outputs.py)
-EXIT_NO_GPU_FITS = 75
-EXIT_GPU_OOM = _oom.EXIT_GPU_OOM  # 76: the user's process ran out of GPU memory (runtime/oom.py)
-EXIT_TERMINATED = 143
+from airflow_provider_melon.runtime.config import (  # noqa: F401 - the executor's names, as before
+    EXIT_AM_REFUSED, EXIT_CONFIG, EXIT_GPU_OOM, EXIT_NO_GPU_FITS, EXIT_OUTPUT, EXIT_REGISTER, EXIT_TERMINATED, PREFIX,
+    Config, Fatal, Terminated, log)
 
 PROGRESS_POLL_S = 0.5  # how often the heartbeat loop looks for a new progress report (a stat of the file)
 FINAL_HEARTBEAT_TRIES = 3
-
-
-def log(msg: str) -> None:
-    sys.stderr.write(f"{PREFIX} {msg}\n")
-    sys.stderr.flush()
-
-
-class Fatal(Exception):
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-class Terminated(Exception):
-    """SIGTERM/SIGINT arrived before the user's process started."""
-
-
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "")
-    try:
-        return int(raw) if raw.strip() else default
-    except ValueError:
-        raise Fatal(EXIT_CONFIG, f"{name}={raw!r} is not an integer") from None
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "")
-    try:
-        return float(raw) if raw.strip() else default
-    except ValueError:
-        raise Fatal(EXIT_CONFIG, f"{name}={raw!r} is not a number") from None
-
-
-@dataclass
-class Config:
-    role: str
-    index: int
-    am_url: str
-    secret: str
-    entrypoint: str
-    framework: str = "generic"
-    gpus: int = 0
-    gpu_memory_mb: int = 0
-    large: bool = False
-    attempt: int = 0
-    app_id: str = ""
-    container_id: str = ""
-    gpu_wait_s: float = 60.0
-    register_timeout_s: float = 300.0
-    heartbeat_s: float = 5.0
-    kill_grace_s: float = 10.0
-    host: str = ""
-    bind_host: str = ""
-    progress_file: str = ""
-    tensorboard_task: str = ""
-    port_range: Optional[Tuple[int, int]] = None  # None: the default of runtime/ports.py
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "Config":
-        if env.get("MELON_ENTRYPOINT_B64") and not env.get("MELON_ENTRYPOINT"):
-            try:
-                decoded = base64.b64decode(env["MELON_ENTRYPOINT_B64"], validate=True).decode("utf-8")
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise Fatal(EXIT_CONFIG, f"MELON_ENTRYPOINT_B64 is not base64 of UTF-8: {exc}") from None
-            env = {**env, "MELON_ENTRYPOINT": decoded}
-        if not env.get("MELON_SECRET"):  # the AM's secret travels in the container's token file (credentials)
-            try:
-                secret = tokens.container_secret(env=env)
-            except (OSError, tokens.TokenFileError) as exc:
-                raise Fatal(EXIT_CONFIG, f"cannot read the AM secret from HADOOP_TOKEN_FILE_LOCATION: {exc}") from None
-            if secret:
-                env = {**env, "MELON_SECRET": secret}
-        missing = [n for n in ("MELON_ROLE", "MELON_INDEX", "MELON_AM_URL", "MELON_SECRET", "MELON_ENTRYPOINT")
-                   if not env.get(n)]
-        if missing:
-            raise Fatal(EXIT_CONFIG, f"missing environment: {', '.join(missing)} (see docs/protocol.md)")
-        framework = (env.get("MELON_FRAMEWORK") or "generic").strip().lower()
-        if framework not in ("tensorflow", "pytorch", "generic"):
-            raise Fatal(EXIT_CONFIG, f"MELON_FRAMEWORK={framework!r}: expected tensorflow, pytorch or generic")
-        progress = env.get("MELON_PROGRESS_FILE") or "melon-progress.json"
-        try:
-            port_range = _ports.parse_range(env["MELON_PORT_RANGE"]) if env.get("MELON_PORT_RANGE") else None
-        except ValueError as exc:
-            raise Fatal(EXIT_CONFIG, str(exc)) from None
-        return cls(
-            role=env["MELON_ROLE"],
-            index=_int(env, "MELON_INDEX", 0),
-            am_url=env["MELON_AM_URL"].rstrip("/"),
-            secret=env["MELON_SECRET"],
-            entrypoint=env["MELON_ENTRYPOINT"],
-            framework=framework,
-            gpus=_int(env, "MELON_GPUS", 0),
-            gpu_memory_mb=_int(env, "MELON_GPU_MEMORY_MB", 0),
-            large=(env.get("MELON_LARGE", "0").strip().lower() in ("1", "true", "yes")
-                   or env["MELON_ROLE"] in [r.strip() for r in env.get("MELON_LARGE_ROLES", "").split(",")]),
-            attempt=_int(env, "MELON_TASK_ATTEMPT", 0),
-            app_id=env.get("MELON_APP_ID", ""),
-            container_id=env.get("MELON_CONTAINER_ID", ""),
-            gpu_wait_s=_float(env, "MELON_GPU_WAIT_S", 60.0),
-            register_timeout_s=_float(env, "MELON_REGISTER_TIMEOUT_S", 300.0),
-            heartbeat_s=_float(env, "MELON_HEARTBEAT_S", 5.0),
-            kill_grace_s=_float(env, "MELON_KILL_GRACE_S", 10.0),
-            host=env.get("MELON_HOST", ""),
-            bind_host=env.get("MELON_BIND_HOST", ""),
-            progress_file=os.path.abspath(progress),
-            tensorboard_task=env.get("MELON_TENSORBOARD_TASK", "").strip(),
-            port_range=port_range,
-        )
-
-    @property
-    def task(self) -> str:
-        return f"{self.role}:{self.index}"
-
-    @property
-    def task_id(self) -> str:
-        return self.container_id or f"{self.app_id or 'local'}/{self.task}#{self.attempt}"
 
 
 def resolve_python(argv: List[str]) -> List[str]:
@@ -325,17 +200,18 @@ class Executor:
         self.largest_gpu_mb = max(g.total_mb for g in gpus)
         mps = self.mps = _devices.mps_active(self.env)
         exclusive = cfg.gpus > 0
-        want = f"{cfg.gpus} whole GPU(s)" if exclusive else f"{cfg.gpu_memory_mb} MiB"
+        want = f"{cfg.gpus} whole GPU(s)" if exclusive else f"{cfg.reserve_mb} MiB" + (
+            f" ({cfg.gpu_memory_mb} + {cfg.gpu_context_mb} for the CUDA context)" if cfg.gpu_context_mb else "")
         if exclusive and cfg.gpus > len(gpus):
             raise Fatal(EXIT_NO_GPU_FITS, f"no GPU fits: {want} wanted, this node has {len(gpus)} GPU(s)")
-        if not exclusive and cfg.gpu_memory_mb > max(g.total_mb for g in gpus):
+        if not exclusive and cfg.reserve_mb > max(g.total_mb for g in gpus):
             raise Fatal(EXIT_NO_GPU_FITS, f"no GPU fits: {want} wanted, the largest GPU here has "
                                           f"{max(g.total_mb for g in gpus)} MiB")
         deadline = time.monotonic() + cfg.gpu_wait_s
         waited = False
         while True:
             try:
-                got = self.ledger.reserve_many(cfg.task_id, os.getpid(), cfg.gpu_memory_mb, gpus,
+                got = self.ledger.reserve_many(cfg.task_id, os.getpid(), cfg.reserve_mb, gpus,
                                                count=max(1, cfg.gpus), exclusive=exclusive, large=cfg.large, mps=mps)
             except UnsafeLedger as exc:
                 raise Fatal(EXIT_CONFIG, f"refusing the GPU ledger: {exc}") from None
@@ -385,7 +261,7 @@ class Executor:
     def register(self, host: str, port: int) -> dict:
         cfg = self.cfg
         body = {"role": cfg.role, "index": cfg.index, "host": host, "port": port, "gpu": self.gpu_label,
-                "gpu_memory_mb": cfg.gpu_memory_mb, "pid": os.getpid(), "mps": self.mps,
+                "gpu_memory_mb": cfg.reserve_mb, "pid": os.getpid(), "mps": self.mps,
                 "container_id": cfg.container_id}  # the AM refuses (409) a container that is no longer the task's
         deadline = time.monotonic() + cfg.register_timeout_s
         log(f"registering {cfg.task} at {host}:{port} with {cfg.am_url}")

@@ -495,3 +495,21 @@ def test_a_node_that_hides_its_gpus_keeps_them_hidden_from_the_job(tmp_path, am_
     assert rc == 0, err
     assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == "-1"
     assert am.registrations[-1]["gpu"] == "0"  # the virtual GPU's reservation still counts on the node
+
+
+def test_the_cuda_context_is_reserved_beside_the_capped_memory(tmp_path, am_factory, inventory):
+    """MELON_GPU_CONTEXT_MB (issue 26): the ledger holds and the AM hears the expected memory plus the context's,
+    while the process is capped at the expected memory; a GPU that cannot hold both does not fit (exit 75)."""
+    am = am_factory(["worker:0"])
+    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=4096,
+                   MELON_GPU_CONTEXT_MB=400)
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    assert seen_env(out)["MELON_CAP_MB"] == "4096"
+    assert {r["gpu_memory_mb"] for r in am.registrations} == {4496}
+    assert "reserved for worker:0: 4496 MiB (4096 + 400 for the CUDA context)" in err
+    env = exec_env(tmp_path, am_factory(["worker:0"]), "worker", 0, MELON_GPU_INVENTORY=inventory(16384),
+                   MELON_GPU_MEMORY_MB=16000, MELON_GPU_CONTEXT_MB=400)
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == executor.EXIT_NO_GPU_FITS, err
+    assert "no GPU fits: 16400 MiB (16000 + 400 for the CUDA context) wanted, the largest GPU here has 16384" in err

@@ -159,7 +159,8 @@ def test_operator_fails_before_submission_with_the_numbers(op_env):
     with pytest.raises(AirflowFailException) as err:
         op.submit_job(ctx)
     assert str(err.value).startswith("big: the job cannot run on this cluster: role chief: expected GPU memory "
-                                     "20480 MiB per task exceeds the largest GPU of any node, 16384 MiB")
+                                     "20480 MiB per task + 400 MiB for the CUDA context exceeds the largest GPU of "
+                                     "any node, 16384 MiB")  # [melon] gpu_context_mb's default
     op_env.nodes.assert_called_once()
     op_env.submit.assert_not_called()
 
@@ -181,3 +182,12 @@ def test_operator_skips_preflight_when_nodes_are_unreadable_or_it_is_off(op_env)
     op.submit_job(ctx)
     op_env.nodes.assert_not_called()
     assert op_env.submit.call_count == 2
+
+
+def test_the_cuda_context_counts_against_the_largest_gpu():
+    """16 GiB expected on 16 GiB GPUs fits no GPU once the CUDA context is reserved beside it (issue 26)."""
+    nodes = [node("n1", 2, 32768)]
+    assert check(nodes, {"w": {"gpu_memory_mb": 16384}}).ok
+    report = check(nodes, {"w": {"gpu_memory_mb": 16384}}, context_mb=400)
+    assert not report.ok and "16384 MiB per task + 400 MiB for the CUDA context exceeds the largest GPU" in report.message
+    assert check(nodes, {"w": {"gpu_memory_mb": 15984}}, context_mb=400).ok

@@ -31,12 +31,13 @@ def test_plan_roles_resources_and_env(spec):
     data = StagedFile("hdfs://nn:8020/data/mnist.npz", 50, 555)
     plan = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": data},
                                  default_python="/opt/py/bin/python", container_env={"MELON_GPU_INVENTORY": "/x"},
-                                 webhdfs_url="http://nn:9870", hdfs_user="alice")
+                                 webhdfs_url="http://nn:9870", hdfs_user="alice", gpu_context_mb=400)
     roles = {r["name"]: r for r in plan["roles"]}
     assert roles["chief"] == {"name": "chief", "instances": 1, "memory_mb": 2048, "vcores": 1, "gpus": 0,
                               "gpu_memory_mb": 4096, "restarts": 0, "tracked": True,
-                              "optional": False, "oom_growth": 1.5, "oom_max_growths": 2}
+                              "optional": False, "oom_growth": 1.5, "oom_max_growths": 2, "gpu_context_mb": 400}
     assert roles["worker"]["gpus"] == 1 and roles["worker"]["gpu_memory_mb"] == 0 and roles["worker"]["restarts"] == 2
+    assert roles["worker"]["gpu_context_mb"] == roles["ps"]["gpu_context_mb"] == 0  # only shared roles reserve it
     assert roles["ps"]["tracked"] is False
     assert plan["success_role"] == "chief"
     assert plan["command"] == "/opt/py/bin/python -m airflow_provider_melon.runtime.executor"

@@ -181,8 +181,8 @@ public final class MelonApplicationMaster {
     if (role.gpus > 0) {
       res.setResourceValue(GPU, role.gpus);
     }
-    if (t.expectedMb > 0) {
-      res.setResourceValue(GPU_MEM, t.expectedMb);
+    if (t.expectedMb > 0) {  // what the task reserves on its GPU: its expected memory plus the CUDA context's
+      res.setResourceValue(GPU_MEM, t.expectedMb + t.role.gpuContextMb);
     }
     return res;
   }
@@ -264,6 +264,7 @@ public final class MelonApplicationMaster {
     env.put("MELON_CONTAINER_ID", t.container.getId().toString());
     env.put("MELON_GPUS", String.valueOf(t.role.gpus));
     env.put("MELON_GPU_MEMORY_MB", String.valueOf(t.expectedMb));  // the task's: grown after an OOM
+    env.put("MELON_GPU_CONTEXT_MB", String.valueOf(t.role.gpuContextMb));
     String command = plan.path(PlanFields.COMMAND).asText() + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR
         + "/stdout 2>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stderr";
     return ContainerLaunchContext.newInstance(new HashMap<>(localResources), env, Collections.singletonList(command), null, tokens.duplicate(), null);

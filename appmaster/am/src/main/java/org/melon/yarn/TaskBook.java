@@ -112,6 +112,9 @@ final class TaskBook {
     int vcores;
     int gpus;
     int gpuMemoryMb;
+    /** Reserved besides each task's expected GPU memory in shared mode: the CUDA context / driver (plan's
+     * {@code gpu_context_mb}); the in-process cap stays the expected memory. */
+    int gpuContextMb;
     int restarts;
     /** Whether the role's tasks decide the application's outcome (a ps role does not). */
     boolean tracked;
@@ -270,6 +273,7 @@ final class TaskBook {
       role.vcores = r.path(PlanFields.ROLE_VCORES).asInt(1);
       role.gpus = r.path(PlanFields.ROLE_GPUS).asInt(0);
       role.gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt(0);
+      role.gpuContextMb = Math.max(0, r.path(PlanFields.ROLE_GPU_CONTEXT_MB).asInt(0));
       role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt(0);
       role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean(true);
       role.optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean(false);
@@ -595,13 +599,13 @@ final class TaskBook {
       } else {
         long grown = (long) Math.ceil(t.expectedMb * role.oomGrowth - 1e-6);  // 1000 x 1.1 is 1100, not 1101
         notGrown = "oom_growth " + role.oomGrowth + " does not grow " + t.expectedMb + " MiB";
-        if (largestGpuMb > 0 && grown > largestGpuMb) {
-          grown = largestGpuMb;
+        if (largestGpuMb > 0 && grown + role.gpuContextMb > largestGpuMb) {  // the context shares the GPU
+          grown = largestGpuMb - role.gpuContextMb;
           notGrown = "already at the largest GPU (" + largestGpuMb + " MiB)";
           advice = "; reduce the batch or the model: no GPU seen has more memory";
         }
-        if (maxGpuMemoryMb > 0 && grown > maxGpuMemoryMb) {
-          grown = maxGpuMemoryMb;
+        if (maxGpuMemoryMb > 0 && grown + role.gpuContextMb > maxGpuMemoryMb) {
+          grown = maxGpuMemoryMb - role.gpuContextMb;
           notGrown = "already at the cluster's maximum allocation of " + MelonApplicationMaster.GPU_MEM + " ("
               + maxGpuMemoryMb + " MiB)";
           advice = "; reduce the batch or the model: YARN grants no more";

@@ -602,6 +602,25 @@ class TaskBookTest {
   }
 
   @Test
+  void theCudaContextIsReservedBesideTheExpectedMemoryAndLeftRoomOnTheLargestGpu() {
+    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
+        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
+        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
+    try {
+      TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 10000, gpu_context_mb: 400}]}");
+      Task w0 = book.task("worker", 0);
+      assertEquals(10400, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
+      oom(book, place(book, w0, "node-a"), "{cap_mb: 10000, peak_mb: null, largest_gpu_mb: 16384, signature: 'x'}");
+      assertEquals(15000, w0.expectedMb, "15000 + 400 fits a 16384 MiB GPU");
+      oom(book, place(book, w0, "node-a"), "{cap_mb: 15000, peak_mb: null, largest_gpu_mb: 16384, signature: 'x'}");
+      assertEquals(15984, w0.expectedMb, "not 22500: the GPU must hold the context too");
+      assertEquals(16384, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
+    } finally {
+      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
+    }
+  }
+
+  @Test
   void growthStopsAtTheClustersMaximumAllocation() {
     TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, oom_max_growths: 5}]}");
     book.maxGpuMemoryMb(2000);
