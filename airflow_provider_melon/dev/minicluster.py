@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]  # airflow_provider_melon/dev/minicluster.py
 APPMASTER_DIR = REPO_ROOT / "appmaster"
 DEFAULT_WORK_DIR = REPO_ROOT / ".melon-minicluster"
+#: what the embedded cluster's jobs reserve on a GPU for the CUDA context ([melon] gpu_context_mb): nothing, its GPUs
+#: are virtual (or a real one split between NodeManagers, where the figure is the admin's to set)
+GPU_CONTEXT_MB = 0
 LAUNCHER_CLASS = "org.melon.yarn.MiniClusterLauncher"
 # Ports are laid out from one base so that two clusters (say, a developer's and a test run) can coexist.
 DEFAULT_PORT_BASE = 18000
@@ -311,7 +314,7 @@ def tenant_hook(details: ClusterDetails, user: str, *, hdfs_client=None, admin_a
         yarn_hook=YarnHook(rm_urls=[details.rm_web_url], user=service, retries=0),
         hdfs_client=hdfs_client or InsecureClient(namenode, user=service, proxy=user),
         proxy_user=user, admin_acl=admin_acl, am_classpath=details.am_classpath, default_python=sys.executable,
-        container_env=container_env(details), fs_default_fs=details.fs_default_fs)
+        container_env=container_env(details), fs_default_fs=details.fs_default_fs, gpu_context_mb=GPU_CONTEXT_MB)
 
 
 def start(
@@ -489,11 +492,6 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
             for n in nodes
         ]
     return out
-
-
-#: what the embedded cluster's jobs reserve on a GPU for the CUDA context ([melon] gpu_context_mb): nothing, its GPUs
-#: are virtual (or a real one split between NodeManagers, where the figure is the admin's to set)
-GPU_CONTEXT_MB = 0
 
 
 def airflow_connections(details: ClusterDetails, python: str) -> dict:
