@@ -224,6 +224,10 @@ def test_jobs_page_draws_the_loss_chart(logged_in, airflow_stack, probe, shots):
     row = wait_for(job_row, 30, "the job")
     assert "RUNNING" in row.text and "ui-probe" in row.text
     assert len(row.find_elements(By.CSS_SELECTOR, "[data-task-row]")) == 3
+    # gpu_memory: auto (issue 26): where the figure came from, and each task's expected memory
+    note = row.find_element(By.CSS_SELECTOR, "[data-gpu-memory-note]").text
+    assert note.startswith("roles.worker.gpu_memory auto: 6144 MiB ("), note
+    assert all("6 GiB expected" in r.text for r in row.find_elements(By.CSS_SELECTOR, "[data-task-row]"))
     points = wait_for(lambda: [p for p in job_row().find_elements(By.CSS_SELECTOR, "svg.loss-chart polyline")
                                if len(p.get_attribute("points").split()) >= 3], 60, "a drawn loss curve")
     assert points

@@ -22,6 +22,6 @@ with DAG(dag_id="melon_ui_probe", schedule=None, start_date=pendulum.datetime(20
             "code": str(Path(__file__).resolve().parent / "ui_probe"),
             "entrypoint": "python progress.py --seconds {{ params.seconds }}",
             "env": {"MELON_HEARTBEAT_S": "2"},
-            "roles": {"worker": {"instances": 3, "memory": 256, "vcores": 1, "gpu_memory": "6GiB"}},
+            "roles": {"worker": {"instances": 3, "memory": 256, "vcores": 1, "gpu_memory": "auto:6GiB"}},
         },
     )
