@@ -57,7 +57,9 @@ def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(whe
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], capture_output=True,
+                         text=True, timeout=300)
+    assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-4000:]
     fresh_site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                 capture_output=True, text=True, check=True).stdout.strip()
     deps = site.getsitepackages()[0]  # the project venv's third-party packages
@@ -82,8 +84,10 @@ def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(whe
         "                  'airflow': airflow.__version__, 'path': sys.path}))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
-    seen = json.loads(subprocess.run([str(py), str(probe)], cwd=root, env=env, capture_output=True, text=True,
-                                     check=True, timeout=120).stdout)
+    probed = subprocess.run([str(py), str(probe)], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    # a failure names its cause (a full run beside the docker build once lost this probe's stderr, and with it the reason)
+    assert probed.returncode == 0, f"probe exited {probed.returncode}:\n{probed.stdout[-2000:]}{probed.stderr[-4000:]}"
+    seen = json.loads(probed.stdout)
     assert seen["pkg"].startswith(str(venv)) and seen["jar"].startswith(str(venv)), seen
     inside = [p for p in seen["path"] if p.startswith(str(REPO)) and p != deps]
     assert not inside, f"paths into the checkout on sys.path: {inside}"
