@@ -4,7 +4,8 @@
   application, not PUBLIC, which YARN refuses for a private file), and bob cannot read it;
 * a source file rewritten between its hash and its upload is never stored under the old digest;
 * ``melon prune`` refuses a cutoff under an hour, keeps an upload in flight and a fresh plan, and, with a shared
-  staging folder, keeps another user's live application's plan and objects.
+  staging folder, keeps another user's live application's plan and objects;
+* a tenant's learned GPU memory history (``gpu_memory: auto``) can be neither read nor poisoned by another tenant.
 """
 
 from __future__ import annotations
@@ -222,6 +223,57 @@ def _wait_running_task(hook: MelonHook, app_id: str, timeout: float = 240) -> No
             return
         time.sleep(0.5)
     raise AssertionError(f"{app_id}: no task running after {timeout} s: {status} / {hook.yarn.get_application(app_id)}")
+
+
+# ---- learned GPU memory: a tenant's history is hers -------------------------------------------------------
+def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, attack):
+    """Alice's ``gpu_memory: auto`` task learns from her own runs only (issue 26): its history sits in her 0700
+    staging folder. Bob tries to read it, to plant a record in it (a huge figure would make her next run hold a
+    whole GPU; a tiny one would make it run out of memory), and to record under her DAG/task key with his own hook;
+    her next figure is still the one her own run taught."""
+    alice, bob = tenants.hook("alice"), tenants.hook("bob")
+    key = "alice_dag/train"
+    auto = JobSpec.from_dict({"name": "alice-learns", "framework": "generic", "queue": "tenant_a",
+                              "entrypoint": "python -c \"print('alice trains')\"", "code": str(tenants.code),
+                              "env": {"MELON_GPU_WAIT_S": "5"},
+                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1,
+                                                   "gpu_memory": "auto:3GiB"}}})
+    spec, lines = alice.resolve_gpu_memory(auto, key)
+    assert spec.roles["worker"].gpu_memory == 3072 and "no history yet" in lines[0], lines
+    app_id = tenants.submit(alice, spec)["app_id"]
+    app = _wait_state(alice, app_id, ("FINISHED", "FAILED", "KILLED"), timeout=300)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
+    path = alice.record_gpu_memory(key, app_id, alice.final_status(app_id))
+    folder = path.rsplit("/", 1)[0]
+    assert folder == f"/user/alice/.melon/profiles/{key}/memory", path
+    st = tenants.superuser_hdfs().status(folder)
+    assert (st["owner"], st["permission"]) == ("alice", "700"), st
+    _, taught = alice.resolve_gpu_memory(auto, key)
+    assert "learned from the last 1 run(s)" in taught[0], taught
+
+    bob_hdfs = InsecureClient(tenants.nn, user=SERVICE, proxy="bob")
+
+    def refused(call) -> str:
+        try:
+            call()
+            return "allowed"
+        except HdfsError as exc:
+            return "Permission denied: user=bob" if "Permission denied: user=bob" in str(exc) else str(exc)[:80]
+
+    with attack("bob lists alice's learned GPU memory history in HDFS", expected="Permission denied: user=bob") as row:
+        row.got = refused(lambda: bob_hdfs.list(folder))
+    planted = json.dumps({"version": 1, "app_id": "application_1_1", "roles": {"worker": {
+        "role": "worker", "app_id": "application_1_1", "at": int(time.time()), "state": "FAILED", "initial_mb": 40000,
+        "expected_mb": 40000, "peak_mb": 40000, "oom": True, "growths": 0}}})
+    with attack("bob plants a record in alice's GPU memory history", expected="Permission denied: user=bob") as row:
+        row.got = refused(lambda: bob_hdfs.write(f"{folder}/application_1_1.json", data=planted))
+    bob_path = bob.record_gpu_memory(key, "application_1_1", {"state": "FAILED", "tasks": [
+        {"role": "worker", "initial_gpu_memory_mb": 40000, "expected_gpu_memory_mb": 40000,
+         "gpu_memory_peak_mb": 40000, "oom": {"peak_mb": 40000}}]})
+    assert bob_path.startswith("/user/bob/.melon/profiles/"), bob_path
+    with attack("bob records under alice's DAG/task key: her next figure changes", expected="her own: 3072 MiB") as row:
+        again, said = alice.resolve_gpu_memory(auto, key)
+        row.got = f"her own: {again.roles['worker'].gpu_memory} MiB" if taught == said else f"{said}"
 
 
 # ---- Kerberos: two principals in one process ---------------------------------------------------------------
