@@ -3,10 +3,9 @@ mini-cluster tools and ``melon doctor`` use it without Airflow; ``version_compat
 
 Each difference and what MeLoN does about it. Run here: 3.5.0 on Java 17 (the test suite's mini cluster, with the
 AM built for Java 8 against 3.3.6), and the AM's JUnit tests against the 3.3.6 jars (the proxy cookie name, the AM
-filter's proxy hosts). Not run here: a 3.3.6 or 3.4.x cluster with the AM (``scripts/compat-am-336.sh`` needs a
-full JDK 11, see docs/hadoop-compat.md; the docker images are another piece of work), so what is said below of
-their REST answers comes from their release notes and Hadoop's source, not from a probe; the delegation-token
-points were not probed on any line but 3.5.0 (the secure mini cluster).
+filter's proxy hosts); embedded 3.3.6 and 3.4.2 clusters on Java 11 with the AM's smoke jobs and ``melon doctor
+--submit-test`` (``scripts/compat-am.sh``, docs/hadoop-compat.md), whose REST answers were probed; the docker/ stack
+on 3.3.6. The delegation-token points were not probed on any line but 3.5.0 (the secure mini cluster).
 
 * **Java.** 3.3.x and 3.4.x servers run Java 8 or 11; 3.5.0 requires Java 17 on the server side. The AM container
   runs on the NodeManager's Java, so the AM jar is Java 8 bytecode (:data:`AM_MAX_CLASS_MAJOR`, checked by the

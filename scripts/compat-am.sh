@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# The AM jar on a real Hadoop 3.3.6 on Java 11 (issue 23 §1), no docker: the mini-cluster launcher built against
-# Hadoop 3.3.6 for Java 11 (appmaster/launcher with -Dhadoop.version=3.3.6) runs MiniDFSCluster + MiniYARNCluster
-# 3.3.6 on a Java 11 ($JAVA11_HOME, else Debian bullseye's OpenJDK 11 JRE, unpacked under .compat/: see step 1);
-# appmaster/smoke.sh then runs its real jobs (gang, restarts, exit 75, GPU scheduling, gang timeout, RM proxy,
-# kill) with the AM jar built for Java 8 against the 3.3.6 API. The AM
+# The AM jar on a real older Hadoop on Java 11 (issue 23 §1), no docker: HADOOP_LINE (3.3.6 by default, or 3.4.2).
+# The mini-cluster launcher built against that Hadoop for Java 11 (appmaster/launcher with -Dhadoop.version=<line>)
+# runs its MiniDFSCluster + MiniYARNCluster on a Java 11 ($JAVA11_HOME, else Debian bullseye's OpenJDK 11 JRE,
+# unpacked under .compat/: see step 1); appmaster/smoke.sh then runs its real jobs (gang, restarts, exit 75, GPU
+# scheduling, gang timeout, RM proxy, kill) with the one AM jar, built for Java 8 against the 3.3.6 API. The AM
 # containers run on the NodeManagers' Java (the launcher forces its java.home as JAVA_HOME): each AM log says
-# "on Java 11.0.x ..., Hadoop 3.3.6", which this script checks. What the 3.3.6 daemons answer (cluster info, nodes,
-# an NM's /jmx Runtime bean, an NM container-log answer) is saved under .compat/probe-3.3.6/ (hadoop/compat.py).
+# "on Java 11.0.x ..., Hadoop <line>", which this script checks. What the daemons answer (cluster info, nodes,
+# an NM's /jmx Runtime bean, an NM container-log answer) is saved under .compat/probe-<line>/ (hadoop/compat.py).
 #
-#   scripts/compat-am-336.sh                         # ports from $MELON_TEST_PORT_BASE + 700 (default 19700)
-#   JAVA11_HOME=/usr/lib/jvm/java-11 scripts/compat-am-336.sh   # any full JRE/JDK 11 (with jdk.httpserver)
+#   scripts/compat-am.sh                             # Hadoop 3.3.6; ports from $MELON_TEST_PORT_BASE + 700 (19700)
+#   HADOOP_LINE=3.4.2 scripts/compat-am.sh           # Hadoop 3.4.2
+#   JAVA11_HOME=/usr/lib/jvm/java-11 scripts/compat-am.sh   # any full JRE/JDK 11 (with jdk.httpserver)
 # Everything it downloads or builds stays under .compat/ (git-ignored). About 5 minutes on 2 idle cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+V=${HADOOP_LINE:-3.3.6}
+case "$V" in 3.3.6|3.4.2) ;; *) echo "[compat] HADOOP_LINE=$V: one of 3.3.6, 3.4.2" >&2; exit 2 ;; esac
+VRE=${V//./\\.}   # the version as a regular expression
 ROOT=$PWD
 C=$ROOT/.compat
 BASE=${PORT_BASE:-$((${MELON_TEST_PORT_BASE:-19000} + 700))}
@@ -70,24 +74,24 @@ if ! "$JAVA11_HOME/bin/java" --list-modules | grep -q '^jdk.httpserver@'; then
   exit 3
 fi
 
-# 2. the launcher against Hadoop 3.3.6 for Java 11, and the AM jar (Java 8, 3.3.6 API)
-L=$C/launcher-3.3.6
+# 2. the launcher against Hadoop $V for Java 11, and the AM jar (Java 8, 3.3.6 API: the one jar for every line)
+L=$C/launcher-$V
 if [ ! -f "$L/classpath.txt" ] || [ -n "$(find appmaster/launcher/src appmaster/launcher/pom.xml -newer "$L/classpath.txt" -print -quit)" ]; then
-  echo "[compat] building the launcher against Hadoop 3.3.6 (Java 11) into $L"
-  mvn -q -B -f appmaster/launcher/pom.xml -Dhadoop.version=3.3.6 -Dmaven.compiler.release=11 \
+  echo "[compat] building the launcher against Hadoop $V (Java 11) into $L"
+  mvn -q -B -f appmaster/launcher/pom.xml -Dhadoop.version=$V -Dmaven.compiler.release=11 \
     -Dlauncher.build.directory="$L" package
 fi
 bash appmaster/build.sh --dev
 
-# 3. the 3.3.6 mini cluster on Java 11
-W=$C/mc-3.3.6
+# 3. the $V mini cluster on Java 11
+W=$C/mc-$V
 rm -rf "$W"; mkdir -p "$W"
 PID=""
 stop() {
   if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
 }
 trap stop EXIT
-echo "[compat] starting Hadoop 3.3.6 on $JAVA11_HOME (ports from $BASE, log $W/launcher.log)"
+echo "[compat] starting Hadoop $V on $JAVA11_HOME (ports from $BASE, log $W/launcher.log)"
 JAVA_HOME=$JAVA11_HOME "$JAVA11_HOME/bin/java" -Xmx1g -cp "$L/classes:$(cat "$L/classpath.txt")" \
   org.melon.yarn.MiniClusterLauncher --work-dir "$W" --rm-port $((BASE + 32)) --rm-web-port $((BASE + 88)) \
   --nn-port $((BASE + 20)) --nn-http-port $((BASE + 70)) > "$W/launcher.log" 2>&1 &
@@ -99,8 +103,8 @@ for _ in $(seq 1 3000); do
 done
 [ -f "$W/cluster.json" ] || { echo "launcher not ready after 600 s:"; tail -30 "$W/launcher.log"; exit 1; }
 
-# 4. what the 3.3.6 daemons answer
-P=$C/probe-3.3.6
+# 4. what the $V daemons answer
+P=$C/probe-$V
 rm -rf "$P"; mkdir -p "$P"
 field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$W/cluster.json" "$1"; }
 RM=$(field rm_web_url); U="user.name=$(field user)"
@@ -110,27 +114,27 @@ curl -sf "$RM/ws/v1/cluster/apps?$U" > "$P/apps-empty.json"
 NM=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"]["node"][0]["nodeHTTPAddress"])' "$P/nodes.json")
 curl -sf "http://$NM/jmx?qry=java.lang:type=Runtime&$U" > "$P/nm-jmx-runtime.json"
 curl -sf "http://$NM/ws/v1/node/info?$U" > "$P/nm-info.json"
-"$PY" - "$P" <<'EOF'
+"$PY" - "$P" "$V" <<'EOF'
 import json, sys
 from airflow_provider_melon.hadoop import compat as hc
 from airflow_provider_melon.hadoop.rm_json import as_list
-p = sys.argv[1]
+p, line = sys.argv[1], sys.argv[2]
 info = json.load(open(f"{p}/cluster-info.json"))
 java = hc.java_from_jmx(json.load(open(f"{p}/nm-jmx-runtime.json")))
 print(f"[compat] probed: Hadoop {hc.hadoop_version(info)}, NodeManager Java {java}")
-assert hc.hadoop_version(info) == "3.3.6", info
+assert hc.hadoop_version(info) == line, info
 assert java == 11, java
 nodes = as_list(json.load(open(f"{p}/nodes.json")).get("nodes"), "node")
 res = {r["name"]: r["value"] for r in as_list(nodes[0]["totalResource"].get("resourceInformations"),
                                               "resourceInformation")}
-print(f"[compat] node resources (3.3.6 JSON): {res}")
+print(f"[compat] node resources ({line} JSON): {res}")
 assert res.get("yarn.io/gpu", 0) > 0 and res.get("melon.io/gpu-memory", 0) > 0, res
 EOF
 
 # 5. real jobs with the AM jar
 CLUSTER_JSON=$W/cluster.json bash appmaster/smoke.sh | tee "$P/smoke.txt"
 
-# an NM container-log answer (3.3.6's shape, read by hadoop.nodemanager.parse_log_answer)
+# an NM container-log answer ($V's shape, read by hadoop.nodemanager.parse_log_answer)
 AM_OUT=$(find "$W" -name AppMaster.stdout | head -1)
 CID=$(basename "$(dirname "$AM_OUT")")
 for NM in $("$PY" -c 'import json,sys; print(" ".join(n["nodeHTTPAddress"] for n in json.load(open(sys.argv[1]))["nodes"]["node"]))' "$P/nodes.json"); do
@@ -144,20 +148,20 @@ print(f"[compat] NM log answer: LogLength {length}, {len(data)} bytes served of 
 assert length > 300 and len(data) == 300, (length, len(data))
 EOF
 
-# 6. `melon doctor --submit-test` against the 3.3.6 cluster, as through Airflow connections (the mini cluster has no
+# 6. `melon doctor --submit-test` against the $V cluster, as through Airflow connections (the mini cluster has no
 # HADOOP_HOME layout: the connection's extra names its am_classpath and fs.defaultFS; the job Python is this venv's,
-# which has TensorFlow and pynvml): its hadoop-java check must say Hadoop 3.3.6, NodeManagers on Java 11, the AM jar
+# which has TensorFlow and pynvml): its hadoop-java check must say Hadoop $V, NodeManagers on Java 11, the AM jar
 # runs there; the tiny job must succeed.
 CP=$(field am_classpath | sed 's/:/<CPS>/g')
 AIRFLOW_CONN_YARN_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split("//")[1].split(":"); print(json.dumps({"conn_type":"yarn","host":h,"port":int(p),"login":sys.argv[2],"extra":{"am_classpath":sys.argv[3],"fs_default_fs":sys.argv[4]}}))' "$RM" "$(field user)" "$CP" "$(field fs_default_fs)") \
 AIRFLOW_CONN_WEBHDFS_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split(":"); print(json.dumps({"conn_type":"webhdfs","host":h,"port":int(p),"login":sys.argv[2]}))' "$(field nn_http)" "$(field user)") \
   "$ROOT/.venv/bin/melon" doctor --submit-test --timeout 240 --python "$PY" | tee "$P/doctor.txt"
-grep -q "^OK    hadoop-java .*Hadoop 3\.3\.6; NodeManagers on Java 11 .*runs there" "$P/doctor.txt"
+grep -q "^OK    hadoop-java .*Hadoop $VRE; NodeManagers on Java 11 .*runs there" "$P/doctor.txt"
 
-# the AM containers ran on the NodeManagers' Java 11 against Hadoop 3.3.6
+# the AM containers ran on the NodeManagers' Java 11 against Hadoop $V
 AMLOGS=$(find "$W" -name AppMaster.stdout | wc -l)
-ON11=$(grep -l "MelonAM: starting AM for .* on Java 11\..*, Hadoop 3\.3\.6" $(find "$W" -name AppMaster.stdout) | wc -l)
-echo "[compat] $ON11 of $AMLOGS AM logs say 'on Java 11.x ..., Hadoop 3.3.6'" | tee -a "$P/smoke.txt"
+ON11=$(grep -l "MelonAM: starting AM for .* on Java 11\..*, Hadoop $VRE" $(find "$W" -name AppMaster.stdout) | wc -l)
+echo "[compat] $ON11 of $AMLOGS AM logs say 'on Java 11.x ..., Hadoop $V'" | tee -a "$P/smoke.txt"
 [ "$AMLOGS" -gt 0 ] && [ "$ON11" = "$AMLOGS" ]
 grep -h "MelonAM: starting AM for" $(find "$W" -name AppMaster.stdout) | head -1 | tee -a "$P/smoke.txt"
-echo "[compat] Hadoop 3.3.6 on Java 11: all checks passed"
+echo "[compat] Hadoop $V on Java 11: all checks passed"
