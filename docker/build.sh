@@ -5,9 +5,13 @@
 #   2. docker/hadoop/dist/<version>/  Hadoop from Maven Central in the binary distribution's layout, for each line
 #                                     in HADOOP_VERSION (space-separated; default 3.5.0; 3.3.6, 3.4.2 and 3.5.0)
 #   3. docker/airflow/dist/           the provider's wheel (carrying the AM jar), its requirements with the
-#                                     [celery] extra (the stack runs the CeleryExecutor) and constraints.txt
+#                                     [celery] extra (the stack runs the CeleryExecutor) and constraints.txt; for the
+#                                     3.0 client, its requirements without extras and compat/constraints-3.0.txt
 #   4. the images melon-hadoop:<version> (each on its line's Java: 3.5 → 17, 3.3/3.4 → 11), melon-airflow,
-#      melon-postgres, melon-redis (layer cache makes a rebuild quick)
+#      melon-postgres, melon-redis, and melon-airflow-client:3.0.6 (the same wheel installed with
+#      `pip install -c compat/constraints-3.0.txt <wheel>` on Airflow 3.0.6: a client on another supported line,
+#      which the docker tests run `melon doctor --submit-test` from; airflow/client.Dockerfile)
+#      (layer cache makes a rebuild quick)
 #   5. docker/.env                    random passwords/secrets for compose (kept once written; missing ones added)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -42,7 +46,7 @@ cp "$repo/constraints.txt" "$here/hadoop/constraints.txt"
 
 rm -rf "$here/airflow/dist" && mkdir -p "$here/airflow/dist"
 "$repo/.venv/bin/python" -m pip wheel -q --no-deps -w "$here/airflow/dist" "$repo"
-cp "$repo/constraints.txt" "$here/airflow/dist/"
+cp "$repo/constraints.txt" "$repo/compat/constraints-3.0.txt" "$here/airflow/dist/"
 # the wheel's own requirements (Requires-Dist without extras), installed in a layer of their own
 "$repo/.venv/bin/python" - "$here/airflow/dist" <<'PY'
 import glob, sys, zipfile
@@ -56,6 +60,8 @@ with zipfile.ZipFile(whl) as zf:
 wanted = [r if "extra ==" not in r else r.split(";")[0].strip() for r in reqs
           if "extra ==" not in r or 'extra == "celery"' in r]
 open(f"{dist}/requirements.txt", "w").write("".join(r + "\n" for r in wanted))
+# the 3.0 client's: the wheel's own requirements only (no extras), as `pip install <wheel>` resolves them
+open(f"{dist}/requirements-core.txt", "w").write("".join(r + "\n" for r in reqs if "extra ==" not in r))
 PY
 
 for v in $hadoop_versions; do
@@ -68,6 +74,12 @@ for image in airflow:3.3.2 postgres:15 redis:7; do
   echo "[docker] build localhost/melon-$image"
   $MELON_ENGINE build -q --build-arg BASE="$base" -t "localhost/melon-$image" "$here/$name" >/dev/null
 done
+
+echo "[docker] build localhost/melon-airflow-client:3.0.6 (the wheel under compat/constraints-3.0.txt)"
+tc=$(date +%s)
+$MELON_ENGINE build -q --build-arg BASE="$base" -f "$here/airflow/client.Dockerfile" \
+  -t localhost/melon-airflow-client:3.0.6 "$here/airflow" >/dev/null
+echo "[docker] melon-airflow-client:3.0.6 built in $(( $(date +%s) - tc )) s"
 
 secret() { python3 -c "import secrets; print(secrets.token_urlsafe(24))"; }
 touch "$here/.env" && chmod 600 "$here/.env"

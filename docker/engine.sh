@@ -17,7 +17,9 @@ runtime = "runc"
 CONF
   export CONTAINERS_CONF="$conf_dir/containers.conf"
   MELON_COMPOSE=(podman-compose)
-  command -v podman-compose >/dev/null || MELON_COMPOSE=("$here_engine/../.venv/bin/podman-compose")
+  # else the venv's, run as a module: the venv's bin/podman-compose script names the interpreter by the absolute
+  # path the venv was made at, and fails with "required file not found" once the venv has been moved
+  command -v podman-compose >/dev/null || MELON_COMPOSE=("$here_engine/../.venv/bin/python" -m podman_compose)
 else
   MELON_COMPOSE=(docker compose)
 fi
