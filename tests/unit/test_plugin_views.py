@@ -251,3 +251,50 @@ def test_job_view_shows_learned_gpu_memory_and_growths_only_for_a_proven_task():
     [row] = job["tasks"]
     assert (row["expected_mb"], row["initial_mb"], row["peak_mb"], row["oom_growths"]) == (1536, 1024, 1300, 1)
     assert views.job_view(APP, status, "http://rm:8088")["gpu_memory_note"] is None
+
+
+@pytest.mark.parametrize("all_admins", ["False", "True"])
+def test_the_login_redirect_names_the_page_as_the_return_url_with_this_airflows_simple_auth_manager(monkeypatch,
+                                                                                                    all_admins):
+    """The installed Airflow's own SimpleAuthManager (whose ``get_url_login`` ignores ``next_url`` below 3.3): the
+    browser is sent to its login page with ``next`` = the page it asked for, exactly once: its login form sends the
+    browser back there (the all-admins token login of 3.0–3.2 does not read it: it goes to the UI's base URL)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import airflow.api_fastapi.app as airflow_app
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from starlette.requests import Request
+
+    from airflow_provider_melon.plugin.app import login_redirect
+
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", all_admins)
+    monkeypatch.setattr(airflow_app, "get_auth_manager", lambda: SimpleAuthManager())
+    page = b"dag_id=melon_ui_probe&run_id=manual__2026-01-01T00:00:00+00:00&task_id=train&map_index=-1"
+    request = Request({"type": "http", "method": "GET", "scheme": "http", "server": ("127.0.0.1", 8080),
+                       "root_path": "/melon", "path": "/melon/ti", "query_string": page, "headers": []})
+    response = login_redirect(request)
+    assert response.status_code == 307
+    location = urlsplit(response.headers["location"])
+    assert location.path == ("/auth/token/login" if all_admins == "True" else "/auth/login")
+    assert parse_qs(location.query) == {"next": ["http://127.0.0.1:8080/melon/ti?" + page.decode()]}
+
+
+def test_the_login_redirect_keeps_a_return_url_the_auth_manager_put_there(monkeypatch):
+    """An auth manager that honours ``next_url`` itself (the FAB one's absolute URL): its URL as it is, one ``next``."""
+    from urllib.parse import parse_qs, urlencode, urlsplit
+
+    import airflow.api_fastapi.app as airflow_app
+    from starlette.requests import Request
+
+    from airflow_provider_melon.plugin.app import login_redirect
+
+    class Fab:
+        def get_url_login(self, **kwargs):
+            return "http://127.0.0.1:8080/auth/login/?" + urlencode({"next": kwargs["next_url"]})
+
+    monkeypatch.setattr(airflow_app, "get_auth_manager", Fab)
+    request = Request({"type": "http", "method": "GET", "scheme": "http", "server": ("127.0.0.1", 8080),
+                       "root_path": "/melon", "path": "/melon/jobs", "query_string": b"", "headers": []})
+    location = urlsplit(login_redirect(request).headers["location"])
+    assert (location.netloc, location.path) == ("127.0.0.1:8080", "/auth/login/")
+    assert parse_qs(location.query) == {"next": ["http://127.0.0.1:8080/melon/jobs"]}
