@@ -157,6 +157,28 @@ TRIGGER_THREADS_THROUGH_ASGIREF = not AIRFLOW_V_3_2_PLUS
 RUNTIME_OUTLETS = AIRFLOW_V_3_1_PLUS
 
 
+#: Airflow 3.3+: ``SimpleAuthManager.get_url_login(next_url=...)`` puts the return URL in the login URL. 3.0.6, 3.1.8
+#: and 3.2.2's ignore ``next_url`` (read in their sources; Airflow's own ``/api/v2/auth/login?next=`` appends it
+#: itself), so the UI plugin's login redirect sent a browser to the login page with no way back to the MeLoN page it
+#: had opened (``make compat``, 3.0.6). Below 3.3, :func:`login_url` appends ``next`` when the auth manager's URL
+#: has none (SimpleAuthManager's login page reads it; the FAB auth manager's URL already carries it).
+LOGIN_URL_HAS_NEXT = AIRFLOW_V_3_3_PLUS
+
+
+def login_url(auth_manager: Any, next_url: str) -> str:
+    """The auth manager's login page URL with ``next_url`` as its return URL (see :data:`LOGIN_URL_HAS_NEXT`)."""
+    url = auth_manager.get_url_login(next_url=next_url)
+    if LOGIN_URL_HAS_NEXT:
+        return url
+    from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "next" in parse_qs(parts.query):
+        return url
+    query = "&".join(q for q in (parts.query, urlencode({"next": next_url})) if q)
+    return urlunsplit(parts._replace(query=query))
+
+
 def with_runtime_outlets(outlets: Any, assets: list, log: Any) -> list:
     """A task's outlets plus the ``assets`` of its outputs not among them yet (none on 3.0: :data:`RUNTIME_OUTLETS`)."""
     known = {getattr(a, "uri", None) for a in outlets or []}
@@ -246,7 +268,7 @@ __all__ = [
     "RUNTIME_OUTLETS", "TRIGGER_THREADS_THROUGH_ASGIREF", "XCOM_DESERIALIZE_NEEDS_CONFIG", "run_in_thread", "with_runtime_outlets",
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
-    "JWT_ISSUER_MUST_BE_SET",
+    "JWT_ISSUER_MUST_BE_SET", "LOGIN_URL_HAS_NEXT", "login_url",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "TaskDeferred",
     "XCom", "conf", "connection_form_widgets", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",

@@ -310,7 +310,9 @@ def login_redirect(request: Request) -> RedirectResponse:
     """To the auth manager's login page, with the URL the browser asked for as the return URL."""
     from airflow.api_fastapi.app import get_auth_manager
 
-    return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=307,
+    from airflow_provider_melon.version_compat import login_url
+
+    return RedirectResponse(login_url(get_auth_manager(), str(request.url)), status_code=307,
                             headers={"Cache-Control": "no-store"})
 
 
