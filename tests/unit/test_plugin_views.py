@@ -298,3 +298,43 @@ def test_the_login_redirect_keeps_a_return_url_the_auth_manager_put_there(monkey
     location = urlsplit(login_redirect(request).headers["location"])
     assert (location.netloc, location.path) == ("127.0.0.1:8080", "/auth/login/")
     assert parse_qs(location.query) == {"next": ["http://127.0.0.1:8080/melon/jobs"]}
+
+
+def test_a_page_is_served_to_the_login_cookie_a_browser_sends(monkeypatch):
+    """A browser opening a MeLoN page sends its login as the ``_token`` cookie (no ``Authorization`` header): the
+    plugin asks the auth manager about that token on every Airflow line (Airflow 3.0.6's own ``get_user`` reads only
+    a bearer header); a bearer header still wins, and no login, a refused token and an expired one are refused."""
+    import airflow.api_fastapi.app as airflow_app
+    import airflow.api_fastapi.core_api.security as security
+    from fastapi.testclient import TestClient
+    from jwt import ExpiredSignatureError, InvalidTokenError
+
+    from airflow_provider_melon.plugin.app import create_app
+
+    asked: list[str] = []
+
+    class User:
+        def get_name(self):
+            return "alice"
+
+    class AuthManager:
+        async def get_user_from_token(self, token):
+            asked.append(token)
+            if token == "expired":
+                raise ExpiredSignatureError("expired")
+            if token != "alice's":
+                raise InvalidTokenError("not a token of ours")
+            return User()
+
+    for module in (airflow_app, security):
+        monkeypatch.setattr(module, "get_auth_manager", AuthManager, raising=False)
+    client = TestClient(create_app())
+    page = client.get("/jobs", cookies={"_token": "alice's"})
+    assert page.status_code == 200 and 'data-page="jobs"' in page.text, page.text[:300]
+    assert asked == ["alice's"]
+    assert client.get("/jobs", cookies={"_token": "expired"}).status_code == 401
+    assert client.get("/jobs", cookies={"_token": "forged"}).status_code == 403
+    assert client.get("/jobs").status_code == 401
+    asked.clear()
+    assert client.get("/jobs", cookies={"_token": "forged"}, headers={"Authorization": "Bearer alice's"}).status_code == 200
+    assert asked == ["alice's"]
