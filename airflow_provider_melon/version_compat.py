@@ -157,6 +157,15 @@ TRIGGER_THREADS_THROUGH_ASGIREF = not AIRFLOW_V_3_2_PLUS
 RUNTIME_OUTLETS = AIRFLOW_V_3_1_PLUS
 
 
+#: Airflow 3.1+: the api-server's ``get_user`` (behind ``requires_authenticated``) takes the login from an
+#: ``Authorization: Bearer`` header, else from the ``_token`` cookie the login page sets. Airflow 3.0's reads only the
+#: bearer header (its UI sends its token that way, from localStorage), so a browser opening a MeLoN page (a plain
+#: navigation: the cookie, no header) was never authenticated on 3.0: every page redirected to the login page, also
+#: right after a login (``make compat``, 3.0.6). Below 3.1 the plugin authenticates its routes with a dependency of
+#: its own that reads the header, else the cookie, and has 3.0's ``get_user`` validate the token
+#: (``plugin.app.user_from_bearer_or_cookie``).
+API_SERVER_READS_THE_LOGIN_COOKIE = AIRFLOW_V_3_1_PLUS
+
 #: Airflow 3.3+: ``SimpleAuthManager.get_url_login(next_url=...)`` puts the return URL in the login URL. 3.0.6, 3.1.8
 #: and 3.2.2's ignore ``next_url`` (read in their sources; Airflow's own ``/api/v2/auth/login?next=`` appends it
 #: itself), so the UI plugin's login redirect sent a browser to the login page with no way back to the MeLoN page it
@@ -268,7 +277,7 @@ __all__ = [
     "RUNTIME_OUTLETS", "TRIGGER_THREADS_THROUGH_ASGIREF", "XCOM_DESERIALIZE_NEEDS_CONFIG", "run_in_thread", "with_runtime_outlets",
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
-    "JWT_ISSUER_MUST_BE_SET", "LOGIN_URL_HAS_NEXT", "login_url",
+    "JWT_ISSUER_MUST_BE_SET", "LOGIN_URL_HAS_NEXT", "login_url", "API_SERVER_READS_THE_LOGIN_COOKIE",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "TaskDeferred",
     "XCom", "conf", "connection_form_widgets", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",

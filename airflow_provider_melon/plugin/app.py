@@ -325,10 +325,31 @@ async def login_or_error(request: Request, exc: StarletteHTTPException):
     return await http_exception_handler(request, exc)
 
 
+async def user_from_bearer_or_cookie(request: Request):
+    """The request's Airflow user on Airflow 3.0, as 3.1+'s ``get_user`` finds it: the ``Authorization: Bearer`` token,
+    else the ``_token`` cookie (a browser's navigation), validated by 3.0's ``get_user`` (401 "Not authenticated" for
+    none, 401 expired, 403 invalid). See ``version_compat.API_SERVER_READS_THE_LOGIN_COOKIE``."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.core_api.security import get_user
+
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    token = credentials.strip() if scheme.lower() == "bearer" else ""
+    token = token or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    if not token:
+        raise HTTPException(401, "Not authenticated")
+    return await get_user(token)
+
+
 def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
 
-    app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(requires_authenticated())],
+    from airflow_provider_melon.version_compat import API_SERVER_READS_THE_LOGIN_COOKIE
+
+    if API_SERVER_READS_THE_LOGIN_COOKIE:
+        authenticated = requires_authenticated()
+    else:  # Airflow 3.0: its get_user reads no cookie
+        authenticated = get_user = user_from_bearer_or_cookie
+    app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(authenticated)],
                   exception_handlers={StarletteHTTPException: login_or_error})
 
     def viewer(user=Depends(get_user)) -> Viewer:  # noqa: B008 - FastAPI's dependency idiom
