@@ -14,6 +14,9 @@ a newer Airflow is switched on the ``AIRFLOW_V_3_x_PLUS`` flags below:
   ``YarnHook.get_connection_form_widgets()``, so that classmethod builds every field of
   ``provider_info.CONN_FORM_FIELDS`` (the RM client's and MelonHook's: ``fs_default_fs``, ``python``, …), not only
   the RM client's (on 3.0.6 the form lacked MelonHook's five fields until this was so).
+* The UI plugin's login: below 3.1 its routes read the ``_token`` cookie themselves
+  (:data:`API_SERVER_READS_THE_LOGIN_COOKIE`); below 3.3 its login redirect adds the ``next`` return URL that
+  SimpleAuthManager leaves out (:data:`LOGIN_URL_HAS_NEXT`, :func:`login_url`).
 """
 
 from __future__ import annotations
