@@ -338,3 +338,50 @@ def test_a_page_is_served_to_the_login_cookie_a_browser_sends(monkeypatch):
     asked.clear()
     assert client.get("/jobs", cookies={"_token": "forged"}, headers={"Authorization": "Bearer alice's"}).status_code == 200
     assert asked == ["alice's"]
+
+
+def test_the_yarn_job_tab_asks_for_the_run_its_url_names(monkeypatch):
+    """The "YARN job" tab's iframe URL as this Airflow line's UI builds it (3.1.8's puts ``{RUN_ID}`` in raw, 3.2+
+    URL-encode it; read in their UI bundles), read by the page's script (``URLSearchParams``: a raw ``+`` becomes a
+    space) and sent on to ``/api/ti``: the plugin looks up the run the tab is of, ``+00:00`` and all."""
+    from urllib.parse import parse_qs, quote
+
+    import airflow.api_fastapi.app as airflow_app
+    import airflow.api_fastapi.core_api.security as security
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_melon.plugin import app as plugin_app
+    from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX, airflow_tags
+    from airflow_provider_melon.version_compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_2_PLUS
+
+    class AuthManager:
+        async def get_user_from_token(self, token):
+            return object()
+
+        def is_authorized_dag(self, **kwargs):
+            return True
+
+    asked = []
+
+    class Hook:
+        def find_applications(self, tags, **kwargs):
+            asked.append(sorted(tags))
+            return []
+
+    for module in (airflow_app, security):
+        monkeypatch.setattr(module, "get_auth_manager", AuthManager, raising=False)
+    monkeypatch.setattr(plugin_app, "_hook", lambda conn_id: Hook())
+    monkeypatch.setattr(plugin_app, "_viewer", lambda user: type("V", (), {"may_read": lambda self, dag: True})())
+    run_id = "manual__2026-01-01T00:00:00.123456+00:00"
+    raw = AIRFLOW_V_3_1_PLUS and not AIRFLOW_V_3_2_PLUS
+    tab_query = f"dag_id=d&run_id={run_id if raw else quote(run_id, safe='')}&task_id=train&map_index=-1"
+    page_reads = parse_qs(tab_query)["run_id"][0]  # URLSearchParams.get, as parse_qs: "+" -> " "
+    app = plugin_app.create_app()
+    app.dependency_overrides[plugin_app.checked_conn_id] = lambda: "yarn_default"
+    answer = TestClient(app).get(
+        "/api/ti", params={"dag_id": "d", "run_id": page_reads, "task_id": "train", "map_index": "-1"},
+        headers={"Authorization": "Bearer t"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["run_id"] == run_id
+    assert asked == [sorted(t for t in airflow_tags("d", "train", run_id, -1)
+                            if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX))]
