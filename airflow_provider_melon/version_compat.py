@@ -169,6 +169,20 @@ RUNTIME_OUTLETS = AIRFLOW_V_3_1_PLUS
 #: (``plugin.app.user_from_bearer_or_cookie``).
 API_SERVER_READS_THE_LOGIN_COOKIE = AIRFLOW_V_3_1_PLUS
 
+#: Airflow 3.1 only: the UI builds a task-instance external view's URL (the "YARN job" tab, ``melon/ti?...``) by
+#: putting the run id in raw; 3.2+ ``encodeURIComponent`` it (read in 3.1.8's and 3.2.2's UI bundles; 3.0 has no
+#: such tabs). A run id's ``+`` (every ``manual__``/``scheduled__`` id ends ``+00:00``) then reaches the page's
+#: query string as a ``+``, which a query string reads as a space: the tab asked for a run that does not exist and
+#: showed no job (``make compat``, 3.1.8). Run ids hold no spaces (``[scheduler] allowed_run_id_pattern``,
+#: ``^[A-Za-z0-9_.~:+-]+$`` by default), so on 3.1 :func:`tab_run_id` reads a space in one as the ``+`` it was.
+TAB_RUN_ID_UNENCODED = AIRFLOW_V_3_1_PLUS and not AIRFLOW_V_3_2_PLUS
+
+
+def tab_run_id(run_id: str) -> str:
+    """The run id a task-instance tab's query string meant (see :data:`TAB_RUN_ID_UNENCODED`)."""
+    return run_id.replace(" ", "+") if TAB_RUN_ID_UNENCODED else run_id
+
+
 #: Airflow 3.3+: ``SimpleAuthManager.get_url_login(next_url=...)`` puts the return URL in the login URL. 3.0.6, 3.1.8
 #: and 3.2.2's ignore ``next_url`` (read in their sources; Airflow's own ``/api/v2/auth/login?next=`` appends it
 #: itself), so the UI plugin's login redirect sent a browser to the login page with no way back to the MeLoN page it
@@ -281,6 +295,7 @@ __all__ = [
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
     "JWT_ISSUER_MUST_BE_SET", "LOGIN_URL_HAS_NEXT", "login_url", "API_SERVER_READS_THE_LOGIN_COOKIE",
+    "TAB_RUN_ID_UNENCODED", "tab_run_id",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "TaskDeferred",
     "XCom", "conf", "connection_form_widgets", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",

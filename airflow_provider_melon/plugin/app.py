@@ -343,7 +343,7 @@ async def user_from_bearer_or_cookie(request: Request):
 def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
 
-    from airflow_provider_melon.version_compat import API_SERVER_READS_THE_LOGIN_COOKIE
+    from airflow_provider_melon.version_compat import API_SERVER_READS_THE_LOGIN_COOKIE, tab_run_id
 
     if API_SERVER_READS_THE_LOGIN_COOKIE:
         authenticated = requires_authenticated()
@@ -390,6 +390,7 @@ def create_app() -> FastAPI:
             raise Refused(f"dag_id: you may not read DAG {dag_id!r}")
         # the UI leaves "{MAP_INDEX}" unreplaced on a task that is not mapped
         map_index = int(map_index) if map_index.lstrip("-").isdigit() else -1
+        run_id = tab_run_id(run_id)  # Airflow 3.1's tab URL: a "+" read as a space
         hook = _hook(conn_id)
         ti = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
         tags = [t for t in airflow_tags(dag_id, task_id, run_id, map_index)
