@@ -14,6 +14,9 @@ a newer Airflow is switched on the ``AIRFLOW_V_3_x_PLUS`` flags below:
   ``YarnHook.get_connection_form_widgets()``, so that classmethod builds every field of
   ``provider_info.CONN_FORM_FIELDS`` (the RM client's and MelonHook's: ``fs_default_fs``, ``python``, …), not only
   the RM client's (on 3.0.6 the form lacked MelonHook's five fields until this was so).
+* The UI plugin's login: below 3.1 its routes read the ``_token`` cookie themselves
+  (:data:`API_SERVER_READS_THE_LOGIN_COOKIE`); below 3.3 its login redirect adds the ``next`` return URL that
+  SimpleAuthManager leaves out (:data:`LOGIN_URL_HAS_NEXT`, :func:`login_url`).
 """
 
 from __future__ import annotations
@@ -157,6 +160,51 @@ TRIGGER_THREADS_THROUGH_ASGIREF = not AIRFLOW_V_3_2_PLUS
 RUNTIME_OUTLETS = AIRFLOW_V_3_1_PLUS
 
 
+#: Airflow 3.1+: the api-server's ``get_user`` (behind ``requires_authenticated``) takes the login from an
+#: ``Authorization: Bearer`` header, else from the ``_token`` cookie the login page sets. Airflow 3.0's reads only the
+#: bearer header (its UI sends its token that way, from localStorage), so a browser opening a MeLoN page (a plain
+#: navigation: the cookie, no header) was never authenticated on 3.0: every page redirected to the login page, also
+#: right after a login (``make compat``, 3.0.6). Below 3.1 the plugin authenticates its routes with a dependency of
+#: its own that reads the header, else the cookie, and has 3.0's ``get_user`` validate the token
+#: (``plugin.app.user_from_bearer_or_cookie``).
+API_SERVER_READS_THE_LOGIN_COOKIE = AIRFLOW_V_3_1_PLUS
+
+#: Airflow 3.1 only: the UI builds a task-instance external view's URL (the "YARN job" tab, ``melon/ti?...``) by
+#: putting the run id in raw; 3.2+ ``encodeURIComponent`` it (read in 3.1.8's and 3.2.2's UI bundles; 3.0 has no
+#: such tabs). A run id's ``+`` (every ``manual__``/``scheduled__`` id ends ``+00:00``) then reaches the page's
+#: query string as a ``+``, which a query string reads as a space: the tab asked for a run that does not exist and
+#: showed no job (``make compat``, 3.1.8). Run ids hold no spaces (``[scheduler] allowed_run_id_pattern``,
+#: ``^[A-Za-z0-9_.~:+-]+$`` by default), so on 3.1 :func:`tab_run_id` reads a space in one as the ``+`` it was.
+TAB_RUN_ID_UNENCODED = AIRFLOW_V_3_1_PLUS and not AIRFLOW_V_3_2_PLUS
+
+
+def tab_run_id(run_id: str) -> str:
+    """The run id a task-instance tab's query string meant (see :data:`TAB_RUN_ID_UNENCODED`)."""
+    return run_id.replace(" ", "+") if TAB_RUN_ID_UNENCODED else run_id
+
+
+#: Airflow 3.3+: ``SimpleAuthManager.get_url_login(next_url=...)`` puts the return URL in the login URL. 3.0.6, 3.1.8
+#: and 3.2.2's ignore ``next_url`` (read in their sources; Airflow's own ``/api/v2/auth/login?next=`` appends it
+#: itself), so the UI plugin's login redirect sent a browser to the login page with no way back to the MeLoN page it
+#: had opened (``make compat``, 3.0.6). Below 3.3, :func:`login_url` appends ``next`` when the auth manager's URL
+#: has none (SimpleAuthManager's login page reads it; the FAB auth manager's URL already carries it).
+LOGIN_URL_HAS_NEXT = AIRFLOW_V_3_3_PLUS
+
+
+def login_url(auth_manager: Any, next_url: str) -> str:
+    """The auth manager's login page URL with ``next_url`` as its return URL (see :data:`LOGIN_URL_HAS_NEXT`)."""
+    url = auth_manager.get_url_login(next_url=next_url)
+    if LOGIN_URL_HAS_NEXT:
+        return url
+    from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "next" in parse_qs(parts.query):
+        return url
+    query = "&".join(q for q in (parts.query, urlencode({"next": next_url})) if q)
+    return urlunsplit(parts._replace(query=query))
+
+
 def with_runtime_outlets(outlets: Any, assets: list, log: Any) -> list:
     """A task's outlets plus the ``assets`` of its outputs not among them yet (none on 3.0: :data:`RUNTIME_OUTLETS`)."""
     known = {getattr(a, "uri", None) for a in outlets or []}
@@ -246,7 +294,8 @@ __all__ = [
     "RUNTIME_OUTLETS", "TRIGGER_THREADS_THROUGH_ASGIREF", "XCOM_DESERIALIZE_NEEDS_CONFIG", "run_in_thread", "with_runtime_outlets",
     "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
     "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
-    "JWT_ISSUER_MUST_BE_SET",
+    "JWT_ISSUER_MUST_BE_SET", "LOGIN_URL_HAS_NEXT", "login_url", "API_SERVER_READS_THE_LOGIN_COOKIE",
+    "TAB_RUN_ID_UNENCODED", "tab_run_id",
     "BaseOperatorLink", "BaseSensorOperator", "Context",
     "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "TaskDeferred",
     "XCom", "conf", "connection_form_widgets", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",

@@ -310,7 +310,9 @@ def login_redirect(request: Request) -> RedirectResponse:
     """To the auth manager's login page, with the URL the browser asked for as the return URL."""
     from airflow.api_fastapi.app import get_auth_manager
 
-    return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=307,
+    from airflow_provider_melon.version_compat import login_url
+
+    return RedirectResponse(login_url(get_auth_manager(), str(request.url)), status_code=307,
                             headers={"Cache-Control": "no-store"})
 
 
@@ -323,10 +325,31 @@ async def login_or_error(request: Request, exc: StarletteHTTPException):
     return await http_exception_handler(request, exc)
 
 
+async def user_from_bearer_or_cookie(request: Request):
+    """The request's Airflow user on Airflow 3.0, as 3.1+'s ``get_user`` finds it: the ``Authorization: Bearer`` token,
+    else the ``_token`` cookie (a browser's navigation), validated by 3.0's ``get_user`` (401 "Not authenticated" for
+    none, 401 expired, 403 invalid). See ``version_compat.API_SERVER_READS_THE_LOGIN_COOKIE``."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.core_api.security import get_user
+
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    token = credentials.strip() if scheme.lower() == "bearer" else ""
+    token = token or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    if not token:
+        raise HTTPException(401, "Not authenticated")
+    return await get_user(token)
+
+
 def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
 
-    app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(requires_authenticated())],
+    from airflow_provider_melon.version_compat import API_SERVER_READS_THE_LOGIN_COOKIE, tab_run_id
+
+    if API_SERVER_READS_THE_LOGIN_COOKIE:
+        authenticated = requires_authenticated()
+    else:  # Airflow 3.0: its get_user reads no cookie
+        authenticated = get_user = user_from_bearer_or_cookie
+    app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(authenticated)],
                   exception_handlers={StarletteHTTPException: login_or_error})
 
     def viewer(user=Depends(get_user)) -> Viewer:  # noqa: B008 - FastAPI's dependency idiom
@@ -367,6 +390,7 @@ def create_app() -> FastAPI:
             raise Refused(f"dag_id: you may not read DAG {dag_id!r}")
         # the UI leaves "{MAP_INDEX}" unreplaced on a task that is not mapped
         map_index = int(map_index) if map_index.lstrip("-").isdigit() else -1
+        run_id = tab_run_id(run_id)  # Airflow 3.1's tab URL: a "+" read as a space
         hook = _hook(conn_id)
         ti = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
         tags = [t for t in airflow_tags(dag_id, task_id, run_id, map_index)

@@ -83,8 +83,21 @@ def fill_login_form(driver, airflow):
     password = driver.find_element(By.NAME, "password")
     password.send_keys(airflow.password)
     password.send_keys(Keys.ENTER)
-    wait_for(lambda: any(c["name"] == "_token" for c in driver.get_cookies()), 60, "the session cookie")
+    wait_for(lambda: login_kept(driver), 60, "the session cookie" if AIRFLOW_V_3_1_PLUS else
+             "the session cookie (or, on Airflow 3.0's UI, its token in localStorage)")
     return driver
+
+
+def login_kept(driver) -> bool:
+    """The browser, past the login form, holds the login: the ``_token`` cookie. Airflow 3.0's UI moves that cookie
+    into ``localStorage["token"]`` (and deletes it) on its first API call after the login, so a 3.0 browser that
+    logged in at the UI holds it there: readable by the UI's scripts only, never sent to a MeLoN page."""
+    from urllib.parse import urlsplit
+
+    if any(c["name"] == "_token" for c in driver.get_cookies()):
+        return True
+    return (not AIRFLOW_V_3_1_PLUS and "/login" not in urlsplit(driver.current_url).path
+            and bool(driver.execute_script("return window.localStorage.getItem('token')")))
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -150,7 +163,19 @@ def check_login_redirect(airflow) -> None:
 
 @pytest.fixture(scope="module")
 def logged_in(browser, airflow_stack):
-    return log_in(browser, airflow_stack)
+    """The browser logged in as a user is: at the UI's login form. On Airflow 3.0 the UI keeps that login where a
+    MeLoN page cannot see it (:func:`login_kept`), so the first MeLoN page a 3.0 user opens asks for the login once
+    more and then shows the page; from then on the browser has the cookie every MeLoN page is served by."""
+    from urllib.parse import urlsplit
+
+    log_in(browser, airflow_stack)
+    if not AIRFLOW_V_3_1_PLUS:
+        page = f"{airflow_stack.url}/melon/gpus"
+        browser.get(page)
+        assert "/login" in urlsplit(browser.current_url).path, browser.current_url
+        fill_login_form(browser, airflow_stack)
+        wait_for(lambda: browser.current_url == page, 60, "the browser back on /melon/gpus after the login")
+    return browser
 
 
 def open_plugin_page(driver, base: str, route: str):

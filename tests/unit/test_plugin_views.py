@@ -251,3 +251,137 @@ def test_job_view_shows_learned_gpu_memory_and_growths_only_for_a_proven_task():
     [row] = job["tasks"]
     assert (row["expected_mb"], row["initial_mb"], row["peak_mb"], row["oom_growths"]) == (1536, 1024, 1300, 1)
     assert views.job_view(APP, status, "http://rm:8088")["gpu_memory_note"] is None
+
+
+@pytest.mark.parametrize("all_admins", ["False", "True"])
+def test_the_login_redirect_names_the_page_as_the_return_url_with_this_airflows_simple_auth_manager(monkeypatch,
+                                                                                                    all_admins):
+    """The installed Airflow's own SimpleAuthManager (whose ``get_url_login`` ignores ``next_url`` below 3.3): the
+    browser is sent to its login page with ``next`` = the page it asked for, exactly once: its login form sends the
+    browser back there (the all-admins token login of 3.0–3.2 does not read it: it goes to the UI's base URL)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import airflow.api_fastapi.app as airflow_app
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from starlette.requests import Request
+
+    from airflow_provider_melon.plugin.app import login_redirect
+
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", all_admins)
+    monkeypatch.setattr(airflow_app, "get_auth_manager", lambda: SimpleAuthManager())
+    page = b"dag_id=melon_ui_probe&run_id=manual__2026-01-01T00:00:00+00:00&task_id=train&map_index=-1"
+    request = Request({"type": "http", "method": "GET", "scheme": "http", "server": ("127.0.0.1", 8080),
+                       "root_path": "/melon", "path": "/melon/ti", "query_string": page, "headers": []})
+    response = login_redirect(request)
+    assert response.status_code == 307
+    location = urlsplit(response.headers["location"])
+    assert location.path == ("/auth/token/login" if all_admins == "True" else "/auth/login")
+    assert parse_qs(location.query) == {"next": ["http://127.0.0.1:8080/melon/ti?" + page.decode()]}
+
+
+def test_the_login_redirect_keeps_a_return_url_the_auth_manager_put_there(monkeypatch):
+    """An auth manager that honours ``next_url`` itself (the FAB one's absolute URL): its URL as it is, one ``next``."""
+    from urllib.parse import parse_qs, urlencode, urlsplit
+
+    import airflow.api_fastapi.app as airflow_app
+    from starlette.requests import Request
+
+    from airflow_provider_melon.plugin.app import login_redirect
+
+    class Fab:
+        def get_url_login(self, **kwargs):
+            return "http://127.0.0.1:8080/auth/login/?" + urlencode({"next": kwargs["next_url"]})
+
+    monkeypatch.setattr(airflow_app, "get_auth_manager", Fab)
+    request = Request({"type": "http", "method": "GET", "scheme": "http", "server": ("127.0.0.1", 8080),
+                       "root_path": "/melon", "path": "/melon/jobs", "query_string": b"", "headers": []})
+    location = urlsplit(login_redirect(request).headers["location"])
+    assert (location.netloc, location.path) == ("127.0.0.1:8080", "/auth/login/")
+    assert parse_qs(location.query) == {"next": ["http://127.0.0.1:8080/melon/jobs"]}
+
+
+def test_a_page_is_served_to_the_login_cookie_a_browser_sends(monkeypatch):
+    """A browser opening a MeLoN page sends its login as the ``_token`` cookie (no ``Authorization`` header): the
+    plugin asks the auth manager about that token on every Airflow line (Airflow 3.0.6's own ``get_user`` reads only
+    a bearer header); a bearer header still wins, and no login, a refused token and an expired one are refused."""
+    import airflow.api_fastapi.app as airflow_app
+    import airflow.api_fastapi.core_api.security as security
+    from fastapi.testclient import TestClient
+    from jwt import ExpiredSignatureError, InvalidTokenError
+
+    from airflow_provider_melon.plugin.app import create_app
+
+    asked: list[str] = []
+
+    class User:
+        def get_name(self):
+            return "alice"
+
+    class AuthManager:
+        async def get_user_from_token(self, token):
+            asked.append(token)
+            if token == "expired":
+                raise ExpiredSignatureError("expired")
+            if token != "alice's":
+                raise InvalidTokenError("not a token of ours")
+            return User()
+
+    for module in (airflow_app, security):
+        monkeypatch.setattr(module, "get_auth_manager", AuthManager, raising=False)
+    client = TestClient(create_app())
+    page = client.get("/jobs", cookies={"_token": "alice's"})
+    assert page.status_code == 200 and 'data-page="jobs"' in page.text, page.text[:300]
+    assert asked == ["alice's"]
+    assert client.get("/jobs", cookies={"_token": "expired"}).status_code == 401
+    assert client.get("/jobs", cookies={"_token": "forged"}).status_code == 403
+    assert client.get("/jobs").status_code == 401
+    asked.clear()
+    assert client.get("/jobs", cookies={"_token": "forged"}, headers={"Authorization": "Bearer alice's"}).status_code == 200
+    assert asked == ["alice's"]
+
+
+def test_the_yarn_job_tab_asks_for_the_run_its_url_names(monkeypatch):
+    """The "YARN job" tab's iframe URL as this Airflow line's UI builds it (3.1.8's puts ``{RUN_ID}`` in raw, 3.2+
+    URL-encode it; read in their UI bundles), read by the page's script (``URLSearchParams``: a raw ``+`` becomes a
+    space) and sent on to ``/api/ti``: the plugin looks up the run the tab is of, ``+00:00`` and all."""
+    from urllib.parse import parse_qs, quote
+
+    import airflow.api_fastapi.app as airflow_app
+    import airflow.api_fastapi.core_api.security as security
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_melon.plugin import app as plugin_app
+    from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX, airflow_tags
+    from airflow_provider_melon.version_compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_2_PLUS
+
+    class AuthManager:
+        async def get_user_from_token(self, token):
+            return object()
+
+        def is_authorized_dag(self, **kwargs):
+            return True
+
+    asked = []
+
+    class Hook:
+        def find_applications(self, tags, **kwargs):
+            asked.append(sorted(tags))
+            return []
+
+    for module in (airflow_app, security):
+        monkeypatch.setattr(module, "get_auth_manager", AuthManager, raising=False)
+    monkeypatch.setattr(plugin_app, "_hook", lambda conn_id: Hook())
+    monkeypatch.setattr(plugin_app, "_viewer", lambda user: type("V", (), {"may_read": lambda self, dag: True})())
+    run_id = "manual__2026-01-01T00:00:00.123456+00:00"
+    raw = AIRFLOW_V_3_1_PLUS and not AIRFLOW_V_3_2_PLUS
+    tab_query = f"dag_id=d&run_id={run_id if raw else quote(run_id, safe='')}&task_id=train&map_index=-1"
+    page_reads = parse_qs(tab_query)["run_id"][0]  # URLSearchParams.get, as parse_qs: "+" -> " "
+    app = plugin_app.create_app()
+    app.dependency_overrides[plugin_app.checked_conn_id] = lambda: "yarn_default"
+    answer = TestClient(app).get(
+        "/api/ti", params={"dag_id": "d", "run_id": page_reads, "task_id": "train", "map_index": "-1"},
+        headers={"Authorization": "Bearer t"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["run_id"] == run_id
+    assert asked == [sorted(t for t in airflow_tags("d", "train", run_id, -1)
+                            if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX))]
