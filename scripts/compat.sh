@@ -26,7 +26,10 @@ declare -A VERSION=([3.0]=3.0.6 [3.1]=3.1.8 [3.2]=3.2.2 [3.3]=3.3.2)
 # Airflow 3.2.2 declares fastapi>=0.129 uncapped; on fastapi 0.165 its execution API's routes fail to build
 # (pydantic "AttributeError: __pydantic_core_schema__" in fastapi/routing.py: the dag-processor dies at start).
 # Capped at the fastapi below 0.137 that 3.3.2 runs on in constraints.txt; cadwyn 8+ needs fastapi 0.137.1+.
-declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1 fastapi<0.118 cadwyn<5.5 starlette<0.49" [3.1]="cadwyn<5.5 starlette<0.49" [3.2]="fastapi<0.137 cadwyn<8")
+# Airflow 3.2.2 declares svcs>=25.1.0 uncapped; with svcs 26.x its in-process execution API (what `airflow tasks test`
+# and `dags test` run tasks through) never gets its registry: every task's first PATCH answers 500
+# (AttributeError: 'State' object has no attribute 'svcs_registry'), so nothing runs. 3.0, 3.1 and 3.3.2 run on 26.2.0.
+declare -A HINTS=([3.0]="sqlalchemy<2 flask-sqlalchemy<3.1 fastapi<0.118 cadwyn<5.5 starlette<0.49" [3.1]="cadwyn<5.5 starlette<0.49" [3.2]="fastapi<0.137 cadwyn<8 svcs<26")
 LINES=${LINES:-"3.0 3.1 3.2 3.3"}
 PY=${PYTHON:-python3}
 # docs: tests/unit/test_docs.py builds the Sphinx site (part of the unit tests, as in `make test`)
