@@ -39,6 +39,14 @@ pytestmark = pytest.mark.integration
 HOUR_MS = 3600 * 1000
 
 
+def _as_bob(call) -> str:
+    """What bob's HDFS call ended in, as an attack row's ``got``: its result, or HDFS's refusal of user bob."""
+    try:
+        return call()
+    except HdfsError as exc:
+        return "Permission denied: user=bob" if "Permission denied: user=bob" in str(exc) else str(exc)[:80]
+
+
 # ---- a local env archive on the tenants cluster ------------------------------------------------------------
 def test_alice_runs_with_a_local_env_archive_bob_cannot_read_it(tenants, tmp_path, attack):
     env_dir = tmp_path / "env"
@@ -76,12 +84,13 @@ def test_alice_runs_with_a_local_env_archive_bob_cannot_read_it(tenants, tmp_pat
     assert resource["visibility"] == "APPLICATION", resource
 
     bob_hdfs = InsecureClient(tenants.nn, user=SERVICE, proxy="bob")
+
+    def bob_reads():
+        with bob_hdfs.read(env_path) as reader:
+            return f"read {len(reader.read())} bytes"
+
     with attack("bob reads alice's staged env archive in HDFS", expected="Permission denied: user=bob") as row:
-        try:
-            with bob_hdfs.read(env_path) as reader:
-                row.got = f"read {len(reader.read())} bytes"
-        except HdfsError as exc:
-            row.got = "Permission denied: user=bob" if "Permission denied: user=bob" in str(exc) else str(exc)[:80]
+        row.got = _as_bob(bob_reads)
     with alice.hdfs.read(env_path) as reader:  # she can
         assert reader.read(2) == b"\x1f\x8b"
 
@@ -252,21 +261,13 @@ def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, atta
     assert "learned from the last 1 run(s)" in taught[0], taught
 
     bob_hdfs = InsecureClient(tenants.nn, user=SERVICE, proxy="bob")
-
-    def refused(call) -> str:
-        try:
-            call()
-            return "allowed"
-        except HdfsError as exc:
-            return "Permission denied: user=bob" if "Permission denied: user=bob" in str(exc) else str(exc)[:80]
-
     with attack("bob lists alice's learned GPU memory history in HDFS", expected="Permission denied: user=bob") as row:
-        row.got = refused(lambda: bob_hdfs.list(folder))
+        row.got = _as_bob(lambda: f"listed {bob_hdfs.list(folder)}")
     planted = json.dumps({"version": 1, "app_id": "application_1_1", "roles": {"worker": {
         "role": "worker", "app_id": "application_1_1", "at": int(time.time()), "state": "FAILED", "initial_mb": 40000,
         "expected_mb": 40000, "peak_mb": 40000, "oom": True, "growths": 0}}})
     with attack("bob plants a record in alice's GPU memory history", expected="Permission denied: user=bob") as row:
-        row.got = refused(lambda: bob_hdfs.write(f"{folder}/application_1_1.json", data=planted))
+        row.got = _as_bob(lambda: bob_hdfs.write(f"{folder}/application_1_1.json", data=planted) or "written")
     bob_path = bob.record_gpu_memory(key, "application_1_1", {"state": "FAILED", "tasks": [
         {"role": "worker", "initial_gpu_memory_mb": 40000, "expected_gpu_memory_mb": 40000,
          "gpu_memory_peak_mb": 40000, "oom": {"peak_mb": 40000}}]})
