@@ -385,3 +385,32 @@ def test_the_yarn_job_tab_asks_for_the_run_its_url_names(monkeypatch):
     assert answer.json()["run_id"] == run_id
     assert asked == [sorted(t for t in airflow_tags("d", "train", run_id, -1)
                             if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX))]
+
+
+def test_the_3_0_login_dependency_takes_the_bearer_header_else_the_cookie(monkeypatch):
+    """``user_from_bearer_or_cookie`` (the plugin's routes' login on Airflow 3.0) called directly, so every line runs
+    it: the token it hands to Airflow's ``get_user`` is the bearer header's, else the ``_token`` cookie's; none: 401."""
+    import asyncio
+
+    import airflow.api_fastapi.core_api.security as security
+    from fastapi import HTTPException
+    from starlette.requests import Request
+
+    from airflow_provider_melon.plugin.app import user_from_bearer_or_cookie
+
+    async def get_user(token):
+        return f"user of {token}"
+
+    monkeypatch.setattr(security, "get_user", get_user)
+
+    def call(headers):
+        request = Request({"type": "http", "method": "GET", "path": "/melon/jobs", "query_string": b"",
+                           "headers": [(k.encode(), v.encode()) for k, v in headers.items()]})
+        return asyncio.run(user_from_bearer_or_cookie(request))
+
+    assert call({"cookie": "_token=from-cookie"}) == "user of from-cookie"
+    assert call({"authorization": "Bearer from-header", "cookie": "_token=from-cookie"}) == "user of from-header"
+    assert call({"authorization": "Basic abc", "cookie": "_token=from-cookie"}) == "user of from-cookie"
+    with pytest.raises(HTTPException) as refused:
+        call({})
+    assert refused.value.status_code == 401
