@@ -331,10 +331,10 @@ async def user_from_bearer_or_cookie(request: Request):
     none, 401 expired, 403 invalid). See ``version_compat.API_SERVER_READS_THE_LOGIN_COOKIE``."""
     from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
     from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.security import HTTPBearer
 
-    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    token = credentials.strip() if scheme.lower() == "bearer" else ""
-    token = token or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    bearer = await HTTPBearer(auto_error=False)(request)
+    token = (bearer.credentials if bearer else None) or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
     if not token:
         raise HTTPException(401, "Not authenticated")
     return await get_user(token)
