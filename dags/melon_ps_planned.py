@@ -6,7 +6,7 @@ servers whose share of the parameter traffic fits inside a step's compute. ``tra
 ParameterServerStrategy job (chief + workers + parameter servers, CPU here) with that batch and that many PS.
 
 With the defaults (41k parameters, 0.05 ms per sample as measured on the mini cluster by
-tests/integration/test_planner_live.py, 2 workers on a 0.1 Gbit/s link, batch capped at 1024): one PS would
+benchmarks/bench_planner.py, 2 workers on a 0.1 Gbit/s link, batch capped at 1024): one PS would
 carry 2 x 41k x 4 B x 2 workers per step, 52 ms at 12.5 MB/s, more than the 51 ms of compute; two carry half
 each, so the plan is batch 1024, 2 PS, 2 workers.
 """
