@@ -10,8 +10,8 @@
 #   4. the images melon-hadoop:<version> (each on its line's Java: 3.5 → 17, 3.3/3.4 → 11), melon-airflow,
 #      melon-postgres, melon-redis, and melon-airflow-client:3.0.6 (the same wheel installed with
 #      `pip install -c compat/constraints-3.0.txt <wheel>` on Airflow 3.0.6: a client on another supported line,
-#      which the docker tests run `melon doctor --submit-test` from; airflow/client.Dockerfile)
-#      (layer cache makes a rebuild quick)
+#      which the docker tests run `melon doctor --submit-test` from); both Airflow images from airflow/Dockerfile,
+#      `--target airflow` and `--target client` (layer cache makes a rebuild quick)
 #   5. docker/.env                    random passwords/secrets for compose (kept once written; missing ones added)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -69,17 +69,20 @@ for v in $hadoop_versions; do
   $MELON_ENGINE build -q --build-arg BASE="$base" --build-arg HADOOP_VERSION="$v" \
     --build-arg JAVA_VERSION="$(java_of "$v")" -t "localhost/melon-hadoop:$v" "$here/hadoop" >/dev/null
 done
-for image in airflow:3.3.2 postgres:15 redis:7; do
+# the two Airflow images: one Dockerfile, one target each (the client second, reusing the first's layers and pip cache)
+airflow_image() {  # <target> <image> <what>
+  echo "[docker] build localhost/$2 ($3)"
+  local ts=$(date +%s)
+  $MELON_ENGINE build -q --build-arg BASE="$base" --target "$1" -t "localhost/$2" "$here/airflow" >/dev/null
+  echo "[docker] $2 built in $(( $(date +%s) - ts )) s"
+}
+airflow_image airflow melon-airflow:3.3.2 "the stack's Airflow, the wheel under constraints.txt"
+for image in postgres:15 redis:7; do
   name=${image%%:*}
   echo "[docker] build localhost/melon-$image"
   $MELON_ENGINE build -q --build-arg BASE="$base" -t "localhost/melon-$image" "$here/$name" >/dev/null
 done
-
-echo "[docker] build localhost/melon-airflow-client:3.0.6 (the wheel under compat/constraints-3.0.txt)"
-tc=$(date +%s)
-$MELON_ENGINE build -q --build-arg BASE="$base" -f "$here/airflow/client.Dockerfile" \
-  -t localhost/melon-airflow-client:3.0.6 "$here/airflow" >/dev/null
-echo "[docker] melon-airflow-client:3.0.6 built in $(( $(date +%s) - tc )) s"
+airflow_image client melon-airflow-client:3.0.6 "the wheel under compat/constraints-3.0.txt"
 
 secret() { python3 -c "import secrets; print(secrets.token_urlsafe(24))"; }
 touch "$here/.env" && chmod 600 "$here/.env"

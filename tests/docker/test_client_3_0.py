@@ -1,6 +1,6 @@
 """The provider on another supported Airflow line, against the deployment: the ``client-3.0`` compose service
-(``localhost/melon-airflow-client:3.0.6``, built by docker/build.sh from docker/airflow/client.Dockerfile) is Airflow
-3.0.6 with the provider installed from the same wheel as the stack's Airflow 3.3, by ``pip install -c
+(``localhost/melon-airflow-client:3.0.6``, built by docker/build.sh from docker/airflow/Dockerfile's ``client``
+target) is Airflow 3.0.6 with the provider installed from the same wheel as the stack's Airflow 3.3, by ``pip install -c
 compat/constraints-3.0.txt <wheel>`` (the 3.0 line's constraints, standing in for Airflow's published ones). It runs
 as one-off containers on the stack's compose network (``compose --profile client run --rm --no-deps``), with the
 stack's connections, and ``melon doctor --submit-test`` from it runs a real job on the stack's YARN."""
