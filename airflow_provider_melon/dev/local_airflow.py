@@ -349,13 +349,15 @@ class LocalAirflow(AirflowApi):
             self.start_component(component)
         self.wait_healthy(timeout)
 
-    def start_component(self, component: str) -> subprocess.Popen:
-        """Start one component (its output appended to ``<AIRFLOW_HOME>/<component>.log``)."""
+    def start_component(self, component: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start one component (its output appended to ``<AIRFLOW_HOME>/<component>.log``); ``env`` adds to the
+        stack's environment for this process only (a config override for one component)."""
         args = [self.airflow_bin, component]
         if component == "api-server":
             args += ["--host", "127.0.0.1", "--port", str(self.port)]
         with open(self.log_file(component), "ab") as log:
-            self.procs[component] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            self.procs[component] = subprocess.Popen(args, env={**self.env, **(env or {})}, stdout=log,
+                                                     stderr=subprocess.STDOUT,
                                                      stdin=subprocess.DEVNULL, start_new_session=True)
         return self.procs[component]
 

@@ -1,9 +1,10 @@
 """Airflow's triggerer killed (SIGKILL) in 10 trials, each at a random point of the trigger's poll cycle, while a train
 task is deferred and its job prints 200 lines (a run takes as many trials as land while its job runs; another run
-takes the rest, until all 10 have landed): the YARN application keeps running, the task stays deferred, and each new triggerer resumes the
-trigger; the task succeeds, with one application, and every job line reaches the task log at least once and in
-order. The new trigger goes on from the offsets the old one saved (an XCom) before it logged its last lines — one
-batch behind —, so the lines the old one may have logged into a log that never got them come again, marked
+takes the rest, until all 10 have landed; after a run's last trial its job prints the rest without pausing): the
+YARN application keeps running, the task stays deferred, and each new triggerer resumes the trigger; the task
+succeeds, with one application, and every job line reaches the task log at least once and in order. The new
+trigger goes on from the offsets the old one saved (an XCom) before it logged its last lines — one batch behind —,
+so the lines the old one may have logged into a log that never got them come again, marked
 ``[re-shown @<offset>]``; no line comes again unmarked."""
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 DAG_ID, TASK_ID = "melon_fault_probe", "train"
 LINES, PER_SECOND, TRIALS = 200, 0.5, 10
 POLL_S = 5  # the probe DAG's poll_interval: a trial kills at a random point of one cycle
+# A triggerer takes over the triggers of one whose last heartbeat is older than ITS OWN
+# [triggerer] triggerer_health_check_threshold (Trigger.assign_unassigned; 30 s by default). The successors this test
+# starts use 10 s (5 of the stack's 2 s heartbeats): the killed one never beats again, and no other triggerer runs
+# for the low threshold to misjudge, so each trial waits 20 s less for the takeover and nothing else changes.
+SUCCESSOR_ENV = {"AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"}
 PLAIN = re.compile(r"worker:0 \| probe (\d+)\b")
 MARKED = re.compile(r"worker:0 \[re-shown @(\d+)\] \| probe (\d+)\b")
 
@@ -71,7 +77,7 @@ def events(trigger_log: str) -> list[str]:
     return out[:60]
 
 
-def test_triggerer_killed_while_a_train_task_is_deferred(airflow_stack, melon_hook, fault_row):
+def test_triggerer_killed_while_a_train_task_is_deferred(airflow_stack, melon_hook, fault_row, tmp_path):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     print(f"seed {seed}")
@@ -82,14 +88,16 @@ def test_triggerer_killed_while_a_train_task_is_deferred(airflow_stack, melon_ho
         with fault_row(f"Airflow triggerer SIGKILLed while a train task was deferred (run {attempt + 1}, "
                        f"{TRIALS - len(trials)} trials to go)", hook=melon_hook,
                        where="mini cluster + real Airflow") as row:
-            trials += _run_with_kills(airflow_stack, melon_hook, rng, TRIALS - len(trials), row)
+            trials += _run_with_kills(airflow_stack, melon_hook, rng, TRIALS - len(trials), row,
+                                      tmp_path / f"hurry-{attempt}")
     print(f"seed {seed}: trials (run, killed triggerer, seconds after a save) {trials}")
     assert len(trials) == TRIALS, f"only {len(trials)} of {TRIALS} trials landed while a job ran: {trials}"
 
 
-def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row) -> list[tuple[str, int, float]]:
-    """One run of the probe DAG with up to ``most`` triggerer kills while its job streams; every check on it."""
-    run_id = stack.trigger(DAG_ID, conf={"lines": LINES, "per_second": PER_SECOND})
+def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row, hurry) -> list[tuple[str, int, float]]:
+    """One run of the probe DAG with up to ``most`` triggerer kills while its job streams; every check on it. Once
+    the kills are done, ``hurry`` is made: the job prints its remaining lines without pausing."""
+    run_id = stack.trigger(DAG_ID, conf={"lines": LINES, "per_second": PER_SECOND, "hurry_file": str(hurry)})
     ti = _wait_ti(stack, run_id, lambda t: t.get("state") == "deferred" and t.get("triggerer_job"), 300,
                   "the train task deferred to a triggerer")
     [app] = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
@@ -126,7 +134,7 @@ def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row) -> li
         row.injected()
         # no triggerer at all: nothing fails, the task stays deferred and the application runs on
         assert wait_for(lambda: _ti(stack, run_id).get("state"), 60, "the task's state", cause=cause) == "deferred"
-        stack.start_component("triggerer")
+        stack.start_component("triggerer", env=SUCCESSOR_ENV)
         taken = _wait_ti(stack, run_id, lambda t: (t.get("triggerer_job") or {}).get("id") not in (None, triggerer)
                          or t.get("state") == "success", 240,
                          f"a new triggerer to take the trigger over from {triggerer}")
@@ -135,6 +143,7 @@ def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row) -> li
             break
         triggerer = taken["triggerer_job"]["id"]
 
+    hurry.touch()  # the trials are over: the rest of the job's lines come at once (the new trigger shows them all)
     run = stack.wait_run(DAG_ID, run_id, timeout=600)
     assert run["state"] == "success", stack.run_picture(DAG_ID, run_id, TASK_ID)
     apps = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
