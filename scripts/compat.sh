@@ -7,8 +7,9 @@
 # line per part) go to .venv-compat/results/<line>.txt and a table at the end; exit 1 if any part failed.
 #
 # 3.3, the line `make test` runs, reuses the project's constraints.txt (compat/constraints-3.3.txt is a link to it).
-# INSTALL_ONLY=1 builds the venvs and runs nothing. PARTS="e2e" runs only the e2e subset (default "unit e2e"). RESOLVE=1 re-resolves a line's constraints (a fresh venv, pip's resolver, `pip freeze`) and rewrites
-# compat/constraints-<line>.txt: Airflow's own published constraints (constraints-<version>/constraints-3.11.txt on
+# INSTALL_ONLY=1 builds the venvs and runs nothing. PARTS="e2e" runs only the e2e subset (default "unit e2e": CI
+# runs `PARTS=e2e make compat LINES=3.0`). RESOLVE=1 re-resolves a line's constraints (a fresh venv, pip's resolver,
+# `pip freeze`) and rewrites compat/constraints-<line>.txt: Airflow's own published constraints (constraints-<version>/constraints-3.11.txt on
 # GitHub) are not reachable from this machine, so the committed files stand in for them (their headers say so).
 # Ports: MELON_TEST_PORT_BASE etc. as for `make test`; lines run one after another on the same ports.
 set -uo pipefail
