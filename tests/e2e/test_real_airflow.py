@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import defaultdict
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -40,9 +41,15 @@ class Runs:
         self.finished: dict[str, dict] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
+        self.releases: dict[tuple[str, str], Path] = {}  # (name, task_id) -> file made once it is seen deferred
 
     def add(self, name: str, dag_id: str, run_id: str) -> None:
         self.ids[name] = (dag_id, run_id)
+
+    def release_when_deferred(self, name: str, task_id: str, path: Path) -> None:
+        """Make ``path`` once the watcher has seen that task instance deferred to a triggerer (what a job that
+        waits for ``path`` needs to end only after the deferral was seen)."""
+        self.releases[(name, task_id)] = path
 
     def start(self) -> None:
         self._thread.start()
@@ -53,7 +60,7 @@ class Runs:
 
     def _watch(self) -> None:
         while not self._stop.is_set():
-            for dag_id, run_id in list(self.ids.values()):
+            for name, (dag_id, run_id) in list(self.ids.items()):
                 try:
                     tis = self.stack.task_instances(dag_id, run_id)
                 except Exception:  # noqa: BLE001 - a busy api-server: next round
@@ -64,6 +71,9 @@ class Runs:
                         "trigger": (ti.get("trigger") or {}).get("classpath"),
                         "triggerer_job": (ti.get("triggerer_job") or {}).get("id"),
                     })
+                    release = self.releases.get((name, ti["task_id"]))
+                    if release and ti["state"] == "deferred" and ti.get("triggerer_job"):
+                        release.touch()
             self._stop.wait(1.5)
 
     def wait(self, name: str, timeout: float = 1200) -> tuple[str, str, dict]:
@@ -85,11 +95,16 @@ def runs(airflow_stack, minicluster, tmp_path_factory):
     from airflow_provider_melon.cli import melon_hook_for_cluster
 
     stack, melon_hook = airflow_stack, melon_hook_for_cluster(minicluster.work_dir)
-    # an application "submitted elsewhere", for the sensor DAG to wait on (by tag)
+    # an application "submitted elsewhere", for the sensor DAG to wait on (by tag). It runs until the watcher has
+    # seen the sensor deferred (the file ``release``; the mini cluster's containers share this host): a fixed
+    # lifetime (it slept 30 s) raced the scheduler, and on a loaded host the sensor started after the app had ended
+    # and never deferred (tests/results/repeat-20261203T0854Z)
     tag = f"external-{uuid.uuid4().hex[:8]}"
     code = tmp_path_factory.mktemp("external-code")
+    release = tmp_path_factory.mktemp("external-release") / "go"
     spec = JobSpec.from_dict({"name": "submitted-elsewhere", "framework": "generic", "code": str(code),
-                              "entrypoint": "python -c \"import time; time.sleep(30)\"", "tags": [tag],
+                              "entrypoint": f"python -c \"import os, time\nwhile not os.path.exists('{release}'): "
+                                            "time.sleep(0.5)\"", "tags": [tag],
                               "roles": {"worker": {"memory": 256}}})
     external_app = melon_hook.submit(spec)["app_id"]
 
@@ -103,9 +118,11 @@ def runs(airflow_stack, minicluster, tmp_path_factory):
     r.add("hpo_cli", "melon_hpo_fanout", CLI_RUN_ID)
     r.add("ps", "melon_ps_planned", stack.trigger("melon_ps_planned"))
     r.add("watch", "melon_external_app_watch", stack.trigger("melon_external_app_watch", conf={"tag": tag}))
+    r.release_when_deferred("watch", "wait_for_external_app", release)
     r.start()
     yield r
     r.stop()
+    release.touch()  # the app ends whatever the tests saw
 
 
 def _app_window(app: dict) -> tuple[float, float]:
