@@ -48,7 +48,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,6 +56,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
+from airflow_provider_melon.cli.jobs import wait_for  # noqa: E402
+from airflow_provider_melon.cli.terminal import Progress  # noqa: E402
 from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
 from airflow_provider_melon.planner import plan  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
@@ -65,7 +66,6 @@ TRAINING = Path(REPO) / "dags" / "training" / "mnist"
 B_LO, B1, B2 = 16, 512, 2048
 FEATURES = 4096
 TOLERANCE = 2.0
-TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
 CHIEF_LOOP = """\
 import os, subprocess, sys
@@ -107,12 +107,10 @@ def measure(work: Path, port_base: int, rounds: int, steps: int) -> dict[int, li
             "roles": {"chief": {"memory": "1g"}, "worker": {"memory": "1g"}, "ps": {"memory": "1g"}},
         }))["app_id"]
         print(f"submitted {app_id}: batches {batches}", flush=True)
-        deadline = time.monotonic() + 900
-        while (app := hook.yarn.get_application(app_id))["state"] not in TERMINAL:
-            if time.monotonic() > deadline:
-                hook.yarn.kill_application(app_id)
-                raise RuntimeError(f"{app_id} still {app['state']} after 900 s")
-            time.sleep(2)
+        app = wait_for(hook.yarn, app_id, timeout=900, interval=2, bar=Progress())  # `melon submit --wait`'s wait
+        if app is None:
+            hook.yarn.kill_application(app_id)
+            raise RuntimeError(f"{app_id} had not ended after 900 s")
         if app["finalStatus"] != "SUCCEEDED":
             raise RuntimeError(f"{app_id} {app['state']}/{app['finalStatus']}: {app.get('diagnostics', '')[:1000]}")
         chief = [text for text in mc.container_logs(details.work_dir, app_id, "stdout").values() if "BATCH" in text]
