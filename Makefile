@@ -14,20 +14,28 @@ demo: setup
 up: setup
 	.venv/bin/melon up
 
+# The Python suite runs on WORKERS pytest-xdist workers (at most 2; 0 runs it in one process): the suite mostly
+# waits on clusters and Airflow, so two share the 2 cores. tests/conftest.py gives each worker its own ports and keeps
+# a module's tests, and all the tests on the session's Airflow, on one worker (--dist loadgroup).
+WORKERS ?= 2
+XDIST = -n $(WORKERS) --dist loadgroup
+
 # JUnit tests of the ApplicationMaster (no cluster, under a minute) first, then the Python suite.
 test: setup
 	mvn -q -B -f appmaster/pom.xml test
-	$(PY) -m pytest -q -rs --durations=30 -p no:cacheprovider --timeout=900 $(PYTEST_ARGS) tests --ignore=tests/docker
+	$(PY) -m pytest -q -rs --durations=30 -p no:cacheprovider --timeout=900 $(XDIST) $(PYTEST_ARGS) tests \
+	  --ignore=tests/docker
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 # Flake measurement: the integration, e2e and fault suites N times in one go, a table of test -> passes/fails
-# printed and written to tests/results/repeat-<stamp>.txt (commit it). SUITES= narrows it, LOAD=1 keeps a core busy.
+# printed and written to tests/results/repeat-<stamp>.txt (commit it). SUITES= narrows it, LOAD=1 keeps a core busy;
+# each round runs on WORKERS workers, as `make test` does.
 N ?= 3
 SUITES ?= tests/faults tests/e2e tests/integration
 test-repeat: setup
-	$(PY) scripts/test_repeat.py --rounds $(N) --suites "$(SUITES)" $(if $(LOAD),--load)
+	$(PY) scripts/test_repeat.py --rounds $(N) --suites "$(SUITES)" --workers $(WORKERS) $(if $(LOAD),--load)
 
 # Everything: installs the [pytorch] extra first; MELON_TEST_ALL=1 turns any skipped test into a failure
 # (tests/conftest.py), so a missing torch, chromium or dataset cannot pass silently.

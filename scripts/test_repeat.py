@@ -84,9 +84,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="space-separated test paths, run in this order each round")
     parser.add_argument("--load", action="store_true", help="keep one core busy with a spinning process")
     parser.add_argument("--timeout", type=int, default=900, help="pytest-timeout per test, seconds")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="pytest-xdist workers, as `make test` runs them (default 2; 0: one process)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.workers < 0:
+        parser.error("--workers must be 0 or more")
     suites = args.suites.split()
     for suite in suites:
         if not (REPO / suite).exists():
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(1, args.rounds + 1):
             xml = out_dir / f"round-{k}.xml"
             cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "tests.instafail",
-                   f"--timeout={args.timeout}", f"--junitxml={xml}", *suites]
+                   f"--timeout={args.timeout}", f"--junitxml={xml}", "-n", str(args.workers), "--dist", "loadgroup",
+                   *suites]
             failures = out_dir / f"round-{k}.failures.txt"  # written as they happen (tests/instafail.py)
             print(f"[repeat] round {k}/{args.rounds}: {' '.join(cmd[1:])} (failures as they happen: {failures})",
                   flush=True)
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     text, failed = table(rounds)
     bad_rounds = [k for k, c in enumerate(codes, 1) if c != 0]
     header = (f"# make test-repeat: {args.rounds} rounds of {' '.join(suites)} at {commit}, {stamp}\n"
-              f"# host: {platform.node()} {os.cpu_count()} cores, load generator: {'one core' if args.load else 'none'}"
+              f"# host: {platform.node()} {os.cpu_count()} cores, pytest-xdist workers: {args.workers}, "
+              f"load generator: {'one core' if args.load else 'none'}"
               f", load average at end {os.getloadavg()[0]:.1f}\n"
               f"# rounds' pytest exit codes: {codes}; durations (min): {[round(d / 60, 1) for d in durations]}\n"
               f"# result: {failed} failed (test, round) pairs; rounds not green: {bad_rounds or 'none'}\n")

@@ -53,6 +53,49 @@ else:
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
+#: The suite's fixed port families: each mini cluster takes ports base+20..base+88 (its RM and NameNode), and some
+#: tests start more clusters at base+100..base+800 or at ``MELON_TEST_PORT_BASE`` + 8500. Each is overridable by its
+#: variable. Under pytest-xdist (``make test`` runs two workers), worker ``gwN`` uses every base minus
+#: N × :data:`WORKER_PORT_SHIFT`: the whole layout spans under 9000 ports, so two workers never bind the same port,
+#: and gw1's layout (10000-18600) stays below both gw0's and the kernel's ephemeral range (32768-).
+PORT_BASES = {"MELON_TEST_PORT_BASE": 19000, "MELON_FAULT_PORT_BASE": 21000, "MELON_GANG_PORT_BASE": 22000,
+              "MELON_TENANTS_PORT_BASE": 24000, "MELON_TEST_SECURE_PORT_BASE": 26000}
+WORKER_PORT_SHIFT = 9000
+MAX_WORKERS = 2
+
+#: the session's Airflow fixtures: a module using either runs on the one worker that starts them (xdist_group)
+AIRFLOW_FIXTURES = {"airflow_stack", "airflow"}
+
+
+def port_base(var: str) -> int:
+    """This process's base of the port family ``var`` (one of :data:`PORT_BASES`; shifted on a worker by
+    :func:`pytest_configure`)."""
+    return int(os.environ.get(var, PORT_BASES[var]))
+
+
+def pytest_configure(config):
+    workers = config.getoption("numprocesses", None)
+    if isinstance(workers, int) and workers > MAX_WORKERS:
+        raise pytest.UsageError(f"-n {workers}: at most {MAX_WORKERS} workers (tests/conftest.py PORT_BASES: a third "
+                                f"worker's ports would go below 1024)")
+    # this process's pytest-xdist worker (not $PYTEST_XDIST_WORKER: a pytest a test starts inherits that)
+    worker = getattr(config, "workerinput", {}).get("workerid", "gw0")  # gw0, gw1; none outside xdist
+    shift = int(worker.removeprefix("gw")) * WORKER_PORT_SHIFT
+    if shift:  # every reader of a base (fixtures, tests, the scripts they run) sees this worker's own ports
+        for var in PORT_BASES:
+            os.environ[var] = str(port_base(var) - shift)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """For ``--dist loadgroup`` (``make test``): one group per module, so its module fixtures (a cluster, an
+    Airflow) start once, on one worker; and one group for every module on the session's Airflow
+    (:data:`AIRFLOW_FIXTURES`), so only one worker starts it."""
+    on_airflow = {item.module.__name__ for item in items if AIRFLOW_FIXTURES & set(item.fixturenames)}
+    for item in items:
+        module = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group("airflow" if module in on_airflow else module))
+
 
 def headless_chromium(*, performance_log: bool = False):
     """A Selenium driver of Debian's headless Chromium (the browser tests': UI plugin, TensorBoard); skips the test
@@ -77,9 +120,9 @@ def headless_chromium(*, performance_log: bool = False):
     return driver
 
 
-def running_cluster(reuse_var: str, prefix: str, port_var: str, port_default: int, **start):
+def running_cluster(reuse_var: str, prefix: str, port_var: str, **start):
     """A mini cluster for a fixture to yield: the one running in ``$<reuse_var>`` if set, else one started on
-    ports from ``$<port_var>`` (default ``port_default``) with ``start`` options, stopped and removed after."""
+    ports from :func:`port_base` of ``port_var`` with ``start`` options, stopped and removed after."""
     reuse = os.environ.get(reuse_var)
     if reuse:
         details = mc.read_details(Path(reuse))
@@ -89,7 +132,7 @@ def running_cluster(reuse_var: str, prefix: str, port_var: str, port_default: in
         return
     work_dir = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        details = mc.start(work_dir, port_base=int(os.environ.get(port_var, str(port_default))), **start)
+        details = mc.start(work_dir, port_base=port_base(port_var), **start)
     except mc.MiniClusterError as exc:
         pytest.fail(str(exc))
     try:
@@ -102,8 +145,7 @@ def running_cluster(reuse_var: str, prefix: str, port_var: str, port_default: in
 
 @pytest.fixture(scope="session")
 def minicluster():
-    yield from running_cluster("MELON_TEST_CLUSTER_DIR", "melon-minicluster-", "MELON_TEST_PORT_BASE", 19000,
-                               timeout=240)
+    yield from running_cluster("MELON_TEST_CLUSTER_DIR", "melon-minicluster-", "MELON_TEST_PORT_BASE", timeout=240)
 
 
 @pytest.fixture(scope="session")
@@ -114,7 +156,7 @@ def secure_cluster():
     MELON_TEST_SECURE_CLUSTER_DIR reuses a running one (start it with the same options:
     ``melon minicluster start --secure --tenants --token-renew-s 20 --nodemanagers 1``)."""
     yield from running_cluster("MELON_TEST_SECURE_CLUSTER_DIR", "melon-secure-", "MELON_TEST_SECURE_PORT_BASE",
-                               26000, secure=True, tenants=True, token_renew_s=SECURE_TOKEN_RENEW_S,
+                               secure=True, tenants=True, token_renew_s=SECURE_TOKEN_RENEW_S,
                                nodemanagers=1, timeout=240)
 
 

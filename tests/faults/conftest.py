@@ -35,7 +35,7 @@ FAULT_ROWS: list[dict] = []
 @pytest.fixture(scope="package")
 def fault_cluster():
     # MELON_FAULT_CLUSTER_DIR: a running one, while iterating on these tests
-    yield from running_cluster("MELON_FAULT_CLUSTER_DIR", "melon-faults-", "MELON_FAULT_PORT_BASE", 21000,
+    yield from running_cluster("MELON_FAULT_CLUSTER_DIR", "melon-faults-", "MELON_FAULT_PORT_BASE",
                                nodemanagers=3, nm_expiry_ms=12_000, rm_recovery=True, timeout=300)
 
 

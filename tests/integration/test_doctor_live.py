@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from tests.conftest import port_base
 
 pytestmark = pytest.mark.integration
 
@@ -166,7 +167,7 @@ def test_doctor_submit_test_names_a_job_python_without_pynvml(minicluster):
 @pytest.fixture(scope="module")
 def vanilla_yarn():
     work = Path(tempfile.mkdtemp(prefix="melon-vanilla-"))
-    base = int(os.environ.get("MELON_TEST_PORT_BASE", "19000")) + 500
+    base = port_base("MELON_TEST_PORT_BASE") + 500
     try:
         yield mc.start(work, port_base=base, melon_config=False, timeout=420)
     finally:

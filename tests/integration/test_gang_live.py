@@ -87,7 +87,7 @@ WAIT_FOR_FILE = ("python -c \"import os, time; p = os.path.join({folder!r}, 'rel
 def fair_cluster():
     from tests.conftest import running_cluster
 
-    yield from running_cluster("MELON_GANG_CLUSTER_DIR", "melon-gang-", "MELON_GANG_PORT_BASE", 22000, fair=True,
+    yield from running_cluster("MELON_GANG_CLUSTER_DIR", "melon-gang-", "MELON_GANG_PORT_BASE", fair=True,
                                timeout=240)
 
 

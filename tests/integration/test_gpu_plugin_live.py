@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from tests.conftest import port_base
 from airflow_provider_melon.cli import melon_hook_for_cluster
 from airflow_provider_melon.spec import JobSpec
 
@@ -49,7 +50,7 @@ exit 1
 def plugin_cluster(tmp_path_factory, name: str, allowed: str, offset: int):
     work = tmp_path_factory.mktemp(f"melon-gpu-plugin-{name}")
     smi = stand_in_nvidia_smi(work)
-    base = int(os.environ.get("MELON_TEST_PORT_BASE", "19000")) + offset
+    base = port_base("MELON_TEST_PORT_BASE") + offset
     details = mc.start(work / "cluster", port_base=base, nodemanagers=1, timeout=420,
                        yarn_site={PLUGINS: "yarn.io/gpu", ALLOWED: allowed, BINARY: str(smi)})
     return work, details

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from tests.conftest import port_base
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ def exported(lines: list[str]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def secure_cli_cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("melon-secure-cli")
-    base = int(os.environ.get("MELON_TEST_SECURE_PORT_BASE", "26000")) + 100
+    base = port_base("MELON_TEST_SECURE_PORT_BASE") + 100
     start = subprocess.run([MELON, "minicluster", "start", "--secure", "--tenants", "--nodemanagers", "1",
                             "--work-dir", str(work), "--port-base", str(base), "--timeout", "300"],
                            capture_output=True, text=True, timeout=420)

@@ -11,12 +11,13 @@ import time
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from tests.conftest import port_base
 
 pytestmark = pytest.mark.integration
 
 
 def test_port_in_use_fails_fast_with_the_flag_named(tmp_path):
-    base = 27500
+    base = port_base("MELON_TEST_PORT_BASE") + 8500
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", mc.ports_from_base(base)["rm-web-port"]))
         sock.listen(1)
@@ -90,7 +91,7 @@ def test_a_two_gpu_host_gives_each_nodemanager_its_own_gpu(tmp_path, monkeypatch
     monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml(gpus))
     work = tmp_path / "mc"
     try:
-        details = mc.start(work, port_base=int(os.environ.get("MELON_TEST_PORT_BASE", "19000")) + 700, timeout=480)
+        details = mc.start(work, port_base=port_base("MELON_TEST_PORT_BASE") + 700, timeout=480)
         assert [n["gpus"] for n in mc.read_layout(work)["nodes"]] == [[0], [1]]
         port_to_nm = {nm_id.rsplit(":", 1)[1]: i for i, nm_id in enumerate(details.details["nodemanager_ids"])}
         nodes = mc.status(work)["nodes"]

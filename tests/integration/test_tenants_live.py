@@ -34,7 +34,7 @@ ADMIN_ACL = " " + T["admin_group"]  # a Hadoop ACL: no users, the admin group
 def tenants_cluster():
     # one NodeManager with the 4 GPUs: with two, the scheduler sometimes reserved B's GPU request on the full node
     # while preemption freed a GPU on the other, and B waited for A to end (seen in 1 of 3 runs)
-    yield from running_cluster("MELON_TENANTS_CLUSTER_DIR", "melon-tenants-", "MELON_TENANTS_PORT_BASE", 24000,
+    yield from running_cluster("MELON_TENANTS_CLUSTER_DIR", "melon-tenants-", "MELON_TENANTS_PORT_BASE",
                                tenants=True, nodemanagers=1, gpus=4, gpu_memory_mb=65536, timeout=240)
 
 

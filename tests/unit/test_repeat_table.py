@@ -60,3 +60,28 @@ def test_a_failure_is_written_down_as_it_happens(tmp_path):
                             env={**os.environ, "MELON_INSTAFAIL_FILE": str(failures)})
     assert "1 failed, 1 passed" in result.stdout, result.stdout + result.stderr
     assert "test_live.py::test_bad (call" in failures.read_text()
+
+
+def test_rounds_on_xdist_workers_give_the_same_table(tmp_path):
+    """make test-repeat runs pytest-xdist with --dist loadgroup and the groups tests/conftest.py marks: the table's
+    names must be the tests' own (no worker or group in them), or rounds would not line up with each other."""
+    grouped = "import pytest\npytestmark = pytest.mark.xdist_group('g')\n" + SAMPLE
+    plain = repeat.parse_junit(_junit(tmp_path, "sample", SAMPLE))
+    xml = tmp_path / "workers.xml"
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "test_sample.py").write_text(grouped)
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                    f"--junitxml={xml}", str(tmp_path / "w" / "test_sample.py")], capture_output=True)
+    on_workers = repeat.parse_junit(xml)
+    assert {k.split("::")[-1]: v[0] for k, v in on_workers.items()} == \
+        {k.split("::")[-1]: v[0] for k, v in plain.items()}
+
+
+def test_a_failure_on_a_worker_is_written_down_once(tmp_path):
+    failures = tmp_path / "failures.txt"
+    (tmp_path / "test_live.py").write_text("def test_bad(): assert 1 == 2, 'one is not two'\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.instafail",
+                             "-n", "2", str(tmp_path / "test_live.py")], capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "MELON_INSTAFAIL_FILE": str(failures)})
+    assert "1 failed" in result.stdout, result.stdout + result.stderr
+    assert failures.read_text().count("test_live.py::test_bad (call") == 1
