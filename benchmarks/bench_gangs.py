@@ -40,11 +40,12 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 TRACE = [("alice", "tenant_a", 4), ("bob", "tenant_b", 2), ("alice", "tenant_a", 3), ("bob", "tenant_b", 2),
          ("alice", "tenant_a", 2), ("bob", "tenant_b", 1), ("alice", "tenant_a", 1), ("bob", "tenant_b", 1)]
-TERMINAL = {"FINISHED", "FAILED", "KILLED"}
+TERMINAL = frozenset(TERMINAL_STATES)
 
 
 def say(text: str) -> None:

@@ -72,12 +72,13 @@ sys.path.insert(0, str(REPO))
 
 from airflow_provider_melon import submission  # noqa: E402
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 TARGET = 1.25
 SLEEP_S = 5
 POLL_S = 0.1
-TERMINAL = {"FINISHED", "FAILED", "KILLED"}
+TERMINAL = frozenset(TERMINAL_STATES)
 START_RE = re.compile(r"^START ([0-9.]+)$", re.M)
 
 

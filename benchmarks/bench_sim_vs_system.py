@@ -59,7 +59,6 @@ if REPO not in sys.path:
 from benchmarks import simulator as sim  # noqa: E402
 
 TARGET = 0.15
-TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
 
 def make_system_trace(model: "sim.SpeedModel", *, n_jobs: int = 12, small_fraction: float = 0.67, seed: int = 2,
@@ -87,6 +86,7 @@ def job_spec(job: "sim.Job", code: str, data: str, out_dir: str) -> dict:
 def run_system(trace, args, data: str, log) -> Dict:
     from airflow_provider_melon.dev import minicluster as mc
     from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES as TERMINAL
     from airflow_provider_melon.spec import JobSpec
 
     if not args.verbose:  # the hook's staging/submission lines, twelve times over; our own progress goes to stderr

@@ -22,7 +22,7 @@ from airflow_provider_melon.triggers.yarn import LOG_STATE_XCOM_KEY
 from tests.conftest import REPO
 from tests.waits import airflow_cause, causes, hdfs_cause, rm_cause, wait_for
 
-from .test_triggerer_fault import DAG_ID, TASK_ID, _ti, _wait_ti, events, job_lines
+from .test_triggerer_fault import DAG_ID, SUCCESSOR_ENV, TASK_ID, _ti, _wait_ti, events, job_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -79,7 +79,7 @@ def test_remote_logging_restore_point_is_what_the_task_log_holds(remote_log_stac
     printed = job_lines(dead_log.read_text()) if dead_log.exists() else []
     assert printed, f"the killed trigger printed no job line: {dead_log}"
     dead_log.unlink()
-    stack.start_component("triggerer")
+    stack.start_component("triggerer", env=SUCCESSOR_ENV)  # takes the trigger over 10 s after the last beat, not 30
     _wait_ti(stack, run_id, lambda t: (t.get("triggerer_job") or {}).get("id") not in (None, first)
              or t.get("state") == "success", 240, f"a new triggerer to take the trigger over from {first}")
     run = stack.wait_run(DAG_ID, run_id, timeout=600)
