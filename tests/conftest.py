@@ -63,8 +63,15 @@ PORT_BASES = {"MELON_TEST_PORT_BASE": 19000, "MELON_FAULT_PORT_BASE": 21000, "ME
 WORKER_PORT_SHIFT = 9000
 MAX_WORKERS = 2
 
-#: the session's Airflow fixtures: a module using either runs on the one worker that starts them (xdist_group)
+#: The modules on the session's Airflow (the fixtures ``airflow_stack``, ``airflow``): on two workers they run on one
+#: (one :class:`ModuleGroups` group), so only that worker starts an Airflow. tests/e2e/ is all of them but one.
+SESSION_AIRFLOW_MODULES = ("tests/e2e/", "tests/faults/test_triggerer_fault.py")
 AIRFLOW_FIXTURES = {"airflow_stack", "airflow"}
+
+
+def xdist_group(module: str) -> str:
+    """The group a test module (its path from the repository root) runs in on pytest-xdist workers."""
+    return "session-airflow" if module.startswith(SESSION_AIRFLOW_MODULES) else module
 
 
 def port_base(var: str) -> int:
@@ -86,15 +93,30 @@ def pytest_configure(config):
             os.environ[var] = str(port_base(var) - shift)
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (``make test``) groups by :func:`xdist_group`: a module's tests on one worker (its module
+    fixtures start once), and every module on the session's Airflow on one worker. (pytest-xdist's own loadgroup reads
+    ``xdist_group`` marks through a node id suffix that pytest 9.2 no longer lets a plugin set: it scheduled test by
+    test.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid.split("::", 1)[0])
+
+    return ModuleGroups(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """For ``--dist loadgroup`` (``make test``): one group per module, so its module fixtures (a cluster, an
-    Airflow) start once, on one worker; and one group for every module on the session's Airflow
-    (:data:`AIRFLOW_FIXTURES`), so only one worker starts it."""
-    on_airflow = {item.module.__name__ for item in items if AIRFLOW_FIXTURES & set(item.fixturenames)}
-    for item in items:
-        module = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group("airflow" if module in on_airflow else module))
+    """A module on the session's Airflow that :data:`SESSION_AIRFLOW_MODULES` misses would start a second Airflow
+    on the other worker: name it here, at collection, rather than let it cost a run its time."""
+    missed = sorted({item.nodeid.split("::", 1)[0] for item in items if AIRFLOW_FIXTURES & set(item.fixturenames)
+                     and xdist_group(item.nodeid.split("::", 1)[0]) != "session-airflow"})
+    if missed:
+        raise pytest.UsageError(f"{', '.join(missed)} use the session's Airflow ({', '.join(sorted(AIRFLOW_FIXTURES))})"
+                                " but are not in tests/conftest.py SESSION_AIRFLOW_MODULES")
 
 
 def headless_chromium(*, performance_log: bool = False):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -33,28 +34,35 @@ def _log_tail(path, lines: int = 30):
 ])
 def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path, task_id, date, how):
     before = {a["id"] for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])}
-    # 50 s of work: the app must outlive the second `airflow tasks test`'s start-up (10-20 s on 2 busy cores),
-    # else the retry finds it already SUCCEEDED (a valid path, but not the one under test).
-    params = ("--task-params", '{"seconds": 50}')
-    first = airflow.popen("tasks", "test", "melon_e2e_probe", task_id, date, *params, log=tmp_path / "first.log")
-    app = wait_for(lambda: [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
-                            if a["id"] not in before and a["state"] in LIVE], 120, "the first submission",
-                   cause=causes(_log_tail(tmp_path / "first.log"), rm_cause(melon_hook)))[0]
-    # Kill only once the first try follows the app: its first poll line comes after ResumableJobMixin has
-    # put the id in the task state store. (Killed between submit and that line, the retry still reattaches,
-    # by tags, which the other case tests: CI once hit exactly that window.)
-    first_log = tmp_path / "first.log"
-    wait_for(lambda: f"YARN application {app['id']}: - ->" in first_log.read_text(errors="replace"), 120,
-             "the first try to poll the app", cause=causes(_log_tail(first_log), rm_cause(melon_hook, app["id"])))
-    # The worker dies without running on_kill (SIGKILL): the YARN application lives on.
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait(30)
-    assert melon_hook.yarn.get_application(app["id"])["state"] in LIVE
-    second = airflow.run("tasks", "test", "melon_e2e_probe", task_id, date, *params, timeout=300)
-    out = second.stdout + second.stderr
-    assert second.returncode == 0, out[-4000:]
-    said = [line for line in out.splitlines() if app["id"] in line or "job" in line.lower()]
-    assert app["id"] in out and how in out, "\n".join(said[-30:])
+    # The app runs until the test releases it, once the retry has reattached: else, on a loaded machine, the retry's
+    # start-up can outlast it and find it SUCCEEDED (a valid path, but not the one under test; it failed so once
+    # with a fixed 50 s app). 600 s is only a backstop; the finally releases it in any case.
+    release = tmp_path / "release"
+    params = ("--task-params", json.dumps({"seconds": 600, "release_file": str(release)}))
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    try:
+        first = airflow.popen("tasks", "test", "melon_e2e_probe", task_id, date, *params, log=first_log)
+        app = wait_for(lambda: [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
+                                if a["id"] not in before and a["state"] in LIVE], 120, "the first submission",
+                       cause=causes(_log_tail(first_log), rm_cause(melon_hook)))[0]
+        # Kill only once the first try follows the app: its first poll line comes after ResumableJobMixin has
+        # put the id in the task state store. (Killed between submit and that line, the retry still reattaches,
+        # by tags, which the other case tests: CI once hit exactly that window.)
+        wait_for(lambda: f"YARN application {app['id']}: - ->" in first_log.read_text(errors="replace"), 120,
+                 "the first try to poll the app", cause=causes(_log_tail(first_log), rm_cause(melon_hook, app["id"])))
+        # The worker dies without running on_kill (SIGKILL): the YARN application lives on.
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+        assert melon_hook.yarn.get_application(app["id"])["state"] in LIVE
+
+        second = airflow.popen("tasks", "test", "melon_e2e_probe", task_id, date, *params, log=second_log)
+        wait_for(lambda: (lambda out: app["id"] in out and how in out)(second_log.read_text(errors="replace")), 300,
+                 f"the retry to say '{how}' of {app['id']}",
+                 cause=causes(_log_tail(second_log), rm_cause(melon_hook, app["id"])))
+        release.touch()
+        assert second.wait(300) == 0, _log_tail(second_log, 60)()
+    finally:
+        release.touch()
     mine = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"]) if a["id"] not in before]
     assert [a["id"] for a in mine] == [app["id"]], "the retry must reattach, not resubmit"
     assert melon_hook.yarn.get_application(app["id"])["finalStatus"] == "SUCCEEDED"
@@ -63,10 +71,12 @@ def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path, 
 def test_killing_the_task_kills_the_application(airflow, melon_hook, tmp_path):
     date = "2026-02-02"
     before = {a["id"] for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])}
+    # 300 s: `airflow tasks test`'s own start-up, the submission and the AM's container start on a loaded machine
+    # (a run beside the other test worker took 50 s to start the task and had no RUNNING app after 120 s)
     proc = airflow.popen("tasks", "test", "melon_e2e_probe", "train", date, "--task-params",
                          '{"seconds": 120}', log=tmp_path / "kill.log")
     app = wait_for(lambda: [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
-                            if a["id"] not in before and a["state"] == "RUNNING"], 120, "a RUNNING app",
+                            if a["id"] not in before and a["state"] == "RUNNING"], 300, "a RUNNING app",
                    cause=causes(_log_tail(tmp_path / "kill.log"), rm_cause(melon_hook)))[0]
     os.kill(proc.pid, signal.SIGTERM)  # what a user marking the task failed does to its worker
     # bounded, not timed (the app sleeps 120 s: KILLED before that is the kill, not the job ending)
