@@ -17,6 +17,7 @@ local-filesystem secrets backend), in two forms:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_melon.cli.jobs import QUIETED_LOGGERS
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.dev.local_airflow import LocalAirflow
 from airflow_provider_melon.spec import JobSpec
@@ -276,6 +278,17 @@ def jobs(melon_hook, minicluster, tmp_path_factory):
     j = Jobs(melon_hook, minicluster, tmp_path_factory)
     yield j
     j.kill_all()
+
+
+@pytest.fixture(autouse=True)
+def _keep_cli_logger_levels():
+    """A `melon` command run in the test process (``cli.main``) sets its loggers' levels for the process
+    (:data:`QUIETED_LOGGERS`); give them back after each test, so no later test depends on which ran before it
+    (one on two workers found ``hdfs`` at ERROR, left by another module's ``cli.main``)."""
+    levels = {name: logging.getLogger(name).level for name in QUIETED_LOGGERS}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -554,6 +554,10 @@ def add_commands(sub, formatter) -> None:
     wt.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
 
 
+#: the loggers a `melon` command sets to ERROR (INFO with --verbose) for its process
+QUIETED_LOGGERS = ("airflow_provider_melon", "hdfs", "airflow", "urllib3")
+
+
 def _quiet_logging(verbose: bool) -> None:
     """Airflow's logging writes to stdout; the CLI keeps stdout for its output, so log records go to stderr, and
     only errors unless ``--verbose``."""
@@ -567,7 +571,7 @@ def _quiet_logging(verbose: bool) -> None:
     if not logging.root.handlers:
         logging.basicConfig(stream=sys.stderr)
     level = logging.INFO if verbose else logging.ERROR
-    for name in ("airflow_provider_melon", "hdfs", "airflow", "urllib3"):
+    for name in QUIETED_LOGGERS:
         logging.getLogger(name).setLevel(level)
 
 

@@ -8,26 +8,20 @@ What ``execute`` does, in order:
    fails the task with a :class:`JobSpecError` naming the field, before any HTTP call. ``gpu_memory: auto`` is
    learned from this task's ended runs (``MelonHook.resolve_gpu_memory``/``record_gpu_memory``), logged with its source.
 2. **Reattach or submit** — the application carries the tags of ``submission.airflow_tags`` (``melon``, the
-   identity tag ``melon-id:<hash of deployment, dag, task, run, map index>``, and the readable ``airflow-dag:…``,
-   ``airflow-task:…``, ``airflow-run:<hash>``, ``airflow-map:<n>``, which YARN cuts and lower-cases). Before
-   submitting, the RM is asked for applications carrying the identity tag; tags prove nothing (any YARN user may
-   set any), so one counts only if it is a MeLoN application of the submitting user (the ``run_as`` tenant, else
-   the connection's) that no earlier try of this task killed (see ``_kill``); each one skipped is logged with
-   why. Of those, a live one (NEW…RUNNING) is attached to instead of submitting; if the newest one FINISHED with
-   final status SUCCEEDED its result is returned without resubmitting; a FAILED/KILLED one is ignored (fresh submit).
-   On Airflow 3.3 the synchronous path also goes through ``ResumableJobMixin``: the application id is
-   saved in the task state store before polling and looked up first on a retry. ``reattach=False``
-   always submits (use it when a cleared task must train again although a run already succeeded).
-   **Pre-flight** (``preflight=True``), just before staging a new submission: the RM's nodes
-   (``YarnHook.nodes()``) and the roles go through :func:`airflow_provider_melon.gpu.preflight.check`; a
-   role whose expected GPU memory exceeds the largest GPU of any node, a role wider than every node, or a
-   job whose GPUs / GPU memory in all exceed the cluster's fails the task (``AirflowFailException``, no
-   retry) with the numbers, and nothing is submitted. When the nodes cannot be read the check is skipped
-   with a warning (the submission then meets the RM itself).
-3. **Announce** — right after submit/attach the application id, tracking URL and AM status URL go to XCom
-   (``app_id``, ``tracking_url``, ``am_status_url``), and each extra link's URL under its ``xcom_key``, so
-   the links work while the task runs or is deferred. Link URLs use the connection's ``web_ui_url`` (the RM as
-   browsers reach it). Once the application has ended, the AM status link opens its RM application page.
+   identity tag ``melon-id:<hash of deployment, dag, task, run, map index>``, readable ``airflow-dag:…`` etc.).
+   Before submitting, the RM is asked for applications with the identity tag; tags prove nothing (any YARN user
+   may set any), so one counts only if it is a MeLoN application of the submitting user (``run_as``, else the
+   connection's) that no earlier try killed (``_kill``); each one skipped is logged with why. A live one is
+   attached to; a SUCCEEDED newest one's result is returned; a FAILED/KILLED one is ignored (fresh submit).
+   On Airflow 3.3 the synchronous path also goes through ``ResumableJobMixin`` (the id in the task state store,
+   looked up first on a retry). ``reattach=False`` always submits (a cleared task that must train again).
+   **Pre-flight** (``preflight=True``), before staging a new submission: the RM's nodes and the roles go through
+   :func:`airflow_provider_melon.gpu.preflight.check`; a job that cannot fit (a role's GPU memory over the largest
+   GPU, a role wider than every node, more GPUs or GPU memory than the cluster's) fails the task with the numbers
+   (``AirflowFailException``, no retry), nothing submitted. Nodes unreadable: skipped with a warning.
+3. **Announce** — right after submit/attach: ``app_id``, ``tracking_url``, ``am_status_url`` and each extra link's
+   URL (its ``xcom_key``) to XCom, so the links work while the task runs or is deferred; on the connection's
+   ``web_ui_url`` (the RM as browsers reach it). Once the application has ended, the AM link opens its RM page.
 4. **Wait** — ``deferrable``: check the state once (finish at once if already terminal), then defer to
    :class:`YarnApplicationTrigger`. Otherwise poll here with the same rules (failure budget, heartbeat,
    AM progress every ``log_every_n`` polls, ``timeout``).
@@ -36,19 +30,18 @@ What ``execute`` does, in order:
    every poll by :class:`~airflow_provider_melon.hadoop.log_follower.LogFollower` (no line twice, none lost; its
    module says how), at most ``job_log_lines_per_poll`` lines per poll and ``job_log_max_bytes`` per task run.
    A reattaching task shows each container's last 16 KiB. No log failure (a dead node, a 404) fails the task.
+   Deferred, the rest after the end is read by the resumed task, into its own log (``_final_job_logs``).
 5. **Finish** — success returns (and pushes as ``return_value``) ``{"app_id", "final_status", "state",
    "tasks" (per role), "progress" (per task: its last step, total, loss, metrics), "task_source" (``am-final``:
    the AM's final status, written to HDFS before it ended; else ``am`` / ``am-last-seen``), "diagnostics",
-   "outputs", "tracking_url", "duration_s"}``, read after the application's final state, and sets the
-   task's outlets to an :class:`Asset` per ``hdfs://`` output. FAILED/KILLED raises ``AirflowException``
-   with the RM diagnostics; a timeout kills the application (``cancel_on_kill``) and fails the task.
-
-``on_kill`` kills the application unless ``cancel_on_kill=False``; a deferred task's trigger does the same
-through ``on_kill()`` on Airflow 3.3.
+   "outputs", "tracking_url", "duration_s"}``, read after the final state; outlets: an :class:`Asset` per
+   ``hdfs://`` output. FAILED/KILLED raises with the RM diagnostics; a timeout kills the app (``cancel_on_kill``).
+   ``on_kill`` kills the app unless ``cancel_on_kill=False`` (a deferred task's trigger too, on Airflow 3.3).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from datetime import timedelta
@@ -80,7 +73,7 @@ from airflow_provider_melon.submission import (
     not_reattachable,
     reattach_choice,
 )
-from airflow_provider_melon.triggers.yarn import MIN_POLL_INTERVAL, YarnApplicationTrigger
+from airflow_provider_melon.triggers.yarn import FINAL_LOGS_KEY, MIN_POLL_INTERVAL, YarnApplicationTrigger
 from airflow_provider_melon.version_compat import (
     with_runtime_outlets,
     AirflowException,
@@ -340,7 +333,23 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             outputs = extra["outputs"] if outputs is None else outputs
             roles = extra["roles"] if roles is None else roles
             fs_default_fs = fs_default_fs or extra["fs_default_fs"]
+        self._final_job_logs(event)
         return self._complete(context, event, outputs=outputs, roles=roles, fs_default_fs=fs_default_fs)
+
+    def _final_job_logs(self, event: dict[str, Any]) -> None:
+        """The rest of the job log the trigger left to the resumed task (``final_logs``; offsets in ``log_state``):
+        into the task's own log, which no race of Airflow's log and event channels cuts short (triggers/yarn.py)."""
+        state, app_id = event.get("log_state"), event.get("app_id")
+        if not (event.get(FINAL_LOGS_KEY) and isinstance(state, dict) and app_id):
+            return
+        with contextlib.suppress(JobSpecError):  # the chief's role (unreadable: found from the AM's tasks)
+            self._spec = self._spec or self.load_spec()
+        try:
+            app = self.yarn_hook.get_application(app_id)
+        except Exception as exc:  # noqa: BLE001 - the lines stay in the NodeManagers' logs
+            return self.log.warning("The rest of the job log of %s was not read (%s): `melon logs %s`", app_id, exc,
+                                    app_id)
+        self._stream_job_logs(self._log_follower(app_id, state), None, app, final=True)
 
     # ---- reattach / submit --------------------------------------------------------------------------------
     def _ti_identity(self, context: "Context") -> tuple[str, str, str, int]:
@@ -494,9 +503,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         was shown before is unknown) the follower starts at each container's tail and says so."""
         return None if app_id in self._submitted else {"resume": True}
 
-    def _log_follower(self, app_id: str) -> LogFollower:
+    def _log_follower(self, app_id: str, state: Optional[dict] = None) -> LogFollower:
         return LogFollower(self._log_chief(), lines_per_poll=self.job_log_lines_per_poll,
-                           max_bytes=self.job_log_max_bytes, state=self._initial_log_state(app_id))
+                           max_bytes=self.job_log_max_bytes, state=state or self._initial_log_state(app_id))
 
     def _stream_job_logs(self, follower: LogFollower, status: Optional[dict], app: Optional[dict],
                          final: bool = False) -> None:

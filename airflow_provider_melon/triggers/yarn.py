@@ -29,7 +29,10 @@ operator can summarise.
   carrying every tag is followed once it appears.
 * ``job_logs`` (the operator turns it on): while the application runs, the chief's stdout/stderr and any failing
   task's are read from the NodeManagers every poll and logged as ``chief:0 | ...`` lines (the triggerer writes them
-  into the task log); once it has ended, the rest is read once. :class:`airflow_provider_melon.hadoop.log_follower.LogFollower`
+  into the task log); once it has ended, the rest is read once, by the resumed task (the event's ``log_state``,
+  ``final_logs``), not here: Airflow writes a trigger's lines to its log file from another channel than its event
+  and closes the file when the event comes, so lines logged right before the event can miss the file (a final batch
+  of 200 lines lost its last 21 and the outcome line that way); the task writes its own log. :class:`airflow_provider_melon.hadoop.log_follower.LogFollower`
   does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
   from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
   triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll the trigger
@@ -92,6 +95,8 @@ from airflow_provider_melon.version_compat import (TRIGGER_ON_KILL_ALSO_ON_HANDO
                                                     trigger_has_on_kill)
 
 MIN_POLL_INTERVAL = 5.0
+#: In a trigger's event: the rest of the job log is the resumed task's to read (from the event's ``log_state``).
+FINAL_LOGS_KEY = "final_logs"
 #: XCom (of the deferred task instance) holding the job log follower's state, for a triggerer that crashed.
 LOG_STATE_XCOM_KEY = "melon_job_log_state"
 #: Longest wait for that XCom (read or write) through the triggerer.
@@ -239,12 +244,11 @@ class YarnApplicationTrigger(BaseTrigger):
                                          max_bytes=self.log_max_bytes, state=self.log_state)
         return self._follower
 
-    async def _stream_job_logs(self, status: Optional[dict], app: Optional[dict], final: bool = False) -> None:
-        """The job's new output lines into the log (never raises but for cancellation). Waits for the saved
-        offsets to be read: while running by skipping this poll, at the end for at most RESTORE_WAIT_S."""
+    async def _restored(self, wait: bool) -> bool:
+        """Whether the saved offsets have been read (or given up on); ``wait``: for at most RESTORE_WAIT_S."""
         if self._restoring is not None:
-            if not self._restoring.done() and not final:
-                return
+            if not self._restoring.done() and not wait:
+                return False
             try:
                 await asyncio.wait_for(asyncio.shield(self._restoring), RESTORE_WAIT_S)
             except asyncio.CancelledError:
@@ -252,8 +256,15 @@ class YarnApplicationTrigger(BaseTrigger):
             except Exception as exc:  # noqa: BLE001 - go on from the serialized offsets
                 self.log.debug("saved job log offsets of %s not read: %s", self.app_id, exc)
             self._restoring = None
+        return True
+
+    async def _stream_job_logs(self, status: Optional[dict], app: Optional[dict]) -> None:
+        """The job's new output lines into the log (never raises but for cancellation). Skips the poll while the
+        saved offsets are being read."""
+        if not await self._restored(wait=False):
+            return
         try:
-            lines = await self.follower.apoll(self.hook, status, app=app, final=final)
+            lines = await self.follower.apoll(self.hook, status, app=app)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - apoll does not raise; belt and braces
@@ -328,10 +339,13 @@ class YarnApplicationTrigger(BaseTrigger):
             self._follower = None
             self._saved_log_state = None
 
-    def _event(self, status: str, app: Optional[dict], message: str) -> TriggerEvent:
+    def _event(self, status: str, app: Optional[dict], message: str, final_logs: bool = False) -> TriggerEvent:
+        """``final_logs``: the application ended and the rest of its job log is left to the resumed task, which
+        reads it from ``log_state`` (:data:`FINAL_LOGS_KEY`; see the module docstring)."""
         payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
         if self.job_logs:
             payload["log_state"] = self.follower.state()
+            payload[FINAL_LOGS_KEY] = final_logs
         return TriggerEvent(payload)
 
     def _sync_am_status(self, app_id: str) -> Optional[dict]:
@@ -449,11 +463,12 @@ class YarnApplicationTrigger(BaseTrigger):
                     if self.job_logs:
                         await self._stream_job_logs(status, app)
                 if seen.verdict is not None:
-                    if self.job_logs and seen.final_logs():
-                        await self._stream_job_logs(None, app, final=True)  # the rest, read once
+                    final_logs = self.job_logs and seen.final_logs()
+                    if final_logs:
+                        await self._restored(wait=True)  # the event carries the offsets to go on from
                     msg = step.outcome(app, seen.verdict)
                     (self.log.info if seen.verdict == "success" else self.log.error)(msg)
-                    yield self._event(seen.verdict, app, msg)
+                    yield self._event(seen.verdict, app, msg, final_logs=final_logs)
                     return
                 await self._sleep()
         except asyncio.CancelledError:

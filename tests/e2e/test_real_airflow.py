@@ -167,10 +167,11 @@ def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_st
             held = runs.deferred_by(dag_id, run_id, "trial", i)
             assert held, f"{name} trial[{i}] was never seen deferred: {runs.seen[(dag_id, run_id, 'trial', i)]}"
             assert {h for h in held if h[1] is not None} <= {(TRIGGER_CLASS, triggerers[0])}, held
-            # the triggerer process wrote the trigger's own log lines for this task instance
+            # the triggerer process wrote the trigger's own log lines for this task instance (its polls: the line
+            # it logs right before its event can miss the file, triggers/yarn.py)
             trigger_log = (airflow_stack.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=trial"
                            / f"map_index={i}" / f"attempt=1.log.trigger.{triggerers[0]}.log")
-            assert "reached FINISHED" in trigger_log.read_text(), trigger_log
+            assert "YARN application application_" in trigger_log.read_text(), trigger_log
         apps = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_hpo_fanout", run_tag(run_id)],
                                                              match_all=True) if a["name"].startswith("hpo-trial-")]
         assert sorted(a["name"] for a in apps) == [f"hpo-trial-{i}" for i in range(4)], apps

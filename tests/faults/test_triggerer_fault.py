@@ -162,9 +162,11 @@ def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row, hurry
                in text]
     assert set(resumed) >= {tid for tid in trigger_logs if tid != first}, \
         {tid: events(text) for tid, text in trigger_logs.items() if tid not in resumed}
-    assert "reached FINISHED" in later[-1], events(later[-1])
-
+    # The app's end is in the resumed task's own log, with the rest of the job log (triggers/yarn.py: a trigger's
+    # last lines before its event can miss its log file; a run here lost the final batch's last 21 lines and the
+    # outcome line that way, before the rest moved to the resumed task).
     task_log = stack.task_log(DAG_ID, run_id, TASK_ID)
+    assert f"YARN application {app['id']} SUCCEEDED in" in task_log, task_log[-3000:]
     assert "worker:0 | probe done" in task_log
     shown = job_lines(task_log)
     missing = sorted(set(range(LINES)) - {n for n, _ in shown})

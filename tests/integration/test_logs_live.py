@@ -13,7 +13,7 @@ import pytest
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.operators.train import MelonTrainOperator
-from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
+from airflow_provider_melon.triggers.yarn import FINAL_LOGS_KEY, YarnApplicationTrigger
 from airflow_provider_melon.version_compat import AirflowException
 
 pytestmark = pytest.mark.integration
@@ -78,8 +78,11 @@ def _trigger(minicluster, logger, **kw) -> YarnApplicationTrigger:
     return trigger
 
 
-def test_trigger_streams_every_line_once_across_a_recreated_trigger(minicluster, jobs):
-    app_id = jobs.submit(_job(jobs, "printer", PRINTER))
+def test_trigger_streams_every_line_once_across_a_recreated_trigger(minicluster, jobs, melon_hook):
+    """The trigger streams while the job runs, across a re-created trigger; the rest after the end is read by the
+    resumed task (MelonTrainOperator._final_job_logs on the event): together, every line once, in order."""
+    job = _job(jobs, "printer", PRINTER)
+    app_id = jobs.submit(job)
     logger, seen = _logger("test_logs_live.trigger")
 
     async def scenario():
@@ -105,8 +108,11 @@ def test_trigger_streams_every_line_once_across_a_recreated_trigger(minicluster,
     assert event.payload["status"] == "success", event.payload
     assert 0 < shown_before < 30, "the restart happened while the job was printing"
     assert kwargs["log_state"]["follow"], "the serialized kwargs carry the offsets"
+    assert event.payload[FINAL_LOGS_KEY] and not event.payload["log_state"]["done"], "the rest is the task's"
+    op = _operator(melon_hook, job)
+    with mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=logger):
+        op._final_job_logs(event.payload)  # the resumed task, into the same log
     assert _job_lines(seen.lines) == EXPECTED, "\n".join(seen.lines)
-    assert event.payload["log_state"]["done"], "the chief's container was read to its end"
     print("\n--- task log (trigger path) ---\n" + "\n".join(seen.lines))
 
 

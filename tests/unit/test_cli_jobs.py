@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 
 import pytest
@@ -29,16 +28,6 @@ def melon(capsys, *argv: str) -> tuple[int, str, str]:
         code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
-
-
-@pytest.fixture(autouse=True)
-def _keep_logger_levels():
-    """The CLI quietens these loggers for its process; in this test process, give their levels back."""
-    names = ("airflow_provider_melon", "hdfs", "airflow", "urllib3")
-    levels = {name: logging.getLogger(name).level for name in names}
-    yield
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
 
 
 @pytest.fixture

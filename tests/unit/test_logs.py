@@ -20,6 +20,7 @@ import requests_mock as rm_mock
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook, parse_container_log
 from airflow_provider_melon.hadoop.log_follower import FETCH_WINDOW, RESUME_TAIL_BYTES, SLACK, LogFollower, chief_of
+from airflow_provider_melon.triggers.yarn import FINAL_LOGS_KEY
 from airflow_provider_melon.version_compat import XCom
 
 #: the trigger saves the job log's offsets with the async XCom API, which Airflow 3.0 lacks (there it logs at DEBUG
@@ -265,7 +266,30 @@ def _trigger(nm, script, ti=None, **kw):
             await asyncio.Event().wait()
         return answer
     trig._hook.get_application = get_application
+    run = trig.run
+
+    async def run_then_resume():
+        # the user's log: the trigger's lines, then what the resumed task logs of the rest the event left it
+        async for event in run():
+            if event.payload.get(FINAL_LOGS_KEY):
+                _resume(event.payload, trig._log)
+            yield event
+    trig.run = run_then_resume
     return trig
+
+
+def _resume(payload: dict, log: mock.Mock) -> None:
+    """MelonTrainOperator.execute_complete's read of the rest of the job log (``_final_job_logs``), logging to
+    ``log``; the RM says the application has ended."""
+    from airflow_provider_melon.operators.train import MelonTrainOperator
+
+    op = MelonTrainOperator(task_id="train", yarn_conn_id="yarn_test",
+                            job={"name": "j", "entrypoint": "python t.py", "roles": {"chief": {}, "worker": {}}})
+    conn = json.dumps({"conn_type": "yarn", "host": RM, "login": "alice"})
+    with mock.patch.dict("os.environ", {"AIRFLOW_CONN_YARN_TEST": conn}), \
+            mock.patch.object(YarnHook, "get_application", lambda self, app_id: app("FINISHED", "SUCCEEDED")), \
+            mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=log):
+        op._final_job_logs(payload)
 
 
 async def _run_until_hung(trig):
@@ -292,8 +316,9 @@ def test_trigger_serialize_carries_the_offsets_and_a_recreated_trigger_goes_on(n
         return first, second, event
 
     first, second, event = asyncio.run(scenario())
-    assert _shown(first, second) == ["a 0", "a 1", "a 2", "a 3"]
-    assert event.payload["status"] == "success" and event.payload["log_state"]["done"] == [CHIEF_CID]
+    assert _shown(first, second) == ["a 0", "a 1", "a 2", "a 3"]  # "a 3": read by the resumed task
+    assert event.payload["status"] == "success" and event.payload[FINAL_LOGS_KEY] is True
+    assert event.payload["log_state"]["done"] == []  # the rest is the task's: the trigger read none of it
 
 
 @needs_async_xcom
