@@ -71,8 +71,9 @@ SESSION_AIRFLOW_MODULES = ("tests/e2e/", "tests/faults/test_triggerer_fault.py")
 AIRFLOW_FIXTURES = {"airflow_stack", "airflow"}
 
 
-def xdist_group(module: str) -> str:
-    """The group a test module (its path from the repository root) runs in on pytest-xdist workers."""
+def xdist_group(nodeid: str) -> str:
+    """The group a test (its node id, or its module's path from the repository root) runs in on xdist workers."""
+    module = nodeid.split("::", 1)[0]
     return "session-airflow" if module.startswith(SESSION_AIRFLOW_MODULES) else module
 
 
@@ -106,7 +107,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ModuleGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return xdist_group(nodeid.split("::", 1)[0])
+            return xdist_group(nodeid)
 
     return ModuleGroups(config, log)
 
@@ -114,8 +115,8 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     """A module on the session's Airflow that :data:`SESSION_AIRFLOW_MODULES` misses would start a second Airflow
     on the other worker: name it here, at collection, rather than let it cost a run its time."""
-    missed = sorted({item.nodeid.split("::", 1)[0] for item in items if AIRFLOW_FIXTURES & set(item.fixturenames)
-                     and xdist_group(item.nodeid.split("::", 1)[0]) != "session-airflow"})
+    missed = sorted({item.location[0] for item in items
+                     if AIRFLOW_FIXTURES & set(item.fixturenames) and xdist_group(item.nodeid) != "session-airflow"})
     if missed:
         raise pytest.UsageError(f"{', '.join(missed)} use the session's Airflow ({', '.join(sorted(AIRFLOW_FIXTURES))})"
                                 " but are not in tests/conftest.py SESSION_AIRFLOW_MODULES")
