@@ -163,19 +163,20 @@ def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_st
         assert where["out"].endswith(f"/hpo/{run_slug(run_id)}"), where
         outs.add(where["out"])
         assert sorted(melon_hook.hdfs.list(where["out"])) == [f"trial-{i}" for i in range(4)]  # published outputs
-        for i in range(4):
-            held = runs.deferred_by(dag_id, run_id, "trial", i)
-            assert held, f"{name} trial[{i}] was never seen deferred: {runs.seen[(dag_id, run_id, 'trial', i)]}"
-            assert {h for h in held if h[1] is not None} <= {(TRIGGER_CLASS, triggerers[0])}, held
-            # the triggerer process wrote the trigger's own log lines for this task instance (its polls: the line
-            # it logs right before its event can miss the file, triggers/yarn.py)
-            trigger_log = (airflow_stack.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=trial"
-                           / f"map_index={i}" / f"attempt=1.log.trigger.{triggerers[0]}.log")
-            assert "YARN application application_" in trigger_log.read_text(), trigger_log
         apps = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_hpo_fanout", run_tag(run_id)],
                                                              match_all=True) if a["name"].startswith("hpo-trial-")]
         assert sorted(a["name"] for a in apps) == [f"hpo-trial-{i}" for i in range(4)], apps
         assert all(a["finalStatus"] == "SUCCEEDED" for a in apps), apps
+        trial_app = {int(a["name"].rsplit("-", 1)[1]): a["id"] for a in apps}
+        for i in range(4):
+            held = runs.deferred_by(dag_id, run_id, "trial", i)
+            assert held, f"{name} trial[{i}] was never seen deferred: {runs.seen[(dag_id, run_id, 'trial', i)]}"
+            assert {h for h in held if h[1] is not None} <= {(TRIGGER_CLASS, triggerers[0])}, held
+            # the triggerer process wrote the trigger's own log lines for this task instance: its polls of this
+            # trial's own app (the line it logs right before its event can miss the file, triggers/yarn.py)
+            trigger_log = (airflow_stack.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=trial"
+                           / f"map_index={i}" / f"attempt=1.log.trigger.{triggerers[0]}.log")
+            assert f"YARN application {trial_app[i]}" in trigger_log.read_text(), (trial_app[i], trigger_log)
         overlap = _max_overlap([_app_window(a) for a in apps])
         print(f"{name}: {run_id}: trials' YARN apps ran up to {overlap} at once")
         assert overlap >= 2, [_app_window(a) for a in apps]
