@@ -1,8 +1,7 @@
 """The example DAGs on a real Airflow (api-server, scheduler, dag-processor, triggerer; LocalExecutor with 4
 slots), triggered through the REST API as the UI's Trigger button does (no logical date), all at once, against
 the real mini cluster. A second run of the HPO DAG is triggered from the CLI with a logical date (what a
-scheduled run has), at the same time as the first: both must succeed, each in its own folder. A run of some of
-these tests triggers only the runs they wait on (their ``runs`` marks).
+scheduled run has), at the same time as the first: both must succeed, each in its own folder.
 
 While the runs go on, a watcher polls the REST API and records every task instance's state, trigger and
 triggerer job, so the tests can assert that deferred tasks were held by the triggerer process.
@@ -78,8 +77,6 @@ class Runs:
             self._stop.wait(1.5)
 
     def wait(self, name: str, timeout: float = 1200) -> tuple[str, str, dict]:
-        if name not in self.ids:
-            pytest.fail(f"run {name!r} was not triggered: the test waiting on it needs @pytest.mark.runs({name!r})")
         dag_id, run_id = self.ids[name]
         if name not in self.finished:
             self.finished[name] = self.stack.wait_run(dag_id, run_id, timeout)
@@ -93,49 +90,44 @@ class Runs:
                 if o["state"] == "deferred"]
 
 
-def _wanted(request) -> set[str]:
-    """The runs this module's selected tests wait on (their ``runs(...)`` marks): a subset run (CI's oldest-line
-    e2e subset selects one test here) triggers only those, not four DAG runs that compete for its two cores."""
-    return {name for item in request.session.items if item.module is request.module
-            for mark in item.iter_markers("runs") for name in mark.args}
-
-
 @pytest.fixture(scope="module")
-def runs(request, airflow_stack, minicluster, tmp_path_factory):
+def runs(airflow_stack, minicluster, tmp_path_factory):
     from airflow_provider_melon.cli import melon_hook_for_cluster
 
     stack, melon_hook = airflow_stack, melon_hook_for_cluster(minicluster.work_dir)
-    wanted = _wanted(request)
+    # an application "submitted elsewhere", for the sensor DAG to wait on (by tag). It runs until the watcher has
+    # seen the sensor deferred (the file ``release``; the mini cluster's containers share this host): a fixed
+    # lifetime (it slept 30 s) raced the scheduler, and on a loaded host the sensor started after the app had ended
+    # and never deferred (tests/results/repeat-20261203T0854Z)
+    tag = f"external-{uuid.uuid4().hex[:8]}"
+    code = tmp_path_factory.mktemp("external-code")
+    release = tmp_path_factory.mktemp("external-release") / "go"
+    spec = JobSpec.from_dict({"name": "submitted-elsewhere", "framework": "generic", "code": str(code),
+                              "entrypoint": f"python -c \"import os, time\nwhile not os.path.exists('{release}'): "
+                                            "time.sleep(0.5)\"", "tags": [tag],
+                              "roles": {"worker": {"memory": 256}}})
+    external_app = melon_hook.submit(spec)["app_id"]
+
+    # the watcher runs before the first run is triggered: started after them (the CLI trigger takes seconds, more
+    # on a loaded host), it first saw an HPO trial 47 s after its run began, once its deferral was over
+    # (tests/results/repeat-20261203T1549Z)
     r = Runs(stack)
-    if {"mnist"} & wanted:
+    r.external_app = external_app
+    r.start()
+    try:
         r.add("mnist", "melon_mnist_pipeline", stack.trigger("melon_mnist_pipeline"))
-    if {"hpo", "hpo_cli"} & wanted:  # both at once: two concurrent runs of one DAG
         r.add("hpo", "melon_hpo_fanout", stack.trigger("melon_hpo_fanout"))
+        r.add("hpo_cli", "melon_hpo_fanout", CLI_RUN_ID)  # watched from before the run exists: the CLI is slow
         cli = stack.cli("dags", "trigger", "melon_hpo_fanout", "--run-id", CLI_RUN_ID,
                         "--logical-date", "2026-01-02T00:00:00+00:00")
         assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
-        r.add("hpo_cli", "melon_hpo_fanout", CLI_RUN_ID)
-    if {"ps"} & wanted:
         r.add("ps", "melon_ps_planned", stack.trigger("melon_ps_planned"))
-    release = tmp_path_factory.mktemp("external-release") / "go"
-    if {"watch"} & wanted:
-        # an application "submitted elsewhere", for the sensor DAG to wait on (by tag). It runs until the watcher
-        # has seen the sensor deferred (the file ``release``; the mini cluster's containers share this host): a
-        # fixed lifetime (it slept 30 s) raced the scheduler, and on a loaded host the sensor started after the app
-        # had ended and never deferred (tests/results/repeat-20261203T0854Z)
-        tag = f"external-{uuid.uuid4().hex[:8]}"
-        code = tmp_path_factory.mktemp("external-code")
-        spec = JobSpec.from_dict({"name": "submitted-elsewhere", "framework": "generic", "code": str(code),
-                                  "entrypoint": f"python -c \"import os, time\nwhile not os.path.exists('{release}'): "
-                                                "time.sleep(0.5)\"", "tags": [tag],
-                                  "roles": {"worker": {"memory": 256}}})
-        r.external_app = melon_hook.submit(spec)["app_id"]
         r.add("watch", "melon_external_app_watch", stack.trigger("melon_external_app_watch", conf={"tag": tag}))
         r.release_when_deferred("watch", "wait_for_external_app", release)
-    r.start()
-    yield r
-    r.stop()
-    release.touch()  # the app ends whatever the tests saw
+        yield r
+    finally:
+        r.stop()
+        release.touch()  # the app ends whatever the tests saw
 
 
 def _app_window(app: dict) -> tuple[float, float]:
@@ -151,7 +143,6 @@ def _max_overlap(windows: list[tuple[float, float]]) -> int:
     return best
 
 
-@pytest.mark.runs("mnist")
 def test_mnist_pipeline_triggered_like_the_ui(runs, airflow_stack, melon_hook):
     dag_id, run_id, run = runs.wait("mnist")
     assert run["logical_date"] is None  # the UI's Trigger button: no logical date, so no ts_nodash
@@ -165,7 +156,6 @@ def test_mnist_pipeline_triggered_like_the_ui(runs, airflow_stack, melon_hook):
         "mnist-mwms": "SUCCEEDED", "mnist-evaluate": "SUCCEEDED"}, apps
 
 
-@pytest.mark.runs("hpo", "hpo_cli")
 def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_stack, melon_hook):
     triggerers = airflow_stack.triggerer_job_ids()
     assert len(triggerers) == 1, triggerers  # the stack's one triggerer process
@@ -200,7 +190,6 @@ def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_st
     assert cli_run["logical_date"] and cli_run["logical_date"].startswith("2026-01-02")
 
 
-@pytest.mark.runs("hpo", "hpo_cli")
 def test_hpo_trials_start_at_the_gpu_memory_earlier_runs_taught(runs, airflow_stack, melon_hook):
     """``gpu_memory: auto:6GiB`` (issue 26): once the two concurrent runs above have ended, each of their trials is in
     the task's history (one file a run, in the user's 0700 profiles/ folder), and a third run's trials start at the
@@ -224,7 +213,6 @@ def test_hpo_trials_start_at_the_gpu_memory_earlier_runs_taught(runs, airflow_st
     assert final["tasks"][0]["initial_gpu_memory_mb"] == 6144, final["tasks"]
 
 
-@pytest.mark.runs("hpo")
 def test_trial_task_log_is_readable(runs, airflow_stack):
     dag_id, run_id, _ = runs.wait("hpo")
     text = airflow_stack.task_log(dag_id, run_id, "trial", map_index=2)
@@ -232,7 +220,6 @@ def test_trial_task_log_is_readable(runs, airflow_stack):
     assert "hdfs.client" not in text, [line for line in text.splitlines() if "hdfs.client" in line][:5]
 
 
-@pytest.mark.runs("ps")
 def test_ps_planned(runs, melon_hook, minicluster):
     dag_id, run_id, _ = runs.wait("ps")
     [app] = melon_hook.yarn.find_applications(["airflow-dag:melon_ps_planned", run_tag(run_id)], match_all=True)
@@ -243,7 +230,6 @@ def test_ps_planned(runs, melon_hook, minicluster):
     assert any("[ps-train] batch 1024 per worker; 2 worker(s), 2 ps" in text for text in logs.values()), logs
 
 
-@pytest.mark.runs("watch")
 def test_external_app_watch_sensor_deferred(runs, airflow_stack, melon_hook):
     dag_id, run_id, _ = runs.wait("watch")
     held = runs.deferred_by(dag_id, run_id, "wait_for_external_app")
