@@ -79,7 +79,7 @@ def _trigger(minicluster, logger, **kw) -> YarnApplicationTrigger:
 
 
 def test_trigger_streams_every_line_once_across_a_recreated_trigger(minicluster, jobs, melon_hook):
-    """The trigger streams while the job runs, across a re-created trigger; the rest after the end is read by the
+    """The trigger streams while the job runs, across a re-created trigger; what is left at the end is read by the
     resumed task (MelonTrainOperator._final_job_logs on the event): together, every line once, in order."""
     job = _job(jobs, "printer", PRINTER)
     app_id = jobs.submit(job)
@@ -108,7 +108,11 @@ def test_trigger_streams_every_line_once_across_a_recreated_trigger(minicluster,
     assert event.payload["status"] == "success", event.payload
     assert 0 < shown_before < 30, "the restart happened while the job was printing"
     assert kwargs["log_state"]["follow"], "the serialized kwargs carry the offsets"
-    assert event.payload[FINAL_LOGS_KEY] and not event.payload["log_state"]["done"], "the rest is the task's"
+    # the event hands the rest to the task; what is left for it depends on timing: a RUNNING poll may already have
+    # read the worker's container to its end (the AM unregisters a while after its tasks exit: a loaded round saw
+    # that, tests/results/repeat-20261203T1638Z), and then the task reads nothing more of it; either way, together,
+    # every line once
+    assert event.payload[FINAL_LOGS_KEY], "the rest is the task's"
     op = _operator(melon_hook, job)
     with mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=logger):
         op._final_job_logs(event.payload)  # the resumed task, into the same log
