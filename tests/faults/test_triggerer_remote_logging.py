@@ -90,21 +90,18 @@ def test_remote_logging_restore_point_is_what_the_task_log_holds(remote_log_stac
     names = wait_for(lambda: [n for n in melon_hook.hdfs.list(remote_dir) if ".log.trigger." in n], 120,
                      "the new trigger's log uploaded to HDFS", cause=hdfs_cause(melon_hook, remote_dir))
     assert f"attempt=1.log.trigger.{first}.log" not in names, names  # the dead one's never was
-    # the task's own log, uploaded again once it has resumed and read the rest of the job log (triggers/yarn.py)
-    task_log = f"{remote_dir}/attempt=1.log"
 
-    def task_text() -> str:
-        with melon_hook.hdfs.read(task_log) as reader:
-            return reader.read().decode(errors="replace")
-    wait_for(lambda: "SUCCEEDED in" in task_text(), 120, "the resumed task's log uploaded to HDFS",
-             cause=hdfs_cause(melon_hook, remote_dir))
-    uploaded = {}
-    for name in sorted(melon_hook.hdfs.list(remote_dir)):
+    def remote_text(name: str) -> str:
         with melon_hook.hdfs.read(f"{remote_dir}/{name}") as reader:
-            uploaded[name] = reader.read().decode(errors="replace")
+            return reader.read().decode(errors="replace")
+
+    # the task's own log, uploaded again once it has resumed and read the rest of the job log (triggers/yarn.py)
+    wait_for(lambda: "SUCCEEDED in" in remote_text("attempt=1.log"), 120, "the resumed task's log uploaded to HDFS",
+             cause=hdfs_cause(melon_hook, remote_dir))
+    uploaded = {name: remote_text(name) for name in sorted(melon_hook.hdfs.list(remote_dir))}
     trigger_text = "".join(text for name, text in uploaded.items() if ".log.trigger." in name)
     assert "goes on from the offsets the task log is known to hold" in trigger_text, events(trigger_text)
-    shown = job_lines(trigger_text + task_text())  # the triggers' lines, then the rest the resumed task read
+    shown = job_lines(trigger_text + uploaded["attempt=1.log"])  # the triggers' lines, then the resumed task's rest
     missing = sorted(set(range(LINES)) - {n for n, _ in shown})
     assert not missing, (f"job lines missing from the uploaded task log (the killed trigger printed "
                          f"{[n for n, _ in printed]}): {missing}")
