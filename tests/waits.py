@@ -77,7 +77,9 @@ def rm_picture(hook, app_id: str, cluster=None) -> str:
         live = hook.yarn.list_applications(states="NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")
         text = (f"RM app {app_id}: {json.dumps({k: app.get(k) for k in keys})}\n"
                 f"cluster: {json.dumps({k: metrics.get(k) for k in metric_keys})}\n"
-                f"live apps: {[(a['id'], a['name'], a['state'], a.get('allocatedMB')) for a in live]}\n")
+                f"live apps (id, name, state, MB, GPUs used/reserved/pending): "
+                f"{[(a['id'], a['name'], a['state'], a.get('allocatedMB'), _app_gpus(a)) for a in live]}\n"
+                f"nodes (id, GPUs used/available): {_node_gpus(hook)}\n")
         if cluster is not None:
             text += "".join(f"{cid} {name} (tail):\n{log[-1200:]}\n"
                             for name in ("AppMaster.stdout", "AppMaster.stderr")
@@ -86,6 +88,23 @@ def rm_picture(hook, app_id: str, cluster=None) -> str:
         return text
     except Exception as exc:  # noqa: BLE001 - a failure message must not fail
         return f"(RM picture unavailable: {exc!r})"
+
+
+def _app_gpus(app: dict) -> str:
+    """``used/reserved/pending`` GPUs of an RM app (its ``resourceInfo``): a request the scheduler reserved on a
+    full node, or one still pending, names why a free GPU went to nobody."""
+    from airflow_provider_melon.hadoop.rm_json import GPU_RESOURCE, parse_resource
+
+    usage = ((app.get("resourceInfo") or {}).get("resourceUsagesByPartition") or [{}])[0]
+    return "/".join(str(parse_resource(usage.get(kind) or {})["resources"].get(GPU_RESOURCE, 0))
+                    for kind in ("used", "reserved", "pending"))
+
+
+def _node_gpus(hook) -> list:
+    from airflow_provider_melon.hadoop.rm_json import GPU_RESOURCE
+
+    return [(n.get("id"), f"{n['usedResource']['resources'].get(GPU_RESOURCE, 0)}/"
+             f"{n['availableResource']['resources'].get(GPU_RESOURCE, 0)}") for n in hook.yarn.nodes("RUNNING")]
 
 
 def rm_cause(hook, app_id: Any = None, cluster=None) -> Callable[[], str]:

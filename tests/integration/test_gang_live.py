@@ -26,6 +26,13 @@ def _holds(jobs, app_id: str) -> list[float]:
             if "gang incomplete after holding" in line]
 
 
+def _grants(jobs, *app_ids: str) -> str:
+    """Each app's AM lines on grants and holds (who got which container when): a failure message's story."""
+    return "\n".join(f"{app_id}: {line}" for app_id in app_ids
+                     for line in "".join(jobs.container_logs(app_id, "AppMaster.stdout").values()).splitlines()
+                     if "MelonAM: task" in line or "MelonAM: gang" in line)
+
+
 def test_a_waiting_gang_gives_back_what_it_holds_and_a_small_job_runs_meanwhile(jobs):
     """A holds 3 of the 4 GPUs. B (2 GPUs, hold 4 s) gets the 4th, holds it at most 4 s, gives it back, backs off;
     C (1 GPU), submitted while B waits, gets that GPU in one of B's backoffs and finishes while A still runs
@@ -126,7 +133,8 @@ def _two_gangs_behind_a_blocker(jobs, tmp_path, hold_s: float) -> tuple[str, str
             continue  # a hold may give containers back at any moment: the count is no clock here
         deadline = time.monotonic() + 60
         while _granted(jobs, a) + _granted(jobs, b) <= before:
-            assert time.monotonic() < deadline, f"GPU {i} freed but granted to neither gang\n{jobs.picture(a)}"
+            assert time.monotonic() < deadline, (f"GPU {i} freed but granted to neither gang\n{jobs.picture(a)}"
+                                                 f"{_grants(jobs, a, b)}")
             time.sleep(0.5)
     return a, b
 
@@ -134,7 +142,7 @@ def _two_gangs_behind_a_blocker(jobs, tmp_path, hold_s: float) -> tuple[str, str
 def test_two_gangs_holding_part_of_what_the_other_needs_deadlock_without_the_hold(fair_jobs, tmp_path):
     """The control: with the hold off, each gang gets 2 of its 3 GPUs, starts them, and waits for ever."""
     a, b = _two_gangs_behind_a_blocker(fair_jobs, tmp_path, hold_s=0)
-    assert (_granted(fair_jobs, a), _granted(fair_jobs, b)) == (2, 2)
+    assert (_granted(fair_jobs, a), _granted(fair_jobs, b)) == (2, 2), _grants(fair_jobs, a, b)
     time.sleep(15)  # the claim is that nothing moves: observe a while that it does not
     assert (_granted(fair_jobs, a), _granted(fair_jobs, b)) == (2, 2)
     assert {fair_jobs.app(x)["state"] for x in (a, b)} == {"RUNNING"}
@@ -148,7 +156,7 @@ def test_two_gangs_that_would_deadlock_both_finish_with_the_hold(fair_jobs, tmp_
         app = fair_jobs.wait(x, timeout=300)
         assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
     holds = _holds(fair_jobs, a) + _holds(fair_jobs, b)
-    assert holds, "at least one gang gave its containers back"
+    assert holds, f"at least one gang gave its containers back\n{_grants(fair_jobs, a, b)}"
     assert max(holds) <= 6 + 1.0, holds
 
 
