@@ -79,7 +79,8 @@ def rm_picture(hook, app_id: str, cluster=None) -> str:
                 f"cluster: {json.dumps({k: metrics.get(k) for k in metric_keys})}\n"
                 f"live apps (id, name, state, MB, GPUs used/reserved/pending): "
                 f"{[(a['id'], a['name'], a['state'], a.get('allocatedMB'), _app_gpus(a)) for a in live]}\n"
-                f"nodes (id, GPUs used/available): {_node_gpus(hook)}\n")
+                f"nodes (id, GPUs used of total): "
+                f"{[(n['id'], n['gpus_used'], n['gpus']) for n in hook.yarn.node_gpu_summary()['nodes']]}\n")
         if cluster is not None:
             text += "".join(f"{cid} {name} (tail):\n{log[-1200:]}\n"
                             for name in ("AppMaster.stdout", "AppMaster.stderr")
@@ -98,13 +99,6 @@ def _app_gpus(app: dict) -> str:
     usage = ((app.get("resourceInfo") or {}).get("resourceUsagesByPartition") or [{}])[0]
     return "/".join(str(parse_resource(usage.get(kind) or {})["resources"].get(GPU_RESOURCE, 0))
                     for kind in ("used", "reserved", "pending"))
-
-
-def _node_gpus(hook) -> list:
-    from airflow_provider_melon.hadoop.rm_json import GPU_RESOURCE
-
-    return [(n.get("id"), f"{n['usedResource']['resources'].get(GPU_RESOURCE, 0)}/"
-             f"{n['availableResource']['resources'].get(GPU_RESOURCE, 0)}") for n in hook.yarn.nodes("RUNNING")]
 
 
 def rm_cause(hook, app_id: Any = None, cluster=None) -> Callable[[], str]:
