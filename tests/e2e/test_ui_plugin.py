@@ -353,7 +353,10 @@ def test_extra_links_of_the_train_task_open_real_pages(logged_in, airflow_stack,
         driver.get(url)
         body = wait_for(lambda: driver.find_element(By.TAG_NAME, "body").text, 30, f"{name} page")
         assert expected[name] in body, (name, url, body[:500])
-        assert "404" not in driver.title and "Error" not in driver.title, (name, driver.title)
+        # the title names the app, and an app id may hold "404": the RM's start time in ms does at times
+        # (application_1796404009497_0030 failed stop 37's CI). The rest of the title must name no error.
+        rest = driver.title.replace(probe["app_id"], "")
+        assert "404" not in rest and "Error" not in rest, (name, driver.title)
 
 
 def test_gpu_page_load_time_with_ten_apps(logged_in, airflow_stack, probe, jobs):
