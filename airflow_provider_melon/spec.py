@@ -372,6 +372,12 @@ class JobSpec(BaseModel):
             if not tag.strip() or not tag.isascii() or len(tag) > MAX_TAG_LENGTH:
                 raise _FieldError(str(i), f"YARN takes non-empty ASCII tags of at most {MAX_TAG_LENGTH} "
                                           f"characters, got {tag!r}")
+            # the identity tag is the provider's alone (reattach finds a task's app by it); YARN lower-cases tags
+            from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX  # submission imports this module
+
+            if tag.strip().lower().startswith(IDENTITY_TAG_PREFIX):
+                raise _FieldError(str(i), f"the {IDENTITY_TAG_PREFIX!r} prefix is reserved for the tag the provider "
+                                          f"adds itself, got {tag!r}")
         return tags
 
     @field_validator("outputs")

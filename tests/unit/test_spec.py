@@ -120,3 +120,13 @@ def test_env_archive_may_be_a_local_file_to_stage():
     assert spec.environment.archive == "file:///tmp/env.tar.gz"
     with pytest.raises(JobSpecError, match="archive"):
         JobSpec.from_dict({**base, "environment": {"archive": "file:env.tar.gz", "python": "env/bin/python"}})
+
+
+@pytest.mark.parametrize("tag", ["melon-id:0123456789abcdef", "MELON-ID:deadbeef", "  melon-id:x"])
+def test_reserved_identity_tag_is_refused_naming_tags(tmp_path, tag):
+    # the identity tag is the provider's alone: reattach finds a task's app by it, so a spec must not forge one
+    # (YARN lower-cases tags, hence the case-insensitive match)
+    with pytest.raises(JobSpecError) as err:
+        JobSpec.from_dict(_job(tmp_path, tags=["team-a", tag]))
+    assert "tags.1" in str(err.value)
+    assert "melon-id:" in str(err.value)
