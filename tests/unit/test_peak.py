@@ -1,0 +1,76 @@
+"""runtime.peak: a task's peak GPU memory counts the model's memory and the CUDA context once each, and the executor's
+heartbeats carry it with its source. The NVML side is tests/fake_nvml.py (pynvml's per-process ``usedGpuMemory``,
+which holds the process's CUDA context as well as its allocator's memory: NVML's nvmlDeviceGetComputeRunningProcesses
+documentation); no GPU is needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_melon.runtime import peak
+
+
+# ---- the rule ---------------------------------------------------------------------------------------------------
+
+def test_the_frameworks_counter_wins_over_nvml():
+    # TensorFlow preallocated its whole 4096 MiB cap; NVML shows that plus a 500 MiB context; its allocator's peak
+    # (get_memory_info's "peak", in-use bytes, not the pool) is what the model needed
+    assert peak.task_peak((1300, "tensorflow"), 4596, 500, cap_mb=4096) == (1300, "tensorflow")
+    assert peak.task_peak((3208, "torch"), 3708, 500) == (3208, "torch")
+    assert peak.task_peak(1299.2, 5000, 500) == (1300, "user")  # a bare figure is the user's script's
+
+
+def test_nvml_is_the_fallback_without_the_context():
+    assert peak.task_peak(None, 3708, 500) == (3208, "nvml-process")
+    assert peak.task_peak((None, "torch"), 3708, 500, cap_mb=4096) == (3208, "nvml-process")  # counter not written
+    assert peak.task_peak(None, 300, 500) == (0, "nvml-process")
+    assert peak.task_peak(None, None, 500, device_mb=2100) == (1600, "nvml-device")
+    assert peak.task_peak(None, 3708, 500, device_mb=9000) == (3208, "nvml-process")  # per-process first
+    assert peak.task_peak(None, None, 500) is None
+
+
+def test_a_preallocated_cap_teaches_nothing():
+    # TF without memory growth (or JAX) takes its cap up front: NVML's reading at the cap says nothing of the need
+    assert peak.task_peak(None, 4096 + 500, 500, cap_mb=4096) is None
+    assert peak.task_peak(None, None, 500, cap_mb=4096, device_mb=4700) is None
+    assert peak.task_peak(None, 4000, 500, cap_mb=4096) == (3500, "nvml-process")
+
+
+def test_bad_sources_are_refused():
+    with pytest.raises(ValueError, match="counter source"):
+        peak.task_peak((10, "nvml-process"), None, 0)
+
+
+def learned_after(runs, file_peak, context_mb, cap_mb):
+    """The learned figure of a nightly TF job without memory growth: each run is capped at the last figure × 1.1,
+    preallocates it, and NVML shows the cap plus the context (the simulation of the ratchet)."""
+    figure = cap_mb
+    for _ in range(runs):
+        got = peak.task_peak(file_peak, figure + context_mb, context_mb, cap_mb=figure)
+        if got is not None:
+            figure = int(got[0] * 1.1)
+    return figure
+
+
+def test_a_tensorflow_job_converges_instead_of_ratcheting():
+    assert learned_after(12, (3000, "tensorflow"), 500, 4096) == 3300
+    assert learned_after(12, None, 500, 4096) == 4096  # no counter: the figure it ran at stays
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('{"peak_mb": 1300}', (1300, "user")),
+    ('{"peak_mb": 1299.2, "source": "torch"}', (1300, "torch")),
+    ('{"source": "tensorflow"}', (None, "tensorflow")),  # announced, not written yet
+    ('{"source": "nvml-process", "peak_mb": 5}', (5, "user")),  # only counters come from the file
+    ('{"source": "user"}', None),
+    ('{"peak_mb": -5}', None),
+    ('{"peak_mb": true}', None),
+    ('{"peak_mb": "1300"}', None),
+    ('[1300]', None),
+    ('{"peak_mb": 13', None),
+])
+def test_read_file(tmp_path, content, expected):
+    path = tmp_path / "melon-peak.json"
+    path.write_text(content)
+    assert peak.read_file(str(path)) == expected
+    assert peak.read_file(None) is None and peak.read_file(str(tmp_path / "none.json")) is None
