@@ -37,10 +37,9 @@ SUITES ?= tests/faults tests/e2e tests/integration
 test-repeat: setup
 	$(PY) scripts/test_repeat.py --rounds $(N) --suites "$(SUITES)" --workers $(WORKERS) $(if $(LOAD),--load)
 
-# Everything: installs the [pytorch] extra first; MELON_TEST_ALL=1 turns any skipped test into a failure
-# (tests/conftest.py), so a missing torch, chromium or dataset cannot pass silently.
+# Everything: MELON_TEST_ALL=1 turns any skipped test into a failure (tests/conftest.py), so a missing chromium or
+# dataset cannot pass silently (a PyTorch test never skips: `make setup` installs the [pytorch] extra).
 test-all: setup
-	$(PY) -m pip install -q -c constraints.txt -e '.[pytorch]'
 	MELON_TEST_ALL=1 $(PY) -m pytest -q -p no:cacheprovider --timeout=1800 tests --ignore=tests/docker
 
 # Each supported Airflow minor line (newest patch): a venv .venv-compat/<line> pinned by compat/constraints-<line>.txt,
@@ -65,7 +64,7 @@ docker-down:
 constraints:
 	rm -rf .venv-constraints && python3 -m venv .venv-constraints
 	.venv-constraints/bin/pip install -q --upgrade pip
-	.venv-constraints/bin/pip install -q '.[tensorflow,test,pack,docs,celery]'
+	.venv-constraints/bin/pip install -q '.[tensorflow,pytorch,test,pack,docs,celery]'
 	{ grep '^#' constraints.txt; .venv-constraints/bin/pip freeze --exclude-editable | grep -v '^airflow-provider-melon'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf .venv-constraints

@@ -32,9 +32,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.melon-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
-  echo "[setup] pip install -e '.[tensorflow,test,pack,docs]' -c constraints.txt (first time: several minutes)"
+  # [pytorch]: PyPI's torch wheel with the CUDA libraries it requires (5.3 GB; it runs on CPU without a GPU), so
+  # every PyTorch test runs (docs/development.md, "PyTorch in the test environment")
+  echo "[setup] pip install -e '.[tensorflow,pytorch,test,pack,docs]' -c constraints.txt (first time: several minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[tensorflow,test,pack,docs]'
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[tensorflow,pytorch,test,pack,docs]'
   touch "$stamp"
 fi
 

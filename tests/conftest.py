@@ -294,14 +294,19 @@ def _keep_cli_logger_levels():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """``MELON_TEST_ALL=1`` (``make test-all``): every optional part is installed, so a skipped test is a failure
-    (a missing torch, chromium or dataset must not pass silently)."""
+    """A skipped test that names torch is a failure in every run: ``make setup`` installs PyTorch, so its tests never
+    skip. ``MELON_TEST_ALL=1`` (``make test-all``): every optional part is installed, so any skipped test is a
+    failure (a missing chromium or dataset must not pass silently)."""
     outcome = yield
     report = outcome.get_result()
-    if os.environ.get("MELON_TEST_ALL") == "1" and report.skipped and not hasattr(report, "wasxfail"):
+    if report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"MELON_TEST_ALL=1: every test must run, this one skipped: {reason}"
+        if "torch" in reason.lower():
+            report.outcome = "failed"
+            report.longrepr = f"a PyTorch test must run (make setup installs torch), this one skipped: {reason}"
+        elif os.environ.get("MELON_TEST_ALL") == "1":
+            report.outcome = "failed"
+            report.longrepr = f"MELON_TEST_ALL=1: every test must run, this one skipped: {reason}"
 
 
 class AirflowRunner:

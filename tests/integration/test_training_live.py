@@ -85,8 +85,7 @@ def test_packed_virtualenv_archive_is_the_interpreter(jobs, melon_hook, tmp_path
 
 
 def test_pytorch_ddp_gloo_two_workers(jobs):
-    """PyTorch is an optional extra (several GB): this runs where it is installed (`make test-all`)."""
-    pytest.importorskip("torch")
+    """DDP over gloo between two YARN containers, the env:// rendezvous (MASTER_ADDR/PORT, RANK, WORLD_SIZE)."""
     app_id = jobs.submit({
         "name": "ddp", "framework": "pytorch", "code": str(TRAINING.parent / "ddp"),
         "entrypoint": "python train_ddp.py",
