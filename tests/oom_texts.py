@@ -23,11 +23,16 @@ Traceback (most recent call last):
 tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node __wrapped__Fill_device_/job:localhost/replica:0/task:0/device:CPU:0}} OOM when allocating tensor with shape[70368744177664] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu [Op:Fill] name: 
 """
 
-#: The same failure on a GPU: TensorFlow's message names the device and its allocator, which on a GPU is the BFC
-#: allocator named ``GPU_<n>_bfc`` (tensorflow/core/common_runtime/gpu/gpu_device.cc). Derived from the recorded CPU
-#: text by those two names (no GPU here to capture it); runtime/oom.host_memory tells the two apart.
-TF_GPU_OOM_STDERR = TF_OOM_STDERR.replace("device:CPU:0", "device:GPU:0").replace("allocator cpu",
-                                                                                 "allocator GPU_0_bfc")
+#: TensorFlow on a GPU. Its BFC allocator is named ``GPU_<n>_bfc`` and the op's error is composed in
+#: ``tensorflow/core/framework/op_kernel.cc`` (OpKernelContext::allocate_tensor: "OOM when allocating tensor with
+#: shape" ... " by allocator " ...; the venv's ``libtensorflow_framework.so.2`` holds the string, ``strings`` shows it).
+#: Two verbatim lines of users' GPU logs as published: the stream executor's failed device allocation (TF 2.5, a
+#: Tesla T4; ``xla/stream_executor/cuda/cuda_driver.cc``, GpuDriver::DeviceAllocate, " bytes) from device: " in the
+#: same .so; the error name and text come from the driver's cuGetErrorName/cuGetErrorString), then the exception.
+TF_GPU_OOM_STDERR = """\
+2021-07-14 08:08:53.663124: I tensorflow/stream_executor/cuda/cuda_driver.cc:775] failed to allocate 256.00M (268435456 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory
+ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:RandomUniform]
+"""
 
 #: PyTorch 2.5 and later: the exception is ``torch.OutOfMemoryError`` and its message is built in
 #: ``c10/cuda/CUDACachingAllocator.cpp`` (``TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried
@@ -69,3 +74,47 @@ def traceback_of(last_line: str, script: str = "train.py") -> str:
         "    x = model(batch)\n"
         f"{last_line}\n"
     )
+
+
+#: The frameworks' GPU out-of-memory failures, one line each as the user's stderr shows it: (line, where it is emitted).
+#: Lines are verbatim from users' published logs; the emitting file is upstream's, or the installed package's where the
+#: venv has it (TensorFlow 2.21: ``strings`` of ``site-packages/tensorflow/libtensorflow_framework.so.2``).
+GPU_OOM_CORPUS = [
+    (TORCH_OOM_LINE, "pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp (torch.OutOfMemoryError)"),
+    ("RuntimeError: CUDA error: out of memory",
+     "pytorch/pytorch c10/cuda/CUDAException.h (C10_CUDA_CHECK: 'CUDA error: ' + cudaGetErrorString)"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+     "pytorch/pytorch aten/src/ATen/cuda/Exceptions.h (TORCH_CUDABLAS_CHECK), the cuBLAS handle's workspace"),
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+     "pytorch/pytorch aten/src/ATen/cuda/Exceptions.h (AT_CUDNN_CHECK: 'cuDNN error: ' + cudnnGetErrorString)"),
+    ("2018-02-07 22:06:11.442068: E tensorflow/stream_executor/cuda/cuda_driver.cc:936] failed to allocate 163.62M "
+     "(171573248 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY",
+     "tensorflow/tensorflow xla/stream_executor/cuda/cuda_driver.cc (GpuDriver::DeviceAllocate; in the venv's "
+     "libtensorflow_framework.so.2)"),
+    ("2021-07-14 08:08:53.663124: I tensorflow/stream_executor/cuda/cuda_driver.cc:775] failed to allocate 256.00M "
+     "(268435456 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+     "tensorflow/tensorflow xla/stream_executor/cuda/cuda_status.cc (ToStatusSlow: CUDA_ERROR_OUT_OF_MEMORY is "
+     "ResourceExhausted, 'detail: name: text')"),
+    ("E tensorflow/stream_executor/cuda/cuda_dnn.cc:348] could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED",
+     "tensorflow/tensorflow xla/stream_executor/cuda/cuda_dnn.cc ('Could not create cudnn handle: ' and "
+     "CUDNN_STATUS_ALLOC_FAILED, both in the venv's libtensorflow_framework.so.2)"),
+    ("ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and type float on "
+     "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:RandomUniform]",
+     "tensorflow/tensorflow tensorflow/core/framework/op_kernel.cc (OpKernelContext::allocate_tensor)"),
+    ("NCCL WARN Cuda failure 'out of memory'",
+     "NVIDIA/nccl src/include/checks.h (CUDACHECK: WARN(\"Cuda failure '%s'\", cudaGetErrorString(err)))"),
+    ("Cuda failure 'out of memory'",
+     "NVIDIA/nccl src/include/checks.h, as the last line of torch's DistBackendError "
+     "('ncclUnhandledCudaError: Call to CUDA function failed. Last error: ...')"),
+]
+
+#: Failures of the host's memory: they keep their exit code (no more GPU memory would help).
+HOST_OOM_CORPUS = [
+    ("MemoryError", "CPython Objects/exceptions.c (PyErr_NoMemory)"),
+    ("numpy._core._exceptions._ArrayMemoryError: Unable to allocate 8.00 PiB for an array with shape "
+     "(1099511627776, 1024) and data type float64",
+     "numpy numpy/_core/_exceptions.py (_ArrayMemoryError), captured from the venv's numpy 2.4"),
+    ('Exception in thread "main" java.lang.OutOfMemoryError: Java heap space', "OpenJDK (the JVM's heap)"),
+    ("Killed", "the shell's report of SIGKILL: the kernel's OOM killer (mm/oom_kill.c) leaves no text of its own "
+               "in the process's stderr, only exit 137"),
+]

@@ -8,8 +8,10 @@ ApplicationMaster can tell "needs more GPU memory" from any other crash (``docs/
 * :func:`recognise` — the frameworks' out-of-memory failures, from the process's exit code and the tail of its
   stderr: TensorFlow's ``ResourceExhaustedError`` / ``OOM when allocating tensor`` (and its allocator's
   ``ran out of memory trying to allocate``), PyTorch's ``torch.OutOfMemoryError`` / ``CUDA out of memory``
-  (and ``CUDA error: out of memory``), XLA's ``RESOURCE_EXHAUSTED: Out of memory``, and the cap bootstrap's own
-  hint (``[melon-cap] this task ran out of GPU memory ...``). Only a non-zero exit can be an out-of-memory
+  (and ``CUDA error: out of memory``), XLA's ``RESOURCE_EXHAUSTED: Out of memory``, the driver's
+  ``CUDA_ERROR_OUT_OF_MEMORY`` as TensorFlow's stream executor logs it, the libraries' ``CUBLAS_STATUS_ALLOC_FAILED``
+  / ``CUDNN_STATUS_ALLOC_FAILED`` (PyTorch's and TensorFlow's handles), NCCL's ``Cuda failure 'out of memory'``, and
+  the cap bootstrap's own hint (``[melon-cap] this task ran out of GPU memory ...``). Only a non-zero exit can be an out-of-memory
   failure; the executor's own ``[melon-executor]`` lines are never matched. :func:`host_memory` tells a failure of
   the host's memory (TensorFlow's CPU device) apart: that task keeps its exit code.
 * :func:`stderr_tail` — the last 64 KiB of the executor's own stderr. The user's process inherits it (it is not
@@ -52,6 +54,9 @@ _OOM = re.compile(
     r"|\bCUDA out of memory\b"                           # PyTorch's caching allocator
     r"|\bCUDA error: out of memory\b"                    # CUDA itself (e.g. creating the context)
     r"|\bRESOURCE_EXHAUSTED: Out of memory\b"            # XLA (JAX)
+    r"|\bCUDA_ERROR_OUT_OF_MEMORY\b"                    # the driver's name, via XLA/TF's stream executor
+    r"|\bCU(?:BLAS|DNN|SPARSE|SOLVER)_STATUS_ALLOC_FAILED\b"  # cuBLAS/cuDNN/... handles and workspaces
+    r"|\bCuda failure 'out of memory'"                  # NCCL's CUDACHECK (cudaGetErrorString)
     r"|\[melon-cap\] this task ran out of GPU memory",   # the cap bootstrap's hint (framework.SITECUSTOMIZE)
     re.IGNORECASE,
 )

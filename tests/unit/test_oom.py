@@ -177,3 +177,35 @@ def test_host_memory_is_told_from_gpu_memory(tf_oom):
     assert oom.recognise(1, oom_texts.TF_GPU_OOM_STDERR) and not oom.host_memory(1, oom_texts.TF_GPU_OOM_STDERR)
     torch = oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE)
     assert not oom.host_memory(1, torch) and not oom.host_memory(0, oom_texts.TF_OOM_STDERR)
+
+
+@pytest.mark.parametrize("line, source", oom_texts.GPU_OOM_CORPUS, ids=[s.split(" (")[0] + f"#{i}" for i, (_, s) in
+                                                                       enumerate(oom_texts.GPU_OOM_CORPUS)])
+def test_the_frameworks_gpu_oom_corpus_is_recognised(line, source):
+    """Every GPU out-of-memory line of the corpus (each with the file that emits it) names an OOM, of the GPU."""
+    text = "epoch 3 loss 0.41\n" + oom_texts.traceback_of(line)
+    signature = oom.recognise(1, text)
+    assert signature is not None, f"not recognised ({source}): {line}"
+    assert not oom.host_memory(1, text), source
+
+
+@pytest.mark.parametrize("line, source", oom_texts.HOST_OOM_CORPUS)
+def test_host_memory_failures_are_not_gpu_out_of_memory(line, source):
+    text = oom_texts.traceback_of(line)
+    assert oom.recognise(1, text) is None or oom.host_memory(1, text), source
+    assert oom.recognise(137, "Killed") is None  # the kernel's OOM killer: SIGKILL, no framework text
+
+
+def test_numpys_real_array_memory_error_is_the_hosts():
+    """numpy's _ArrayMemoryError captured live (the venv's numpy): the host's memory, never a GPU OOM."""
+    p = subprocess.run([sys.executable, "-c", "import numpy as np; np.empty((2**40, 2**10))"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 1 and "_ArrayMemoryError" in p.stderr, p.stderr[-2000:]
+    assert oom.recognise(p.returncode, p.stderr) is None
+
+
+def test_recorded_tensorflow_gpu_oom_names_the_exception_of_the_gpu():
+    signature = oom.recognise(1, oom_texts.TF_GPU_OOM_STDERR)
+    assert signature.startswith("ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and "
+                                "type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc")
+    assert not oom.host_memory(1, oom_texts.TF_GPU_OOM_STDERR)
