@@ -5,17 +5,20 @@ in HDFS, one file per run in the staging folder's ``profiles/``, per tenant):
 
 ``{"app_id", "at" (epoch s), "state" (the application's final status), "initial_mb" (the expected memory it
 started with), "expected_mb" (the figure its tasks ended with: grown after out-of-memory exits), "peak_mb" (the
-highest GPU memory its tasks used: NVML or the framework's own peak counter; null when unknown, e.g. without a
-GPU), "oom" (whether a task of the role ran out of GPU memory), "growths"}``
+highest GPU memory its tasks' models used, without the CUDA context; null when unknown, e.g. without a GPU),
+"peak_source" (where that peak came from, the heartbeats' ``gpu_memory_peak_source``: ``tensorflow``, ``torch``,
+``user``, ``nvml-process``, ``nvml-device``; null when the AM did not say), "oom" (whether a task of the role ran
+out of GPU memory), "growths"}``
 
 The learned figure (:func:`learned_mb`) looks at the role's last :data:`RECENT` runs and takes the largest of:
 
-- a run with a known peak: ``peak × (1 + MARGIN)`` — what the task really used, plus headroom;
-- a run that succeeded without a known peak: the figure it succeeded at (``expected_mb``);
+- a run with a known peak of its own: ``peak × (1 + MARGIN)`` — what the task really used, plus headroom; but a
+  successful run whose NVML peak reached its cap teaches the cap it succeeded at;
+- a run whose only peak is device-wide (``nvml-device``: neighbours included) or that has none, and succeeded:
+  the figure it succeeded at, lowered to ``device peak × (1 + MARGIN)`` when that is less;
 - a run that ended out of memory (its growths used up): ``expected_mb × growth`` — more than what was too little.
 
-So one OOM that grew 1024 → 1536 MiB and then succeeded teaches 1536 MiB (or ``peak × 1.1`` once a GPU reports
-the peak), and the next run starts there: no OOM, no growth.
+The figure is capped at what the largest GPU can give (less the CUDA context the task reserves beside it).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Mapping, Optional, Sequence
 
-__all__ = ["MARGIN", "RECENT", "KEEP", "learned_mb", "run_record"]
+__all__ = ["MARGIN", "RECENT", "KEEP", "DEVICE_WIDE", "learned_mb", "run_record"]
 
 #: headroom over a measured peak (the profiler's SAFETY_MARGIN)
 MARGIN = 0.10
@@ -31,6 +34,8 @@ MARGIN = 0.10
 RECENT = 5
 #: how many runs a task's history keeps
 KEEP = 20
+#: the peak source that is not the task's own (``runtime/peak.py``'s NVML device fallback)
+DEVICE_WIDE = "nvml-device"
 
 
 def _ceil(value: float) -> int:
@@ -43,46 +48,80 @@ def _int(value) -> Optional[int]:
     return int(math.ceil(value))
 
 
+def _candidates(run: Mapping, growth: float) -> list[tuple[int, str]]:
+    """What one run teaches: ``(MiB, why)`` each."""
+    peak, expected = _int(run.get("peak_mb")), _int(run.get("expected_mb"))
+    succeeded = run.get("state") == "SUCCEEDED"
+    out = []
+    if run.get("oom") and not succeeded and expected is not None:
+        out.append((_ceil(expected * growth), f"out of memory at {expected} MiB × {growth:g}"))
+    if peak is not None and run.get("peak_source") == DEVICE_WIDE:
+        # The device's whole use, neighbours included: not this task's need (three neighbours would teach it
+        # their memory, and an OOM beside them a figure no GPU has). It is only an upper bound of what the task
+        # used, so a successful run may teach less than the figure it succeeded at, never more.
+        if succeeded and expected is not None:
+            bound = _ceil(peak * (1 + MARGIN))
+            out.append((bound, f"device-wide peak {peak} MiB (neighbours included) × {1 + MARGIN:.2f}, under "
+                               f"the {expected} MiB it succeeded at") if bound < expected
+                       else (expected, f"succeeded at {expected} MiB"))
+    elif peak is not None and run.get("peak_source") == "nvml-process" and succeeded and expected is not None \
+            and peak >= expected:
+        # NVML's reading at the cap is an allocator that takes what it is given (TensorFlow without memory growth):
+        # it says the cap sufficed, not that the task needs more. Cap × 1.1 would grow every night. (A framework's
+        # own counter cannot pass the cap; a user's figure above it is a job the cap does not bind: both kept.)
+        out.append((expected, f"succeeded at {expected} MiB (its peak {peak} MiB reached its cap)"))
+    elif peak is not None:
+        out.append((_ceil(peak * (1 + MARGIN)), f"peak {peak} MiB × {1 + MARGIN:.2f}"))
+    elif succeeded and expected is not None:
+        out.append((expected, f"succeeded at {expected} MiB"))
+    return out
+
+
 def learned_mb(runs: Sequence[Mapping], *, growth: float = 1.5, recent: int = RECENT,
-               largest_gpu_mb: Optional[int] = None) -> Optional[tuple[int, str]]:
+               largest_gpu_mb: Optional[int] = None, context_mb: int = 0) -> Optional[tuple[int, str]]:
     """The learned expected memory of one role from its ``runs`` (oldest first), with a sentence saying where it
     comes from; None when no run teaches anything (none yet, or only runs that neither succeeded nor ran out of
-    memory with a known figure)."""
+    memory with a known figure). ``largest_gpu_mb``: the cluster's largest GPU, of which ``context_mb`` is the
+    CUDA context's: the figure never asks for more than the rest (pre-flight would refuse every later run)."""
     best: Optional[tuple[int, str]] = None
     considered = [r for r in runs if isinstance(r, Mapping)][-recent:]
     for run in considered:
-        peak, expected = _int(run.get("peak_mb")), _int(run.get("expected_mb"))
-        candidates = []
-        if peak is not None:
-            candidates.append((_ceil(peak * (1 + MARGIN)), f"peak {peak} MiB × {1 + MARGIN:.2f}"))
-        if run.get("oom") and run.get("state") != "SUCCEEDED" and expected is not None:
-            candidates.append((_ceil(expected * growth), f"out of memory at {expected} MiB × {growth:g}"))
-        elif peak is None and run.get("state") == "SUCCEEDED" and expected is not None:
-            candidates.append((expected, f"succeeded at {expected} MiB"))
-        for candidate in candidates:
+        for candidate in _candidates(run, growth):
             if best is None or candidate[0] > best[0]:
                 best = (candidate[0], f"{candidate[1]} in run {run.get('app_id') or '?'}")
     if best is None:
         return None
     mb, why = best
-    if largest_gpu_mb and mb > largest_gpu_mb:
-        mb, why = largest_gpu_mb, f"{why}, capped at the largest GPU ({largest_gpu_mb} MiB)"
+    room = int(largest_gpu_mb or 0) - int(context_mb or 0)
+    if largest_gpu_mb and room > 0 and mb > room:
+        less = f" less {int(context_mb)} MiB for the CUDA context" if context_mb else ""
+        mb, why = room, f"{why}, capped at the largest GPU ({int(largest_gpu_mb)} MiB{less})"
     return mb, f"learned from the last {len(considered)} run(s): {why}"
 
 
 def run_record(role: str, tasks: Iterable[Mapping], *, app_id: str, state: Optional[str], at: float,
                planned_mb: int) -> dict:
     """One role's record of a finished run from the AM's final status ``tasks`` (``expected_gpu_memory_mb``,
-    ``initial_gpu_memory_mb``, ``gpu_memory_peak_mb``, ``oom_growths``, ``oom`` per task)."""
+    ``initial_gpu_memory_mb``, ``gpu_memory_peak_mb`` with ``gpu_memory_peak_source`` when the AM carries it,
+    ``oom_growths``, ``oom`` per task). The peak is the largest of the tasks' own peaks; a device-wide one only
+    when no task has its own."""
     mine = [t for t in tasks if isinstance(t, Mapping) and t.get("role") == role]
-    peaks = [p for p in (_int(t.get("gpu_memory_peak_mb")) for t in mine) if p is not None]
-    peaks += [p for p in (_int((t.get("oom") or {}).get("peak_mb")) for t in mine) if p is not None]
+    peaks = []  # (MiB, source)
+    for t in mine:
+        source = t.get("gpu_memory_peak_source") if isinstance(t.get("gpu_memory_peak_source"), str) else None
+        oom = t.get("oom") if isinstance(t.get("oom"), Mapping) else {}
+        oom_source = oom.get("peak_source") if isinstance(oom.get("peak_source"), str) else source
+        for mb, src in ((_int(t.get("gpu_memory_peak_mb")), source), (_int(oom.get("peak_mb")), oom_source)):
+            if mb is not None:
+                peaks.append((mb, src))
+    own = [p for p in peaks if p[1] != DEVICE_WIDE]
+    peak = max(own or peaks, key=lambda p: p[0], default=(None, None))
     expected = [e for e in (_int(t.get("expected_gpu_memory_mb")) for t in mine) if e is not None]
     return {
         "role": role, "app_id": app_id, "at": int(at), "state": state,
         "initial_mb": planned_mb,
         "expected_mb": max(expected) if expected else planned_mb,
-        "peak_mb": max(peaks) if peaks else None,
+        "peak_mb": peak[0], "peak_source": peak[1],
         "oom": any(bool(t.get("oom")) for t in mine),
         "growths": max([int(t.get("oom_growths") or 0) for t in mine] or [0]),
     }

@@ -84,17 +84,19 @@ def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Ma
     return path
 
 
-def resolve(runs_of, roles: Mapping[str, Any], largest_gpu_mb: Optional[int] = None
+def resolve(runs_of, roles: Mapping[str, Any], largest_gpu_mb: Optional[int] = None, context_mb: int = 0
             ) -> tuple[dict[str, int], list[str]]:
     """The figure of each ``gpu_memory: auto`` role of ``roles`` (name → RoleSpec) and one line per role saying
-    where it came from: learned (``runs_of(role)`` → its records, oldest first), else the role's first-run figure
-    (``auto:<size>``, which the operator's ``gpu_memory``, a profile step's, sets). ValueError naming the field
-    when neither exists."""
+    where it came from: learned (``runs_of(role)`` → its records, oldest first; at most ``largest_gpu_mb`` less
+    ``context_mb``, when the cluster's largest GPU is known), else the role's first-run figure (``auto:<size>``,
+    which the operator's ``gpu_memory``, a profile step's, sets). ValueError naming the field when neither
+    exists."""
     figures, lines = {}, []
     for name, role in roles.items():
         if not getattr(role, "gpu_memory_auto", False):
             continue
-        found = learned.learned_mb(runs_of(name), growth=role.oom_growth, largest_gpu_mb=largest_gpu_mb)
+        found = learned.learned_mb(runs_of(name), growth=role.oom_growth, largest_gpu_mb=largest_gpu_mb,
+                                   context_mb=context_mb)
         if found is not None:
             figures[name], why = found
         elif role.gpu_memory_first_mb:

@@ -31,6 +31,7 @@ import tenacity
 
 from airflow_provider_melon import submission
 from airflow_provider_melon.gpu import learned
+from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hadoop import queues as _queues
 # the deterministic bundling: hadoop/bundle.py (re-exported: these names were this module's)
@@ -509,11 +510,22 @@ class MelonHook:
                 log.warning("memory history of %s not read: %s", key, exc)
                 return []
 
-        figures, lines = memory_history.resolve(runs_of, spec.roles)
+        figures, lines = memory_history.resolve(runs_of, spec.roles, self.largest_gpu_mb(), self.gpu_context_mb)
         resolved = spec.model_copy(deep=True)
         for name, mb in figures.items():
             resolved.roles[name] = resolved.roles[name].model_copy(update={"gpu_memory": mb})
         return resolved, lines
+
+    def largest_gpu_mb(self) -> Optional[int]:
+        """The memory of the cluster's largest GPU (the RM's RUNNING nodes, as pre-flight reads them), None when the
+        RM cannot say (not reachable, no node advertising GPU memory): the learned figure is then not capped."""
+        try:
+            largest = _preflight.check(self.yarn.nodes(), {}).largest_gpu_mb
+        except Exception as exc:  # noqa: BLE001 - the cap is a bound, not a condition of submitting
+            log.warning("the cluster's largest GPU is unknown (nodes not read: %s): the learned GPU memory is not "
+                        "capped", exc)
+            return None
+        return int(largest) or None
 
     def record_gpu_memory(self, key: str, app_id: str, final: Optional[dict]) -> Optional[str]:
         """Add the ended run ``app_id`` (its AM's final status ``final``) to the history under ``key``, one record

@@ -55,6 +55,7 @@ from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hadoop.app_state import (LIVE_STATES, PollStep, classify, emit, ended_event, job_result,
                                                     kill_waiting, killed_line, make_event_payload, timeout_seconds)
 from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, hdfs_asset_uri
+from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
@@ -136,9 +137,12 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     :param admin_acl: who besides the owner may view and kill the application (a Hadoop ACL ``"users groups"``,
         e.g. ``" melon-admins"``); default the yarn connection's extra ``admin_acl`` / ``[melon] admin_acl``.
     :param durable: Airflow 3.3 ``ResumableJobMixin``: keep the application id in the task state store.
+    :param memory_key: the GPU memory history ``gpu_memory: auto`` learns from and records to (templated; plain names
+        joined by ``/``, e.g. ``"{{ dag.dag_id }}/train/bs-{{ params.batch }}"``). Default ``<dag_id>/<task_id>``,
+        and ``<dag_id>/<task_id>/map-<index>`` for each mapped task instance, so mapped trials learn apart.
     """
 
-    template_fields: Sequence[str] = ("job", "gpu_memory", "run_as", "yarn_queue")
+    template_fields: Sequence[str] = ("job", "gpu_memory", "run_as", "yarn_queue", "memory_key")
     template_fields_renderers = {"job": "json"}
     ui_color = "#c8e6c9"
     operator_extra_links = (YarnApplicationLink(), MelonAmStatusLink(), TensorBoardLink())
@@ -166,12 +170,14 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         run_as: Optional[str] = None,
         yarn_queue: Optional[str] = None,
         admin_acl: Optional[str] = None,
+        memory_key: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.run_as = run_as
         self.yarn_queue = yarn_queue
         self.admin_acl = admin_acl
+        self.memory_key = memory_key
         if poll_interval is None:
             poll_interval = conf.getfloat("melon", "poll_interval", fallback=10.0)
         if float(poll_interval) < MIN_POLL_INTERVAL:
@@ -242,9 +248,18 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         return self.hook.yarn
 
     # ---- the spec -----------------------------------------------------------------------------------------
-    @property
-    def memory_key(self) -> str:  # this task's GPU memory history: profiles/<key>/memory in the staging folder
-        return f"{self.dag_id}/{self.task_id}"
+    def memory_key_for(self, context: "Context") -> str:
+        """This task instance's GPU memory history, ``profiles/<key>/memory`` in the staging folder: ``memory_key``
+        when given, else ``<dag_id>/<task_id>``, with ``/map-<index>`` for a mapped task instance."""
+        if self.memory_key:
+            key = str(self.memory_key).strip().strip("/")
+            try:
+                memory_history.folder("/", key)
+            except ValueError as exc:
+                raise AirflowFailException(f"memory_key: {exc}") from None
+            return key
+        dag_id, task_id, _, map_index = self._ti_identity(context)
+        return f"{dag_id}/{task_id}" + (f"/map-{map_index}" if map_index >= 0 else "")
 
     def _base_dir(self) -> Optional[str]:
         dag = self.dag if self.has_dag() else None
@@ -413,7 +428,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                 self._announce(context, app_id, existing)
                 return app_id, existing
         try:
-            spec, lines = self.hook.resolve_gpu_memory(spec, self.memory_key)
+            spec, lines = self.hook.resolve_gpu_memory(spec, self.memory_key_for(context))
         except ValueError as exc:
             raise AirflowFailException(f"{spec.name}: {exc}") from None
         self._spec = spec
@@ -656,7 +671,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self._link_am_status_to_app_page(context, app_id)
         final = self.hook.final_status(app_id)
         try:
-            path = self.hook.record_gpu_memory(self.memory_key, app_id, final)
+            path = self.hook.record_gpu_memory(self.memory_key_for(context), app_id, final)
             if path:
                 self.log.info("GPU memory of %s recorded in %s (gpu_memory: auto learns from it)", app_id, path)
         except Exception as exc:  # noqa: BLE001 - learning is a bonus; the run's result stands

@@ -197,13 +197,14 @@ def test_hpo_trials_start_at_the_gpu_memory_earlier_runs_taught(runs, airflow_st
     the AM carries the same line as a label, which the UI's job page shows."""
     for name in ("hpo", "hpo_cli"):
         runs.wait(name)
-    history = memory_history.folder(melon_hook.staging_dir, "melon_hpo_fanout/trial")
+    history = memory_history.folder(melon_hook.staging_dir, "melon_hpo_fanout/trial/map-0")  # each trial its own
     recorded = melon_hook.hdfs.list(history)
-    assert len(recorded) >= 8 and melon_hook.hdfs.status(history)["permission"] == "700", recorded
+    assert len(recorded) >= 2 and melon_hook.hdfs.status(history)["permission"] == "700", recorded
     run_id = airflow_stack.trigger("melon_hpo_fanout")
     run = airflow_stack.wait_run("melon_hpo_fanout", run_id, 1200)
     assert run["state"] == "success", airflow_stack.run_picture("melon_hpo_fanout", run_id)
-    learned = "roles.worker.gpu_memory auto: 6144 MiB (learned from the last 5 run(s): succeeded at 6144 MiB in run"
+    learned = (f"roles.worker.gpu_memory auto: 6144 MiB (learned from the last {min(len(recorded), 5)} run(s): "
+               "succeeded at 6144 MiB in run")
     text = airflow_stack.task_log("melon_hpo_fanout", run_id, "trial", map_index=0)
     assert learned in text, text[-3000:]
     [app] = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_hpo_fanout", run_tag(run_id)],

@@ -74,7 +74,8 @@ def test_run_record_from_the_am_final_status():
     rec = learned.run_record("worker", tasks, app_id="application_1_0001", state="SUCCEEDED", at=5.5,
                              planned_mb=1024)
     assert rec == {"role": "worker", "app_id": "application_1_0001", "at": 5, "state": "SUCCEEDED",
-                   "initial_mb": 1024, "expected_mb": 1536, "peak_mb": 1100, "oom": True, "growths": 1}
+                   "initial_mb": 1024, "expected_mb": 1536, "peak_mb": 1100, "peak_source": None, "oom": True,
+                   "growths": 1}
 
 
 def test_resolve_names_its_source_and_the_field():
@@ -99,3 +100,81 @@ def test_history_key_must_be_plain_names(key):
 
 def test_history_folder():
     assert memory_history.folder("/user/u/.melon", "dag/task") == "/user/u/.melon/profiles/dag/task/memory"
+
+
+# ---- a learned figure that converges (the peak's source, a cap-filling peak, the largest GPU) ----------------
+def test_a_peak_that_fills_its_cap_does_not_ratchet_the_figure():
+    """TensorFlow without allow-growth takes its whole limit at start: a peak read by NVML (less the context) is the
+    cap it ran at, whatever the model needs. Twelve nightly runs that each succeed with the cap filled must not
+    teach cap × 1.1 each time (4096 → 4506 → 4957 → ...): a successful run says the cap sufficed."""
+    runs, figure = [], 4096
+    for night in range(12):
+        runs.append({"app_id": f"application_1_{night:04d}", "state": "SUCCEEDED", "initial_mb": figure,
+                     "expected_mb": figure, "peak_mb": figure, "peak_source": "nvml-process", "oom": False})
+        figure, why = learned.learned_mb(runs)
+    assert figure == 4096, why
+    assert "reached its cap" in why
+
+
+def test_a_device_wide_peak_only_bounds_the_figure():
+    """NVML's device-wide reading (the container's pids are not NVML's) counts the neighbours on a shared GPU: it
+    is never taken as the task's own peak, only as an upper bound of what the task used."""
+    device = {"app_id": "a", "state": "SUCCEEDED", "expected_mb": 8192, "peak_source": "nvml-device", "oom": False}
+    mb, why = learned.learned_mb([device | {"peak_mb": 30000}])  # three neighbours on the GPU
+    assert mb == 8192 and "succeeded at 8192 MiB" in why
+    mb, why = learned.learned_mb([device | {"peak_mb": 5000}])  # alone on the GPU: the task used at most that
+    assert mb == 5500 and "device-wide" in why
+    oom = device | {"state": "FAILED", "oom": True, "expected_mb": 2048, "peak_mb": 60000}
+    assert learned.learned_mb([oom], growth=1.5)[0] == 3072  # the growth rule, not the neighbours' 60000 × 1.1
+
+
+def test_run_record_carries_the_peaks_source_and_prefers_a_process_peak():
+    tasks = [
+        {"role": "worker", "index": 0, "initial_gpu_memory_mb": 4096, "expected_gpu_memory_mb": 4096,
+         "gpu_memory_peak_mb": 3400, "gpu_memory_peak_source": "tensorflow", "oom_growths": 0, "oom": None},
+        {"role": "worker", "index": 1, "initial_gpu_memory_mb": 4096, "expected_gpu_memory_mb": 4096,
+         "gpu_memory_peak_mb": 9000, "gpu_memory_peak_source": "nvml-device", "oom_growths": 0, "oom": None},
+    ]
+    rec = learned.run_record("worker", tasks, app_id="application_1_0002", state="SUCCEEDED", at=1, planned_mb=4096)
+    assert (rec["peak_mb"], rec["peak_source"]) == (3400, "tensorflow")
+    only_device = learned.run_record("worker", tasks[1:], app_id="x", state="SUCCEEDED", at=1, planned_mb=4096)
+    assert (only_device["peak_mb"], only_device["peak_source"]) == (9000, "nvml-device")
+    # an AM that does not say where its peak came from (older MeLoN): the source is unknown, the peak kept
+    plain = [{k: v for k, v in tasks[0].items() if k != "gpu_memory_peak_source"}]
+    rec = learned.run_record("worker", plain, app_id="y", state="SUCCEEDED", at=1, planned_mb=4096)
+    assert (rec["peak_mb"], rec["peak_source"]) == (3400, None)
+
+
+def test_the_learned_figure_leaves_room_for_the_context_on_the_largest_gpu():
+    """An OOM at the top teaches 1.5 × the figure; capped at the largest GPU less the CUDA context, pre-flight (which
+    adds the context) still lets the next run through instead of refusing every later one."""
+    top = {"app_id": "application_1_0009", "state": "FAILED", "expected_mb": 81000, "oom": True, "peak_mb": None}
+    mb, why = learned.learned_mb([top], growth=1.5, largest_gpu_mb=81559, context_mb=400)
+    assert mb == 81159
+    assert "capped at the largest GPU (81559 MiB less 400 MiB for the CUDA context)" in why
+
+
+def test_the_hook_caps_the_learned_figure_at_the_clusters_largest_gpu(monkeypatch):
+    """``MelonHook.resolve_gpu_memory`` knows the cluster (the RM's nodes, as pre-flight reads them): a task whose last
+    run ran out of memory at the top learns no more than the largest GPU gives, and pre-flight passes."""
+    from unittest import mock
+
+    from airflow_provider_melon.gpu import preflight
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    nodes = [{"id": "gpu1:8041", "state": "RUNNING",
+              "totalResource": {"resources": {"yarn.io/gpu": 8, "melon.io/gpu-memory": 8 * 81559}}},
+             {"id": "gpu2:8041", "state": "RUNNING",
+              "totalResource": {"resources": {"yarn.io/gpu": 4, "melon.io/gpu-memory": 4 * 40960}}}]
+    top = {"role": "worker", "app_id": "application_1_0009", "state": "FAILED", "expected_mb": 81000, "oom": True,
+           "peak_mb": 81000, "peak_source": "torch"}
+    hook = MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=object(),
+                     fs_default_fs="hdfs://nn:8020", gpu_context_mb=400)
+    spec = JobSpec.from_dict(_job(gpu_memory="auto:8GiB"))
+    with mock.patch.object(YarnHook, "nodes", autospec=True, return_value=nodes), \
+            mock.patch.object(memory_history, "read_runs", return_value=[top]):
+        resolved, lines = hook.resolve_gpu_memory(spec, "dag/task")
+    assert resolved.roles["worker"].gpu_memory_mb == 81559 - 400, lines
+    assert "capped at the largest GPU (81559 MiB less 400 MiB for the CUDA context)" in lines[0]
+    assert preflight.check(nodes, resolved.roles, 400).ok

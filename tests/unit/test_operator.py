@@ -134,7 +134,7 @@ def test_poll_interval_below_minimum_is_an_error():
 
 def test_defaults_and_template_fields():
     op = make_op()
-    assert op.template_fields == ("job", "gpu_memory", "run_as", "yarn_queue")
+    assert op.template_fields == ("job", "gpu_memory", "run_as", "yarn_queue", "memory_key")
     assert op.cancel_on_kill is True and op.stream_logs is True
     assert op.deferrable is False
     assert {type(link) for link in op.operator_extra_links} == {YarnApplicationLink, MelonAmStatusLink,
