@@ -51,8 +51,9 @@ YARN as the application's progress; its ``/status`` page and Airflow show them.
 
 GPU memory (``runtime/oom.py``): the user's process gets ``MELON_PEAK_FILE`` (``melon-peak.json`` in the container's
 directory, absolute), in every mode; ``{"peak_mb": N}`` written there (by the cap bootstrap at exit, or by the
-user's script itself) is its peak GPU memory. Every heartbeat carries ``gpu_memory_peak_mb``, the largest of that
-and of the NVML samples (``gpu_memory_used_mb``), once known. A non-zero exit whose stderr tail (the container's
+user's script itself) is its peak GPU memory. Every heartbeat carries ``gpu_memory_peak_mb`` once known, and its
+source in ``gpu_memory_peak_source``: that figure, else the NVML samples (``gpu_memory_used_mb``) less the CUDA
+context (``runtime/peak.py``). A non-zero exit whose stderr tail (the container's
 stderr file, which the user's process shares with the executor) names a framework's out-of-memory error exits 76,
 and the final heartbeat carries ``"oom": {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}``.
 
@@ -101,6 +102,7 @@ from airflow_provider_melon.gpu.ledger import Ledger, UnsafeLedger
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import oom as _oom
 from airflow_provider_melon.runtime import outputs as _outputs
+from airflow_provider_melon.runtime import peak as _peak
 from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
 from airflow_provider_melon.runtime.progress import read_progress
@@ -136,7 +138,9 @@ class Executor:
         self.terminating = threading.Event()
         self.cap_dir: Optional[str] = None
         self.peak_file = os.path.join(self.workdir, "melon-peak.json")  # MELON_PEAK_FILE (runtime/oom.py)
-        self.peak_mb: Optional[int] = None  # the largest of the NVML samples and the peak file
+        self.peak_mb: Optional[int] = None  # the task's peak GPU memory, context not included (runtime/peak.py)
+        self.peak_source: Optional[str] = None  # where peak_mb came from (runtime/peak.py SOURCES)
+        self.nvml_peak_mb: Optional[int] = None  # the largest NVML per-process sample (CUDA context included)
         self._peak_lock = threading.Lock()
         self.largest_gpu_mb: Optional[int] = None  # the largest GPU of this node's list
         self.stderr_mark: Optional[int] = None  # where fd 2's file ended when the user's process started
@@ -356,9 +360,11 @@ class Executor:
             if used is not None:
                 body["gpu_memory_used_mb"] = used
             self.note_peak(used)
-        self.note_peak(_oom.read_peak(self.peak_file))
+        else:
+            self.note_peak()
         if self.peak_mb is not None:
             body["gpu_memory_peak_mb"] = self.peak_mb
+            body["gpu_memory_peak_source"] = self.peak_source
         if self.oom is not None:
             body["oom"] = self.oom
         if message:
@@ -370,10 +376,22 @@ class Executor:
         status, _ = self.am.post("/heartbeat", body)
         return status
 
-    def note_peak(self, mb: Optional[int]) -> None:
-        if mb is not None:
-            with self._peak_lock:
-                self.peak_mb = mb if self.peak_mb is None else max(self.peak_mb, mb)
+    def note_peak(self, nvml_mb: Optional[int] = None) -> None:
+        """Take in an NVML per-process sample (MiB, CUDA context included), if any, and choose the peak anew from
+        the samples and the peak file (:func:`runtime.peak.task_peak`). While the user's process runs with a
+        framework counter announced in the peak file but not yet written, the samples are no peak: there is none."""
+        with self._peak_lock:
+            if nvml_mb is not None:
+                self.nvml_peak_mb = nvml_mb if self.nvml_peak_mb is None else max(self.nvml_peak_mb, nvml_mb)
+            counter = _peak.read_file(self.peak_file)
+            child = self.child
+            if counter is not None and counter[0] is None and child is not None and child.poll() is None:
+                self.peak_mb = self.peak_source = None
+                return
+            shared = self.cfg.gpus <= 0 < self.cfg.gpu_memory_mb and bool(self.gpu_indices)
+            got = _peak.task_peak(counter, self.nvml_peak_mb, self.cfg.gpu_context_mb if shared else 0,
+                                  cap_mb=self.cfg.gpu_memory_mb if shared else None)
+            self.peak_mb, self.peak_source = got if got is not None else (None, None)
 
     def gpu_oom(self, code: int) -> Optional[dict]:
         """The ``oom`` object of the final heartbeat when the user's process died of a GPU out-of-memory error
@@ -385,7 +403,7 @@ class Executor:
                 log(f"the user's process ran out of host memory, not GPU memory: {signature}")
             return None
         cfg = self.cfg
-        self.note_peak(_oom.read_peak(self.peak_file))
+        self.note_peak()
         cap = cfg.gpu_memory_mb if cfg.gpus <= 0 < cfg.gpu_memory_mb and self.gpu_indices else None
         self.oom = {"cap_mb": cap, "peak_mb": self.peak_mb, "largest_gpu_mb": self.largest_gpu_mb,
                     "signature": signature}

@@ -5,9 +5,16 @@ documentation); no GPU is needed."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
-from airflow_provider_melon.runtime import peak
+from airflow_provider_melon.gpu import devices
+from airflow_provider_melon.runtime import executor, peak
+from airflow_provider_melon.runtime.config import Config
+from tests.fake_nvml import fake_nvml
 
 
 # ---- the rule ---------------------------------------------------------------------------------------------------
@@ -74,3 +81,68 @@ def test_read_file(tmp_path, content, expected):
     path.write_text(content)
     assert peak.read_file(str(path)) == expected
     assert peak.read_file(None) is None and peak.read_file(str(tmp_path / "none.json")) is None
+
+
+# ---- the executor's heartbeats ----------------------------------------------------------------------------------
+
+class Recorder:
+    def __init__(self):
+        self.bodies = []
+
+    def post(self, path, body):
+        self.bodies.append(json.loads(json.dumps(body)))
+        return 200, {}
+
+
+def capped_executor(tmp_path, monkeypatch, used_mb, cap_mb=4096, context_mb=500):
+    """An executor in shared mode on GPU 0, its user's process a real child that NVML (the fake) sees using
+    ``used_mb`` MiB; its heartbeats recorded."""
+    monkeypatch.chdir(tmp_path)
+    cfg = Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1",
+                           "MELON_SECRET": "s", "MELON_ENTRYPOINT": "true", "MELON_GPU_MEMORY_MB": str(cap_mb),
+                           "MELON_GPU_CONTEXT_MB": str(context_mb)})
+    ex = executor.Executor(cfg, env={})
+    ex.am = Recorder()
+    ex.gpu_indices, ex.gpu_source, ex.gpu_total_mb = [0], "nvml", 16384
+    ex.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml(
+        [{"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": used_mb, "util": 0,
+          "procs": {ex.child.pid: used_mb}}]))
+    return ex
+
+
+def end(ex):
+    ex.child.kill()
+    ex.child.wait()
+
+
+def test_heartbeats_count_a_preallocating_tensorflow_run_by_its_counter(tmp_path, monkeypatch):
+    ex = capped_executor(tmp_path, monkeypatch, used_mb=4096 + 500)
+    try:
+        ex.heartbeat()  # running: NVML shows the preallocated cap, which is no peak
+        assert ex.am.bodies[-1]["gpu_memory_used_mb"] == 4596
+        assert "gpu_memory_peak_mb" not in ex.am.bodies[-1], ex.am.bodies
+        (tmp_path / "melon-peak.json").write_text(json.dumps({"peak_mb": 1300, "source": "tensorflow"}))
+        ex.heartbeat()
+        assert (ex.am.bodies[-1]["gpu_memory_peak_mb"], ex.am.bodies[-1]["gpu_memory_peak_source"]) == (
+            1300, "tensorflow")
+    finally:
+        end(ex)
+
+
+def test_heartbeats_take_the_context_out_of_nvml_and_wait_for_an_announced_counter(tmp_path, monkeypatch):
+    ex = capped_executor(tmp_path, monkeypatch, used_mb=3708)
+    try:
+        ex.heartbeat()
+        body = ex.am.bodies[-1]
+        assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (3208, "nvml-process")
+        # the bootstrap announced torch's counter: until it is written, NVML's samples are no peak
+        (tmp_path / "melon-peak.json").write_text(json.dumps({"source": "torch"}))
+        ex.heartbeat()
+        assert "gpu_memory_peak_mb" not in ex.am.bodies[-1]
+        end(ex)  # it died without writing it (SIGKILL): the final heartbeat falls back to NVML's samples
+        ex.heartbeat("user process exited -9")
+        assert (ex.am.bodies[-1]["gpu_memory_peak_mb"], ex.am.bodies[-1]["gpu_memory_peak_source"]) == (
+            3208, "nvml-process")
+    finally:
+        end(ex)
