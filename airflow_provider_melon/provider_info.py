@@ -177,12 +177,12 @@ def get_provider_info() -> dict:
                     "job_log_lines_per_poll": {
                         "description": "Most lines of the job's own output (the chief's and failing tasks' "
                                        "stdout/stderr) MelonTrainOperator puts in the task log per poll.",
-                        "version_added": "0.2.0", "type": "integer", "example": None, "default": "200",
+                        "version_added": "0.1.0", "type": "integer", "example": None, "default": "200",
                     },
                     "job_log_max_bytes": {
                         "description": "Most bytes of the job's own output in the log of one task run; then a line "
                                        "links the full logs on the NodeManagers.",
-                        "version_added": "0.2.0", "type": "integer", "example": None, "default": "5242880",
+                        "version_added": "0.1.0", "type": "integer", "example": None, "default": "5242880",
                     },
                     "staging_dir": {
                         "description": "HDFS folder for content-addressed staging; {user} is the submitting user.",
@@ -195,7 +195,7 @@ def get_provider_info() -> dict:
                     "staging_retry_s": {
                         "description": "Seconds an upload keeps retrying while the NameNode restarts, fails over or "
                                        "is in safe mode.",
-                        "version_added": "0.2.0", "type": "integer", "example": None,
+                        "version_added": "0.1.0", "type": "integer", "example": None,
                         "default": str(STAGING_RETRY_S_DEFAULT),
                     },
                     "gpu_context_mb": {
@@ -205,7 +205,7 @@ def get_provider_info() -> dict:
                                        "capped at its expected memory. The yarn connection's extra gpu_context_mb "
                                        "overrides it; 0 for GPUs without a context (the embedded cluster's virtual "
                                        "ones).",
-                        "version_added": "0.3.0", "type": "integer", "example": "512",
+                        "version_added": "0.1.0", "type": "integer", "example": "512",
                         "default": str(GPU_CONTEXT_MB_DEFAULT),
                     },
                     "deployment_id": {
@@ -215,13 +215,13 @@ def get_provider_info() -> dict:
                                        "Give each Airflow that shares a cluster its own (dev, prod). Not set: a digest "
                                        "of [core] execution_api_server_url (else [api] base_url), or 'default' "
                                        "when neither is set.",
-                        "version_added": "0.3.0", "type": "string", "example": "prod-eu", "default": None,
+                        "version_added": "0.1.0", "type": "string", "example": "prod-eu", "default": None,
                     },
                     "ui_conn_ids": {
                         "description": "Comma-separated yarn connection ids the MeLoN UI plugin may use (its conn_id "
                                        "query parameter); empty: any connection of type yarn. The api-server reads "
                                        "the cluster with that connection's credentials.",
-                        "version_added": "0.3.0", "type": "string", "example": "yarn_default,yarn_gpu",
+                        "version_added": "0.1.0", "type": "string", "example": "yarn_default,yarn_gpu",
                         "default": None,
                     },
                     "admin_acl": {
@@ -230,7 +230,7 @@ def get_provider_info() -> dict:
                                        "melon-admins), set as the applications' VIEW_APP and MODIFY_APP ACLs. The "
                                        "operator's admin_acl and the yarn connection's extra admin_acl win over it. "
                                        "Empty: the owner only (and YARN's admins).",
-                        "version_added": "0.3.0", "type": "string", "example": " melon-admins", "default": None,
+                        "version_added": "0.1.0", "type": "string", "example": " melon-admins", "default": None,
                     },
                     "am_jar": {
                         "description": "Local path of an ApplicationMaster jar to use instead of the one shipped in the package.",

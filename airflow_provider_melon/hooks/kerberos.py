@@ -17,7 +17,8 @@ changed. Two principals configured with one cache file are refused (they would o
 Settings (connection extra → Airflow ``[kerberos]``): ``kerberos_principal`` → ``principal``,
 ``kerberos_keytab`` → ``keytab``, ``kerberos_ccache`` → ``ccache`` (without a keytab), ``krb5_conf`` (exported as
 ``KRB5_CONFIG``: one krb5.conf per process). Every failure is a :class:`KerberosError` that names the setting at
-fault and the fix.
+fault and the fix. The libraries are the ``[kerberos]`` extra; without them a Kerberos hook fails on first
+use, naming it.
 """
 
 from __future__ import annotations
@@ -134,6 +135,25 @@ def _explain(err: Exception, s: KerberosSettings) -> str:
     return f"Kerberos login failed: {text.strip()}"
 
 
+#: the libraries of the ``[kerberos]`` extra (requests-kerberos and, through pyspnego, gssapi): import name → package
+KERBEROS_LIBRARIES = {"requests_kerberos": "requests-kerberos", "spnego": "pyspnego", "gssapi": "gssapi"}
+#: what installs them (they build against the system's Kerberos: libkrb5-dev and a C compiler)
+KERBEROS_EXTRA = "airflow-provider-melon[kerberos]"
+
+
+def require_kerberos_libraries() -> None:
+    """:class:`KerberosError` naming the extra when a Kerberos library is not importable."""
+    import importlib
+
+    for module, package in KERBEROS_LIBRARIES.items():
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise KerberosError(f"auth=kerberos needs {package} (import {module}: {exc}), which is not installed: "
+                                f"pip install '{KERBEROS_EXTRA}' (it builds against the system's Kerberos: "
+                                "libkrb5-dev and a C compiler)") from None
+
+
 class TicketKeeper:
     """Keeps a valid ticket of one principal in its cache, and builds the SPNEGO auth objects that use it."""
 
@@ -141,6 +161,7 @@ class TicketKeeper:
         self.s = settings
         self._lock = threading.Lock()
         self._next_check = 0.0
+        require_kerberos_libraries()
         self.validate()
 
     def validate(self) -> None:

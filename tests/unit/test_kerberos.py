@@ -78,3 +78,25 @@ def test_the_webhdfs_client_of_a_kerberos_hook_uses_the_yarn_hooks_cache(keytab,
     assert ensured == ["erin/host.example@R"]  # the ticket came first
     assert client._session.auth.principal == spnego.KerberosCCache(ccache=f"FILE:{tmp_path / 'erin.ccache'}",
                                                                     principal="erin/host.example@R")
+
+
+@pytest.mark.parametrize("missing", ["requests_kerberos", "gssapi", "spnego"])
+def test_a_kerberos_connection_without_the_extra_fails_at_once_naming_it(missing, keytab, tmp_path, monkeypatch):
+    """The Kerberos libraries are the ``[kerberos]`` extra: without them (a None entry in sys.modules is how Python
+    itself marks a module that cannot be imported), a Kerberos hook fails on its first use, before any request,
+    with the pip command that fixes it."""
+    import json
+    import sys
+
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    monkeypatch.setitem(sys.modules, missing, None)
+    monkeypatch.setenv("AIRFLOW_CONN_YARN_KRB", json.dumps({
+        "conn_type": "yarn", "host": "rm.invalid", "port": 8088,
+        "extra": {"auth": "kerberos", "kerberos_principal": "frank@R", "kerberos_keytab": keytab,
+                  "kerberos_ccache": str(tmp_path / "frank.ccache")}}))
+    hook = YarnHook(yarn_conn_id="yarn_krb")
+    with pytest.raises(KerberosError) as err:
+        hook.get_conn()
+    assert "airflow-provider-melon[kerberos]" in str(err.value)
+    assert missing in str(err.value)

@@ -58,6 +58,15 @@ def test_provider_info_reports_the_package_version():
     assert get_provider_info()["versions"] == [__version__]
 
 
+def test_no_option_was_added_in_a_version_after_the_package():
+    def release(text):
+        return tuple(int(part) for part in text.split("."))
+
+    later = {key: option["version_added"] for key, option in declared().items()
+             if release(option["version_added"]) > release(__version__)}
+    assert not later, f"[melon] options 'added' after {__version__}, the package's own version: {later}"
+
+
 def test_staging_retry_s_has_one_default_for_airflow_and_melon_submit(tmp_path, monkeypatch, capsys):
     assert declared()["staging_retry_s"]["default"] == str(STAGING_RETRY_S_DEFAULT)
     seen = {}
