@@ -20,9 +20,17 @@ embedded Hadoop cluster (minicluster, up), packing a Python environment (pack-en
 planner (plan). `melon COMMAND --help` lists a command's options."""
 
 
+def _embedded_cluster_here() -> None:
+    from airflow_provider_melon.cli import jobs as cli_jobs
+
+    if not cli_jobs.in_checkout():  # an installed wheel: say where it lives, write nothing into site-packages
+        raise mc.MiniClusterError(cli_jobs.embedded_cluster_home())
+
+
 def _cluster(args) -> int:
     work_dir = Path(args.work_dir)
     if args.action == "start":
+        _embedded_cluster_here()
         details = mc.start(work_dir, port_base=args.port_base, nodemanagers=args.nodemanagers, gpus=args.gpus,
                            gpu_memory_mb=args.gpu_memory_mb, nm_memory_mb=args.nm_memory_mb,
                            timeout=args.timeout, secure=args.secure, tenants=args.tenants,
@@ -50,6 +58,7 @@ def _up(args) -> int:
     def stop_on(signum, _frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
+    _embedded_cluster_here()
     signal.signal(signal.SIGTERM, stop_on)
     signal.signal(signal.SIGINT, stop_on)
     work_dir, home = Path(args.work_dir), Path(args.airflow_home)

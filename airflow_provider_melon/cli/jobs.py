@@ -2,7 +2,8 @@
 
 The cluster comes from an Airflow connection (``--conn-id``, with ``--webhdfs-conn-id`` for staging: the provider's
 own hooks, as in Airflow), from RM URLs (``--rm``, repeatable or comma-separated for HA, ``--webhdfs``,
-``--user``), or, when neither is given, from the embedded mini cluster in ``--work-dir``.
+``--user``), or, when neither is given, from the Airflow connection ``yarn_default`` (installed from the wheel) or the
+embedded mini cluster in ``--work-dir`` (in a checkout of the repository).
 Output is human-readable (:mod:`.terminal`), or JSON with ``--json``; exit codes: :mod:`.exit_codes`
 (``melon --help``).
 """
@@ -53,6 +54,20 @@ def _split_urls(values: Optional[list[str]]) -> list[str]:
     return [u.strip() for v in values or [] for u in v.split(",") if u.strip()]
 
 
+def in_checkout() -> bool:
+    """Whether ``melon`` runs from a checkout of the repository (``appmaster/`` beside the package, where
+    ``make setup`` builds the embedded cluster's launcher) rather than from an installed wheel."""
+    return (mc.APPMASTER_DIR / "pom.xml").is_file()
+
+
+def embedded_cluster_home() -> str:
+    """What an installed ``melon`` says of the embedded cluster: where it lives, and what to use instead."""
+    return (f"the embedded Hadoop cluster runs from a checkout of the airflow-provider-melon repository, not from "
+            f"an installed package ({mc.REPO_ROOT}): its launcher is built there from appmaster/ (JDK 17, Maven). "
+            "In a checkout, `make up` (or `make setup` then `.venv/bin/melon minicluster start`). Against your "
+            "cluster, the job commands use the Airflow connection yarn_default (or --conn-id ID, or --rm URL)")
+
+
 class Cluster:
     """The hooks for the cluster the command line names (see the module docstring)."""
 
@@ -61,6 +76,8 @@ class Cluster:
         self.rm_urls = _split_urls(args.rm)
         if self.rm_urls and args.conn_id:
             raise UsageError("give the cluster either as --conn-id or as --rm, not both")
+        if not self.rm_urls and not args.conn_id and not in_checkout():
+            args.conn_id = "yarn_default"  # installed: the Airflow connection, as `melon doctor`; no embedded cluster
         self.mode = "rm" if self.rm_urls else "conn" if args.conn_id else "embedded"
         self.details = None
         if self.mode == "embedded":
@@ -471,7 +488,8 @@ def cluster_options() -> argparse.ArgumentParser:
     """The options naming the cluster (``--conn-id``/``--rm``/``--webhdfs``/``--user``/``--work-dir``, ``--json``,
     ``-v``): one parent parser for every command that talks to a cluster (the job commands, ``melon doctor``)."""
     parent = argparse.ArgumentParser(add_help=False)
-    g = parent.add_argument_group("cluster (default: the embedded mini cluster in --work-dir)")
+    g = parent.add_argument_group("cluster (default: the Airflow connection yarn_default; in a checkout of the "
+                                  "repository, the embedded mini cluster in --work-dir)")
     g.add_argument("--conn-id", help="Airflow connection of the ResourceManager (type yarn), e.g. yarn_default")
     g.add_argument("--webhdfs-conn-id", help="Airflow connection of WebHDFS, for submit's staging (default "
                    "webhdfs_default)")
