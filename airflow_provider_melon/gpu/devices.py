@@ -15,6 +15,16 @@ node's GPUs for us, the embedded cluster gave each NodeManager its own: ``minicl
 it in the yarn connection's ``container_env`` to keep MeLoN off the GPUs YARN's own GPU plugin manages:
 docs/gpu-plugin.md), devices outside it (by index or UUID) are not offered, NVML's and the inventory's alike;
 ``-1`` hides them all.
+
+A GPU in MIG mode (``nvmlDeviceGetMigMode``) is not offered: MeLoN shares a GPU by memory among processes and does
+not address MIG instances, and NVML gives no per-process memory there. :func:`nvml_gpus` leaves it out and says so
+(``GpuList.mig``, the reason names the device and the fix); the executor refuses such a node (exit 75) and
+``melon doctor`` fails on it.
+
+NVML's view of processes (``DeviceInfo.processes``: host pid → MiB, each process's whole footprint, its CUDA
+context included) feeds the ledger (``gpu/ledger.py``: memory of processes MeLoN did not place) and the executor's
+samples (:func:`process_memory`, which says whether a figure is the process's own or, where NVML's pids are not
+the container's, the whole device's: ``nvml-device``, neighbours included).
 """
 
 from __future__ import annotations
@@ -23,10 +33,10 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
-__all__ = ["DeviceInfo", "GpuList", "list_gpus", "nvml_gpus", "inventory_gpus", "mps_active", "process_tree",
-           "process_memory_mb"]
+__all__ = ["DeviceInfo", "GpuList", "GpuReading", "list_gpus", "nvml_gpus", "inventory_gpus", "mps_active",
+           "process_tree", "process_memory", "SOURCE_PROCESS", "SOURCE_DEVICE"]
 
 DEFAULT_MPS_PIPE_DIR = "/tmp/nvidia-mps"
 MPS_COMM = "nvidia-cuda-mps-control"[:15]
@@ -40,15 +50,32 @@ class DeviceInfo:
     total_mb: int
     used_mb: int = 0
     sm_util: Optional[float] = None  # NVML utilization.gpu / 100 (a time fraction; None when unknown)
+    #: NVML's compute processes on the device, (host pid, MiB used, CUDA context included); None when NVML cannot
+    #: say (an inventory's virtual GPU, or a process whose memory NVML does not report)
+    processes: Optional[Tuple[Tuple[int, int], ...]] = None
+
+
+#: a sample of the user's process tree's own memory (NVML per process)
+SOURCE_PROCESS = "nvml-process"
+#: the whole device's used memory, neighbours included: NVML's pids are not this container's
+SOURCE_DEVICE = "nvml-device"
+
+
+class GpuReading(NamedTuple):
+    """An NVML figure (MiB) and what it covers: :data:`SOURCE_PROCESS` or :data:`SOURCE_DEVICE`."""
+
+    mb: int
+    source: str
 
 
 class GpuList(list):
     """A list of :class:`DeviceInfo` that also says where it came from (``source``) and why it is empty."""
 
-    def __init__(self, gpus=(), source: str = "none", reason: str = ""):
+    def __init__(self, gpus=(), source: str = "none", reason: str = "", mig=()):
         super().__init__(gpus)
         self.source = source
         self.reason = reason
+        self.mig = list(mig)  # indices of devices left out because they are in MIG mode
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"GpuList(source={self.source!r}, reason={self.reason!r}, gpus={list.__repr__(self)})"
@@ -73,6 +100,29 @@ def _import_pynvml():
     return pynvml
 
 
+def _mig_enabled(pynvml, h) -> bool:
+    """Is the device in MIG mode now (``nvmlDeviceGetMigMode``'s current mode)? False on a GPU without MIG."""
+    try:
+        current = pynvml.nvmlDeviceGetMigMode(h)[0]
+    except Exception:  # NVML_ERROR_NOT_SUPPORTED: a GPU without MIG; or a pynvml without the call
+        return False
+    return current == getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1)
+
+
+def _processes(pynvml, h) -> Optional[Tuple[Tuple[int, int], ...]]:
+    """(pid, MiB) of the device's compute processes; None when NVML does not give every process's memory."""
+    try:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+    except Exception:
+        return None
+    out = []
+    for proc in procs:
+        if proc.usedGpuMemory is None:  # NVML_VALUE_NOT_AVAILABLE (MIG, WDDM): the list says nothing of memory
+            return None
+        out.append((int(proc.pid), int(proc.usedGpuMemory) // (1024 * 1024)))
+    return tuple(out)
+
+
 def nvml_gpus(env=None) -> GpuList:
     """GPUs as NVML sees them; empty with a reason when pynvml or the driver is missing."""
     env = os.environ if env is None else env
@@ -87,12 +137,18 @@ def nvml_gpus(env=None) -> GpuList:
     try:
         count = pynvml.nvmlDeviceGetCount()
         allowed = _visible_filter(env)
-        out, skipped = [], []
+        out, skipped, mig = [], [], []
         for i in range(count):
             try:
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
                 uuid = _s(pynvml.nvmlDeviceGetUUID(h))
                 if allowed is not None and str(i) not in allowed and uuid not in allowed:
+                    continue
+                if _mig_enabled(pynvml, h):
+                    mig.append(i)
+                    skipped.append(f"device {i} ({_s(pynvml.nvmlDeviceGetName(h))}) is in MIG mode, which MeLoN does "
+                                   f"not share (disable it: nvidia-smi -i {i} -mig 0, or keep this node's MIG GPUs "
+                                   f"out of MeLoN with CUDA_VISIBLE_DEVICES)")
                     continue
                 mem = pynvml.nvmlDeviceGetMemoryInfo(h)
                 try:
@@ -107,6 +163,7 @@ def nvml_gpus(env=None) -> GpuList:
                         total_mb=int(mem.total // (1024 * 1024)),
                         used_mb=int(mem.used // (1024 * 1024)),
                         sm_util=util,
+                        processes=_processes(pynvml, h),
                     )
                 )
             except Exception as exc:  # e.g. a device denied to this container by cgroups
@@ -115,8 +172,8 @@ def nvml_gpus(env=None) -> GpuList:
             why = "; ".join(skipped) if skipped else f"{count} device(s), none visible"
             if allowed == {"-1"}:
                 why = f"CUDA_VISIBLE_DEVICES=-1 hides this node's {count} device(s)"
-            return GpuList(source="none", reason=f"no GPU: NVML found no device ({why})")
-        return GpuList(out, source="nvml")
+            return GpuList(source="none", reason=f"no GPU: NVML found no device ({why})", mig=mig)
+        return GpuList(out, source="nvml", reason="; ".join(f"left out: {m}" for m in skipped if "MIG" in m), mig=mig)
     finally:
         try:
             pynvml.nvmlShutdown()
@@ -225,8 +282,16 @@ def process_tree(pid: int) -> List[int]:
     return out
 
 
-def process_memory_mb(gpu_index: int, pids) -> Optional[int]:
-    """GPU memory (MiB) used on ``gpu_index`` by the given pids, by NVML; None when unknown/unavailable."""
+def _visible(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def process_memory(gpu_index: int, pids) -> Optional[GpuReading]:
+    """GPU memory (MiB) used on ``gpu_index`` by the given pids, by NVML (``nvml-process``); None when NVML is
+    unavailable or lists none of them while the pids it lists are this pid namespace's too (the process has no
+    context there yet). When none of NVML's pids exists here, NVML's pids are not this container's (YARN's Docker
+    runtime: NVML answers with the host's pids): the device's whole used memory, neighbours included, is returned
+    as ``nvml-device``, never passed off as the process's own."""
     try:
         pynvml = _import_pynvml()
     except Exception:
@@ -238,12 +303,17 @@ def process_memory_mb(gpu_index: int, pids) -> Optional[int]:
         return None
     try:
         h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))
+        procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(h))
         total, matched = 0, False
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+        for proc in procs:
             if proc.pid in pids and proc.usedGpuMemory is not None:
                 total += int(proc.usedGpuMemory)
                 matched = True
-        return total // (1024 * 1024) if matched else None
+        if matched:
+            return GpuReading(total // (1024 * 1024), SOURCE_PROCESS)
+        if procs and not any(_visible(p.pid) for p in procs):
+            return GpuReading(int(pynvml.nvmlDeviceGetMemoryInfo(h).used) // (1024 * 1024), SOURCE_DEVICE)
+        return None
     except Exception:
         return None
     finally:

@@ -5,9 +5,10 @@ by the executors of that node, one at a time (``fcntl.flock`` on ``<dir>/ledger.
 
 1. drop stale entries: the reserving pid is dead (``os.kill(pid, 0)`` raises ProcessLookupError), a zombie,
    or a different process now wears the pid (its start time differs from the one recorded);
-2. build a :class:`~airflow_provider_melon.gpu.policy.Gpu` per device with
-   ``reserved_mb = max(sum of MeLoN reservations, used memory reported by NVML)`` (the inventory source
-   reports 0 used unless it says otherwise), so memory taken by processes outside MeLoN counts too;
+2. build a :class:`~airflow_provider_melon.gpu.policy.Gpu` per device whose taken memory (``reserved_mb``) is
+   :func:`taken_mb`: MeLoN's reservations (or what MeLoN's processes use, where that is more), plus what the
+   processes the ledger does not know use, plus the driver's own, from NVML's per-process list; where NVML gives
+   no per-process memory (an inventory, a process NVML cannot measure) ``max(reservations, device used)``;
 3. ask :func:`policy.best_fit` (shared) or :func:`policy.exclusive_set` (whole GPUs), record the answer.
 
 Exclusive reservations record the GPU's whole memory, so no shared task lands next to them.
@@ -46,7 +47,7 @@ from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.gpu.devices import DeviceInfo
 
 __all__ = ["Ledger", "UnsafeLedger", "check_directory", "default_dir", "reserve", "reserve_many", "release",
-           "pid_alive"]
+           "pid_alive", "taken_mb", "holder_of", "overrun", "FOREIGN"]
 
 DEFAULT_DIR = "/var/lib/melon/ledger"
 #: NVML "used" on an idle GPU (driver/context reserve) below which a GPU still counts as free for exclusive use.
@@ -181,6 +182,84 @@ def pid_alive(pid: int, start: Optional[int] = None) -> bool:
     return True
 
 
+def _ppid(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        return int(stat[stat.rindex(")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+#: :func:`holder_of`'s answer for a process of this pid namespace that holds no reservation
+FOREIGN = 0
+
+
+def holder_of(pid: int, holders) -> Optional[int]:
+    """The pid in ``holders`` that ``pid`` is or descends from (an executor holds the reservation, its user's process
+    is what NVML lists); :data:`FOREIGN` for a process of this pid namespace that holds none; None when ``pid`` is
+    not visible here (NVML's host pids seen from a container's namespace: whose it is cannot be told)."""
+    seen, p = 0, int(pid)
+    if not os.path.exists(f"/proc/{p}"):
+        return None
+    while p and p > 1 and seen < 64:
+        if p in holders:
+            return p
+        p, seen = _ppid(p), seen + 1
+    return FOREIGN
+
+
+def taken_mb(reserved_mb: int, device: DeviceInfo, holders: set) -> int:
+    """Memory of ``device`` no new reservation may have, MiB: ``reserved_mb`` (MeLoN's reservations on it) or
+    what MeLoN's processes use where that is more, plus what processes the ledger does not know use, plus the
+    driver's own (NVML's used beyond every process's). ``holders``: the pids holding reservations.
+
+    NVML's ``usedGpuMemory`` is a process's whole footprint, its context included. A pid not visible here (a
+    container's view of the host's pids) cannot be told MeLoN's or not: it counts with MeLoN's processes, as the
+    used memory of the device did before per-process figures were known. Without a per-process list (an inventory,
+    NVML giving no per-process memory): ``max(reserved_mb, used)``."""
+    used = int(device.used_mb or 0)
+    if device.processes is None:
+        return max(reserved_mb, used)
+    ours = foreign = 0
+    for pid, mb in device.processes:
+        if holder_of(pid, holders) == FOREIGN:
+            foreign += mb
+        else:
+            ours += mb
+    driver = max(0, used - ours - foreign)
+    return max(reserved_mb, ours) + foreign + driver
+
+
+def overrun(device: DeviceInfo, entries: Iterable[dict], own_task: str) -> Optional[dict]:
+    """Who holds memory of ``device`` beyond what the ledger gave them, seen by the task ``own_task`` that has just
+    run out of GPU memory there: ``{"oversubscribed": True, "culprit": <text>, "excess_mb": N}`` when a neighbour's
+    processes use more than its reservation or a process the ledger does not know uses any (the culprit named is
+    the one with the largest excess), None when nobody does or NVML gives no per-process memory. ``entries``: the
+    ledger's reservations (:meth:`Ledger.entries`)."""
+    if device.processes is None:
+        return None
+    mine = {int(r["pid"]): r for r in entries if r["gpu"] == device.index}
+    use: dict = {}
+    culprits = []
+    for pid, mb in device.processes:
+        holder = holder_of(pid, mine)
+        if holder == FOREIGN:
+            if mb > 0:
+                culprits.append((mb, f"pid {pid}, which the GPU ledger does not know, uses {mb} MiB"))
+        elif holder is not None:
+            use[holder] = use.get(holder, 0) + mb
+    for pid, r in mine.items():
+        over = use.get(pid, 0) - int(r["expected_mb"])
+        if r["task_id"] != own_task and over > 0:
+            culprits.append((over, f"task {r['task_id']} (pid {pid}) uses {use[pid]} MiB of its "
+                                   f"{int(r['expected_mb'])} MiB reservation"))
+    if not culprits:
+        return None
+    culprits.sort(key=lambda c: -c[0])
+    return {"oversubscribed": True, "culprit": culprits[0][1], "excess_mb": sum(c[0] for c in culprits)}
+
+
 class Ledger:
     def __init__(self, directory: Optional[str] = None, idle_mb: int = DEFAULT_IDLE_MB):
         self.directory = directory or default_dir()
@@ -251,6 +330,7 @@ class Ledger:
     @staticmethod
     def _policy_gpus(state: dict, gpus: Iterable[DeviceInfo]) -> List[policy.Gpu]:
         out = []
+        holders = {int(r["pid"]) for r in state["reservations"]}
         for d in gpus:
             mine = [r for r in state["reservations"] if r["gpu"] == d.index]
             reserved = sum(int(r["expected_mb"]) for r in mine)
@@ -258,7 +338,7 @@ class Ledger:
                 policy.Gpu(
                     index=d.index,
                     total_mb=d.total_mb,
-                    reserved_mb=max(reserved, int(d.used_mb or 0)),
+                    reserved_mb=taken_mb(reserved, d, holders),
                     tasks=[policy.Task(r["task_id"], int(r["expected_mb"]), bool(r.get("large"))) for r in mine],
                 )
             )

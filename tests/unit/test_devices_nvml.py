@@ -1,9 +1,11 @@
-"""gpu.devices against a fake NVML: the product's own calls (``nvml_gpus``, ``list_gpus``, ``process_memory_mb``)
+"""gpu.devices against a fake NVML: the product's own calls (``nvml_gpus``, ``list_gpus``, ``process_memory``)
 on a module that answers as pynvml (nvidia-ml-py 12) does — bytes or str names, a device the container's cgroup
 denies, a driver that is not there — so the GPU host's code path runs without a GPU. What the real NVML answers is
 checked on a GPU machine only (benchmarks/bench_gpu.py)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -59,15 +61,45 @@ def test_no_device_visible_or_no_driver_says_why_and_list_gpus_falls_back_to_the
 
 
 def test_process_memory_counts_only_the_given_pids(nvml):
-    mod = nvml()
-    assert devices.process_memory_mb(0, [101]) == 4096
-    assert devices.process_memory_mb(0, [101, 102, 999]) == 5120
-    assert devices.process_memory_mb(0, [999]) is None  # none of ours on that GPU: unknown, not 0
-    assert devices.process_memory_mb(1, [101]) is None
-    assert devices.process_memory_mb(5, [101]) is None  # a bad index is no crash
+    me, init = os.getpid(), os.getppid()  # pids of this namespace: NVML's pids are ours here
+    mod = nvml([{**H200[0], "procs": {me: 4096, init: 1024}}, H200[1]])
+    assert devices.process_memory(0, [me]) == (4096, devices.SOURCE_PROCESS)
+    assert devices.process_memory(0, [me, init, 999999999]) == (5120, "nvml-process")
+    assert devices.process_memory(0, [999999999]) is None  # none of ours on that GPU yet: unknown, not 0
+    assert devices.process_memory(1, [me]) is None
+    assert devices.process_memory(5, [me]) is None  # a bad index is no crash
     assert mod.calls["init"] == mod.calls["shutdown"] == 5
-    nvml([{**H200[0], "procs": {101: None}}])  # NVML without per-process accounting (usedGpuMemory None)
-    assert devices.process_memory_mb(0, [101]) is None
+    nvml([{**H200[0], "procs": {me: None}}])  # NVML without per-process accounting (usedGpuMemory None)
+    assert devices.process_memory(0, [me]) is None
+
+
+def test_in_a_container_nvmls_pids_are_not_ours_and_the_figure_says_device_wide(nvml):
+    """YARN's Docker runtime: NVML answers with the host's pids, none of which exists in the container's pid
+    namespace. The figure is then the device's used memory, and says so ("nvml-device", neighbours included),
+    instead of a silent None."""
+    host_pids = {999999901: 4096, 999999902: 2048}  # no such pid here (above the kernel's pid_max)
+    nvml([{"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": 600, "util": 0,
+           "procs": host_pids}])
+    assert devices.process_memory(0, [os.getpid()]) == (600 + 4096 + 2048, devices.SOURCE_DEVICE)
+
+
+def test_a_mig_gpu_is_left_out_and_says_why(nvml):
+    """nvmlDeviceGetMigMode: a GPU in MIG mode is not offered (MeLoN does not address MIG instances) and the reason
+    names it and the fix; a GPU without MIG (NVML_ERROR_NOT_SUPPORTED) or with MIG off is offered."""
+    nvml([{**H200[0], "mig": 1}, {**H200[1], "mig": 0}, {**H200[1], "uuid": "GPU-dddd"}])
+    gpus = devices.nvml_gpus(env={})
+    assert [g.index for g in gpus] == [1, 2] and gpus.mig == [0]
+    assert "device 0 (NVIDIA H200) is in MIG mode" in gpus.reason and "nvidia-smi -i 0 -mig 0" in gpus.reason
+    nvml([{**H200[0], "mig": 1}])
+    none = devices.nvml_gpus(env={})
+    assert not none and none.mig == [0] and "MIG mode" in none.reason and none.reason.startswith("no GPU")
+
+
+def test_devices_carry_nvmls_process_list_or_none_when_it_gives_no_memory(nvml):
+    me = os.getpid()
+    nvml([{**H200[0], "procs": {me: 4096}}, {**H200[1], "procs": {me: None}}])
+    gpus = devices.nvml_gpus(env={})
+    assert gpus[0].processes == ((me, 4096),) and gpus[1].processes is None
 
 
 def test_cuda_visible_devices_restricts_the_inventory_too(nvml, tmp_path):

@@ -157,3 +157,57 @@ def test_a_host_memory_oom_keeps_its_exit_code(tmp_path, am_factory, inventory):
     assert rc == 1, err
     assert not any("oom" in h for h in am.heartbeats)
     assert "the user's process ran out of host memory, not GPU memory: tensorflow.python.framework" in err
+
+
+def victim_executor(tmp_path, monkeypatch, neighbour_pid, neighbour_used_mb, notebook=None):
+    """An executor in shared mode on NVML's GPU 0 (the fake: tests/fake_nvml.py), holding 4500 MiB on the real
+    ledger beside a neighbour task's 4500 MiB; its user's process has just died of a CUDA OOM (stderr's tail)."""
+    from airflow_provider_melon.gpu import devices
+    from airflow_provider_melon.runtime import oom as oom_mod
+    from airflow_provider_melon.runtime.config import Config
+    from tests.fake_nvml import fake_nvml
+    monkeypatch.chdir(tmp_path)
+    cfg = Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1",
+                           "MELON_SECRET": "s", "MELON_ENTRYPOINT": "true", "MELON_GPU_MEMORY_MB": "3500",
+                           "MELON_GPU_CONTEXT_MB": "1000"})
+    ex = executor.Executor(cfg, env={})
+    ex.ledger = Ledger(str(tmp_path / "ledger"))
+    procs = {neighbour_pid: neighbour_used_mb, **(notebook or {})}
+    device = {"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 16384, "driver_mb": 600, "util": 0, "procs": procs}
+    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([device]))
+    gpus = devices.nvml_gpus(env={})
+    assert ex.ledger.reserve("neighbour-task", neighbour_pid, 4500, gpus) == 0
+    assert ex.ledger.reserve(cfg.task_id, os.getpid(), cfg.reserve_mb, gpus) == 0
+    ex.gpu_indices, ex.gpu_source, ex.gpu_total_mb, ex.largest_gpu_mb = [0], "nvml", 16384, 16384
+    monkeypatch.setattr(oom_mod, "stderr_tail", lambda fd, since=None: oom_texts.traceback_of("RuntimeError: CUDA "
+                                                                                            "error: out of memory"))
+    return ex
+
+
+def test_a_victim_of_a_neighbour_beyond_its_reservation_names_the_oversubscription(tmp_path, monkeypatch, capfd):
+    """The GPU is full beyond the ledger's reservations: the neighbour's process uses 11000 MiB of its 4500 MiB.
+    The OOM is named as the GPU's oversubscription, with that neighbour as the culprit, so the AM retries this task
+    at its old figure instead of growing it."""
+    neighbour = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        ex = victim_executor(tmp_path, monkeypatch, neighbour.pid, 11000)
+        oom = ex.gpu_oom(1)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert oom["oversubscribed"] is True, oom
+    assert oom["culprit"] == f"task neighbour-task (pid {neighbour.pid}) uses 11000 MiB of its 4500 MiB reservation"
+    assert oom["cap_mb"] == 3500 and oom["signature"] == "RuntimeError: CUDA error: out of memory"
+    err = capfd.readouterr().err
+    assert "the GPU was oversubscribed" in err and "neighbour-task" in err, err
+
+
+def test_an_oom_within_a_calm_gpu_is_the_tasks_own(tmp_path, monkeypatch):
+    neighbour = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        ex = victim_executor(tmp_path, monkeypatch, neighbour.pid, 4200)  # within its 4500 MiB
+        oom = ex.gpu_oom(1)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert oom is not None and "oversubscribed" not in oom and "culprit" not in oom, oom

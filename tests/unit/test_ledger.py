@@ -325,3 +325,49 @@ def test_a_ledger_file_others_may_write_is_refused(tmp_path):
     os.chmod(d / "ledger.json", 0o666)
     with pytest.raises(ledger.UnsafeLedger, match="ledger.json is not a regular file only its owner and group"):
         ledger.check_directory(str(d))
+
+
+def test_a_process_the_ledger_does_not_know_counts_even_below_melons_reservations(tmp_path, monkeypatch):
+    """Free memory is total - MeLoN's reservations - what processes the ledger does not know use - the driver's own,
+    as NVML (the fake: tests/fake_nvml.py, NVML's documented semantics) reports them. A notebook's 4000 MiB count
+    although MeLoN's 8000 MiB of reservations are more than NVML's whole used memory."""
+    from tests.fake_nvml import fake_nvml
+    task = sleeper()  # a MeLoN task's process, holding its reservation
+    notebook = sleeper()  # another user's process: visible in /proc, in no reservation
+    try:
+        device = {"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 16384, "driver_mb": 500, "util": 0,
+                  "procs": {task.pid: 3000}}
+        monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([device]))
+        led = Ledger(str(tmp_path / "ledger"))
+        assert led.reserve("melon-a", task.pid, 8000, devices.nvml_gpus(env={})) == 0
+        device["procs"][notebook.pid] = 4000  # the notebook starts: NVML used = 500 + 3000 + 4000 = 7500 < 8000
+        devs = devices.nvml_gpus(env={})
+        assert devs[0].used_mb == 7500
+        # room: 16384 - 8000 (MeLoN) - 4000 (the notebook) - 500 (the driver) = 3884 MiB
+        assert led.reserve("melon-b", os.getpid(), 4000, devs) is None
+        assert led.reserve("melon-b", os.getpid(), 3800, devs) == 0
+    finally:
+        for p in (task, notebook):
+            p.kill()
+            p.wait()
+
+
+def test_a_tasks_own_process_tree_is_not_foreign(tmp_path):
+    """NVML lists the user's process, a child of the executor that holds the reservation: it is MeLoN's, counted by
+    its reservation (and by its use where that is larger), never twice."""
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+                               "print(c.pid, flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        led = Ledger(str(tmp_path / "ledger"))
+        assert led.reserve("a", parent.pid, 8000, [DeviceInfo(0, "g", "g", 16384, 0, processes=())]) == 0
+        seen = [DeviceInfo(0, "g", "g", 16384, 500 + 6000, processes=((child, 6000),))]
+        assert led.reserve("b", os.getpid(), 7884, seen) == 0  # 16384 - 8000 - 500 (driver) = 7884
+        led.release("b")
+        over = [DeviceInfo(0, "g", "g", 16384, 500 + 9000, processes=((child, 9000),))]  # beyond its reservation
+        assert led.reserve("b", os.getpid(), 7884, over) is None
+        assert led.reserve("b", os.getpid(), 6884, over) == 0  # 16384 - 9000 - 500
+    finally:
+        parent.kill()
+        parent.wait()
