@@ -330,6 +330,12 @@ class JobSpec(BaseModel):
     gang_hold_s: float = Field(60, ge=0, le=500)
     #: fail the job when its gang has not been granted whole after this many seconds (None: wait, like YARN)
     queue_timeout_s: Optional[int] = Field(None, gt=0, le=INT32_MAX)
+    #: pytorch: how each task starts the entrypoint: ``python`` (the env:// rendezvous: MASTER_ADDR/PORT, RANK,
+    #: WORLD_SIZE per container) or ``torchrun`` (one torchrun agent per container, c10d rendezvous on the first
+    #: member's address and port)
+    launcher: Literal["python", "torchrun"] = "python"
+    #: torchrun: processes per container (``--nproc-per-node``), e.g. one per GPU of the role's ``gpus``
+    nproc_per_node: int = Field(1, gt=0, le=1024)
 
     @field_validator("name")
     @classmethod
@@ -429,6 +435,7 @@ class JobSpec(BaseModel):
                 raise ValueError(f"roles: pytorch roles are {', '.join(TORCH_ROLES)}; unknown: {', '.join(unknown)}")
             if "master" in roles and roles["master"].instances > 1:
                 raise ValueError(f"roles.master.instances: pytorch allows one master, got {roles['master'].instances}")
+        self._launcher_rules()
         for name, role in roles.items():
             if role.untracked is None:
                 role.untracked = name == "ps"
@@ -450,6 +457,21 @@ class JobSpec(BaseModel):
                                                       "give each input its own name")
             seen[link] = f"inputs.{i}"
         return self
+
+    def _launcher_rules(self) -> None:
+        if self.launcher == "torchrun" and self.framework != "pytorch":
+            raise _FieldError("launcher", f"torchrun launches pytorch jobs; this job's framework is {self.framework!r}")
+        if self.nproc_per_node == 1:
+            return
+        if self.launcher != "torchrun":
+            raise _FieldError("nproc_per_node", "several processes per container need launcher: torchrun")
+        for name, role in self.roles.items():
+            if role.gpu_memory is not None:
+                raise _FieldError("nproc_per_node", f"roles.{name} shares a GPU (gpu_memory), whose cap is one "
+                                                    "process's: give it whole GPUs (gpus) or one process per container")
+            if role.gpus is not None and role.gpus < self.nproc_per_node:
+                raise _FieldError("nproc_per_node", f"{self.nproc_per_node} processes per container, but roles.{name} "
+                                                    f"has {role.gpus} GPU(s): one process per GPU")
 
     def _tensorboard_rules(self) -> None:
         if isinstance(self.tensorboard, str):

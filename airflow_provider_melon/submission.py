@@ -314,6 +314,9 @@ def build_plan(
         MELON_LARGE_ROLES=",".join(sorted(r for r, role in spec.roles.items() if role.large)),
         PYTHONUNBUFFERED="1",
     )
+    if spec.launcher == "torchrun":  # the executor runs the entrypoint under torchrun (runtime/framework.py)
+        ours["MELON_LAUNCHER"] = spec.launcher
+        ours["MELON_NPROC_PER_NODE"] = str(spec.nproc_per_node)
     if spec.tensorboard_dir:
         ours["MELON_TENSORBOARD_LOG_DIR"] = spec.tensorboard_dir
     if spec.tensorboard:  # this task starts TensorBoard and registers it with the AM (runtime/tensorboard.py)

@@ -81,6 +81,8 @@ class Config:
     progress_file: str = ""
     tensorboard_task: str = ""
     port_range: Optional[Tuple[int, int]] = None  # None: the default of runtime/ports.py
+    launcher: str = "python"  # pytorch: "torchrun" runs the entrypoint under torchrun (runtime/framework.py)
+    nproc_per_node: int = 1  # torchrun's --nproc-per-node
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "Config":
@@ -104,6 +106,15 @@ class Config:
         framework = (env.get("MELON_FRAMEWORK") or "generic").strip().lower()
         if framework not in ("tensorflow", "pytorch", "generic"):
             raise Fatal(EXIT_CONFIG, f"MELON_FRAMEWORK={framework!r}: expected tensorflow, pytorch or generic")
+        launcher = (env.get("MELON_LAUNCHER") or "python").strip().lower()
+        if launcher not in ("python", "torchrun"):
+            raise Fatal(EXIT_CONFIG, f"MELON_LAUNCHER={launcher!r}: expected python or torchrun")
+        if launcher == "torchrun" and framework != "pytorch":
+            raise Fatal(EXIT_CONFIG, f"MELON_LAUNCHER=torchrun needs MELON_FRAMEWORK=pytorch, got {framework!r}")
+        nproc_per_node = _int(env, "MELON_NPROC_PER_NODE", 1)
+        if nproc_per_node < 1 or (nproc_per_node > 1 and launcher != "torchrun"):
+            raise Fatal(EXIT_CONFIG, f"MELON_NPROC_PER_NODE={nproc_per_node}: at least 1, and above 1 only with "
+                                     "MELON_LAUNCHER=torchrun")
         progress = env.get("MELON_PROGRESS_FILE") or "melon-progress.json"
         try:
             port_range = _ports.parse_range(env["MELON_PORT_RANGE"]) if env.get("MELON_PORT_RANGE") else None
@@ -133,6 +144,8 @@ class Config:
             progress_file=os.path.abspath(progress),
             tensorboard_task=env.get("MELON_TENSORBOARD_TASK", "").strip(),
             port_range=port_range,
+            launcher=launcher,
+            nproc_per_node=nproc_per_node,
         )
 
     @property

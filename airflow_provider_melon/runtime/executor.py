@@ -17,6 +17,10 @@ Environment read (set by the AM / the plan):
                             values unescaped into ``launch_container.sh``, so quotes would break it)
 ``MELON_FRAMEWORK``         ``tensorflow`` (TF_CONFIG) | ``pytorch`` (MASTER_ADDR/PORT, RANK, WORLD_SIZE,
                             LOCAL_RANK) | ``generic`` (default); every framework also gets ``MELON_CLUSTER``
+``MELON_LAUNCHER``          pytorch: ``python`` (default; the env:// rendezvous above) | ``torchrun``: the
+                            entrypoint runs under torchrun, one agent per container, c10d rendezvous on the
+                            first member's address (``runtime/framework.py``'s ``torchrun_argv``)
+``MELON_NPROC_PER_NODE``    torchrun's ``--nproc-per-node`` (default 1): processes per container
 ``MELON_GPUS``              > 0: that many whole GPUs (exclusive)
 ``MELON_GPU_MEMORY_MB``     > 0: shared mode, best fit of this many MiB on one GPU, capped in-process
 ``MELON_GPU_CONTEXT_MB``    shared mode: MiB reserved on the GPU besides that, for the CUDA context (not capped)
@@ -55,9 +59,7 @@ user's script itself) is its peak GPU memory. Every heartbeat carries ``gpu_memo
 source in ``gpu_memory_peak_source``: that figure, else the NVML samples (``gpu_memory_used_mb``) less the CUDA
 context (``runtime/peak.py``). A non-zero exit whose stderr tail (the container's
 stderr file, which the user's process shares with the executor) names a framework's out-of-memory error exits 76,
-and the final heartbeat carries ``"oom": {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}``, plus
-``"oversubscribed": true`` and ``"culprit"`` when at that moment a neighbour used more than its reservation on the
-GPU, or a process the ledger does not know used some (``gpu.ledger.overrun``): the task was a victim.
+and the final heartbeat carries ``"oom": {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}``.
 
 Outputs and inputs (``runtime/outputs.py``): ``$MELON_OUTPUT_<NAME>`` is a local folder per declared HDFS output,
 published to HDFS (write beside, rename) by the output task after the user's process exits 0;
@@ -100,7 +102,6 @@ import time
 from typing import List, Mapping, Optional, Tuple
 
 from airflow_provider_melon.gpu import devices as _devices
-from airflow_provider_melon.gpu import ledger as _ledger
 from airflow_provider_melon.gpu.ledger import Ledger, UnsafeLedger
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import oom as _oom
@@ -200,8 +201,6 @@ class Executor:
             log("no GPU requested for this role: CUDA_VISIBLE_DEVICES is set empty")
             return
         gpus = self._list_gpus()
-        if not gpus and gpus.mig:  # a MIG node: refused, so the AM asks for a container elsewhere
-            raise Fatal(EXIT_NO_GPU_FITS, f"{gpus.reason}; exiting {EXIT_NO_GPU_FITS} so the AM asks elsewhere")
         if not gpus:
             log(f"{gpus.reason}; no GPU inventory: running on CPU (gpu=null reported to the AM)")
             return
@@ -342,6 +341,12 @@ class Executor:
             links = code_files(self.env)
         except ValueError as exc:
             raise Fatal(EXIT_CONFIG, str(exc)) from None
+        if self.cfg.launcher == "torchrun":
+            try:
+                argv = _framework.torchrun_argv(sys.executable, argv, env, self.cfg.nproc_per_node,
+                                                self.cfg.app_id or "melon", local_addr=self.host)
+            except (KeyError, ValueError) as exc:
+                raise Fatal(EXIT_CONFIG, f"cannot run the entrypoint under torchrun: {exc}") from None
         cwd = self.child_cwd = prepare_workdir(".", links)
         log(f"starting {argv!r} in {os.path.abspath(cwd or '.')}")
         self.release_port()  # the framework binds it itself (see the module docstring on the race)
@@ -361,10 +366,10 @@ class Executor:
                 "container_id": self.cfg.container_id}
         body.update(read_progress(self.cfg.progress_file))
         if self.gpu_indices and self.gpu_source == "nvml" and self.child is not None:
-            reading = _devices.process_memory(self.gpu_indices[0], _devices.process_tree(self.child.pid))
-            if reading is not None:  # "nvml-device": the whole GPU's (NVML's pids are not this container's)
-                body["gpu_memory_used_mb"], body["gpu_memory_used_source"] = reading
-            self.note_peak(reading.mb if reading is not None and reading.source == _devices.SOURCE_PROCESS else None)
+            used = _devices.process_memory_mb(self.gpu_indices[0], _devices.process_tree(self.child.pid))
+            if used is not None:
+                body["gpu_memory_used_mb"] = used
+            self.note_peak(used)
         else:
             self.note_peak()
         if self.peak_mb is not None:
@@ -415,24 +420,7 @@ class Executor:
         cap_text = "none" if cap is None else f"{cap} MiB"
         peak_text = "unknown" if self.peak_mb is None else f"{self.peak_mb} MiB"
         log(f"the user's process ran out of GPU memory (cap {cap_text}; peak seen {peak_text}): {signature}")
-        victim = self._oversubscription() if cap is not None else None
-        if victim is not None:  # a victim, not a culprit: the AM retries it at its figure (docs/protocol.md)
-            self.oom.update(oversubscribed=True, culprit=victim["culprit"])
-            log(f"the GPU was oversubscribed beyond the ledger's reservations ({victim['excess_mb']} MiB): "
-                f"{victim['culprit']}; this task is its victim, not short of memory")
         return self.oom
-
-    def _oversubscription(self) -> Optional[dict]:
-        """:func:`gpu.ledger.overrun` on this task's GPU now (NVML's processes against the ledger), None when the
-        GPU holds nobody beyond their reservation or NVML cannot say."""
-        if self.gpu_source != "nvml" or not self.gpu_indices:
-            return None
-        try:
-            device = next((g for g in _devices.list_gpus(self.env) if g.index == self.gpu_indices[0]), None)
-            return None if device is None else _ledger.overrun(device, self.ledger.entries(), self.cfg.task_id)
-        except Exception as exc:  # noqa: BLE001 - a diagnosis, never a new failure
-            log(f"could not tell whether the GPU was oversubscribed: {exc!r}")
-            return None
 
     def _progress_mark(self) -> Optional[Tuple[int, int, int]]:
         """What identifies the progress file's current content (inode, size, mtime), None while there is none."""

@@ -1,32 +1,8 @@
-"""Framework environment for the user's process: TF_CONFIG, PyTorch rendezvous variables, GPU memory cap.
+"""The user's process's framework environment: TF_CONFIG, PyTorch rendezvous variables, and the bootstrap that caps
+its GPU memory and writes its peak (MeLoN shared mode).
 
-Stdlib only: runs inside YARN containers under the job's own Python.
-
-The memory cap (MeLoN shared mode) is applied *inside* the user's process, before the user's code can touch
-the GPU: :func:`memory_cap_env` writes a ``sitecustomize.py`` into a private temp dir and puts that dir first
-on ``PYTHONPATH``. Python imports ``sitecustomize`` at startup; ours installs an import hook and returns
-immediately (it imports no framework itself, so a ``python -c`` helper pays nothing). When the user's code
-imports
-
-* ``tensorflow``: right after TensorFlow finishes importing, the first visible GPU gets one logical device with
-  ``memory_limit=<expected MiB>`` (``tf.config.set_logical_device_configuration``), which is the only way to cap
-  TF's allocator; ``TF_FORCE_GPU_ALLOW_GROWTH=false`` makes TF take that amount up front, so what NVML shows
-  matches the ledger;
-* ``torch``: ``torch.cuda.set_per_process_memory_fraction(expected / total, 0)``, queued with torch's own
-  lazy-init mechanism so that importing torch does not create a CUDA context by itself;
-* JAX reads ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (set from the same fraction).
-
-A process that then runs out of GPU memory is told why (an ``excepthook`` adds a ``[melon-cap]`` line naming the
-expected memory) instead of silently dying. Every step is wrapped: if TF/torch are absent, or no GPU is visible
-(``no GPU: memory cap not applied``), or the API changed, the user's code runs unchanged. A ``sitecustomize``
-the environment already had is chained (executed after ours), not shadowed.
-
-Peak GPU memory: once a framework has imported, an ``atexit`` hook (registered then, so it runs before the exit
-handlers the framework registered while importing) writes its peak to ``MELON_PEAK_FILE`` (set by the executor)
-as ``{"peak_mb": N}``: TensorFlow's ``tf.config.experimental.get_memory_info("GPU:0")["peak"]`` when it saw a
-GPU, PyTorch's ``torch.cuda.max_memory_reserved(0)`` when CUDA was initialised; in MiB rounded up, never below
-what the file holds already (the user's script may write it too: :mod:`airflow_provider_melon.runtime.oom`).
-Nothing is written when neither framework was imported or no GPU was seen.
+Stdlib only: runs inside YARN containers under the job's own Python. How the cap's bootstrap works, and how it keeps
+the user's own memory settings: ``docs/internals.md`` ("The GPU memory cap in the user's process").
 """
 
 from __future__ import annotations
@@ -104,7 +80,8 @@ def torch_env(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> Di
     return env
 
 
-# The bootstrap module. It reads only MELON_CAP_* variables and MELON_PEAK_FILE, and never raises.
+# The bootstrap module (docs/internals.md). It reads only MELON_CAP_* variables, MELON_PEAK_FILE and the frameworks'
+# own settings (TF_FORCE_GPU_ALLOW_GROWTH, PYTORCH_CUDA_ALLOC_CONF), and never raises.
 SITECUSTOMIZE = r'''
 # Written by airflow_provider_melon.runtime.framework: MeLoN GPU memory cap. Never breaks user code.
 import os as _os
@@ -136,30 +113,151 @@ def _melon_tf(tf):
             _melon_log("no GPU: memory cap not applied (TensorFlow sees no GPU)")
             return
         _MELON_GPU_SEEN.add("tensorflow")
-        tf.config.set_logical_device_configuration(
-            gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=mb)])
-        _melon_log("TensorFlow: %s capped at %d MiB" % (gpus[0].name, mb))
+        _melon_tf_cap(tf, gpus[0], mb)
     except Exception as exc:  # e.g. the runtime is already initialised
         _melon_log("TensorFlow memory cap not applied: %r" % (exc,))
+
+
+def _melon_tf_limits(limits, cap):
+    """The user's logical devices' memory limits (MiB) reconciled with the cap: (limits, what the log says).
+    Theirs are kept when they fit the cap together; else the cap wins and each is scaled down to fit it."""
+    if cap is None or not limits or any(l is None for l in limits):
+        return list(limits), None
+    total = sum(limits)
+    if total <= cap:
+        return list(limits), ("your logical device configuration (%d MiB in %d device(s)) fits the MeLoN cap of "
+                               "%d MiB: yours is kept" % (total, len(limits), cap))
+    scaled = [max(1, int(l * cap // total)) for l in limits]
+    return scaled, ("the MeLoN cap won: your logical device configuration asks for %d MiB, more than the cap of "
+                    "%d MiB; its memory limits become %s MiB" % (total, cap, scaled))
+
+
+def _melon_tf_initialised():
+    try:
+        from tensorflow.python.eager import context
+        return context.context()._context_handle is not None
+    except Exception:
+        return False
+
+
+def _melon_tf_cap(tf, dev, mb):
+    """Cap TensorFlow on physical device ``dev``: one logical device with memory_limit=mb (None: without a limit),
+    and the user's own memory calls on ``dev`` kept under it (tf.config wrappers; other devices untouched)."""
+    config, experimental = tf.config, tf.config.experimental
+    set_config, make = config.set_logical_device_configuration, config.LogicalDeviceConfiguration
+    set_growth, get_growth = experimental.set_memory_growth, experimental.get_memory_growth
+    set_config(dev, [make(memory_limit=mb)])
+
+    def set_memory_growth(device, enable):
+        if device != dev:
+            return set_growth(device, enable)
+        value = "true" if enable else "false"
+        if _os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH") != value and _melon_tf_initialised():
+            raise RuntimeError("Physical devices cannot be modified after being initialized")
+        _os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = value
+        _melon_log("TensorFlow: memory growth %s on %s, within the MeLoN cap of %s MiB (TF_FORCE_GPU_ALLOW_GROWTH=%s)"
+                   % ("on" if enable else "off", device.name, mb, value))
+
+    def get_memory_growth(device):
+        if device != dev:
+            return get_growth(device)
+        return _os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true"
+
+    def set_logical_device_configuration(device, logical_devices):
+        if device != dev or logical_devices is None:
+            return set_config(device, logical_devices)
+        logical_devices = list(logical_devices)
+        limits, note = _melon_tf_limits([getattr(v, "memory_limit", None) for v in logical_devices], mb)
+        set_config(device, [v._replace(memory_limit=l) for v, l in zip(logical_devices, limits)])
+        if note:
+            _melon_log("TensorFlow: " + note)
+
+    wrappers = {set_growth: set_memory_growth, get_growth: get_memory_growth, set_config: set_logical_device_configuration}
+    namespaces = [config, experimental]
+    for name in ("tensorflow.python.framework.config",):
+        if name in _sys.modules:
+            namespaces.append(_sys.modules[name])
+    for ns in namespaces:
+        for attr in dir(ns):
+            try:
+                value = getattr(ns, attr)
+                if value in wrappers:
+                    setattr(ns, attr, wrappers[value])
+            except Exception:
+                pass
+    growth = _os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "")
+    _melon_log("TensorFlow: %s capped at %s MiB (%s)" % (dev.name, mb, "memory growth within it"
+               if growth == "true" else "taken up front"))
+
+
+def _melon_torch_fraction_conf():
+    """per_process_memory_fraction of PYTORCH_CUDA_ALLOC_CONF, None when it has none."""
+    for item in _os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").split(","):
+        key, _, value = item.partition(":")
+        if key.strip() == "per_process_memory_fraction":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _melon_torch_index(device):
+    """The CUDA device index torch's ``device`` argument names (None: the current device, cuda:0 here)."""
+    if device is None or isinstance(device, int):
+        return device or 0
+    if isinstance(device, str):
+        return int(device.rpartition(":")[2]) if ":" in device else 0
+    index = getattr(device, "index", None)  # a torch.device
+    return 0 if index is None else int(index)
 
 
 def _melon_torch(torch):
     mb, frac = _melon_cap()
     if frac <= 0:
         return
+    cuda = torch.cuda
+    set_fraction = cuda.set_per_process_memory_fraction
+    frac = min(frac, 1.0)
+
+    def set_per_process_memory_fraction(fraction, device=None):
+        try:
+            mine = _melon_torch_index(device) == 0 and isinstance(fraction, float) and 0 <= fraction <= 1
+        except Exception:
+            mine = False
+        if not mine:  # another device, or a value torch refuses: torch answers
+            return set_fraction(fraction, device)
+        set_fraction(min(fraction, frac), device)
+        if fraction <= frac:
+            _melon_log("PyTorch: your memory fraction %.4f of cuda:0 is within the MeLoN cap of %.4f (%d MiB): "
+                       "yours is kept" % (fraction, frac, mb))
+        else:
+            _melon_log("PyTorch: the MeLoN cap won: you asked for %.4f of cuda:0, the cap is %.4f (%d MiB)"
+                       % (fraction, frac, mb))
 
     def apply():
         try:
-            if not torch.cuda.is_available():
+            if not cuda.is_available():
                 _melon_log("no GPU: memory cap not applied (PyTorch sees no GPU)")
                 return
-            torch.cuda.set_per_process_memory_fraction(min(frac, 1.0), 0)
-            _melon_log("PyTorch: cuda:0 capped at %.4f of its memory (%d MiB)" % (frac, mb))
+            conf = _melon_torch_fraction_conf()
+            set_fraction(min(frac, conf) if conf is not None and 0 <= conf else frac, 0)
+            alloc = _os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+            note = ""
+            if alloc:
+                note = "; PYTORCH_CUDA_ALLOC_CONF=%s kept" % alloc
+            if conf is not None:
+                note += (", its per_process_memory_fraction %s is kept" % conf if 0 <= conf <= frac else
+                         "; the MeLoN cap won over its per_process_memory_fraction %s" % conf)
+            _melon_log("PyTorch: cuda:0 capped at %.4f of its memory (%d MiB)%s" % (frac, mb, note))
         except Exception as exc:
             _melon_log("PyTorch memory cap not applied: %r" % (exc,))
 
     try:
-        lazy = getattr(torch.cuda, "_lazy_call", None)
+        for ns in (cuda, getattr(cuda, "memory", None)):
+            if ns is not None and getattr(ns, "set_per_process_memory_fraction", None) is set_fraction:
+                ns.set_per_process_memory_fraction = set_per_process_memory_fraction
+        lazy = getattr(cuda, "_lazy_call", None)
         if lazy is not None:
             lazy(apply)  # runs when CUDA initialises (or now, if it already has)
         else:
@@ -186,40 +284,67 @@ def _melon_peak_bytes(name, module):
     return None
 
 
+def _melon_read_peak(path):
+    try:
+        import json
+        with open(path) as f:
+            return json.load(f)
+    except Exception:
+        return None
+
+
+def _melon_put_peak(path, data):
+    import json
+    tmp = "%s.%d.tmp" % (path, _os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    _os.replace(tmp, path)
+
+
 def _melon_write_peak(name):
-    """atexit: {"peak_mb": N} to MELON_PEAK_FILE (the larger of the counter and what is there already)."""
+    """atexit: {"peak_mb": N, "source": name} to MELON_PEAK_FILE, unless it holds a larger figure already; the
+    announcement {"source": name} is taken back when the framework saw no GPU."""
     try:
         path = _os.environ.get("MELON_PEAK_FILE")
         module = _sys.modules.get(name)
         if not path or module is None:
             return
-        peak = _melon_peak_bytes(name, module)
-        if peak is None or int(peak) < 0:
-            return
-        import json
-        mb = (int(peak) + 1048575) // 1048576
+        there = _melon_read_peak(path)
         try:
-            with open(path) as f:
-                mb = max(mb, int(json.load(f)["peak_mb"]))
+            peak = _melon_peak_bytes(name, module)
+        except Exception:
+            peak = -1  # the counter failed: leave the file as it is
+        if peak is None:
+            if there == {"source": name}:
+                _os.unlink(path)
+            return
+        if int(peak) < 0:
+            return
+        mb = (int(peak) + 1048575) // 1048576
+        data = {"peak_mb": mb, "source": name}
+        try:
+            if int(there["peak_mb"]) >= mb:
+                return
         except Exception:
             pass
-        tmp = "%s.%d.tmp" % (path, _os.getpid())
-        with open(tmp, "w") as f:
-            json.dump({"peak_mb": mb}, f)
-        _os.replace(tmp, path)
+        _melon_put_peak(path, data)
     except Exception:
         pass
 
 
 def _melon_peak_register(name):
     """Write the peak at exit: registered once the framework has imported, so it runs before the exit
-    handlers the framework registered while importing (atexit runs them last in, first out)."""
-    if name in _MELON_PEAK_REGISTERED or not _os.environ.get("MELON_PEAK_FILE"):
+    handlers the framework registered while importing (atexit runs them last in, first out). A framework that may
+    have a GPU announces its counter ({"source": name}) in a file nobody has written yet."""
+    path = _os.environ.get("MELON_PEAK_FILE")
+    if name in _MELON_PEAK_REGISTERED or not path:
         return
     try:
         import atexit
         atexit.register(_melon_write_peak, name)
         _MELON_PEAK_REGISTERED.add(name)
+        if (name == "torch" or name in _MELON_GPU_SEEN) and not _os.path.exists(path):
+            _melon_put_peak(path, {"source": name})
     except Exception:
         pass
 
@@ -330,8 +455,8 @@ def memory_cap_env(
 
     Writes the bootstrap ``sitecustomize.py`` into ``directory`` (a new temp dir by default) and returns
     ``(env, directory)``; ``env`` has ``PYTHONPATH`` with that dir first (then ``base_env``'s PYTHONPATH),
-    ``MELON_CAP_MB``/``MELON_CAP_FRACTION`` for the bootstrap, ``TF_FORCE_GPU_ALLOW_GROWTH=false`` and
-    ``XLA_PYTHON_CLIENT_MEM_FRACTION``. The caller removes ``directory`` when the process has ended.
+    ``MELON_CAP_MB``/``MELON_CAP_FRACTION`` for the bootstrap, ``TF_FORCE_GPU_ALLOW_GROWTH`` (``false`` unless
+    ``base_env`` says ``true``) and ``XLA_PYTHON_CLIENT_MEM_FRACTION``. The caller removes ``directory`` when the process has ended.
     """
     if expected_mb <= 0 or total_mb <= 0:
         raise ValueError(f"expected_mb and total_mb must be > 0 (got {expected_mb}, {total_mb})")
@@ -345,7 +470,9 @@ def memory_cap_env(
         "PYTHONPATH": directory + (os.pathsep + old if old else ""),
         "MELON_CAP_MB": str(int(expected_mb)),
         "MELON_CAP_FRACTION": f"{fraction:.6f}",
-        "TF_FORCE_GPU_ALLOW_GROWTH": "false",
+        # TensorFlow's GPU allocator reads it when it creates the device; with the cap's logical device it takes the
+        # whole cap up front ("false") or grows within it ("true", the user's own choice, kept)
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true" if base_env.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true" else "false",
         "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.3f}",
     }
     return env, directory
