@@ -16,6 +16,7 @@ __all__ = [
     "TF_ROLES",
     "tf_config",
     "torch_env",
+    "torchrun_argv",
     "split_address",
     "memory_cap_env",
     "SITECUSTOMIZE",
@@ -54,30 +55,83 @@ def split_address(addr: str) -> Tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+#: the roles of a torch.distributed group, in rank order: ``master`` (a pytorch job's own role name, spec.TORCH_ROLES)
+#: or ``chief``, then the workers
+TORCH_MEMBER_ROLES = ("master", "chief", "worker")
+
+
 def torch_env(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> Dict[str, str]:
     """torch.distributed env (``init_method="env://"``) for task ``role:index``.
 
-    The process group is chief + workers, ranked chief first: rank 0 is ``chief:0`` if there is a chief, else
-    ``worker:0``, and its registered address is ``MASTER_ADDR:MASTER_PORT`` (rank 0 binds that port itself:
-    the executor released it just before starting the user's process). One process per container:
+    The process group is master/chief + workers, ranked in that order: rank 0 is ``master:0`` or ``chief:0`` if
+    there is one, else ``worker:0``, and its registered address is ``MASTER_ADDR:MASTER_PORT`` (rank 0 binds that
+    port itself: the executor released it just before starting the user's process). One process per container:
     ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``. Other roles (ps, evaluator) get MASTER_* and WORLD_SIZE but no
     RANK: they are not members of the group.
     """
     _check_task(cluster, role, index)
-    chiefs, workers = list(cluster.get("chief") or []), list(cluster.get("worker") or [])
-    members = chiefs + workers
+    members: List[str] = []
+    first = {}  # role -> the rank of its task 0
+    for name in TORCH_MEMBER_ROLES:
+        first[name] = len(members)
+        members += list(cluster.get(name) or [])
     if not members:
-        raise ValueError(f"a PyTorch job needs a chief or a worker; cluster is {dict(cluster)}")
+        raise ValueError(f"a PyTorch job needs a master, a chief or a worker; cluster is {dict(cluster)}")
     master_host, master_port = split_address(members[0])
     env = {
         "MASTER_ADDR": master_host,
         "MASTER_PORT": str(master_port),
         "WORLD_SIZE": str(len(members)),
     }
-    if role in ("chief", "worker"):
-        rank = int(index) if role == "chief" else len(chiefs) + int(index)
+    if role in TORCH_MEMBER_ROLES:
+        rank = first[role] + int(index)
         env.update({"RANK": str(rank), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank)})
     return env
+
+
+def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], nproc_per_node: int, rdzv_id: str,
+                  local_addr: str, nnodes: Optional[str] = None) -> List[str]:
+    """The user's command under ``torchrun`` (``python -m torch.distributed.run``): one elastic agent per container
+    starting ``nproc_per_node`` processes, joined by a c10d rendezvous on ``MASTER_ADDR:MASTER_PORT`` of ``env``
+    (:func:`torch_env`: the first member's registered address and reserved port). The first member's agent hosts
+    the rendezvous store on that port (``is_host``); the others connect to it. ``local_addr`` (``--local-addr``) is
+    this task's registered host, where the others reach its agent (the agent of node rank 0 serves its workers'
+    store on a port torch picks). ``nnodes``: ``"N"`` or ``"MIN:MAX"`` (default ``WORLD_SIZE``, every member).
+
+    ``argv``: the user's command; a leading ``python``/``python3``/``python`` path is dropped (torchrun runs the
+    script, or ``-m module``, under ``python``); any other program runs with ``--no-python``.
+    """
+    if nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be >= 1, got {nproc_per_node}")
+    args = list(argv)
+    if not args:
+        raise ValueError("the command to run under torchrun is empty")
+    head = os.path.basename(args[0])
+    prefix: List[str] = []
+    if args[0] == python or head in ("python", "python3") or head.startswith("python3."):
+        args = args[1:]
+        if not args:
+            raise ValueError("torchrun needs a script or -m module after python")
+        if args[0] == "-m":
+            prefix, args = ["-m"], args[1:]
+    else:
+        prefix = ["--no-python"]
+    rank = env.get("RANK", "")
+    return [
+        python, "-m", "torch.distributed.run",
+        f"--nnodes={nnodes or env['WORLD_SIZE']}",
+        f"--nproc-per-node={int(nproc_per_node)}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={_join_address(env['MASTER_ADDR'], env['MASTER_PORT'])}",
+        f"--rdzv-id={rdzv_id}",
+        f"--rdzv-conf=is_host={1 if rank == '0' else 0}",
+        f"--local-addr={local_addr}",
+        *prefix, *args,
+    ]
+
+
+def _join_address(host: str, port: str) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # The bootstrap module (docs/internals.md). It reads only MELON_CAP_* variables, MELON_PEAK_FILE and the frameworks'
