@@ -7,15 +7,16 @@ The YARN connection's form (``conn-fields`` / ``ui-field-behaviour``, Airflow â‰
 from __future__ import annotations
 
 from airflow_provider_melon import __version__
+from airflow_provider_melon.gpu.context import CONTEXT_MB
 
 #: ``[melon] staging_retry_s``'s default, the one home of it: MelonHook (and so ``melon submit``) falls back to it.
 STAGING_RETRY_S_DEFAULT = 120
 
 #: ``[melon] gpu_context_mb``'s default, MiB: what each shared-mode task reserves on its GPU besides its expected
-#: memory, for the CUDA context and driver (the in-process cap covers the framework's allocator only). Not measured
-#: here (no GPU): gpu/memory_model.DEFAULT_FRAMEWORK_OVERHEAD_MB's figure, a CUDA 12 context with lazy loading on a
-#: Hopper GPU (~300-500 MiB). Measure yours: nvidia-smi's figure for a process that only initialised CUDA.
-GPU_CONTEXT_MB_DEFAULT = 400
+#: memory, for the CUDA context and driver (the in-process cap covers the framework's allocator only). From the
+#: recorded H200 runs: gpu/context.py, per framework (where the figures come from: docs/gpu-sharing.md). One
+#: default serves every framework: the hook resolves it before it knows a job's framework, and the figures agree.
+GPU_CONTEXT_MB_DEFAULT = max(CONTEXT_MB.values())
 
 #: ``conn-fields`` for the ``yarn`` connection type in provider info (extra fields, stored in ``extra``).
 YARN_CONN_FIELDS: dict = {

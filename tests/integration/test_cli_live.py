@@ -16,6 +16,7 @@ import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hadoop import memory_history
+from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
 
 pytestmark = pytest.mark.integration
 
@@ -236,9 +237,9 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     [task] = melon_hook.final_status(first["app_id"])["tasks"]
     assert (task["initial_gpu_memory_mb"], task["expected_gpu_memory_mb"], task["oom_growths"]) == (1024, 1536, 1)
     assert task["oom"]["cap_mb"] == 1024 and task["gpu_memory_peak_mb"] == 1300, task
-    # `melon submit` by URL knows no cluster: [melon] gpu_context_mb's 400 MiB for the CUDA context is reserved on
+    # `melon submit` by URL knows no cluster: [melon] gpu_context_mb's default for the CUDA context is reserved on
     # the GPU beside the expected memory (the ledger's figure, which the task registered), not put under the cap
-    assert task["gpu_memory_mb"] == 1536 + 400, task
+    assert task["gpu_memory_mb"] == 1536 + GPU_CONTEXT_MB_DEFAULT, task
     am_log = "".join(mc.container_logs(melon.cluster.work_dir, first["app_id"], "AppMaster.stdout").values())
     assert "exceeded its expected GPU memory (cap 1024 MiB; peak seen 1024 MiB): asking again with 1536 MiB" \
         in am_log, am_log[-3000:]
