@@ -1,55 +1,14 @@
 """Measure (or, without a GPU, estimate) a training job's GPU memory, and whether packing it pays. Stdlib only.
 
-Two methods, and the result always says which one was used (``Profile.method``):
-
-``nvml``
-    :func:`profile_command` runs the job's entrypoint with ``MELON_PROFILE_STEPS=<steps>`` in its environment
-    (the training script must honour it: train that many steps, then exit; ``dags/training/mnist/train.py``
-    does) and samples NVML every 100 ms in a thread (:class:`NvmlSampler`) while it runs. It reports the peak
-    GPU memory used by the command's process tree (per-process NVML accounting; when NVML cannot see the
-    tree's pids, e.g. inside a PID namespace, the peak rise of the devices' used memory over the baseline
-    taken before the start), the mean SM utilisation while the tree held GPU memory, and the step time.
-
-``analytic``
-    Without a GPU, :func:`analytic_profile` evaluates the shared memory model
-    (:mod:`airflow_provider_melon.gpu.memory_model`, ``total = P*b_w + P_t*b_g + P_t*s*b_o + B*A + W + F``)
-    at the job's batch size. A script can report its model for this path by calling
-    :func:`report(memory_model=..., batch=...)`, which writes to ``$MELON_PROFILE_FILE``; ``profile_command``
-    then falls back to it when NVML finds no device.
-
-Step time: the script may write ``{"step_time_s": s}`` (or ``{"steps": n, "seconds": s}``) to
-``$MELON_PROFILE_FILE`` (use :func:`report`); otherwise the step time is the command's wall time divided by the
-steps, which includes start-up and is said so in ``Profile.notes``.
-
-Expected memory (what the train operator asks YARN for, ``melon.io/gpu-memory``)::
-
-    expected_mb = ceil(peak_mb * (1 + SAFETY_MARGIN) + CONTEXT_MB)      SAFETY_MARGIN = 0.10, CONTEXT_MB = 256
-
-* 10 %: what grows with the peak and a few profiling steps do not show: allocator fragmentation and cache
-  growth over a long run, a 100 ms sampler missing short spikes, batches with larger inputs. It also covers
-  the analytic model's per-tensor rounding. (h200-colocate.json: PyTorch's reserved pool stays within a few
-  percent of the allocated peak for ResNet-18/50, so 10 % is a margin, not a correction.)
-* 256 MiB: what does not scale with the peak and a single-task profile never allocates: the distributed
-  job's communication buffers (NCCL allocates a few MiB per channel and peer, 64-200 MiB in practice for
-  8-16 ranks) and a cuDNN autotuner that may pick a workspace-hungrier algorithm in a later run.
-
-packing_pays: :func:`airflow_provider_melon.gpu.policy.packing_pays` on ``(sm_util, peak / gpu_total)``.
-With NVML, ``sm_util`` is the mean ``utilization.gpu`` -- the fraction of time *any* kernel runs, an upper
-bound on the SM share -- so the answer errs towards "does not pay" (see ``policy.implied_sm_util``). Without a
-GPU nothing is measured: see :func:`analytic_profile` for the memory-size rule used instead.
+:func:`profile_command` runs the job's command for ``MELON_PROFILE_STEPS`` steps and returns a :class:`Profile`
+whose ``method`` says how it was obtained (``nvml``: measured on a GPU; ``analytic``: the memory model the script
+reported; ``none``), with ``expected_mb`` = ``ceil(peak * (1 + SAFETY_MARGIN) + CONTEXT_MB)`` for the train
+operator. How the peak is measured, and why the margins: ``docs/internals.md`` ("The profiler").
 
 Command line (what the profile YARN job runs; the JSON profile is the last line of stdout)::
 
     python -m airflow_provider_melon.gpu.profiler --steps 20 [--gpu-memory-mb 143771] \
         [--output PATH [--webhdfs http://namenode:9870 [--hdfs-user USER]]] -- python train.py ...
-
-A leading ``python``/``python3`` of the command runs under this interpreter (the job's Python, as the executor
-does for the entrypoint). ``--output`` also writes the profile document -- the profile's fields plus ``app_id``
-and ``container_id`` from the YARN container's environment (``MELON_APP_ID``, ``CONTAINER_ID``), so a reader can
-tell which run wrote it -- to a local file, or with ``--webhdfs`` to that HDFS path (``hdfs://nn:8020/a`` or
-``/a``) through WebHDFS (:func:`write_webhdfs`: the ``hdfs`` package when importable, else plain urllib). With
-``--output`` the exit status is 0 whenever the document was written (method ``none`` included: the reader
-decides), else the command's non-zero status.
 """
 
 from __future__ import annotations
@@ -58,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,6 +27,10 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
+from airflow_provider_melon.runtime import framework as _framework
+from airflow_provider_melon.runtime import peak as _peak
+
+from . import context as _context
 from . import policy
 from .memory_model import MemoryModel
 
@@ -339,6 +303,8 @@ class Profile:
     returncode: Optional[int] = None
     reason: str = ""
     notes: List[str] = field(default_factory=list)
+    #: where ``peak_mb`` came from (``runtime.peak.SOURCES``): the framework's own counter, or NVML less the context
+    peak_source: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -428,6 +394,7 @@ def profile_command(
     sampler_factory: Optional[Callable[[], NvmlSampler]] = None,
     stdout=None,
     stderr=None,
+    context_mb: Optional[int] = None,
 ) -> Profile:
     """Run ``argv`` with ``MELON_PROFILE_STEPS=steps`` (and ``MELON_PROFILE_FILE``) and profile it.
 
@@ -435,7 +402,10 @@ def profile_command(
     runs (it checks the entrypoint and may :func:`report` its memory model and step time): with a reported
     model the result is :func:`analytic_profile`'s (``method="analytic"``), else ``method="none"`` whose
     ``reason`` starts with ``no GPU:``. A non-zero exit is recorded in ``returncode`` and ``reason``.
-    ``env`` defaults to this process's environment; ``steps`` must be >= 1.
+    ``env`` defaults to this process's environment; ``steps`` must be >= 1. The peak is the framework's own
+    allocator peak when the command's TensorFlow or PyTorch wrote it (``MELON_PEAK_FILE``, the cap bootstrap's),
+    else NVML's less ``context_mb`` (default: ``MELON_GPU_CONTEXT_MB``, else ``gpu.context.MEASURED_CONTEXT_MB``):
+    ``runtime.peak.task_peak``.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -447,6 +417,16 @@ def profile_command(
     os.close(fd)
     os.unlink(report_path)  # the script creates it if it reports
     run_env[PROFILE_FILE_ENV] = report_path
+    fd, peak_path = tempfile.mkstemp(prefix="melon-peak-", suffix=".json")
+    os.close(fd)
+    os.unlink(peak_path)
+    run_env["MELON_PEAK_FILE"] = peak_path
+    boot_dir = None
+    if not run_env.get("MELON_CAP_MB"):  # under a cap the executor's bootstrap is there already, and writes it
+        boot, boot_dir = _framework.peak_env(run_env)
+        run_env.update(boot)
+    if context_mb is None:
+        context_mb = _context_from(run_env)
     sampler = sampler_factory() if sampler_factory else NvmlSampler(interval_s=interval_s)
     no_gpu = ""
     try:
@@ -467,11 +447,15 @@ def profile_command(
         wall = time.monotonic() - t0
         samples = sampler.stop() if not no_gpu else None
         rep = _read_report(report_path)
+        counter = _peak.read_file(peak_path)
     finally:
-        try:
-            os.unlink(report_path)
-        except OSError:
-            pass
+        for path in (report_path, peak_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if boot_dir is not None:
+            shutil.rmtree(boot_dir, ignore_errors=True)
 
     notes: List[str] = []
     if "step_time_s" in rep:
@@ -487,19 +471,23 @@ def profile_command(
 
     if samples is not None:
         total = gpu_memory_mb or samples.gpu_total_mb or DEFAULT_GPU_MEMORY_MB
-        peak = samples.peak_mb
+        by_process = samples.source == "process"
+        peak, peak_source = _peak.task_peak(counter, samples.peak_mb if by_process else None, context_mb,
+                                            device_mb=None if by_process else samples.peak_mb)
         exp = expected_mb(peak)
         notes.append(f"nvml: {samples.samples} samples every {interval_s * 1000:.0f} ms on GPUs {samples.devices}, "
-                     f"peak by {samples.source}")
+                     f"peak {samples.peak_mb:.0f} MiB by {samples.source}")
+        notes.append(f"peak {peak} MiB from {_PEAK_SOURCES[peak_source]}"
+                     + (f", less a {context_mb} MiB CUDA context" if peak_source.startswith("nvml") else ""))
         if samples.mean_sm_util is not None:
             pays = policy.packing_pays(max(1e-6, min(1.0, samples.mean_sm_util)), min(1.0, max(exp, 1) / total))
             notes.append("packing_pays from mean utilization.gpu, an upper bound on the SM share (conservative)")
         else:
             pays = None
             notes.append("no utilisation sample while the job held GPU memory: packing_pays unknown")
-        return Profile(method="nvml", peak_mb=round(peak, 1), mean_sm_util=samples.mean_sm_util,
+        return Profile(method="nvml", peak_mb=peak, mean_sm_util=samples.mean_sm_util,
                        step_time_s=step_time, expected_mb=exp, packing_pays=pays, gpu_memory_mb=int(total),
-                       steps=steps, returncode=rc, reason=reason, notes=notes)
+                       steps=steps, returncode=rc, reason=reason, notes=notes, peak_source=peak_source)
 
     if "memory_model" in rep:
         model = MemoryModel.from_dict(rep["memory_model"])
@@ -515,6 +503,24 @@ def profile_command(
                            "(call airflow_provider_melon.gpu.profiler.report(memory_model=..., batch=...))"
                            + (f"; {reason}" if reason else "")),
                    notes=notes)
+
+
+_PEAK_SOURCES = {
+    "tensorflow": "TensorFlow's allocator (get_memory_info peak)",
+    "torch": "PyTorch's caching allocator (max_memory_reserved)",
+    "user": "the script's own peak file",
+    "nvml-process": "NVML's per-process samples",
+    "nvml-device": "NVML's device-wide samples over the baseline",
+}
+
+
+def _context_from(env: Mapping[str, str]) -> int:
+    """``MELON_GPU_CONTEXT_MB`` (what the executor reserves besides the cap) when set, else the measured context."""
+    try:
+        value = int(env.get("MELON_GPU_CONTEXT_MB", ""))
+    except ValueError:
+        return _context.MEASURED_CONTEXT_MB
+    return value if value > 0 else _context.MEASURED_CONTEXT_MB
 
 
 def _hdfs_path(path: str) -> str:

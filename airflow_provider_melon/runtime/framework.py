@@ -19,6 +19,7 @@ __all__ = [
     "torchrun_argv",
     "split_address",
     "memory_cap_env",
+    "peak_env",
     "SITECUSTOMIZE",
 ]
 
@@ -159,15 +160,15 @@ def _melon_cap():
 
 def _melon_tf(tf):
     mb, _ = _melon_cap()
-    if mb <= 0:
-        return
     try:
         gpus = tf.config.list_physical_devices("GPU")
         if not gpus:
-            _melon_log("no GPU: memory cap not applied (TensorFlow sees no GPU)")
+            if mb > 0:
+                _melon_log("no GPU: memory cap not applied (TensorFlow sees no GPU)")
             return
         _MELON_GPU_SEEN.add("tensorflow")
-        _melon_tf_cap(tf, gpus[0], mb)
+        if mb > 0:
+            _melon_tf_cap(tf, gpus[0], mb)
     except Exception as exc:  # e.g. the runtime is already initialised
         _melon_log("TensorFlow memory cap not applied: %r" % (exc,))
 
@@ -462,11 +463,14 @@ def _melon_excepthook_factory(previous):
 
 
 def _melon_install():
+    """The cap (MELON_CAP_MB/FRACTION), or without one only the peak (MELON_PEAK_FILE): the profiler's."""
     mb, frac = _melon_cap()
-    if mb <= 0 and frac <= 0:
+    capped = mb > 0 or frac > 0
+    if not capped and not _os.environ.get("MELON_PEAK_FILE"):
         return
     _sys.meta_path.insert(0, _MelonFinder())
-    _sys.excepthook = _melon_excepthook_factory(_sys.excepthook)
+    if capped:
+        _sys.excepthook = _melon_excepthook_factory(_sys.excepthook)
     for name, hook in _MELON_HOOKS.items():  # already imported (unlikely at startup): apply now
         if name in _sys.modules:
             try:
@@ -499,6 +503,23 @@ _melon_chain()
 '''
 
 
+def _write_bootstrap(base_env: Mapping[str, str], directory: Optional[str]) -> Tuple[str, str]:
+    """The bootstrap written into ``directory`` (a new temp dir by default): ``(PYTHONPATH with it first, dir)``."""
+    directory = directory or tempfile.mkdtemp(prefix="melon-cap-")
+    with open(os.path.join(directory, "sitecustomize.py"), "w", encoding="utf-8") as f:
+        f.write(SITECUSTOMIZE)
+    old = base_env.get("PYTHONPATH", "")
+    return directory + (os.pathsep + old if old else ""), directory
+
+
+def peak_env(base_env: Mapping[str, str], directory: Optional[str] = None) -> Tuple[Dict[str, str], str]:
+    """Env additions that make a process write its framework's peak GPU memory to its ``MELON_PEAK_FILE`` (which
+    the caller sets), with no cap: the bootstrap of :func:`memory_cap_env` without ``MELON_CAP_*``. Returns
+    ``(env, directory)``; the caller removes ``directory`` when the process has ended."""
+    pythonpath, directory = _write_bootstrap(base_env, directory)
+    return {"PYTHONPATH": pythonpath}, directory
+
+
 def memory_cap_env(
     expected_mb: int,
     total_mb: int,
@@ -515,13 +536,10 @@ def memory_cap_env(
     if expected_mb <= 0 or total_mb <= 0:
         raise ValueError(f"expected_mb and total_mb must be > 0 (got {expected_mb}, {total_mb})")
     base_env = os.environ if base_env is None else base_env
-    directory = directory or tempfile.mkdtemp(prefix="melon-cap-")
-    with open(os.path.join(directory, "sitecustomize.py"), "w", encoding="utf-8") as f:
-        f.write(SITECUSTOMIZE)
+    pythonpath, directory = _write_bootstrap(base_env, directory)
     fraction = min(1.0, expected_mb / float(total_mb))
-    old = base_env.get("PYTHONPATH", "")
     env = {
-        "PYTHONPATH": directory + (os.pathsep + old if old else ""),
+        "PYTHONPATH": pythonpath,
         "MELON_CAP_MB": str(int(expected_mb)),
         "MELON_CAP_FRACTION": f"{fraction:.6f}",
         # TensorFlow's GPU allocator reads it when it creates the device; with the cap's logical device it takes the

@@ -167,8 +167,8 @@ def test_profile_command_nvml_path_with_fake(tmp_path):
     holder = {}
 
     def factory():
-        fake = FakeNvml(total_mib=143771, used=[[0, 1800]], util=[[20]],
-                        procs=lambda: [(holder["s"].pid, 1500)] if holder["s"].pid else [])
+        fake = FakeNvml(total_mib=143771, used=[[0, 1800]], util=[[20]],  # 1500 MiB + the measured 768 MiB context
+                        procs=lambda: [(holder["s"].pid, 1500 + 768)] if holder["s"].pid else [])
         holder["s"] = profiler.NvmlSampler(nvml=fake, interval_s=0.02)
         return holder["s"]
 
@@ -177,9 +177,55 @@ def test_profile_command_nvml_path_with_fake(tmp_path):
     prof = profiler.profile_command([sys.executable, str(script)], 5, sampler_factory=factory)
     assert prof.method == "nvml" and prof.returncode == 0
     assert prof.peak_mb == 1500 and prof.expected_mb == profiler.expected_mb(1500) == 1906  # ceil(1650 + 256)
+    assert prof.peak_source == "nvml-process"  # the context is reserved beside the cap: not in the peak too
     assert prof.mean_sm_util == pytest.approx(0.2)
     assert prof.gpu_memory_mb == 143771
     assert prof.packing_pays is True  # gain min(1/0.2, 143771/1907) = 5 >= 1.5
+
+
+def nvml_sampler(process_mib):
+    """A sampler whose NVML sees the command's tree at ``process_mib`` (the context included)."""
+    holder = {}
+
+    def factory():
+        fake = FakeNvml(total_mib=143771, used=[[0, process_mib]], util=[[20]],
+                        procs=lambda: [(holder["s"].pid, process_mib)] if holder["s"].pid else [])
+        holder["s"] = profiler.NvmlSampler(nvml=fake, interval_s=0.02)
+        return holder["s"]
+    return factory
+
+
+def test_the_frameworks_counter_wins_over_sampling(tmp_path):
+    """The recorded ResNet-18 run on the H200 (benchmarks/data/h200-colocate.json, k=1): NVML's sampled peak was
+    1653.9 MiB, torch's own max_memory_reserved 3208 MiB: the sampling missed the peak."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, time
+        path = os.environ["MELON_PEAK_FILE"]
+        with open(path + ".tmp", "w") as f:
+            json.dump({"peak_mb": 3208, "source": "torch"}, f)
+        os.replace(path + ".tmp", path)
+        time.sleep(0.2)
+        """))
+    prof = profiler.profile_command([sys.executable, str(script)], 5, sampler_factory=nvml_sampler(1654),
+                                    env={k: v for k, v in os.environ.items() if k != "MELON_PEAK_FILE"})
+    assert (prof.method, prof.peak_mb, prof.peak_source) == ("nvml", 3208, "torch"), prof.notes
+    assert prof.expected_mb == profiler.expected_mb(3208)
+    assert "peak 3208 MiB from PyTorch's caching allocator (max_memory_reserved)" in prof.notes
+
+
+def test_the_profiled_command_writes_its_frameworks_counter_without_a_cap(tmp_path):
+    """No cap in a profile job (it has whole GPUs): the bootstrap only writes the peak. torch is the fake that follows
+    torch/cuda's semantics (tests/unit/test_cap_bootstrap.py)."""
+    from tests.unit.test_cap_bootstrap import FAKE_TORCH, fake
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MELON_") and k != "PYTHONPATH"}
+    env.update(PYTHONPATH=fake(tmp_path, "torch", FAKE_TORCH), FAKE_PEAK_BYTES=str(3208 * MIB))
+    out = tmp_path / "calls.txt"
+    code = f"import torch; torch.cuda._lazy_init(); open({str(out)!r}, 'w').write(repr(torch.cuda.calls))"
+    prof = profiler.profile_command([sys.executable, "-c", code], 5, env=env, sampler_factory=nvml_sampler(1654),
+                                    context_mb=768)
+    assert (prof.peak_mb, prof.peak_source) == (3208, "torch"), prof.notes
+    assert out.read_text() == "[]"  # nothing capped: the profile job has its GPUs whole
 
 
 def test_profile_command_records_failure(tmp_path):
