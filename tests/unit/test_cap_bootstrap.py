@@ -107,7 +107,9 @@ FAKE_TF_CONTEXT = textwrap.dedent(
 
 # PyTorch's torch.cuda on one GPU, as torch/cuda/memory.py (set_per_process_memory_fraction: _lazy_init() first,
 # then the fraction's type and range checks; device None is the current device) and torch/cuda/__init__.py
-# (_lazy_call queues a callback until CUDA initialises, runs it at once after) define them.
+# (_lazy_call queues a callback until CUDA initialises, runs it at once after) define them (torch 2.15 in the venv).
+# PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction is a key of torch 2.15's allocator config (libc10_cuda.so:
+# "per_process_memory_fraction is invalid, set it in [0.0, 1.0]"), read when CUDA's allocator starts.
 FAKE_TORCH = textwrap.dedent(
     """
     import os, types
@@ -398,6 +400,42 @@ def test_a_users_alloc_conf_runs_under_the_cap(tmp_path, conf, applied, said):
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(["queued", ["fraction", applied, 0]])
     assert cap_lines(p.stderr) == ["[melon-cap] PyTorch: cuda:0 capped at 0.2500 of its memory (4096 MiB)" + said]
+
+
+# The real PyTorch of the venv, on a CPU: the cap's wrappers are in place, importing torch initialises no CUDA, a
+# user's call meets torch's own error unchanged, and the peak's announcement is taken back (CUDA never initialised).
+REAL_TORCH = textwrap.dedent(
+    """
+    import json, os, torch
+    from torch.cuda import memory
+    peak = open(os.environ["MELON_PEAK_FILE"]).read()
+    try:
+        torch.cuda.set_per_process_memory_fraction(0.5)
+        error = None
+    except Exception as e:
+        error = "%s: %s" % (type(e).__name__, e)
+    print(json.dumps({"wrapped": [torch.cuda.set_per_process_memory_fraction.__module__,
+                                  memory.set_per_process_memory_fraction.__module__],
+                      "initialized": torch.cuda.is_initialized(), "peak": peak, "error": error,
+                      "sum": float(torch.ones(3).sum())}))
+    """
+)
+
+
+@pytest.mark.skipif(not _has("torch"), reason="torch not installed")
+def test_real_torch_runs_under_the_cap_on_a_cpu(tmp_path):
+    peak = tmp_path / "melon-peak.json"
+    env = {"MELON_PEAK_FILE": str(peak), "CUDA_VISIBLE_DEVICES": ""}
+    p, _, _ = run_capped(tmp_path, REAL_TORCH, env_extra=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout)
+    assert got["wrapped"] == ["sitecustomize", "sitecustomize"] and got["initialized"] is False
+    assert json.loads(got["peak"]) == {"source": "torch"} and got["sum"] == 3.0
+    plain = subprocess.run([sys.executable, "-c", REAL_TORCH.replace('open(os.environ["MELON_PEAK_FILE"]).read()',
+                                                                     '"{}"')],
+                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=120)
+    assert got["error"] and got["error"] == json.loads(plain.stdout)["error"]  # torch's own, as without the cap
+    assert not peak.exists()  # CUDA never initialised: nothing to say
 
 
 # ---- without frameworks, and the rest of the bootstrap -----------------------------------------------------------
