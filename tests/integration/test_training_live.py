@@ -97,6 +97,31 @@ def test_pytorch_ddp_gloo_two_workers(jobs):
     assert out.count("replicas_identical=True") == 2 and "rank 0/2" in out and "rank 1/2" in out
 
 
+def test_pytorch_torchrun_two_containers(jobs):
+    """``launcher: torchrun``: one torchrun agent per container, joined by the c10d rendezvous on the first member's
+    registered address and reserved port; torchrun gives each process its RANK and WORLD_SIZE."""
+    app_id = jobs.submit({
+        "name": "ddp-torchrun", "framework": "pytorch", "launcher": "torchrun", "code": str(TRAINING.parent / "ddp"),
+        "entrypoint": "python train_ddp.py --epochs 2",
+        "roles": {"worker": {"instances": 2, "memory": "2g"}},
+    })
+    app = jobs.wait(app_id, timeout=300)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
+    logs = jobs.container_logs(app_id)
+    out = "\n".join(logs.values())
+    ranks = sorted(line.split("[ddp] ", 1)[1] for line in out.splitlines() if "[ddp] RANK=" in line)
+    assert ranks == ["RANK=0 WORLD_SIZE=2 LOCAL_RANK=0", "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0"], out
+    assert out.count("replicas_identical=True") == 2
+    # each worker container ran one agent, in the same rendezvous (this application's id, the same endpoint)
+    started = [line for text in jobs.container_logs(app_id, "stderr").values() for line in text.splitlines()
+               if "[melon-executor] starting [" in line]
+    assert len(started) == 2 and all("'torch.distributed.run'" in line for line in started), started
+    assert all(f"'--rdzv-id={app_id}'" in line and "'--nnodes=2'" in line for line in started), started
+    endpoints = {arg for line in started for arg in line.split(", ") if arg.startswith("'--rdzv-endpoint=")}
+    assert len(endpoints) == 1, started
+    assert sorted("'--rdzv-conf=is_host=1'" in line for line in started) == [False, True], started
+
+
 def test_operator_result_has_every_tasks_last_report(jobs, melon_hook, dataset):
     """Issue 21: a job written as a user would (Keras ``model.fit`` with the runtime's ``keras_callback()``, 4
     epochs, a chief and 2 workers, MWMS) through the operator. Its final result must hold what each task reported
