@@ -33,8 +33,9 @@ def task_peak(counter: Counter, process_mb: Optional[float], context_mb: float =
     (a bare number counts as ``"user"``; ``(None, source)`` says the counter has not been written yet); it wins
     whenever it has a figure. Else ``process_mb`` (NVML's per-process reading, which holds the CUDA context), less
     ``context_mb``, is ``"nvml-process"``; else ``device_mb`` (the device's rise, neighbours included) less the
-    context is ``"nvml-device"``. A fallback reading at ``cap_mb`` or above measures a preallocating allocator
-    (TensorFlow without memory growth, JAX) taking its whole cap, not the task's need: None.
+    context is ``"nvml-device"``. A fallback reading (context included) at ``cap_mb`` or above gives None: it is
+    what a preallocating allocator (TensorFlow without memory growth, JAX) shows, its whole cap taken up front, not
+    the task's need, whatever the context really was.
     """
     if counter is not None:
         mb, source = (counter, "user") if not isinstance(counter, tuple) else counter
@@ -47,10 +48,9 @@ def task_peak(counter: Counter, process_mb: Optional[float], context_mb: float =
         mb = _mib(reading)
         if mb is None:
             continue
-        mb = max(0, mb - int(context_mb or 0))
         if cap_mb is not None and mb >= cap_mb:
             return None
-        return mb, source
+        return max(0, mb - int(context_mb or 0)), source
     return None
 
 

@@ -40,6 +40,7 @@ def test_a_preallocated_cap_teaches_nothing():
     # TF without memory growth (or JAX) takes its cap up front: NVML's reading at the cap says nothing of the need
     assert peak.task_peak(None, 4096 + 500, 500, cap_mb=4096) is None
     assert peak.task_peak(None, None, 500, cap_mb=4096, device_mb=4700) is None
+    assert peak.task_peak(None, 4096 + 300, 1024, cap_mb=4096) is None  # a context smaller than the reserve
     assert peak.task_peak(None, 4000, 500, cap_mb=4096) == (3500, "nvml-process")
 
 
