@@ -222,6 +222,8 @@ def _melon_tf_cap(tf, dev, mb):
         if device != dev or logical_devices is None:
             return set_config(device, logical_devices)
         logical_devices = list(logical_devices)
+        if not all(hasattr(v, "_replace") for v in logical_devices):  # not TensorFlow's: TensorFlow answers
+            return set_config(device, logical_devices)
         limits, note = _melon_tf_limits([getattr(v, "memory_limit", None) for v in logical_devices], mb)
         set_config(device, [v._replace(memory_limit=l) for v, l in zip(logical_devices, limits)])
         if note:
