@@ -160,6 +160,10 @@ class RoleSpec(BaseModel):
     oom_growth: float = Field(1.5, ge=1.1, le=4.0)
     oom_max_growths: int = Field(2, ge=1, le=10)
     restarts: int = Field(0, ge=0, le=INT32_MAX)
+    #: elastic bounds: the job starts once this many of the role's tasks hold containers, the rest join as YARN
+    #: grants them, and a lost task is replaced while the others go on; below it for longer than the job's
+    #: ``elastic_grace_s`` the job fails (None: not elastic, every task is needed)
+    min_instances: Optional[int] = Field(None, gt=0, le=INT32_MAX)
     untracked: Optional[bool] = None
     #: an untracked role whose failure (past its restarts) is only logged, e.g. a TF evaluator; without it such a
     #: failure fails the job, since the others cannot go on without it (a parameter server)
@@ -193,7 +197,15 @@ class RoleSpec(BaseModel):
     def _one_gpu_mode(self):
         if self.gpus is not None and self.gpu_memory is not None:
             raise ValueError("give either gpus (exclusive) or gpu_memory (shared), not both")
+        if self.min_instances is not None and self.min_instances > self.instances:
+            raise _FieldError("min_instances", f"must be at most instances ({self.instances}), got "
+                                               f"{self.min_instances}")
         return self
+
+    @property
+    def elastic(self) -> bool:
+        """The role declares elastic bounds (``min_instances``)."""
+        return self.min_instances is not None
 
     @property
     def memory_mb(self) -> int:
@@ -330,6 +342,9 @@ class JobSpec(BaseModel):
     gang_hold_s: float = Field(60, ge=0, le=500)
     #: fail the job when its gang has not been granted whole after this many seconds (None: wait, like YARN)
     queue_timeout_s: Optional[int] = Field(None, gt=0, le=INT32_MAX)
+    #: an elastic role (``min_instances``) with fewer live tasks than its minimum for longer than this fails the
+    #: job, naming the lost tasks; meanwhile their replacements are asked for
+    elastic_grace_s: float = Field(60, ge=0, le=INT32_MAX)
     #: pytorch: how each task starts the entrypoint: ``python`` (the env:// rendezvous: MASTER_ADDR/PORT, RANK,
     #: WORLD_SIZE per container) or ``torchrun`` (one torchrun agent per container, c10d rendezvous on the first
     #: member's address and port)
@@ -439,6 +454,7 @@ class JobSpec(BaseModel):
         for name, role in roles.items():
             if role.untracked is None:
                 role.untracked = name == "ps"
+        self._elastic_rules()
         for name, role in roles.items():
             if role.optional and not role.untracked:
                 raise ValueError(f"roles.{name}.optional: only an untracked role can be optional (the job waits for "
@@ -457,6 +473,28 @@ class JobSpec(BaseModel):
                                                       "give each input its own name")
             seen[link] = f"inputs.{i}"
         return self
+
+    def _elastic_rules(self) -> None:
+        """Elastic bounds only where the framework re-forms its group with the members left: PyTorch (torchrun's
+        elastic rendezvous) and generic jobs (the job's own membership, ``MELON_CLUSTER``). TensorFlow's
+        MultiWorkerMirroredStrategy needs its whole cluster back, so a TF role cannot be elastic."""
+        for name, role in self.roles.items():
+            if not role.elastic:
+                continue
+            if self.framework == "tensorflow":
+                raise _FieldError(f"roles.{name}.min_instances",
+                                  "tensorflow cannot go on with fewer workers (MultiWorkerMirroredStrategy needs the "
+                                  "whole cluster back): elastic roles are for pytorch and generic jobs")
+            if self.framework == "pytorch" and name == "master":
+                raise _FieldError(f"roles.{name}.min_instances",
+                                  "the master hosts the rendezvous and cannot be elastic: declare the bounds on "
+                                  "the worker role")
+            if role.untracked:
+                raise _FieldError(f"roles.{name}.min_instances", "an untracked role cannot be elastic")
+            if self.framework == "pytorch" and self.launcher != "torchrun":
+                raise _FieldError(f"roles.{name}.min_instances",
+                                  "an elastic pytorch role needs launcher: torchrun (its rendezvous re-forms with the "
+                                  "members left; the env:// rendezvous of launcher: python has a fixed WORLD_SIZE)")
 
     def _launcher_rules(self) -> None:
         if self.launcher == "torchrun" and self.framework != "pytorch":

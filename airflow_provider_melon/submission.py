@@ -195,6 +195,8 @@ class PlanRole(_PlanPart):
     gpus: int = Field(ge=0, description="whole GPUs (yarn.io/gpu); 0 in MeLoN's shared mode")
     gpu_memory_mb: int = Field(ge=0, description="expected GPU memory per task (melon.io/gpu-memory); 0: none")
     restarts: int = Field(ge=0)
+    min_instances: int = Field(gt=0, description="the job starts once this many of the role's tasks hold containers "
+                                                 "and goes on while this many live (elastic); = instances: all needed")
     tracked: bool = Field(description="false: the job does not wait for this role's tasks (e.g. parameter servers)")
     optional: bool = Field(False, description="true: a task of this (untracked) role failing past its restarts is "
                                               "only logged; false: it fails the job")
@@ -236,6 +238,8 @@ class Plan(_PlanPart):
     register_timeout_s: int = Field(gt=0)
     gang_hold_s: int = Field(ge=0, description="all-or-nothing gang formation hold; 0: off")
     queue_timeout_s: int = Field(ge=0, description="fail when the gang is not granted whole within this; 0: wait")
+    elastic_grace_s: float = Field(ge=0, description="an elastic role below its min_instances for longer than this "
+                                                     "fails the job")
     labels: dict[str, Any] = Field(description="echoed by the AM's /status (the submitting task instance)")
     staged: list[str] = Field(default_factory=list,
                               description="every staged file the job uses, the AM jar too (read by `melon prune`)")
@@ -344,6 +348,7 @@ def build_plan(
         "roles": [
             {"name": name, "instances": role.instances, "memory_mb": role.memory_mb, "vcores": role.vcores,
              "gpus": role.gpus or 0, "gpu_memory_mb": role.gpu_memory_mb, "restarts": role.restarts,
+             "min_instances": role.min_instances or role.instances,
              "tracked": not role.untracked, "optional": role.optional,
              # the spec's fields may not exist yet (added on main): the AM's defaults then
              "oom_growth": role.oom_growth, "oom_max_growths": role.oom_growths,
@@ -360,6 +365,7 @@ def build_plan(
         "register_timeout_s": spec.register_timeout_s,
         "gang_hold_s": spec.gang_hold_s,
         "queue_timeout_s": spec.queue_timeout_s or 0,
+        "elastic_grace_s": spec.elastic_grace_s,
         "labels": dict(labels or {}),
         "staged": sorted(set(staged_urls or ())),
         "status_file": status_file,

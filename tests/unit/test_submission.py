@@ -34,7 +34,7 @@ def test_plan_roles_resources_and_env(spec):
                                  webhdfs_url="http://nn:9870", hdfs_user="alice", gpu_context_mb=400)
     roles = {r["name"]: r for r in plan["roles"]}
     assert roles["chief"] == {"name": "chief", "instances": 1, "memory_mb": 2048, "vcores": 1, "gpus": 0,
-                              "gpu_memory_mb": 4096, "restarts": 0, "tracked": True,
+                              "gpu_memory_mb": 4096, "restarts": 0, "min_instances": 1, "tracked": True,
                               "optional": False, "oom_growth": 1.5, "oom_max_growths": 2, "gpu_context_mb": 400}
     assert roles["worker"]["gpus"] == 1 and roles["worker"]["gpu_memory_mb"] == 0 and roles["worker"]["restarts"] == 2
     assert roles["worker"]["gpu_context_mb"] == roles["ps"]["gpu_context_mb"] == 0  # only shared roles reserve it

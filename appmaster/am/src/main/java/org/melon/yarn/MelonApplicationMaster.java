@@ -166,6 +166,7 @@ public final class MelonApplicationMaster {
     while (!book.done.await(500, TimeUnit.MILLISECONDS)) {
       book.checkGangHold();
       book.checkGangTimeout();
+      book.checkElastic();
       book.expireAvoidance();
     }
     return shutdown();
@@ -256,6 +257,8 @@ public final class MelonApplicationMaster {
     env.put("MELON_ROLE", t.role.name);
     env.put("MELON_INDEX", String.valueOf(t.index));
     env.put("MELON_TASK_ATTEMPT", String.valueOf(t.attempt));
+    env.put("MELON_ROLE_INSTANCES", String.valueOf(t.role.instances));  // the role's bounds (Elastic)
+    env.put("MELON_ROLE_MIN_INSTANCES", String.valueOf(t.role.minInstances));
     env.put("MELON_AM_URL", amUrl);
     if (!secretInCredentials) {
       env.put("MELON_SECRET", secret);

@@ -19,6 +19,7 @@ final class PlanFields {
   static final String REGISTER_TIMEOUT_S = "register_timeout_s";
   static final String GANG_HOLD_S = "gang_hold_s";
   static final String QUEUE_TIMEOUT_S = "queue_timeout_s";
+  static final String ELASTIC_GRACE_S = "elastic_grace_s";
   static final String LABELS = "labels";
   static final String STATUS_FILE = "status_file";
 
@@ -30,6 +31,7 @@ final class PlanFields {
   static final String ROLE_GPUS = "gpus";
   static final String ROLE_GPU_MEMORY_MB = "gpu_memory_mb";
   static final String ROLE_RESTARTS = "restarts";
+  static final String ROLE_MIN_INSTANCES = "min_instances";
   static final String ROLE_TRACKED = "tracked";
   static final String ROLE_OPTIONAL = "optional";
   static final String ROLE_GPU_CONTEXT_MB = "gpu_context_mb";

@@ -116,6 +116,9 @@ final class TaskBook {
      * {@code gpu_context_mb}); the in-process cap stays the expected memory. */
     int gpuContextMb;
     int restarts;
+    /** The role's elastic minimum ({@code min_instances}); {@link #instances} when it has no bounds: see
+     * {@link Elastic}. */
+    int minInstances;
     /** Whether the role's tasks decide the application's outcome (a ps role does not). */
     boolean tracked;
     /** An untracked role whose failure past its budget is only logged (an evaluator); else it fails the job. */
@@ -230,6 +233,8 @@ final class TaskBook {
    * like YARN) bounds the wait for it. */
   private final long gangHoldMs;
   private final long queueTimeoutMs;
+  /** Elastic roles' membership ({@code min_instances}). */
+  final Elastic elastic;
   private final java.util.Random random;
   private final long startedAt;
   private boolean gangFormed;
@@ -261,6 +266,7 @@ final class TaskBook {
     this.registerTimeoutMs = plan.path(PlanFields.REGISTER_TIMEOUT_S).asLong(300) * 1000L;
     this.gangHoldMs = Math.round(plan.path(PlanFields.GANG_HOLD_S).asDouble(0) * 1000);
     this.queueTimeoutMs = Math.round(plan.path(PlanFields.QUEUE_TIMEOUT_S).asDouble(0) * 1000);
+    this.elastic = new Elastic(Math.round(plan.path(PlanFields.ELASTIC_GRACE_S).asDouble(60) * 1000));
     this.successRole = plan.path(PlanFields.SUCCESS_ROLE).isTextual() ? plan.path(PlanFields.SUCCESS_ROLE).asText() : null;
     this.gangWaitSince = clock.getAsLong();
     this.startedAt = gangWaitSince;
@@ -275,6 +281,7 @@ final class TaskBook {
       role.gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt(0);
       role.gpuContextMb = Math.max(0, r.path(PlanFields.ROLE_GPU_CONTEXT_MB).asInt(0));
       role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt(0);
+      role.minInstances = Math.max(1, Math.min(role.instances, r.path(PlanFields.ROLE_MIN_INSTANCES).asInt(role.instances)));
       role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean(true);
       role.optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean(false);
       role.oomGrowth = Math.max(1.0, r.path(PlanFields.ROLE_OOM_GROWTH).asDouble(1.5));
@@ -330,8 +337,8 @@ final class TaskBook {
     if (t.avoidNode != null && t.avoidNode.equals(node) && t.nodeRefusals < MAX_NODE_REFUSALS
         && now() - t.avoidNodeSince <= AVOID_MS) {
       t.nodeRefusals++;
-      MelonApplicationMaster.log("task " + t.name() + " granted again on " + node + ", where no GPU fitted it (exit"
-          + " 75): given back and asked again (" + t.nodeRefusals + "/" + MAX_NODE_REFUSALS + ")");
+      MelonApplicationMaster.log("task " + t.name() + " granted again on " + node + ", which it left (exit "
+          + t.exitCode + "): given back and asked again (" + t.nodeRefusals + "/" + MAX_NODE_REFUSALS + ")");
       yarn.cancel(t);
       yarn.request(t);
       return null;  // the AM gives the container back
@@ -366,14 +373,14 @@ final class TaskBook {
       if (holdingSince < 0) {
         holdingSince = now();
       }
-      if (tasks.stream().allMatch(x -> x.container != null && "ALLOCATED".equals(x.state))) {
+      if (Elastic.enough(tasks, x -> x.container != null && "ALLOCATED".equals(x.state))) {
         gangFormed = true;
         gangWaitSince = now();
         longestHoldMs = Math.max(longestHoldMs, now() - holdingSince);
         MelonApplicationMaster.log("gang granted whole: " + tasks.size() + " containers after "
             + (now() - startedAt) / 1000 + " s (" + holdReleases + " hold(s) given back); starting them");
         holdingSince = -1;
-        out.addAll(tasks);
+        tasks.stream().filter(x -> x.container != null && !x.launched).forEach(out::add);
       }
     }
     for (Task x : out) {
@@ -527,11 +534,22 @@ final class TaskBook {
       t.avoidNode = t.container.getNodeId().toString();
       t.avoidNodeSince = now();
       t.nodeRefusals = 0;
-      avoid(t, t.nodeHost);
+      avoid(t, t.nodeHost, "exit 75: no GPU fits there");
       restart(t, "no GPU fits on " + t.nodeHost + " (exit 75), retry " + t.noFitRetries);
       return;
     }
+    boolean member = elastic.watches(t);
+    if (member) {  // its replacement, if any, goes elsewhere
+      t.avoidNode = t.container.getNodeId().toString();
+      t.avoidNodeSince = now();
+      t.nodeRefusals = 0;
+      avoid(t, t.nodeHost, "elastic member " + t.name() + " lost there");
+    }
+    String loss = t.container.getId() + " on " + t.nodeHost + " " + describeExit(code);
     if (notItsFault(code) && t.notItsFault < MAX_NOT_ITS_FAULT) {
+      if (member) {
+        elastic.lost(t, loss, tasks, "asking for a replacement (not its fault: not counted against restarts)");
+      }
       t.notItsFault++;
       restart(t, describeExit(code) + " on " + t.nodeHost + ", re-run " + t.notItsFault + "/" + MAX_NOT_ITS_FAULT
           + " (not counted against the role's restarts)");
@@ -539,11 +557,33 @@ final class TaskBook {
     }
     if (t.role.restartsUsed < t.role.restarts) {
       t.role.restartsUsed++;
+      if (member) {
+        elastic.lost(t, loss, tasks, "asking for a replacement (restart " + t.role.restartsUsed + "/"
+            + t.role.restarts + " of role " + t.role.name + ")");
+      }
       restart(t, describeExit(code) + ", restart " + t.role.restartsUsed + "/" + t.role.restarts + " of role "
           + t.role.name);
       return;
     }
+    if (member) {  // the role goes on without it while it has its minimum (Elastic.check)
+      t.state = "FAILED";
+      elastic.lost(t, loss, tasks, "not replaced: role " + t.role.name + "'s restarts (" + t.role.restarts
+          + ") are used up");
+      return;
+    }
     fail(t, "task " + t.name() + " on " + t.nodeHost + " " + describeExit(code) + ": " + stderrTail.apply(t));
+  }
+
+  /** The elastic roles' clock (the AM calls this every 500 ms): fail the job when one has been below its minimum
+   * for longer than {@code elastic_grace_s}. */
+  synchronized void checkElastic() {
+    if (!running() || succeededBy != null) {
+      return;
+    }
+    String why = elastic.check(tasks, now());
+    if (why != null) {
+      finish("FAILED", why);
+    }
   }
 
   /** {@code t} FAILED for good: the application fails with {@code diag} unless the task's role is untracked and
@@ -684,11 +724,12 @@ final class TaskBook {
   private void restart(Task t, String why) {
     MelonApplicationMaster.log("restarting task " + t.name() + ": " + why);
     t.attempt++;
-    if (t.registered && gangComplete) {  // the gang is incomplete again: its timeout counts from now
-      gangComplete = false;
+    boolean wasRegistered = t.registered;
+    t.registered = false;
+    if (wasRegistered && gangComplete && !Elastic.enough(tasks, x -> x.registered)) {
+      gangComplete = false;  // the gang is incomplete again: its timeout counts from now
       gangWaitSince = now();
     }
-    t.registered = false;
     t.state = "PENDING";
     t.container = null;
     t.launched = false;
@@ -729,7 +770,7 @@ final class TaskBook {
     }
     boolean anyTracked = tasks.stream().anyMatch(x -> x.role.tracked);
     boolean all = tasks.stream().filter(x -> x.role.tracked || !anyTracked)
-        .allMatch(x -> "SUCCEEDED".equals(x.state));
+        .allMatch(x -> Elastic.elastic(x.role) ? Elastic.succeeded(tasks, x.role) : "SUCCEEDED".equals(x.state));
     return all ? "all tracked tasks succeeded" : null;
   }
 
@@ -777,7 +818,7 @@ final class TaskBook {
   /** Put {@code host} on the application's blacklist while {@code t} is re-requested, so YARN places the task on
    * another node. Bounded: never the last usable node (the RM's RUNNING nodes, else the hosts seen so far), and
    * given back once the task is placed elsewhere or after {@link #AVOID_MS}. */
-  private void avoid(Task t, String host) {
+  private void avoid(Task t, String host, String why) {
     if (host == null) {
       return;
     }
@@ -796,7 +837,7 @@ final class TaskBook {
     avoided.put(host, now());
     yarn.blacklist(Collections.singletonList(host), null);
     MelonApplicationMaster.log("avoiding node " + host + " for task " + t.name()
-        + " (exit 75: no GPU fits there); other nodes " + others);
+        + " (" + why + "); other nodes " + others);
   }
 
   private void releaseAvoidance(String host, String why) {
@@ -852,6 +893,7 @@ final class TaskBook {
     t.gpu = body.path("gpu").isNull() || body.path("gpu").isMissingNode() ? null : body.path("gpu").asText();
     t.gpuMemoryMb = body.path("gpu_memory_mb").asLong(0);
     t.mps = body.path("mps").asBoolean(false);
+    boolean joining = !t.registered;
     if (!t.registered) {
       MelonApplicationMaster.log("task " + t.name() + " registered at " + t.host + ":" + t.port);
     }
@@ -860,14 +902,22 @@ final class TaskBook {
       t.state = "REGISTERED";
     }
     t.updated = now();
-    long missing = tasks.stream().filter(x -> !x.registered).count();
+    long missing = Elastic.missing(tasks, x -> x.registered).size();
     if (missing > 0) {
       return new Reply(202, Collections.singletonMap("waiting", missing));
     }
     gangComplete = true;
+    if (elastic.watches(t) && joining) {
+      elastic.joined(t, tasks);
+    }
+    elastic.start();
+    // an elastic role lists its registered members (task 0 first); a role without bounds has all registered
     Map<String, List<String>> cluster = new LinkedHashMap<>();
     for (Task x : tasks) {
-      cluster.computeIfAbsent(x.role.name, k -> new ArrayList<>()).add(x.host + ":" + x.port);
+      List<String> members = cluster.computeIfAbsent(x.role.name, k -> new ArrayList<>());
+      if (x.registered) {
+        members.add(x.host + ":" + x.port);
+      }
     }
     return new Reply(200, Collections.singletonMap("cluster", cluster));
   }
@@ -954,8 +1004,8 @@ final class TaskBook {
     }
     if (now() - gangWaitSince > registerTimeoutMs) {
       List<String> missing = new ArrayList<>();
-      for (Task t : tasks) {
-        if (!t.registered && !"SUCCEEDED".equals(t.state)) {
+      for (Task t : Elastic.missing(tasks, x -> x.registered)) {
+        if (!"SUCCEEDED".equals(t.state) && !elastic.watches(t)) {
           missing.add(t.name());
         }
       }
