@@ -15,9 +15,9 @@ from airflow_provider_melon.dev import minicluster as mc
 
 #: ``melon --help``'s text: plain, as a terminal shows it (the module docstring above is reST for the API docs)
 DESCRIPTION = """\
-MeLoN on any YARN cluster: jobs (submit, status, ls, logs, wait, kill, prune), cluster checks (doctor), the
-embedded Hadoop cluster (minicluster, up), packing a Python environment (pack-env) and the parameter-server
-planner (plan). `melon COMMAND --help` lists a command's options."""
+MeLoN on any YARN cluster: jobs (submit, status, ls, logs, wait, kill, prune), a task's learned GPU memory
+(memory show|forget), cluster checks (doctor), the embedded Hadoop cluster (minicluster, up), packing a Python
+environment (pack-env) and the parameter-server planner (plan). `melon COMMAND --help` lists a command's options."""
 
 
 def _embedded_cluster_here() -> None:
@@ -164,11 +164,13 @@ QUIET_NAMESPACES = "airflow.task.hooks.airflow.providers.apache.hdfs=WARNING"
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AIRFLOW__LOGGING__NAMESPACE_LEVELS", QUIET_NAMESPACES)
     from airflow_provider_melon.cli import jobs as cli_jobs
+    from airflow_provider_melon.cli import memory as cli_memory
 
     parser = argparse.ArgumentParser(prog="melon", description=DESCRIPTION, epilog=cli_jobs.EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     cli_jobs.add_commands(sub, argparse.RawDescriptionHelpFormatter)
+    cli_memory.add_command(sub, argparse.RawDescriptionHelpFormatter)
 
     cl = sub.add_parser("minicluster", help="start/stop/status of the embedded Hadoop 3.5 cluster")
     cl.add_argument("action", choices=["start", "stop", "status"])

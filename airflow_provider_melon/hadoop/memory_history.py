@@ -1,11 +1,12 @@
 """The history of a task's GPU memory in HDFS (``gpu_memory: auto``; the figures: ``gpu/learned.py``).
 
 One JSON file per finished run, ``<staging_dir>/profiles/<key>/memory/<application id>.json``: concurrent runs of
-the same task (mapped trials) each write their own file, so none overwrites another's record. ``key`` is
-``<dag_id>/<task_id>`` for an Airflow task (the profile step's folder, ``operators/profile.py``) and
-``jobs/<job name>`` for ``melon submit`` unless it names one. The staging folder is the user's, 0700 (each tenant
-learns from its own runs only); the ``profiles/<key>/memory`` folders are made 0700 too. The oldest files beyond
-``learned.KEEP`` are deleted when a run is recorded.
+the same task each write their own file, so none overwrites another's record. ``key`` is ``<dag_id>/<task_id>``
+for an Airflow task (the profile step's folder, ``operators/profile.py``), ``<dag_id>/<task_id>/map-<index>`` for a
+mapped task instance, the train operator's ``memory_key`` when given, and ``jobs/<job name>`` for ``melon submit``
+unless it names one. ``melon memory show|forget`` (``cli/memory.py``) reads and deletes it. The staging folder is
+the user's, 0700 (each tenant learns from its own runs only); the ``profiles/<key>/memory`` folders are made 0700
+too. The oldest files beyond ``learned.KEEP`` are deleted when a run is recorded.
 """
 
 from __future__ import annotations
@@ -35,19 +36,50 @@ def folder(staging_dir: str, key: str) -> str:
     return posixpath.join(staging_dir, "profiles", *parts, "memory")
 
 
+def task_key(dag_id: str, task_id: str, run_id: Optional[str] = None, map_index: int = -1, *,
+             memory_key: Optional[str] = None) -> str:
+    """The history key of an Airflow task instance (the train operator's): its ``memory_key`` when given (checked
+    as :func:`folder` does; ValueError naming ``memory_key``), else ``<dag_id>/<task_id>``, and for an instance of a
+    mapped task ``<dag_id>/<task_id>/map-<index>``: mapped trials usually differ in what they need (a model, a batch
+    size), and one shared history would give every trial the largest's figure, or grow them all after one's OOM.
+    ``run_id`` is not part of it: every run of the task learns from the earlier ones."""
+    if memory_key:
+        key = str(memory_key).strip().strip("/")
+        try:
+            folder("/", key)
+        except ValueError as exc:
+            raise ValueError(f"memory_key: {exc}") from None
+        return key
+    return f"{dag_id}/{task_id}" + (f"/map-{int(map_index)}" if int(map_index) >= 0 else "")
+
+
 def _order(name: str) -> tuple[int, int]:
     m = _APP.fullmatch(name)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def read_runs(client: Any, staging_dir: str, key: str, role: str) -> list[dict]:
-    """The role's records, oldest first (files that cannot be read or parsed are skipped with a warning)."""
+def _exists(client: Any, path: str) -> bool:
+    """Whether ``path`` exists. A refusal (another user's 0700 folder) raises: the client's ``status(strict=False)``
+    answers None for any error, which would show a folder one may not read as an empty history."""
+    with hdfs_errors("status", path):
+        try:
+            client.status(path, strict=True)
+        except Exception as exc:  # noqa: BLE001 - only "not found" means no history
+            if "FileNotFoundException" in f"{getattr(exc, 'exception', '') or ''} {exc}":
+                return False
+            raise
+    return True
+
+
+def read_history(client: Any, staging_dir: str, key: str) -> list[dict]:
+    """Every kept run file of the task, oldest first: ``{"version", "app_id", "roles": {role: record}}`` each (files
+    that cannot be read or parsed are skipped with a warning; no folder yet is no history)."""
     where = folder(staging_dir, key)
+    if not _exists(client, where):
+        return []
     with hdfs_errors("list", where):
-        if client.status(where, strict=False) is None:
-            return []
         names = sorted((n for n in client.list(where) if _APP.fullmatch(n)), key=_order)
-    runs = []
+    docs = []
     for name in names[-learned.KEEP:]:
         try:
             with hdfs_errors("read", f"{where}/{name}"), client.read(f"{where}/{name}") as reader:
@@ -55,10 +87,28 @@ def read_runs(client: Any, staging_dir: str, key: str, role: str) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - one bad file must not stop a submission
             log.warning("memory history: skipping %s/%s: %s", where, name, exc)
             continue
-        record = (doc.get("roles") or {}).get(role) if isinstance(doc, dict) else None
-        if isinstance(record, dict):
-            runs.append(record)
-    return runs
+        if isinstance(doc, dict) and isinstance(doc.get("roles"), dict):
+            docs.append(doc)
+    return docs
+
+
+def read_runs(client: Any, staging_dir: str, key: str, role: str) -> list[dict]:
+    """The role's records, oldest first (:func:`read_history`)."""
+    return [doc["roles"][role] for doc in read_history(client, staging_dir, key)
+            if isinstance(doc["roles"].get(role), dict)]
+
+
+def forget(client: Any, staging_dir: str, key: str) -> int:
+    """Delete the task's history (its whole ``memory`` folder): the next ``gpu_memory: auto`` run starts at its
+    first-run figure again. Returns how many run files there were (0: no history)."""
+    where = folder(staging_dir, key)
+    if not _exists(client, where):
+        return 0
+    with hdfs_errors("list", where):
+        count = sum(1 for n in client.list(where) if _APP.fullmatch(n))
+    with hdfs_errors("delete", where):
+        client.delete(where, recursive=True)
+    return count
 
 
 def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Mapping[str, Mapping]) -> str:

@@ -137,9 +137,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     :param admin_acl: who besides the owner may view and kill the application (a Hadoop ACL ``"users groups"``,
         e.g. ``" melon-admins"``); default the yarn connection's extra ``admin_acl`` / ``[melon] admin_acl``.
     :param durable: Airflow 3.3 ``ResumableJobMixin``: keep the application id in the task state store.
-    :param memory_key: the GPU memory history ``gpu_memory: auto`` learns from and records to (templated; plain names
-        joined by ``/``, e.g. ``"{{ dag.dag_id }}/train/bs-{{ params.batch }}"``). Default ``<dag_id>/<task_id>``,
-        and ``<dag_id>/<task_id>/map-<index>`` for each mapped task instance, so mapped trials learn apart.
+    :param memory_key: key of the GPU memory history ``gpu_memory: auto`` uses (templated; ``memory_history.task_key``).
     """
 
     template_fields: Sequence[str] = ("job", "gpu_memory", "run_as", "yarn_queue", "memory_key")
@@ -169,15 +167,13 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         job_log_max_bytes: Optional[int] = None,
         run_as: Optional[str] = None,
         yarn_queue: Optional[str] = None,
-        admin_acl: Optional[str] = None,
-        memory_key: Optional[str] = None,
+        admin_acl: Optional[str] = None, memory_key: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.run_as = run_as
         self.yarn_queue = yarn_queue
-        self.admin_acl = admin_acl
-        self.memory_key = memory_key
+        self.admin_acl, self.memory_key = admin_acl, memory_key
         if poll_interval is None:
             poll_interval = conf.getfloat("melon", "poll_interval", fallback=10.0)
         if float(poll_interval) < MIN_POLL_INTERVAL:
@@ -248,18 +244,8 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         return self.hook.yarn
 
     # ---- the spec -----------------------------------------------------------------------------------------
-    def memory_key_for(self, context: "Context") -> str:
-        """This task instance's GPU memory history, ``profiles/<key>/memory`` in the staging folder: ``memory_key``
-        when given, else ``<dag_id>/<task_id>``, with ``/map-<index>`` for a mapped task instance."""
-        if self.memory_key:
-            key = str(self.memory_key).strip().strip("/")
-            try:
-                memory_history.folder("/", key)
-            except ValueError as exc:
-                raise AirflowFailException(f"memory_key: {exc}") from None
-            return key
-        dag_id, task_id, _, map_index = self._ti_identity(context)
-        return f"{dag_id}/{task_id}" + (f"/map-{map_index}" if map_index >= 0 else "")
+    def memory_key_for(self, context: "Context") -> str:  # this task instance's GPU memory history
+        return memory_history.task_key(*self._ti_identity(context), memory_key=self.memory_key)
 
     def _base_dir(self) -> Optional[str]:
         dag = self.dag if self.has_dag() else None

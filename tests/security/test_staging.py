@@ -277,6 +277,47 @@ def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, atta
         row.got = f"her own: {again.roles['worker'].gpu_memory} MiB" if taught == said else f"{said}"
 
 
+def test_melon_memory_show_and_forget_act_with_the_owners_staging_folder_rights(tenants, attack, capsys):
+    """``melon memory show|forget KEY`` act through the caller's own HDFS client: alice sees and resets her task's
+    history; bob, pointing the commands at her staging folder, is refused by HDFS (her folder is 0700) and her
+    history stays as it was."""
+    from airflow_provider_melon import cli
+    from airflow_provider_melon.hadoop import memory_history
+
+    alice = tenants.hook("alice")
+    key = f"alice_dag/train-{uuid.uuid4().hex[:6]}"
+    record = {"role": "worker", "app_id": "application_1_0007", "at": int(time.time()), "state": "SUCCEEDED",
+              "initial_mb": 4096, "expected_mb": 4096, "peak_mb": 3520, "peak_source": "torch", "oom": False,
+              "growths": 0}
+    path = memory_history.record_run(alice.hdfs, alice.staging_dir, key, "application_1_0007", {"worker": record})
+    where = ["--rm", tenants.details.rm_web_url, "--webhdfs", tenants.nn]
+
+    def melon(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(list(argv) + where)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = melon("memory", "show", key, "--user", "alice")
+    assert code == 0, err
+    assert "learned now 3872 MiB (learned from the last 1 run(s): peak 3520 MiB × 1.10" in out, out
+    assert "application_1_0007" in out and "3520 (torch)" in out, out
+    with attack("bob shows alice's GPU memory history with `melon memory show`",
+                expected="exit 1: Permission denied: user=bob") as row:
+        code, out, err = melon("memory", "show", key, "--user", "bob", "--staging-dir", alice.staging_dir)
+        row.got = f"exit {code}: " + ("Permission denied: user=bob" if "Permission denied: user=bob" in err else err)
+    with attack("bob forgets alice's GPU memory history with `melon memory forget`",
+                expected="exit 1, her history kept") as row:
+        code, out, err = melon("memory", "forget", key, "--user", "bob", "--staging-dir", alice.staging_dir)
+        kept = tenants.superuser_hdfs().status(path, strict=False) is not None
+        row.got = f"exit {code}, her history " + ("kept" if kept else "deleted")
+    assert "Permission denied: user=bob" in err, err
+    code, out, err = melon("memory", "forget", key, "--user", "alice")
+    assert code == 0 and "forgot 1 run(s)" in out, (out, err)
+    assert tenants.superuser_hdfs().status(path.rsplit("/", 1)[0], strict=False) is None
+    code, out, _ = melon("memory", "show", key, "--user", "alice")
+    assert code == 0 and "no history" in out, out
+
+
 # ---- Kerberos: two principals in one process ---------------------------------------------------------------
 def test_two_principals_in_one_process_each_authenticate_as_themselves(secure_cluster, tmp_path, attack,
                                                                          monkeypatch):

@@ -1,0 +1,124 @@
+"""``melon memory show|forget KEY``: a task's learned GPU memory history (``gpu_memory: auto``), read or reset.
+
+They act as the job commands do, through the user's own HDFS client on the user's staging folder (``[melon]
+staging_dir``, default ``/user/<user>/.melon``, or ``--staging-dir``): the history sits in that 0700 folder, so
+what HDFS lets the user do there is what these commands may do; another user's folder answers permission denied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from airflow_provider_melon.cli.exit_codes import OK, UsageError
+from airflow_provider_melon.cli.terminal import _print_json
+from airflow_provider_melon.gpu import learned
+from airflow_provider_melon.hadoop import memory_history
+
+
+def _where(args, cluster) -> tuple[Any, str, str]:
+    """``(hook, staging folder, history folder)`` of the command line's key; a bad key is a usage error."""
+    try:
+        memory_history.folder("/", args.key)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    hook = cluster.melon_hook(resolve_fs=False)
+    staging = (args.staging_dir or hook.staging_dir).rstrip("/")
+    return hook, staging, memory_history.folder(staging, args.key)
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value}"
+
+
+def history(hook, staging: str, key: str, growth: float) -> dict:
+    """What ``show`` prints: each role's runs (oldest first) and the figure they teach now (capped at the cluster's
+    largest GPU when the RM says it)."""
+    docs = memory_history.read_history(hook.hdfs, staging, key)
+    roles: dict[str, list] = {}
+    for doc in docs:
+        for role, record in doc["roles"].items():
+            if isinstance(record, dict):
+                roles.setdefault(role, []).append(record)
+    largest = hook.largest_gpu_mb() if roles else None
+    out = {}
+    for role, runs in sorted(roles.items()):
+        found = learned.learned_mb(runs, growth=growth, largest_gpu_mb=largest, context_mb=hook.gpu_context_mb)
+        out[role] = {"runs": runs, "learned_mb": found[0] if found else None,
+                     "learned_from": found[1] if found else "nothing: no run succeeded or ran out of memory"}
+    return {"key": key, "folder": memory_history.folder(staging, key), "oom_growth": growth, "roles": out}
+
+
+def cmd_show(args, cluster) -> int:
+    hook, staging, where = _where(args, cluster)
+    shown = history(hook, staging, args.key, args.oom_growth)
+    if args.json:
+        _print_json(shown)
+        return OK
+    if not shown["roles"]:
+        print(f"{args.key}: no history in {where} (the next gpu_memory: auto run starts at its first-run figure)")
+        return OK
+    print(f"{args.key}: {where}")
+    for role, seen in shown["roles"].items():
+        print(f"  role {role}: learned now {_mib(seen['learned_mb'])} MiB ({seen['learned_from']})")
+        table = [("APP", "ENDED (UTC)", "STATE", "INITIAL", "EXPECTED", "PEAK (SOURCE)", "OOM", "GROWTHS")]
+        for r in seen["runs"]:
+            at = r.get("at")
+            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) if isinstance(at, (int, float)) else "-"
+            peak = _mib(r.get("peak_mb")) + (f" ({r['peak_source']})" if r.get("peak_source") else "")
+            table.append((str(r.get("app_id") or "-"), when, str(r.get("state") or "-"), _mib(r.get("initial_mb")),
+                          _mib(r.get("expected_mb")), peak, "yes" if r.get("oom") else "no",
+                          str(r.get("growths") or 0)))
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        for row in table:
+            print("    " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return OK
+
+
+def cmd_forget(args, cluster) -> int:
+    hook, staging, where = _where(args, cluster)
+    count = memory_history.forget(hook.hdfs, staging, args.key)
+    if args.json:
+        _print_json({"key": args.key, "folder": where, "forgotten_runs": count})
+    elif count:
+        print(f"{args.key}: forgot {count} run(s) (deleted {where}); the next gpu_memory: auto run starts at its "
+              "first-run figure")
+    else:
+        print(f"{args.key}: no history in {where}: nothing to forget")
+    return OK
+
+
+def cmd_memory(args, cluster) -> int:
+    return (cmd_show if args.action == "show" else cmd_forget)(args, cluster)
+
+
+def add_command(sub, formatter) -> None:
+    """``melon memory show|forget KEY`` on the ``melon`` parser's sub-parsers."""
+    from airflow_provider_melon.cli import jobs as cli_jobs
+
+    help_ = "show or reset a task's learned GPU memory (gpu_memory: auto)"
+    p = sub.add_parser("memory", parents=[cli_jobs.cluster_options()], help=help_, epilog=cli_jobs.EXIT_CODES,
+                       formatter_class=formatter, description=(
+                           "show: each recorded run of a task (app, end time, state, initial/expected/peak MiB with "
+                           "the peak's source, OOM, growths) and the figure learned now; forget: delete the task's "
+                           "history, so its next run starts at its first-run figure. The history is in your staging "
+                           "folder's profiles/<KEY>/memory/."))
+    p.add_argument("action", choices=["show", "forget"])
+    p.add_argument("key", help="the history's key: DAG_ID/TASK_ID for an Airflow task (DAG_ID/TASK_ID/map-N for a "
+                   "mapped task instance, or the operator's memory_key), jobs/<job name> for `melon submit` (or its "
+                   "--learn-as)")
+    p.add_argument("--staging-dir", help="the staging folder (default [melon] staging_dir, /user/<user>/.melon)")
+    p.add_argument("--oom-growth", type=_growth, default=1.5,
+                   help="show: the role's oom_growth, for what a run that ran out of memory teaches (default 1.5)")
+    p.set_defaults(func=cli_jobs.run, command_func=cmd_memory)
+
+
+def _growth(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--oom-growth {text!r}: a number") from None
+    if not 1.0 <= value <= 4.0:
+        raise argparse.ArgumentTypeError(f"--oom-growth {text!r}: between 1.0 and 4.0")
+    return value
