@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete: `melon` completes in a shell after `eval "$(register-python-argcomplete melon)"`)
 """``melon`` command line: MeLoN jobs on any YARN cluster (``melon submit|status|ls|logs|kill|wait``, in
 :mod:`airflow_provider_melon.cli.jobs`), the embedded mini cluster, cluster checks (``melon doctor``), packing a
 Python environment, and the parameter-server planner (``melon plan ...``,
@@ -11,6 +12,9 @@ import os
 import sys
 from pathlib import Path
 
+import argcomplete
+
+from airflow_provider_melon import __version__
 from airflow_provider_melon.dev import minicluster as mc
 
 #: ``melon --help``'s text: plain, as a terminal shows it (the module docstring above is reST for the API docs)
@@ -168,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="melon", description=DESCRIPTION, epilog=cli_jobs.EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     cli_jobs.add_commands(sub, argparse.RawDescriptionHelpFormatter)
     cli_memory.add_command(sub, argparse.RawDescriptionHelpFormatter)
@@ -227,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(prints JSON; `melon plan --help` for its options)")
     pl.set_defaults(func=None)
 
+    argcomplete.autocomplete(parser)  # shell completion: answers and exits when the shell's hook asks
     args, rest = parser.parse_known_args(argv)
     if args.command == "plan":  # everything after `plan` is the planner's own command line
         from airflow_provider_melon.planner import plan_main

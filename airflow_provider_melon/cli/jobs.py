@@ -11,6 +11,7 @@ Output is human-readable (:mod:`.terminal`), or JSON with ``--json``; exit codes
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import importlib
 import json
 import logging
@@ -76,8 +77,11 @@ class Cluster:
         self.rm_urls = _split_urls(args.rm)
         if self.rm_urls and args.conn_id:
             raise UsageError("give the cluster either as --conn-id or as --rm, not both")
-        if not self.rm_urls and not args.conn_id and not in_checkout():
-            args.conn_id = "yarn_default"  # installed: the Airflow connection, as `melon doctor`; no embedded cluster
+        if not self.rm_urls and not args.conn_id and not in_checkout() \
+                and Path(args.work_dir) == mc.DEFAULT_WORK_DIR:
+            # installed, no cluster named: the Airflow connection, as `melon doctor` (an embedded cluster started
+            # from a checkout is named by its --work-dir)
+            args.conn_id = "yarn_default"
         self.mode = "rm" if self.rm_urls else "conn" if args.conn_id else "embedded"
         self.details = None
         if self.mode == "embedded":
@@ -317,6 +321,19 @@ def cmd_status(args, cluster: Cluster) -> int:
     return app_exit_code(app)
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
+_DURATION_UNITS_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration_s(text: str, option: str) -> float:
+    """``90s``, ``30m``, ``6h``, ``2d``, ``1w`` or plain seconds → seconds, more than 0."""
+    match = _DURATION.match(str(text))
+    seconds = float(match.group(1)) * _DURATION_UNITS_S[match.group(2).lower()] if match else 0.0
+    if seconds <= 0:
+        raise UsageError(f"{option} {text!r}: expected a duration above 0: 90s, 30m, 6h, 2d, 1w or seconds")
+    return seconds
+
+
 def cmd_ls(args, cluster: Cluster) -> int:
     states = [s.strip().upper() for v in args.state or [] for s in v.split(",") if s.strip()]
     bad = [s for s in states if s not in STATES]
@@ -325,10 +342,15 @@ def cmd_ls(args, cluster: Cluster) -> int:
     if args.limit < 0:
         raise UsageError(f"--limit {args.limit}: must be 0 (all) or more")
     tags = [t.strip().lower() for v in args.tag or [] for t in v.split(",") if t.strip()]
+    since_ms = int((time.time() - _duration_s(args.newer_than, "--newer-than")) * 1000) if args.newer_than else None
     apps = cluster.yarn.list_applications(states=states or None, applicationTags=tags or None,
-                                          applicationTypes=None if args.all_types else "MELON")
+                                          applicationTypes=None if args.all_types else "MELON",
+                                          user=args.owner or None, queue=args.queue or None,
+                                          startedTimeBegin=since_ms)
     if tags:  # the RM matches any tag; every one named must be there
         apps = [a for a in apps if set(tags) <= set(a.get("applicationTagList") or [])]
+    if args.name:  # the RM has no name filter: a shell pattern, matched here
+        apps = [a for a in apps if fnmatch.fnmatchcase(str(a.get("name") or ""), args.name)]
     if not args.all_types:
         apps = [a for a in apps if str(a.get("applicationType") or "").upper() == "MELON"]
     apps.sort(key=lambda a: int(a.get("startedTime") or 0), reverse=True)
@@ -542,6 +564,12 @@ def add_commands(sub, formatter) -> None:
     ls.add_argument("--state", action="append", help="only these YARN states (repeatable or comma-separated: "
                     "RUNNING, FINISHED, FAILED, KILLED, ACCEPTED, ...)")
     ls.add_argument("--tag", action="append", help="only apps carrying this tag (repeatable: all of them)")
+    ls.add_argument("--owner", metavar="USER", help="only apps of this user (--user is who you act as)")
+    ls.add_argument("--queue", help="only apps in this YARN queue")
+    ls.add_argument("--name", metavar="PATTERN", help="only apps whose name matches this shell pattern "
+                    "(mnist*, *-nightly)")
+    ls.add_argument("--newer-than", metavar="AGE", help="only apps started less than this long ago "
+                    "(90s, 30m, 6h, 2d, 1w)")
     ls.add_argument("--limit", type=int, default=20, help="at most this many (default 20; 0: all)")
     ls.add_argument("--all-types", action="store_true", help="not only MeLoN apps (Spark, MapReduce, ...)")
 

@@ -61,3 +61,8 @@ def test_job_commands_from_a_wheel_default_to_the_yarn_default_connection(capsys
 def test_from_a_checkout_the_job_commands_still_default_to_the_embedded_cluster(capsys, tmp_path):
     code, _, err = melon(capsys, "ls", "--work-dir", str(tmp_path))
     assert code == 3 and "mini cluster" in err
+
+
+def test_an_installed_melon_reaches_an_embedded_cluster_named_by_its_work_dir(capsys, installed, tmp_path):
+    code, _, err = melon(capsys, "ls", "--work-dir", str(tmp_path / "cluster"))
+    assert code == 3 and f"no mini cluster running in {tmp_path / 'cluster'}" in err, err
