@@ -34,3 +34,18 @@ def test_mnist_pipeline(airflow, melon_hook):
     assert sorted(a["name"] for a in apps if a["name"] in ("mnist-mwms", "mnist-evaluate")) == \
         ["mnist-evaluate", "mnist-mwms"], [(a["id"], a["name"], a["finalStatus"]) for a in apps]
     assert all(a["finalStatus"] == "SUCCEEDED" for a in apps if a["name"] in ("mnist-mwms", "mnist-evaluate"))
+
+
+def test_pytorch_pipeline(airflow, melon_hook):
+    """DDP under torchrun in two containers → the model published to HDFS → evaluated from it."""
+    started_ms = int(time.time() * 1000)
+    result = airflow.run("dags", "test", "melon_pytorch_pipeline", timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    report = _marker(out, "MELON_RESULT")
+    assert report["accuracy"] >= report["threshold"]
+    assert "model.pt" in melon_hook.hdfs.list(melon_hook.hdfs_path(report["model"]))
+    apps = {a["name"]: a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_pytorch_pipeline"])
+            if int(a.get("startedTime") or 0) >= started_ms}
+    assert sorted(apps) == ["ddp-evaluate", "ddp-torchrun"], sorted(apps)
+    assert all(a["finalStatus"] == "SUCCEEDED" for a in apps.values())
