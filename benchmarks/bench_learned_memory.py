@@ -23,6 +23,10 @@ process alone: 1386 MiB. Run-to-run noise: the need varies uniformly by ±``--no
 assumption: the recorded runs used synthetic data and reserved the same MiB in every process). A run whose cap is
 below that run's need runs out of memory (the allocator's counter then reads about the cap).
 
+The AM's final status keeps each task's largest peak; the peak's source (``gpu_memory_peak_source``) reaches the
+record only if the AM keeps it too, which it does not yet (``--am-source kept`` models an AM that does; for these
+four jobs, whose peaks are the frameworks' own counters, the figures are the same either way).
+
 Goal per job: by run 5 the figure over the true need is between 1.0 and 1.25 and stays so, and no run runs out of
 memory after the first one that grew. Deterministic (``--seed``).
 
@@ -115,7 +119,7 @@ def grow(expected: int, growth: float, context_mb: int) -> int:
 
 
 def nightly_run(job: Job, role, figure: int, need: float, rule: str, context_mb: int, rng: random.Random,
-                app_id: str) -> tuple[dict, int]:
+                app_id: str, am_source: bool) -> tuple[dict, int]:
     """One application: the AM's final status of its one task, and how many of its containers ran out of memory."""
     cap, growths, ooms = figure, 0, 0
     peak: tuple[Optional[int], Optional[str]] = (None, None)
@@ -137,12 +141,12 @@ def nightly_run(job: Job, role, figure: int, need: float, rule: str, context_mb:
         cap, growths = grown, growths + 1
     task = {"role": "worker", "index": 0, "initial_gpu_memory_mb": figure, "expected_gpu_memory_mb": cap,
             "gpu_memory_peak_mb": peak[0], "oom_growths": growths, "oom": oom_report}
-    if peak[1] is not None:
+    if am_source and peak[1] is not None:
         task["gpu_memory_peak_source"] = peak[1]
     return {"state": state, "app_id": app_id, "tasks": [task]}, ooms
 
 
-def simulate(job: Job, runs: int, rule: str, noise: float, seed: int, context_mb: int) -> dict:
+def simulate(job: Job, runs: int, rule: str, noise: float, seed: int, context_mb: int, am_source: bool) -> dict:
     rng = random.Random(f"{seed}-{job.name}")
     spec = JobSpec.from_dict({"name": job.name, "entrypoint": "python train.py",
                               "roles": {"worker": {"instances": 1, "gpu_memory": job.first}}})
@@ -153,7 +157,7 @@ def simulate(job: Job, runs: int, rule: str, noise: float, seed: int, context_mb
         figure = figures["worker"]
         need = job.need_mb * (1 + rng.uniform(-noise, noise))
         app_id = f"application_1796400000000_{night:04d}"
-        final, ooms = nightly_run(job, spec.roles["worker"], figure, need, rule, context_mb, rng, app_id)
+        final, ooms = nightly_run(job, spec.roles["worker"], figure, need, rule, context_mb, rng, app_id, am_source)
         record = learned.run_record("worker", final["tasks"], app_id=app_id, state=final["state"],
                                     at=1796400000 + night * 86400, planned_mb=figure)
         history = (history + [record])[-learned.KEEP:]
@@ -178,15 +182,19 @@ def main(argv=None) -> int:
     ap.add_argument("--context-mb", type=int, default=GPU_CONTEXT_MB_DEFAULT,
                     help="the context reserve the executor takes out of NVML's reading "
                          f"([melon] gpu_context_mb, default {GPU_CONTEXT_MB_DEFAULT})")
+    ap.add_argument("--am-source", choices=("dropped", "kept"), default="dropped",
+                    help="whether the AM's final status carries the peak's source (today's AM: dropped)")
     ap.add_argument("-v", "--verbose", action="store_true", help="also print each night's resolution line")
     args = ap.parse_args(argv)
-    print(f"# learned GPU memory over {args.runs} nightly runs; executor rule: {args.executor}; seed {args.seed}; "
+    print(f"# learned GPU memory over {args.runs} nightly runs; executor rule: {args.executor}; AM source: "
+          f"{args.am_source}; seed {args.seed}; "
           f"need noise ±{args.noise:.0%}; context {CONTEXT_MB} MiB (reserve {args.context_mb} MiB); largest GPU "
           f"{LARGEST_GPU_MB} MiB; goal: figure/need in [{GOAL[0]}, {GOAL[1]}] from run {BY_RUN}, no OOM after the "
           "first growth")
     results = {}
     for job in JOBS:
-        res = results[job.name] = simulate(job, args.runs, args.executor, args.noise, args.seed, args.context_mb)
+        res = results[job.name] = simulate(job, args.runs, args.executor, args.noise, args.seed, args.context_mb,
+                                           args.am_source == "kept")
         print(f"\n== {job.name}: need {job.need_mb} MiB, first figure {job.first}, peak file from {job.source} ==")
         print(f"{'run':>4} {'figure':>7} {'/need':>6} {'need':>6} {'OOMs':>5} {'state':>10} {'peak (source)':>22}")
         for r in res["rows"]:
