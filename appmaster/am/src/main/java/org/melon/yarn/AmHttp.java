@@ -196,7 +196,8 @@ final class AmHttp {
         expect(body, "gpu_memory_used_mb", JsonNode::isNumber, false, "a number");
         expect(body, "gpu_memory_peak_mb", JsonNode::isNumber, false, "a number");
         expect(body, "oom", AmHttp::validOom, false,
-            "an object {cap_mb, peak_mb, largest_gpu_mb: numbers or null, signature: a string}");
+            "an object {cap_mb, peak_mb, largest_gpu_mb: numbers or null, signature, culprit: strings, "
+            + "oversubscribed: a boolean}");
         expect(body, "message", JsonNode::isTextual, false, "a string");
         expect(body, "tensorboard_url", TensorBoardProxy::validUrl, false, "\"\" or http://host:port");
         expect(body, "tensorboard_error", JsonNode::isTextual, false, "a string");
@@ -318,13 +319,15 @@ final class AmHttp {
     if (!oom.isObject()) {
       return false;
     }
-    for (String k : new String[] {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}) {
+    for (String k : new String[] {"cap_mb", "peak_mb", "largest_gpu_mb", "signature", "culprit"}) {
       JsonNode v = oom.path(k);
-      if (!v.isMissingNode() && !v.isNull() && !("signature".equals(k) ? v.isTextual() : v.isNumber())) {
+      boolean text = "signature".equals(k) || "culprit".equals(k);
+      if (!v.isMissingNode() && !v.isNull() && !(text ? v.isTextual() : v.isNumber())) {
         return false;
       }
     }
-    return true;
+    JsonNode over = oom.path("oversubscribed");
+    return over.isMissingNode() || over.isNull() || over.isBoolean();
   }
 
   private static void send(HttpExchange ex, int code, String type, String body) throws IOException {

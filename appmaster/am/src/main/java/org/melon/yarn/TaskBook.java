@@ -608,7 +608,9 @@ final class TaskBook {
    * the task has growths left ({@code oom_max_growths}), its expected GPU memory grows by {@code oom_growth}, at most
    * to the largest GPU reported and the cluster's maximum allocation, and it is asked for again with that: not
    * counted against the role's restarts. Otherwise (growths used up, retry off, nothing left to grow into, exclusive
-   * mode) it FAILED: an OOM is never re-run with the same memory, nor does it use the role's restarts.
+   * mode) it FAILED: an OOM is never re-run with the same memory, nor does it use the role's restarts, unless the
+   * report says {@code oversubscribed} (a neighbour beyond its reservation, named in {@code culprit}, took the
+   * memory): that victim is asked for again with the same memory, at most {@link #MAX_NOT_ITS_FAULT} times.
    */
   private void outOfMemory(Task t, Function<Task, String> stderrTail) {
     ObjectNode report = t.attemptOom;
@@ -625,6 +627,14 @@ final class TaskBook {
     } else if (t.expectedMb <= 0) {
       what = "ran out of GPU memory with no expected GPU memory (no cap: not retried with more)";
       advice = ": set roles." + role.name + ".gpu_memory";
+    } else if (report.path("oversubscribed").asBoolean(false) && t.notItsFault < MAX_NOT_ITS_FAULT) {
+      // a victim, not a culprit: a neighbour (or a process MeLoN did not place) held memory beyond its reservation
+      t.notItsFault++;
+      restart(t, "ran out of GPU memory on " + t.nodeHost + ", whose GPU was oversubscribed beyond its reservations ("
+          + report.path("culprit").asText("culprit unknown") + "): asking again with the same " + t.expectedMb
+          + " MiB, not grown (re-run " + t.notItsFault + "/" + MAX_NOT_ITS_FAULT + ", not counted against the role's"
+          + " restarts)");
+      return;
     } else {
       long cap = report.path("cap_mb").isNumber() ? report.path("cap_mb").asLong() : t.expectedMb;
       Long peak = report.path("peak_mb").isNumber() ? Long.valueOf(report.path("peak_mb").asLong()) : t.attemptPeakMb;
@@ -682,6 +692,12 @@ final class TaskBook {
     String signature = given.path("signature").isTextual() ? given.path("signature").asText() : null;
     o.put("signature", signature == null || signature.length() <= OOM_SIGNATURE_MAX ? signature
         : signature.substring(0, OOM_SIGNATURE_MAX));
+    if (given.path("oversubscribed").asBoolean(false)) {  // the GPU was full beyond its reservations: a victim
+      String culprit = given.path("culprit").isTextual() ? given.path("culprit").asText() : null;
+      o.put("oversubscribed", true);
+      o.put("culprit", culprit == null || culprit.length() <= OOM_SIGNATURE_MAX ? culprit
+          : culprit.substring(0, OOM_SIGNATURE_MAX));
+    }
     return o;
   }
 

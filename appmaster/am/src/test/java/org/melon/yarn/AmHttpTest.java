@@ -158,6 +158,15 @@ class AmHttpTest {
   // ---------------------------------------------------------------- the happy path
 
   @Test
+  void anOomReportMaySayTheGpuWasOversubscribedAndNameTheCulprit() {
+    assertTrue(AmHttp.validOom(json("{cap_mb: 1024, peak_mb: null, signature: 'x', oversubscribed: true, "
+        + "culprit: 'task t (pid 1) uses 9000 MiB of its 4500 MiB reservation'}")));
+    assertTrue(AmHttp.validOom(json("{cap_mb: 1024, signature: 'x'}")), "both are optional");
+    assertFalse(AmHttp.validOom(json("{oversubscribed: 'yes'}")));
+    assertFalse(AmHttp.validOom(json("{oversubscribed: true, culprit: 42}")));
+  }
+
+  @Test
   void registersHeartbeatsAndReportsStatus() throws IOException {
     start(2);
     Answer first = post("/register", registration(0, 5000));

@@ -568,6 +568,28 @@ class TaskBookTest {
   }
 
   @Test
+  void aVictimOfAnOversubscribedGpuIsRetriedAtItsOldFigureNotGrown() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, restarts: 0}]}");
+    Task w0 = book.task("worker", 0);
+    String culprit = "task application_1_0002:worker:0 (pid 4242) uses 11000 MiB of its 4500 MiB reservation";
+    String log = logOf(() -> oom(book, place(book, w0, "node-a"), "{cap_mb: 1024, peak_mb: 700, largest_gpu_mb: "
+        + "16384, signature: 'RuntimeError: CUDA error: out of memory', oversubscribed: true, culprit: '" + culprit
+        + "'}"));
+    assertEquals(List.of(1024L), yarn.requestedGpuMemoryMb, "asked again with its old figure");
+    assertEquals(1024, w0.expectedMb);
+    assertEquals(0, w0.oomGrowths, "a victim is not grown");
+    assertEquals(0, w0.role.restartsUsed, "nor charged the role's restarts");
+    assertTrue(w0.oom.path("oversubscribed").asBoolean() && culprit.equals(w0.oom.path("culprit").asText()),
+        w0.oom.toString());
+    assertTrue(log.contains("restarting task worker:0: ran out of GPU memory on node-a, whose GPU was oversubscribed "
+        + "beyond its reservations (" + culprit + "): asking again with the same 1024 MiB"), log);
+    // its own OOM afterwards (no oversubscription) grows it as before
+    oom(book, place(book, w0, "node-b"), "{cap_mb: 1024, peak_mb: 1100, largest_gpu_mb: 16384, signature: 'x'}");
+    assertEquals(List.of(1024L, 1536L), yarn.requestedGpuMemoryMb);
+    assertEquals("RUNNING", book.state());
+  }
+
+  @Test
   void theRolesRestartsAreUntouchedByOomsAndARestartKeepsTheGrownMemory() {
     TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, restarts: 1}]}");
     Task w0 = book.task("worker", 0);
