@@ -72,6 +72,9 @@ class Doctor:
         if findings[0].status != "fail":
             rest.append(self.check_hadoop_java)
         findings += [self._guard(fn.__name__.removeprefix("check_").replace("_", "-"), fn) for fn in rest]
+        mig = self._guard("gpu-mig", self.check_gpu_mig)
+        if mig is not None:  # only where this host has GPUs (doctor run on a GPU node)
+            findings.append(mig)
         if self.submit_test:
             if any(f.status == "fail" for f in findings):
                 findings.append(_fail("submit-test", "not run: fix the failed checks above first",
@@ -196,6 +199,20 @@ class Doctor:
         if maximum <= 0:
             return _fail("queue", detail, "give the queue capacity in capacity-scheduler.xml")
         return _ok("queue", detail)
+
+    def check_gpu_mig(self) -> Optional[Finding]:
+        """This host's GPUs (NVML), when it has any: MeLoN refuses a GPU in MIG mode (``gpu/devices.py``: it shares a
+        GPU by memory and does not address MIG instances; the executor exits 75 on a node with only MIG GPUs). None
+        on a host without NVML (a client machine): nothing to say about GPU nodes from there."""
+        from airflow_provider_melon.gpu import devices  # noqa: PLC0415 - NVML only for this check
+
+        gpus = devices.nvml_gpus(env={})
+        if not gpus and not gpus.mig:
+            return None
+        if gpus.mig:
+            return _fail("gpu-mig", gpus.reason, "; ".join(f"nvidia-smi -i {i} -mig 0 (as root, the GPU idle), or "
+                                                           f"keep GPU {i} out of MeLoN" for i in gpus.mig))
+        return _ok("gpu-mig", f"this host's {len(gpus)} GPU(s): none in MIG mode")
 
     # ---- NodeManagers: reachable from here, YARN's own GPU plugin ------------------------------------------
     def _nm_url(self, node: dict) -> Optional[str]:

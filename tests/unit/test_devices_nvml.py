@@ -161,3 +161,20 @@ def test_no_gpu_or_too_few_to_split_says_no_gpu_and_hides_the_real_ones(nvml, tm
         hidden = devices.nvml_gpus(env=env)
         assert not hidden and hidden.reason == "no GPU: NVML found no device (CUDA_VISIBLE_DEVICES=-1 hides this " \
                                                "node's 1 device(s))"
+
+
+def test_melon_doctor_refuses_a_gpu_node_in_mig_mode_and_says_nothing_without_a_gpu(nvml):
+    """``melon doctor`` run on a GPU node: a GPU in MIG mode fails its gpu-mig finding with the fix; a node whose GPUs
+    are not in MIG mode passes; a host without NVML (a client, the tests' machine) gets no such finding."""
+    from types import SimpleNamespace
+
+    from airflow_provider_melon.cli.doctor import Doctor
+    doctor = Doctor(SimpleNamespace(yarn=None))
+    nvml([{**H200[0], "mig": 1}, {**H200[1], "mig": 0}])
+    found = doctor.check_gpu_mig()
+    assert (found.check, found.status) == ("gpu-mig", "fail"), found
+    assert "device 0 (NVIDIA H200) is in MIG mode" in found.detail and "nvidia-smi -i 0 -mig 0" in found.fix
+    nvml([{**H200[1], "mig": 0}])
+    assert doctor.check_gpu_mig().status == "ok"
+    nvml(init_error="NVML Shared Library Not Found")
+    assert doctor.check_gpu_mig() is None
