@@ -178,3 +178,18 @@ def test_melon_doctor_refuses_a_gpu_node_in_mig_mode_and_says_nothing_without_a_
     assert doctor.check_gpu_mig().status == "ok"
     nvml(init_error="NVML Shared Library Not Found")
     assert doctor.check_gpu_mig() is None
+
+
+def test_the_executor_refuses_a_node_whose_gpus_are_all_in_mig_mode(nvml, tmp_path, monkeypatch):
+    """Exit 75 with the reason (the AM then asks for a container on another node), never "no GPU: run on CPU"."""
+    from airflow_provider_melon.runtime import executor
+    from airflow_provider_melon.runtime.config import Config, Fatal
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MELON_LEDGER_DIR", str(tmp_path / "ledger"))  # where a MIG GPU would be packed whole
+    nvml([{**H200[0], "mig": 1}])
+    cfg = Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1",
+                           "MELON_SECRET": "s", "MELON_ENTRYPOINT": "true", "MELON_GPU_MEMORY_MB": "4096"})
+    with pytest.raises(Fatal) as err:
+        executor.Executor(cfg, env={}).choose_gpu()
+    assert err.value.code == executor.EXIT_NO_GPU_FITS == 75
+    assert "device 0 (NVIDIA H200) is in MIG mode" in str(err.value)
