@@ -144,11 +144,12 @@ def _doctor(args) -> int:
 
 def _doctor_checks(args, cluster) -> int:
     from airflow_provider_melon.cli.doctor import Doctor, as_json, render
+    from airflow_provider_melon.cli.terminal import json_stream
 
     hook = cluster.melon_hook(resolve_fs=False)
     findings = Doctor(hook, queue=args.queue, submit_test=args.submit_test, timeout=args.timeout,
                       fs_from_connection=cluster.mode == "conn").run()
-    print(as_json(findings) if args.json else render(findings))
+    print(as_json(findings) if args.json else render(findings), file=json_stream() if args.json else sys.stdout)
     return 1 if any(f.status == "fail" for f in findings) else 0
 
 

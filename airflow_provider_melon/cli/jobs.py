@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
-import json
 import logging
 import re
 import sys
@@ -40,6 +39,7 @@ from airflow_provider_melon.cli.terminal import (
     _state,
     app_exit_code,
     app_summary,
+    json_only_stdout,
     succeeded,
 )
 from airflow_provider_melon.dev import minicluster as mc
@@ -482,7 +482,7 @@ def _follow(args, yarn, app: dict, logs, chosen) -> int:
     def emit(ref, name: str, lines: list[str]) -> None:
         for line in lines:
             if args.json:
-                print(json.dumps({"container": ref.id, "label": ref.label, "file": name, "line": line}))
+                _print_json({"container": ref.id, "label": ref.label, "file": name, "line": line}, one_line=True)
             else:
                 print(f"[{ref.label} {name}] {line}")
         if lines:
@@ -626,8 +626,9 @@ def run(args) -> int:
     try:
         if getattr(args, "app_id", None) is not None:
             _check_app_id(args.app_id)  # before looking for the cluster: bad input is told first
-        _quiet_logging(args.verbose)
-        return args.command_func(args, Cluster(args))
+        with json_only_stdout(getattr(args, "json", False)):
+            _quiet_logging(args.verbose)
+            return args.command_func(args, Cluster(args))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `melon logs APP | head`: the reader has what it wanted

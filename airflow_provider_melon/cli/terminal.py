@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -54,8 +55,53 @@ def _first_line(text: str, width: int = 160) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=1, sort_keys=True))
+#: where JSON goes while :func:`json_only_stdout` holds stdout (None: sys.stdout)
+_json_out: Optional[Any] = None
+
+
+def _print_json(value: Any, *, one_line: bool = False) -> None:
+    text = json.dumps(value, sort_keys=True) if one_line else json.dumps(value, indent=1, sort_keys=True)
+    out = json_stream()
+    out.write(text + "\n")
+    out.flush()
+
+
+def json_stream():
+    """Where ``--json`` output goes: stdout, as :func:`json_only_stdout` kept it."""
+    return _json_out or sys.stdout
+
+
+@contextlib.contextmanager
+def json_only_stdout(enabled: bool = True):
+    """Under ``--json`` stdout carries only the JSON (:func:`_print_json`): meanwhile file descriptor 1 and
+    ``sys.stdout`` point at stderr, so whatever else writes there (Airflow's structlog at import, other providers,
+    child processes) lands on stderr. A ``sys.stdout`` without a file descriptor (a capture) keeps the JSON."""
+    global _json_out
+    if not enabled:
+        yield
+        return
+    out, saved, fd = sys.stdout, None, None
+    try:
+        fd, err_fd = out.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    if fd is not None:
+        out.flush()
+        saved = os.dup(fd)
+        os.dup2(err_fd, fd)
+        _json_out = open(saved, "w", encoding=getattr(out, "encoding", None) or "utf-8", closefd=False)
+    else:
+        _json_out = out
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        _json_out.flush()
+        sys.stdout, _json_out = out, None
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
 
 
 class Progress:

@@ -108,3 +108,23 @@ def test_shell_completion_completes_commands_and_options(tmp_path):
 
     assert {"status", "submit"} <= set(complete("melon s"))
     assert "--newer-than" in complete("melon ls --ne")
+
+
+@pytest.mark.parametrize("argv", [["doctor", "--json"], ["ls", "--json"]])
+def test_json_output_is_only_json_whatever_airflow_logs(tmp_path, argv):
+    """A real Airflow whose logging is at DEBUG (a deployment's own setting) logs through its structlog on stdout
+    from the moment it is imported; under --json all of it goes to stderr, and stdout parses."""
+    home = tmp_path / "airflow"
+    home.mkdir()
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__LOGGING__LOGGING_LEVEL": "DEBUG",
+           "AIRFLOW_CONN_YARN_DEFAULT": json.dumps({"conn_type": "yarn", "host": "http://127.0.0.1:9"}),
+           "AIRFLOW_CONN_WEBHDFS_DEFAULT": json.dumps({"conn_type": "webhdfs", "host": "127.0.0.1", "port": 9})}
+    env.pop("AIRFLOW__LOGGING__NAMESPACE_LEVELS", None)
+    result = subprocess.run([sys.executable, "-m", "airflow_provider_melon.cli", *argv, "--conn-id", "yarn_default"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert "airflow.settings" in result.stderr, result.stderr[-2000:]  # Airflow did log, onto stderr
+    if argv[0] == "doctor":  # its findings (the RM is unreachable) are the JSON
+        parsed = json.loads(result.stdout)
+        assert result.returncode == 1 and {"check", "status"} <= set(parsed[0])
+    else:  # nothing to list: the error on stderr, stdout empty
+        assert result.returncode == 3 and result.stdout == "", result.stdout[-2000:]
