@@ -1,24 +1,49 @@
-"""Metadata lives in setup.cfg. This file adds one build step: before the Python files are collected, the
-ApplicationMaster jar is built (Maven, only when missing or stale: appmaster/build.sh) and placed at
-airflow_provider_melon/am/melon-appmaster.jar, so every wheel carries the AM."""
+"""Metadata lives in setup.cfg. This file adds one build step: the ApplicationMaster jar is built (Maven, only when
+missing or stale: appmaster/build.sh) and placed at airflow_provider_melon/am/melon-appmaster.jar before the sdist's
+files or the wheel's Python files are collected, so the sdist and every wheel carry the AM. A wheel built from an
+sdist that holds a fresh jar runs no Maven; where the jar cannot be built, the build stops saying how to build it."""
 
+import shutil
 import subprocess
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
+JAR = HERE / "airflow_provider_melon" / "am" / "melon-appmaster.jar"
+HOW_TO_BUILD = (
+    "The ApplicationMaster jar (airflow_provider_melon/am/melon-appmaster.jar) is built from appmaster/ with JDK 17 "
+    "and Maven: install both (Debian: apt-get install openjdk-17-jdk-headless maven) and build again, or run "
+    "`bash appmaster/build.sh` in the source tree first, or install the released wheel, which carries the jar."
+)
+
+
+def build_application_master() -> None:
+    script = HERE / "appmaster" / "build.sh"
+    if not script.is_file():
+        if not JAR.is_file():
+            raise SystemExit(f"neither appmaster/ nor a packaged AM jar is here. {HOW_TO_BUILD}")
+        return
+    try:
+        subprocess.run(["bash", str(script)], check=True)
+    except subprocess.CalledProcessError as exc:
+        missing = [tool for tool in ("mvn", "javac") if shutil.which(tool) is None]
+        why = f" ({', '.join(missing)} not found on PATH)" if missing else ""
+        raise SystemExit(f"appmaster/build.sh failed (exit {exc.returncode}){why}. {HOW_TO_BUILD}") from None
 
 
 class BuildPyWithAppMaster(build_py):
     def run(self):
-        script = HERE / "appmaster" / "build.sh"
-        if script.is_file():
-            subprocess.run(["bash", str(script)], check=True)
-        elif not (HERE / "airflow_provider_melon" / "am" / "melon-appmaster.jar").is_file():
-            raise SystemExit("neither appmaster/ (to build the AM jar) nor a packaged AM jar is here")
+        build_application_master()
         super().run()
 
 
-setup(cmdclass={"build_py": BuildPyWithAppMaster})
+class SdistWithAppMaster(sdist):
+    def run(self):
+        build_application_master()  # before MANIFEST.in's `include airflow_provider_melon/am/*.jar` is read
+        super().run()
+
+
+setup(cmdclass={"build_py": BuildPyWithAppMaster, "sdist": SdistWithAppMaster})
