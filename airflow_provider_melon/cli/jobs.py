@@ -551,7 +551,7 @@ def add_commands(sub, formatter) -> None:
     s.add_argument("--python", help="the NodeManagers' interpreter for jobs that name none (default python3)")
     s.add_argument("--container-env", action="append", metavar="KEY=VALUE", help="environment of every container")
     s.add_argument("--gpu-context-mb", type=int, help="MiB a shared task reserves on its GPU besides its expected "
-                   "memory, for the CUDA context (default [melon] gpu_context_mb, 400; 0 on the embedded cluster)")
+                   "memory, for the CUDA context (default [melon] gpu_context_mb, 1024; 0 on the embedded cluster)")
     s.add_argument("--staging-retry-s", type=float, default=None,
                    help="how long staging retries a NameNode that is away (default: [melon] staging_retry_s, "
                         "else 120, as in Airflow)")
