@@ -11,8 +11,8 @@ ApplicationMaster can tell "needs more GPU memory" from any other crash (``docs/
   (and ``CUDA error: out of memory``), XLA's ``RESOURCE_EXHAUSTED: Out of memory``, the driver's
   ``CUDA_ERROR_OUT_OF_MEMORY`` as TensorFlow's stream executor logs it, the libraries' ``CUBLAS_STATUS_ALLOC_FAILED``
   / ``CUDNN_STATUS_ALLOC_FAILED`` (PyTorch's and TensorFlow's handles), NCCL's ``Cuda failure 'out of memory'``, and
-  the cap bootstrap's own hint (``[melon-cap] this task ran out of GPU memory ...``). Only a non-zero exit can be an out-of-memory
-  failure; the executor's own ``[melon-executor]`` lines are never matched. :func:`host_memory` tells a failure of
+  the cap bootstrap's own hint (``[melon-cap] this task ran out of GPU memory ...``). Only a non-zero exit can be
+  an out-of-memory failure; the executor's own ``[melon-executor]`` lines are never matched. :func:`host_memory` tells a failure of
   the host's memory (TensorFlow's CPU device) apart: that task keeps its exit code.
 * :func:`stderr_tail` — the last 64 KiB of the executor's own stderr. The user's process inherits it (it is not
   piped): the ApplicationMaster launches the executor with ``2><LOG_DIR>/stderr``, a regular file, so its tail is
