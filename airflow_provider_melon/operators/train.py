@@ -664,6 +664,18 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             self.log.warning("GPU memory of %s not recorded: %s", app_id, exc)
         return final
 
+    # ---- OpenLineage --------------------------------------------------------------------------------------
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """What the OpenLineage provider reports of a finished run: the job's HDFS inputs and outputs as datasets,
+        the YARN application as a job facet (its name, queue, framework) and a run facet (its id and RM page).
+        Built by :mod:`airflow_provider_melon.lineage`, imported only here (the OpenLineage provider is optional)."""
+        from airflow_provider_melon.lineage import train_lineage
+
+        spec = self._spec or self.load_spec()
+        rm = self._rm_url() if self._app_id else None
+        return train_lineage(spec, self._app_id, getattr(self.hook, "fs_default_fs", None),
+                             yarn_application_url(rm, self._app_id) if rm and self._app_id else None)
+
     # ---- kill ---------------------------------------------------------------------------------------------
     def _kill(self, app_id: str, why: str) -> None:
         """Kill the application, never to be reattached to: first noted in the task state store (a later try
