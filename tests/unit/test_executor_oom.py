@@ -211,3 +211,38 @@ def test_an_oom_within_a_calm_gpu_is_the_tasks_own(tmp_path, monkeypatch):
         neighbour.kill()
         neighbour.wait()
     assert oom is not None and "oversubscribed" not in oom and "culprit" not in oom, oom
+
+
+def test_a_heartbeat_in_a_container_says_its_figure_is_device_wide_and_takes_no_peak_from_it(tmp_path, monkeypatch):
+    """NVML's pids are the host's (YARN's Docker runtime): the sample is the GPU's used memory, neighbours included,
+    sent as such (gpu_memory_used_source "nvml-device"), and not passed off as the task's own peak."""
+    from airflow_provider_melon.gpu import devices
+    from airflow_provider_melon.runtime.config import Config
+    from tests.fake_nvml import fake_nvml
+
+    class Recorder:
+        bodies = []
+
+        def post(self, path, body):
+            self.bodies.append(body)
+            return 200, {}
+
+    monkeypatch.chdir(tmp_path)
+    cfg = Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1",
+                           "MELON_SECRET": "s", "MELON_ENTRYPOINT": "true", "MELON_GPU_MEMORY_MB": "4096",
+                           "MELON_GPU_CONTEXT_MB": "1024"})
+    ex = executor.Executor(cfg, env={})
+    ex.am = Recorder()
+    ex.gpu_indices, ex.gpu_source, ex.gpu_total_mb = [0], "nvml", 143771
+    ex.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml(
+            [{"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": 618, "util": 0,
+              "procs": {999999911: 5000, 999999912: 3000}}]))  # the host's pids: none is this namespace's
+        ex.heartbeat()
+    finally:
+        ex.child.kill()
+        ex.child.wait()
+    body = ex.am.bodies[-1]
+    assert (body["gpu_memory_used_mb"], body["gpu_memory_used_source"]) == (8618, "nvml-device"), body
+    assert "gpu_memory_peak_mb" not in body, body
