@@ -39,6 +39,7 @@ done
 PY=${PYTHON:-python3}
 # docs: tests/unit/test_docs.py builds the Sphinx site (part of the unit tests, as in `make test`)
 EXTRAS='.[test,pack,docs]'
+export MELON_TORCH_OPTIONAL=1  # no framework in these venvs: the PyTorch tests skip here (tests/conftest.py)
 # The e2e subset: existing tests, each run as `make test` runs it.
 COMPAT_E2E=(
   "tests/e2e/test_real_airflow.py::test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer"
