@@ -5,6 +5,7 @@ code). A real executor subprocess against the in-test AM of tests/unit/test_exec
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -46,7 +47,8 @@ def test_torchrun_launcher_runs_nproc_per_node_gloo_processes(tmp_path, am_facto
                    MELON_NPROC_PER_NODE=2, MELON_ENTRYPOINT=f"python {tmp_path / 'ddp.py'}")
     rc, out, err = finish(start(tmp_path, env), timeout=120)
     assert rc == 0, err
-    ranks = sorted(line for line in out.splitlines() if line.startswith("RANKS "))
+    # found anywhere in the output: the processes share the container's stdout, and their lines may interleave
+    ranks = sorted(re.findall(r"RANKS rank=\d+ world=\d+ local_rank=\d+ local_world=\d+ sum=\d+", out))
     assert ranks == ["RANKS rank=0 world=2 local_rank=0 local_world=2 sum=1",
                      "RANKS rank=1 world=2 local_rank=1 local_world=2 sum=1"], out + err
     # the agent ran on the registered address and port (the c10d rendezvous endpoint), for this application
