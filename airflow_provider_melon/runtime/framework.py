@@ -230,10 +230,11 @@ def _melon_tf_cap(tf, dev, mb):
             _melon_log("TensorFlow: " + note)
 
     wrappers = {set_growth: set_memory_growth, get_growth: get_memory_growth, set_config: set_logical_device_configuration}
-    namespaces = [config, experimental]
-    for name in ("tensorflow.python.framework.config",):
-        if name in _sys.modules:
-            namespaces.append(_sys.modules[name])
+    namespaces = [config, experimental]  # and their aliases: tf.compat.v1/v2.config hold the same functions
+    for name, module in list(_sys.modules.items()):
+        if name == "tensorflow.python.framework.config" or (
+                name.startswith("tensorflow._api.") and name.endswith((".config", ".config.experimental"))):
+            namespaces.append(module)
     for ns in namespaces:
         for attr in dir(ns):
             try:

@@ -527,3 +527,27 @@ def test_the_bootstrap_keeps_a_larger_peak_the_script_wrote_and_writes_nothing_w
     p, _, _ = run_capped(tmp_path, "import tensorflow; print('ran')", extra_path=broken, env_extra=env)
     assert p.returncode == 0 and p.stdout == "ran\n" and "Error" not in p.stderr, p.stderr
     assert json.loads(peak.read_text()) == {"peak_mb": 7}
+
+
+# tf.compat.v1.config and tf.compat.v2.config are modules of their own holding the same function objects as
+# tf.config (TensorFlow 2.21's generated API, tensorflow/_api/v2/compat/v1/config/experimental/__init__.py): a TF1-style
+# script calls them there, with the bootstrap's cap already on the device.
+REAL_TF_COMPAT_ON_CPU = textwrap.dedent(
+    """
+    import json, os, sitecustomize, tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    sitecustomize._melon_tf_cap(tf, cpu, None)
+    for ns in (tf.compat.v1.config, tf.compat.v2.config):
+        ns.experimental.set_memory_growth(cpu, True)
+        ns.set_logical_device_configuration(cpu, [ns.LogicalDeviceConfiguration()] * 2)
+    print(json.dumps({"env": os.environ["TF_FORCE_GPU_ALLOW_GROWTH"],
+                      "growth": tf.compat.v1.config.experimental.get_memory_growth(cpu)}))
+    """
+)
+
+
+@needs_tf
+def test_real_tensorflows_compat_aliases_run_under_the_cap(tmp_path):
+    p, _, _ = run_capped(tmp_path, REAL_TF_COMPAT_ON_CPU, env_extra=REAL_TF)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.splitlines()[-1]) == {"env": "true", "growth": True}
