@@ -1,4 +1,4 @@
-"""Naming a GPU out-of-memory failure of the user's process, and its peak GPU memory. Stdlib only.
+"""Naming a GPU out-of-memory failure of the user's process. Stdlib only.
 
 MeLoN's shared GPU mode caps the user's process at the task's expected GPU memory (``MELON_GPU_MEMORY_MB``,
 :func:`airflow_provider_melon.runtime.framework.memory_cap_env`). A task that needs more crashes with the
@@ -12,33 +12,24 @@ ApplicationMaster can tell "needs more GPU memory" from any other crash (``docs/
   ``CUDA_ERROR_OUT_OF_MEMORY`` as TensorFlow's stream executor logs it, the libraries' ``CUBLAS_STATUS_ALLOC_FAILED``
   / ``CUDNN_STATUS_ALLOC_FAILED`` (PyTorch's and TensorFlow's handles), NCCL's ``Cuda failure 'out of memory'``, and
   the cap bootstrap's own hint (``[melon-cap] this task ran out of GPU memory ...``). Only a non-zero exit can be
-  an out-of-memory failure; the executor's own ``[melon-executor]`` lines are never matched. :func:`host_memory` tells a failure of
-  the host's memory (TensorFlow's CPU device) apart: that task keeps its exit code.
+  an out-of-memory failure; the executor's own ``[melon-executor]`` lines are never matched. :func:`host_memory`
+  tells a failure of the host's memory (TensorFlow's CPU device) apart: that task keeps its exit code.
 * :func:`stderr_tail` — the last 64 KiB of the executor's own stderr. The user's process inherits it (it is not
   piped): the ApplicationMaster launches the executor with ``2><LOG_DIR>/stderr``, a regular file, so its tail is
   read back from that file (``os.fstat``, ``os.pread``; through ``/proc/self/fd/2`` when fd 2 was opened for
   writing only, as a shell's ``2>`` opens it). When fd 2 is not a regular file (a pipe, a terminal: an executor
   started by hand or by a test that pipes it) there is no tail, and no out-of-memory failure is recognised.
-* :func:`read_peak` — the peak file. The executor gives the user's process ``MELON_PEAK_FILE``, an absolute path
-  in the container's directory, in every mode. Whatever the process writes there as ``{"peak_mb": <MiB>}`` is
-  its peak GPU memory: the cap bootstrap writes it at exit from the framework's own counter (TensorFlow's
-  ``tf.config.experimental.get_memory_info("GPU:0")["peak"]``, PyTorch's ``torch.cuda.max_memory_reserved(0)``),
-  and a user's script or a generic framework may write it itself, at any time (to a temporary file, then
-  ``os.replace``). The executor reads it at each heartbeat and after the process has exited; the heartbeats'
-  ``gpu_memory_peak_mb`` is the largest of it and of the NVML samples.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import stat
 from typing import Optional
 
 __all__ = ["EXIT_GPU_OOM", "TAIL_BYTES", "SIGNATURE_CHARS", "recognise", "host_memory", "stderr_tail",
-           "stderr_size", "read_peak"]
+           "stderr_size"]
 
 EXIT_GPU_OOM = 76
 TAIL_BYTES = 64 * 1024
@@ -158,17 +149,3 @@ def _pread_reopened(fd: int, st: os.stat_result, size: int, offset: int) -> Opti
     finally:
         os.close(rfd)
 
-
-def read_peak(path: Optional[str]) -> Optional[int]:
-    """``peak_mb`` (MiB, an int >= 0) from the peak file, None when it is missing, half-written or not a number."""
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    value = data.get("peak_mb") if isinstance(data, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return None
-    return int(math.ceil(value))

@@ -71,7 +71,9 @@ def test_a_tensorflow_job_converges_instead_of_ratcheting():
     ('{"source": "tensorflow"}', (None, "tensorflow")),  # announced, not written yet
     ('{"source": "nvml-process", "peak_mb": 5}', (5, "user")),  # only counters come from the file
     ('{"source": "user"}', None),
+    ('{"peak_mb": 0}', (0, "user")),
     ('{"peak_mb": -5}', None),
+    ('{"peak_mb": 1e999}', None),
     ('{"peak_mb": true}', None),
     ('{"peak_mb": "1300"}', None),
     ('[1300]', None),
