@@ -18,7 +18,11 @@ author = "airflow-provider-melon contributors"
 copyright = "the airflow-provider-melon contributors, Apache-2.0"  # noqa: A001
 version = release = __version__
 
-extensions = ["myst_parser", "melon_docs"]
+# autodoc: the parameter reference (docs/reference.md) is generated from the classes' own docstrings
+extensions = ["myst_parser", "melon_docs", "sphinx.ext.autodoc"]
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_preserve_defaults = True  # show `conf.getboolean(...)`, not the value read when the docs were built
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "_ext", "README.md"]
