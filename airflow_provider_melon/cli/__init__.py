@@ -210,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     doctor_help = ("check that a cluster is ready for MeLoN jobs, from where Airflow runs (each finding with its "
                    "fix); exit 1 if any check fails")
     dr = sub.add_parser("doctor", parents=[cli_jobs.cluster_options()], help=doctor_help,
-                        description=doctor_help + ". The cluster: --rm/--webhdfs/--user as the job commands, or "
-                        "Airflow connections (--conn-id, default yarn_default and webhdfs_default).")
+                        description=doctor_help + ". The cluster is named as for the job commands (the cluster "
+                        "options below).")
     dr.add_argument("--queue", default="default", help="the YARN queue jobs will use")
     dr.add_argument("--submit-test", action="store_true",
                     help="then run a tiny job through the real path (stage, submit, AM, containers, output, logs), "
