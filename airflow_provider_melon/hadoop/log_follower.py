@@ -12,6 +12,13 @@ failed), and, once the application has failed, the task the RM diagnostics name 
 :data:`MAX_FAILED_CONTAINERS` failed containers are shown per task run. A container whose task has ended is read one
 last time in full (its last line even without a newline) and then never again.
 
+**A task's containers over time.** A task may run in several containers, one after the other (a growth after an
+out-of-GPU-memory exit, a restart, an elastic replacement): the AM's ``/status`` lists each task's ``containers`` in
+order, and the final poll reads the AM's final status (every container, also those no running poll saw). The chief's
+containers are all followed; a task's later container is read only once the one before it has been read to its end
+(unless that one's node does not answer). The AM's ``events`` — its decisions about a task — go into the log as
+``[melon-am] worker:0 <decision>``, each after the output of the container it is about, each once.
+
 **Where.** The AM's ``/status`` gives each task's ``container_id`` and ``node_id``; the RM's node list maps the node
 to its NodeManager's HTTP address, and :meth:`YarnHook.container_log` reads the file from the NM's REST API
 (Hadoop 3.5: ``/ws/v1/node/containers/{id}/logs/{file}?size=-N`` returns the *last* N bytes plus the whole file's
@@ -23,7 +30,8 @@ answer starts after the offset (the file grew faster) asks once more with the la
 are shown; a partial last line stays behind the offset until its newline arrives (a line longer than
 :data:`MAX_LINE_BYTES` is cut and shown). So no line is shown twice or lost across polls.
 
-**Surviving restarts.** :meth:`state` is a small JSON-able dict (offsets, the containers followed, bytes shown, …):
+**Surviving restarts.** :meth:`state` is a small JSON-able dict (per container id its offsets, the containers read
+to their end, the AM's last decision taken in and those waiting for their container, bytes shown, …):
 the trigger puts it in its ``serialize()`` kwargs and its event, so a trigger re-created from them resumes where
 this one stopped. A follower that starts *without* offsets for a task that already ran (the operator reattached to
 a running application, after a worker crash or a retry) starts each container it sees first at
@@ -72,6 +80,9 @@ MAX_FAILED_CONTAINERS = 5
 FILES = ("stdout", "stderr")
 TERMINAL_TASK_STATES = ("SUCCEEDED", "FAILED", "KILLED")
 STATE_VERSION = 1
+
+#: The AM's decisions about a task in the log: ``[melon-am] worker:0 <what it decided>``.
+AM_PREFIX = "[melon-am]"
 
 _FAILED_TASK = re.compile(r"\btask ([A-Za-z][A-Za-z0-9_.-]*:\d+) on ")
 
@@ -157,14 +168,18 @@ class LogFollower:
         self._nodes_read = False  # the RM's node list was read in this poll
         self._answered: dict[str, set] = {}  # this poll: container -> files read (or found missing)
         self._missing: dict[str, set] = {}  # this poll: container -> files the NM does not have (404)
+        self._fetched: set[str] = set()  # this poll: containers read (or tried)
         self._out: list[str] = []
         self._before = ""
-        #: the last two polls that logged job lines (see floor()), oldest first, each (bytes emitted before it,
-        #: (container, file) -> (offset of its first line, offset after its last, the container's entry));
-        #: _polled: this poll's
-        self._batches: list[tuple[int, dict[tuple[str, str], tuple[int, int, dict]]]] = []
+        #: the last two polls that logged job lines or the AM's decisions (see floor()), oldest first, each (bytes
+        #: emitted before it, (container, file) -> (offset of its first line, offset after its last, the container's
+        #: entry), the decisions taken in and held before it); _polled: this poll's
+        self._batches: list[tuple[int, dict[tuple[str, str], tuple[int, int, dict]], tuple[int, list]]] = []
         self._polled: dict[tuple[str, str], tuple[int, int, dict]] = {}
         self._emitted_at_begin = self._s["emitted"]
+        self._events_at_begin: tuple[int, list] = (self._s["events"], copy.deepcopy(self._s["held"]))
+        self._released = False  # this poll logged a decision of the AM
+        self._lines_left = self.lines_per_poll  # this poll's job lines still allowed
         self._reshow_said: set[tuple[str, str]] = set()
 
     # ---- state -----------------------------------------------------------------------------------------------
@@ -182,6 +197,9 @@ class LogFollower:
             "capped": bool(s.get("capped")),
             "resume": bool(s.get("resume")),
             "seq": int(s.get("seq") or 0),  # polls that moved something: which of two states is later
+            "events": int(s.get("events") or 0),  # the AM's last decision taken in (its event's seq)
+            # decisions waiting for the output of the container they are about to be read to its end
+            "held": [dict(e) for e in (s.get("held") or []) if isinstance(e, dict)],
             # container -> {file: offset}: lines before it were shown by an earlier trigger (maybe lost with it)
             "reshow": {str(c): dict(f) for c, f in (s.get("reshow") or {}).items() if isinstance(f, dict)},
         }
@@ -197,7 +215,7 @@ class LogFollower:
         to be logged), marked up to where they got. A lower bound: the successor shows those lines again, each
         marked ``[re-shown @<offset>]``, and no line it shows unmarked was logged before."""
         floor = self.state()
-        for _, batch in self._batches:
+        for _, batch, _ in self._batches:
             for (cid, file), (start, end, entry) in batch.items():
                 if cid not in floor["follow"]:  # read to its end in that poll: follow it again
                     floor["follow"][cid] = copy.deepcopy(entry)
@@ -208,6 +226,7 @@ class LogFollower:
                 marks[file] = max(end, marks.get(file, 0))
         if self._batches:
             floor["emitted"] = self._batches[0][0]
+            floor["events"], floor["held"] = copy.deepcopy(self._batches[0][2])
         return floor
 
     @staticmethod
@@ -258,8 +277,22 @@ class LogFollower:
                 break
         self._aggregation = app.get("logAggregationStatus") or self._aggregation
 
-    def _follow(self, cid: str, task: str, node: Optional[str], why: str, final: bool) -> bool:
-        """Follow ``cid`` (``final``: its task has ended: read it to its end). True when newly followed."""
+    @staticmethod
+    def _containers(task: dict) -> list[tuple[str, Optional[str], Optional[int]]]:
+        """``(container, node, exit code)`` of each container ``task`` ran in, in order, its current one last: the
+        AM's ``containers`` history (an AM without it: the current one)."""
+        out: list[tuple[str, Optional[str], Optional[int]]] = []
+        for entry in task.get("containers") or []:
+            if isinstance(entry, dict) and entry.get("container_id"):
+                out.append((str(entry["container_id"]), entry.get("node_id"), entry.get("exit_code")))
+        cid = task.get("container_id")
+        if cid and cid not in [c for c, _, _ in out]:
+            out.append((str(cid), task.get("node_id"), None))
+        return out
+
+    def _follow(self, cid: str, task: str, node: Optional[str], why: str, final: bool, n: int = 0) -> bool:
+        """Follow ``cid``, the ``n``-th container of ``task`` (``final``: it has ended: read it to its end). True
+        when newly followed."""
         if cid in self._s["done"]:
             return False
         entry = self._s["follow"].get(cid)
@@ -269,7 +302,7 @@ class LogFollower:
                 if self._s["failed"] >= MAX_FAILED_CONTAINERS:
                     return False
                 self._s["failed"] += 1
-            entry = {"task": task, "node": node, "http": None, "why": why, "final": False, "offsets": {}}
+            entry = {"task": task, "node": node, "http": None, "why": why, "final": False, "offsets": {}, "n": n}
             self._s["follow"][cid] = entry
         entry["final"] = entry["final"] or final
         entry["node"] = entry.get("node") or node
@@ -282,25 +315,38 @@ class LogFollower:
             self.chief = chief
         for task in tasks:
             name = f"{task.get('role')}:{task.get('index')}"
+            ran = self._containers(task)
             cid, node = task.get("container_id"), task.get("node_id")
             state = str(task.get("state") or "")
             prev = self._s["tasks"].get(name)
-            if prev and prev[0] and cid and prev[0] != cid:
-                # a new container: the previous one ended (the AM re-runs a task only when its container failed)
-                why = "chief" if prev[0] in self._s["follow"] else "failed"
-                if self._follow(prev[0], name, prev[1], why, final=True) or why == "chief":
-                    self._note(f"{name}: its container {prev[0]} ended and the task was started again (attempt "
+            if prev and prev[0] and prev[0] not in [c for c, _, _ in ran]:  # an AM without the history
+                ran.insert(len(ran) - 1 if cid else len(ran), (prev[0], prev[1], None))
+            for n, (past, past_node, code) in enumerate(ran[:-1] if cid else ran):
+                # a container the task left (the AM re-runs a task only when its container ended): read to its end
+                why = "chief" if name == chief else "failed"
+                if code == 0 and why == "failed":
+                    continue
+                followed = self._follow(past, name, past_node, why, final=True, n=n)
+                if (followed or why == "chief") and cid and prev and past == prev[0] != cid \
+                        and "events" not in status:  # an AM that does not say why: say it here
+                    self._note(f"{name}: its container {past} ended and the task was started again (attempt "
                                f"{task.get('attempt')}, {cid})" + ("; the output of the ended one follows"
                                                                   if why == "failed" else ""))
             if not cid:
                 continue
             self._s["tasks"][name] = [cid, node]
+            n = len(ran) - 1
             if name == chief:
-                self._follow(cid, name, node, "chief", final=state in TERMINAL_TASK_STATES)
-            if state == "FAILED" and self._follow(cid, name, node, "failed", final=True):
+                ended = state in TERMINAL_TASK_STATES or ran[-1][2] is not None
+                self._follow(cid, name, node, "chief", final=ended, n=n)
+            if state == "FAILED" and self._follow(cid, name, node, "failed", final=True, n=n):
                 code = task.get("exit_code")
                 self._note(f"{name} failed" + (f" (exit {code})" if code not in (None, "") else "")
                            + "; its output follows")
+        for event in (status or {}).get("events") or []:
+            if isinstance(event, dict) and int(event.get("seq") or 0) > self._s["events"]:
+                self._s["events"] = int(event.get("seq") or 0)
+                self._s["held"].append({k: event.get(k) for k in ("seq", "task", "container_id", "text")})
         if final:
             for match in _FAILED_TASK.finditer(diagnostics or ""):
                 name = match.group(1)
@@ -353,8 +399,13 @@ class LogFollower:
 
     # ---- one poll ----------------------------------------------------------------------------------------------
     def _fetches(self) -> list[_Fetch]:
+        """This round's reads: of each task, its earliest container not read to its end yet (a later one waits
+        until it is, unless its node does not answer), if not read in this poll yet."""
         fetches = []
-        for cid, entry in list(self._s["follow"].items()):
+        reading: set[str] = set()  # tasks whose earlier container is being read
+        for cid, entry in sorted(self._s["follow"].items(), key=lambda item: int(item[1].get("n") or 0)):
+            if entry["task"] in reading:
+                continue
             if not entry.get("http"):
                 entry["http"] = self._nodes.get(entry.get("node") or "")
             if not entry.get("http"):
@@ -367,6 +418,10 @@ class LogFollower:
             failed_at = self._unreachable.get(cid)
             if failed_at is not None and not self._final and self._polls - failed_at < RETRY_EVERY_POLLS:
                 continue
+            reading.add(entry["task"])
+            if cid in self._fetched:
+                continue
+            self._fetched.add(cid)
             for name in FILES:
                 offset = entry["offsets"].get(name, 0)
                 known = self._lengths.get((cid, name))
@@ -458,7 +513,7 @@ class LogFollower:
 
     def _allocate(self, pending: list[_Pending]) -> dict[int, int]:
         """Lines each file may show this poll: the cap shared fairly (small files keep all theirs)."""
-        budget = self.lines_per_poll
+        budget = self._lines_left
         alloc: dict[int, int] = {}
         order = sorted(range(len(pending)), key=lambda i: len(pending[i].lines))
         left = len(order)
@@ -486,6 +541,7 @@ class LogFollower:
             for note in item.notes:
                 self._note(note)
             keep = alloc.get(i, 0)
+            self._lines_left -= keep
             skipped = len(item.lines) - keep
             if skipped:
                 self._note(f"{prefix}... {skipped} lines skipped (more than {self.lines_per_poll} lines per poll); "
@@ -514,13 +570,30 @@ class LogFollower:
                    f"{human_bytes(self.max_bytes)} (job_log_max_bytes); "
                    f"full log: {links or 'the YARN application page'}")
 
+    def _release(self) -> None:
+        """The AM's decisions into the log, each once the container it is about has been read to its end (at
+        once when that one is not followed or its node does not answer); a task's decisions in their order."""
+        waiting: set[str] = set()
+        held = []
+        for event in self._s["held"]:
+            cid, task = event.get("container_id"), str(event.get("task") or "?")
+            if task in waiting or (cid in self._s["follow"] and cid not in self._unreachable):
+                waiting.add(task)
+                held.append(event)
+                continue
+            first, *more = str(event.get("text") or "").splitlines() or [""]
+            self._note(f"{AM_PREFIX} {task} {first}".rstrip())
+            self._out.extend(f"{AM_PREFIX} {task} | {line}" for line in more)  # e.g. a stderr tail it quotes
+            self._released = True
+        self._s["held"] = held
+
     def _close_final(self) -> None:
         """Containers read to their end this poll are done; one on an unreachable node waits for the next try
         (every RETRY_EVERY_POLLS polls) until the application has ended: then it is dropped (already said)."""
         for cid, entry in list(self._s["follow"].items()):
             complete = len(self._answered.get(cid, ())) == len(FILES)
-            if not entry["final"] or not (complete or self._final):
-                continue
+            if not entry["final"] or not (complete or self._final) or cid not in self._fetched:
+                continue  # (not read in this poll: a task's later container waits for the one before it)
             if len(self._missing.get(cid, ())) == len(FILES):
                 if self._aggregation and self._aggregation not in ("DISABLED", "NOT_START"):
                     self._report(cid, f"logs of {entry['task']} are no longer on its node: log aggregation is on "
@@ -534,22 +607,26 @@ class LogFollower:
         self._before = json.dumps(self._s, sort_keys=True)
         self._polled = {}
         self._emitted_at_begin = self._s["emitted"]
+        self._events_at_begin = (self._s["events"], copy.deepcopy(self._s["held"]))
+        self._released = False
+        self._lines_left = self.lines_per_poll
         self._out = []
         self._polls += 1
         self._final = final
         self._nodes_read = False
         self._answered, self._missing = {}, {}
+        self._fetched = set()
         self._observe_app(app)
         if self._s["capped"]:
             return False
         self._observe(status, final, str((app or {}).get("diagnostics") or ""))
-        return bool(self._s["follow"])
+        return bool(self._s["follow"] or self._s["held"])
 
     def _end(self) -> list[str]:
         if json.dumps(self._s, sort_keys=True) != self._before:
             self._s["seq"] += 1
-        if self._polled:  # job lines read: floor() keeps them (and the batch before) behind
-            self._batches = (self._batches + [(self._emitted_at_begin, self._polled)])[-2:]
+        if self._polled or self._released:  # logged: floor() keeps them (and the batch before) behind
+            self._batches = (self._batches + [(self._emitted_at_begin, self._polled, self._events_at_begin)])[-2:]
         return self._out
 
     # ---- drivers -----------------------------------------------------------------------------------------------
@@ -566,24 +643,26 @@ class LogFollower:
                     self._nodes_read = True
                 except Exception as exc:  # noqa: BLE001 - the next poll asks again
                     log.debug("RM nodes unavailable for container logs: %s", exc)
-            fetches, pending = self._fetches(), []
-            for _ in range(2):
-                retries = []
-                for fetch in fetches:
-                    if self._unreachable.get(fetch.cid) == self._polls:  # its node just failed: not again now
-                        result: Any = self._unreachable_error.get(fetch.cid)
-                        self._absorb(fetch, result, pending)
-                        continue
-                    try:
-                        result = hook.container_log(self._http(fetch.cid), fetch.cid, fetch.file, fetch.size)
-                    except Exception as exc:  # noqa: BLE001 - reported once per container by _absorb
-                        result = exc
-                    again = self._absorb(fetch, result, pending)
-                    if again:
-                        retries.append(again)
-                fetches = retries
-            self._emit(pending)
-            self._close_final()
+            while True:  # rounds: a task's next container once the one before it was read to its end
+                fetches, pending = self._fetches(), []
+                asked = bool(fetches)
+                for _ in range(2):
+                    retries = []
+                    for fetch in fetches:
+                        if self._unreachable.get(fetch.cid) == self._polls:  # its node just failed: not again now
+                            result: Any = self._unreachable_error.get(fetch.cid)
+                            self._absorb(fetch, result, pending)
+                            continue
+                        try:
+                            result = hook.container_log(self._http(fetch.cid), fetch.cid, fetch.file, fetch.size)
+                        except Exception as exc:  # noqa: BLE001 - reported once per container by _absorb
+                            result = exc
+                        again = self._absorb(fetch, result, pending)
+                        if again:
+                            retries.append(again)
+                    fetches = retries
+                if not self._round(pending, asked):
+                    break
         except Exception as exc:  # noqa: BLE001 - job logs are best effort; never fail the task
             log.debug("container log streaming failed", exc_info=True)
             self._out.append(f"... job log streaming hiccup: {exc}")
@@ -603,15 +682,16 @@ class LogFollower:
                     raise
                 except Exception as exc:  # noqa: BLE001
                     log.debug("RM nodes unavailable for container logs: %s", exc)
-            fetches, pending = self._fetches(), []
-            for _ in range(2):
-                results = await asyncio.gather(
-                    *(hook.container_log(self._http(f.cid), f.cid, f.file, f.size) for f in fetches),
-                    return_exceptions=True)
-                retries = [again for f, r in zip(fetches, results) if (again := self._absorb(f, r, pending))]
-                fetches = retries
-            self._emit(pending)
-            self._close_final()
+            while True:
+                fetches, pending = self._fetches(), []
+                asked = bool(fetches)
+                for _ in range(2):
+                    results = await asyncio.gather(
+                        *(hook.container_log(self._http(f.cid), f.cid, f.file, f.size) for f in fetches),
+                        return_exceptions=True)
+                    fetches = [again for f, r in zip(fetches, results) if (again := self._absorb(f, r, pending))]
+                if not self._round(pending, asked):
+                    break
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -619,8 +699,17 @@ class LogFollower:
             self._out.append(f"... job log streaming hiccup: {exc}")
         return self._end()
 
+    def _round(self, pending: list[_Pending], asked: bool) -> bool:
+        """The end of one round of reads (``asked``: it read something): log its lines, close the containers read
+        to their end, log the AM's decisions about them. True when another round may read more (a task's next
+        container)."""
+        self._emit(pending)
+        self._close_final()
+        self._release()
+        return asked and not self._s["capped"]
+
     def _http(self, cid: str) -> str:
         return self._s["follow"][cid]["http"]
 
 
-__all__ = ["DEFAULT_LINES_PER_POLL", "DEFAULT_MAX_BYTES", "LogFollower", "chief_of", "human_bytes"]
+__all__ = ["AM_PREFIX", "DEFAULT_LINES_PER_POLL", "DEFAULT_MAX_BYTES", "LogFollower", "chief_of", "human_bytes"]

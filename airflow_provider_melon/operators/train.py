@@ -206,6 +206,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self._deadline: Optional[float] = None
         self._announced: set[str] = set()
         self._results: dict[str, dict] = {}
+        self._final_statuses: dict[str, Optional[dict]] = {}  # app id -> the AM's final /status (read once)
         self._last_tasks: Optional[list] = None
         self._state_store: Any = None  # context["task_state_store"] of this try (Airflow 3.3), for on_kill
         # Parse-time outlets for fully qualified hdfs:// outputs of a literal job, so the assets are known to
@@ -350,7 +351,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         except Exception as exc:  # noqa: BLE001 - the lines stay in the NodeManagers' logs
             return self.log.warning("The rest of the job log of %s was not read (%s): `melon logs %s`", app_id, exc,
                                     app_id)
-        self._stream_job_logs(self._log_follower(app_id, state), None, app, final=True)
+        self._stream_job_logs(self._log_follower(app_id, state), self._final_status(app_id), app, final=True)
 
     # ---- reattach / submit --------------------------------------------------------------------------------
     def _ti_identity(self, context: "Context") -> tuple[str, str, str, int]:
@@ -576,7 +577,8 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                     self._stream_job_logs(follower, status, app)
             if seen.verdict is not None:
                 if follower is not None and seen.final_logs():
-                    self._stream_job_logs(follower, None, app, final=True)  # the rest, read once
+                    # the rest, read once: the final status names every container the tasks ran in
+                    self._stream_job_logs(follower, self._final_status(app_id), app, final=True)
                 return self._complete(context, make_event_payload(seen.verdict, app_id, app,
                                                                   step.outcome(app, seen.verdict), self._last_tasks),
                                       **extra)
@@ -651,11 +653,17 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             raise AirflowException(f"YARN application {app_id} SUCCEEDED, but declared output(s) "
                                    f"{', '.join(missing)} are not in HDFS; no asset is declared")
 
+    def _final_status(self, app_id: str) -> Optional[dict]:
+        """The AM's final ``/status`` of the ended application (None if none), read from HDFS once."""
+        if app_id not in self._final_statuses:
+            self._final_statuses[app_id] = self.hook.final_status(app_id)
+        return self._final_statuses[app_id]
+
     def _ended(self, context: "Context", app_id: str) -> Optional[dict]:
         """The application ended: its AM status link opens the RM's page; its AM's final status (None if none) is
         read and added to the task's GPU memory history (``gpu_memory: auto``), never failing."""
         self._link_am_status_to_app_page(context, app_id)
-        final = self.hook.final_status(app_id)
+        final = self._final_status(app_id)
         try:
             path = self.hook.record_gpu_memory(self.memory_key_for(context), app_id, final)
             if path:

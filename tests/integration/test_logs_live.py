@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from unittest import mock
 
 import pytest
@@ -155,3 +156,77 @@ def test_a_failing_tasks_stderr_reaches_the_task_log(minicluster, jobs, melon_ho
     assert any(line.startswith("worker:1 failed") for line in lines), "a line says whose output follows"
     alive = _job_lines(lines, "worker:0 | alive ")
     assert alive and alive == [f"worker:0 | alive {i}" for i in range(len(alive))], "the chief streamed meanwhile"
+
+
+GROWER = """\
+import os, sys
+mb = int(os.environ["MELON_GPU_MEMORY_MB"])
+print("running with", mb, "MiB", flush=True)
+if mb < 2000:  # needs about 1.7 GiB: out of GPU memory at 1024 and 1536 MiB
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 700.00 MiB", file=sys.stderr, flush=True)
+    sys.exit(76)
+print("trained", flush=True)
+"""
+
+#: the task log of a task grown twice, in order: each container's output, then the AM's decision about it
+GROWN = ["worker:0 | running with 1024 MiB",
+         "[melon-am] worker:0 ... asking again with 1536 MiB",
+         "worker:0 | running with 1536 MiB",
+         "[melon-am] worker:0 ... asking again with 2304 MiB",
+         "worker:0 | running with 2304 MiB",
+         "worker:0 | trained"]
+
+
+def _grower(jobs) -> dict:
+    job = _job(jobs, "grower", GROWER)
+    job["roles"]["worker"]["gpu_memory"] = "1GiB"
+    job["env"] = {"MELON_GPU_WAIT_S": "5"}
+    return job
+
+
+def _grown(lines: list[str]) -> list[str]:
+    """The job's stdout and the AM's lines about worker:0, each AM line cut to its decision (the wording of the
+    reason before it is the AM's: TaskBook)."""
+    out = []
+    for line in lines:
+        if line.startswith("[melon-am] worker:0 "):
+            decision = re.search(r"asking again with \d+ MiB", line)
+            out.append("[melon-am] worker:0 ... " + decision.group(0) if decision else line)
+        elif line.startswith("worker:0 | "):
+            out.append(line)
+    return out
+
+
+def test_the_task_log_follows_a_task_into_each_container_it_grew_into(minicluster, jobs, melon_hook):
+    """Out of GPU memory at 1024 and 1536 MiB, done at 2304 MiB in the same try: the operator's log shows each
+    container's output in order, the AM's decision between them, and the task's stderr of each OOM."""
+    logger, seen = _logger("test_logs_live.grown")
+    op = _operator(melon_hook, _grower(jobs))
+    with mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=logger):
+        result = op.execute(_context())
+    jobs.submitted.append(result["app_id"])
+    assert result["final_status"] == "SUCCEEDED"
+    assert _grown(seen.lines) == GROWN, "\n".join(seen.lines)
+    oom = "worker:0 stderr | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 700.00 MiB"
+    assert seen.lines.count(oom) == 2, "\n".join(seen.lines)
+
+
+def test_the_trigger_and_the_resumed_task_follow_a_grown_task_too(minicluster, jobs, melon_hook):
+    """The same through the trigger (while the job runs) and the resumed task (the rest, from the event)."""
+    job = _grower(jobs)
+    app_id = jobs.submit(job)
+    logger, seen = _logger("test_logs_live.grown_trigger")
+
+    async def scenario():
+        trigger = _trigger(minicluster, logger, app_id=app_id, job_logs=True, log_chief="worker:0")
+        try:
+            return await asyncio.wait_for(trigger.run().__anext__(), 240)
+        finally:
+            await trigger.cleanup()
+
+    event = asyncio.run(scenario())
+    assert event.payload["status"] == "success", event.payload
+    op = _operator(melon_hook, job)
+    with mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=logger):
+        op._final_job_logs(event.payload)
+    assert _grown(seen.lines) == GROWN, "\n".join(seen.lines)

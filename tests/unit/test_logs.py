@@ -620,6 +620,127 @@ def test_chief_rules():
     assert f.chief == "worker:0"
 
 
+# ---------------------------------------------------------------------------------------------- a task's containers
+
+C1, C2, C3 = (f"container_1700000000000_0042_01_00001{i}" for i in (1, 2, 3))
+
+
+def ran(*containers):
+    """The AM's container history of a task: (container, node, exit code) in order."""
+    return [{"container_id": cid, "node_id": node, "attempt": n, "exit_code": code}
+            for n, (cid, node, code) in enumerate(containers)]
+
+
+def event(seq, cid, text, name="worker:0"):
+    return {"seq": seq, "time": 1700000000000 + seq, "task": name, "container_id": cid, "text": text}
+
+
+GROW_1 = "exceeded its expected GPU memory (cap 1024 MiB; peak seen 1300 MiB): asking again with 1536 MiB"
+GROW_2 = "exceeded its expected GPU memory (cap 1536 MiB; peak seen 1700 MiB): asking again with 2304 MiB"
+
+
+def grown(state, cid, containers, events, **kw):
+    return dict(status(task("worker", 0, state=state, cid=cid, containers=ran(*containers), **kw)), events=events)
+
+
+def test_a_task_grown_twice_shows_each_containers_output_and_the_ams_decision_between_them(nm, hook):
+    """The issue's task: out of GPU memory at 1024 and 1536 MiB, done at 2304 MiB. A poll saw only the second
+    container; the final status names all three: each is read to its end in order, each decision after the output
+    of the container it was about."""
+    f = LogFollower("worker:0")
+    for cid, mb in ((C1, 1024), (C2, 1536)):
+        nm.write(cid, "stdout", f"running with {mb} MiB\n")
+        nm.write(cid, "stderr", "torch.OutOfMemoryError: CUDA out of memory\n")
+    nm.write(C3, "stdout", "running with 2304 MiB\ntrained\n")
+    seen = f.poll(hook, grown("RUNNING", C2, [(C1, "nm1:45454", 76), (C2, "nm2:45454", None)],
+                              [event(1, C1, GROW_1)]), app=app())
+    seen += f.poll(hook, grown("SUCCEEDED", C3, [(C1, "nm1:45454", 76), (C2, "nm2:45454", 76),
+                                                 (C3, "nm1:45454", 0)],
+                               [event(1, C1, GROW_1), event(2, C2, GROW_2)]),
+                   app=app("FINISHED", "SUCCEEDED"), final=True)
+    assert seen == ["worker:0 | running with 1024 MiB", "worker:0 stderr | torch.OutOfMemoryError: CUDA out of memory",
+                    f"[melon-am] worker:0 {GROW_1}",
+                    "worker:0 | running with 1536 MiB", "worker:0 stderr | torch.OutOfMemoryError: CUDA out of memory",
+                    f"[melon-am] worker:0 {GROW_2}",
+                    "worker:0 | running with 2304 MiB", "worker:0 | trained"]
+
+
+def test_a_later_container_waits_until_the_one_before_it_is_read_to_its_end(nm, hook):
+    """While the first container's node does not answer, its decision and the next container are not held back
+    forever: the node is said unreachable once, then the rest goes on; nothing is shown twice."""
+    f = LogFollower("worker:0")
+    nm.write(C1, "stdout", "first\n")
+    nm.write(C2, "stdout", "second\n")
+    nm.down.add("nm2")
+    restarted = grown("RUNNING", C2, [(C1, "nm2:45454", 1), (C2, "nm1:45454", None)],
+                      [event(1, C1, "exited 1, restart 1/1 of role worker")])
+    lines = f.poll(hook, restarted, app=app())
+    assert lines[0].startswith("logs of worker:0 unavailable: node nm2:45454 unreachable")
+    assert lines[1:] == ["[melon-am] worker:0 exited 1, restart 1/1 of role worker", "worker:0 | second"]
+    nm.down.clear()
+    nm.write(C2, "stdout", "third\n")
+    assert f.poll(hook, restarted, app=app()) == ["worker:0 | third"]  # the unreachable one waits for its retry
+    lines = f.poll(hook, dict(restarted, tasks=[dict(restarted["tasks"][0], state="SUCCEEDED")]),
+                   app=app("FINISHED", "SUCCEEDED"), final=True)
+    assert lines == ["worker:0 | first"]
+
+
+def test_a_restart_and_a_replacement_of_another_task_reach_the_log_too(nm, hook):
+    """The chief restarted within its budget: its first container's output, the decision, the second's. A decision
+    about a task whose output is not followed (nothing to wait for) is shown in the same round."""
+    f = LogFollower("worker:0")
+    nm.write(C1, "stdout", "epoch 1\n")
+    nm.write(C1, "stderr", "RuntimeError: NCCL timeout\n")
+    nm.write(C2, "stdout", "epoch 1 again\n")
+    st = dict(status(task("worker", 0, cid=C2, attempt=1, containers=ran((C1, "nm1:45454", 1), (C2, "nm1:45454",
+                                                                                                  None))),
+                     task("worker", 1, cid=None, state="PENDING", node=None)),
+              events=[event(1, C1, "exited 1, restart 1/2 of role worker"),
+                      event(2, None, "lost with its node: asking for a replacement", name="worker:1")])
+    assert f.poll(hook, st, app=app()) == [
+        "worker:0 | epoch 1", "worker:0 stderr | RuntimeError: NCCL timeout",
+        "[melon-am] worker:0 exited 1, restart 1/2 of role worker",
+        "[melon-am] worker:1 lost with its node: asking for a replacement",
+        "worker:0 | epoch 1 again"]
+    assert f.poll(hook, st, app=app()) == [], "each decision once"
+    failed = dict(st, events=st["events"] + [event(3, None, "failed: on nm1 exited 3: Traceback\nValueError: x",
+                                                   name="worker:1")])
+    assert f.poll(hook, failed, app=app()) == ["[melon-am] worker:1 failed: on nm1 exited 3: Traceback",
+                                               "[melon-am] worker:1 | ValueError: x"]
+
+
+def test_the_checkpoint_names_the_container_so_a_successor_goes_on_in_the_next_one(nm, hook):
+    """A trigger re-created from the state (JSON) mid-way: the first container and the decision are not shown
+    again, the second container goes on from its offset, the third is read from its start."""
+    f = LogFollower("worker:0")
+    nm.write(C1, "stdout", "running with 1024 MiB\n")
+    nm.write(C2, "stdout", "running with 1536 MiB\n")
+    first = grown("RUNNING", C2, [(C1, "nm1:45454", 76), (C2, "nm1:45454", None)], [event(1, C1, GROW_1)])
+    assert f.poll(hook, first, app=app()) == ["worker:0 | running with 1024 MiB", f"[melon-am] worker:0 {GROW_1}",
+                                              "worker:0 | running with 1536 MiB"]
+    state = json.loads(json.dumps(f.state()))
+    assert C1 in state["done"] and state["follow"][C2]["offsets"] == {"stdout": 22}
+    g = LogFollower("worker:0", state=state)
+    nm.write(C2, "stdout", "step 1\n")
+    nm.write(C3, "stdout", "running with 2304 MiB\n")
+    lines = g.poll(hook, grown("SUCCEEDED", C3, [(C1, "nm1:45454", 76), (C2, "nm1:45454", 76),
+                                                 (C3, "nm1:45454", 0)],
+                               [event(1, C1, GROW_1), event(2, C2, GROW_2)]),
+                   app=app("FINISHED", "SUCCEEDED"), final=True)
+    assert lines == ["worker:0 | step 1", f"[melon-am] worker:0 {GROW_2}", "worker:0 | running with 2304 MiB"]
+
+
+def test_the_floor_keeps_a_decision_behind_with_the_lines_before_it(nm, hook):
+    """A triggerer that crashed right after logging a decision: its successor, from the floor, shows the
+    decision again rather than lose it (a lower bound, like the lines)."""
+    f = LogFollower("worker:0")
+    nm.write(C1, "stdout", "running with 1024 MiB\n")
+    st = grown("RUNNING", C2, [(C1, "nm1:45454", 76), (C2, "nm1:45454", None)], [event(1, C1, GROW_1)])
+    assert f"[melon-am] worker:0 {GROW_1}" in f.poll(hook, st, app=app())
+    g = LogFollower("worker:0", state=json.loads(json.dumps(f.floor())))
+    assert f"[melon-am] worker:0 {GROW_1}" in g.poll(hook, st, app=app())
+
+
 # ---------------------------------------------------------------------------------------------- the operator
 
 
