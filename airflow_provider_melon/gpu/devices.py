@@ -24,7 +24,7 @@ not address MIG instances, and NVML gives no per-process memory there. :func:`nv
 NVML's view of processes (``DeviceInfo.processes``: host pid → MiB, each process's whole footprint, its CUDA
 context included) feeds the ledger (``gpu/ledger.py``: memory of processes MeLoN did not place) and the executor's
 samples (:func:`process_memory`, which says whether a figure is the process's own or, where NVML's pids are not
-the container's, the whole device's: ``nvml-device``, neighbours included).
+the container's, the device's rise since the task started: ``nvml-device``, neighbours included).
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Tuple
 
 __all__ = ["DeviceInfo", "GpuList", "GpuReading", "list_gpus", "nvml_gpus", "inventory_gpus", "mps_active",
-           "process_tree", "process_memory", "SOURCE_PROCESS", "SOURCE_DEVICE"]
+           "process_tree", "process_memory", "device_used_mb", "SOURCE_PROCESS", "SOURCE_DEVICE"]
 
 DEFAULT_MPS_PIPE_DIR = "/tmp/nvidia-mps"
+MIB = 1024 * 1024
 MPS_COMM = "nvidia-cuda-mps-control"[:15]
 
 
@@ -57,7 +58,7 @@ class DeviceInfo:
 
 #: a sample of the user's process tree's own memory (NVML per process)
 SOURCE_PROCESS = "nvml-process"
-#: the whole device's used memory, neighbours included: NVML's pids are not this container's
+#: the device's rise in used memory since the task started, neighbours included: NVML's pids are not this container's
 SOURCE_DEVICE = "nvml-device"
 
 
@@ -286,12 +287,32 @@ def _visible(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
-def process_memory(gpu_index: int, pids) -> Optional[GpuReading]:
+def device_used_mb(gpu_index: int) -> Optional[int]:
+    """The device's used memory (MiB, NVML's ``used``: every process's and the driver's), None when NVML cannot
+    say: the baseline a device-wide reading of :func:`process_memory` rises from."""
+    try:
+        pynvml = _import_pynvml()
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))).used) // MIB
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def process_memory(gpu_index: int, pids, baseline_mb: Optional[int] = None) -> Optional[GpuReading]:
     """GPU memory (MiB) used on ``gpu_index`` by the given pids, by NVML (``nvml-process``); None when NVML is
     unavailable or lists none of them while the pids it lists are this pid namespace's too (the process has no
     context there yet). When none of NVML's pids exists here, NVML's pids are not this container's (YARN's Docker
-    runtime: NVML answers with the host's pids): the device's whole used memory, neighbours included, is returned
-    as ``nvml-device``, never passed off as the process's own."""
+    runtime: NVML answers with the host's pids): the device's rise in used memory over ``baseline_mb``
+    (:func:`device_used_mb` when the task started; neighbours included) is returned as ``nvml-device``, never the
+    whole device's use; None without a baseline."""
     try:
         pynvml = _import_pynvml()
     except Exception:
@@ -310,9 +331,10 @@ def process_memory(gpu_index: int, pids) -> Optional[GpuReading]:
                 total += int(proc.usedGpuMemory)
                 matched = True
         if matched:
-            return GpuReading(total // (1024 * 1024), SOURCE_PROCESS)
-        if procs and not any(_visible(p.pid) for p in procs):
-            return GpuReading(int(pynvml.nvmlDeviceGetMemoryInfo(h).used) // (1024 * 1024), SOURCE_DEVICE)
+            return GpuReading(total // MIB, SOURCE_PROCESS)
+        if baseline_mb is not None and procs and not any(_visible(p.pid) for p in procs):
+            used = int(pynvml.nvmlDeviceGetMemoryInfo(h).used) // MIB
+            return GpuReading(max(0, used - int(baseline_mb)), SOURCE_DEVICE)
         return None
     except Exception:
         return None

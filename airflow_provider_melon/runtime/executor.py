@@ -53,13 +53,15 @@ Progress file: the user's script calls ``airflow_provider_melon.runtime.report(s
 ``os.replace``) whenever it likes. Each heartbeat sends the latest values to the AM, which reports step/total to
 YARN as the application's progress; its ``/status`` page and Airflow show them.
 
-GPU memory (``runtime/oom.py``): the user's process gets ``MELON_PEAK_FILE`` (``melon-peak.json`` in the container's
+GPU memory (``runtime/peak.py``): the user's process gets ``MELON_PEAK_FILE`` (``melon-peak.json`` in the container's
 directory, absolute), in every mode; ``{"peak_mb": N}`` written there (by the cap bootstrap at exit, or by the
 user's script itself) is its peak GPU memory. Every heartbeat carries ``gpu_memory_peak_mb`` once known, and its
 source in ``gpu_memory_peak_source``: that figure, else the NVML samples (``gpu_memory_used_mb``) less the CUDA
 context (``runtime/peak.py``). A non-zero exit whose stderr tail (the container's
 stderr file, which the user's process shares with the executor) names a framework's out-of-memory error exits 76,
-and the final heartbeat carries ``"oom": {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}``.
+and the final heartbeat carries ``"oom": {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}``, plus
+``"oversubscribed": true`` and ``"culprit"`` when at that moment a neighbour used more than its reservation on the
+GPU, or a process the ledger does not know used some (``gpu.ledger.overrun``): the task was a victim.
 
 Outputs and inputs (``runtime/outputs.py``): ``$MELON_OUTPUT_<NAME>`` is a local folder per declared HDFS output,
 published to HDFS (write beside, rename) by the output task after the user's process exits 0;
@@ -102,6 +104,8 @@ import time
 from typing import List, Mapping, Optional, Tuple
 
 from airflow_provider_melon.gpu import devices as _devices
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
+from airflow_provider_melon.gpu import ledger as _ledger
 from airflow_provider_melon.gpu.ledger import Ledger, UnsafeLedger
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import oom as _oom
@@ -141,10 +145,12 @@ class Executor:
         self.child: Optional[subprocess.Popen] = None
         self.terminating = threading.Event()
         self.cap_dir: Optional[str] = None
-        self.peak_file = os.path.join(self.workdir, "melon-peak.json")  # MELON_PEAK_FILE (runtime/oom.py)
+        self.peak_file = os.path.join(self.workdir, "melon-peak.json")  # MELON_PEAK_FILE (runtime/peak.py)
         self.peak_mb: Optional[int] = None  # the task's peak GPU memory, context not included (runtime/peak.py)
         self.peak_source: Optional[str] = None  # where peak_mb came from (runtime/peak.py SOURCES)
         self.nvml_peak_mb: Optional[int] = None  # the largest NVML per-process sample (CUDA context included)
+        self.device_baseline_mb: Optional[int] = None  # the GPU's used memory when the user's process started
+        self.device_peak_mb: Optional[int] = None  # the GPU's largest rise over that (neighbours included)
         self._peak_lock = threading.Lock()
         self.largest_gpu_mb: Optional[int] = None  # the largest GPU of this node's list
         self.stderr_mark: Optional[int] = None  # where fd 2's file ended when the user's process started
@@ -201,6 +207,8 @@ class Executor:
             log("no GPU requested for this role: CUDA_VISIBLE_DEVICES is set empty")
             return
         gpus = self._list_gpus()
+        if not gpus and gpus.mig:  # a MIG node: refused, so the AM asks for a container elsewhere
+            raise Fatal(EXIT_NO_GPU_FITS, f"{gpus.reason}; exiting {EXIT_NO_GPU_FITS} so the AM asks elsewhere")
         if not gpus:
             log(f"{gpus.reason}; no GPU inventory: running on CPU (gpu=null reported to the AM)")
             return
@@ -354,6 +362,7 @@ class Executor:
             os.unlink(self.peak_file)  # only this process's peak counts
         except OSError:
             pass
+        self.note_device_baseline()
         sys.stderr.flush()
         self.stderr_mark = _oom.stderr_size(2)  # its out-of-memory error is looked for after this
         try:
@@ -366,10 +375,11 @@ class Executor:
                 "container_id": self.cfg.container_id}
         body.update(read_progress(self.cfg.progress_file))
         if self.gpu_indices and self.gpu_source == "nvml" and self.child is not None:
-            used = _devices.process_memory_mb(self.gpu_indices[0], _devices.process_tree(self.child.pid))
-            if used is not None:
-                body["gpu_memory_used_mb"] = used
-            self.note_peak(used)
+            reading = _devices.process_memory(self.gpu_indices[0], _devices.process_tree(self.child.pid),
+                                              self.device_baseline_mb)
+            if reading is not None:  # "nvml-device": the GPU's rise, neighbours included (NVML's pids not ours)
+                body["gpu_memory_used_mb"], body["gpu_memory_used_source"] = reading
+            self.note_peak(reading)
         else:
             self.note_peak()
         if self.peak_mb is not None:
@@ -386,21 +396,29 @@ class Executor:
         status, _ = self.am.post("/heartbeat", body)
         return status
 
-    def note_peak(self, nvml_mb: Optional[int] = None) -> None:
-        """Take in an NVML per-process sample (MiB, CUDA context included), if any, and choose the peak anew from
-        the samples and the peak file (:func:`runtime.peak.task_peak`). While the user's process runs with a
-        framework counter announced in the peak file but not yet written, the samples are no peak: there is none."""
+    def note_device_baseline(self) -> None:
+        """The GPU's used memory now, right before the user's process starts: what a device-wide sample (NVML's pids
+        not this container's) is a rise over."""
+        if self.gpu_indices and self.gpu_source == "nvml":
+            self.device_baseline_mb = _devices.device_used_mb(self.gpu_indices[0])
+
+    def note_peak(self, reading: Optional[_devices.GpuReading] = None) -> None:
+        """Take in an NVML sample (MiB, CUDA context included: the process's own, or the GPU's rise), if any, and
+        choose the peak anew from the samples and the peak file (:func:`runtime.peak.task_peak`, less the measured
+        context, ``gpu.context.MEASURED_CONTEXT_MB``). While the user's process runs with a framework counter
+        announced in the peak file but not yet written, the samples are no peak: there is none."""
         with self._peak_lock:
-            if nvml_mb is not None:
-                self.nvml_peak_mb = nvml_mb if self.nvml_peak_mb is None else max(self.nvml_peak_mb, nvml_mb)
+            if reading is not None:
+                attr = "nvml_peak_mb" if reading.source == _devices.SOURCE_PROCESS else "device_peak_mb"
+                setattr(self, attr, max(reading.mb, getattr(self, attr) or 0))
             counter = _peak.read_file(self.peak_file)
             child = self.child
             if counter is not None and counter[0] is None and child is not None and child.poll() is None:
                 self.peak_mb = self.peak_source = None
                 return
             shared = self.cfg.gpus <= 0 < self.cfg.gpu_memory_mb and bool(self.gpu_indices)
-            got = _peak.task_peak(counter, self.nvml_peak_mb, self.cfg.gpu_context_mb if shared else 0,
-                                  cap_mb=self.cfg.gpu_memory_mb if shared else None)
+            got = _peak.task_peak(counter, self.nvml_peak_mb, MEASURED_CONTEXT_MB,
+                                  cap_mb=self.cfg.gpu_memory_mb if shared else None, device_mb=self.device_peak_mb)
             self.peak_mb, self.peak_source = got if got is not None else (None, None)
 
     def gpu_oom(self, code: int) -> Optional[dict]:
@@ -420,7 +438,24 @@ class Executor:
         cap_text = "none" if cap is None else f"{cap} MiB"
         peak_text = "unknown" if self.peak_mb is None else f"{self.peak_mb} MiB"
         log(f"the user's process ran out of GPU memory (cap {cap_text}; peak seen {peak_text}): {signature}")
+        victim = self._oversubscription() if cap is not None else None
+        if victim is not None:  # a victim, not a culprit: the AM retries it at its figure (docs/protocol.md)
+            self.oom.update(oversubscribed=True, culprit=victim["culprit"])
+            log(f"the GPU was oversubscribed beyond the ledger's reservations ({victim['excess_mb']} MiB): "
+                f"{victim['culprit']}; this task is its victim, not short of memory")
         return self.oom
+
+    def _oversubscription(self) -> Optional[dict]:
+        """:func:`gpu.ledger.overrun` on this task's GPU now (NVML's processes against the ledger), None when the
+        GPU holds nobody beyond their reservation or NVML cannot say."""
+        if self.gpu_source != "nvml" or not self.gpu_indices:
+            return None
+        try:
+            device = next((g for g in _devices.list_gpus(self.env) if g.index == self.gpu_indices[0]), None)
+            return None if device is None else _ledger.overrun(device, self.ledger.entries(), self.cfg.task_id)
+        except Exception as exc:  # noqa: BLE001 - a diagnosis, never a new failure
+            log(f"could not tell whether the GPU was oversubscribed: {exc!r}")
+            return None
 
     def _progress_mark(self) -> Optional[Tuple[int, int, int]]:
         """What identifies the progress file's current content (inode, size, mtime), None while there is none."""

@@ -73,14 +73,21 @@ def test_process_memory_counts_only_the_given_pids(nvml):
     assert devices.process_memory(0, [me]) is None
 
 
-def test_in_a_container_nvmls_pids_are_not_ours_and_the_figure_says_device_wide(nvml):
+def test_in_a_container_nvmls_pids_are_not_ours_and_the_figure_is_the_devices_rise(nvml):
     """YARN's Docker runtime: NVML answers with the host's pids, none of which exists in the container's pid
-    namespace. The figure is then the device's used memory, and says so ("nvml-device", neighbours included),
-    instead of a silent None."""
-    host_pids = {999999901: 4096, 999999902: 2048}  # no such pid here (above the kernel's pid_max)
-    nvml([{"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": 600, "util": 0,
-           "procs": host_pids}])
-    assert devices.process_memory(0, [os.getpid()]) == (600 + 4096 + 2048, devices.SOURCE_DEVICE)
+    namespace. The figure is then the device's rise in used memory over the baseline taken when the task started,
+    and says so ("nvml-device", neighbours included), instead of a silent None; never the whole GPU's use."""
+    gpu = {"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": 600, "util": 0,
+           "procs": {999999901: 4096}}  # a neighbour's host pid (no such pid here: above the kernel's pid_max)
+    nvml([gpu])
+    baseline = devices.device_used_mb(0)
+    assert baseline == 600 + 4096
+    gpu["procs"][999999902] = 2048  # the task's own process, by its host pid
+    assert devices.process_memory(0, [os.getpid()], baseline_mb=baseline) == (2048, devices.SOURCE_DEVICE)
+    assert devices.process_memory(0, [os.getpid()]) is None  # no baseline: no figure, not the GPU's whole use
+    del gpu["procs"][999999901]  # the neighbour ended: the rise cannot go below 0
+    assert devices.process_memory(0, [os.getpid()], baseline_mb=baseline) == (0, devices.SOURCE_DEVICE)
+    assert devices.device_used_mb(7) is None  # a bad index is no crash
 
 
 def test_a_mig_gpu_is_left_out_and_says_why(nvml):

@@ -213,10 +213,12 @@ def test_an_oom_within_a_calm_gpu_is_the_tasks_own(tmp_path, monkeypatch):
     assert oom is not None and "oversubscribed" not in oom and "culprit" not in oom, oom
 
 
-def test_a_heartbeat_in_a_container_says_its_figure_is_device_wide_and_takes_no_peak_from_it(tmp_path, monkeypatch):
-    """NVML's pids are the host's (YARN's Docker runtime): the sample is the GPU's used memory, neighbours included,
-    sent as such (gpu_memory_used_source "nvml-device"), and not passed off as the task's own peak."""
+def test_a_heartbeat_in_a_container_sends_the_devices_rise_and_its_peak_says_device_wide(tmp_path, monkeypatch):
+    """NVML's pids are the host's (YARN's Docker runtime): the sample is the GPU's rise in used memory since the
+    task started, neighbours included, sent as such (gpu_memory_used_source "nvml-device"); the peak taken from it,
+    less the measured CUDA context, says "nvml-device" too (gpu/learned.py takes it as an upper bound only)."""
     from airflow_provider_melon.gpu import devices
+    from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
     from airflow_provider_melon.runtime.config import Config
     from tests.fake_nvml import fake_nvml
 
@@ -234,15 +236,18 @@ def test_a_heartbeat_in_a_container_says_its_figure_is_device_wide_and_takes_no_
     ex = executor.Executor(cfg, env={})
     ex.am = Recorder()
     ex.gpu_indices, ex.gpu_source, ex.gpu_total_mb = [0], "nvml", 143771
+    gpu = {"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": 618, "util": 0,
+           "procs": {999999911: 5000}}  # a neighbour, by its host pid: none is this namespace's
+    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([gpu]))
+    ex.note_device_baseline()  # the executor takes it right before it starts the user's process
     ex.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml(
-            [{"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": 618, "util": 0,
-              "procs": {999999911: 5000, 999999912: 3000}}]))  # the host's pids: none is this namespace's
+        gpu["procs"][999999912] = 3000  # the task's process: its allocator's memory and its context
         ex.heartbeat()
     finally:
         ex.child.kill()
         ex.child.wait()
     body = ex.am.bodies[-1]
-    assert (body["gpu_memory_used_mb"], body["gpu_memory_used_source"]) == (8618, "nvml-device"), body
-    assert "gpu_memory_peak_mb" not in body, body
+    assert (body["gpu_memory_used_mb"], body["gpu_memory_used_source"]) == (3000, "nvml-device"), body
+    assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (3000 - MEASURED_CONTEXT_MB,
+                                                                            "nvml-device"), body

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from airflow_provider_melon.gpu import devices
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
 from airflow_provider_melon.runtime import executor, peak
 from airflow_provider_melon.runtime.config import Config
 from tests.fake_nvml import fake_nvml
@@ -133,12 +134,15 @@ def test_heartbeats_count_a_preallocating_tensorflow_run_by_its_counter(tmp_path
         end(ex)
 
 
-def test_heartbeats_take_the_context_out_of_nvml_and_wait_for_an_announced_counter(tmp_path, monkeypatch):
-    ex = capped_executor(tmp_path, monkeypatch, used_mb=3708)
+def test_heartbeats_take_the_measured_context_out_of_nvml_and_wait_for_an_announced_counter(tmp_path, monkeypatch):
+    # NVML's per-process reading holds the allocator's memory and the process's CUDA context: the context measured
+    # on the H200 runs (gpu/context.py) comes out, not the reserve (1024 MiB, a scheduling margin above it)
+    ex = capped_executor(tmp_path, monkeypatch, used_mb=3708, context_mb=1024)
+    own = 3708 - MEASURED_CONTEXT_MB
     try:
         ex.heartbeat()
         body = ex.am.bodies[-1]
-        assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (3208, "nvml-process")
+        assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (own, "nvml-process")
         # the bootstrap announced torch's counter: until it is written, NVML's samples are no peak
         (tmp_path / "melon-peak.json").write_text(json.dumps({"source": "torch"}))
         ex.heartbeat()
@@ -146,6 +150,18 @@ def test_heartbeats_take_the_context_out_of_nvml_and_wait_for_an_announced_count
         end(ex)  # it died without writing it (SIGKILL): the final heartbeat falls back to NVML's samples
         ex.heartbeat("user process exited -9")
         assert (ex.am.bodies[-1]["gpu_memory_peak_mb"], ex.am.bodies[-1]["gpu_memory_peak_source"]) == (
-            3208, "nvml-process")
+            own, "nvml-process")
+    finally:
+        end(ex)
+
+
+def test_a_whole_gpu_tasks_nvml_peak_is_without_the_context_too(tmp_path, monkeypatch):
+    ex = capped_executor(tmp_path, monkeypatch, used_mb=3708, cap_mb=0, context_mb=0)
+    ex.cfg.gpus = 1  # exclusive: no cap, no reserve; NVML's reading still holds the context
+    try:
+        ex.heartbeat()
+        body = ex.am.bodies[-1]
+        assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (3708 - MEASURED_CONTEXT_MB,
+                                                                                "nvml-process")
     finally:
         end(ex)
