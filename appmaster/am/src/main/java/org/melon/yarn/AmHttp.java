@@ -350,6 +350,7 @@ final class AmHttp {
       root.set("labels", labels);
       root.set("gang", JSON.valueToTree(book.gangStatus()));
       tensorboard.describe(root.putObject("tensorboard"));
+      root.putArray("events").addAll(book.events());
       ArrayNode arr = root.putArray("tasks");
       for (Task t : book.tasks) {
         ObjectNode o = arr.addObject();
@@ -361,6 +362,7 @@ final class AmHttp {
         o.put("node_id", t.container == null ? null : t.container.getNodeId().toString());
         o.put("port", t.port);
         o.put("attempt", t.attempt);
+        o.putArray("containers").addAll(book.containers(t));
         o.put("exit_code", t.exitCode);
         o.put("gpu", t.gpu);
         o.put("gpu_memory_mb", t.gpuMemoryMb);

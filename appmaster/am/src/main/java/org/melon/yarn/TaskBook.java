@@ -48,6 +48,12 @@ final class TaskBook {
   /** How many grants on the very NodeManager a task left with exit 75 it gives back (asking again) before it takes
    * one there: host avoidance cannot tell apart two NodeManagers of one host (the embedded cluster's). */
   static final int MAX_NODE_REFUSALS = 10;
+  /** Decisions kept for {@code GET /status}'s {@code events} (oldest dropped first; {@code seq} keeps counting). */
+  static final int MAX_EVENTS = 200;
+  /** Containers kept per task in its history (oldest dropped first). */
+  static final int MAX_CONTAINERS = 100;
+  /** An event's text is kept to this many characters. */
+  static final int EVENT_TEXT_MAX = 500;
 
   /** What the book asks of YARN: the AM does it with its clients, tests record it. */
   interface Yarn {
@@ -188,6 +194,9 @@ final class TaskBook {
     final Map<String, Double> metrics = new TreeMap<>();
     /** [epoch ms, step, loss] each time the step changed, at most {@link #HISTORY}. */
     final ArrayDeque<double[]> history = new ArrayDeque<>();
+    /** The containers the task was started in, in order, the last {@code MAX_CONTAINERS} ({@code container_id},
+     * {@code node_id}, {@code attempt}, {@code expected_gpu_memory_mb}, {@code exit_code}: null while it runs). */
+    final List<ObjectNode> containers = new ArrayList<>();
     String message;
     long updated;
 
@@ -254,6 +263,9 @@ final class TaskBook {
   private final Map<String, Long> avoided = new HashMap<>();
   private String state = "RUNNING";
   private String diagnostics = "";
+  /** The AM's decisions about tasks (restart, grow, fail), at most {@link #MAX_EVENTS}: see {@link #event}. */
+  private final ArrayDeque<ObjectNode> events = new ArrayDeque<>();
+  private long eventSeq;
 
   TaskBook(JsonNode plan, Yarn yarn, LongSupplier clock) {
     this(plan, yarn, clock, new java.util.Random());
@@ -385,6 +397,7 @@ final class TaskBook {
     }
     for (Task x : out) {
       x.launched = true;
+      ranIn(x);
       yarn.launch(x);
     }
     return out;
@@ -460,6 +473,65 @@ final class TaskBook {
         + " s" : "") + (holdReleases > 0 ? " (" + holdReleases + " hold(s) given back so far)" : "");
   }
 
+  // ---------------------------------------------------------------- container history and decisions
+
+  /** {@code t}'s container is started: the next entry of its container history (once per container: launched, then
+   * reported started). */
+  private static void ranIn(Task t) {
+    String id = t.container.getId().toString();
+    int last = t.containers.size() - 1;
+    if (last >= 0 && id.equals(t.containers.get(last).path("container_id").asText())) {
+      return;
+    }
+    ObjectNode c = JsonNodeFactory.instance.objectNode();
+    c.put("container_id", id);
+    c.put("node_id", t.container.getNodeId().toString());
+    c.put("attempt", t.attempt);
+    c.put("expected_gpu_memory_mb", t.expectedMb);
+    c.putNull("exit_code");
+    t.containers.add(c);
+    if (t.containers.size() > MAX_CONTAINERS) {
+      t.containers.remove(0);
+    }
+  }
+
+  /**
+   * A decision of the AM about {@code t} (asking again with more GPU memory, a restart, giving up, a replacement),
+   * about its current container (null: none), for {@code GET /status}'s {@code events}: the task log puts each
+   * one after that container's output ({@code [melon-am] worker:0 <text>}). {@code text} reads after the task's
+   * name.
+   */
+  synchronized void event(Task t, String text) {
+    ObjectNode e = JsonNodeFactory.instance.objectNode();
+    e.put("seq", ++eventSeq);
+    e.put("time", now());
+    e.put("task", t.name());
+    e.put("container_id", t.container == null ? null : t.container.getId().toString());
+    e.put("text", text.length() <= EVENT_TEXT_MAX ? text : text.substring(0, EVENT_TEXT_MAX) + "...");
+    events.addLast(e);
+    while (events.size() > MAX_EVENTS) {
+      events.removeFirst();
+    }
+  }
+
+  /** {@code t}'s containers in the order it ran in them, for {@code GET /status}. */
+  synchronized List<ObjectNode> containers(Task t) {
+    List<ObjectNode> out = new ArrayList<>();
+    for (ObjectNode c : t.containers) {
+      out.add(c.deepCopy());
+    }
+    return out;
+  }
+
+  /** The decisions kept ({@link #event}), oldest first, for {@code GET /status}. */
+  synchronized List<ObjectNode> events() {
+    List<ObjectNode> out = new ArrayList<>();
+    for (ObjectNode e : events) {
+      out.add(e.deepCopy());
+    }
+    return out;
+  }
+
   /** Gang formation for {@code GET /status}. */
   synchronized Map<String, Object> gangStatus() {
     Map<String, Object> out = new LinkedHashMap<>();
@@ -480,6 +552,7 @@ final class TaskBook {
     if (t != null && "ALLOCATED".equals(t.state)) {
       t.state = "RUNNING";
       t.updated = now();
+      ranIn(t);
     }
   }
 
@@ -507,6 +580,11 @@ final class TaskBook {
     }
     t.exitCode = code;
     t.updated = now();
+    for (ObjectNode c : t.containers) {
+      if (c.path("container_id").asText().equals(id.toString())) {
+        c.put("exit_code", code);
+      }
+    }
     if (!running()) {  // decided: a task ending now is not restarted; one that exits 0 by itself did succeed
       if (t.live()) {
         t.state = code == 0 ? "SUCCEEDED" : "KILLED";
@@ -590,6 +668,8 @@ final class TaskBook {
    * optional (then it is only logged); the output task fails it whatever its role. */
   private void fail(Task t, String diag) {
     t.state = "FAILED";
+    String prefix = "task " + t.name() + " ";
+    event(t, "failed: " + (diag.startsWith(prefix) ? diag.substring(prefix.length()) : diag));
     if (t == outputTask) {
       finish("FAILED", "output " + diag);
     } else if (t.role.tracked) {
@@ -739,6 +819,7 @@ final class TaskBook {
 
   private void restart(Task t, String why) {
     MelonApplicationMaster.log("restarting task " + t.name() + ": " + why);
+    event(t, why);
     t.attempt++;
     boolean wasRegistered = t.registered;
     t.registered = false;
