@@ -46,8 +46,8 @@ from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Sequence, Union
 
 from .spec import parse_size_mb  # one meaning of a size everywhere: "16GB" is 16 GiB, as in the job spec
+from .gpu.context import MEASURED_CONTEXT_MB
 from .gpu.memory_model import (
-    DEFAULT_FRAMEWORK_OVERHEAD_MB,
     DEFAULT_WORKSPACE_MB,
     MIB,
     MemoryModel,
@@ -174,7 +174,7 @@ def plan_request(model_params: float, per_sample_ms: float, workers: int, bandwi
                  gpu_memory: Union[str, float], *, dtype: str = "float32", optimizer: str = "sgd",
                  activation_mb: float = 0.0, max_batch: Optional[int] = None, max_ps: Optional[int] = None,
                  batch_multiple: int = 8, workspace_mb: float = DEFAULT_WORKSPACE_MB,
-                 overhead_mb: float = DEFAULT_FRAMEWORK_OVERHEAD_MB) -> Plan:
+                 overhead_mb: float = MEASURED_CONTEXT_MB) -> Plan:
     """:func:`plan` from the units people write (``melon plan`` and ``MelonPlanOperator``): milliseconds per
     sample, a GPU memory size such as ``"16GiB"``, activation MiB per sample, a dtype and an optimizer name.
     Without ``activation_mb`` the memory bounds only the parameters' part, so the batch is capped at 1024 unless
@@ -216,7 +216,7 @@ def plan_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--max-ps", type=int, default=None)
     p.add_argument("--batch-multiple", type=int, default=8)
     p.add_argument("--workspace-mb", type=float, default=DEFAULT_WORKSPACE_MB)
-    p.add_argument("--overhead-mb", type=float, default=DEFAULT_FRAMEWORK_OVERHEAD_MB)
+    p.add_argument("--overhead-mb", type=float, default=MEASURED_CONTEXT_MB)
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         result = plan_request(args.params, args.per_sample_ms, args.workers, args.bandwidth_gbps, args.gpu_memory,

@@ -47,6 +47,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_provider_melon.gpu import learned  # noqa: E402
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB  # noqa: E402
 from airflow_provider_melon.hadoop import memory_history  # noqa: E402
 from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT  # noqa: E402
 from airflow_provider_melon.runtime import peak as _peak  # noqa: E402
@@ -54,9 +55,9 @@ from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 #: one H200's memory as NVML reports it (nvidia-smi: 143771 MiB)
 LARGEST_GPU_MB = 143771
-#: CUDA context and everything else outside the allocator, one process: h200-colocate.json, ResNet-50 k=1:
-#: nvml_peak_used_mib 4905.875 - max_reserved_mib 3520.0
-CONTEXT_MB = 1386
+#: what NVML's per-process reading holds outside the allocator (the CUDA context): gpu/context.py's figure, fitted
+#: on h200-colocate.json's ResNet-50 runs (NVML used - k x max_reserved = 618 of the device's + 768 per process)
+CONTEXT_MB = MEASURED_CONTEXT_MB
 GOAL = (1.0, 1.25)
 BY_RUN = 5
 
@@ -108,7 +109,8 @@ def executor_peak(rule: str, job: Job, counter: Optional[float], nvml: Optional[
     if rule == "today":  # runtime/executor.py before runtime/peak.py: the larger of NVML's reading and the file
         seen = [math.ceil(v) for v in (counter, nvml) if v is not None]
         return (max(seen) if seen else None), None
-    found = _peak.task_peak(None if counter is None else (counter, job.source), nvml, context_mb, cap_mb=cap)
+    found = _peak.task_peak(None if counter is None else (counter, job.source), nvml, MEASURED_CONTEXT_MB,
+                            cap_mb=cap)  # the measured context, as runtime/executor.py; context_mb is the reserve
     return found if found is not None else (None, None)
 
 

@@ -14,6 +14,9 @@ The formula (all sizes in bytes, the result in MiB = 2**20 bytes, the unit of ``
              + W                    workspace          (cuDNN/cuBLAS scratch, allocator slack)
              + F                    framework overhead (CUDA context, framework runtime, kernels' images)
 
+``total - F`` is what the framework's allocator holds (:meth:`MemoryModel.allocator_mb`): the part the in-process
+cap bounds; ``F`` is reserved beside it (``gpu_context_mb``). ``F`` defaults to ``gpu.context.MEASURED_CONTEXT_MB``.
+
 with ``P`` parameters of which ``P_t`` trainable (default ``P_t = P``), ``b_w`` bytes per weight (by dtype:
 fp32 4, fp16/bf16 2, ...), ``b_g`` bytes per gradient (default ``b_w``), ``b_o`` bytes per optimizer slot
 (default ``b_w``), ``A`` activation bytes per sample, ``W`` and ``F`` in MiB.
@@ -32,7 +35,7 @@ Assumptions (what the model leaves out, and why that is acceptable):
 * Mixed precision: pass the real per-parameter bytes (e.g. ``b_w = 4 + 2`` for fp32 master weights plus an
   fp16 copy), the model only adds.
 * The allocator's fragmentation and caching, and spikes between samples, are not in the model; the profiler
-  adds a safety margin on top (``profiler.SAFETY_MARGIN``/``CONTEXT_MB``), the same for both methods.
+  adds a safety margin on top (``profiler.SAFETY_MARGIN``/``HEADROOM_MB``), the same for both methods.
 * ``A`` from :func:`from_keras_model`/:func:`from_torch_module` is a rough estimate: the sum over layers of
   the layer's output size per sample, times a backward factor of 2 (the output is kept for the backward
   pass, and the backward pass creates a gradient of the same size). Frameworks free or recompute some of
@@ -47,13 +50,14 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
+from .context import MEASURED_CONTEXT_MB
+
 __all__ = [
     "MIB",
     "DTYPE_BYTES",
     "OPTIMIZER_SLOTS",
     "BACKWARD_FACTOR",
     "DEFAULT_WORKSPACE_MB",
-    "DEFAULT_FRAMEWORK_OVERHEAD_MB",
     "MemoryModel",
     "dtype_bytes",
     "optimizer_slots",
@@ -99,11 +103,6 @@ BACKWARD_FACTOR = 2
 #: cuDNN/cuBLAS workspace and allocator slack, MiB (cuBLAS alone reserves a few MiB per stream; cuDNN's
 #: convolution algorithms ask for up to a few hundred MiB; 128 is a middle figure for a single-GPU job).
 DEFAULT_WORKSPACE_MB = 128.0
-
-#: CUDA context plus the framework's runtime on the device, MiB. A CUDA 12 context with lazy module loading
-#: takes ~300-500 MiB on a Hopper GPU (what nvidia-smi shows for a process that only called ``cuInit`` and
-#: allocated one tensor); 400 is the middle.
-DEFAULT_FRAMEWORK_OVERHEAD_MB = 400.0
 
 
 def dtype_bytes(dtype: Any) -> int:
@@ -175,7 +174,7 @@ class MemoryModel:
     optimizer_slots: int = 0
     activation_bytes_per_sample: float = 0.0
     workspace_mb: float = DEFAULT_WORKSPACE_MB
-    framework_overhead_mb: float = DEFAULT_FRAMEWORK_OVERHEAD_MB
+    framework_overhead_mb: float = MEASURED_CONTEXT_MB
     trainable_params: Optional[int] = None
     grad_bytes_per_param: Optional[float] = None
     slot_bytes_per_param: Optional[float] = None
@@ -239,6 +238,11 @@ class MemoryModel:
         if batch < 0:
             raise ValueError(f"batch must be >= 0, got {batch}")
         return self.fixed_mb + batch * self.activation_mb_per_sample
+
+    def allocator_mb(self, batch: int) -> float:
+        """What the framework's allocator holds at ``batch`` (MiB): :meth:`total_mb` less ``F``, the memory the
+        process holds outside it (the CUDA context, reserved beside the cap)."""
+        return self.total_mb(batch) - self.framework_overhead_mb
 
     def max_batch(self, budget_mb: float, *, upper: Optional[int] = None) -> int:
         """Backward: the largest ``B`` with ``total_mb(B) <= budget_mb`` (0 when not even the fixed part fits).
@@ -310,7 +314,7 @@ def from_keras_model(
     optimizer: Any = None,
     *,
     workspace_mb: float = DEFAULT_WORKSPACE_MB,
-    framework_overhead_mb: float = DEFAULT_FRAMEWORK_OVERHEAD_MB,
+    framework_overhead_mb: float = MEASURED_CONTEXT_MB,
 ) -> MemoryModel:
     """A :class:`MemoryModel` for a built Keras (tf-keras or Keras 3) model.
 
@@ -364,7 +368,7 @@ def from_torch_module(
     optimizer: Any = None,
     *,
     workspace_mb: float = DEFAULT_WORKSPACE_MB,
-    framework_overhead_mb: float = DEFAULT_FRAMEWORK_OVERHEAD_MB,
+    framework_overhead_mb: float = MEASURED_CONTEXT_MB,
 ) -> MemoryModel:
     """A :class:`MemoryModel` for a PyTorch ``nn.Module``, from one forward pass on ``sample_input``.
 

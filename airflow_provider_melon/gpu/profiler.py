@@ -2,7 +2,7 @@
 
 :func:`profile_command` runs the job's command for ``MELON_PROFILE_STEPS`` steps and returns a :class:`Profile`
 whose ``method`` says how it was obtained (``nvml``: measured on a GPU; ``analytic``: the memory model the script
-reported; ``none``), with ``expected_mb`` = ``ceil(peak * (1 + SAFETY_MARGIN) + CONTEXT_MB)`` for the train
+reported; ``none``), with ``expected_mb`` = ``ceil(peak * (1 + SAFETY_MARGIN) + HEADROOM_MB)`` for the train
 operator. How the peak is measured, and why the margins: ``docs/internals.md`` ("The profiler").
 
 Command line (what the profile YARN job runs; the JSON profile is the last line of stdout)::
@@ -36,7 +36,7 @@ from .memory_model import MemoryModel
 
 __all__ = [
     "SAFETY_MARGIN",
-    "CONTEXT_MB",
+    "HEADROOM_MB",
     "SAMPLE_INTERVAL_S",
     "DEFAULT_GPU_MEMORY_MB",
     "SMALL_JOB_MB",
@@ -55,7 +55,9 @@ __all__ = [
 ]
 
 SAFETY_MARGIN = 0.10
-CONTEXT_MB = 256
+#: MiB added to every expected figure for what does not scale with the peak (not the CUDA context: that is
+#: reserved beside the cap, ``gpu_context_mb``); docs/internals.md ("The profiler") says what it covers
+HEADROOM_MB = 256
 SAMPLE_INTERVAL_S = 0.1
 #: GPU size assumed when neither NVML nor the caller says (a 16 GiB V100/T4-class card: the conservative case).
 DEFAULT_GPU_MEMORY_MB = 16384
@@ -75,10 +77,10 @@ class NoGpuError(RuntimeError):
 
 
 def expected_mb(peak_mb: float) -> int:
-    """``ceil(peak * (1 + SAFETY_MARGIN) + CONTEXT_MB)`` (module docstring says why)."""
+    """``ceil(peak * (1 + SAFETY_MARGIN) + HEADROOM_MB)`` (module docstring says why)."""
     if peak_mb < 0:
         raise ValueError(f"peak_mb must be >= 0, got {peak_mb}")
-    return int(math.ceil(peak_mb * (1.0 + SAFETY_MARGIN) + CONTEXT_MB - 1e-9))
+    return int(math.ceil(peak_mb * (1.0 + SAFETY_MARGIN) + HEADROOM_MB - 1e-9))
 
 
 # -- NVML sampling ----------------------------------------------------------------------------------------
@@ -322,7 +324,8 @@ def analytic_profile(
     step_time_s: Optional[float] = None,
     reason: str = "",
 ) -> Profile:
-    """The no-GPU profile: ``peak = model_memory.total_mb(batch)``, ``expected = expected_mb(peak)``.
+    """The no-GPU profile: ``peak = model_memory.allocator_mb(batch)`` (the model's memory without its CUDA context,
+    which the executor reserves beside the cap), ``expected = expected_mb(peak)``.
 
     packing_pays, with no utilisation measured: unless the caller passes ``sm_util``, a job whose peak is at
     most :data:`SMALL_JOB_MB` is presumed small and given ResNet-18's SM share (``SMALL_JOB_SM_UTIL`` ~0.27,
@@ -331,7 +334,7 @@ def analytic_profile(
     job that would not fit twice. This is a size proxy, not a measurement: a small model on large inputs can
     saturate a GPU; profile on a GPU to know.
     """
-    peak = model_memory.total_mb(batch)
+    peak = model_memory.allocator_mb(batch)
     exp = expected_mb(peak)
     notes = [f"analytic: memory model at batch {batch}: "
              + ", ".join(f"{k} {v:.1f}" for k, v in model_memory.breakdown(batch).items()) + " MiB"]
@@ -394,7 +397,7 @@ def profile_command(
     sampler_factory: Optional[Callable[[], NvmlSampler]] = None,
     stdout=None,
     stderr=None,
-    context_mb: Optional[int] = None,
+    context_mb: int = _context.MEASURED_CONTEXT_MB,
 ) -> Profile:
     """Run ``argv`` with ``MELON_PROFILE_STEPS=steps`` (and ``MELON_PROFILE_FILE``) and profile it.
 
@@ -404,7 +407,7 @@ def profile_command(
     ``reason`` starts with ``no GPU:``. A non-zero exit is recorded in ``returncode`` and ``reason``.
     ``env`` defaults to this process's environment; ``steps`` must be >= 1. The peak is the framework's own
     allocator peak when the command's TensorFlow or PyTorch wrote it (``MELON_PEAK_FILE``, the cap bootstrap's),
-    else NVML's less ``context_mb`` (default: ``MELON_GPU_CONTEXT_MB``, else ``gpu.context.MEASURED_CONTEXT_MB``):
+    else NVML's less ``context_mb`` (the CUDA context NVML's reading holds: ``gpu.context.MEASURED_CONTEXT_MB``):
     ``runtime.peak.task_peak``.
     """
     if steps < 1:
@@ -425,8 +428,6 @@ def profile_command(
     if not run_env.get("MELON_CAP_MB"):  # under a cap the executor's bootstrap is there already, and writes it
         boot, boot_dir = _framework.peak_env(run_env)
         run_env.update(boot)
-    if context_mb is None:
-        context_mb = _context_from(run_env)
     sampler = sampler_factory() if sampler_factory else NvmlSampler(interval_s=interval_s)
     no_gpu = ""
     try:
@@ -512,15 +513,6 @@ _PEAK_SOURCES = {
     "nvml-process": "NVML's per-process samples",
     "nvml-device": "NVML's device-wide samples over the baseline",
 }
-
-
-def _context_from(env: Mapping[str, str]) -> int:
-    """``MELON_GPU_CONTEXT_MB`` (what the executor reserves besides the cap) when set, else the measured context."""
-    try:
-        value = int(env.get("MELON_GPU_CONTEXT_MB", ""))
-    except ValueError:
-        return _context.MEASURED_CONTEXT_MB
-    return value if value > 0 else _context.MEASURED_CONTEXT_MB
 
 
 def _hdfs_path(path: str) -> str:

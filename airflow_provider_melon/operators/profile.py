@@ -50,7 +50,7 @@ import shlex
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from airflow_provider_melon.gpu import preflight as _preflight
-from airflow_provider_melon.gpu.profiler import CONTEXT_MB, SAFETY_MARGIN
+from airflow_provider_melon.gpu.profiler import HEADROOM_MB, SAFETY_MARGIN
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.spec import JobSpec, JobSpecError
 from airflow_provider_melon.version_compat import AirflowException
@@ -250,7 +250,7 @@ class MelonProfileOperator(MelonTrainOperator):
         if profile.get("returncode"):
             self.log.warning("The profiled command exited %s", profile["returncode"])
         self.log.info("expected_gpu_memory=%s (peak + %d%% + %d MiB), packing_pays=%s; profile at %s",
-                      expected_size, round(SAFETY_MARGIN * 100), CONTEXT_MB, profile.get("packing_pays"),
+                      expected_size, round(SAFETY_MARGIN * 100), HEADROOM_MB, profile.get("packing_pays"),
                       profile.get("path"))
         ti = context["ti"]
         ti.xcom_push(key="expected_gpu_memory", value=expected_size)

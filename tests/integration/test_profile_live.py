@@ -115,6 +115,6 @@ def test_profile_operator_runs_one_task_and_pushes_the_expected_memory(melon_hoo
             sys.path.remove(str(MNIST))
         model = build_model(10, 784)
         assert isinstance(model, keras.Model)
-        assert doc["peak_mb"] == pytest.approx(from_keras_model(model).total_mb(64), abs=0.06)
+        assert doc["peak_mb"] == pytest.approx(from_keras_model(model).allocator_mb(64), abs=0.06)
         assert doc["gpu_memory_mb"] == 16384  # the cluster's largest GPU, passed for packing_pays
         assert 0 < doc["step_time_s"] < 5

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from airflow_provider_melon.gpu import memory_model as mm
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
 from airflow_provider_melon.gpu.memory_model import MemoryModel
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -30,6 +31,13 @@ def test_hand_worked_adam_fp32():
     # inverse: (1024 - 380) / 1 = 644 samples
     assert m.max_batch(1024) == 644
     assert m.max_batch(379) == 0  # the fixed part alone does not fit
+
+
+def test_the_framework_overhead_is_the_measured_context_and_not_the_allocators():
+    # F is what a process holds outside its allocator: gpu/context.py's figure, measured on the H200 runs
+    m = MemoryModel(params=MI, bytes_per_param=4, optimizer_slots=2, activation_bytes_per_sample=MI, workspace_mb=64)
+    assert m.framework_overhead_mb == MEASURED_CONTEXT_MB
+    assert m.allocator_mb(32) == m.total_mb(32) - MEASURED_CONTEXT_MB == 16 + 32 + 64  # what the cap must hold
 
 
 def test_hand_worked_sgd_bf16_with_frozen_params():
@@ -139,7 +147,7 @@ def test_keras_model_known_parameter_count():
     assert m["activation_bytes_per_sample"] == 592
     model = MemoryModel.from_dict(m)
     assert got["total"] == pytest.approx(50890 * 4 * 4 / MI + 32 * 592 / MI + mm.DEFAULT_WORKSPACE_MB
-                                         + mm.DEFAULT_FRAMEWORK_OVERHEAD_MB)
+                                         + MEASURED_CONTEXT_MB)
     assert model.total_mb(32) == pytest.approx(got["total"])
     # first Dense frozen: only 650 trainable params; SGD no slots
     assert f["params"] == 50890 and f["trainable_params"] == 650 and f["optimizer_slots"] == 0

@@ -15,10 +15,15 @@ MIB = 2**20
 
 
 def _r50(**kw):
-    # 25e6 fp32 params, momentum SGD (1 slot), 50 MiB of activations per sample, W 128 + F 400 MiB.
+    # 25e6 fp32 params, momentum SGD (1 slot), 50 MiB of activations per sample, W 128 + F 400 MiB (the worked
+    # example's F; the default is gpu.context.MEASURED_CONTEXT_MB).
     args = dict(model_params=25e6, bytes_per_param=4, per_sample_compute_s=0.002, workers=4, bandwidth_gbps=10,
-                gpu_memory_mb=16384, optimizer="momentum", activation_bytes_per_sample=50 * MIB)
+                gpu_memory_mb=16384)
+    activation = kw.pop("activation_bytes_per_sample", 50 * MIB)
     args.update(kw)
+    args.setdefault("memory_model", MemoryModel.for_optimizer(25_000_000, "momentum", workspace_mb=128,
+                                                              activation_bytes_per_sample=activation,
+                                                              framework_overhead_mb=400))
     return planner.plan(**args)
 
 

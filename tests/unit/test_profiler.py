@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
 from airflow_provider_melon.gpu import profiler
 from airflow_provider_melon.gpu.memory_model import MemoryModel
 
@@ -156,11 +157,12 @@ def test_profile_command_runs_subprocess_with_steps_no_gpu_no_model(tmp_path, ca
 def test_profile_command_no_gpu_uses_the_reported_model(tmp_path):
     prof = profiler.profile_command([sys.executable, _script(tmp_path), "0", "model"], 3,
                                     sampler_factory=_no_gpu_factory, gpu_memory_mb=16384)
-    # memory model: 16 + 32 + 64 + 300 = 412 MiB -> expected ceil(412 x 1.1 + 256) = 710
-    assert prof.method == "analytic" and prof.peak_mb == 412 and prof.expected_mb == 710
+    # memory model: 16 + 32 + 64 + 300 = 412 MiB, of which the allocator's 112 (the 300 MiB CUDA context is reserved
+    # beside the cap, gpu_context_mb) -> expected ceil(112 x 1.1 + 256) = 380
+    assert prof.method == "analytic" and prof.peak_mb == 112 and prof.expected_mb == 380
     assert prof.step_time_s == 0.125
     assert "no GPU" in prof.reason and "no GPU" in prof.notes[0]
-    assert prof.packing_pays is True  # 412 MiB <= 2 GiB -> presumed small; 710/16384 of the GPU
+    assert prof.packing_pays is True  # 112 MiB <= 2 GiB -> presumed small; 380/16384 of the GPU
 
 
 def test_profile_command_nvml_path_with_fake(tmp_path):
@@ -181,6 +183,18 @@ def test_profile_command_nvml_path_with_fake(tmp_path):
     assert prof.mean_sm_util == pytest.approx(0.2)
     assert prof.gpu_memory_mb == 143771
     assert prof.packing_pays is True  # gain min(1/0.2, 143771/1907) = 5 >= 1.5
+
+
+def test_the_nvml_peak_is_without_the_measured_context_not_the_reserve(tmp_path):
+    """Profiled inside a shared task (MELON_GPU_CONTEXT_MB, the reserve, 1024 MiB): NVML's per-process reading holds
+    the process's context, which the H200 runs measured (gpu/context.py), not the reserve's margin above it."""
+    script = tmp_path / "slow.py"
+    script.write_text("import time; time.sleep(0.4)\n")
+    env = {k: v for k, v in os.environ.items() if k != "MELON_PEAK_FILE"}
+    env["MELON_GPU_CONTEXT_MB"] = "1024"
+    prof = profiler.profile_command([sys.executable, str(script)], 5, env=env,
+                                    sampler_factory=nvml_sampler(1500 + MEASURED_CONTEXT_MB))
+    assert (prof.peak_mb, prof.peak_source) == (1500, "nvml-process"), prof.notes
 
 
 def nvml_sampler(process_mib):
@@ -264,7 +278,7 @@ def test_main_cli_prints_json_last_line(tmp_path):
     assert r.returncode == 0
     assert last["method"] in ("nvml", "analytic")
     if last["method"] == "analytic":
-        assert "no GPU" in last["reason"] and last["expected_mb"] == 710
+        assert "no GPU" in last["reason"] and last["expected_mb"] == 380  # 112 MiB of the allocator's
 
 
 def test_profiler_module_imports_no_framework():
