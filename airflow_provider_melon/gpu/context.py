@@ -14,7 +14,9 @@ __all__ = ["MEASURED_CONTEXT_MB", "CONTEXT_MB", "context_mb_default"]
 
 #: Memory outside PyTorch's caching allocator, per process, MiB, fitted on the recorded H200 runs of ResNet-50
 #: (k = 1, 2, 4, 8 processes: NVML used - k x torch.cuda.max_memory_reserved = 618 + 768 k, within 1 MiB of every
-#: point); 618 MiB is the device's own (the driver's), counted by the ledger from NVML, not per process.
+#: point); 618 MiB is the device's own (the driver's), counted by the ledger from NVML, not per process. What NVML's
+#: per-process reading holds beyond the allocator: the executor and the profiler take it out of that reading for a
+#: task's peak (``runtime/peak.py``), and it is the memory model's ``F`` (``gpu/memory_model.py``).
 MEASURED_CONTEXT_MB = 768
 
 #: The default per framework (``MELON_FRAMEWORK``): the measured figure rounded up to the next 256 MiB, a margin
