@@ -167,6 +167,8 @@ class Job:
     work_s: float
     expected_mb: int
     arrival_s: float = 0.0
+    #: the solo duration as the system estimates it (learned from the task's earlier runs); None: unknown
+    est_s: Optional[float] = None
 
     @property
     def large(self) -> bool:
@@ -191,6 +193,14 @@ def make_trace(n_jobs: int, small_fraction: float, seed: int, model: SpeedModel,
             t += rng.expovariate(arrival_rate_per_s)
         jobs.append(Job(f"{kind[0]}{i:03d}", kind, round(work, 1), exp[kind], round(t, 1)))
     return jobs
+
+
+def with_estimates(jobs: Sequence[Job], sigma: float, seed: int = 1) -> List[Job]:
+    """Copies of ``jobs`` whose ``est_s`` is the solo duration off by a lognormal factor ``exp(N(0, sigma))``
+    (sigma 0.3: about two thirds of the estimates within -26 %..+35 %): what a history of earlier runs would give."""
+    rng = random.Random(seed)
+    return [Job(j.name, j.kind, j.work_s, j.expected_mb, j.arrival_s, j.work_s * math.exp(rng.gauss(0.0, sigma)))
+            for j in jobs]
 
 
 # -- placement ---------------------------------------------------------------------------------------------
@@ -221,6 +231,7 @@ PAYS_VARIANTS = {
     "pays_mix_lookahead": {"consolidate": True, "lookahead": True, "large_joins_one_small": True},
     "pays_quota": {"consolidate": True, "counts": True, "large_joins_one_small": True},
     "pays_quota_even": {"consolidate": True, "counts": True, "large_joins_one_small": True, "front": 0.0},
+    "pays_learned": {"large_joins_one_small": True, "large_joins_large": True, "learned": True},
 }
 
 
@@ -241,6 +252,15 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
     if name not in PAYS_VARIANTS:
         raise ValueError(f"unknown policy {name!r}")
     flags = dict(PAYS_VARIANTS[name])
+    if flags.pop("learned", False):
+        # the critical path from the estimates of everything running or waiting (policy.critical_tasks)
+        est = {j.name: j.est_s for js in state for j in js if j.est_s is not None}
+        est.update({q.name: q.est_s for q in queued if q.est_s is not None})
+        if job.est_s is not None:
+            est[job.name] = job.est_s
+        crit = policy.critical_tasks(est, len(state)) if est else set()
+        flags["keep_alone"] = crit
+        flags["alone"] = job.name in crit
     keep_idle = 0
     if flags.pop("lookahead", False):
         keep_idle = sum(1 for q in queued if q is not job and not job_pays(q, model, total_mb))
@@ -303,8 +323,9 @@ class Result:
 #: Queue order among jobs that arrived at the same time: ``name`` (by name: the trace's jobs are named
 #: ``<kind letter><index>``, so at t = 0 every large job is ahead of every small one), ``trace`` (by position
 #: in the trace, the order they were submitted in), ``lpt`` (longest solo work first: a clairvoyant order,
-#: for measuring what not knowing durations costs; the system does not know them).
-QUEUE_ORDERS = ("name", "trace", "lpt")
+#: for measuring what not knowing durations costs; the system does not know them), ``learned`` (longest
+#: *estimated* solo work first, ``Job.est_s`` via ``policy.longest_first``: durations learned from earlier runs).
+QUEUE_ORDERS = ("name", "trace", "lpt", "learned")
 
 
 def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, model: SpeedModel,
@@ -318,8 +339,10 @@ def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, 
         if j.expected_mb > total_mb:
             raise ValueError(f"{j.name} needs {j.expected_mb} MiB > {total_mb} MiB GPUs")
     position = {id(j): i for i, j in enumerate(jobs)}
+    if order == "learned":
+        rank = {n: i for i, n in enumerate(policy.longest_first({j.name: j.est_s for j in jobs}))}
     tie = {"name": lambda j: (j.name,), "trace": lambda j: (position[id(j)],),
-           "lpt": lambda j: (-j.work_s, j.name)}[order]
+           "lpt": lambda j: (-j.work_s, j.name), "learned": lambda j: (rank[j.name],)}[order]
     pending = sorted(jobs, key=lambda j: (j.arrival_s,) + tie(j))
     queue: List[Job] = []
     done: List[Job] = []
@@ -333,11 +356,13 @@ def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, 
             pi += 1
         refused = set()  # (kind, memory) refused since the last placement: the same answer until state changes
         for job in list(queue):
-            if (job.kind, job.expected_mb) in refused:
+            # with estimates the answer also depends on the job's own (is it on the critical path?)
+            same = (job.kind, job.expected_mb) if job.est_s is None else (job.kind, job.expected_mb, job.name)
+            if same in refused:
                 continue
             g = place(policy_name, job, state, total_mb, model, queue, done)
             if g is None:
-                refused.add((job.kind, job.expected_mb))
+                refused.add(same)
             else:
                 refused.clear()
                 state[g].append(job)
@@ -418,15 +443,17 @@ def pays_configuration(model: SpeedModel, n_large: int, n_small: int, large_pays
     return fair(model, n_large, n_small)
 
 
-def rules_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel) -> Bound:
+def rules_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel, *,
+                large_pairs: bool = False) -> Bound:
     """:func:`ideal_bound` over only the configurations policy (c) may form (:func:`pays_configuration`):
     the best any schedule that obeys (c)'s rules could do. ``(c) / rules_bound`` is what (c) loses to its
     online, arrival-order scheduling (mostly the tail: the last jobs start late and run alone);
-    ``rules_bound / ideal_bound`` is what its rules (fairness, no large sharing without MPS) cost."""
+    ``rules_bound / ideal_bound`` is what its rules (fairness, no large sharing without MPS) cost.
+    ``large_pairs``: the rules of (cD), where two large jobs may share a GPU (when fair)."""
     large_mb = max([j.expected_mb for j in jobs if j.large] or [expected_mb(model.large_peak_mb)])
     large_pays = job_pays(Job("l", "large", 1.0, large_mb), model, total_mb)
     return ideal_bound(jobs, n_gpus, total_mb, model,
-                       allowed=lambda nl, ns: pays_configuration(model, nl, ns, large_pays))
+                       allowed=lambda nl, ns: pays_configuration(model, nl, ns, large_pays or large_pairs))
 
 
 def ideal_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel, allowed=None) -> Bound:

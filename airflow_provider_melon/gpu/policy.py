@@ -19,9 +19,10 @@ thresholds below are chosen with wide margins around the measured points, not fi
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "Task",
@@ -46,6 +47,15 @@ __all__ = [
     "place_where_it_pays",
     "small_only_throughput",
     "whole_gpu_quota",
+    "CRITICAL_FRACTION",
+    "critical_tasks",
+    "longest_first",
+    "Demand",
+    "NodeFree",
+    "node_fragmentation",
+    "placements",
+    "best_on_node",
+    "least_fragmenting",
 ]
 
 
@@ -352,6 +362,9 @@ def place_where_it_pays(
     work_ratio: float = 1.0,
     front: float = math.inf,
     min_whole: int = 1,
+    large_joins_large: bool = False,
+    keep_alone: Iterable[str] = (),
+    alone: bool = False,
 ) -> Optional[int]:
     """Policy (c): the GPU a task should take, or ``None`` (it waits).
 
@@ -377,8 +390,16 @@ def place_where_it_pays(
     hold one; a paying task stays off the GPUs still missing from the quota (idle ones first, then those with
     the fewest small tasks, so they drain to the one small a large task may join) and, while whole-GPU tasks
     wait, consolidates on shared GPUs. ``front`` and ``min_whole`` go to :func:`whole_gpu_quota`.
+
+    ``large_joins_large``: a task that does not pay may also join a GPU holding another one (2 x R50 run at 0.595
+    each, 1.19 in all: fair, and more than ``min_gain``), still under :func:`admits` and the fairness bound, and
+    never beside a small task (two large and a small together were not measured: no rule may rest on a guess).
+    ``keep_alone`` (names of running tasks, from :func:`critical_tasks`) and ``alone`` (this task is one of them):
+    no task joins a GPU holding one of those, and such a task takes only an idle GPU -- a job long enough to set the
+    makespan on its own is never slowed by a neighbour.
     """
     gpus = list(gpus)
+    keep = set(keep_alone)
     reserved: set = set()
     if queued_whole is not None:
         running_whole = sum(1 for g in gpus if _mix(g)[0])
@@ -395,7 +416,7 @@ def place_where_it_pays(
                                    key=lambda g: (len(g.tasks), g.reserved_mb, g.index))
             reserved = {g.index for g in free_of_whole[:deficit]}
             consolidate = consolidate and queued_whole > 0
-    if not pays and not large_joins_one_small:
+    if not pays and not large_joins_one_small and not large_joins_large:
         return exclusive(gpus)
 
     def whole_slot(g: Gpu, extra_small: int = 0) -> bool:
@@ -414,12 +435,16 @@ def place_where_it_pays(
         if not fits(g, expected_mb) or not admits(g, large, mps):
             continue
         nl, ns = _mix(g)
-        if not pays and (nl or not ns):
+        if not pays and not large_joins_large and (nl or not ns):
             continue  # a task that does not pay joins small tasks only (idle GPUs: exclusive() below)
         if pays and g.index in reserved:
             continue  # drained for a queued task that needs (nearly) a whole GPU
+        if g.tasks and (alone or any(t.name in keep for t in g.task_tuples())):
+            continue  # the critical path: a task that alone sets the makespan is never slowed
         if pays and keep_idle and slots <= keep_idle and whole_slot(g) and not whole_slot(g, int(not large)):
             continue  # lookahead: this GPU is one a queued task that needs a whole one could still start on
+        if nl + large >= 2 and ns + (not large) >= 1:
+            continue  # two large tasks with a small one: never measured, so never formed
         if not fair_mix(rates, nl + large, ns + (not large), fairness_bound):
             continue
         gain = marginal_gain(rates, nl, ns, large)
@@ -439,3 +464,145 @@ def place_where_it_pays(
     if consolidate and shared:
         return best_fit(shared, expected_mb, large=large, mps=True)
     return best_fit(cands, expected_mb, large=large, mps=True) if cands else None
+
+
+#: A task whose estimated solo work is at least this fraction of the backlog's even share per GPU is on the
+#: critical path (:func:`critical_tasks`). Half: with lognormal durations (sigma 0.5-0.8) the few jobs above it are
+#: the ones that end the schedule; at 1.0 too few are kept alone (bench_policy: the heavy-tailed large-job trace).
+CRITICAL_FRACTION = 0.5
+
+
+def critical_tasks(estimates: Mapping[str, float], n_gpus: int, *, fraction: float = CRITICAL_FRACTION) -> set:
+    """Names of the tasks (running or queued: ``estimates`` maps each to its estimated solo work, any unit) whose
+    work alone reaches ``fraction`` of the even share ``sum(estimates) / n_gpus``: slowing one of them by sharing
+    lengthens the whole schedule, so :func:`place_where_it_pays` keeps them alone (``keep_alone`` / ``alone``).
+    Tasks without an estimate are simply absent: they are never critical."""
+    if n_gpus < 1:
+        raise ValueError(f"n_gpus must be >= 1, got {n_gpus}")
+    if fraction <= 0:
+        raise ValueError(f"fraction must be > 0, got {fraction}")
+    share = fraction * sum(estimates.values()) / n_gpus
+    return {name for name, w in estimates.items() if w > 0 and w >= share}
+
+
+def longest_first(estimates: Mapping[str, float]) -> list:
+    """Queue order by estimated solo work, longest first (LPT), names without an estimate last in their given order.
+
+    The classic makespan order (Graham's LPT); with durations learned from a task's earlier runs it is what an
+    online scheduler that does not know the durations loses most to (bench_policy: the (c-lpt) oracle row)."""
+    order = {n: i for i, n in enumerate(estimates)}
+    return sorted(order, key=lambda n: (-(estimates[n] or 0.0), order[n]))
+
+
+# -- fragmentation-aware placement across nodes (FGD's measure, with every resource YARN's calculator checks) ------
+class Demand(NamedTuple):
+    """One kind of task the cluster sees, as a node must hold it: ``weight`` (its share of arrivals), ``cpu``
+    (millicores), ``mem`` (MiB of host memory), ``gpus`` (whole GPUs) and ``share`` (the fraction of one GPU's
+    memory a task that shares asks for; 0 when it takes whole GPUs or none)."""
+
+    weight: float
+    cpu: int
+    mem: int
+    gpus: int = 0
+    share: float = 0.0
+
+
+class NodeFree(NamedTuple):
+    """What is left on a node: ``cpu`` millicores, ``mem`` MiB and each GPU's free fraction of its memory."""
+
+    cpu: int
+    mem: int
+    gpu_free: Tuple[float, ...]
+
+
+def _holds(node: NodeFree, d: Demand) -> bool:
+    """Could ``node`` hold one task of kind ``d`` (every resource fits, as DominantResourceCalculator checks)?"""
+    if node.cpu < d.cpu or node.mem < d.mem:
+        return False
+    if d.share > 0:
+        return any(f >= d.share - 1e-9 for f in node.gpu_free)
+    return sum(1 for f in node.gpu_free if f >= 1.0 - 1e-9) >= d.gpus
+
+
+def node_fragmentation(node: NodeFree, demands: Sequence[Demand]) -> float:
+    """Expected free GPU capacity (in GPUs) on ``node`` that a task drawn from ``demands`` could not use.
+
+    FGD's measure (Weng et al., ATC '23): for each kind, if the node cannot hold such a task at all -- short of a
+    GPU, of CPU or of host memory -- all its free GPU capacity is fragment; if it can, the GPUs whose free part is
+    smaller than the task's share are. Weighted by the kinds' shares of arrivals.
+    """
+    total = sum(node.gpu_free)
+    if total <= 0:
+        return 0.0
+    free = sorted(node.gpu_free)
+    below = [0.0]  # below[k]: the sum of the k smallest free parts
+    for f in free:
+        below.append(below[-1] + f)
+    whole = sum(1 for f in free if f >= 1.0 - 1e-9)
+    frag = 0.0
+    for d in demands:
+        need = d.share if d.share > 0 else (1.0 if d.gpus else 0.0)
+        k = bisect.bisect_left(free, need - 1e-9)  # the GPUs whose free part is below the task's need
+        fits = node.cpu >= d.cpu and node.mem >= d.mem and (len(free) - k > 0 if d.share > 0 else whole >= d.gpus)
+        frag += d.weight * (below[k] if fits else total)
+    return frag
+
+
+def _after(node: NodeFree, task: Demand, gpu_idx: Sequence[int]) -> NodeFree:
+    free = list(node.gpu_free)
+    for i in gpu_idx:
+        free[i] = 0.0 if task.gpus else max(0.0, free[i] - task.share)
+    return NodeFree(node.cpu - task.cpu, node.mem - task.mem, tuple(free))
+
+
+def placements(node: NodeFree, task: Demand) -> List[Tuple[int, ...]]:
+    """The distinct ways ``task`` can go on ``node``: GPU index tuples (one per distinct free part for a task that
+    shares, the lowest-index whole GPUs otherwise; ``()`` for a task with no GPU); empty when it does not fit."""
+    if not _holds(node, task):
+        return []
+    if task.share > 0:
+        seen, out = set(), []
+        for i, f in enumerate(node.gpu_free):
+            if f >= task.share - 1e-9 and round(f, 6) not in seen:
+                seen.add(round(f, 6))
+                out.append((i,))
+        return out
+    if task.gpus:
+        return [tuple([i for i, f in enumerate(node.gpu_free) if f >= 1.0 - 1e-9][:task.gpus])]
+    return [()]
+
+
+def best_on_node(node: NodeFree, task: Demand, demands: Sequence[Demand],
+                 frag: Optional[Callable[[NodeFree], float]] = None) -> Optional[Tuple[tuple, Tuple[int, ...]]]:
+    """``(key, GPU indices)`` of the best way to put ``task`` on ``node`` (see :func:`least_fragmenting`), or
+    ``None`` when it does not fit. Lower keys are better; the key does not depend on the node's position."""
+    score = frag or (lambda n: node_fragmentation(n, demands))
+    best = None
+    options = placements(node, task)
+    if not options:
+        return None
+    before = score(node)
+    for gi in options:
+        after = _after(node, task, gi)
+        key = (round(score(after) - before, 9), round(sum(after.gpu_free), 9),
+               round(max(after.cpu / max(node.cpu, 1), after.mem / max(node.mem, 1)), 9))
+        if best is None or key < best[0]:
+            best = (key, gi)
+    return best
+
+
+def least_fragmenting(nodes: Sequence[NodeFree], task: Demand, demands: Sequence[Demand],
+                      frag: Optional[Callable[[NodeFree], float]] = None) -> Optional[Tuple[int, Tuple[int, ...]]]:
+    """``(node index, GPU indices)`` for ``task`` that grows :func:`node_fragmentation` least, or ``None``.
+
+    Ties (common: many empty nodes alike) go to best fit, as :func:`best_fit` does on one node: the least free GPU
+    capacity left on the node after placement, then the largest part of the node's free CPU and memory used (its
+    dominant resource, so whole nodes stay whole), then the lowest index. ``frag`` may be a memoised
+    ``node_fragmentation`` for ``demands`` (large clusters: the answer is the same).
+    """
+    best: Optional[tuple] = None
+    for ni, node in enumerate(nodes):
+        b = best_on_node(node, task, demands, frag)
+        if b is not None and (best is None or (b[0], ni) < best[0]):
+            best = ((b[0], ni), (ni, b[1]))
+    return best[1] if best else None

@@ -269,3 +269,72 @@ def test_quota_drains_the_gpu_with_the_fewest_small_tasks_for_a_queued_large():
     assert _place(gpus[:2], **kw) == 0  # not GPU 1
     assert _place(gpus[:2], **dict(kw, queued_whole=0)) == 0  # nothing waits: 3 -> 4 and 2 -> 3 tie, best fit
     assert _place([_gpu(1, SMALL, SMALL)], **kw) is None  # the only GPU drains: the small task waits
+
+
+# -- (cD): large pairs, the critical path, learned durations --------------------------------------------------------
+def test_large_joins_large_only_with_the_flag_and_never_beside_a_small():
+    busy = [_gpu(0, LARGE)]
+    assert _place(busy, large=True) is None  # (c): a task that does not pay waits for an idle GPU
+    assert _place(busy, large=True, large_joins_large=True) == 0  # 2 x R50 at 0.595 each: fair, gains 0.19
+    # two large and a small were never measured: neither a large joins (large, small) nor a small joins (large, large)
+    assert _place([_gpu(0, LARGE, SMALL)], large=True, large_joins_one_small=True, large_joins_large=True) is None
+    assert _place([_gpu(0, LARGE, Task("l2", 5653, True))], large_joins_large=True) is None
+    assert _place([_gpu(0, LARGE)], large_joins_large=True) == 0  # a small beside one large is still fine
+
+
+def test_keep_alone_protects_the_critical_path():
+    shared = [_gpu(0, Task("long", 2076, False)), _gpu(1, SMALL)]
+    assert _place(shared, keep_alone={"long"}) == 1  # never beside the critical task
+    assert _place([_gpu(0, Task("long", 2076, False))], keep_alone={"long"}) is None
+    assert _place(shared, alone=True) is None  # a critical task itself waits for an idle GPU
+    assert _place(shared + [_gpu(2)], alone=True) == 2
+    assert _place([_gpu(0, LARGE), _gpu(1)], large=True, large_joins_large=True, alone=True) == 1
+
+
+def test_critical_tasks_reach_half_the_even_share():
+    est = {"a": 10.0, "b": 2.0, "c": 2.0, "d": 2.0}  # even share on 2 GPUs 8, half of it 4
+    assert policy.critical_tasks(est, 2) == {"a"}
+    assert policy.critical_tasks(est, 2, fraction=0.2) == {"a", "b", "c", "d"}  # 1.6
+    assert policy.critical_tasks(est, 1) == {"a"}  # 0.5 * 16 = 8
+    assert policy.critical_tasks({}, 4) == set()
+    with pytest.raises(ValueError, match="n_gpus"):
+        policy.critical_tasks(est, 0)
+    with pytest.raises(ValueError, match="fraction"):
+        policy.critical_tasks(est, 2, fraction=0)
+
+
+def test_longest_first_puts_unknown_estimates_last_in_their_order():
+    assert policy.longest_first({"x": None, "a": 1.0, "b": 3.0, "y": None, "c": 2.0}) == ["b", "c", "a", "x", "y"]
+
+
+# -- fragmentation across nodes (FGD's measure with CPU and host memory) --------------------------------------------
+D_SHARE = policy.Demand(0.5, 1000, 1000, 0, 0.5)  # half a GPU
+D_WHOLE = policy.Demand(0.5, 1000, 1000, 1, 0.0)  # one whole GPU
+
+
+def test_node_fragmentation_by_hand():
+    demands = (D_SHARE, D_WHOLE)
+    idle = policy.NodeFree(8000, 8000, (1.0, 1.0))
+    assert policy.node_fragmentation(idle, demands) == 0.0  # every kind fits, no GPU below any need
+    part = policy.NodeFree(8000, 8000, (1.0, 0.3))
+    # half-GPU tasks cannot use the 0.3 left (0.5 x 0.3); whole-GPU tasks cannot either (0.5 x 0.3)
+    assert policy.node_fragmentation(part, demands) == pytest.approx(0.3)
+    starved = policy.NodeFree(500, 8000, (1.0, 0.3))  # too little CPU for any task: all 1.3 GPUs are fragment
+    assert policy.node_fragmentation(starved, demands) == pytest.approx(1.3)
+    assert policy.node_fragmentation(policy.NodeFree(0, 0, (0.0,)), demands) == 0.0
+
+
+def test_placements_and_least_fragmenting():
+    demands = (D_SHARE, D_WHOLE)
+    node = policy.NodeFree(8000, 8000, (1.0, 0.6, 0.6))
+    assert policy.placements(node, policy.Demand(1, 1000, 1000, 0, 0.5)) == [(0,), (1,)]  # equal free parts once
+    assert policy.placements(node, policy.Demand(1, 1000, 1000, 2, 0.0)) == []  # one whole GPU only
+    assert policy.placements(node, policy.Demand(1, 9000, 1000, 0, 0.5)) == []  # CPU short
+    # a half-GPU task: cutting node 0's whole GPU leaves 0.5 no whole-GPU task can use (+0.25 weighted); on node
+    # 1's 0.6 GPU the fragment falls from 0.3 (no whole-GPU task fits) to 0.1: least fragmentation picks node 1
+    nodes = [policy.NodeFree(8000, 8000, (1.0,)), policy.NodeFree(8000, 8000, (0.6,))]
+    assert policy.least_fragmenting(nodes, D_SHARE, demands) == (1, (0,))
+    # ties (two idle nodes alike) go to best fit: the node whose CPU and memory the task uses most
+    nodes = [policy.NodeFree(64000, 64000, (1.0,)), policy.NodeFree(2000, 2000, (1.0,))]
+    assert policy.least_fragmenting(nodes, D_WHOLE, demands) == (1, (0,))
+    assert policy.least_fragmenting([policy.NodeFree(0, 0, (1.0,))], D_WHOLE, demands) is None

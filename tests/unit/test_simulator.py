@@ -214,3 +214,37 @@ def test_pays_quota_passes_the_queue_and_runs_small_jobs_first(model):
     r = sim.simulate(jobs, 2, sim.H200_MB, "pays_quota", model)
     assert r.worst_slowdown <= sim.FAIRNESS_BOUND and set(r.finish) == {j.name for j in jobs}
     assert r.start["l1"] > 0.0 and min(r.start[f"s{i}"] for i in range(12)) == 0.0
+
+
+def test_learned_order_and_estimates(model):
+    jobs = [small("s0", W), large("l1", 2 * W), small("s2", 3 * W)]
+    exact = sim.with_estimates(jobs, 0.0)
+    assert [j.est_s for j in exact] == [W, 2 * W, 3 * W]
+    r = sim.simulate(exact, 1, sim.H200_MB, "exclusive", model, order="learned")
+    assert r.start["s2"] == 0.0 and r.start["l1"] < r.start["s0"]  # longest estimated first
+    noisy = sim.with_estimates(jobs, 0.3, seed=5)
+    assert [j.work_s for j in noisy] == [j.work_s for j in jobs]  # the truth is unchanged
+    assert all(j.est_s != j.work_s for j in noisy)
+    assert sim.with_estimates(jobs, 0.3, seed=5) == noisy  # seeded
+
+
+def test_pays_learned_pairs_large_jobs_but_keeps_the_critical_one_alone(model):
+    # 4 large jobs on 2 GPUs: the 8 h one is critical (>= half of 11 h / 2) and runs alone at full speed; the
+    # three 1 h jobs pair on the other GPU (2 x R50 at 0.595 each) instead of waiting
+    jobs = sim.with_estimates([large("l0", 8 * W), large("l1"), large("l2"), large("l3")], 0.0)
+    r = sim.simulate(jobs, 2, sim.H200_MB, "pays_learned", model, order="learned")
+    assert r.slowdown["l0"] == pytest.approx(1.0)
+    assert r.makespan_s == pytest.approx(8 * W)
+    assert r.max_concurrency == 2 and r.worst_slowdown <= sim.FAIRNESS_BOUND
+    assert {r.gpu[n] for n in ("l1", "l2", "l3")} == {1 - r.gpu["l0"]}
+    # without estimates nothing is critical: a large job may join the long one
+    plain = sim.simulate([large("l0", 8 * W), large("l1"), large("l2"), large("l3")], 2, sim.H200_MB,
+                         "pays_learned", model)
+    assert plain.slowdown["l0"] > 1.0
+
+
+def test_rules_bound_with_large_pairs(model):
+    jobs = [large(f"l{i}") for i in range(4)]
+    assert sim.rules_bound(jobs, 1, sim.H200_MB, model).configs == [(1, 0)]
+    b = sim.rules_bound(jobs, 1, sim.H200_MB, model, large_pairs=True)
+    assert (2, 0) in b.configs and b.makespan_s == pytest.approx(4 * W / model.throughput(2, 0))
