@@ -59,6 +59,7 @@ from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
+from airflow_provider_melon import metrics
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
     TensorBoardLink,
@@ -412,6 +413,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                 app_id = existing["id"]
                 self.log.info("Reattaching to YARN application %s (%s/%s) found by tags; not submitting",
                               app_id, existing.get("state"), existing.get("finalStatus"))
+                metrics.reattached(self._metric_tags(context))
                 self._announce(context, app_id, existing)
                 return app_id, existing
         try:
@@ -664,6 +666,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         read and added to the task's GPU memory history (``gpu_memory: auto``), never failing."""
         self._link_am_status_to_app_page(context, app_id)
         final = self._final_status(app_id)
+        self._report_metrics(context, app_id, final)
         try:
             path = self.hook.record_gpu_memory(self.memory_key_for(context), app_id, final)
             if path:
@@ -671,6 +674,16 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         except Exception as exc:  # noqa: BLE001 - learning is a bonus; the run's result stands
             self.log.warning("GPU memory of %s not recorded: %s", app_id, exc)
         return final
+
+    # ---- metrics ------------------------------------------------------------------------------------------
+    def _metric_tags(self, context: "Context") -> dict[str, str]:
+        dag_id, task_id, _, _ = self._ti_identity(context)
+        return {"dag_id": dag_id, "task_id": task_id}
+
+    def _report_metrics(self, context: "Context", app_id: str, final: Optional[dict]) -> None:
+        """The ended application's queue wait, gang formation, GPU memory and out-of-memory growths through
+        Airflow's ``Stats`` (:mod:`airflow_provider_melon.metrics`; names in docs/metrics.md). Never fails."""
+        metrics.emit_job_metrics(self._get_app_or_none(app_id), final, tags=self._metric_tags(context))
 
     # ---- OpenLineage --------------------------------------------------------------------------------------
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
