@@ -40,6 +40,7 @@ from airflow_provider_melon.cli.terminal import (
     app_exit_code,
     app_summary,
     json_only_stdout,
+    print_table,
     succeeded,
 )
 from airflow_provider_melon.dev import minicluster as mc
@@ -360,12 +361,9 @@ def cmd_ls(args, cluster: Cluster) -> int:
     if args.json:
         _print_json(rows)
         return OK
-    table = [("ID", "NAME", "USER", "STATE", "PROGRESS", "ELAPSED")]
-    table += [(r["id"], _first_line(r["name"], 40), r["user"] or "-", f"{r['state']}/{r['final_status']}",
-               f"{r['progress']:.0f}%", _duration(r["elapsed_s"])) for r in rows]
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print_table(("ID", "NAME", "USER", "STATE", "PROGRESS", "ELAPSED"),
+                [(r["id"], _first_line(r["name"], 40), r["user"] or "-", f"{r['state']}/{r['final_status']}",
+                  f"{r['progress']:.0f}%", _duration(r["elapsed_s"])) for r in rows])
     if not rows:
         print("(no applications)", file=sys.stderr)
     return OK

@@ -1,4 +1,4 @@
-"""What the ``melon`` job commands print: an application's summary and state, JSON, and the progress bars
+"""What the ``melon`` job commands print: an application's summary and state, JSON, and the progress bars (rich)
 (drawn on stderr only when it is a terminal)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import io
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from typing import Any, Callable, Optional
@@ -104,15 +103,39 @@ def json_only_stdout(enabled: bool = True):
             os.close(saved)
 
 
-class Progress:
-    """A one-line text bar on stderr, drawn only when stderr is a terminal (never into pipes or files)."""
+def _console(stream):
+    """A rich console on ``stream``: styled on a terminal; plain, unwrapped text into pipes and files."""
+    from rich.console import Console
 
-    WIDTH = 24
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    return Console(file=stream, highlight=False, soft_wrap=not tty, width=None if tty else 100_000,
+                   force_terminal=tty, no_color=not tty)
+
+
+def print_table(header: tuple, rows: list, stream=None) -> None:
+    """Columns, aligned (rich), one line a row: a header in bold on a terminal."""
+    from rich import box
+    from rich.table import Table
+
+    stream = stream or sys.stdout
+    table = Table(box=box.SIMPLE_HEAD if _console(stream).is_terminal else None, show_edge=False, pad_edge=False,
+                  header_style="bold")
+    for name in header:
+        table.add_column(name, no_wrap=True)
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    _console(stream).print(table)
+
+
+class Progress:
+    """A one-line progress bar on stderr (rich), drawn only when stderr is a terminal (never into pipes or files):
+    ``update`` with a fraction (None: no bar, only the text), ``clear`` takes it off the screen."""
 
     def __init__(self, stream=None, enabled: Optional[bool] = None):
         self.stream = stream or sys.stderr
         self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
-        self._shown = 0
+        self._bar = None
+        self._task = None
         self._last = 0.0
 
     def update(self, fraction: Optional[float], text: str, force: bool = False) -> None:
@@ -122,21 +145,22 @@ class Progress:
         if not force and now - self._last < 0.1:
             return
         self._last = now
-        line = text
-        if fraction is not None:
-            frac = min(max(fraction, 0.0), 1.0)
-            done = int(frac * self.WIDTH)
-            line = f"[{'#' * done}{'.' * (self.WIDTH - done)}] {frac * 100:3.0f}% {text}"
-        line = line[: max(shutil.get_terminal_size((100, 20)).columns - 1, 20)]
-        self.stream.write("\r" + line + " " * max(self._shown - len(line), 0))
-        self.stream.flush()
-        self._shown = len(line)
+        if self._bar is None:
+            from rich.progress import BarColumn, TaskProgressColumn, TextColumn
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(BarColumn(bar_width=24), TaskProgressColumn(), TextColumn("{task.description}"),
+                                     console=_console(self.stream), transient=True, auto_refresh=False)
+            self._bar.start()
+            self._task = self._bar.add_task(text, total=None if fraction is None else 1.0)
+        frac = None if fraction is None else min(max(fraction, 0.0), 1.0)
+        self._bar.update(self._task, description=text, completed=frac or 0.0, total=None if frac is None else 1.0)
+        self._bar.refresh()
 
     def clear(self) -> None:
-        if self.enabled and self._shown:
-            self.stream.write("\r" + " " * self._shown + "\r")
-            self.stream.flush()
-            self._shown = 0
+        if self._bar is not None:
+            self._bar.stop()  # transient: the bar's line is erased
+            self._bar, self._task = None, None
 
 
 class _ReadProgress:
