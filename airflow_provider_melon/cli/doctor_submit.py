@@ -9,7 +9,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import tenacity
 
 from airflow_provider_melon.cli.findings import Finding, _one_line
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
@@ -76,6 +78,14 @@ def _java_major(line: str) -> Optional[int]:
         return None
     major = int(match.group(1))
     return int(match.group(2) or 0) if major == 1 else major
+
+
+def poll(look: Callable[[], Any], timeout_s: float, every_s: float) -> Any:
+    """``look()`` every ``every_s`` seconds until it answers something other than None, for ``timeout_s`` at most
+    (tenacity); None when the time ran out. An exception from ``look`` ends the wait with it."""
+    return tenacity.Retrying(stop=tenacity.stop_after_delay(timeout_s), wait=tenacity.wait_fixed(every_s),
+                             retry=tenacity.retry_if_result(lambda answer: answer is None),
+                             retry_error_callback=lambda state: None)(look)
 
 
 class SubmitTest:
@@ -154,45 +164,53 @@ class SubmitTest:
 
     def _wait_am(self, app_id: str) -> bool:
         """The app RUNNING with its AM serving /status (or already ended), within the timeout."""
-        deadline = time.monotonic() + self.d.timeout
-        while time.monotonic() < deadline:
-            app = self.hook.yarn.get_application(app_id)
-            if app.get("state") in TERMINAL_STATES:
-                if app.get("finalStatus") == "SUCCEEDED":
-                    return self._step("ok", "am", f"{app_id}: the AM ran (the app ended before its status was read)")
-                return self._step("fail", "am", f"{app_id} ended before its AM served a status: {self._picture(app_id)}",
-                                  "`melon logs " + app_id + " --container am`: the AM's log says why (a Java older "
-                                  f"than {_am_java()} on the NodeManagers, a wrong am_classpath, HADOOP_* not in "
-                                  "yarn.nodemanager.env-whitelist)")
-            if app.get("state") == "RUNNING" and self.hook.am_status(app_id):
-                return self._step("ok", "am", f"{app_id}: the AM runs on {app.get('amHostHttpAddress')} and "
-                                  "serves its status through the RM proxy")
-            time.sleep(1)
+        found = poll(lambda: self._am_seen(app_id), self.d.timeout, 1)
+        if found is not None:
+            return found
         return self._step("fail", "am", f"{app_id}: no AM serving after {self.d.timeout:g} s: {self._picture(app_id)}",
                           "an app ACCEPTED but not RUNNING waits for room for its AM: the queue's "
                           "maximum-am-resource-percent, the nodes' free memory")
 
-    def _wait_end(self, app_id: str) -> Optional[dict]:
-        deadline = time.monotonic() + self.d.timeout
-        status = None
-        while time.monotonic() < deadline:
-            status = self.hook.am_status(app_id) or status
-            app = self.hook.yarn.get_application(app_id)
-            if app.get("state") in TERMINAL_STATES:
-                tasks = as_list(as_dict(status).get("tasks")) if status else []
-                shown = ", ".join(f"{t.get('role')}:{t.get('index')} on {t.get('node_id') or t.get('host') or '?'}"
-                                  for t in tasks if isinstance(t, dict)) or "tasks as in the AM log"
-                if app.get("finalStatus") == "SUCCEEDED":
-                    self._step("ok", "containers", f"the probe task(s) ran and the app SUCCEEDED ({shown})")
-                    return app
-                self._step("fail", "containers", f"{app_id} {app.get('finalStatus')}: {self._picture(app_id)}",
-                           f"`melon logs {app_id}`: the tasks' stderr says why (the job Python missing on a node, "
-                           "the runtime unable to start)")
-                return app
-            time.sleep(1)
-        self._step("fail", "containers", f"{app_id} still running after {self.d.timeout:g} s: {self._picture(app_id)}",
-                   "the queue may lack room for the tasks; see `melon status " + app_id + "`")
+    def _am_seen(self, app_id: str) -> Optional[bool]:
+        """One look at the app for :meth:`_wait_am`: its step once decided, else None (look again)."""
+        app = self.hook.yarn.get_application(app_id)
+        if app.get("state") in TERMINAL_STATES:
+            if app.get("finalStatus") == "SUCCEEDED":
+                return self._step("ok", "am", f"{app_id}: the AM ran (the app ended before its status was read)")
+            return self._step("fail", "am", f"{app_id} ended before its AM served a status: {self._picture(app_id)}",
+                              "`melon logs " + app_id + " --container am`: the AM's log says why (a Java older "
+                              f"than {_am_java()} on the NodeManagers, a wrong am_classpath, HADOOP_* not in "
+                              "yarn.nodemanager.env-whitelist)")
+        if app.get("state") == "RUNNING" and self.hook.am_status(app_id):
+            return self._step("ok", "am", f"{app_id}: the AM runs on {app.get('amHostHttpAddress')} and "
+                              "serves its status through the RM proxy")
         return None
+
+    def _wait_end(self, app_id: str) -> Optional[dict]:
+        seen: dict = {"status": None}
+
+        def ended() -> Optional[dict]:
+            seen["status"] = self.hook.am_status(app_id) or seen["status"]
+            app = self.hook.yarn.get_application(app_id)
+            return app if app.get("state") in TERMINAL_STATES else None
+
+        app = poll(ended, self.d.timeout, 1)
+        if app is None:
+            self._step("fail", "containers", f"{app_id} still running after {self.d.timeout:g} s: "
+                       f"{self._picture(app_id)}",
+                       "the queue may lack room for the tasks; see `melon status " + app_id + "`")
+            return None
+        status = seen["status"]
+        tasks = as_list(as_dict(status).get("tasks")) if status else []
+        shown = ", ".join(f"{t.get('role')}:{t.get('index')} on {t.get('node_id') or t.get('host') or '?'}"
+                          for t in tasks if isinstance(t, dict)) or "tasks as in the AM log"
+        if app.get("finalStatus") == "SUCCEEDED":
+            self._step("ok", "containers", f"the probe task(s) ran and the app SUCCEEDED ({shown})")
+            return app
+        self._step("fail", "containers", f"{app_id} {app.get('finalStatus')}: {self._picture(app_id)}",
+                   f"`melon logs {app_id}`: the tasks' stderr says why (the job Python missing on a node, "
+                   "the runtime unable to start)")
+        return app
 
     def _output(self, output: str) -> bool:
         try:
@@ -208,8 +226,8 @@ class SubmitTest:
         from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
         expected = max(len(self.d.nodes()), 1)
-        probes: list[dict] = []
-        for attempt in range(3):  # an NM that answers slowly once (a read timeout) is asked again, twice at most
+
+        def read_probes() -> tuple:
             logs = nm_logs.NodeLogs(self.hook.yarn, app_id)
             probes, read = [], 0
             for ref in logs.discover(False):
@@ -222,9 +240,13 @@ class SubmitTest:
                 for line in got[1].decode("utf-8", "replace").splitlines():
                     if line.startswith(PROBE_MARK):
                         probes.append(json.loads(line[len(PROBE_MARK):]))
-            if len(probes) >= expected:
-                break
-            time.sleep(2)
+            return logs, probes, read
+
+        # an NM that answers slowly once (a read timeout) is asked again, twice at most; the last reading stands
+        logs, probes, read = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_fixed(2),
+            retry=tenacity.retry_if_result(lambda got: len(got[1]) < expected),
+            retry_error_callback=lambda state: state.outcome.result())(read_probes)
         if not probes:
             causes = []
             for url in sorted(logs.unreachable):

@@ -128,3 +128,15 @@ def test_json_output_is_only_json_whatever_airflow_logs(tmp_path, argv):
         assert result.returncode == 1 and {"check", "status"} <= set(parsed[0])
     else:  # nothing to list: the error on stderr, stdout empty
         assert result.returncode == 3 and result.stdout == "", result.stdout[-2000:]
+
+
+def test_the_doctor_submit_tests_poll_answers_ends_on_time_and_passes_errors_on():
+    from airflow_provider_melon.cli.doctor_submit import poll
+
+    answers = iter([None, None, "formed"])
+    assert poll(lambda: next(answers), 10, 0.01) == "formed"
+    started = time.monotonic()
+    assert poll(lambda: None, 0.3, 0.05) is None
+    assert 0.25 <= time.monotonic() - started < 5
+    with pytest.raises(ConnectionError):
+        poll(lambda: (_ for _ in ()).throw(ConnectionError("rm down")), 10, 0.01)
