@@ -6,6 +6,16 @@ splits (c)'s gap to (d) into what online arrival-order scheduling loses and what
 variant printed for comparison. Speeds come from benchmarks/data (see benchmarks/simulator.py); the targets from the
 issue are checked against what the simulation produces (PASS/FAIL), nothing is hard-coded.
 
+(cD) is the candidate that needs duration estimates: the queue longest-estimated-first (``policy.longest_first``),
+two large jobs may share a GPU when that is fair (never beside a small: not measured), and a job whose estimated
+work reaches half the backlog's even share per GPU is kept alone (``policy.critical_tasks``). Its estimates are the
+true durations off by a lognormal factor (``EST_SIGMA`` 0.3), what a history of earlier runs could give; the
+product does not record durations yet, so the default stays (c). The run ends with one ``PARETO`` line per trace
+for the default and for (cD) (makespan <= (g)'s with worst running slowdown <= 2, plus the online gap to the bound
+under that policy's own rules and the speedup over exclusive), then a sensitivity table: every job's expected
+memory off by -20 % (it runs out of memory and the AM relaunches it at 1.5x, costing ``OOM_COST_S`` of GPU time),
++10 % (what ``gpu_memory: auto`` learns, peak x 1.1) and +20 %.
+
     .venv/bin/python benchmarks/bench_policy.py [--gpus 8] [--seed 7] [--jobs-per-gpu 32]
     .venv/bin/python benchmarks/bench_policy.py --sensitivity [--seeds 3,7,11,21,33,45] [--orders 40]
 
@@ -40,7 +50,15 @@ POLICIES = [
     ("cQ=", "pays_quota_even", "name", "(cQ=) (cQ), kinds spread evenly"),
     ("c-sub", "pays", "trace", "(c-sub) (c), ties by submission"),
     ("c-lpt", "pays", "lpt", "(c-lpt) (c), longest first (oracle)"),
+    ("cD", "pays_learned", "learned", "(cD) learned durations, pairs, crit."),
 ]
+#: lognormal error of the duration estimates (cD) works with (sim.with_estimates): durations learned from earlier runs
+EST_SIGMA = 0.3
+#: what an out-of-memory relaunch costs (sensitivity rows): the measured launch overhead (bench_sim_vs_system, mean
+#: 6.6 s) plus the work lost before the failure, taken as a minute of solo work (frameworks allocate in the first steps)
+OOM_COST_S = 6.6 + 60.0
+#: the AM's growth after an out-of-memory exit (spec's ``oom_growth`` default)
+OOM_GROWTH = 1.5
 
 
 def _h(s: float) -> str:
@@ -48,9 +66,12 @@ def _h(s: float) -> str:
 
 
 def run_trace(title, jobs, n_gpus, total_mb, model):
-    res = {key: sim.simulate(jobs, n_gpus, total_mb, name, model, order=order) for key, name, order, _ in POLICIES}
+    est = sim.with_estimates(jobs, EST_SIGMA)
+    res = {key: sim.simulate(est if order == "learned" else jobs, n_gpus, total_mb, name, model, order=order)
+           for key, name, order, _ in POLICIES}
     bound = sim.ideal_bound(jobs, n_gpus, total_mb, model)
     rules = sim.rules_bound(jobs, n_gpus, total_mb, model)
+    res["rules_cD"] = sim.rules_bound(jobs, n_gpus, total_mb, model, large_pairs=True)
     ns = sum(1 for j in jobs if not j.large)
     print(f"\n=== {title}: {len(jobs)} jobs ({ns} small, {len(jobs) - ns} large), {n_gpus} GPUs x {total_mb} MiB; "
           f"work {sum(j.work_s for j in jobs) / 3600:.1f} GPU-h solo ===")
@@ -79,6 +100,8 @@ def run_trace(title, jobs, n_gpus, total_mb, model):
     print("  (c) worst running slowdown vs solo by kind: "
           + ", ".join(f"{k} {max(v):.2f}x (mean {sum(v) / len(v):.2f}x)" for k, v in sorted(by_kind.items()))
           + f"; (b) worst {res['b'].worst_slowdown:.2f}x; (g) worst {res['g'].worst_slowdown:.2f}x")
+    print(f"  (d*) under (cD)'s rules (two large may share): {_h(res['rules_cD'].makespan_s)}, "
+          f"mix {res['rules_cD'].configs}; (cD) / that bound {res['cD'].makespan_s / res['rules_cD'].makespan_s:.2f}x")
     return res, bound, rules
 
 
@@ -121,13 +144,64 @@ def main(argv=None) -> int:
     print("Columns: (a)/x mk = makespan speedup vs exclusive; x/(d) mk = makespan over the lower bound; "
           "worst slow = worst (finish - start) / solo; max/GPU = most jobs on one GPU at once.")
     failed = 0
+    pareto = {}
     for key, (fam, per_gpu, sigma) in FAMILIES.items():
         print(f"\n##### {fam}: {per_gpu or args.jobs_per_gpu} jobs per GPU, all submitted at t=0, solo durations "
               f"lognormal (median 20 min small / 40 min large, sigma {sigma}), seed {args.seed}")
         traces = _family_traces(args, model, key, args.seed)
         out = {name: run_trace(name, jobs, args.gpus, args.gpu_mb, model) for name, jobs in traces.items()}
         failed += check_targets(fam, out)
+        pareto[key] = out
+    print("\nPareto front against (g): makespan <= (g)'s with worst running slowdown <= "
+          f"{sim.FAIRNESS_BOUND:.1f}x, online gap to (d*) <= 1.05; the default is (c), what the product applies")
+    for who, label, rules_key in (("c", "default", None), ("cD", "(cD)", "rules_cD")):
+        for fam, out in pareto.items():
+            for name, (res, _, rules) in out.items():
+                r, g = res[who], res["g"]
+                ok = r.makespan_s <= g.makespan_s + 1e-6 and r.worst_slowdown <= sim.FAIRNESS_BOUND + 1e-9
+                d_star = res[rules_key] if rules_key else rules
+                print(f"PARETO {fam} {name}: {label} {r.makespan_s / 3600:.2f} h vs (g) {g.makespan_s / 3600:.2f} h, "
+                      f"worst slowdown {r.worst_slowdown:.2f}\u00d7 {'PASS' if ok else 'FAIL'}"
+                      f"   [gap to its (d*) {r.makespan_s / d_star.makespan_s:.2f}"
+                      f" {'PASS' if r.makespan_s / d_star.makespan_s <= 1.05 + 1e-9 else 'FAIL'};"
+                      f" speedup over (a) {res['a'].makespan_s / r.makespan_s:.2f}x]")
+    memory_sensitivity(args, model)
     return 0
+
+
+def with_memory_error(jobs, factor: float):
+    """Each job's expected memory set to ``factor`` x what it needs. Below 1 the job runs out of memory at its
+    start and the AM relaunches it with ``OOM_GROWTH`` x that figure (enough for factor >= 1 / 1.5): the failed
+    attempt's cost (``OOM_COST_S``) is added to its work, on the GPU it held."""
+    out = []
+    for j in jobs:
+        mb = max(1, int(j.expected_mb * factor))
+        if factor < 1:
+            out.append(sim.Job(j.name, j.kind, j.work_s + OOM_COST_S, int(mb * OOM_GROWTH), j.arrival_s, j.est_s))
+        else:
+            out.append(sim.Job(j.name, j.kind, j.work_s, mb, j.arrival_s, j.est_s))
+    return out
+
+
+def memory_sensitivity(args, model) -> None:
+    """Makespans of (c) and (cD) with every job's expected memory off by -20 % / +20 % (and +10 %: what
+    ``gpu_memory: auto`` learns after one run, its peak x 1.1), against the exact figure."""
+    factors = [(0.8, "-20 % (OOM, relaunch x1.5)"), (1.0, "exact"), (1.1, "+10 % (auto: peak x 1.1)"),
+               (1.2, "+20 %")]
+    print(f"\nSensitivity: expected memory off (an OOM relaunch costs {OOM_COST_S:.0f} s of GPU time); "
+          "makespan (c) / (cD) / (g), worst slowdown of (c) and (cD)")
+    for fam in FAMILIES:
+        for name, jobs in _family_traces(args, model, fam, args.seed).items():
+            cells = []
+            for f, label in factors:
+                js = with_memory_error(jobs, f)
+                c = sim.simulate(js, args.gpus, args.gpu_mb, "pays", model)
+                d = sim.simulate(sim.with_estimates(js, EST_SIGMA), args.gpus, args.gpu_mb, "pays_learned", model,
+                                 order="learned")
+                g = sim.simulate(js, args.gpus, args.gpu_mb, "gandiva", model)
+                cells.append(f"{label}: {c.makespan_s / 3600:.2f}/{d.makespan_s / 3600:.2f}/{g.makespan_s / 3600:.2f} h"
+                             f" ({c.worst_slowdown:.2f}/{d.worst_slowdown:.2f})")
+            print(f"  {fam} {name:<14} " + ";  ".join(cells))
 
 
 def sensitivity(args, model) -> int:
