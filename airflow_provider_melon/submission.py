@@ -321,6 +321,12 @@ def build_plan(
     if spec.launcher == "torchrun":  # the executor runs the entrypoint under torchrun (runtime/framework.py)
         ours["MELON_LAUNCHER"] = spec.launcher
         ours["MELON_NPROC_PER_NODE"] = str(spec.nproc_per_node)
+        if any(role.elastic for role in spec.roles.values()):  # the rendezvous' bounds: every agent the same
+            low = sum(role.min_instances or role.instances for role in spec.roles.values())
+            high = sum(role.instances for role in spec.roles.values())
+            ours["MELON_TORCHRUN_NNODES"] = f"{low}:{high}"
+            # an agent re-forms its group after each failure, a lost member's among them: each other member once
+            ours["MELON_TORCHRUN_MAX_RESTARTS"] = str(high)
     if spec.tensorboard_dir:
         ours["MELON_TENSORBOARD_LOG_DIR"] = spec.tensorboard_dir
     if spec.tensorboard:  # this task starts TensorBoard and registers it with the AM (runtime/tensorboard.py)

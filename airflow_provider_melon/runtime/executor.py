@@ -21,6 +21,8 @@ Environment read (set by the AM / the plan):
                             entrypoint runs under torchrun, one agent per container, c10d rendezvous on the
                             first member's address (``runtime/framework.py``'s ``torchrun_argv``)
 ``MELON_NPROC_PER_NODE``    torchrun's ``--nproc-per-node`` (default 1): processes per container
+``MELON_TORCHRUN_NNODES``   elastic roles: torchrun's ``--nnodes`` ``MIN:MAX`` (the job's bounds), with
+                            ``MELON_TORCHRUN_MAX_RESTARTS`` its ``--max-restarts``
 ``MELON_GPUS``              > 0: that many whole GPUs (exclusive)
 ``MELON_GPU_MEMORY_MB``     > 0: shared mode, best fit of this many MiB on one GPU, capped in-process
 ``MELON_GPU_CONTEXT_MB``    shared mode: MiB reserved on the GPU besides that, for the CUDA context (not capped)
@@ -352,7 +354,9 @@ class Executor:
         if self.cfg.launcher == "torchrun":
             try:
                 argv = _framework.torchrun_argv(sys.executable, argv, env, self.cfg.nproc_per_node,
-                                                self.cfg.app_id or "melon", local_addr=self.host)
+                                                self.cfg.app_id or "melon", local_addr=self.host,
+                                                nnodes=self.env.get("MELON_TORCHRUN_NNODES") or None,  # elastic
+                                                max_restarts=int(self.env.get("MELON_TORCHRUN_MAX_RESTARTS") or 0))
             except (KeyError, ValueError) as exc:
                 raise Fatal(EXIT_CONFIG, f"cannot run the entrypoint under torchrun: {exc}") from None
         cwd = self.child_cwd = prepare_workdir(".", links)

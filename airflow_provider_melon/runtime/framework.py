@@ -90,17 +90,28 @@ def torch_env(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> Di
     return env
 
 
+#: the worker shim (``runtime/worker.py``) torchrun starts each worker through, by absolute path
+WORKER_SHIM = os.path.abspath(os.path.join(os.path.dirname(__file__), "worker.py"))
+#: elastic (``nnodes`` MIN:MAX), the c10d rendezvous' settings: once the minimum has joined a round it waits 5 s for
+#: more members (torch's default, 30 s, would stall every membership change that long), and a member whose agent sends
+#: no keep-alive for 3 s is dropped (torch's default, 5 s x 3: a lost member held the survivors' next round 15 s)
+ELASTIC_RDZV_CONF = "last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
 def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], nproc_per_node: int, rdzv_id: str,
-                  local_addr: str, nnodes: Optional[str] = None) -> List[str]:
+                  local_addr: str, nnodes: Optional[str] = None, max_restarts: int = 0) -> List[str]:
     """The user's command under ``torchrun`` (``python -m torch.distributed.run``): one elastic agent per container
     starting ``nproc_per_node`` processes, joined by a c10d rendezvous on ``MASTER_ADDR:MASTER_PORT`` of ``env``
     (:func:`torch_env`: the first member's registered address and reserved port). The first member's agent hosts
     the rendezvous store on that port (``is_host``); the others connect to it. ``local_addr`` (``--local-addr``) is
     this task's registered host, where the others reach its agent (the agent of node rank 0 serves its workers'
-    store on a port torch picks). ``nnodes``: ``"N"`` or ``"MIN:MAX"`` (default ``WORLD_SIZE``, every member).
+    store on a port torch picks). ``nnodes``: ``"N"`` or ``"MIN:MAX"`` (default ``WORLD_SIZE``, every member);
+    elastic bounds add :data:`ELASTIC_RDZV_CONF`. ``max_restarts``
+    (``--max-restarts``): how many times an agent re-forms its group after a failure, a lost member's among them.
+    Each worker starts through :data:`WORKER_SHIM`, so it dies with its agent (see ``runtime/worker.py``).
 
-    ``argv``: the user's command; a leading ``python``/``python3``/``python`` path is dropped (torchrun runs the
-    script, or ``-m module``, under ``python``); any other program runs with ``--no-python``.
+    ``argv``: the user's command; a leading ``python``/``python3``/python path runs under ``python`` (the job's
+    interpreter, as a plain run would), any other program as it is.
     """
     if nproc_per_node < 1:
         raise ValueError(f"nproc_per_node must be >= 1, got {nproc_per_node}")
@@ -108,16 +119,15 @@ def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], npro
     if not args:
         raise ValueError("the command to run under torchrun is empty")
     head = os.path.basename(args[0])
-    prefix: List[str] = []
     if args[0] == python or head in ("python", "python3") or head.startswith("python3."):
         args = args[1:]
-        if not args:
+        if not args or args == ["-m"]:
             raise ValueError("torchrun needs a script or -m module after python")
-        if args[0] == "-m":
-            prefix, args = ["-m"], args[1:]
-    else:
-        prefix = ["--no-python"]
-    rank = env.get("RANK", "")
+        args = [python, *args]
+    conf = f"is_host={1 if env.get('RANK', '') == '0' else 0}"
+    elastic = ":" in str(nnodes or "")
+    if elastic:
+        conf += "," + ELASTIC_RDZV_CONF
     return [
         python, "-m", "torch.distributed.run",
         f"--nnodes={nnodes or env['WORLD_SIZE']}",
@@ -125,9 +135,10 @@ def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], npro
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={_join_address(env['MASTER_ADDR'], env['MASTER_PORT'])}",
         f"--rdzv-id={rdzv_id}",
-        f"--rdzv-conf=is_host={1 if rank == '0' else 0}",
+        f"--rdzv-conf={conf}",
         f"--local-addr={local_addr}",
-        *prefix, *args,
+        *([f"--max-restarts={int(max_restarts)}"] if max_restarts else []),
+        "--no-python", python, WORKER_SHIM, *args,
     ]
 
 

@@ -4,6 +4,8 @@ on (PyTorch DDP under torchrun, CPU, gloo)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.waits import wait_for
@@ -50,3 +52,103 @@ def test_elastic_role_below_its_minimum_past_the_grace_fails_naming_the_lost_mem
         assert "worker:1 (" in lost and "worker:2 (" in lost and lost.count("exited 137 (killed by SIGKILL)") == 2, diag
         am_log = "".join(fault_jobs.container_logs(app_id, "AppMaster.stdout").values())
         assert "not replaced: role worker's restarts (0) are used up" in am_log, am_log[-3000:]
+
+
+# Elastic DDP (gloo, CPU) under torchrun: a linear regression whose rank 0 checkpoints every step to a folder the
+# mini cluster's containers share (this host's disk) and which every (re)started group resumes from. Each step's
+# mean loss over the group is printed with the group's size.
+ELASTIC_DDP = """\
+import os, sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+ckpt_dir, steps, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = torch.nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.02)
+path = os.path.join(ckpt_dir, "ckpt.pt")
+start = 0
+if os.path.exists(path):
+    state = torch.load(path)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    start = state["step"]
+ddp = DDP(model)
+print(f"rank {rank} of {world}: " + (f"resumed from step {start}" if start else "fresh start"), flush=True)
+w_true = torch.randn(16, 1, generator=torch.Generator().manual_seed(1234))
+for step in range(start + 1, steps + 1):
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(step * 1000 + rank))
+    loss = torch.nn.functional.mse_loss(ddp(x), x @ w_true)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    mean = loss.detach().clone()
+    dist.all_reduce(mean)
+    if rank == 0:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        with open(os.path.join(ckpt_dir, "step.tmp"), "w") as f:
+            f.write(str(step))
+        os.replace(os.path.join(ckpt_dir, "step.tmp"), os.path.join(ckpt_dir, "step"))
+        print(f"step {step} world {world} loss {mean.item() / world:.6f}", flush=True)
+    time.sleep(pause)
+dist.destroy_process_group()
+"""
+STEP_LINE = re.compile(r"^step (\d+) world (\d+) loss ([0-9.]+)$", re.M)
+
+
+def elastic_ddp_job(tmp_path, name: str, steps: int, **roles) -> dict:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(ELASTIC_DDP)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    return {"name": name, "framework": "pytorch", "launcher": "torchrun", "code": str(code),
+            "entrypoint": f"python train.py {ckpt} {steps} 0.3", "elastic_grace_s": 30, "roles": roles}
+
+
+def ddp_step(tmp_path) -> int:
+    try:
+        return int((tmp_path / "ckpt" / "step").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def test_elastic_ddp_worker_sigkilled_the_others_reform_and_resume_from_the_checkpoint(fault_jobs, fault_hook,
+                                                                                       tmp_path, fault_row):
+    """Three torchrun agents, at least two: worker:2's container is SIGKILLed mid-training (its worker process dies
+    with its agent). The AM records the loss and keeps the job (two members are its minimum); the two agents left
+    re-form their group and resume from rank 0's checkpoint; the job SUCCEEDS with the loss still falling.
+    ``restarts: 0``: no replacement joins (a replacement joining a running torchrun group is left out here: see
+    docs/elastic.md)."""
+    with fault_row("elastic DDP worker SIGKILLed (torchrun, 3 workers, min 2): the others re-form and resume",
+                   hook=fault_hook) as row:
+        app_id = fault_jobs.submit(elastic_ddp_job(
+            tmp_path, "elastic-ddp-kill", 40, worker={"instances": 3, "min_instances": 2, "memory": 1536}),
+            tags=row.tags)
+        fault_jobs.wait_status(app_id, lambda s: registered(s) == {0, 1, 2}, timeout=180)
+        wait_for(lambda: ddp_step(tmp_path) >= 10, 120, "training at step 10", cause=fault_jobs.cause(app_id))
+        row.injected()
+        sigkill_group(container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX="2"))
+        killed_at = ddp_step(tmp_path)
+        final = fault_jobs.wait(app_id, timeout=240)
+        logs = "".join(fault_jobs.container_logs(app_id).values())
+        assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"], logs[-3000:])
+        row.recovered()
+        steps = sorted({int(s): (int(w), float(l)) for s, w, l in STEP_LINE.findall(logs)}.items())
+        worlds = [w for _, (w, _) in steps]
+        assert worlds[0] == 3 and worlds[-1] == 2 and steps[-1][0] == 40, steps  # the group shrank and finished
+        resumed = [int(s) for s in re.findall(r"rank \d+ of 2: resumed from step (\d+)", logs)]
+        assert resumed and all(killed_at - 2 <= s <= killed_at + 2 for s in resumed), (killed_at, resumed)
+        # the loss keeps falling across the lost worker: the last steps of each group, from before the first
+        before = [l for s, (w, l) in steps if w == 3][-5:]
+        after = [l for s, (w, l) in steps if w == 2][-5:]
+        first = [l for _, (_, l) in steps][:5]
+        assert sum(after) / 5 < sum(before) / 5 < sum(first) / 5, steps
+        am_log = "".join(fault_jobs.container_logs(app_id, "AppMaster.stdout").values())
+        assert "elastic role worker: member worker:2 lost (" in am_log and "exited 137" in am_log, am_log[-3000:]
+        print(f"killed worker:2 at step {killed_at}; resumed at {resumed}; loss {first[0]:.3f} -> "
+              f"{before[-1]:.3f} (3 workers) -> {after[-1]:.3f} (2 workers)")

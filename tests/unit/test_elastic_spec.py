@@ -63,3 +63,13 @@ def test_generic_jobs_may_be_elastic():
 def test_bounds_round_trip_through_yaml():
     spec = JobSpec.from_dict(job())
     assert JobSpec.from_yaml(spec.to_yaml()).roles["worker"].min_instances == 2
+
+
+def test_torchrun_gets_the_jobs_elastic_bounds():
+    """Every agent of the rendezvous is given the same bounds: the sum over the roles (a master counts once)."""
+    spec = JobSpec.from_dict(job(master={}, worker={"instances": 4, "min_instances": 2}))
+    env = submission.build_plan(spec, code=None, runtime=RUNTIME, inputs={})["env"]
+    assert (env["MELON_TORCHRUN_NNODES"], env["MELON_TORCHRUN_MAX_RESTARTS"]) == ("3:5", "5")
+    fixed = submission.build_plan(JobSpec.from_dict(job(worker={"instances": 2})), code=None, runtime=RUNTIME,
+                                  inputs={})["env"]
+    assert "MELON_TORCHRUN_NNODES" not in fixed and fixed["MELON_LAUNCHER"] == "torchrun"

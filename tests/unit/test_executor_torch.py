@@ -151,10 +151,10 @@ def test_a_real_torch_host_allocation_failure_keeps_its_exit_code(tmp_path, am_f
 
 
 @pytest.mark.parametrize("argv, expected_tail", [
-    (["python", "train.py", "--lr", "0.1"], ["train.py", "--lr", "0.1"]),
-    (["python3", "-m", "pkg.train", "x"], ["-m", "pkg.train", "x"]),
-    ([sys.executable, "train.py"], ["train.py"]),
-    (["bash", "run.sh"], ["--no-python", "bash", "run.sh"]),
+    (["python", "train.py", "--lr", "0.1"], ["/env/bin/python", "train.py", "--lr", "0.1"]),
+    (["python3", "-m", "pkg.train", "x"], ["/env/bin/python", "-m", "pkg.train", "x"]),
+    ([sys.executable, "train.py"], ["/env/bin/python", "train.py"]),
+    (["bash", "run.sh"], ["bash", "run.sh"]),
 ])
 def test_torchrun_argv_keeps_the_users_command(argv, expected_tail):
     env = framework.torch_env({"master": ["m0:4000"], "worker": ["w0:4001"]}, "worker", 0)
@@ -162,13 +162,16 @@ def test_torchrun_argv_keeps_the_users_command(argv, expected_tail):
     assert got[:3] == ["/env/bin/python", "-m", "torch.distributed.run"]
     assert got[3:10] == ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-endpoint=m0:4000",
                          "--rdzv-id=app_1", "--rdzv-conf=is_host=0", "--local-addr=w0"]
-    assert got[10:] == expected_tail
+    # every worker starts through the shim that binds it to its agent (runtime/worker.py)
+    assert got[10:13] == ["--no-python", "/env/bin/python", framework.WORKER_SHIM]
+    assert got[13:] == expected_tail
 
 
 def test_torchrun_argv_hosts_the_store_on_rank_0_and_takes_elastic_bounds():
     env = framework.torch_env({"worker": ["[::1]:4000", "h1:4001"]}, "worker", 0)
     got = framework.torchrun_argv("py", ["python", "t.py"], env, 4, "app_2", local_addr="::1", nnodes="1:2")
-    assert {"--nnodes=1:2", "--nproc-per-node=4", "--rdzv-endpoint=[::1]:4000", "--rdzv-conf=is_host=1"} <= set(got)
+    assert {"--nnodes=1:2", "--nproc-per-node=4", "--rdzv-endpoint=[::1]:4000",
+            f"--rdzv-conf=is_host=1,{framework.ELASTIC_RDZV_CONF}"} <= set(got)
     with pytest.raises(ValueError, match="nproc_per_node must be >= 1"):
         framework.torchrun_argv("py", ["python", "t.py"], env, 0, "a", local_addr="h")
     with pytest.raises(ValueError, match="script or -m module after python"):
