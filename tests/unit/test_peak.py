@@ -6,8 +6,10 @@ documentation); no GPU is needed."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +61,18 @@ def learned_after(runs, file_peak, context_mb, cap_mb):
         if got is not None:
             figure = int(got[0] * 1.1)
     return figure
+
+
+def test_the_ams_sources_are_runtime_peaks():
+    """The AM validates and ranks a heartbeat's gpu_memory_peak_source with its own copy of SOURCES and COUNTERS
+    (TaskBook.PEAK_SOURCES, the first three its counters): the copy must say what this module says, in its order."""
+    java = (Path(__file__).resolve().parents[2] / "appmaster/am/src/main/java/org/melon/yarn/TaskBook.java").read_text()
+    declared = re.search(r"PEAK_SOURCES = Collections\.unmodifiableList\(Arrays\.asList\(([^)]*)\)\)", java)
+    counters = re.search(r"PEAK_COUNTERS = PEAK_SOURCES\.subList\(0, (\d+)\);", java)
+    assert declared and counters, "TaskBook.java no longer declares PEAK_SOURCES / PEAK_COUNTERS as this test reads"
+    sources = tuple(re.findall(r'"([^"]+)"', declared.group(1)))
+    assert sources == peak.SOURCES
+    assert sources[:int(counters.group(1))] == peak.COUNTERS
 
 
 def test_a_tensorflow_job_converges_instead_of_ratcheting():

@@ -195,9 +195,11 @@ final class AmHttp {
         expect(body, "metrics", n -> n.isObject() && n.size() <= 32, false, "an object of at most 32 numbers");
         expect(body, "gpu_memory_used_mb", JsonNode::isNumber, false, "a number");
         expect(body, "gpu_memory_peak_mb", JsonNode::isNumber, false, "a number");
+        expect(body, "gpu_memory_peak_source", AmHttp::validPeakSource, false,
+            "one of " + String.join(", ", TaskBook.PEAK_SOURCES));
         expect(body, "oom", AmHttp::validOom, false,
             "an object {cap_mb, peak_mb, largest_gpu_mb: numbers or null, signature, culprit: strings, "
-            + "oversubscribed: a boolean}");
+            + "peak_source: one of " + String.join(", ", TaskBook.PEAK_SOURCES) + ", oversubscribed: a boolean}");
         expect(body, "message", JsonNode::isTextual, false, "a string");
         expect(body, "tensorboard_url", TensorBoardProxy::validUrl, false, "\"\" or http://host:port");
         expect(body, "tensorboard_error", JsonNode::isTextual, false, "a string");
@@ -326,8 +328,18 @@ final class AmHttp {
         return false;
       }
     }
+    JsonNode source = oom.path("peak_source");
+    if (!source.isMissingNode() && !source.isNull() && !validPeakSource(source)) {
+      return false;
+    }
     JsonNode over = oom.path("oversubscribed");
     return over.isMissingNode() || over.isNull() || over.isBoolean();
+  }
+
+  /** A peak's source ({@code gpu_memory_peak_source}, an OOM report's {@code peak_source}): one of
+   * {@link TaskBook#PEAK_SOURCES}. */
+  static boolean validPeakSource(JsonNode source) {
+    return source.isTextual() && TaskBook.PEAK_SOURCES.contains(source.asText());
   }
 
   private static void send(HttpExchange ex, int code, String type, String body) throws IOException {
@@ -369,6 +381,7 @@ final class AmHttp {
         o.put("expected_gpu_memory_mb", t.expectedMb);
         o.put("initial_gpu_memory_mb", t.role.gpuMemoryMb);
         o.put("gpu_memory_peak_mb", t.gpuMemoryPeakMb);
+        o.put("gpu_memory_peak_source", t.gpuMemoryPeakSource);
         o.put("oom_growths", t.oomGrowths);
         if (t.oom == null) {
           o.putNull("oom");

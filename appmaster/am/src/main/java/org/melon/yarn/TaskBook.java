@@ -2,6 +2,7 @@ package org.melon.yarn;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -39,6 +40,12 @@ final class TaskBook {
   static final int EXIT_OOM = 76;
   /** An OOM report's {@code signature} (the matched error line) is kept to this many characters. */
   static final int OOM_SIGNATURE_MAX = 200;
+  /** Where a peak figure came from: the heartbeat's {@code gpu_memory_peak_source} and an OOM report's
+   * {@code peak_source}, declared by Python's {@code runtime/peak.py} ({@code SOURCES}; {@code test_peak.py} checks
+   * these lists against it). The first three are the framework's counters ({@code COUNTERS}). */
+  static final List<String> PEAK_SOURCES = Collections.unmodifiableList(Arrays.asList(
+      "tensorflow", "torch", "user", "nvml-process", "nvml-device"));
+  static final List<String> PEAK_COUNTERS = PEAK_SOURCES.subList(0, 3);
   /** Re-runs of one task after exits that are not its fault (its node lost, disks failed, preempted). */
   static final int MAX_NOT_ITS_FAULT = 3;
   /** Step/loss samples kept per task for progress charts (oldest dropped first). */
@@ -175,11 +182,14 @@ final class TaskBook {
     long expectedMb;
     /** How many times {@link #expectedMb} grew after an OOM. */
     int oomGrowths;
-    /** The most GPU memory the task's processes used over all its attempts (heartbeats, OOM reports), MiB; null:
-     * none reported. */
+    /** The peak GPU memory of the task's processes over all its attempts (heartbeats, OOM reports), MiB: the largest
+     * figure of the best source ({@link #peakWins}); null: none reported. */
     Long gpuMemoryPeakMb;
+    /** Where {@link #gpuMemoryPeakMb} came from ({@link #PEAK_SOURCES}); null: not said (an older executor). */
+    String gpuMemoryPeakSource;
     /** The same for the current attempt only. */
     Long attemptPeakMb;
+    String attemptPeakSource;
     /** The current attempt's OOM report (from its final heartbeat); null: none. */
     ObjectNode attemptOom;
     /** The last OOM of the task as reported ({@code cap_mb} filled in when it came without one); null: none. */
@@ -755,8 +765,9 @@ final class TaskBook {
   }
 
   /** An OOM report of {@code t} as kept: the executor's fields ({@code cap_mb}, {@code peak_mb},
-   * {@code largest_gpu_mb}: integers or null; {@code signature}, at most {@link #OOM_SIGNATURE_MAX} characters), with
-   * {@code cap_mb} filled from the task's expected memory (shared mode) when it came without one. */
+   * {@code largest_gpu_mb}: integers or null; {@code peak_source} when sent; {@code signature}, at most
+   * {@link #OOM_SIGNATURE_MAX} characters), with {@code cap_mb} filled from the task's expected memory (shared mode)
+   * when it came without one. */
   private static ObjectNode oomReport(Task t, JsonNode given) {
     ObjectNode o = JsonNodeFactory.instance.objectNode();
     for (String k : new String[] {"cap_mb", "peak_mb", "largest_gpu_mb"}) {
@@ -768,6 +779,9 @@ final class TaskBook {
     }
     if (o.path("cap_mb").isNull() && t.role.shared()) {
       o.put("cap_mb", t.expectedMb);
+    }
+    if (given.path("peak_source").isTextual()) {  // only when sent: the report as sent
+      o.put("peak_source", given.path("peak_source").asText());
     }
     String signature = given.path("signature").isTextual() ? given.path("signature").asText() : null;
     o.put("signature", signature == null || signature.length() <= OOM_SIGNATURE_MAX ? signature
@@ -781,9 +795,40 @@ final class TaskBook {
     return o;
   }
 
-  private static void notePeak(Task t, long mb) {
-    t.attemptPeakMb = t.attemptPeakMb == null ? mb : Math.max(t.attemptPeakMb, mb);
-    t.gpuMemoryPeakMb = t.gpuMemoryPeakMb == null ? mb : Math.max(t.gpuMemoryPeakMb, mb);
+  /** Take in a peak figure and its source (null: not said): kept, for the task and for its attempt, when
+   * {@link #peakWins} says so. */
+  private static void notePeak(Task t, long mb, String source) {
+    if (peakWins(mb, source, t.attemptPeakMb, t.attemptPeakSource)) {
+      t.attemptPeakMb = mb;
+      t.attemptPeakSource = source;
+    }
+    if (peakWins(mb, source, t.gpuMemoryPeakMb, t.gpuMemoryPeakSource)) {
+      t.gpuMemoryPeakMb = mb;
+      t.gpuMemoryPeakSource = source;
+    }
+  }
+
+  /** Whether figure {@code mb} from {@code source} takes the place of the one kept ({@code keptMb} from
+   * {@code keptSource}; null: none). The rule is Python's {@code runtime.peak.task_peak}, which is its home: the
+   * framework's counter wins whenever it has a figure (tensorflow, torch, user: the allocator's own count, so it
+   * wins over an NVML figure even when that is larger), else NVML per process ({@code nvml-process}), else the
+   * device's rise ({@code nvml-device}, neighbours included). Over heartbeats and attempts the AM applies it as a
+   * rank, the largest figure of the best rank kept; a figure whose source was not said (an older executor) ranks
+   * last. */
+  static boolean peakWins(long mb, String source, Long keptMb, String keptSource) {
+    if (keptMb == null) {
+      return true;
+    }
+    int rank = peakRank(source);
+    int kept = peakRank(keptSource);
+    return rank > kept || (rank == kept && mb > keptMb);
+  }
+
+  private static int peakRank(String source) {
+    if (source == null) {
+      return 0;
+    }
+    return PEAK_COUNTERS.contains(source) ? 3 : "nvml-process".equals(source) ? 2 : 1;
   }
 
   /** YARN's codes for a container that ended through no fault of its task: its node was lost (-100 ABORTED),
@@ -831,6 +876,7 @@ final class TaskBook {
     t.container = null;
     t.launched = false;
     t.attemptPeakMb = null;
+    t.attemptPeakSource = null;
     t.attemptOom = null;
     t.updated = now();
     yarn.request(t);
@@ -1020,8 +1066,8 @@ final class TaskBook {
   }
 
   /** Progress of {@code t}: {@code step}, {@code loss}, {@code gpu}, {@code gpu_memory_used_mb},
-   * {@code gpu_memory_peak_mb}, {@code message}, and in the final heartbeat of an OOM (exit 76) {@code oom} (all
-   * optional; optional {@code container_id} as for {@link #register}). */
+   * {@code gpu_memory_peak_mb} with {@code gpu_memory_peak_source}, {@code message}, and in the final heartbeat of
+   * an OOM (exit 76) {@code oom} (all optional; optional {@code container_id} as for {@link #register}). */
   synchronized Reply heartbeat(Task t, JsonNode body) {
     Reply stale = staleContainer(t, body);
     if (stale != null) {
@@ -1057,13 +1103,16 @@ final class TaskBook {
     if (body.hasNonNull("gpu_memory_used_mb")) {
       t.gpuMemoryUsedMb = body.path("gpu_memory_used_mb").asLong();
     }
+    String peakSource = body.path("gpu_memory_peak_source").isTextual()
+        ? body.path("gpu_memory_peak_source").asText() : null;
     if (body.hasNonNull("gpu_memory_peak_mb")) {
-      notePeak(t, body.path("gpu_memory_peak_mb").asLong());
+      notePeak(t, body.path("gpu_memory_peak_mb").asLong(), peakSource);
     }
     if (body.path("oom").isObject()) {
       ObjectNode report = oomReport(t, body.path("oom"));
-      if (report.path("peak_mb").isNumber()) {
-        notePeak(t, report.path("peak_mb").asLong());
+      if (report.path("peak_mb").isNumber()) {  // its peak_source, else the heartbeat's (the executor sends one figure)
+        notePeak(t, report.path("peak_mb").asLong(),
+            report.path("peak_source").isTextual() ? report.path("peak_source").asText() : peakSource);
       }
       if (report.path("largest_gpu_mb").isNumber()) {
         largestGpuMb = Math.max(largestGpuMb, report.path("largest_gpu_mb").asLong());

@@ -164,6 +164,9 @@ class AmHttpTest {
     assertTrue(AmHttp.validOom(json("{cap_mb: 1024, signature: 'x'}")), "both are optional");
     assertFalse(AmHttp.validOom(json("{oversubscribed: 'yes'}")));
     assertFalse(AmHttp.validOom(json("{oversubscribed: true, culprit: 42}")));
+    assertTrue(AmHttp.validOom(json("{peak_mb: 1300, peak_source: 'torch'}")));
+    assertFalse(AmHttp.validOom(json("{peak_mb: 1300, peak_source: 'guess'}")), "a source of runtime/peak.py");
+    assertFalse(AmHttp.validOom(json("{peak_mb: 1300, peak_source: 3}")));
   }
 
   @Test
@@ -204,12 +207,15 @@ class AmHttpTest {
     assertEquals(1024, before.path("expected_gpu_memory_mb").asLong());
     assertEquals(1024, before.path("initial_gpu_memory_mb").asLong());
     assertTrue(before.path("gpu_memory_peak_mb").isNull(), before.toString());
+    assertTrue(before.has("gpu_memory_peak_source") && before.path("gpu_memory_peak_source").isNull(),
+        before.toString());
     assertEquals(0, before.path("oom_growths").asInt());
     assertTrue(before.path("oom").isNull(), before.toString());
     String cid = containers.get("worker:1").getId().toString();
     assertEquals(200, post("/heartbeat", "{\"role\": \"worker\", \"index\": 1, \"gpu_memory_peak_mb\": 900,"
-        + " \"container_id\": \"" + cid + "\"}").code());
+        + " \"gpu_memory_peak_source\": \"nvml-process\", \"container_id\": \"" + cid + "\"}").code());
     assertEquals(200, post("/heartbeat", "{\"role\": \"worker\", \"index\": 1, \"container_id\": \"" + cid + "\","
+        + " \"gpu_memory_peak_mb\": 1300, \"gpu_memory_peak_source\": \"torch\","
         + " \"oom\": {\"cap_mb\": null, \"peak_mb\": 1300, \"largest_gpu_mb\": 16384,"
         + " \"signature\": \"torch.OutOfMemoryError: CUDA out of memory\"}}").code());
     book.completed(containers.get("worker:1").getId(), TaskBook.EXIT_OOM, t -> "tail");
@@ -217,6 +223,7 @@ class AmHttpTest {
     assertEquals(1536, w1.path("expected_gpu_memory_mb").asLong(), "grown");
     assertEquals(1024, w1.path("initial_gpu_memory_mb").asLong(), "the plan's");
     assertEquals(1300, w1.path("gpu_memory_peak_mb").asLong());
+    assertEquals("torch", w1.path("gpu_memory_peak_source").asText(), "the source that came with the figure");
     assertEquals(1, w1.path("oom_growths").asInt());
     assertEquals(json("{cap_mb: 1024, peak_mb: 1300, largest_gpu_mb: 16384,"
         + " signature: 'torch.OutOfMemoryError: CUDA out of memory'}"), w1.path("oom"), "cap_mb filled in");
@@ -273,6 +280,9 @@ class AmHttpTest {
         "{\"role\": \"worker\", \"index\": 0, \"loss\": [1]}",
         "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_used_mb\": {}}",
         "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_peak_mb\": \"lots\"}",
+        "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_peak_source\": 7}",
+        "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_peak_source\": \"guess\"}",
+        "{\"role\": \"worker\", \"index\": 0, \"oom\": {\"peak_source\": \"nvml\"}}",
         "{\"role\": \"worker\", \"index\": 0, \"oom\": true}",
         "{\"role\": \"worker\", \"index\": 0, \"oom\": {\"cap_mb\": \"4g\"}}",
         "{\"role\": \"worker\", \"index\": 0, \"oom\": {\"signature\": 7}}",

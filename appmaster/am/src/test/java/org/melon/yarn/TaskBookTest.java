@@ -715,6 +715,39 @@ class TaskBookTest {
   }
 
   @Test
+  void thePeakKeepsItsSourceAndAFrameworkCounterWinsOverALargerNvmlFigure() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 4096}]}");
+    Task w0 = book.task("worker", 0);
+    Container first = place(book, w0, "node-a");
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 3000, gpu_memory_peak_source: 'nvml-device'}"));
+    assertEquals("nvml-device", w0.gpuMemoryPeakSource);
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 2000, gpu_memory_peak_source: 'nvml-process'}"));
+    assertEquals(2000L, w0.gpuMemoryPeakMb, "the process's own figure beats the device's rise, though smaller");
+    assertEquals("nvml-process", w0.gpuMemoryPeakSource);
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 1800, gpu_memory_peak_source: 'tensorflow'}"));
+    assertEquals(1800L, w0.gpuMemoryPeakMb, "the framework's counter wins over NVML, as runtime/peak.task_peak");
+    assertEquals("tensorflow", w0.gpuMemoryPeakSource);
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 2500, gpu_memory_peak_source: 'nvml-process'}"));
+    assertEquals(1800L, w0.gpuMemoryPeakMb, "a later, larger NVML figure does not take the counter's place");
+    assertEquals("tensorflow", w0.gpuMemoryPeakSource);
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 1900}"));
+    assertEquals("tensorflow", w0.gpuMemoryPeakSource, "a figure without a source (an older executor) ranks last");
+    oom(book, first, "{cap_mb: 4096, peak_mb: 1950, peak_source: 'user', signature: 'x'}");
+    assertEquals(1950L, w0.gpuMemoryPeakMb, "counters among themselves: the largest");
+    assertEquals("user", w0.gpuMemoryPeakSource, "the OOM report's own source");
+    assertEquals("user", w0.oom.path("peak_source").asText(), "kept in the report");
+    place(book, w0, "node-b");
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 2100, gpu_memory_peak_source: 'torch'}"));
+    assertEquals(2100L, w0.gpuMemoryPeakMb, "across attempts");
+    assertEquals("torch", w0.gpuMemoryPeakSource);
+    assertEquals("torch", w0.attemptPeakSource);
+    book.heartbeat(w0, json("{gpu_memory_peak_mb: 3000, gpu_memory_peak_source: 'nvml-process',"
+        + " oom: {cap_mb: 6144, peak_mb: 3000, signature: 'x'}}"));
+    assertEquals(2100L, w0.gpuMemoryPeakMb, "the report's peak without a source has the heartbeat's");
+    assertEquals("torch", w0.gpuMemoryPeakSource);
+  }
+
+  @Test
   void anOomOfAnOptionalRolePastItsGrowthsIsOnlyLoggedAndOfAParameterServerFailsTheJob() {
     TaskBook book = book("{roles: [{name: 'chief', instances: 1}, {name: 'evaluator', instances: 1, tracked: false,"
         + " optional: true, gpu_memory_mb: 1024, oom_max_growths: 0}, {name: 'ps', instances: 1, tracked: false,"
