@@ -23,9 +23,9 @@ process alone: 1386 MiB. Run-to-run noise: the need varies uniformly by ±``--no
 assumption: the recorded runs used synthetic data and reserved the same MiB in every process). A run whose cap is
 below that run's need runs out of memory (the allocator's counter then reads about the cap).
 
-The AM's final status keeps each task's largest peak; the peak's source (``gpu_memory_peak_source``) reaches the
-record only if the AM keeps it too, which it does not yet (``--am-source kept`` models an AM that does; for these
-four jobs, whose peaks are the frameworks' own counters, the figures are the same either way).
+The AM's final status keeps each task's peak with its source (``gpu_memory_peak_source``), which reaches the record
+(``--am-source dropped`` models an AM that drops it; for these four jobs, whose peaks are the frameworks' own
+counters, the figures are the same either way).
 
 Goal per job: by run 5 the figure over the true need is between 1.0 and 1.25 and stays so, and no run runs out of
 memory after the first one that grew. Deterministic (``--seed``).
@@ -184,8 +184,8 @@ def main(argv=None) -> int:
     ap.add_argument("--context-mb", type=int, default=GPU_CONTEXT_MB_DEFAULT,
                     help="the context reserve the executor takes out of NVML's reading "
                          f"([melon] gpu_context_mb, default {GPU_CONTEXT_MB_DEFAULT})")
-    ap.add_argument("--am-source", choices=("dropped", "kept"), default="dropped",
-                    help="whether the AM's final status carries the peak's source (today's AM: dropped)")
+    ap.add_argument("--am-source", choices=("dropped", "kept"), default="kept",
+                    help="whether the AM's final status carries the peak's source (the AM: kept)")
     ap.add_argument("-v", "--verbose", action="store_true", help="also print each night's resolution line")
     args = ap.parse_args(argv)
     print(f"# learned GPU memory over {args.runs} nightly runs; executor rule: {args.executor}; AM source: "

@@ -237,6 +237,8 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     [task] = melon_hook.final_status(first["app_id"])["tasks"]
     assert (task["initial_gpu_memory_mb"], task["expected_gpu_memory_mb"], task["oom_growths"]) == (1024, 1536, 1)
     assert task["oom"]["cap_mb"] == 1024 and task["gpu_memory_peak_mb"] == 1300, task
+    # the job wrote {"peak_mb": N} itself: the executor's heartbeats say "user", and the AM keeps the source with it
+    assert task["gpu_memory_peak_source"] == "user", task
     # `melon submit` by URL knows no cluster: [melon] gpu_context_mb's default for the CUDA context is reserved on
     # the GPU beside the expected memory (the ledger's figure, which the task registered), not put under the cap
     assert task["gpu_memory_mb"] == 1536 + GPU_CONTEXT_MB_DEFAULT, task
@@ -246,6 +248,8 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     history = memory_history.folder(melon_hook.staging_dir, key)
     assert first["memory_history"] == f"{history}/{first['app_id']}.json"
     assert melon_hook.hdfs.status(history)["permission"] == "700"
+    [record] = memory_history.read_runs(melon_hook.hdfs, melon_hook.staging_dir, key, "worker")
+    assert (record["peak_mb"], record["peak_source"]) == (1300, "user"), record
 
     second = melon.submit(job, "--wait", "--learn-as", key)
     assert second["final"]["final_status"] == "SUCCEEDED", second
