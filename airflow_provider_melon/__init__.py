@@ -9,8 +9,7 @@ finder), so a ``mock.patch`` or ``isinstance`` through either name means the sam
 """
 
 import importlib
-import importlib.abc
-import importlib.util
+import importlib.machinery
 import sys
 import warnings
 
@@ -47,12 +46,15 @@ def _moved_target(fullname: str):
     return f"{__name__}.{MOVED[leaf]}"
 
 
-class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``airflow_provider_melon.<old>`` → the module at its new path, with a DeprecationWarning."""
+class _MovedModuleFinder:
+    """``airflow_provider_melon.<old>`` → the module at its new path, with a DeprecationWarning.
+
+    A meta path finder and loader by protocol, not by ``importlib.abc``'s base classes: importing those pulls in
+    ``importlib.resources`` and ``pathlib``, which every executor would pay for at its start."""
 
     def find_spec(self, fullname, path=None, target=None):
         new = _moved_target(fullname)
-        return None if new is None else importlib.util.spec_from_loader(fullname, self)
+        return None if new is None else importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec):
         new = _moved_target(spec.name)

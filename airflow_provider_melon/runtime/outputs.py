@@ -24,11 +24,10 @@ import base64
 import json
 import os
 import re
-import uuid
-from typing import Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
-from airflow_provider_melon.runtime.tokens import container_hdfs_token
-from airflow_provider_melon.runtime.webhdfs import WebHdfs, WebHdfsError
+if TYPE_CHECKING:  # imported where used: only the output task publishes, and urllib is costly at every start
+    from airflow_provider_melon.runtime.webhdfs import WebHdfs
 
 LOCAL_ROOT = "melon-outputs"
 
@@ -83,6 +82,9 @@ def publish(env: Mapping[str, str], workdir: str, log: Callable[[str], None],
             client: Optional[WebHdfs] = None) -> dict[str, str]:
     """Publish each HDFS output folder of this task to its declared path (see the module docstring). Returns
     name → HDFS path. Raises :class:`OutputError` naming the output."""
+    from airflow_provider_melon.runtime.tokens import container_hdfs_token
+    from airflow_provider_melon.runtime.webhdfs import WebHdfs, WebHdfsError
+
     outputs = {n: t for n, t in declared(env).items() if hdfs_path(t) is not None}
     if not outputs:
         return {}
@@ -113,6 +115,10 @@ def publish(env: Mapping[str, str], workdir: str, log: Callable[[str], None],
 
 
 def _publish_one(client: WebHdfs, source: str, path: str, overwrite: bool, log, name: str) -> str:
+    import uuid
+
+    from airflow_provider_melon.runtime.webhdfs import WebHdfsError
+
     parent, base = path.rsplit("/", 1) if path.count("/") > 1 else ("", path.lstrip("/"))
     tmp = f"{parent}/.{base}.melon-{uuid.uuid4().hex[:12]}.tmp"
     client.mkdirs(parent or "/")
@@ -141,6 +147,8 @@ def _publish_one(client: WebHdfs, source: str, path: str, overwrite: bool, log, 
 
 
 def _delete_quietly(client: WebHdfs, path: str, log) -> None:
+    from airflow_provider_melon.runtime.webhdfs import WebHdfsError
+
     try:
         client.delete(path)
     except WebHdfsError as exc:

@@ -14,15 +14,12 @@ from the GPU the task reserved.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Callable, List, Mapping, Optional
 
 PATH_PREFIX = "/tensorboard"
@@ -35,6 +32,8 @@ class TensorBoardError(Exception):
 
 def missing() -> Optional[str]:
     """Why TensorBoard cannot run under this interpreter (the job's Python), or None when it can."""
+    import importlib.util  # here, not at the top: every executor imports this module, few run TensorBoard
+
     try:
         found = importlib.util.find_spec("tensorboard") is not None
     except (ImportError, ValueError) as exc:
@@ -117,6 +116,9 @@ class TensorBoard:
                 raise TensorBoardError("stopped while starting")
             raise TensorBoardError(f"TensorBoard exited {rc} before serving (its output is above)" if rc is not None
                                    else f"TensorBoard did not start serving within {self.start_timeout_s:g}s")
+        import urllib.error
+        import urllib.request
+
         local = f"http://{self.bind_host if self.bind_host != '0.0.0.0' else '127.0.0.1'}:{self._port}"
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while True:
