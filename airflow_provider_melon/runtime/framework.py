@@ -370,6 +370,15 @@ def _melon_put_peak(path, data):
     _os.replace(tmp, path)
 
 
+def _melon_peak_lock(path):
+    """An exclusive flock of <path>.lock, released when the returned file is closed: every process of a task
+    (torchrun's agent and its local ranks) reads, compares and replaces the peak file under it."""
+    import fcntl
+    lock = open(path + ".lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
 def _melon_write_peak(name):
     """atexit: {"peak_mb": N, "source": name} to MELON_PEAK_FILE, unless it holds a larger figure already; the
     announcement {"source": name} is taken back when the framework saw no GPU."""
@@ -378,25 +387,25 @@ def _melon_write_peak(name):
         module = _sys.modules.get(name)
         if not path or module is None:
             return
-        there = _melon_read_peak(path)
         try:
             peak = _melon_peak_bytes(name, module)
         except Exception:
             peak = -1  # the counter failed: leave the file as it is
-        if peak is None:
-            if there == {"source": name}:
-                _os.unlink(path)
-            return
-        if int(peak) < 0:
-            return
-        mb = (int(peak) + 1048575) // 1048576
-        data = {"peak_mb": mb, "source": name}
-        try:
-            if int(there["peak_mb"]) >= mb:
+        with _melon_peak_lock(path):
+            there = _melon_read_peak(path)
+            if peak is None:
+                if there == {"source": name}:
+                    _os.unlink(path)
                 return
-        except Exception:
-            pass
-        _melon_put_peak(path, data)
+            if int(peak) < 0:
+                return
+            mb = (int(peak) + 1048575) // 1048576
+            try:
+                if int(there["peak_mb"]) >= mb:
+                    return
+            except Exception:
+                pass
+            _melon_put_peak(path, {"peak_mb": mb, "source": name})
     except Exception:
         pass
 
@@ -412,8 +421,10 @@ def _melon_peak_register(name):
         import atexit
         atexit.register(_melon_write_peak, name)
         _MELON_PEAK_REGISTERED.add(name)
-        if (name == "torch" or name in _MELON_GPU_SEEN) and not _os.path.exists(path):
-            _melon_put_peak(path, {"source": name})
+        if name == "torch" or name in _MELON_GPU_SEEN:
+            with _melon_peak_lock(path):
+                if not _os.path.exists(path):
+                    _melon_put_peak(path, {"source": name})
     except Exception:
         pass
 

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -481,7 +482,7 @@ def test_the_bootstrap_writes_tensorflows_peak_at_exit(tmp_path, code, rc):
                          env_extra={"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(1300 * 2**20 + 1)})
     assert p.returncode == rc, p.stderr
     assert json.loads(peak.read_text()) == {"peak_mb": 1301, "source": "tensorflow"}  # MiB, rounded up
-    assert os.listdir(peak.parent) == ["melon-peak.json"]  # written beside and renamed
+    assert sorted(os.listdir(peak.parent)) == ["melon-peak.json", "melon-peak.json.lock"]  # written beside, renamed
 
 
 def test_the_bootstrap_announces_the_counter_while_the_process_runs(tmp_path):
@@ -551,3 +552,37 @@ def test_real_tensorflows_compat_aliases_run_under_the_cap(tmp_path):
     p, _, _ = run_capped(tmp_path, REAL_TF_COMPAT_ON_CPU, env_extra=REAL_TF)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.splitlines()[-1]) == {"env": "true", "growth": True}
+
+
+def _blocked_flock_pids():
+    """The pids waiting for a flock (the kernel's /proc/locks lists a blocked request as ``N: -> FLOCK ...``)."""
+    with open("/proc/locks") as f:
+        return {int(line.split()[5]) for line in f if "->" in line and "FLOCK" in line}
+
+
+def test_concurrent_writers_of_the_peak_file_never_lose_the_larger_figure(tmp_path):
+    # torchrun's local ranks (and its agent) share MELON_PEAK_FILE and exit together: each one's read-compare-replace
+    # runs under an exclusive flock of <file>.lock, so a larger figure a neighbour writes meanwhile is kept.
+    import fcntl
+    peak = tmp_path / "melon-peak.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MELON_", "TF_FORCE")) and k != "PYTHONPATH"}
+    env["PYTHONPATH"] = fake_tf(tmp_path)
+    cap, d = framework.memory_cap_env(4096, 16384, env)
+    env.update(cap, MELON_PEAK_FILE=str(peak), FAKE_PEAK_BYTES=str(500 * 2**20))
+    with open(str(peak) + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a neighbour in the middle of its own write
+        p = subprocess.Popen([sys.executable, "-c", "import tensorflow"], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while p.pid not in _blocked_flock_pids():
+                assert p.poll() is None, f"the writer did not wait for the lock: {peak.read_text()!r}"
+                assert time.monotonic() < deadline, "the writer never asked for the lock"
+                time.sleep(0.02)
+            peak.write_text(json.dumps({"peak_mb": 600, "source": "torch"}))  # the neighbour's larger figure
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            _, err = p.communicate(timeout=60)
+            shutil.rmtree(d, ignore_errors=True)
+    assert p.returncode == 0, err
+    assert json.loads(peak.read_text()) == {"peak_mb": 600, "source": "torch"}
