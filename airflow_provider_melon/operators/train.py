@@ -59,7 +59,7 @@ from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnApiError
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
-from airflow_provider_melon import metrics
+from airflow_provider_melon.operators import metrics
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
     TensorBoardLink,
@@ -682,15 +682,15 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
 
     def _report_metrics(self, context: "Context", app_id: str, final: Optional[dict]) -> None:
         """The ended application's queue wait, gang formation, GPU memory and out-of-memory growths through
-        Airflow's ``Stats`` (:mod:`airflow_provider_melon.metrics`; names in docs/metrics.md). Never fails."""
+        Airflow's ``Stats`` (:mod:`airflow_provider_melon.operators.metrics`; names in docs/lineage-and-metrics.md). Never fails."""
         metrics.emit_job_metrics(self._get_app_or_none(app_id), final, tags=self._metric_tags(context))
 
     # ---- OpenLineage --------------------------------------------------------------------------------------
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """What the OpenLineage provider reports of a finished run: the job's HDFS inputs and outputs as datasets,
         the YARN application as a job facet (its name, queue, framework) and a run facet (its id and RM page).
-        Built by :mod:`airflow_provider_melon.lineage`, imported only here (the OpenLineage provider is optional)."""
-        from airflow_provider_melon.lineage import train_lineage
+        Built by :mod:`airflow_provider_melon.operators.lineage`, imported only here (the OpenLineage provider is optional)."""
+        from airflow_provider_melon.operators.lineage import train_lineage
 
         spec = self._spec or self.load_spec()
         rm = self._rm_url() if self._app_id else None

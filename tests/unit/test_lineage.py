@@ -72,7 +72,7 @@ def test_the_openlineage_provider_emits_the_hdfs_datasets_and_the_yarn_applicati
 
 
 def test_an_unqualified_path_without_a_known_namenode_is_left_out(operator):
-    from airflow_provider_melon.lineage import hdfs_dataset
+    from airflow_provider_melon.operators.lineage import hdfs_dataset
 
     assert hdfs_dataset("hdfs:///data/x", None) is None
     assert hdfs_dataset("/data/x", "hdfs://nn:8020").namespace == "hdfs://nn:8020"

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from airflow_provider_melon.metrics import METRICS, job_metrics
+from airflow_provider_melon.operators.metrics import METRICS, job_metrics
 
 pytest.importorskip("statsd", reason="Airflow's StatsD backend (apache-airflow[statsd]) is in the test extra")
 
@@ -26,7 +26,7 @@ FINAL = {"gang": {"formed": True, "waiting_s": 2.25},
 
 SENDER = """
 import json, sys
-from airflow_provider_melon.metrics import emit_job_metrics, reattached
+from airflow_provider_melon.operators.metrics import emit_job_metrics, reattached
 app, final = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 print(json.dumps(emit_job_metrics(app, final, tags={"dag_id": "d", "task_id": "t"})))
 reattached(tags={"dag_id": "d", "task_id": "t"})
