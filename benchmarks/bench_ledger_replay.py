@@ -138,7 +138,7 @@ def main(argv=None) -> int:
               f"{sum(p['max_reserved_mib'] for p in rec['per_process']):6.0f} = {outside:7.0f} MiB")
     print(f"fit over R50: {fit['driver_mb']:.0f} MiB the device's + {fit['context_mb']:.0f} MiB per process "
           f"(largest residual {fit['residual_mb']:.1f} MiB); R18's NVML samples missed its peak (not fitted)")
-    print(f"allocator peaks: " + ", ".join(f"{SHORT[k]} {v} MiB" for k, v in fit["allocator"].items()))
+    print("allocator peaks: " + ", ".join(f"{SHORT[k]} {v} MiB" for k, v in fit["allocator"].items()))
     print()
     print(f"{'scenario':22} {'reserve':>7} {'admitted':>9} {'true use':>10} {'held':>9} {'GPU':>8} "
           f"{'over resv.':>10}  result")

@@ -9,12 +9,10 @@ triggerer job, so the tests can assert that deferred tasks were held by the trig
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
 from collections import defaultdict
-from datetime import datetime
 from pathlib import Path
 
 import pytest

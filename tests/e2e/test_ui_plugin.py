@@ -270,7 +270,7 @@ def test_the_am_logs_link_serves_the_am_log(logged_in, airflow_stack, probe, mel
     hook, app_id = melon_hook_module.yarn, probe["app_id"]
     [attempt] = hook.app_attempts(app_id)
     am_log = hook.container_log(attempt["nodeHttpAddress"], attempt["containerId"], "AppMaster.stdout").data.decode()
-    assert f"attempt 0 -> container_" in am_log, am_log[-2000:]
+    assert "attempt 0 -> container_" in am_log, am_log[-2000:]
     driver = logged_in
     open_plugin_page(driver, airflow_stack.url, "melon-jobs")
     row = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{app_id}"]'), 60, "the job")

@@ -61,7 +61,7 @@ def test_preflight_refuses_a_role_above_the_largest_gpu_and_submits_nothing(melo
     assert "32768 MiB over 2 GPU(s)" in msg and "4 GPU(s) and 65536 MiB of GPU memory in all" in msg
     after = melon_hook.yarn.list_applications()
     assert len(after) == len(before)
-    assert not melon_hook.yarn.find_applications([f"airflow-dag:preflight_live"])
+    assert not melon_hook.yarn.find_applications(["airflow-dag:preflight_live"])
     assert "app_id" not in pushed(ctx)
 
 

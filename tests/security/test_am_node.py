@@ -147,8 +147,8 @@ def test_another_os_user_cannot_touch_a_ledger_laid_out_as_documented(reachable,
     with attack("nobody pre-creates the ledger directory in a /tmp-like folder; a task uses it",
                 expected="refused: belongs to another user") as row:
         first = shared / "melon-ledger"
-        assert _as_nobody(f"os.mkdir(os.path.join(d, 'melon-ledger'), 0o777); os.chmod(os.path.join(d, "
-                          f"'melon-ledger'), 0o777)", shared) == "done"
+        assert _as_nobody("os.mkdir(os.path.join(d, 'melon-ledger'), 0o777); os.chmod(os.path.join(d, "
+                          "'melon-ledger'), 0o777)", shared) == "done"
         try:
             Ledger(str(first)).reserve("alice-task-2", os.getpid(), 1000, [DeviceInfo(0, "v0", "virtual", 16000)])
             row.got = "reserved in nobody's directory"

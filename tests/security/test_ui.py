@@ -16,7 +16,6 @@ import json
 import re
 import shutil
 import sys
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest

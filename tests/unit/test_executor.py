@@ -480,7 +480,7 @@ def test_a_ledger_directory_others_may_write_is_refused_before_the_task_starts(t
     assert rc == 2, err
     assert f"ERROR: refusing the GPU ledger: GPU ledger directory {open_dir} is writable by others (owner " in err
     assert "mode drwxrwxrwx (0777))" in err, err
-    assert f"install -d -m 2770" in err and "docs/ledger.md" in err, err
+    assert "install -d -m 2770" in err and "docs/ledger.md" in err, err
     assert "ENV=" not in out and not am.registrations, "the user's process never ran, nothing registered"
     assert os.listdir(open_dir) == []
 

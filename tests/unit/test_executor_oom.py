@@ -3,7 +3,6 @@ heartbeat's ``oom``), and every heartbeat carries its peak GPU memory (``gpu_mem
 ``MELON_PEAK_FILE`` here: the virtual GPUs have no NVML samples). A real executor subprocess against the in-test
 AM, its stderr a file opened write-only, as the AM's ``2><LOG_DIR>/stderr`` opens it."""
 
-import json
 import os
 import signal
 import subprocess

@@ -285,7 +285,7 @@ def test_a_directory_others_may_write_is_refused(tmp_path, mode):
         Ledger(str(d)).reserve("a", os.getpid(), 100, gpus(1000))
     msg = str(err.value)
     assert f"{d} is writable by others" in msg and f"({mode:04o})" in msg, msg
-    assert f"install -d -m 2770" in msg and "docs/ledger.md" in msg, msg
+    assert "install -d -m 2770" in msg and "docs/ledger.md" in msg, msg
     assert not os.path.exists(d / "ledger.json"), "nothing was written"
 
 

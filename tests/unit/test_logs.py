@@ -90,7 +90,7 @@ def hook():
 def app(state="RUNNING", final="UNDEFINED", diagnostics="", aggregation="DISABLED"):
     return {"id": APP, "user": "alice", "state": state, "finalStatus": final, "diagnostics": diagnostics,
             "trackingUrl": f"{RM}/proxy/{APP}/", "logAggregationStatus": aggregation,
-            "amContainerLogs": f"http://nm1:8042/node/containerlogs/container_1700000000000_0042_01_000001/alice"}
+            "amContainerLogs": "http://nm1:8042/node/containerlogs/container_1700000000000_0042_01_000001/alice"}
 
 
 def task(role, index, state="RUNNING", cid=None, node="nm1:45454", **kw):

@@ -2,7 +2,6 @@
 file."""
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
