@@ -86,24 +86,32 @@ final class Elastic {
     return started && elastic(t.role);
   }
 
-  /** {@code t} (watched) ended with {@code how}: recorded and logged. */
-  void lost(Task t, String how, List<Task> tasks, String next) {
+  /** {@code t} (watched) ended with {@code how}: recorded and logged; returns what the task log says of it. */
+  String lost(Task t, String how, List<Task> tasks, String next) {
     lost.put(t, t.name() + " (" + how + ")");
-    MelonApplicationMaster.log("elastic role " + t.role.name + ": member " + t.name() + " lost (" + how + "); "
-        + membership(tasks, t.role) + "; " + next);
+    String text = "lost from elastic role " + t.role.name + " (" + how + "); " + membership(tasks, t.role, t)
+        + "; " + next;
+    MelonApplicationMaster.log("task " + t.name() + " " + text);
+    return text;
   }
 
-  /** {@code t} (watched) registered: a member again. */
-  void joined(Task t, List<Task> tasks) {
+  /** {@code t} (watched) registered: a member again; returns what the task log says of it. */
+  String joined(Task t, List<Task> tasks) {
     lost.remove(t);
-    MelonApplicationMaster.log("elastic role " + t.role.name + ": member " + t.name() + " joined (attempt "
-        + t.attempt + "); " + membership(tasks, t.role));
+    String text = "joined elastic role " + t.role.name + " (attempt " + t.attempt + "); " + membership(tasks, t.role);
+    MelonApplicationMaster.log("task " + t.name() + " " + text);
+    return text;
   }
 
   static String membership(List<Task> tasks, Role role) {
+    return membership(tasks, role, null);
+  }
+
+  /** The role's live members, {@code gone} (its container just ended) left out. */
+  private static String membership(List<Task> tasks, Role role, Task gone) {
     List<String> names = new ArrayList<>();
     for (Task x : tasks) {
-      if (x.role == role && live(x)) {
+      if (x.role == role && x != gone && live(x)) {
         names.add(x.name());
       }
     }

@@ -636,7 +636,7 @@ final class TaskBook {
     String loss = t.container.getId() + " on " + t.nodeHost + " " + describeExit(code);
     if (notItsFault(code) && t.notItsFault < MAX_NOT_ITS_FAULT) {
       if (member) {
-        elastic.lost(t, loss, tasks, "asking for a replacement (not its fault: not counted against restarts)");
+        event(t, elastic.lost(t, loss, tasks, "asking for a replacement (not its fault: not counted against restarts)"));
       }
       t.notItsFault++;
       restart(t, describeExit(code) + " on " + t.nodeHost + ", re-run " + t.notItsFault + "/" + MAX_NOT_ITS_FAULT
@@ -646,8 +646,8 @@ final class TaskBook {
     if (t.role.restartsUsed < t.role.restarts) {
       t.role.restartsUsed++;
       if (member) {
-        elastic.lost(t, loss, tasks, "asking for a replacement (restart " + t.role.restartsUsed + "/"
-            + t.role.restarts + " of role " + t.role.name + ")");
+        event(t, elastic.lost(t, loss, tasks, "asking for a replacement (restart " + t.role.restartsUsed + "/"
+            + t.role.restarts + " of role " + t.role.name + ")"));
       }
       restart(t, describeExit(code) + ", restart " + t.role.restartsUsed + "/" + t.role.restarts + " of role "
           + t.role.name);
@@ -655,8 +655,8 @@ final class TaskBook {
     }
     if (member) {  // the role goes on without it while it has its minimum (Elastic.check)
       t.state = "FAILED";
-      elastic.lost(t, loss, tasks, "not replaced: role " + t.role.name + "'s restarts (" + t.role.restarts
-          + ") are used up");
+      event(t, elastic.lost(t, loss, tasks, "not replaced: role " + t.role.name + "'s restarts ("
+          + t.role.restarts + ") are used up"));
       return;
     }
     fail(t, "task " + t.name() + " on " + t.nodeHost + " " + describeExit(code) + ": " + stderrTail.apply(t));
@@ -1051,7 +1051,7 @@ final class TaskBook {
     }
     gangComplete = true;
     if (elastic.watches(t) && joining) {
-      elastic.joined(t, tasks);
+      event(t, elastic.joined(t, tasks));
     }
     elastic.start();
     // an elastic role lists its registered members (task 0 first); a role without bounds has all registered

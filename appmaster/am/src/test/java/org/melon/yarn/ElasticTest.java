@@ -103,12 +103,17 @@ class ElasticTest {
     assertEquals("worker:2#1", yarn.requests.get(yarn.requests.size() - 1), "a replacement is asked for");
     assertEquals(List.of("+node-c"), yarn.blacklist, "away from the node it was lost on");
     assertEquals(1, book.task("worker", 2).role.restartsUsed, "a SIGKILL uses the role's restarts, as before");
+    assertTrue(book.events().stream().anyMatch(e -> e.path("task").asText().equals("worker:2") && e.path("text")
+        .asText().startsWith("lost from elastic role worker (") && e.path("text").asText().contains(
+        "2 of 3 live (min 2): worker:0, worker:1; asking for a replacement (restart 1/1")), book.events().toString());
     Map<String, Object> st = book.elastic.status(book.tasks);
     assertTrue(st.toString().contains("worker:2 (") && st.toString().contains("exited 137"), st.toString());
     // a grant back on the very NodeManager it was lost on is given back
     assertEquals(null, book.allocated(container(w2, "node-c")));
     Task again = grant(book, 2, "node-a");
     assertEquals(200, register(book, 2).code(), "the replacement joins the registered members at once");
+    assertTrue(book.events().stream().anyMatch(e -> e.path("text").asText().startsWith(
+        "joined elastic role worker (attempt 1); 3 of 3 live")), book.events().toString());
     assertEquals(List.of("-node-c"), yarn.blacklist.subList(1, 2), "placed elsewhere: the node is given back");
     clock.advance(60_000);
     book.checkElastic();
