@@ -15,6 +15,7 @@ import requests
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
 from airflow_provider_melon.hooks.kerberos import KerberosError
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -356,13 +357,15 @@ def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secu
     with pytest.raises(YarnApiError) as denied:
         bob.kill_application(app_id)
     listing = bob.get_url(f"{d.webhdfs_url}/user/alice/.melon", params={"op": "LISTSTATUS"})
-    bob_view = bob.get_application(app_id)
     print(f"\nbob (Kerberos) kills alice's {app_id}: HTTP {denied.value.status} {str(denied.value)[:160]}")
     print(f"bob lists /user/alice/.melon: HTTP {listing.status_code} {listing.text[:160]}")
     assert denied.value.status == 403
     assert listing.status_code == 403 and "user=bob" in listing.text
+    # the RM reports the AM container's log link once it has allocated that container (a NodeManager heartbeat after
+    # the submission): the admin group sees it from then on, bob (no VIEW_APP) never does
     ops = _hook(d, tmp_path, name="airflow", proxy_user=t["admin_user"])
-    assert "amContainerLogs" in ops.get_application(app_id) and "amContainerLogs" not in bob_view
+    wait_for(lambda: "amContainerLogs" in ops.get_application(app_id), 60, f"the AM container of {app_id} allocated")
+    assert "amContainerLogs" not in bob.get_application(app_id)
 
     app = _wait_terminal(hook.yarn, app_id)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
