@@ -160,6 +160,7 @@ class Executor:
         self.port_sock: Optional[socket.socket] = None
         self._starting = False  # between "about to Popen" and "self.child is set": never raise from a signal
         self.host = ""  # the address registered with the AM
+        self.registered: Optional[str] = None  # host:port as registered (the AM's cluster lists members so)
         self.bind_host = ""
         self.child_cwd: Optional[str] = None
         self.tensorboard: Optional[_tensorboard.TensorBoard] = None
@@ -283,6 +284,7 @@ class Executor:
                 "container_id": cfg.container_id}  # the AM refuses (409) a container that is no longer the task's
         deadline = time.monotonic() + cfg.register_timeout_s
         log(f"registering {cfg.task} at {host}:{port} with {cfg.am_url}")
+        self.registered = f"{host}:{port}"
         last_note = 0.0
         while True:
             status, data = self.am.post("/register", body)
@@ -329,7 +331,7 @@ class Executor:
         if cfg.framework == "tensorflow":
             env["TF_CONFIG"] = json.dumps(_framework.tf_config(cluster, cfg.role, cfg.index))
         elif cfg.framework == "pytorch":
-            env.update(_framework.torch_env(cluster, cfg.role, cfg.index))
+            env.update(_framework.torch_env(cluster, cfg.role, cfg.index, address=self.registered))
         if cfg.gpu_memory_mb > 0 and cfg.gpus <= 0:
             if self.gpu_indices:
                 cap, self.cap_dir = _framework.memory_cap_env(cfg.gpu_memory_mb, self.gpu_total_mb, env)

@@ -61,7 +61,8 @@ def split_address(addr: str) -> Tuple[str, int]:
 TORCH_MEMBER_ROLES = ("master", "chief", "worker")
 
 
-def torch_env(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> Dict[str, str]:
+def torch_env(cluster: Mapping[str, Sequence[str]], role: str, index: int,
+              address: Optional[str] = None) -> Dict[str, str]:
     """torch.distributed env (``init_method="env://"``) for task ``role:index``.
 
     The process group is master/chief + workers, ranked in that order: rank 0 is ``master:0`` or ``chief:0`` if
@@ -69,7 +70,13 @@ def torch_env(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> Di
     port itself: the executor released it just before starting the user's process). One process per container:
     ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``. Other roles (ps, evaluator) get MASTER_* and WORLD_SIZE but no
     RANK: they are not members of the group.
+
+    ``address``: the task's own registered ``host:port``. An elastic role's gang forms at its minimum, so the AM's
+    cluster lists the members registered so far, in order, and a task's place there is not its index (worker:2 of
+    a gang of worker:0 and worker:2 is the second member): with ``address``, the task's rank is its place.
     """
+    if address is not None and role in TORCH_MEMBER_ROLES and address in (cluster.get(role) or []):
+        index = list(cluster[role]).index(address)
     _check_task(cluster, role, index)
     members: List[str] = []
     first = {}  # role -> the rank of its task 0

@@ -203,6 +203,18 @@ def test_pytorch_env(tmp_path, am_factory):
     assert "no GPU requested" in err
 
 
+def test_pytorch_env_of_a_member_of_an_elastic_gang_formed_at_its_minimum(tmp_path, am_factory):
+    # an elastic role (instances 3, min_instances 2) whose gang forms with worker:0 and worker:2: the AM's cluster
+    # lists the members registered so far, in order, so worker:2 is the second member, rank 1 of 2
+    am = am_factory(["worker:0", "worker:2"], preregistered={"worker:0": "10.0.0.5:29500"})
+    env = exec_env(tmp_path, am, "worker", 2, MELON_FRAMEWORK="pytorch")
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    seen = seen_env(out)
+    assert (seen["MASTER_ADDR"], seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"]) == ("10.0.0.5", "29500", "1",
+                                                                                           "2")
+
+
 def test_wrong_secret_is_a_clear_error(tmp_path, am_factory, inventory):
     am = am_factory(["worker:0"], secret="another-secret")
     env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=1000)
