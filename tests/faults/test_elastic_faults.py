@@ -140,7 +140,12 @@ def test_elastic_ddp_worker_sigkilled_the_others_reform_and_resume_from_the_chec
             for e in s.get("events") or []), timeout=60)
         lost = next(e["text"] for e in status["events"] if e["text"].startswith("lost from elastic role worker ("))
         assert "exited 137 (killed by SIGKILL)" in lost and "2 of 3 live (min 2): worker:0, worker:1" in lost, lost
-        final = fault_jobs.wait(app_id, timeout=240)
+        try:
+            final = fault_jobs.wait(app_id, timeout=240)
+        except AssertionError as exc:  # what each agent and worker was doing: their logs' ends
+            tails = {f"{c} {name}": text[-1500:] for name in ("stdout", "stderr")
+                     for c, text in fault_jobs.container_logs(app_id, name).items()}
+            raise AssertionError(f"{exc}\n" + "\n".join(f"--- {k}\n{v}" for k, v in sorted(tails.items()))) from None
         logs = "".join(fault_jobs.container_logs(app_id).values())
         assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"], logs[-3000:])
         row.recovered()
