@@ -287,16 +287,16 @@ def _visible(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
-def device_used_mb(gpu_index: int) -> Optional[int]:
-    """The device's used memory (MiB, NVML's ``used``: every process's and the driver's), None when NVML cannot
-    say: the baseline a device-wide reading of :func:`process_memory` rises from."""
+def _nvml_call(read):
+    """``read(pynvml)`` between nvmlInit and nvmlShutdown; None when NVML cannot be loaded or initialised, or the
+    call fails."""
     try:
         pynvml = _import_pynvml()
         pynvml.nvmlInit()
     except Exception:
         return None
     try:
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))).used) // MIB
+        return read(pynvml)
     except Exception:
         return None
     finally:
@@ -306,6 +306,13 @@ def device_used_mb(gpu_index: int) -> Optional[int]:
             pass
 
 
+def device_used_mb(gpu_index: int) -> Optional[int]:
+    """The device's used memory (MiB, NVML's ``used``: every process's and the driver's), None when NVML cannot
+    say: the baseline a device-wide reading of :func:`process_memory` rises from."""
+    return _nvml_call(lambda pynvml: int(pynvml.nvmlDeviceGetMemoryInfo(
+        pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))).used) // MIB)
+
+
 def process_memory(gpu_index: int, pids, baseline_mb: Optional[int] = None) -> Optional[GpuReading]:
     """GPU memory (MiB) used on ``gpu_index`` by the given pids, by NVML (``nvml-process``); None when NVML is
     unavailable or lists none of them while the pids it lists are this pid namespace's too (the process has no
@@ -313,16 +320,9 @@ def process_memory(gpu_index: int, pids, baseline_mb: Optional[int] = None) -> O
     runtime: NVML answers with the host's pids): the device's rise in used memory over ``baseline_mb``
     (:func:`device_used_mb` when the task started; neighbours included) is returned as ``nvml-device``, never the
     whole device's use; None without a baseline."""
-    try:
-        pynvml = _import_pynvml()
-    except Exception:
-        return None
     pids = set(pids)
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
+
+    def read(pynvml) -> Optional[GpuReading]:
         h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))
         procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(h))
         total, matched = 0, False
@@ -336,10 +336,5 @@ def process_memory(gpu_index: int, pids, baseline_mb: Optional[int] = None) -> O
             used = int(pynvml.nvmlDeviceGetMemoryInfo(h).used) // MIB
             return GpuReading(max(0, used - int(baseline_mb)), SOURCE_DEVICE)
         return None
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+
+    return _nvml_call(read)
