@@ -5,10 +5,11 @@
     make test-repeat N=2 LOAD=1                            # with a process eating one core beside each run
 
 Each round is one pytest process over all the suites (the order CI runs them in), with its JUnit XML kept under
-``tests/results/repeat-<stamp>/round-<k>.xml``. The table (also written to ``tests/results/repeat-<stamp>.txt``,
-to commit) lists every test that ran, how many rounds it passed, failed or was skipped, its slowest duration and,
-for a failure, the first line of its message. The script exits 1 if any round failed a test, 0 otherwise; a
-round that collected nothing (pytest's exit code 5) counts as a failure.
+``tests/results/repeat-<stamp>/round-<k>.xml``. The table (also written to ``tests/results/repeat-<stamp>.txt``, a
+run's artifact, ignored by git) lists every test that ran, how many rounds it passed, failed or was skipped, its
+slowest duration and, for a failure, the first line of its message. Last it prints the run's row for the test-rounds
+table in ``docs/development.md``, the one record that is committed. The script exits 1 if any round failed a test,
+0 otherwise; a round that collected nothing (pytest's exit code 5) counts as a failure.
 """
 
 from __future__ import annotations
@@ -77,6 +78,23 @@ def table(rounds: list[dict[str, tuple[str, float, str]]]) -> tuple[str, int]:
     return "\n".join(lines), failed
 
 
+def summary_row(stamp: str, commit: str, suites: list[str], workers: int, load: bool,
+                rounds: list[dict[str, tuple[str, float, str]]], durations_s: list[float]) -> str:
+    """The run's row of the test-rounds table in ``docs/development.md``: when, at which commit, which suites, how,
+    the failed (test, round) pairs with the tests' names, and each round's minutes."""
+    failures: dict[str, int] = defaultdict(int)
+    for results in rounds:
+        for name, (outcome, _, _) in results.items():
+            if outcome == "failed":
+                failures[name.split("::")[-1]] += 1
+    failed = sum(failures.values())
+    named = ", ".join(f"`{name}`" + (f" ×{n}" if n > 1 else "") for name, n in sorted(failures.items()))
+    when = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
+    minutes = ", ".join(f"{d / 60:.1f}" for d in durations_s)
+    return (f"| {when} | `{commit}` | {' '.join(s.removeprefix('tests/') for s in suites)} | {workers} | "
+            f"{'one core busy' if load else 'none'} | {failed}{': ' + named if failed else ''} | {minutes} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--rounds", type=int, default=3, help="how many times to run the suites (default 3)")
@@ -133,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
               f"# result: {failed} failed (test, round) pairs; rounds not green: {bad_rounds or 'none'}\n")
     (REPO / "tests" / "results" / f"repeat-{stamp}.txt").write_text(header + text + "\n")
     print(header + text)
+    print("\n[repeat] the run's row for docs/development.md (test rounds):\n"
+          + summary_row(stamp, commit, suites, args.workers, args.load, rounds, durations))
     return 1 if failed or bad_rounds else 0
 
 

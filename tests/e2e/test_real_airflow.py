@@ -96,7 +96,7 @@ def runs(airflow_stack, minicluster, tmp_path_factory):
     # an application "submitted elsewhere", for the sensor DAG to wait on (by tag). It runs until the watcher has
     # seen the sensor deferred (the file ``release``; the mini cluster's containers share this host): a fixed
     # lifetime (it slept 30 s) raced the scheduler, and on a loaded host the sensor started after the app had ended
-    # and never deferred (tests/results/repeat-20261203T0854Z)
+    # and never deferred (the make test-repeat round of 2026-12-03 08:54, docs/development.md)
     tag = f"external-{uuid.uuid4().hex[:8]}"
     code = tmp_path_factory.mktemp("external-code")
     release = tmp_path_factory.mktemp("external-release") / "go"
@@ -108,7 +108,7 @@ def runs(airflow_stack, minicluster, tmp_path_factory):
 
     # the watcher runs before the first run is triggered: started after them (the CLI trigger takes seconds, more
     # on a loaded host), it first saw an HPO trial 59 s after its run was triggered, once its deferral was over
-    # (tests/results/repeat-20261203T1549Z)
+    # (the make test-repeat round of 2026-12-03 15:49, docs/development.md)
     r = Runs(stack)
     r.external_app = external_app
     r.start()

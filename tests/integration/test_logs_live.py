@@ -111,7 +111,7 @@ def test_trigger_streams_every_line_once_across_a_recreated_trigger(minicluster,
     assert kwargs["log_state"]["follow"], "the serialized kwargs carry the offsets"
     # the event hands the rest to the task; what is left for it depends on timing: a RUNNING poll may already have
     # read the worker's container to its end (the AM unregisters a while after its tasks exit: a loaded round saw
-    # that, tests/results/repeat-20261203T1638Z), and then the task reads nothing more of it; either way, together,
+    # that: the make test-repeat round of 2026-12-03 16:38, docs/development.md), and then the task reads nothing more of it; either way, together,
     # every line once
     assert event.payload[FINAL_LOGS_KEY], "the rest is the task's"
     op = _operator(melon_hook, job)

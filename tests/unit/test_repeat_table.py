@@ -85,3 +85,15 @@ def test_a_failure_on_a_worker_is_written_down_once(tmp_path):
                             env={**os.environ, "MELON_INSTAFAIL_FILE": str(failures)})
     assert "1 failed" in result.stdout, result.stdout + result.stderr
     assert failures.read_text().count("test_live.py::test_bad (call") == 1
+
+
+def test_the_summary_row_names_each_failed_test_and_each_rounds_minutes(tmp_path):
+    full = repeat.parse_junit(_junit(tmp_path, "sample", SAMPLE))
+    green = {k: v for k, v in full.items() if not k.endswith("test_bad")}
+    row = repeat.summary_row("20261205T0512Z", "abc1234", ["tests/e2e", "tests/faults"], 2, True,
+                             [full, green, full], [600.0, 630.0, 90.0])
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == ["2026-12-05 05:12", "`abc1234`", "e2e faults", "2", "one core busy", "2: `test_bad` ×2",
+                     "10.0, 10.5, 1.5"]
+    assert repeat.summary_row("20261205T0512Z", "abc1234", ["tests/unit"], 0, False, [green], [60.0]).split(
+        "|")[6].strip() == "0"
