@@ -33,6 +33,9 @@ from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.dev.local_airflow import LocalAirflow
 from airflow_provider_melon.spec import JobSpec
 
+#: the fault and hostile-tenant tables, printed at the end of a run on any number of xdist workers
+pytest_plugins = ["tests.evidence"]
+
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 

@@ -27,9 +27,7 @@ from typing import Optional
 import pytest
 
 from tests.conftest import Jobs, running_cluster
-
-
-FAULT_ROWS: list[dict] = []
+from tests.evidence import record
 
 
 @pytest.fixture(scope="package")
@@ -128,21 +126,12 @@ def fault_row(request):
             seen.setdefault("duplicate_apps", "?")
             seen.setdefault("lost_outputs", "?")
             seen["seconds"] = round(rec.recovered_at - rec.t0, 1) if rec.recovered_at and rec.t0 else "-"
-            FAULT_ROWS.append(seen)
+            record("fault table", {"fault": seen["fault"], "recovered": seen["recovered"], "seconds": seen["seconds"],
+                                   "dup apps": seen["duplicate_apps"], "lost": seen["lost_outputs"],
+                                   "where": seen["where"]})
             print(f"FAULT {seen}")
 
     return row
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not FAULT_ROWS:
-        return
-    terminalreporter.section("fault table")
-    width = max(len(r["fault"]) for r in FAULT_ROWS)
-    terminalreporter.write_line(f"{'fault':{width}} {'recovered':9} {'seconds':>8} {'dup apps':>8} {'lost':>5}  where")
-    for r in FAULT_ROWS:
-        terminalreporter.write_line(f"{r['fault']:{width}} {r['recovered']:9} {r['seconds']!s:>8} "
-                                    f"{r['duplicate_apps']!s:>8} {r['lost_outputs']!s:>5}  {r['where']}")
 
 
 # ---- processes of the mini cluster's containers (they are local processes) ---------------------------------------

@@ -2,7 +2,8 @@
 what a curious or hostile tenant would, against the real clusters and a real Airflow; each try must be refused
 while alice's work goes on.
 
-Every attack is one row of the table printed at the end of the run (attack, expected, got), like the fault table.
+Every attack is one row of the hostile-tenant table printed at the end of the run (attack, expected, got, refused;
+:mod:`tests.evidence`), like the fault table.
 A row is built from what the test *observed* — the status code, what the page rendered, what the cluster holds —
 in a ``finally``, so an attack that was not refused (or a test that broke before it could tell) shows as a row
 whose ``got`` differs from ``expected``, never as a missing row::
@@ -17,13 +18,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Optional
 
 import pytest
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
-
+from tests.evidence import record
 
 @dataclass
 class AttackRow:
@@ -35,9 +34,6 @@ class AttackRow:
     @property
     def refused(self) -> bool:
         return self.got == self.expected
-
-
-ROWS: list[AttackRow] = []
 
 
 @pytest.fixture
@@ -57,23 +53,8 @@ def attack(request):
         finally:
             if row.got is None:
                 row.got = "not observed"
-            ROWS.append(row)
+            record("hostile-tenant table", {"attack": row.attack, "expected": row.expected, "got": row.got,
+                                            "refused": "yes" if row.refused else "NO"})
         assert row.refused, f"attack {name!r}: expected {expected!r}, got {row.got!r}"
 
     return _attack
-
-
-def table(rows: list[AttackRow]) -> str:
-    heads = ("attack", "expected", "got", "refused")
-    cells = [(r.attack, r.expected, r.got or "", "yes" if r.refused else "NO") for r in rows]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"  # noqa: E731
-    return "\n".join([line(heads), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells)])
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not ROWS:
-        return
-    text = table(ROWS)
-    terminalreporter.write_sep("=", f"hostile-tenant table: {sum(r.refused for r in ROWS)} of {len(ROWS)} refused")
-    terminalreporter.write_line(text)
