@@ -22,9 +22,10 @@ GRID = [0.01, 0.1, 0.5, 1.0]
 
 
 def _webhdfs():
-    from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+    """The ``hdfs`` client of the ``webhdfs_default`` connection, as the user the jobs run as (the MelonHook's)."""
+    from airflow_provider_melon.hooks.melon import MelonHook
 
-    return WebHDFSHook(webhdfs_conn_id="webhdfs_default").get_conn()
+    return MelonHook().hdfs
 
 
 with DAG(

@@ -35,9 +35,10 @@ RUN_DIR = ROOT + "/runs/{{ run_id | run_slug }}"
 
 
 def _webhdfs():
-    from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+    """The ``hdfs`` client of the ``webhdfs_default`` connection, as the user the jobs run as (the MelonHook's)."""
+    from airflow_provider_melon.hooks.melon import MelonHook
 
-    return WebHDFSHook(webhdfs_conn_id="webhdfs_default").get_conn()
+    return MelonHook().hdfs
 
 
 with DAG(

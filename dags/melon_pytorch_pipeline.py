@@ -71,9 +71,9 @@ with DAG(
     @task
     def report(run_dir: str) -> dict:
         """The accuracy and where the model is; fails below the threshold."""
-        from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
+        from airflow_provider_melon.hooks.melon import MelonHook
 
-        client = WebHDFSHook(webhdfs_conn_id="webhdfs_default").get_conn()
+        client = MelonHook().hdfs  # the webhdfs_default connection, as the user the jobs run as
         with client.read(f"{run_dir}/metrics.json", encoding="utf-8") as reader:
             metrics = json.load(reader)
         threshold = float(Variable.get("melon_accuracy_threshold", default="0.8"))

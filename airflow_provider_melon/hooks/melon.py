@@ -9,8 +9,9 @@ under the cache path. HDFS failures surface as one-line :class:`~airflow_provide
 holds for the in-container runtime (``runtime/`` + ``gpu/``) and the AM jar. YARN local resources then carry
 the HDFS file's real length and modification time, as the NodeManager's localizer checks them.
 
-HDFS is reached through the HDFS provider's ``WebHDFSHook`` (its ``hdfs`` client) — or any ``hdfs.Client``
-passed in, which is what the CLI and tests do.
+HDFS is reached through the ``hdfs`` package's WebHDFS client, built from the ``webhdfs`` connection (the fields the
+HDFS provider's ``WebHDFSHook`` reads; that provider is optional) — or any ``hdfs.Client`` passed in, which is what
+the CLI and tests do.
 """
 
 from __future__ import annotations
@@ -159,45 +160,46 @@ class MelonHook:
     # ---- HDFS -----------------------------------------------------------------------------------------------
     @property
     def hdfs(self):
-        if self._hdfs is None and getattr(self.yarn, "auth_mode", None) == "kerberos":
-            self._hdfs = self._kerberos_hdfs()
         if self._hdfs is None:
-            from airflow.providers.apache.hdfs.hooks.webhdfs import WebHDFSHook
-
-            # with a proxy user the connection's own login authenticates and doas= names the user it acts for
-            webhdfs = WebHDFSHook(webhdfs_conn_id=self.webhdfs_conn_id,
-                                  proxy_user=None if self.proxy_user else self.user)
-            with hdfs_errors("connect", f"(connection {self.webhdfs_conn_id})"):
-                client = webhdfs.get_conn()
-            if self.proxy_user:
-                client._proxy = self.proxy_user  # hdfs.Client's doas= (its constructor's `proxy`)
-            auth = getattr(getattr(client, "_session", None), "auth", None)
-            tickets = self.yarn._kerberos_tickets() if getattr(self.yarn, "auth_mode", None) == "kerberos" else None
-            if tickets is not None and auth is not None and hasattr(auth, "principal"):
-                auth.principal = tickets.credential()  # SPNEGO on the YARN hook's ticket, not the process default
-            self._hdfs = client
+            self._hdfs = self._webhdfs_client()
         return self._hdfs
 
-    def _kerberos_hdfs(self):
-        """Under ``auth=kerberos``: the WebHDFS connection's NameNode(s) through the ``hdfs`` package's Kerberos
-        client on the YARN hook's own ticket, obtained (from its keytab) before the first WebHDFS call. The HDFS
-        provider's ``WebHDFSHook`` is not used here: it speaks Kerberos only under ``[core] security = kerberos``
-        and then on the process's default ticket cache (``KRB5CCNAME``), neither of which a connection says."""
+    def _webhdfs_client(self):
+        """The ``hdfs`` package's WebHDFS client for the ``webhdfs`` connection, built from its fields as the HDFS
+        provider's ``WebHDFSHook`` reads them (that provider need not be installed): Host (several, comma-separated:
+        NameNode HA), Port, Schema (a path prefix), Login, Password (HTTP basic auth) and the extras ``use_ssl``,
+        ``verify``, ``cert``/``key``, ``cookies``, ``headers``. Of several NameNodes, the first that answers
+        ``GETFILESTATUS /`` is used (a standby one answers with an error); one is used as it is, and its first
+        call's error says what is wrong. ``auth=kerberos`` on the yarn connection: SPNEGO on the YARN hook's own
+        ticket (obtained from its keytab first), as the principal's short name; ``[core] security = kerberos``
+        alone: SPNEGO on the process's default ticket cache, as the HDFS provider's hook does. Otherwise simple
+        auth as :attr:`user`; with a proxy user, as the connection's login acting for them (``doas``)."""
         from hdfs import HdfsError
 
         conn = self.yarn.get_connection(self.webhdfs_conn_id)
         extra = dict(conn.extra_dejson or {})
-        scheme = "https" if str(extra.get("use_ssl", "")).lower() in ("true", "1") else "http"
-        tickets = self.yarn._kerberos_tickets()
+        tickets = self.yarn._kerberos_tickets() if getattr(self.yarn, "auth_mode", None) == "kerberos" else None
+        kerberos = tickets is not None or _core_security() == "kerberos"
+        ssl = str(extra.get("use_ssl", "")).strip().lower() in ("true", "1")
         namenodes = [h.strip() for h in str(conn.host or "").split(",") if h.strip()]
         tried = []
         for namenode in namenodes:
-            url = f"{scheme}://{namenode}" + (f":{conn.port}" if conn.port else "") + \
+            url = f"{'https' if ssl else 'http'}://{namenode}" + (f":{conn.port}" if conn.port else "") + \
                 (f"/{conn.schema}" if conn.schema else "")
-            client = tickets.webhdfs_client(url, proxy=self.proxy_user or None)  # a valid ticket first
-            if scheme == "https":
-                client._session.verify = extra.get("verify", True)
-            if len(namenodes) == 1:  # nothing to choose between: its first call's error says what is wrong
+            session = _webhdfs_session(conn, extra, ssl, kerberos)
+            if tickets is not None:  # a valid ticket first
+                client = tickets.webhdfs_client(url, proxy=self.proxy_user or None, session=session)
+            elif kerberos:
+                from hdfs.ext.kerberos import KerberosClient
+
+                client = KerberosClient(url, proxy=self.proxy_user or None, session=session)
+            else:
+                from hdfs import InsecureClient
+
+                # with a proxy user the connection's own login authenticates and doas= names the user it acts for
+                client = InsecureClient(url, user=(conn.login or None) if self.proxy_user else self.user,
+                                        proxy=self.proxy_user or None, session=session)
+            if len(namenodes) == 1:  # nothing to choose between
                 return client
             try:
                 with hdfs_errors("status", "/"):
@@ -206,7 +208,8 @@ class MelonHook:
             except (MelonHdfsError, HdfsError) as exc:
                 tried.append(f"{url}: {exc}")
         raise MelonHdfsError("connect", f"(connection {self.webhdfs_conn_id})",
-                             "no NameNode answered with Kerberos: " + ("; ".join(tried) or "the connection has no host"),
+                             "no NameNode answered" + (" with Kerberos" if kerberos else "") + ": "
+                             + ("; ".join(tried) or "the connection has no host"),
                              "set the webhdfs connection's host and port to the NameNode's HTTP address "
                              "(dfs.namenode.http-address)", retriable=True)
 
@@ -549,6 +552,40 @@ class MelonHook:
         except Exception as exc:  # noqa: BLE001 - the AM may be starting or gone; status is best effort
             log.debug("AM status of %s unavailable: %s", app_id, exc)
             return None
+
+
+def _core_security() -> Optional[str]:
+    """Airflow's ``[core] security`` (``kerberos`` makes the HDFS provider's hook speak SPNEGO), None outside Airflow."""
+    try:
+        from airflow.configuration import conf
+
+        return (conf.get("core", "security", fallback="") or "").strip().lower() or None
+    except Exception:  # noqa: BLE001 - outside Airflow
+        return None
+
+
+def _webhdfs_session(conn: Any, extra: dict, ssl: bool, kerberos: bool) -> Any:
+    """The HTTP session of a WebHDFS client: basic auth from a password, TLS settings, cookies and headers, as the
+    HDFS provider's ``WebHDFSHook`` sets them. ``verify`` (a CA bundle path or true/false) defaults to false with
+    simple auth, as that hook's does, and to true under Kerberos."""
+    import requests
+
+    session = requests.Session()
+    if conn.password is not None and not kerberos:
+        session.auth = (conn.login, conn.password)
+    if ssl:
+        verify = extra.get("verify", kerberos)
+        if isinstance(verify, str) and verify.strip().lower() in ("true", "false"):
+            verify = verify.strip().lower() == "true"
+        session.verify = verify
+        cert, key = extra.get("cert"), extra.get("key")
+        if cert:
+            session.cert = (cert, key) if key else cert
+    if extra.get("cookies"):
+        session.cookies.update(extra["cookies"])
+    if extra.get("headers"):
+        session.headers.update(extra["headers"])
+    return session
 
 
 def _conf(key: str) -> Optional[str]:
