@@ -57,6 +57,8 @@ RESERVED_LINKS = ("code", "melon_runtime", "melon-work", "tmp", "launch_containe
 RESERVED_LINK_PREFIX = "melon-code-file-"
 #: YARN takes ASCII application tags of at most 100 characters (ApplicationSubmissionContext.checkTags)
 MAX_TAG_LENGTH = 100
+#: prefix of the one tag that identifies a task instance's application (``submission.identity_tag``)
+IDENTITY_TAG_PREFIX = "melon-id:"
 #: ``gpu_memory: auto``: learned from earlier runs
 AUTO = "auto"
 #: Java int: YARN (and the AM's JSON reader) take counts, sizes in MiB, priorities and timeouts as int32
@@ -394,8 +396,6 @@ class JobSpec(BaseModel):
                 raise _FieldError(str(i), f"YARN takes non-empty ASCII tags of at most {MAX_TAG_LENGTH} "
                                           f"characters, got {tag!r}")
             # the identity tag is the provider's alone (reattach finds a task's app by it); YARN lower-cases tags
-            from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX  # submission imports this module
-
             if tag.strip().lower().startswith(IDENTITY_TAG_PREFIX):
                 raise _FieldError(str(i), f"the {IDENTITY_TAG_PREFIX!r} prefix is reserved for the tag the provider "
                                           f"adds itself, got {tag!r}")

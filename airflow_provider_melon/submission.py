@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
-from airflow_provider_melon.spec import RESERVED_LINK_PREFIX, JobSpec
+from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX, RESERVED_LINK_PREFIX, JobSpec
 
 AM_CLASS = "org.melon.yarn.MelonApplicationMaster"
 AM_JAR = "melon-appmaster.jar"
@@ -104,8 +104,6 @@ def run_tag(run_id: str) -> str:
     return "airflow-run:" + hashlib.sha256(run_id.encode()).hexdigest()[:16]
 
 
-#: prefix of the one tag that identifies a task instance's application (see :func:`identity_tag`)
-IDENTITY_TAG_PREFIX = "melon-id:"
 #: the deployment part of the identity where none is configured (the CLI, tests without Airflow)
 DEFAULT_DEPLOYMENT = "default"
 

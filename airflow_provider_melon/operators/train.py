@@ -57,7 +57,7 @@ from airflow_provider_melon.hadoop.app_state import (LIVE_STATES, PollStep, clas
 from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, hdfs_asset_uri
 from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hooks.melon import MelonHook
-from airflow_provider_melon.hooks.yarn import YarnApiError
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
 from airflow_provider_melon.operators import metrics
 from airflow_provider_melon.links import (
@@ -67,9 +67,8 @@ from airflow_provider_melon.links import (
     persist_job_links,
     yarn_application_url,
 )
-from airflow_provider_melon.spec import JobSpec, JobSpecError, override_gpu_memory
+from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX, JobSpec, JobSpecError, override_gpu_memory
 from airflow_provider_melon.submission import (
-    IDENTITY_TAG_PREFIX,
     airflow_tags,
     deployment_id,
     not_reattachable,

@@ -41,7 +41,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_melon.plugin import views
 from airflow_provider_melon.hadoop.rm_json import as_dict, as_list, split_tags
-from airflow_provider_melon.submission import APPLICATION_TYPE, IDENTITY_TAG_PREFIX, airflow_tags
+from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX
+from airflow_provider_melon.submission import APPLICATION_TYPE, airflow_tags
 
 PAGES = ("gpus", "jobs", "fit", "ti")
 #: at most this many bytes of each AM log file are served (its tail), with a line saying what was left out
@@ -243,7 +244,7 @@ class Refused(HTTPException):
 def visible_melon_app(hook, app_id: str, who: Viewer) -> tuple[dict, dict[str, dict]]:
     """The RM's application ``app_id`` and its attribution, if it is a MeLoN application the viewer may see:
     else 404 (no such application, or not a MeLoN one) or 403 (a DAG the viewer may not read)."""
-    from airflow_provider_melon.hooks.yarn import YarnApiError
+    from airflow_provider_melon.hadoop.rm_json import YarnApiError
 
     try:
         app_json = hook.get_application(app_id)

@@ -75,7 +75,7 @@ class FaultRow:
 
 
 def _identity_of(hook, app_id: str) -> Optional[str]:
-    from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX
+    from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX
 
     tags = hook.yarn.get_application(app_id).get("applicationTags") or ""
     return next((t for t in tags.split(",") if t.startswith(IDENTITY_TAG_PREFIX)), None)

@@ -17,11 +17,13 @@ import pytest
 import requests_mock as rm_mock
 
 from airflow_provider_melon.hooks.melon import MelonHook
-from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.links import MelonAmStatusLink, TensorBoardLink, YarnApplicationLink
 from airflow_provider_melon.operators.train import MelonTrainOperator, hdfs_asset_uri
 from airflow_provider_melon.spec import JobSpec, JobSpecError
-from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX, airflow_tags, deployment_id
+from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX
+from airflow_provider_melon.submission import airflow_tags, deployment_id
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 from airflow_provider_melon.version_compat import RESUMABLE_JOBS, AirflowException
 

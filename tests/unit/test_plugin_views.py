@@ -351,7 +351,8 @@ def test_the_yarn_job_tab_asks_for_the_run_its_url_names(monkeypatch):
     from fastapi.testclient import TestClient
 
     from airflow_provider_melon.plugin import app as plugin_app
-    from airflow_provider_melon.submission import IDENTITY_TAG_PREFIX, airflow_tags
+    from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX
+    from airflow_provider_melon.submission import airflow_tags
     from airflow_provider_melon.version_compat import AIRFLOW_V_3_1_PLUS, AIRFLOW_V_3_2_PLUS
 
     class AuthManager:
