@@ -143,7 +143,8 @@ def _doctor(args) -> int:
 
 
 def _doctor_checks(args, cluster) -> int:
-    from airflow_provider_melon.cli.doctor import Doctor, as_json, render
+    from airflow_provider_melon.cli.doctor import Doctor
+    from airflow_provider_melon.cli.findings import as_json, render
     from airflow_provider_melon.cli.terminal import json_stream
 
     hook = cluster.melon_hook(resolve_fs=False)

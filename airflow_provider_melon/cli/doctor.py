@@ -29,8 +29,7 @@ from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
 from airflow_provider_melon.cli.doctor_submit import SubmitTest
-from airflow_provider_melon.cli.findings import Finding, _fail, _ok, _one_line, _warn, as_json, render
-from airflow_provider_melon.hooks.yarn import YarnApiError
+from airflow_provider_melon.cli.findings import Finding, _fail, _ok, _one_line, _warn
 from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list
 
 DRC = "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
@@ -80,7 +79,8 @@ class Doctor:
                 findings.append(_fail("submit-test", "not run: fix the failed checks above first",
                                       "run `melon doctor --submit-test` again once they pass"))
             else:
-                findings += SubmitTest(self).run()
+                findings += SubmitTest(self.hook, self.nodes(), queue=self.queue, python=self.python,
+                                       timeout=self.timeout).run()
         return findings
 
     @staticmethod
@@ -462,4 +462,4 @@ class Doctor:
         return _ok("hadoop-java", detail + ": runs there")
 
 
-__all__ = ["Doctor", "Finding", "SubmitTest", "YarnApiError", "as_json", "render"]
+__all__ = ["Doctor"]

@@ -9,7 +9,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import tenacity
 
@@ -17,8 +17,6 @@ from airflow_provider_melon.cli.findings import Finding, _one_line
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.hadoop.rm_json import as_dict, as_list
 
-if TYPE_CHECKING:
-    from airflow_provider_melon.cli.doctor import Doctor
 
 def _am_java() -> int:
     """The oldest Java the AM's class files load on (hadoop_compat: the jar is Java 8 bytecode)."""
@@ -91,11 +89,20 @@ def poll(look: Callable[[], Any], timeout_s: float, every_s: float) -> Any:
 class SubmitTest:
     """One tiny job (a probe task per RUNNING node, no GPU asked) through what a DAG's train task does: stage,
     submit, the AM, its containers, a declared output, the job's logs read from the NodeManagers. One finding
-    per step, then what the tasks saw on their nodes (Java, the job Python, pynvml, the framework)."""
+    per step, then what the tasks saw on their nodes (Java, the job Python, pynvml, the framework).
 
-    def __init__(self, doctor: Doctor):
-        self.d = doctor
-        self.hook = doctor.hook
+    :param hook: a :class:`~airflow_provider_melon.hooks.melon.MelonHook`.
+    :param nodes: the cluster's RUNNING nodes (the RM's ``nodes``): one probe task per node.
+    :param queue: the queue the job goes to.
+    :param python: the job Python (None: the connection's, as for a job naming none).
+    :param timeout: bound of each wait, seconds (the app's start, its end)."""
+
+    def __init__(self, hook: Any, nodes: list[dict], *, queue: str, python: Optional[str], timeout: float):
+        self.hook = hook
+        self.nodes = nodes
+        self.queue = queue
+        self.python = python
+        self.timeout = timeout
         self.findings: list[Finding] = []
 
     def _step(self, status: str, check: str, detail: str, fix: str = "") -> bool:
@@ -106,17 +113,17 @@ class SubmitTest:
         from airflow_provider_melon.spec import JobSpec
 
         hook = self.hook
-        nodes = max(len(self.d.nodes()), 1)
+        nodes = max(len(self.nodes), 1)
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         output = f"{hook.staging_dir}/doctor/{run_id}"
         with tempfile.TemporaryDirectory(prefix="melon-doctor-") as code:
             Path(code, "probe.py").write_text(PROBE_SCRIPT)
             job = {"name": "melon-doctor-probe", "framework": "generic", "code": code,
-                   "entrypoint": "python probe.py", "queue": self.d.queue, "max_attempts": 1,
+                   "entrypoint": "python probe.py", "queue": self.queue, "max_attempts": 1,
                    "roles": {"probe": {"instances": nodes, "memory": "256m", "vcores": 1, "restarts": 0}},
                    "outputs": {"probe": hook.hdfs_uri(output)}}
-            if self.d.python:
-                job["environment"] = {"python": self.d.python}
+            if self.python:
+                job["environment"] = {"python": self.python}
             spec = JobSpec.from_dict(job)
             try:
                 result = hook.submit(spec, tags=["melon-doctor"])
@@ -135,8 +142,8 @@ class SubmitTest:
         app_id, report = result["app_id"], result["staging"]
         self._step("ok", "stage", f"{len(report.files)} files staged under {hook.staging_dir} "
                    f"({report.uploaded_bytes} bytes uploaded, the rest cached)")
-        self._step("ok", "submit", f"{app_id} accepted by the RM (queue {self.d.queue}, job Python "
-                   f"{self.d.python or hook.default_python})")
+        self._step("ok", "submit", f"{app_id} accepted by the RM (queue {self.queue}, job Python "
+                   f"{self.python or hook.default_python})")
         try:
             app = self._wait_am(app_id) and self._wait_end(app_id)
             if app:
@@ -164,10 +171,10 @@ class SubmitTest:
 
     def _wait_am(self, app_id: str) -> bool:
         """The app RUNNING with its AM serving /status (or already ended), within the timeout."""
-        found = poll(lambda: self._am_seen(app_id), self.d.timeout, 1)
+        found = poll(lambda: self._am_seen(app_id), self.timeout, 1)
         if found is not None:
             return found
-        return self._step("fail", "am", f"{app_id}: no AM serving after {self.d.timeout:g} s: {self._picture(app_id)}",
+        return self._step("fail", "am", f"{app_id}: no AM serving after {self.timeout:g} s: {self._picture(app_id)}",
                           "an app ACCEPTED but not RUNNING waits for room for its AM: the queue's "
                           "maximum-am-resource-percent, the nodes' free memory")
 
@@ -194,9 +201,9 @@ class SubmitTest:
             app = self.hook.yarn.get_application(app_id)
             return app if app.get("state") in TERMINAL_STATES else None
 
-        app = poll(ended, self.d.timeout, 1)
+        app = poll(ended, self.timeout, 1)
         if app is None:
-            self._step("fail", "containers", f"{app_id} still running after {self.d.timeout:g} s: "
+            self._step("fail", "containers", f"{app_id} still running after {self.timeout:g} s: "
                        f"{self._picture(app_id)}",
                        "the queue may lack room for the tasks; see `melon status " + app_id + "`")
             return None
@@ -225,7 +232,7 @@ class SubmitTest:
     def _logs(self, app_id: str, app: dict) -> None:
         from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
-        expected = max(len(self.d.nodes()), 1)
+        expected = max(len(self.nodes), 1)
 
         def read_probes() -> tuple:
             logs = nm_logs.NodeLogs(self.hook.yarn, app_id)
@@ -266,7 +273,7 @@ class SubmitTest:
 
     def _node_findings(self, probes: list[dict]) -> None:
         seen = {p.get("node") for p in probes}
-        missing = [str(n.get("id")) for n in self.d.nodes() if str(n.get("id")) not in seen]
+        missing = [str(n.get("id")) for n in self.nodes if str(n.get("id")) not in seen]
         note = f" (YARN placed no probe on {', '.join(missing)}: not checked there)" if missing else ""
         java_bad, java_ok = [], []
         for p in probes:
