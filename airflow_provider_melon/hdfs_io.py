@@ -1,26 +1,14 @@
-"""HDFS helpers for a DAG: :func:`run_slug` (a path component for an Airflow run id), :func:`put_once` (publish a
-file once, safely under concurrency), :func:`quiet_client_logs`, :class:`MelonHdfsError`, and :func:`hdfs_home`
-(``/user/<user>`` of the user MeLoN jobs on a yarn connection run as, so a DAG's HDFS folders go there, not under a
-hard-coded user).
+"""A DAG's HDFS home: :func:`hdfs_home` (``/user/<user>`` of the user MeLoN jobs on a yarn connection run as, so a
+DAG's HDFS folders go there, not under a hard-coded user).
 
-The public import path of these names (``from airflow_provider_melon.hdfs_io import run_slug``). The plumbing
-itself is Airflow-free and lives in :mod:`airflow_provider_melon.hadoop.hdfs_io`; any other name of that module
-is still reachable here.
+The HDFS plumbing a DAG may also use (``run_slug``, ``put_once``, ``quiet_client_logs``, ``MelonHdfsError``) is
+Airflow-free and lives in :mod:`airflow_provider_melon.hadoop.hdfs_io`; import it from there.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from airflow_provider_melon.hadoop import hdfs_io as _plumbing
-from airflow_provider_melon.hadoop.hdfs_io import (  # noqa: F401  (the DAG-facing names)
-    MelonHdfsError,
-    hdfs_errors,
-    put_file_hashing,
-    put_once,
-    quiet_client_logs,
-    run_slug,
-)
+# The example DAGs import these two from here until they import them from their home (hadoop.hdfs_io).
+from airflow_provider_melon.hadoop.hdfs_io import put_once, run_slug  # noqa: F401
 
 
 def hdfs_home(yarn_conn_id: str = "yarn_default") -> str:
@@ -34,15 +22,3 @@ def hdfs_home(yarn_conn_id: str = "yarn_default") -> str:
     if not user or "/" in user:
         raise ValueError(f"yarn connection {yarn_conn_id!r}: no usable HDFS user ({user!r}); set its login")
     return f"/user/{user}"
-
-
-def __getattr__(name: str) -> Any:
-    """Every other name of :mod:`airflow_provider_melon.hadoop.hdfs_io` (this was that module before issue 25)."""
-    try:
-        return getattr(_plumbing, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
-
-__all__ = ["MelonHdfsError", "hdfs_errors", "hdfs_home", "put_file_hashing", "put_once", "quiet_client_logs",
-           "run_slug"]

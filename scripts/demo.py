@@ -67,7 +67,7 @@ def copy_out(details, result: dict, run_id: str) -> Path:
     """Download the published model (and the run's metrics) from the mini cluster's HDFS."""
     from hdfs import InsecureClient
 
-    from airflow_provider_melon.hdfs_io import quiet_client_logs, run_slug
+    from airflow_provider_melon.hadoop.hdfs_io import quiet_client_logs, run_slug
     from airflow_provider_melon.hooks.melon import MelonHook
 
     quiet_client_logs()

@@ -169,7 +169,7 @@ class AppPoller:
         self._trouble_since: Optional[float] = None
 
     def get(self) -> Optional[dict]:
-        from airflow_provider_melon.hooks.yarn import YarnApiError
+        from airflow_provider_melon.hadoop.rm_json import YarnApiError
 
         try:
             app = self.yarn.get_application(self.app_id)

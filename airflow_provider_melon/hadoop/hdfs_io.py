@@ -14,8 +14,8 @@
 * :func:`run_slug` — a path component for an Airflow run id (every run has one; manual runs in Airflow 3 have
   no logical date, so ``ts_nodash``/``ds`` cannot name a run's folder).
 
-A DAG imports these from :mod:`airflow_provider_melon.hdfs_io` (the DAG-facing names, with ``hdfs_home``, which
-reads an Airflow connection); this module is the Airflow-free plumbing behind them.
+Airflow-free: the hook, the CLI and a DAG import these from here (a DAG's HDFS home, which reads an Airflow
+connection: :func:`airflow_provider_melon.hdfs_io.hdfs_home`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
-from airflow_provider_melon.hadoop.rm_json import YarnApiError, _extract_rm_message, as_dict, as_list
+from airflow_provider_melon.hadoop.rm_json import YarnApiError, extract_rm_message, as_dict, as_list
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def read_container_log(session: Any, base_url: str, node_http: str, container_id
     except requests.RequestException as err:
         raise NodeManagerError(f"{type(err).__name__}: {err}", node=node_http, url=url) from None
     if resp.status_code >= 400:
-        message, _ = _extract_rm_message(resp)
+        message, _ = extract_rm_message(resp)
         raise NodeManagerError(message, node=node_http, status=resp.status_code, url=resp.url)
     try:
         return parse_container_log(resp.content, size, resp.url)

@@ -8,12 +8,9 @@ Airflow), so both read node resources the same way.
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import re
 from typing import TYPE_CHECKING, Any, Iterable
-from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     import requests
@@ -39,7 +36,7 @@ def as_dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _to_number(value: Any, default: int = 0) -> int | float:
+def to_number(value: Any, default: int = 0) -> int | float:
     if value is None or value == "":
         return default
     if isinstance(value, bool):
@@ -86,15 +83,15 @@ def parse_resource(resource: Any) -> dict[str, Any]:
     flat: dict[str, Any] = {name: 0 for name in KNOWN_RESOURCES}
     units: dict[str, str] = {}
     if "memory" in res:
-        flat["memory-mb"] = _to_number(res.get("memory"))
+        flat["memory-mb"] = to_number(res.get("memory"))
     if "vCores" in res:
-        flat["vcores"] = _to_number(res.get("vCores"))
+        flat["vcores"] = to_number(res.get("vCores"))
     infos = res.get("resourceInformations")
     for info in as_list(infos, "resourceInformation"):
         if not isinstance(info, dict) or not info.get("name"):
             continue
         name = str(info["name"])
-        value = _to_number(info.get("value"))
+        value = to_number(info.get("value"))
         unit = info.get("units") or ""
         if name == GPU_MEMORY_RESOURCE:
             value = _in_mi(value, unit)
@@ -200,11 +197,11 @@ class YarnApiError(Exception):
 
     @classmethod
     def from_response(cls, resp: requests.Response) -> YarnApiError:
-        message, exception = _extract_rm_message(resp)
+        message, exception = extract_rm_message(resp)
         return cls(message, status=resp.status_code, url=resp.url, exception=exception)
 
 
-def _extract_rm_message(resp: requests.Response) -> tuple[str, str | None]:
+def extract_rm_message(resp: requests.Response) -> tuple[str, str | None]:
     """The RM's error message: ``RemoteException.message`` when JSON, else the (trimmed) body text."""
     text = ""
     try:
@@ -227,87 +224,6 @@ def _extract_rm_message(resp: requests.Response) -> tuple[str, str | None]:
     if len(text) > MAX_MESSAGE:
         text = text[:MAX_MESSAGE] + "…"
     return text or (resp.reason or f"HTTP {resp.status_code}"), None
-
-
-# ---- the RM's URLs and answers ---------------------------------------------------------------------------------
-
-DEFAULT_RM_PORT = 8088
-
-
-def _normalise_base_url(url: str, default_port: int = DEFAULT_RM_PORT, default_scheme: str = "http") -> str:
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = f"{default_scheme}://{url}"
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.port is None:
-        netloc = f"{netloc}:{default_port}"
-    path = parts.path.rstrip("/")
-    return f"{parts.scheme}://{netloc}{path}"
-
-
-def _default_user() -> str | None:
-    """Like Hadoop's own clients under simple auth: ``HADOOP_USER_NAME``, else the OS login."""
-    try:
-        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-    except Exception:  # noqa: BLE001 - no passwd entry (some containers)
-        return None
-
-
-def _parse_bool(value: Any, default: bool | str = True) -> bool | str:
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip()
-    if text.lower() in ("true", "yes", "1", "on"):
-        return True
-    if text.lower() in ("false", "no", "0", "off"):
-        return False
-    return text  # a CA bundle path
-
-
-def _base_path(base: str) -> str:
-    return urlsplit(base).path.rstrip("/")
-
-
-def _q(segment: str) -> str:
-    return quote(str(segment), safe="")
-
-
-def _csv(values: Iterable[str] | str | None) -> str | None:
-    if values is None:
-        return None
-    if isinstance(values, str):
-        return values
-    return ",".join(str(v) for v in values)
-
-
-def _json_body(resp: requests.Response) -> dict[str, Any]:
-    if 300 <= resp.status_code < 400:  # not the HA 307 (followed in _one_pass): e.g. an SSO login page
-        raise YarnApiError(f"unexpected redirect to {resp.headers.get('Location')!r}", status=resp.status_code,
-                           url=resp.url)
-    if not resp.content or not resp.content.strip():
-        return {}
-    try:
-        body = resp.json()
-    except (ValueError, RecursionError) as err:  # RecursionError: JSON nested deeper than Python recurses
-        kind = resp.headers.get("Content-Type") or "no Content-Type"
-        raise YarnApiError(f"RM answered non-JSON ({kind}): {resp.text[:200]!r}", status=resp.status_code,
-                           url=resp.url) from err
-    return body if isinstance(body, dict) else {"value": body}
-
-
-def _short(body: Any) -> str:
-    """A body for an error message: its repr, cut."""
-    text = repr(body)
-    return text if len(text) <= 200 else text[:200] + "…"
-
-
-def _normalise_app(app: Any) -> dict[str, Any]:
-    a = dict(as_dict(app))
-    a["applicationTagList"] = split_tags(a.get("applicationTags"))
-    return a
 
 
 def gpu_summary(nodes: Iterable[dict]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """YARN ResourceManager REST hook: the whole RM surface the provider needs.
 
-``YarnHook`` (sync, ``requests``) and ``AsyncYarnHook`` (for triggers) share one implementation, so auth,
-HA failover, timeouts, retries and parsing behave identically in both.
+``YarnHook`` (sync, ``requests``) and ``AsyncYarnHook`` (for triggers, in this module as Airflow's own providers
+keep their sync and async hooks together) share one implementation, so auth, HA failover, timeouts, retries and
+parsing behave identically in both.
 
 Behaviour on every call (``YarnHook._request``):
 
@@ -29,10 +30,12 @@ Behaviour on every call (``YarnHook._request``):
 
 from __future__ import annotations
 
+import getpass
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
-from urllib.parse import parse_qsl, urljoin, urlsplit
+from urllib.parse import parse_qsl, quote, urljoin, urlsplit
 
 import requests
 import tenacity
@@ -42,50 +45,24 @@ try:  # Airflow 3.x task SDK
 except ImportError:  # pragma: no cover - Airflow 2 fallback, not a supported target
     from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
 
-# RM JSON parsing is pure and shared with the mini-cluster wrapper (which must not import Airflow).
-from airflow_provider_melon.hadoop.rm_json import (  # noqa: F401  (re-exported)
-    GPU_MEMORY_RESOURCE,
-    GPU_RESOURCE,
-    _to_number,
+from airflow_provider_melon.hadoop.nodemanager import ContainerLogChunk, nm_base_url, read_container_log
+from airflow_provider_melon.hadoop.rm_json import (
+    YarnApiError,
     as_dict,
     as_list,
+    extract_rm_message,
+    gpu_summary,
     normalise_node,
     parse_resource,
     split_tags,
-)
-
-from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES  # noqa: F401  (re-exported)
-
-# The RM's and the NodeManagers' error answers and the NM client are Airflow-free (hadoop/); re-exported here.
-from airflow_provider_melon.hadoop.nodemanager import (  # noqa: F401  (re-exported)
-    ContainerLogChunk,
-    NodeManagerError,
-    nm_base_url,
-    parse_container_log,
-    read_container_log,
-)
-from airflow_provider_melon.hadoop.rm_json import (  # noqa: F401
-    DEFAULT_RM_PORT,
-    YarnApiError,
-    _base_path,
-    _csv,
-    _default_user,
-    _extract_rm_message,
-    _json_body,
-    _normalise_app,
-    _normalise_base_url,
-    _parse_bool,
-    _q,
-    _short,
-    gpu_summary,
+    to_number,
 )
 
 # The connection form is declared in provider_info (Airflow reads it without importing this module).
-# CONN_FIELDS is the whole form (the RM client's fields and MelonHook's): Airflow 3.0/3.1 take the form from
+# CONN_FORM_FIELDS is the whole form (the RM client's fields and MelonHook's): Airflow 3.0/3.1 take the form from
 # get_connection_form_widgets only (version_compat.py), so it must list MelonHook's fields too.
-from airflow_provider_melon.provider_info import CONN_FORM_FIELDS as CONN_FIELDS
-from airflow_provider_melon.provider_info import YARN_UI_FIELD_BEHAVIOUR as UI_FIELD_BEHAVIOUR
-from airflow_provider_melon.version_compat import connection_form_widgets
+from airflow_provider_melon.provider_info import CONN_FORM_FIELDS, YARN_UI_FIELD_BEHAVIOUR
+from airflow_provider_melon.version_compat import connection_form_widgets, run_in_thread
 
 if TYPE_CHECKING:
     from requests.auth import AuthBase
@@ -105,8 +82,86 @@ class _RetryableError(Exception):
 
 
 # --------------------------------------------------------------------------------------------------------
-# Defensive parsing helpers (Hadoop 3.5 Jersey-2 JSON)
+# The hook's URL, query and answer helpers
 # --------------------------------------------------------------------------------------------------------
+
+DEFAULT_RM_PORT = 8088
+
+
+def _normalise_base_url(url: str, default_port: int = DEFAULT_RM_PORT, default_scheme: str = "http") -> str:
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = f"{default_scheme}://{url}"
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.port is None:
+        netloc = f"{netloc}:{default_port}"
+    path = parts.path.rstrip("/")
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+def _default_user() -> str | None:
+    """Like Hadoop's own clients under simple auth: ``HADOOP_USER_NAME``, else the OS login."""
+    try:
+        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry (some containers)
+        return None
+
+
+def _parse_bool(value: Any, default: bool | str = True) -> bool | str:
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text.lower() in ("true", "yes", "1", "on"):
+        return True
+    if text.lower() in ("false", "no", "0", "off"):
+        return False
+    return text  # a CA bundle path
+
+
+def _base_path(base: str) -> str:
+    return urlsplit(base).path.rstrip("/")
+
+
+def _q(segment: str) -> str:
+    return quote(str(segment), safe="")
+
+
+def _csv(values: Iterable[str] | str | None) -> str | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        return values
+    return ",".join(str(v) for v in values)
+
+
+def _json_body(resp: requests.Response) -> dict[str, Any]:
+    if 300 <= resp.status_code < 400:  # not the HA 307 (followed in _one_pass): e.g. an SSO login page
+        raise YarnApiError(f"unexpected redirect to {resp.headers.get('Location')!r}", status=resp.status_code,
+                           url=resp.url)
+    if not resp.content or not resp.content.strip():
+        return {}
+    try:
+        body = resp.json()
+    except (ValueError, RecursionError) as err:  # RecursionError: JSON nested deeper than Python recurses
+        kind = resp.headers.get("Content-Type") or "no Content-Type"
+        raise YarnApiError(f"RM answered non-JSON ({kind}): {resp.text[:200]!r}", status=resp.status_code,
+                           url=resp.url) from err
+    return body if isinstance(body, dict) else {"value": body}
+
+
+def _short(body: Any) -> str:
+    """A body for an error message: its repr, cut."""
+    text = repr(body)
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+def _normalise_app(app: Any) -> dict[str, Any]:
+    a = dict(as_dict(app))
+    a["applicationTagList"] = split_tags(a.get("applicationTags"))
+    return a
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -378,7 +433,7 @@ class YarnHook(BaseHook):
                                        url=url)
             except _StandbyNoActive as standby:
                 last = YarnApiError("standby ResourceManager and no active one known: "
-                                    + _extract_rm_message(standby.resp)[0], status=307, url=standby.url)
+                                    + extract_rm_message(standby.resp)[0], status=307, url=standby.url)
                 log.info("YARN RM %s is standby with no active known; trying the next RM", base)
                 continue
             except _TRANSPORT_ERRORS as err:
@@ -601,7 +656,7 @@ class YarnHook(BaseHook):
             have = set(app.get("applicationTagList", []))
             if (have.issuperset(wanted) if match_all else have.intersection(wanted)):
                 found.append(app)
-        found.sort(key=lambda a: _to_number(a.get("startedTime")), reverse=True)
+        found.sort(key=lambda a: to_number(a.get("startedTime")), reverse=True)
         return found
 
     def application_logs_url(self, app: dict[str, Any] | str) -> str:
@@ -668,14 +723,14 @@ class YarnHook(BaseHook):
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """Custom field behaviour for the connection form (Airflow < 3.2; later: provider info)."""
-        return {"hidden_fields": list(UI_FIELD_BEHAVIOUR["hidden-fields"]),
-                "relabeling": dict(UI_FIELD_BEHAVIOUR["relabeling"]),
-                "placeholders": dict(UI_FIELD_BEHAVIOUR["placeholders"])}
+        return {"hidden_fields": list(YARN_UI_FIELD_BEHAVIOUR["hidden-fields"]),
+                "relabeling": dict(YARN_UI_FIELD_BEHAVIOUR["relabeling"]),
+                "placeholders": dict(YARN_UI_FIELD_BEHAVIOUR["placeholders"])}
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:
-        """Extra connection form fields (Airflow < 3.2; from 3.2 on, ``CONN_FIELDS`` in provider info wins)."""
-        return connection_form_widgets(CONN_FIELDS)
+        """Extra connection form fields (Airflow < 3.2; from 3.2 on, ``CONN_FORM_FIELDS`` in provider info wins)."""
+        return connection_form_widgets(CONN_FORM_FIELDS)
 
 
 class _StandbyNoActive(Exception):
@@ -684,17 +739,119 @@ class _StandbyNoActive(Exception):
         self.url, self.resp = url, resp
 
 
-__all__ = [
-    "CONN_FIELDS", "ContainerLogChunk", "GPU_MEMORY_RESOURCE", "GPU_RESOURCE", "NodeManagerError",
-    "TERMINAL_STATES",
-    "UI_FIELD_BEHAVIOUR", "YarnApiError", "YarnHook", "as_list", "normalise_node", "parse_resource",
-    "parse_container_log", "split_tags",
-]
+class AsyncYarnHook:
+    """Async twin of :class:`YarnHook` for triggers: the same methods, as coroutines.
 
+    Design choice: every call runs the *sync* hook in a worker thread (``version_compat.run_in_thread``:
+    ``asyncio.to_thread``, or asgiref's on Airflow 3.0/3.1). This gives
+    one behaviour by construction — Kerberos SPNEGO (requests-kerberos has no async counterpart), HA
+    failover with the remembered active RM, timeouts, retries and defensive parsing are the very same
+    code. The Airflow connection is fetched lazily inside that thread on the first call, so the triggerer's
+    event loop never blocks on it. RM calls are few and short (a poll every several seconds), so a thread
+    per in-flight call is cheap.
+    """
 
-def __getattr__(name: str) -> Any:
-    if name == "AsyncYarnHook":  # its own module (it wraps YarnHook); still importable from here
-        from airflow_provider_melon.hooks.yarn_async import AsyncYarnHook
+    conn_name_attr = YarnHook.conn_name_attr
+    default_conn_name = YarnHook.default_conn_name
+    conn_type = YarnHook.conn_type
+    hook_name = YarnHook.hook_name
 
-        return AsyncYarnHook
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __init__(self, yarn_conn_id: str = YarnHook.default_conn_name, **kwargs: Any):
+        self.yarn_conn_id = yarn_conn_id
+        self._kwargs = kwargs
+        self._hook: YarnHook | None = None
+        self._hook_lock = threading.Lock()
+
+    @property
+    def sync_hook(self) -> YarnHook:
+        """The wrapped sync hook (created on first use; its connection is looked up on its first call)."""
+        with self._hook_lock:
+            if self._hook is None:
+                self._hook = YarnHook(self.yarn_conn_id, **self._kwargs)
+            return self._hook
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            return getattr(self.sync_hook, name)(*args, **kwargs)
+
+        return await run_in_thread(run)  # version_compat: a thread that may look up the connection
+
+    async def cluster_info(self) -> dict[str, Any]:
+        return await self._call("cluster_info")
+
+    async def cluster_metrics(self) -> dict[str, Any]:
+        return await self._call("cluster_metrics")
+
+    async def scheduler(self) -> dict[str, Any]:
+        return await self._call("scheduler")
+
+    async def find_active_rm(self) -> str | None:
+        return await self._call("find_active_rm")
+
+    async def ha_states(self) -> dict[str, dict[str, Any] | str]:
+        return await self._call("ha_states")
+
+    async def rm_conf(self, name: str) -> str | None:
+        return await self._call("rm_conf", name)
+
+    async def nodes(self, states: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
+        return await self._call("nodes", states)
+
+    async def node_gpu_summary(self, states: Iterable[str] | str | None = ("RUNNING",)) -> dict[str, Any]:
+        return await self._call("node_gpu_summary", states)
+
+    async def new_application(self) -> dict[str, Any]:
+        return await self._call("new_application")
+
+    async def submit_application(self, context: dict[str, Any]) -> str:
+        return await self._call("submit_application", context)
+
+    async def get_application(self, app_id: str) -> dict[str, Any]:
+        return await self._call("get_application", app_id)
+
+    async def get_state(self, app_id: str) -> str:
+        return await self._call("get_state", app_id)
+
+    async def kill_application(self, app_id: str) -> dict[str, Any]:
+        return await self._call("kill_application", app_id)
+
+    async def app_attempts(self, app_id: str) -> list[dict[str, Any]]:
+        return await self._call("app_attempts", app_id)
+
+    async def app_containers(self, app_id: str, attempt_id: str) -> list[dict[str, Any]]:
+        return await self._call("app_containers", app_id, attempt_id)
+
+    async def list_applications(self, **filters: Any) -> list[dict[str, Any]]:
+        return await self._call("list_applications", **filters)
+
+    async def find_applications(self, tags: Iterable[str] | str, states: Iterable[str] | str | None = None,
+                                *, match_all: bool = False, application_type: str | None = None
+                                ) -> list[dict[str, Any]]:
+        return await self._call("find_applications", tags, states, match_all=match_all,
+                                application_type=application_type)
+
+    async def application_logs_url(self, app: dict[str, Any] | str) -> str:
+        return await self._call("application_logs_url", app)
+
+    async def application_url(self, app_id: str) -> str:
+        return await self._call("application_url", app_id)
+
+    async def am_status(self, app_id: str, path: str = "/status", *, retries: int = 0) -> dict[str, Any] | None:
+        return await self._call("am_status", app_id, path, retries=retries)
+
+    async def get_url(self, url: str, params: dict[str, Any] | None = None, **kw: Any) -> requests.Response:
+        return await self._call("get_url", url, params, **kw)
+
+    async def node_base_url(self, node_http: str) -> str:
+        return await self._call("node_base_url", node_http)
+
+    async def container_log(self, node_http: str, container_id: str, filename: str = "stdout",
+                            size: int | None = None) -> ContainerLogChunk:
+        return await self._call("container_log", node_http, container_id, filename, size)
+
+    async def test_connection(self) -> tuple[bool, str]:
+        return await self._call("test_connection")
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.close()

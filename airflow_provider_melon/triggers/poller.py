@@ -250,4 +250,4 @@ def identity(hook: Any) -> tuple:
     return (hook.yarn_conn_id,) + tuple(sorted((k, repr(v)) for k, v in kwargs.items()))
 
 
-__all__ = ["LIST_TAG", "LIVE_STATES", "MAX_WORKERS", "RmPoller", "identity"]
+__all__ = ["LIST_TAG", "MAX_WORKERS", "RmPoller", "identity"]

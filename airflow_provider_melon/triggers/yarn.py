@@ -58,7 +58,7 @@ operator can summarise.
 The trigger's wait goes through :class:`~airflow_provider_melon.hadoop.app_state.PollStep`, the same poll step
 as the operator's synchronous wait; the state vocabulary and the outcome helpers the sensor shares (state
 classification, progress lines, per-role task summaries) live beside it in
-:mod:`airflow_provider_melon.hadoop.app_state` and are re-exported here.
+:mod:`airflow_provider_melon.hadoop.app_state`.
 """
 
 from __future__ import annotations
@@ -71,26 +71,17 @@ from typing import Any, AsyncIterator, Optional, Sequence
 import tenacity
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-# the state vocabulary and the outcome helpers: hadoop/app_state.py (re-exported, this was their home)
-from airflow_provider_melon.hadoop.app_state import (  # noqa: F401
+from airflow_provider_melon.hadoop.app_state import (
     DEFAULT_FAILURE_STATES,
     DEFAULT_TARGET_STATES,
-    KILL_WAIT_S,
-    LIVE_STATES,
-    TERMINAL_STATES,
     PollStep,
-    classify,
-    duration_s,
     emit,
     kill_waiting,
     killed_line,
     make_event_payload,
-    outcome_message,
-    progress_line,
-    task_summary,
 )
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
-from airflow_provider_melon.hooks.yarn_async import AsyncYarnHook
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.version_compat import (TRIGGER_ON_KILL_ALSO_ON_HANDOVER, remote_logging, run_in_thread,
                                                     trigger_has_on_kill)
 
@@ -549,8 +540,3 @@ class YarnApplicationTrigger(BaseTrigger):
                              exc)
             return _UNKNOWN
         return None if state is None else str(getattr(state, "value", state)).lower()
-
-
-__all__ = ["DEFAULT_FAILURE_STATES", "DEFAULT_TARGET_STATES", "KILL_WAIT_S", "LIVE_STATES", "MIN_POLL_INTERVAL",
-           "TERMINAL_STATES", "YarnApplicationTrigger", "classify", "duration_s", "make_event_payload",
-           "outcome_message", "progress_line", "task_summary"]

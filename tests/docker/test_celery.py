@@ -123,7 +123,7 @@ def test_a_dead_worker_s_retry_reattaches_and_a_deferred_task_survives_a_trigger
         assert [a["id"] for a in found] == [first["id"]], (task_id, found)
         assert found[0]["finalStatus"] == "SUCCEEDED", (task_id, found[0].get("diagnostics"))
         if slug is None:
-            from airflow_provider_melon.hdfs_io import run_slug
+            from airflow_provider_melon.hadoop.hdfs_io import run_slug
 
             slug = run_slug(run_id)
         listing = http_json(f"{NN_URL}/webhdfs/v1/user/airflow/melon-celery-probe/{slug}/{task_id}"

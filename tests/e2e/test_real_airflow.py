@@ -19,7 +19,7 @@ import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hadoop import memory_history
-from airflow_provider_melon.hdfs_io import run_slug
+from airflow_provider_melon.hadoop.hdfs_io import run_slug
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import run_tag
 

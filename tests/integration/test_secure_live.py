@@ -13,7 +13,8 @@ import pytest
 import requests
 
 from airflow_provider_melon.dev import minicluster as mc
-from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.hooks.kerberos import KerberosError
 from tests.waits import wait_for
 

@@ -18,7 +18,7 @@ from hdfs.util import HdfsError
 
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hooks.melon import MelonHook
-from airflow_provider_melon.hooks.yarn import YarnApiError
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hadoop.queues import QueueError
 from airflow_provider_melon.spec import JobSpec
 from tests.conftest import running_cluster

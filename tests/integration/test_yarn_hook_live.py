@@ -18,7 +18,8 @@ import uuid
 
 import pytest
 
-from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnApiError, YarnHook
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.runtime import outputs
 from airflow_provider_melon.runtime.webhdfs import WebHdfs
-from airflow_provider_melon.triggers.yarn import make_event_payload
+from airflow_provider_melon.hadoop.app_state import make_event_payload
 from airflow_provider_melon.version_compat import AirflowException
 from tests.counting_proxy import CountingProxy
 

@@ -112,7 +112,7 @@ def test_app_exit_codes():
 
 def test_errors_map_to_exit_codes():
     from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError
-    from airflow_provider_melon.hooks.yarn import YarnApiError
+    from airflow_provider_melon.hadoop.rm_json import YarnApiError
     from airflow_provider_melon.spec import JobSpecError
 
     class Args:

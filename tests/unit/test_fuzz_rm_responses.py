@@ -18,8 +18,10 @@ import requests_mock as rm_mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnApiError, YarnHook
-from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger, progress_line, task_summary
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
+from airflow_provider_melon.hadoop.app_state import progress_line, task_summary
+from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 
 RM = "http://127.0.0.1:18088"
 WS = "/ws/v1/cluster"

@@ -6,7 +6,7 @@ import pytest
 from airflow_provider_melon import submission
 from airflow_provider_melon.spec import JobSpec, JobSpecError
 from airflow_provider_melon.submission import StagedFile
-from airflow_provider_melon.triggers.yarn import progress_line
+from airflow_provider_melon.hadoop.app_state import progress_line
 
 JOB = {"name": "g", "entrypoint": "python t.py", "roles": {"worker": {"instances": 3, "gpus": 1}}}
 

@@ -6,9 +6,10 @@
   a function: an import that runs later still points somewhere);
 * ``runtime/`` and ``gpu/`` (the container payload) import nothing from Airflow or from ``hadoop/``; ``hadoop/``
   imports nothing from Airflow;
-* no import cycle between modules at import time (module-level imports, ``if TYPE_CHECKING:`` ones aside);
-* the modules that moved out of the root (issue 25) still import under their old dotted path, with a
-  DeprecationWarning, as the same module object.
+* no import cycle between modules, counting every import (one inside a function or under ``if TYPE_CHECKING:``
+  too: a lazy import must not close a circle);
+* no shims: no module-level ``__getattr__`` (forwarding names to another module), and nothing in the package
+  puts a finder on ``sys.meta_path`` (aliasing module paths); a name is imported from its one home.
 """
 
 from __future__ import annotations
@@ -126,16 +127,15 @@ def test_the_container_payload_imports_nothing_from_hadoop(part):
     assert not bad, bad
 
 
-def test_no_import_cycle_at_import_time():
-    edges = {m: sorted({n for n, top in imports if top and n in MODULES and n != m})
-             for m, imports in GRAPH.items()}
+def test_no_import_cycle():
+    edges = {m: sorted({n for n, _top in imports if n in MODULES and n != m}) for m, imports in GRAPH.items()}
     cycles, state = [], {}
 
     def walk(node: str, path: list[str]) -> None:
         state[node] = "open"
         for nxt in edges[node]:
             if nxt.startswith(node + "."):
-                continue  # a package importing its own submodule (re-export) is not a cycle
+                continue  # a package importing its own submodule is not a cycle
             if state.get(nxt) == "open":
                 cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
             elif nxt not in state:
@@ -145,44 +145,64 @@ def test_no_import_cycle_at_import_time():
     for module in edges:
         if module not in state:
             walk(module, [module])
-    assert not cycles, "\n".join(cycles)
+    assert not cycles, "import cycles (lazy and TYPE_CHECKING imports included):\n" + "\n".join(cycles)
 
 
-@pytest.mark.parametrize("old", sorted(airflow_provider_melon.MOVED))
-def test_a_moved_module_imports_under_its_old_path_with_a_warning(old):
-    new = f"{NAME}.{airflow_provider_melon.MOVED[old]}"
-    code = (
-        "import importlib, sys, warnings\n"
-        f"new = importlib.import_module({new!r})\n"
-        "with warnings.catch_warnings(record=True) as caught:\n"
-        "    warnings.simplefilter('always')\n"
-        f"    old = importlib.import_module({NAME + '.' + old!r})\n"
-        f"    from {NAME} import {old} as via_attribute\n"
-        "assert old is new and via_attribute is new, (old, new)\n"
-        f"assert sys.modules[{NAME + '.' + old!r}] is new\n"
-        f"assert new.__spec__.name == {new!r}, new.__spec__\n"
-        "assert [w for w in caught if issubclass(w.category, DeprecationWarning)"
-        f" and {new!r} in str(w.message)], [str(w.message) for w in caught]\n"
-    )
+def _module_level(tree: ast.Module) -> list[ast.AST]:
+    """Every node that runs when the module is imported: its statements, also inside a module-level ``if``/``try``/
+    ``with``, but not the bodies of its functions and classes."""
+    found: list[ast.AST] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                found.append(child)  # its name is bound at import time; its body runs later
+                continue
+            found.append(child)
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_no_module_getattr_and_no_meta_path_finder():
+    shims = []
+    for module, path in MODULES.items():
+        for node in _module_level(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__":
+                shims.append(f"{module}:{node.lineno}: module-level __getattr__ (names forwarded from elsewhere)")
+            elif isinstance(node, ast.Attribute) and node.attr == "meta_path":
+                shims.append(f"{module}:{node.lineno}: sys.meta_path changed at import (module paths aliased)")
+    assert not shims, "shims:\n" + "\n".join(shims)
+
+
+def test_importing_the_package_leaves_the_import_system_alone():
+    code = ("import sys\nbefore = list(sys.meta_path)\nimport airflow_provider_melon\n"
+            "assert sys.meta_path == before, [type(f).__name__ for f in sys.meta_path if f not in before]\n"
+            "assert not hasattr(airflow_provider_melon, '__getattr__')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG.parent)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_unknown_names_still_fail():
+def test_unknown_names_fail():
     with pytest.raises(ImportError):
         importlib.import_module(f"{NAME}.no_such_module")
     with pytest.raises(AttributeError):
         getattr(airflow_provider_melon, "no_such_module")
 
 
-def test_the_public_paths_of_a_dag_still_import():
-    from airflow_provider_melon.hdfs_io import hdfs_home, put_once, run_slug
-    from airflow_provider_melon.hooks.yarn import AsyncYarnHook, NodeManagerError, YarnApiError, YarnHook
-    from airflow_provider_melon.hooks.yarn_async import AsyncYarnHook as moved
-    from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger, classify, progress_line
+def test_the_names_a_dag_uses_import_from_their_one_home():
+    from airflow_provider_melon.hadoop.app_state import classify, progress_line
+    from airflow_provider_melon.hadoop.hdfs_io import put_once, run_slug
+    from airflow_provider_melon.hadoop.nodemanager import NodeManagerError
+    from airflow_provider_melon.hadoop.rm_json import YarnApiError
+    from airflow_provider_melon.hdfs_io import hdfs_home
+    from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
+    from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 
     assert all(map(callable, (hdfs_home, put_once, run_slug, classify, progress_line)))
-    assert AsyncYarnHook is moved and issubclass(NodeManagerError, YarnApiError) and YarnHook
+    assert issubclass(NodeManagerError, YarnApiError) and YarnHook
+    assert AsyncYarnHook.__module__ == "airflow_provider_melon.hooks.yarn"  # the sync hook's module (as Livy's)
     assert YarnApplicationTrigger.__module__ == "airflow_provider_melon.triggers.yarn"  # serialized in the DB
 
 

@@ -18,7 +18,8 @@ import pytest
 import requests
 import requests_mock as rm_mock
 
-from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook, parse_container_log
+from airflow_provider_melon.hadoop.nodemanager import parse_container_log
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
 from airflow_provider_melon.hadoop.log_follower import FETCH_WINDOW, RESUME_TAIL_BYTES, SLACK, LogFollower, chief_of
 from airflow_provider_melon.triggers.yarn import FINAL_LOGS_KEY
 from airflow_provider_melon.version_compat import XCom

@@ -15,8 +15,10 @@ import time
 import pytest
 import requests_mock as rm_mock
 
-from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnApiError
-from airflow_provider_melon.triggers.poller import LIVE_STATES, RmPoller
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
+from airflow_provider_melon.triggers.poller import RmPoller
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 
 RM = "http://rm-poller.test:8088"

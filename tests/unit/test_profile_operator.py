@@ -412,7 +412,7 @@ def test_profiler_cli_output_without_estimate_exits_0_and_failed_write_exits_1(t
 
 def test_deferred_resume_on_a_fresh_operator_reads_the_same_path(hooks):
     # `airflow dags test` resumes a deferred task on a new operator object, with the trigger's event only
-    from airflow_provider_melon.triggers.yarn import make_event_payload
+    from airflow_provider_melon.hadoop.app_state import make_event_payload
 
     ctx = make_context()
     path = make_op().profile_path_for(ctx)

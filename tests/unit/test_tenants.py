@@ -11,7 +11,8 @@ from airflow_provider_melon import submission
 from airflow_provider_melon.hadoop import queues
 from airflow_provider_melon.hadoop.hdfs_io import describe
 from airflow_provider_melon.hooks.melon import MelonHook
-from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.spec import JobSpec
 
 RM = "http://rm:8088"

@@ -13,14 +13,10 @@ from unittest import mock
 
 import pytest
 
-from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnApiError
-from airflow_provider_melon.triggers.yarn import (
-    YarnApplicationTrigger,
-    classify,
-    duration_s,
-    progress_line,
-    task_summary,
-)
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook
+from airflow_provider_melon.hadoop.app_state import classify, duration_s, progress_line, task_summary
+from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 from airflow_provider_melon.version_compat import trigger_has_on_kill
 
 APP = "application_1700000000000_0007"

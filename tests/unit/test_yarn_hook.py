@@ -9,14 +9,9 @@ import pytest
 import requests
 import requests_mock as rm_mock
 
-from airflow_provider_melon.hooks.yarn import (
-    CONN_FIELDS,
-    UI_FIELD_BEHAVIOUR,
-    YarnApiError,
-    YarnHook,
-    normalise_node,
-    parse_resource,
-)
+from airflow_provider_melon.hadoop.rm_json import YarnApiError, normalise_node, parse_resource
+from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.provider_info import CONN_FORM_FIELDS, YARN_UI_FIELD_BEHAVIOUR
 
 RM1 = "http://rm1:8088"
 RM2 = "http://rm2:8088"
@@ -104,11 +99,11 @@ def test_bad_auth_mode():
 
 
 def test_form_declarations():
-    assert set(CONN_FIELDS) >= {"auth", "kerberos_principal", "connect_timeout", "read_timeout", "retries",
+    assert set(CONN_FORM_FIELDS) >= {"auth", "kerberos_principal", "connect_timeout", "read_timeout", "retries",
                                 "verify"}
-    for spec in CONN_FIELDS.values():
+    for spec in CONN_FORM_FIELDS.values():
         assert spec["label"] and "type" in spec["schema"]
-    assert "password" in UI_FIELD_BEHAVIOUR["hidden-fields"]
+    assert "password" in YARN_UI_FIELD_BEHAVIOUR["hidden-fields"]
     behaviour = YarnHook.get_ui_field_behaviour()
     assert behaviour["relabeling"]["host"] == "ResourceManager URL(s)"
     try:
@@ -116,7 +111,7 @@ def test_form_declarations():
     except ImportError as err:  # wtforms is absent without the FAB UI: Airflow's provider manager copes
         assert err.name == "wtforms"
     else:
-        assert set(widgets) == set(CONN_FIELDS)
+        assert set(widgets) == set(CONN_FORM_FIELDS)
 
 
 def test_form_declarations_validate_against_airflow_schema():
@@ -128,8 +123,8 @@ def test_form_declarations_validate_against_airflow_schema():
     schema_text = importlib.resources.files("airflow").joinpath("provider.yaml.schema.json").read_text()
     item = json.loads(schema_text)["properties"]["connection-types"]["items"]
     doc = {"connection-type": "yarn", "hook-class-name": "airflow_provider_melon.hooks.yarn.YarnHook",
-           "hook-name": "YARN ResourceManager", "conn-fields": CONN_FIELDS,
-           "ui-field-behaviour": UI_FIELD_BEHAVIOUR}
+           "hook-name": "YARN ResourceManager", "conn-fields": CONN_FORM_FIELDS,
+           "ui-field-behaviour": YARN_UI_FIELD_BEHAVIOUR}
     jsonschema.validate(doc, item)
 
 

@@ -12,7 +12,8 @@ import pytest
 import requests
 import requests_mock as rm_mock
 
-from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnApiError, YarnHook
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
 
 RM1 = "http://rm1:8088"
 RM2 = "http://rm2:8088"

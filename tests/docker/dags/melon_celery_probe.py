@@ -10,7 +10,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_provider_melon.hdfs_io import run_slug
+from airflow_provider_melon.hadoop.hdfs_io import run_slug
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 OUT = "hdfs:///user/airflow/melon-celery-probe/{{ run_id | run_slug }}/{{ ti.task_id }}"
