@@ -171,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AIRFLOW__LOGGING__NAMESPACE_LEVELS", QUIET_NAMESPACES)
     from airflow_provider_melon.cli import jobs as cli_jobs
     from airflow_provider_melon.cli import memory as cli_memory
+    from airflow_provider_melon.cli.exit_codes import EXIT_CODES
 
-    parser = argparse.ArgumentParser(prog="melon", description=DESCRIPTION, epilog=cli_jobs.EXIT_CODES,
+    parser = argparse.ArgumentParser(prog="melon", description=DESCRIPTION, epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

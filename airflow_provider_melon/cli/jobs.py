@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from airflow_provider_melon.cli.exit_codes import (  # noqa: F401  (EXIT_CODES, classify: cli/__init__ and tests)
+from airflow_provider_melon.cli.exit_codes import (
     EXIT_CODES,
     OK,
     TIMED_OUT,

@@ -11,7 +11,7 @@ import argparse
 import time
 from typing import Any
 
-from airflow_provider_melon.cli.exit_codes import OK, UsageError
+from airflow_provider_melon.cli.exit_codes import EXIT_CODES, OK, UsageError
 from airflow_provider_melon.cli.terminal import _print_json
 from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.hadoop import memory_history
@@ -98,7 +98,7 @@ def add_command(sub, formatter) -> None:
     from airflow_provider_melon.cli import jobs as cli_jobs
 
     help_ = "show or reset a task's learned GPU memory (gpu_memory: auto)"
-    p = sub.add_parser("memory", parents=[cli_jobs.cluster_options()], help=help_, epilog=cli_jobs.EXIT_CODES,
+    p = sub.add_parser("memory", parents=[cli_jobs.cluster_options()], help=help_, epilog=EXIT_CODES,
                        formatter_class=formatter, description=(
                            "show: each recorded run of a task (app, end time, state, initial/expected/peak MiB with "
                            "the peak's source, OOM, growths) and the figure learned now; forget: delete the task's "

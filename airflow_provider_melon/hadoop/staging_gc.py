@@ -223,6 +223,6 @@ def check_age(seconds: float, text: Optional[str] = None) -> None:
                          "flight or plans of applications being submitted)")
 
 
-__all__ = ["Decision", "Entry", "LIVE_STATES", "MIN_AGE_S", "check_age", "collect", "decide", "in_use", "parse_age",
+__all__ = ["Decision", "Entry", "MIN_AGE_S", "check_age", "collect", "decide", "in_use", "parse_age",
            "prune", "staged_paths"]
 

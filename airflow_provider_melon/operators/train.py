@@ -730,4 +730,4 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self._kill(self._app_id, "the task was killed")
 
 
-__all__ = ["JobSpecError", "MelonTrainOperator", "hdfs_asset_uri", "output_assets"]
+__all__ = ["MelonTrainOperator", "output_assets"]

@@ -30,7 +30,7 @@ from airflow_provider_melon.hooks import melon as melon_module
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.spec import JobSpec
-from airflow_provider_melon.hadoop.staging_gc import LIVE_STATES
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from tests.integration.test_cli_live import CLI, REPO, generic, melon  # noqa: F401 - the `melon` fixture
 from tests.integration.test_tenants_live import SERVICE, _wait_state, tenants, tenants_cluster  # noqa: F401
 

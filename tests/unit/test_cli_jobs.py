@@ -15,7 +15,8 @@ import requests_mock as rm_mock
 
 from airflow_provider_melon import cli
 from airflow_provider_melon.cli import jobs as cli_jobs
-from airflow_provider_melon.cli.jobs import Progress, UploadProgress, app_exit_code, classify
+from airflow_provider_melon.cli.exit_codes import classify
+from airflow_provider_melon.cli.terminal import Progress, UploadProgress, app_exit_code
 
 APP = "application_1700000000000_0007"
 RM = "http://rm1:8088"

@@ -20,7 +20,8 @@ from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.links import MelonAmStatusLink, TensorBoardLink, YarnApplicationLink
-from airflow_provider_melon.operators.train import MelonTrainOperator, hdfs_asset_uri
+from airflow_provider_melon.hadoop.hdfs_io import hdfs_asset_uri
+from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.spec import JobSpec, JobSpecError
 from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX
 from airflow_provider_melon.submission import airflow_tags, deployment_id
