@@ -354,13 +354,14 @@ class Executor:
         except ValueError as exc:
             raise Fatal(EXIT_CONFIG, str(exc)) from None
         if self.cfg.launcher == "torchrun":
+            nnodes = self.env.get("MELON_TORCHRUN_NNODES") or None  # elastic: MIN:MAX
             try:
                 argv = _framework.torchrun_argv(sys.executable, argv, env, self.cfg.nproc_per_node,
-                                                self.cfg.app_id or "melon", local_addr=self.host,
-                                                nnodes=self.env.get("MELON_TORCHRUN_NNODES") or None,  # elastic
+                                                self.cfg.app_id or "melon", local_addr=self.host, nnodes=nnodes,
                                                 max_restarts=int(self.env.get("MELON_TORCHRUN_MAX_RESTARTS") or 0))
             except (KeyError, ValueError) as exc:
                 raise Fatal(EXIT_CONFIG, f"cannot run the entrypoint under torchrun: {exc}") from None
+            env = {**env, **_framework.torchrun_env(nnodes)}
         cwd = self.child_cwd = prepare_workdir(".", links)
         log(f"starting {argv!r} in {os.path.abspath(cwd or '.')}")
         self.release_port()  # the framework binds it itself (see the module docstring on the race)

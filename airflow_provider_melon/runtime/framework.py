@@ -103,6 +103,17 @@ WORKER_SHIM = os.path.abspath(os.path.join(os.path.dirname(__file__), "worker.py
 #: more members (torch's default, 30 s, would stall every membership change that long), and a member whose agent sends
 #: no keep-alive for 3 s is dropped (torch's default, 5 s x 3: a lost member held the survivors' next round 15 s)
 ELASTIC_RDZV_CONF = "last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=3"
+#: elastic: the agents' environment. By default torch's agents share one TCP store for the workers' bootstrap, hosted by
+#: the agent of the first round's node rank 0, whose address is published only in that first round: an agent joining a
+#: later round (a replacement) waits for it until the store's timeout, and a group that lost that agent keeps its dead
+#: address. torch's own switch turns the sharing off: each round's node rank 0 publishes a fresh MASTER_ADDR/PORT and
+#: its rank-0 worker hosts the store.
+ELASTIC_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def torchrun_env(nnodes: Optional[str]) -> Dict[str, str]:
+    """What the agent's environment adds under torchrun: :data:`ELASTIC_AGENT_ENV` for elastic bounds (``MIN:MAX``)."""
+    return dict(ELASTIC_AGENT_ENV) if ":" in str(nnodes or "") else {}
 
 
 def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], nproc_per_node: int, rdzv_id: str,
