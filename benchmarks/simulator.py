@@ -25,7 +25,7 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
     ``exclusive``  (a) YARN's default: a job needs a GPU nobody holds (``policy.exclusive``).
     ``memory``     (b) MeLoN by expected memory only: ``policy.best_fit(..., mps=True)`` (no interference
                    rule), any kinds together.
-    ``pays``       (c) share only where packing pays: ``policy.place_where_it_pays`` (the product's rule) with
+    ``pays``       (c) share only where packing pays: ``policy.place_where_it_pays`` (the former default) with
                    this module's speed model as its ``rates``. A job whose ``policy.packing_pays`` is false
                    (large: sm_util 0.84 from its 1.19x plateau) takes an idle GPU. A job that pays (small:
                    sm_util 0.27) goes to the GPU, among those that fit and ``policy.admits`` it without MPS (so
@@ -42,10 +42,12 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
                    jobs on every GPU once the small work left fits beside them. ``pays_quota_even`` (cQ=) is the
                    same with ``front=0`` (both kinds spread evenly over the schedule).
     ``gandiva``    (g) a Gandiva-style greedy packer, a baseline: :func:`gandiva_place`.
-    ``ledger``     what a node's executor really does today (``gpu.ledger.Ledger.reserve``, shared mode, no
-                   MPS): ``policy.best_fit(..., large=job.large, mps=False)``, i.e. best fit by expected memory
-                   under ``policy.admits``' interference rule. ``benchmarks/bench_sim_vs_system.py`` compares it
-                   with the real YARN + AM + ledger.
+    ``default``    (D) what the product applies: every job holds ``policy.slot_mb`` of GPU memory (:func:`slot`)
+                   and takes the GPU ``policy.place_default`` chooses, the call a node's ledger makes.
+    ``ledger``     a node's executor with the role's expected memory as its reservation (no slot):
+                   ``policy.place_default(..., large=job.large, mps=False)`` on expected memory alone, what
+                   ``gpu.ledger.Ledger.reserve`` does for a role whose ``gpu_memory`` is its model's memory.
+                   ``benchmarks/bench_sim_vs_system.py`` compares it with the real YARN + AM + ledger.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
                    bound restricted to the configurations (c)'s own rules allow.
 """
@@ -99,6 +101,7 @@ class SpeedModel:
     mix_small: Dict[int, float]  # -> each small job's rate
     small_peak_mb: float = 0.0
     large_peak_mb: float = 0.0
+    _rates: Optional[object] = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_data(cls, directory: Optional[str] = None) -> "SpeedModel":
@@ -131,28 +134,12 @@ class SpeedModel:
     def plateau(self, kind: str) -> float:
         return max(self.curve(kind).values())
 
-    def _mix(self, table: Dict[int, float], m: int) -> float:
-        return policy.colocation_speedup(table, m) if m <= max(table) else table[max(table)]
-
     def rates(self, n_large: int, n_small: int) -> Tuple[float, float]:
-        """(each large job's rate, each small job's rate) on a GPU holding that many of each."""
-        if n_large and not n_small:
-            return policy.colocation_speedup(self.large_curve, n_large) / n_large, 0.0
-        if n_small and not n_large:
-            return 0.0, policy.colocation_speedup(self.small_curve, n_small) / n_small
-        if not n_small and not n_large:
-            return 0.0, 0.0
-        m_top = max(self.mix_small)
-        lr = self._mix(self.mix_large, n_small)
-        if n_small <= m_top:
-            sr = policy.colocation_speedup(self.mix_small, n_small) if n_small >= min(self.mix_small) else \
-                self.mix_small[min(self.mix_small)]
-        else:
-            per = lambda k: policy.colocation_speedup(self.small_curve, k) / k  # noqa: E731
-            sr = self.mix_small[m_top] * per(n_small) / per(m_top)
-        if n_large > 1:
-            lr *= policy.colocation_speedup(self.large_curve, n_large) / n_large
-        return lr, sr
+        """(each large job's rate, each small job's rate) on a GPU holding that many of each
+        (``policy.rates_from`` on the measured points)."""
+        if self._rates is None:
+            self._rates = policy.rates_from(self.small_curve, self.large_curve, self.mix_large, self.mix_small)
+        return self._rates(n_large, n_small)
 
     def throughput(self, n_large: int, n_small: int) -> float:
         lr, sr = self.rates(n_large, n_small)
@@ -246,7 +233,11 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
     if name == "memory":
         return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
     if name == "ledger":
-        return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=False)
+        return policy.place_default(gpus, job.expected_mb, large=job.large, mps=False)
+    if name == "default":
+        slots = [Gpu(g.index, total_mb, sum(slot(j, total_mb) for j in js),
+                     [Task(j.name, slot(j, total_mb), j.large) for j in js]) for g, js in zip(gpus, state)]
+        return policy.place_default(slots, slot(job, total_mb), large=job.large, mps=False)
     if name == "gandiva":
         return gandiva_place(job, state, gpus, model)
     if name not in PAYS_VARIANTS:
@@ -278,6 +269,12 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
     return policy.place_where_it_pays(gpus, job.expected_mb, large=job.large, pays=job_pays(job, model, total_mb),
                                       rates=model.rates, min_gain=MIN_MARGINAL_GAIN, fairness_bound=FAIRNESS_BOUND,
                                       keep_idle=keep_idle, **flags)
+
+
+def slot(job: Job, total_mb: int) -> int:
+    """What the default asks for and holds for ``job``: ``policy.slot_mb`` of its expected memory (the anchor's
+    presumed speeds, not the simulator's measured ones: the product knows only whether a job is large)."""
+    return policy.slot_mb(job.expected_mb, total_mb, large=job.large)
 
 
 def gandiva_place(job: Job, state: List[List[Job]], gpus: List[Gpu], model: SpeedModel) -> Optional[int]:

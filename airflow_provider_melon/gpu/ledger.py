@@ -9,7 +9,7 @@ by the executors of that node, one at a time (``fcntl.flock`` on ``<dir>/ledger.
    :func:`taken_mb`: MeLoN's reservations (or what MeLoN's processes use, where that is more), plus what the
    processes the ledger does not know use, plus the driver's own, from NVML's per-process list; where NVML gives
    no per-process memory (an inventory, a process NVML cannot measure) ``max(reservations, device used)``;
-3. ask :func:`policy.best_fit` (shared) or :func:`policy.exclusive_set` (whole GPUs), record the answer.
+3. ask :func:`policy.place_default` (shared) or :func:`policy.exclusive_set` (whole GPUs), record the answer.
 
 Exclusive reservations record the GPU's whole memory, so no shared task lands next to them.
 
@@ -357,7 +357,8 @@ class Ledger:
     ) -> Optional[int]:
         """Reserve a GPU for ``task_id`` (held while ``pid`` lives); its index, or None when none fits.
 
-        Shared mode: best fit of ``expected_mb`` under the interference rule. Exclusive mode: a GPU nobody
+        Shared mode: :func:`policy.place_default` of ``expected_mb`` (memory and the interference rule refuse;
+        least fragmentation, then the largest throughput gain, then best fit choose). Exclusive mode: a GPU nobody
         holds (``expected_mb`` is ignored and the whole GPU is recorded). A task that already holds a
         reservation gets the same GPU back (idempotent retry).
         """
@@ -389,7 +390,7 @@ class Ledger:
             if exclusive:
                 chosen = policy.exclusive_set(pgs, count, idle_mb=self.idle_mb)
             else:
-                one = policy.best_fit(pgs, int(expected_mb), large=large, mps=mps)
+                one = policy.place_default(pgs, int(expected_mb), large=large, mps=mps)
                 chosen = None if one is None else [one]
             if not chosen:
                 return None

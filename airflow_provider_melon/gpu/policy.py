@@ -56,6 +56,13 @@ __all__ = [
     "placements",
     "best_on_node",
     "least_fragmenting",
+    "rates_from",
+    "ANCHOR_RATES",
+    "max_colocated",
+    "slot_mb",
+    "node_kinds",
+    "gpu_fragmentation",
+    "place_default",
 ]
 
 
@@ -606,3 +613,132 @@ def least_fragmenting(nodes: Sequence[NodeFree], task: Demand, demands: Sequence
         if b is not None and (best is None or (b[0], ni) < best[0]):
             best = ((b[0], ni), (ni, b[1]))
     return best[1] if best else None
+
+
+# -- the default: one rule for the node's ledger and the simulator --------------------------------------------------
+def rates_from(small_curve: Curve, large_curve: Curve, mix_large: Mapping[int, float],
+               mix_small: Mapping[int, float]) -> Rates:
+    """A :data:`Rates` function from measured points: ``l`` large tasks alone each run at
+    ``colocation_speedup(large_curve, l) / l``, ``m`` small ones alone at ``colocation_speedup(small_curve, m) / m``;
+    one large with ``m`` small (no MPS) at ``mix_large[m]`` / ``mix_small[m]``, linear between the measured ``m`` and
+    held beyond the last one for the large task (the small ones follow the small curve's shape from there); with
+    ``l >= 2`` large the large tasks share the large task's slice (``* curve_L(l) / l``: never measured, and no rule
+    here forms it beside a small task)."""
+    sc, lc = dict(small_curve), dict(large_curve)
+    ml, ms = dict(mix_large), dict(mix_small)
+    m_top, m_low = max(ms), min(ms)
+
+    def rates(n_large: int, n_small: int) -> Tuple[float, float]:
+        if n_large and not n_small:
+            return colocation_speedup(lc, n_large) / n_large, 0.0
+        if n_small and not n_large:
+            return 0.0, colocation_speedup(sc, n_small) / n_small
+        if not n_small and not n_large:
+            return 0.0, 0.0
+        lr = colocation_speedup(ml, n_small) if n_small <= max(ml) else ml[max(ml)]
+        if n_small <= m_top:
+            sr = colocation_speedup(ms, n_small) if n_small >= m_low else ms[m_low]
+        else:
+            def per(k: int) -> float:
+                return colocation_speedup(sc, k) / k
+
+            sr = ms[m_top] * per(n_small) / per(m_top)
+        if n_large > 1:
+            lr *= colocation_speedup(lc, n_large) / n_large
+        return lr, sr
+
+    return rates
+
+
+#: The speeds the default presumes when it knows only whether a task is large: the H200 anchor of the module
+#: docstring (ResNet-18 for a small task, ResNet-50 for a large one; ``benchmarks/data``, to three decimals), the
+#: same presumption the profiler makes for a small job (``profiler.SMALL_JOB_SM_UTIL``).
+ANCHOR_RATES = rates_from({1: 1.0, 2: 1.823, 4: 3.525, 8: 3.706}, {1: 1.0, 2: 1.191, 4: 1.186, 8: 1.193},
+                          {1: 0.929, 3: 0.378}, {1: 0.956, 3: 1.010})
+
+
+def max_colocated(large: bool, rates: Rates = ANCHOR_RATES, *, min_gain: float = MIN_MARGINAL_GAIN,
+                  fairness_bound: float = FAIRNESS_BOUND, limit: int = 64) -> int:
+    """The most tasks of one kind a GPU should hold together: it grows while the next one adds more than
+    ``min_gain`` of a job (:func:`marginal_gain`) and keeps every task there at ``1 / fairness_bound`` of its solo speed
+    (:func:`fair_mix`). The anchor: 4 small (the fifth adds 0.05 of a job), 2 large (1.19x in all, 0.595 each; a
+    third would run each at 0.40)."""
+    k = 1
+    while k < limit:
+        nl, ns = (k + 1, 0) if large else (0, k + 1)
+        if not fair_mix(rates, nl, ns, fairness_bound) or marginal_gain(rates, nl - large, ns - (not large), large) \
+                <= min_gain:
+            break
+        k += 1
+    return k
+
+
+def slot_mb(expected_mb: int, gpu_mb: int, *, large: bool, rates: Rates = ANCHOR_RATES) -> int:
+    """GPU memory to ask for and hold for a task that shares a GPU: its expected memory, and at least the GPU's
+    memory over :func:`max_colocated` (a quarter of the GPU for a small task, half for a large one with the anchor).
+
+    The headroom is what keeps the sharing fair and worth it with no rule beyond memory: YARN admits by memory and
+    the ledger refuses by memory, so a GPU never holds more than 4 small tasks, 2 large, or a large and a small
+    (:func:`admits` forbids a large with two small). The task's own memory cap stays its expected memory."""
+    if expected_mb < 0 or gpu_mb <= 0:
+        raise ValueError(f"expected_mb must be >= 0 and gpu_mb > 0, got {expected_mb} and {gpu_mb}")
+    return max(int(expected_mb), int(gpu_mb) // max_colocated(large, rates))
+
+
+def node_kinds(gpus: Sequence[Gpu], expected_mb: int, large: bool) -> Tuple[Tuple[Tuple[int, bool], float], ...]:
+    """The task kinds a node holds, ``((expected_mb, large), weight)``: the distinct reservations on its GPUs and the
+    task being placed, weighted by how many there are (what the node has seen; it knows no other demand)."""
+    counts: dict = {}
+    for t in [t for g in gpus for t in g.task_tuples()] + [Task("", int(expected_mb), bool(large))]:
+        key = (int(t.expected_mb), bool(t.large))
+        counts[key] = counts.get(key, 0) + 1
+    n = sum(counts.values())
+    return tuple((k, c / n) for k, c in sorted(counts.items()))
+
+
+def gpu_fragmentation(gpus: Sequence[Gpu], kinds, mps: bool = False) -> float:
+    """FGD's measure on one node's GPUs (see :func:`node_fragmentation`), with the interference rule: the expected
+    free GPU capacity (in GPUs) that a task drawn from ``kinds`` (:func:`node_kinds`) could not use, because the
+    GPU's free memory is too small for it or :func:`admits` refuses it there (a GPU with two small tasks is no
+    place for a large one without MPS)."""
+    frag = 0.0
+    for (mb, large), w in kinds:
+        for g in gpus:
+            if g.total_mb > 0 and not (room(g) >= mb and admits(g, large, mps)):
+                frag += w * room(g) / g.total_mb
+    return frag
+
+
+def place_default(gpus: Sequence[Gpu], expected_mb: int, *, large: bool = False, mps: bool = False,
+                  rates: Rates = ANCHOR_RATES) -> Optional[int]:
+    """The GPU a task that shares takes on a node (the executor's ledger) -- and the default the simulator scores.
+
+    It refuses only what does not fit in memory or what :func:`admits` refuses (the interference rule): how many
+    tasks share a GPU is set by the memory each holds (:func:`slot_mb`). Among the GPUs left it takes:
+
+    1. the one whose placement leaves the node least fragmented (:func:`gpu_fragmentation`: FGD's measure with the
+       interference rule, over the kinds the node holds, :func:`node_kinds`): memory is not cut into pieces, nor
+       GPUs filled with small tasks, that no task there could use;
+    2. then the largest gain in aggregate throughput (:func:`marginal_gain` under ``rates``; an idle GPU gains a
+       whole job): a task goes where it slows its neighbours least, an idle GPU first (skipped with MPS: the rates
+       are measured without it);
+    3. then best fit (the least memory left), then the lowest index.
+    """
+    gpus = list(gpus)
+    if expected_mb < 0:
+        raise ValueError(f"expected_mb must be >= 0, got {expected_mb}")
+    cands = [i for i, g in enumerate(gpus) if fits(g, expected_mb) and admits(g, large, mps)]
+    if not cands:
+        return None
+    kinds = node_kinds(gpus, expected_mb, large)
+    best = None
+    for i in cands:
+        g = gpus[i]
+        placed = Gpu(g.index, g.total_mb, g.reserved_mb + int(expected_mb),
+                     g.task_tuples() + [Task("", int(expected_mb), bool(large))])
+        frag = gpu_fragmentation(gpus[:i] + [placed] + gpus[i + 1:], kinds, mps)
+        gain = 0.0 if mps else marginal_gain(rates, *_mix(g), large)
+        key = (round(frag, 9), -round(gain, 9), room(g) - expected_mb, g.index)
+        if best is None or key < best[0]:
+            best = (key, g.index)
+    return best[1]

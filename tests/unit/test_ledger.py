@@ -84,11 +84,26 @@ def test_exclusive_many_is_all_or_nothing(tmp_path):
 
 def test_interference_rule_applies_through_the_ledger(led):
     me = os.getpid()
-    devs = gpus(141000, 141000)
+    devs = gpus(141000)
     assert led.reserve("r50", me, 5000, devs, large=True) == 0
     assert led.reserve("r18a", me, 1600, devs) == 0
-    assert led.reserve("r18b", me, 1600, devs) == 1  # no MPS: GPU 0 already has R50 + one small
+    assert led.reserve("r18b", me, 1600, devs) is None  # no MPS: the GPU already has R50 + one small
     assert led.reserve("r18c", me, 1600, devs, mps=True) == 0  # with MPS it packs
+
+
+def test_the_ledger_places_by_the_default_policy(led):
+    """The node's GPU choice is policy.place_default (the rule bench_policy scores), not best fit: a small task takes
+    the idle GPU rather than stack beside another (it slows nobody there), and a second large one pairs with the
+    large rather than close the small task's GPU to small tasks (admits: one small beside a large)."""
+    me = os.getpid()
+    devs = gpus(141000, 141000, 141000)
+    assert led.reserve("s1", me, 35000, devs) == 0
+    assert led.reserve("s2", me, 35000, devs) == 1  # best fit would stack it on GPU 0
+    assert led.reserve("l1", me, 70000, devs, large=True) == 2
+    assert led.reserve("l2", me, 70000, devs, large=True) == 2  # beside s1 or s2 would shut out small tasks
+    pgs = [ledger.policy.Gpu(0, 141000, 35000, [("s1", 35000, False)]), ledger.policy.Gpu(1, 141000, 35000,
+           [("s2", 35000, False)]), ledger.policy.Gpu(2, 141000, 140000, [("l1", 70000, True), ("l2", 70000, True)])]
+    assert led.reserve("s3", me, 35000, devs) == ledger.policy.place_default(pgs, 35000) == 0
 
 
 def test_dead_pid_is_reclaimed(led):

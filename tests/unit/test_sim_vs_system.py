@@ -26,8 +26,8 @@ def model():
 
 def test_ledger_policy_places_like_the_real_ledger(tmp_path, model):
     """Same jobs in the same order, none finishing: the simulator's GPU per job == Ledger.reserve's answer.
-    The sequence exercises best fit (stacking), the interference rule (a third small refused beside a large and
-    a small; a large refused beside two small) and memory (16 GiB GPUs fill up)."""
+    The sequence exercises policy.place_default (spreading, pairing), the interference rule (a third small refused
+    beside a large and a small; a large refused beside two small) and memory (16 GiB GPUs fill up)."""
     kinds = ["large", "small", "small", "large", "small", "large", "small", "small", "large", "small"]
     jobs = [sim.Job(f"j{i}", k, 1000.0, 5653 if k == "large" else 2076) for i, k in enumerate(kinds)]
     total = 16384
