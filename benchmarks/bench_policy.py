@@ -1,6 +1,7 @@
 """Benchmark: makespan, mean JCT and GPU-hours of three job traces on a simulated H200 cluster under
-(a) exclusive GPUs, (b) memory-only packing, (g) a Gandiva-style greedy packer (the baselines), (c) MeLoN's
-packing only where it pays (and its variants (c'), (cL), (cQ), (cQ=), (c-sub), (c-lpt), see benchmarks/README.md), (d) the
+(a) exclusive GPUs, (b) memory-only packing, (g) a Gandiva-style greedy packer (the baselines), (D) the default
+the product applies (``policy.slot_mb`` reservations placed by ``policy.place_default``), (c) packing only where it
+pays, the former default (and its variants (c'), (cL), (cQ), (cQ=), (c-sub), (c-lpt), see benchmarks/README.md), (d) the
 ideal-packing lower bound, and (d*) the same bound over only the configurations (c)'s rules allow, which
 splits (c)'s gap to (d) into what online arrival-order scheduling loses and what the rules cost; (c') is a
 variant printed for comparison. Speeds come from benchmarks/data (see benchmarks/simulator.py); the targets from the
@@ -10,8 +11,7 @@ issue are checked against what the simulation produces (PASS/FAIL), nothing is h
 two large jobs may share a GPU when that is fair (never beside a small: not measured), and a job whose estimated
 work reaches half the backlog's even share per GPU is kept alone (``policy.critical_tasks``). Its estimates are the
 true durations off by a lognormal factor (``EST_SIGMA`` 0.3), what a history of earlier runs could give; the
-product does not record durations yet, so the default stays (c). The run ends with one ``PARETO`` line per trace
-for the default and for (cD) (makespan <= (g)'s with worst running slowdown <= 2, plus the online gap to the bound
+product does not record durations. The run ends with one ``PARETO`` line per trace for the default (D), (c) and (cD) (makespan <= (g)'s with worst running slowdown <= 2, plus the online gap to the bound
 under that policy's own rules and the speedup over exclusive), then a sensitivity table: every job's expected
 memory off by -20 % (it runs out of memory and the AM relaunches it at 1.5x, costing ``OOM_COST_S`` of GPU time),
 +10 % (what ``gpu_memory: auto`` learns, peak x 1.1) and +20 %.
@@ -51,7 +51,11 @@ POLICIES = [
     ("c-sub", "pays", "trace", "(c-sub) (c), ties by submission"),
     ("c-lpt", "pays", "lpt", "(c-lpt) (c), longest first (oracle)"),
     ("cD", "pays_learned", "learned", "(cD) learned durations, pairs, crit."),
+    ("D", "default", "name", "(D) default: slots + place_default"),
 ]
+#: the policy the product applies (``policy.place_default`` on ``policy.slot_mb`` reservations); the PARETO lines'
+#: "default"
+DEFAULT = "D"
 #: lognormal error of the duration estimates (cD) works with (sim.with_estimates): durations learned from earlier runs
 EST_SIGMA = 0.3
 #: what an out-of-memory relaunch costs (sensitivity rows): the measured launch overhead (bench_sim_vs_system, mean
@@ -100,8 +104,9 @@ def run_trace(title, jobs, n_gpus, total_mb, model):
     print("  (c) worst running slowdown vs solo by kind: "
           + ", ".join(f"{k} {max(v):.2f}x (mean {sum(v) / len(v):.2f}x)" for k, v in sorted(by_kind.items()))
           + f"; (b) worst {res['b'].worst_slowdown:.2f}x; (g) worst {res['g'].worst_slowdown:.2f}x")
-    print(f"  (d*) under (cD)'s rules (two large may share): {_h(res['rules_cD'].makespan_s)}, "
-          f"mix {res['rules_cD'].configs}; (cD) / that bound {res['cD'].makespan_s / res['rules_cD'].makespan_s:.2f}x")
+    print(f"  (d*) under (cD)'s and (D)'s rules (two large may share): {_h(res['rules_cD'].makespan_s)}, "
+          f"mix {res['rules_cD'].configs}; (cD) / that bound {res['cD'].makespan_s / res['rules_cD'].makespan_s:.2f}x, "
+          f"(D) / that bound {res[DEFAULT].makespan_s / res['rules_cD'].makespan_s:.2f}x")
     return res, bound, rules
 
 
@@ -153,8 +158,9 @@ def main(argv=None) -> int:
         failed += check_targets(fam, out)
         pareto[key] = out
     print("\nPareto front against (g): makespan <= (g)'s with worst running slowdown <= "
-          f"{sim.FAIRNESS_BOUND:.1f}x, online gap to (d*) <= 1.05; the default is (c), what the product applies")
-    for who, label, rules_key in (("c", "default", None), ("cD", "(cD)", "rules_cD")):
+          f"{sim.FAIRNESS_BOUND:.1f}x, online gap to (d*) <= 1.05; the default is (D), what the product applies "
+          "(its (d*): the configurations it may form, two large on a GPU included); (c) and (cD) for comparison")
+    for who, label, rules_key in ((DEFAULT, "default", "rules_cD"), ("c", "(c)", None), ("cD", "(cD)", "rules_cD")):
         for fam, out in pareto.items():
             for name, (res, _, rules) in out.items():
                 r, g = res[who], res["g"]
@@ -184,23 +190,25 @@ def with_memory_error(jobs, factor: float):
 
 
 def memory_sensitivity(args, model) -> None:
-    """Makespans of (c) and (cD) with every job's expected memory off by -20 % / +20 % (and +10 %: what
-    ``gpu_memory: auto`` learns after one run, its peak x 1.1), against the exact figure."""
+    """Makespans of the default (D), (c), (cD) and (g) with every job's expected memory off by -20 % / +20 % (and
+    +10 %: what ``gpu_memory: auto`` learns after one run, its peak x 1.1), against the exact figure."""
     factors = [(0.8, "-20 % (OOM, relaunch x1.5)"), (1.0, "exact"), (1.1, "+10 % (auto: peak x 1.1)"),
                (1.2, "+20 %")]
     print(f"\nSensitivity: expected memory off (an OOM relaunch costs {OOM_COST_S:.0f} s of GPU time); "
-          "makespan (c) / (cD) / (g), worst slowdown of (c) and (cD)")
+          "makespan (D) / (c) / (cD) / (g), worst slowdown of (D), (c), (cD)")
     for fam in FAMILIES:
         for name, jobs in _family_traces(args, model, fam, args.seed).items():
             cells = []
             for f, label in factors:
                 js = with_memory_error(jobs, f)
+                dd = sim.simulate(js, args.gpus, args.gpu_mb, "default", model)
                 c = sim.simulate(js, args.gpus, args.gpu_mb, "pays", model)
                 d = sim.simulate(sim.with_estimates(js, EST_SIGMA), args.gpus, args.gpu_mb, "pays_learned", model,
                                  order="learned")
                 g = sim.simulate(js, args.gpus, args.gpu_mb, "gandiva", model)
-                cells.append(f"{label}: {c.makespan_s / 3600:.2f}/{d.makespan_s / 3600:.2f}/{g.makespan_s / 3600:.2f} h"
-                             f" ({c.worst_slowdown:.2f}/{d.worst_slowdown:.2f})")
+                cells.append(f"{label}: {dd.makespan_s / 3600:.2f}/{c.makespan_s / 3600:.2f}/{d.makespan_s / 3600:.2f}"
+                             f"/{g.makespan_s / 3600:.2f} h ({dd.worst_slowdown:.2f}/{c.worst_slowdown:.2f}"
+                             f"/{d.worst_slowdown:.2f})")
             print(f"  {fam} {name:<14} " + ";  ".join(cells))
 
 
@@ -223,6 +231,21 @@ def sensitivity(args, model) -> int:
             qs.sort()
             print(f"  {fam} {name:<14} {qs[0]:.2f} / {statistics.median(qs):.2f} / {qs[-1]:.2f}, "
                   f"{sum(q <= 1.10 for q in qs) / len(qs):.0%} <= 1.10  [{own:.2f}]")
+    print(f"\nThe default (D) against (g) with the queue shuffled ({args.orders} orders, each run by both): makespan "
+          "(D) / (g) min / median / max, share of orders with (D) <= (g); worst slowdown of (D)")
+    for fam in FAMILIES:
+        for name, jobs in _family_traces(args, model, fam, args.seed).items():
+            qs, worst = [], 0.0
+            for k in range(args.orders):
+                shuffled = list(jobs)
+                random.Random(k).shuffle(shuffled)
+                d = sim.simulate(shuffled, args.gpus, args.gpu_mb, "default", model, order="trace")
+                g = sim.simulate(shuffled, args.gpus, args.gpu_mb, "gandiva", model, order="trace")
+                qs.append(d.makespan_s / g.makespan_s)
+                worst = max(worst, d.worst_slowdown)
+            qs.sort()
+            print(f"  {fam} {name:<14} {qs[0]:.3f} / {statistics.median(qs):.3f} / {qs[-1]:.3f}, "
+                  f"{sum(q <= 1.0 + 1e-9 for q in qs) / len(qs):.0%} with (D) <= (g); worst slowdown {worst:.2f}")
     keys = [("c", "pays"), ("cQ", "pays_quota"), ("cQ=", "pays_quota_even")]
     print(f"\nMixed traces over seeds {seeds}: x/(d*) and mean JCT over (c)'s, per seed; mean and max")
     for fam in FAMILIES:

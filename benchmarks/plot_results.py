@@ -94,12 +94,12 @@ def policy(results: Path) -> str:
         name = block.split(":", 1)[0].strip()
         traces[name] = {}
         for line in block.splitlines():
-            m = re.match(r"^(\([a-dg](?:'|Q)?\*?\)) .*?\s(\d+\.\d+) h", line)
+            m = re.match(r"^(\((?:[a-dg](?:'|Q)?\*?|D)\)) .*?\s(\d+\.\d+) h", line)
             if m:
                 traces[name][m.group(1)] = float(m.group(2))
-    policies = ["(a)", "(b)", "(g)", "(c)", "(c')", "(cQ)", "(d*)", "(d)"]
+    policies = ["(a)", "(b)", "(g)", "(c)", "(D)", "(cQ)", "(d*)", "(d)"]
     labels = {"(a)": "exclusive", "(b)": "pack by memory", "(g)": "Gandiva-style greedy",
-              "(c)": "MeLoN: pack where it pays", "(c')": "(c') variant", "(cQ)": "(cQ) queue quota",
+              "(c)": "pack where it pays", "(D)": "MeLoN default", "(cQ)": "(cQ) queue quota",
               "(d*)": "bound under (c)'s rules", "(d)": "ideal bound"}
     W, H, L, B, T = 720, 360, 60, 70, 40
     vmax = max(v for t in traces.values() for v in t.values())
