@@ -8,10 +8,11 @@ durations, sigma 0.5, expected GPU memory from the measured NVML peaks: small 20
 the durations divided by ``--time-scale`` (default 30: medians 40 s small / 80 s large) and job ``i`` arriving
 at ``i * --gap`` seconds (default 10 s), so the order in which jobs reach the node's ledger is the trace's
 order (twelve AM JVMs launched in the same second on a shared 2-core host would reach it in a racy order, and
-best fit's answer depends on the order).
+the ledger's answer depends on the order).
 
-The policy: ``ledger`` -- what the node's executor really does (``gpu.ledger.Ledger.reserve``: best fit by
-expected memory under ``policy.admits``, no MPS), simulated with the same ``policy.best_fit`` call.
+The policy: ``ledger`` -- what the node's executor really does (``gpu.ledger.Ledger.reserve``:
+``policy.place_default`` on the role's expected memory, no MPS), simulated with the same ``policy.place_default``
+call.
 
 The real run: a mini cluster with ONE NodeManager advertising ``--gpus`` virtual GPUs of an H200's memory
 (134465 MiB each; the simulator's GPUs), 24 GiB / 48 vcores of container room and an AM share of 0.5, so YARN
@@ -160,7 +161,7 @@ def report(trace, res, real, args, model) -> List[str]:
     p = out.append
     p(f"Simulator vs system: {len(trace)} jobs (seed {args.seed}, small fraction {args.small_fraction}, durations "
       f"/{args.time_scale:g}, arrivals every {args.gap:g}s), {args.gpus} GPUs x {sim.H200_MB} MiB, policy 'ledger' "
-      f"(policy.best_fit under policy.admits, no MPS)")
+      f"(policy.place_default on expected memory, no MPS)")
     p("")
     hdr = (f"{'job':5} {'kind':5} {'solo':>6} {'MiB':>5} {'arr':>5} | {'sim gpu':>7} {'start':>6} {'finish':>7} | "
            f"{'real gpu':>8} {'start':>6} {'finish':>7} | {'launch':>6} {'d fin':>6}")
