@@ -111,8 +111,10 @@ def test_a_replacement_joins_the_running_group_which_goes_on_at_three(tmp_path, 
         for i in range(3):
             group.start(f"a{i}", i)
         group.wait_for("the group at 3, step 4", lambda: any(s >= 4 and w == 3 for s, w, _ in group.lines()), 90)
-        victim = next(n for n in ("a0", "a1", "a2") if n != f"a{group.host}"
-                      and (group.node_rank(n) == 0) == (lose == "node rank 0"))
+        victim = next((n for n in ("a0", "a1", "a2") if n != f"a{group.host}"
+                       and (group.node_rank(n) == 0) == (lose == "node rank 0")), None)
+        if victim is None:  # torch ranks nodes by "host_pid": the host's agent started last, but pids wrap
+            pytest.skip("torch gave node rank 0 to the rendezvous host's agent this time")
         group.kill(victim)
         killed_at = group.lines()[-1][0]
         # the two left re-form without it and go on from the checkpoint
