@@ -117,57 +117,69 @@ def ddp_step(tmp_path) -> int:
         return 0
 
 
-def test_elastic_ddp_worker_sigkilled_the_others_reform_and_resume_from_the_checkpoint(fault_jobs, fault_hook,
-                                                                                       tmp_path, fault_row):
-    """Three torchrun agents, at least two: a member's container is SIGKILLed mid-training (its worker process dies
-    with its agent). The AM records the loss and keeps the job (two members are its minimum); the two agents left
-    re-form their group and resume from rank 0's checkpoint; the job SUCCEEDS with the loss still falling.
-    ``restarts: 0``: no replacement joins (a replacement joining a running torchrun group is left out here: see
-    docs/elastic.md)."""
-    with fault_row("elastic DDP worker SIGKILLed (torchrun, 3 workers, min 2): the others re-form and resume",
+def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_from_the_checkpoint(
+        fault_jobs, fault_hook, tmp_path, fault_row):
+    """Three torchrun agents, at least two, one restart: a member's container is SIGKILLed mid-training (its worker
+    dies with its agent). The AM records the loss and asks for a replacement; the agents left re-form and resume from
+    rank 0's checkpoint; the replacement's agent joins the running group, which re-forms at three; the job SUCCEEDS
+    with the loss still falling. The member lost is the one whose agent torch made node rank 0, unless that is task 0
+    (the rendezvous host, whose loss torchrun does not survive: docs/elastic.md)."""
+    with fault_row("elastic DDP worker SIGKILLed (torchrun, 3 workers, min 2): a replacement joins, resumes",
                    hook=fault_hook) as row:
         app_id = fault_jobs.submit(elastic_ddp_job(
-            tmp_path, "elastic-ddp-kill", 40, worker={"instances": 3, "min_instances": 2, "memory": 1536}),
-            tags=row.tags)
+            tmp_path, "elastic-ddp-kill", 120, worker={"instances": 3, "min_instances": 2, "restarts": 1,
+                                                      "memory": 1536}), tags=row.tags)
         status = fault_jobs.wait_status(app_id, lambda s: registered(s) == {0, 1, 2}, timeout=180)
         wait_for(lambda: ddp_step(tmp_path) >= 10, 120, "training at step 10", cause=fault_jobs.cause(app_id))
-        # torchrun's rendezvous gives node ranks in its own order, and the agent of node rank 0 serves its workers'
-        # store: losing that member is not survived (docs/elastic.md), nor is losing task 0 (the rendezvous host).
-        # The member lost here is the other one.
         containers = {t["index"]: t["container_id"] for t in status["tasks"]}
         logs = fault_jobs.container_logs(app_id)
         rank0 = {i for i, c in containers.items() if "rank 0 of 3" in next(
             (text for cid, text in logs.items() if cid.endswith(c.split("_", 2)[-1])), "")}
         assert len(rank0) == 1, (containers, rank0)
-        victim = ({1, 2} - rank0).pop() if rank0 <= {1, 2} else 2
+        first_rank0 = rank0.pop()
+        victim = first_rank0 or 2
         row.injected()
         sigkill_group(container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX=str(victim)))
         killed_at = ddp_step(tmp_path)
-        # the AM's decision, as the task log shows it ("[melon-am] worker:2 lost from elastic role worker ...")
+        # the AM's decisions, as the task log shows them ("[melon-am] worker:2 lost from elastic role worker ...")
         status = fault_jobs.wait_status(app_id, lambda s: any(
-            e["task"] == f"worker:{victim}" and e["text"].startswith("lost from elastic role worker (")
-            for e in s.get("events") or []), timeout=60)
-        lost = next(e["text"] for e in status["events"] if e["text"].startswith("lost from elastic role worker ("))
+            e["task"] == f"worker:{victim}" and e["text"].startswith("joined elastic role worker (attempt 1)")
+            for e in s.get("events") or []), timeout=120)
+        texts = [e["text"] for e in status["events"] if e["task"] == f"worker:{victim}"]
+        lost = next(t for t in texts if t.startswith("lost from elastic role worker ("))
         left = ", ".join(f"worker:{i}" for i in sorted({0, 1, 2} - {victim}))
         assert "exited 137 (killed by SIGKILL)" in lost and f"2 of 3 live (min 2): {left}" in lost, lost
+        assert "asking for a replacement (restart 1/1" in lost, lost
+        joined = next(t for t in texts if t.startswith("joined elastic role worker (attempt 1)"))
+        assert "3 of 3 live (min 2): worker:0, worker:1, worker:2" in joined, joined
+        replacement = next(t for t in status["tasks"] if t["index"] == victim)
+        assert replacement["container_id"] != containers[victim], replacement
         try:
-            final = fault_jobs.wait(app_id, timeout=240)
+            final = fault_jobs.wait(app_id, timeout=300)
         except AssertionError as exc:  # what each agent and worker was doing: their logs' ends
             tails = {f"{c} {name}": text[-1500:] for name in ("stdout", "stderr")
                      for c, text in fault_jobs.container_logs(app_id, name).items()}
             raise AssertionError(f"{exc}\n" + "\n".join(f"--- {k}\n{v}" for k, v in sorted(tails.items()))) from None
-        logs = "".join(fault_jobs.container_logs(app_id).values())
-        assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"], logs[-3000:])
+        logs = fault_jobs.container_logs(app_id)
+        text = "".join(logs.values())
+        assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"], text[-3000:])
         row.recovered()
-        steps = sorted({int(s): (int(w), float(l)) for s, w, l in STEP_LINE.findall(logs)}.items())
+        # the replacement's own worker trained in the group of three, from the checkpoint
+        mine = next(t for c, t in logs.items() if c.endswith(replacement["container_id"].split("_", 2)[-1]))
+        resumed = [(int(w), int(s)) for w, s in re.findall(r"rank \d+ of (\d+): resumed from step (\d+)", mine)]
+        assert resumed and resumed[0][0] == 3 and resumed[0][1] >= killed_at - 2, (killed_at, resumed)
+        steps = sorted({int(s): (int(w), float(l)) for s, w, l in STEP_LINE.findall(text)}.items())
         worlds = [w for _, (w, _) in steps]
-        assert worlds[0] == 3 and worlds[-1] == 2 and steps[-1][0] == 40, steps  # the group shrank and finished
-        resumed = [int(s) for s in re.findall(r"rank \d+ of 2: resumed from step (\d+)", logs)]
-        assert resumed and all(killed_at - 2 <= s <= killed_at + 2 for s in resumed), (killed_at, resumed)
-        # the loss keeps falling across the lost worker: the last steps of each group, from before the first
-        before = [l for s, (w, l) in steps if w == 3][-5:]
-        after = [l for s, (w, l) in steps if w == 2][-5:]
+        assert worlds[0] == 3 and worlds[-1] == 3 and steps[-1][0] == 120, steps  # back at three, to the end
+        # the survivors' first re-formed group resumed where the checkpoint was
+        again = [int(s) for s in re.findall(r"rank \d+ of [23]: resumed from step (\d+)", text)]
+        assert min(again) >= killed_at - 2 and max(again) <= steps[-1][0], (killed_at, again)
+        # the loss keeps falling across the loss and the join: the last steps, those before the kill, the first
+        before = [l for s, (_, l) in steps if s <= killed_at][-5:]
+        after = [l for _, (_, l) in steps][-5:]
         first = [l for _, (_, l) in steps][:5]
         assert sum(after) / 5 < sum(before) / 5 < sum(first) / 5, steps
-        print(f"killed worker:{victim} at step {killed_at}; resumed at {resumed}; loss {first[0]:.3f} -> "
-              f"{before[-1]:.3f} (3 workers) -> {after[-1]:.3f} (2 workers)")
+        shrunk = sorted({s for s, (w, _) in steps if w == 2})
+        print(f"killed worker:{victim} (node rank 0's agent: {victim == first_rank0}) at step {killed_at}; "
+              f"steps at 2 workers: {shrunk[:1] + shrunk[-1:]}; replacement resumed at {resumed[0][1]} with 3; "
+              f"loss {first[0]:.3f} -> {before[-1]:.3f} (kill) -> {after[-1]:.3f} (3 workers, step 120)")
