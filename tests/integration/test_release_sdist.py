@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import site
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_melon import __version__
+from tests.integration import outside
 
 pytestmark = [pytest.mark.slow]
 
@@ -87,24 +87,15 @@ def test_a_wheel_from_an_sdist_without_the_jar_and_without_maven_says_how_to_bui
 
 @pytest.fixture(scope="module")
 def installed(sdist, tmp_path_factory) -> Path:
-    """The wheel built from the sdist, installed (no dependencies: those come from the project venv through a
-    .pth line) into a fresh venv outside the checkout; returns the venv."""
+    """The wheel built from the sdist, installed into a fresh venv outside the checkout with what it requires with
+    no extras (tests/integration/outside.py); returns the venv."""
     root = tmp_path_factory.mktemp("installed")
     wheels = root / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
                             str(wheels), str(sdist)], capture_output=True, text=True, timeout=900)
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
     [wheel] = wheels.glob("*.whl")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    py = venv / "bin" / "python"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], capture_output=True,
-                         text=True, timeout=300)
-    assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-4000:]
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    (Path(purelib) / "melon-test-deps.pth").write_text(site.getsitepackages()[0] + "\n")
-    return venv
+    return outside.install(wheel, root).venv
 
 
 def _melon(venv: Path, *argv: str, **env: str) -> subprocess.CompletedProcess:
