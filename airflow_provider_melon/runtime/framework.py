@@ -123,7 +123,7 @@ def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], npro
     (:func:`torch_env`: the first member's registered address and reserved port). The first member's agent hosts
     the rendezvous store on that port (``is_host``); the others connect to it. ``local_addr`` (``--local-addr``) is
     this task's registered host, where the others reach its agent (the agent of node rank 0 serves its workers'
-    store on a port torch picks). ``nnodes``: ``"N"`` or ``"MIN:MAX"`` (default ``WORLD_SIZE``, every member);
+    store on a port torch picks; with elastic bounds, :func:`torchrun_env`, its rank-0 worker does). ``nnodes``: ``"N"`` or ``"MIN:MAX"`` (default ``WORLD_SIZE``, every member);
     elastic bounds add :data:`ELASTIC_RDZV_CONF`. ``max_restarts``
     (``--max-restarts``): how many times an agent re-forms its group after a failure, a lost member's among them.
     Each worker starts through :data:`WORKER_SHIM`, so it dies with its agent (see ``runtime/worker.py``).
