@@ -5,9 +5,14 @@ on (PyTorch DDP under torchrun, CPU, gloo)."""
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
+from airflow_provider_melon.dev import minicluster as mc
+from tests.conftest import Jobs, port_base
 from tests.waits import wait_for
 
 from .conftest import app_containers_prefix, container_group, sigkill_group
@@ -183,3 +188,79 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         print(f"killed worker:{victim} (node rank 0's agent: {victim == first_rank0}) at step {killed_at}; "
               f"steps at 2 workers: {shrunk[:1] + shrunk[-1:]}; replacement resumed at {resumed[0][1]} with 3; "
               f"loss {first[0]:.3f} -> {before[-1]:.3f} (kill) -> {after[-1]:.3f} (3 workers, step 120)")
+
+
+@pytest.fixture(scope="module")
+def node_loss_cluster():
+    """A cluster of its own for losing a node: a crashed NodeManager stays lost, and the package's cluster keeps its
+    three for the other node-loss test. Four NodeManagers: three 4.5 GB workers on 8 GB nodes never share one, so one
+    node is free for the replacement."""
+    work_dir = Path(tempfile.mkdtemp(prefix="melon-elastic-node-"))
+    try:
+        details = mc.start(work_dir, port_base=port_base("MELON_FAULT_PORT_BASE") + 100, nodemanagers=4,
+                           nm_expiry_ms=12_000, timeout=300)
+    except mc.MiniClusterError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield details
+    finally:
+        mc.stop(work_dir)
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def test_elastic_ddp_node_lost_the_others_go_on_and_a_replacement_joins_from_another_node(node_loss_cluster,
+                                                                                         tmp_path, tmp_path_factory,
+                                                                                         fault_row):
+    """A worker's NodeManager crashes mid-training (its containers die; the RM finds the node LOST after 12 s). The
+    two agents left re-form at once and train on at two; the AM learns of the loss with the node (-100, not counted
+    against ``restarts: 0``) and asks for a replacement on another node, whose agent joins the running group: the
+    group re-forms at three, resumes from the checkpoint and finishes; the job SUCCEEDS."""
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+
+    hook = melon_hook_for_cluster(node_loss_cluster.work_dir)
+    jobs = Jobs(hook, node_loss_cluster, tmp_path_factory)
+    with fault_row("elastic DDP worker's node lost (torchrun, 3 workers, min 2): a replacement joins from another "
+                   "node", hook=hook) as row:
+        try:
+            app_id = jobs.submit(elastic_ddp_job(
+                tmp_path, "elastic-ddp-node", 200, worker={"instances": 3, "min_instances": 2, "restarts": 0,
+                                                           "memory": 4608}), tags=row.tags)
+            status = jobs.wait_status(app_id, lambda s: registered(s) == {0, 1, 2}, timeout=180)
+            wait_for(lambda: ddp_step(tmp_path) >= 10, 120, "training at step 10", cause=jobs.cause(app_id))
+            am_node = hook.yarn.app_attempts(app_id)[-1]["nodeId"]
+            victim = next(t for t in status["tasks"] if t["index"] != 0 and t["node_id"] != am_node)
+            row.injected()
+            crashed = mc.control(node_loss_cluster, f"nodemanagers/{victim['node_id']}/crash")
+            killed_at = ddp_step(tmp_path)
+            assert victim["container_id"] in crashed["result"], crashed
+            name = f"worker:{victim['index']}"
+            status = jobs.wait_status(app_id, lambda s: any(
+                e["task"] == name and e["text"].startswith("joined elastic role worker (attempt 1)")
+                for e in s.get("events") or []), timeout=180)
+            lost = next(e["text"] for e in status["events"] if e["task"] == name
+                        and e["text"].startswith("lost from elastic role worker ("))
+            assert "asking for a replacement (not its fault: not counted against restarts)" in lost, lost
+            replacement = next(t for t in status["tasks"] if t["index"] == victim["index"])
+            assert replacement["node_id"] != victim["node_id"], (replacement, victim)
+            final = jobs.wait(app_id, timeout=300)
+            logs = jobs.container_logs(app_id)
+            text = "".join(logs.values())
+            assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"],
+                                                                                          text[-3000:])
+            row.recovered()
+        finally:
+            jobs.kill_all()
+        steps = sorted({int(s): (int(w), float(l)) for s, w, l in STEP_LINE.findall(text)}.items())
+        worlds = [w for _, (w, _) in steps]
+        # three, then two while the replacement is on its way (the RM needs 12 s to find the node lost), then three
+        assert worlds[0] == 3 and 2 in worlds and worlds[-1] == 3 and steps[-1][0] == 200, steps
+        at_two = [s for s, (w, _) in steps if w == 2]
+        mine = next(t for c, t in logs.items() if c.endswith(replacement["container_id"].split("_", 2)[-1]))
+        resumed = [(int(w), int(s)) for w, s in re.findall(r"rank \d+ of (\d+): resumed from step (\d+)", mine)]
+        assert resumed and resumed[0][0] == 3 and resumed[0][1] >= at_two[-1] - 1, (at_two, resumed)
+        before = [l for s, (_, l) in steps if s <= killed_at][-5:]
+        first, after = [l for _, (_, l) in steps][:5], [l for _, (_, l) in steps][-5:]
+        assert sum(after) / 5 < sum(before) / 5 < sum(first) / 5, steps
+        print(f"crashed {victim['node_id']} at step {killed_at}; steps {at_two[0]}-{at_two[-1]} at 2 workers; "
+              f"{name} replaced on {replacement['node_id']}, resumed at {resumed[0][1]} with 3; loss "
+              f"{first[0]:.3f} -> {before[-1]:.3f} (crash) -> {after[-1]:.3f} (3 workers, step 200)")
