@@ -1,6 +1,7 @@
-"""Elastic roles (``min_instances``) on the fault suite's mini cluster: a member lost below the minimum fails the job
-after the grace with a diagnostic naming the lost members; a member lost above it is replaced while the others go
-on (PyTorch DDP under torchrun, CPU, gloo)."""
+"""Elastic roles (``min_instances``) on the fault suite's mini clusters: a member lost below the minimum fails the job
+after the grace with a diagnostic naming the lost members; a member lost above it (its container SIGKILLed, or its
+node lost) is replaced while the others go on, and the replacement joins the running group (PyTorch DDP under
+torchrun, CPU, gloo)."""
 
 from __future__ import annotations
 
