@@ -1,8 +1,11 @@
 """The MelonHook's WebHDFS client, built from the ``webhdfs`` connection's fields without the HDFS provider: who it
-acts as, TLS and session settings, and NameNode HA (the first NameNode that answers, a standby one skipped). The
-two NameNodes of the HA test are real HTTP servers on loopback answering as a NameNode's WebHDFS does (an active
-one: a FileStatus; a standby one: HTTP 403 with a ``StandbyException`` RemoteException, Hadoop's
-``StandbyException`` as WebHDFS serialises it); the staging it serves is tests/integration's."""
+acts as, TLS and session settings, and NameNode HA (the first NameNode that answers, a standby one skipped).
+
+The mini cluster runs one NameNode, so the HA tests run two stand-ins on loopback, real HTTP servers answering as
+Hadoop's WebHDFS REST API documents it ("Error Responses": an IOException such as a standby NameNode's
+StandbyException is HTTP 403 Forbidden with a ``RemoteException`` JSON body; GETFILESTATUS answers a
+``FileStatus``). The client against the real mini clusters: tests/integration/test_cli_live.py (a webhdfs
+connection), tests/integration/test_kerberos_cli_live.py (SPNEGO) and the example DAGs' e2e tests."""
 
 from __future__ import annotations
 
