@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
-from airflow_provider_melon.hooks.melon import deterministic_zip, folder_files  # noqa: E402
+from airflow_provider_melon.hadoop.bundle import deterministic_zip, folder_files  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 

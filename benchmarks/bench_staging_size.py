@@ -61,7 +61,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
-from airflow_provider_melon.hooks.melon import (  # noqa: E402
+from airflow_provider_melon.hadoop.bundle import (  # noqa: E402
     folder_files, split_code_files, write_deterministic_zip)
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 

@@ -4,7 +4,7 @@ Their expected GPU memory is ``auto:6GiB``: 6 GiB the first time, then what the 
 peak × 1.1, or the figure they succeeded at; the trial's log says which), so no profile step is needed.
 
 Its HDFS folder: the ``root`` param, else the variable ``melon_hdfs_root``, else ``<hdfs_home>/melon-demo``
-(``/user/<user>`` of the yarn connection's user, ``hdfs_io.hdfs_home``)."""
+(``/user/<user>`` of the yarn connection's user, ``hooks.melon.hdfs_home``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Variable, task
 
-from airflow_provider_melon.hdfs_io import hdfs_home, run_slug
+from airflow_provider_melon.hadoop.hdfs_io import run_slug
+from airflow_provider_melon.hooks.melon import hdfs_home
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 TRAINING = Path(__file__).resolve().parent / "training" / "mnist"

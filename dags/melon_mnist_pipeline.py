@@ -5,7 +5,7 @@ memory model train.py reports) and hands its expected GPU memory to ``train`` th
 
 Connections: ``yarn_default`` (the RM; its extra carries ``fs_default_fs``) and ``webhdfs_default`` (the
 NameNode's HTTP address). Variables (optional): ``melon_hdfs_root`` (default ``<hdfs_home>/melon-demo``:
-``/user/<user>`` of the yarn connection's user, ``hdfs_io.hdfs_home``),
+``/user/<user>`` of the yarn connection's user, ``hooks.melon.hdfs_home``),
 ``melon_accuracy_threshold`` (default 0.8). ``make demo`` runs it on the embedded mini cluster.
 
 Each run works under ``<root>/runs/<run>/``, named from the run id (``run_slug``): every run has one, whether
@@ -23,7 +23,8 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Variable, task
 
-from airflow_provider_melon.hdfs_io import hdfs_home, run_slug
+from airflow_provider_melon.hadoop.hdfs_io import run_slug
+from airflow_provider_melon.hooks.melon import hdfs_home
 from airflow_provider_melon.operators.profile import MelonProfileOperator
 from airflow_provider_melon.operators.train import MelonTrainOperator
 

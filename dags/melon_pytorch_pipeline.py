@@ -18,7 +18,8 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Variable, task
 
-from airflow_provider_melon.hdfs_io import hdfs_home, run_slug
+from airflow_provider_melon.hadoop.hdfs_io import run_slug
+from airflow_provider_melon.hooks.melon import hdfs_home
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
 TRAINING = Path(__file__).resolve().parent / "training" / "ddp"

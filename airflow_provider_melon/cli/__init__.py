@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -162,13 +161,7 @@ def _pack_env(args) -> int:
     return 0
 
 
-#: The HDFS provider's hook logs three "Trying namenode" lines per connection through Airflow's logger, on
-#: stdout; the CLI keeps stdout for its own output (e.g. `--json`) unless the user chose otherwise.
-QUIET_NAMESPACES = "airflow.task.hooks.airflow.providers.apache.hdfs=WARNING"
-
-
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("AIRFLOW__LOGGING__NAMESPACE_LEVELS", QUIET_NAMESPACES)
     from airflow_provider_melon.cli import jobs as cli_jobs
     from airflow_provider_melon.cli import memory as cli_memory
     from airflow_provider_melon.cli.exit_codes import EXIT_CODES

@@ -15,7 +15,7 @@
   no logical date, so ``ts_nodash``/``ds`` cannot name a run's folder).
 
 Airflow-free: the hook, the CLI and a DAG import these from here (a DAG's HDFS home, which reads an Airflow
-connection: :func:`airflow_provider_melon.hdfs_io.hdfs_home`).
+connection: :func:`airflow_provider_melon.hooks.melon.hdfs_home`).
 """
 
 from __future__ import annotations

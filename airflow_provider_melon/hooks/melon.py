@@ -35,11 +35,8 @@ from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hadoop import queues as _queues
-# the deterministic bundling: hadoop/bundle.py (re-exported: these names were this module's)
-from airflow_provider_melon.hadoop.bundle import (  # noqa: F401
-    CHUNK_BYTES,
+from airflow_provider_melon.hadoop.bundle import (
     CODE_SPLIT_BYTES,
-    PACKAGE_DIR,
     deterministic_zip,
     folder_files,
     runtime_files,
@@ -588,6 +585,18 @@ def _webhdfs_session(conn: Any, extra: dict, ssl: bool, kerberos: bool) -> Any:
     return session
 
 
+def hdfs_home(yarn_conn_id: str = "yarn_default") -> str:
+    """``/user/<user>``: the HDFS home of the user that MeLoN jobs on ``yarn_conn_id`` run as, the same user whose
+    ``/user/<user>/.melon`` holds their staging (``MelonHook.user``: the connection's ``proxy_user``, else its
+    login, else ``HADOOP_USER_NAME``/the OS user), so a DAG's HDFS folders go there, not under a hard-coded user.
+    Reads the connection only, no network call. In a template: ``user_defined_macros={"hdfs_home": hdfs_home}``
+    then ``{{ hdfs_home() }}/melon-demo``."""
+    user = MelonHook(yarn_conn_id).user
+    if not user or "/" in user:
+        raise ValueError(f"yarn connection {yarn_conn_id!r}: no usable HDFS user ({user!r}); set its login")
+    return f"/user/{user}"
+
+
 def _conf(key: str) -> Optional[str]:
     try:
         from airflow.configuration import conf
@@ -597,6 +606,5 @@ def _conf(key: str) -> Optional[str]:
         return None
 
 
-__all__ = ["CHUNK_BYTES", "CODE_FILE_KEY", "CODE_FILE_OBJECT", "CODE_SPLIT_BYTES", "HASH_WHILE_UPLOADING_BYTES",
-           "MelonHook", "PACKAGE_DIR", "StagingReport", "deterministic_zip", "folder_files", "packaged_am_jar",
-           "runtime_files", "split_code_files", "write_deterministic_zip"]
+__all__ = ["CODE_FILE_KEY", "CODE_FILE_OBJECT", "HASH_WHILE_UPLOADING_BYTES", "MelonHook", "StagingReport",
+           "hdfs_home", "packaged_am_jar"]

@@ -68,7 +68,7 @@ def test_concurrent_stagers_of_one_folder_upload_once(minicluster, melon_hook, t
     import threading
 
     from airflow_provider_melon.cli import melon_hook_for_cluster
-    from airflow_provider_melon.hooks.melon import deterministic_zip, folder_files
+    from airflow_provider_melon.hadoop.bundle import deterministic_zip, folder_files
 
     code = tmp_path / "code"
     code.mkdir()

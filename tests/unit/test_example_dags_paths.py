@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon.hdfs_io import hdfs_home
+from airflow_provider_melon.hooks.melon import hdfs_home
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 

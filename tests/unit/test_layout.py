@@ -196,7 +196,7 @@ def test_the_names_a_dag_uses_import_from_their_one_home():
     from airflow_provider_melon.hadoop.hdfs_io import put_once, run_slug
     from airflow_provider_melon.hadoop.nodemanager import NodeManagerError
     from airflow_provider_melon.hadoop.rm_json import YarnApiError
-    from airflow_provider_melon.hdfs_io import hdfs_home
+    from airflow_provider_melon.hooks.melon import hdfs_home
     from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
     from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 

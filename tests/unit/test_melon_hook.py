@@ -4,7 +4,8 @@ import time
 import zipfile
 from unittest import mock
 
-from airflow_provider_melon.hooks.melon import MelonHook, deterministic_zip, folder_files, runtime_files
+from airflow_provider_melon.hadoop.bundle import deterministic_zip, folder_files, runtime_files
+from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnHook
 
 
@@ -75,23 +76,24 @@ def test_staging_dir_comes_from_the_provider_config(monkeypatch):
 
 
 def test_zip_streamed_to_a_file_is_the_same_bytes_and_hash_is_chunked(tmp_path):
-    from airflow_provider_melon.hooks import melon
+    from airflow_provider_melon.hadoop import bundle
+    from airflow_provider_melon.hadoop.hdfs_io import file_sha256
 
     (tmp_path / "a.py").write_text("print(1)\n" * 1000)
-    (tmp_path / "blob").write_bytes(os.urandom(3 * melon.CHUNK_BYTES + 17))  # more than one block
+    (tmp_path / "blob").write_bytes(os.urandom(3 * bundle.CHUNK_BYTES + 17))  # more than one block
     files = folder_files(tmp_path)
     out = io.BytesIO()
-    melon.write_deterministic_zip(files, out)
+    bundle.write_deterministic_zip(files, out)
     assert out.getvalue() == deterministic_zip(files)
     with zipfile.ZipFile(out) as zf:
         assert zf.read("blob") == (tmp_path / "blob").read_bytes()
     import hashlib
 
-    assert melon.file_sha256(tmp_path / "blob") == hashlib.sha256((tmp_path / "blob").read_bytes()).hexdigest()
+    assert file_sha256(tmp_path / "blob") == hashlib.sha256((tmp_path / "blob").read_bytes()).hexdigest()
 
 
 def test_split_code_files_by_size(tmp_path):
-    from airflow_provider_melon.hooks.melon import split_code_files
+    from airflow_provider_melon.hadoop.bundle import split_code_files
 
     (tmp_path / "train.py").write_text("x")
     (tmp_path / "data").mkdir()

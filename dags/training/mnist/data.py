@@ -33,7 +33,7 @@ def ensure_in_hdfs(client, root: str) -> str:
     """Write the dataset under ``<root>/datasets/mnist-synth/v<N>/`` unless it is there; return its HDFS path.
     ``client`` is an ``hdfs`` client (e.g. ``WebHDFSHook(...).get_conn()``). Runs that ingest at the same time
     write it once (``put_once``: create-exclusive lock, write beside, rename into place)."""
-    from airflow_provider_melon.hdfs_io import put_once  # Airflow side only: containers never call this
+    from airflow_provider_melon.hadoop.hdfs_io import put_once  # Airflow side only: containers never call this
 
     path = f"{root}/datasets/mnist-synth/v{DATASET_VERSION}/mnist.npz"
     if client.status(path, strict=False) is None:
