@@ -259,25 +259,32 @@ def mps_active(env=None, proc_root: str = "/proc") -> bool:
     return False
 
 
-def process_tree(pid: int) -> List[int]:
-    """pid and its descendants (Linux /proc); just [pid] elsewhere."""
-    children = {}
+def process_tree(pid: int, proc_root: str = "/proc") -> List[int]:
+    """``pid`` and its descendants, from ``<proc_root>/*/stat`` (the parent pid is the field after the state); just
+    ``[pid]`` where there is no ``/proc``."""
+    children: dict = {}
     try:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read().decode(errors="replace")
-                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
+        entries = os.listdir(proc_root)
     except OSError:
         return [pid]
-    out, todo = [], [pid]
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, entry, "stat"), "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        # comm may hold spaces and parentheses: the fields after the last ')' are "state ppid ..."
+        rest = stat.rsplit(")", 1)[-1].split()
+        if len(rest) >= 2 and rest[1].lstrip("-").isdigit():
+            children.setdefault(int(rest[1]), []).append(int(entry))
+    out, seen, todo = [], set(), [pid]
     while todo:
         p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
         out.append(p)
         todo.extend(children.get(p, []))
     return out

@@ -23,7 +23,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -31,6 +30,7 @@ from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import peak as _peak
 
 from . import context as _context
+from . import devices as _devices
 from . import policy
 from .memory_model import MemoryModel
 
@@ -84,42 +84,6 @@ def expected_mb(peak_mb: float) -> int:
 
 
 # -- NVML sampling ----------------------------------------------------------------------------------------
-def _import_pynvml():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        import pynvml  # noqa: PLC0415 - optional, lazily imported on purpose
-    return pynvml
-
-
-def process_tree(root: int, proc_root: str = "/proc") -> set:
-    """``root`` and all its descendants, from ``/proc/*/stat`` (ppid is the 4th field)."""
-    children: Dict[int, List[int]] = {}
-    try:
-        entries = os.listdir(proc_root)
-    except OSError:
-        return {root}
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(os.path.join(proc_root, name, "stat")) as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # comm may contain spaces/parens: fields after the last ')' are "state ppid ..."
-        rest = stat.rsplit(")", 1)[-1].split()
-        if len(rest) >= 2 and rest[1].lstrip("-").isdigit():
-            children.setdefault(int(rest[1]), []).append(int(name))
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid in tree:
-            continue
-        tree.add(pid)
-        todo.extend(children.get(pid, ()))
-    return tree
-
-
 @dataclass
 class Samples:
     """What an :class:`NvmlSampler` saw. ``source``: ``process`` (per-pid accounting matched the tree) or
@@ -177,7 +141,7 @@ class NvmlSampler:
         nv = self._nvml
         if nv is None:
             try:
-                nv = _import_pynvml()
+                nv = _devices._import_pynvml()
             except Exception as exc:
                 raise NoGpuError(f"no GPU: pynvml is not importable ({exc})") from exc
         try:
@@ -227,7 +191,7 @@ class NvmlSampler:
     def sample_once(self) -> None:
         """One sample of every device: the tree's memory (per pid), device memory over baseline, utilisation."""
         nv = self._nvml
-        tree = process_tree(self.pid, self._proc_root) if self.pid is not None else set()
+        tree = set(_devices.process_tree(self.pid, self._proc_root)) if self.pid is not None else set()
         proc_mb, dev_mb, utils_tree, utils_all = 0.0, 0.0, [], []
         for i, h in zip(self._indices, self._handles):
             mem = nv.nvmlDeviceGetMemoryInfo(h)

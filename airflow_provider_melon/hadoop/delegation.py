@@ -15,9 +15,13 @@ from typing import Any
 HDFS_TOKEN_ALIAS = "melon.hdfs.delegation"
 
 
-def short_name(principal: str) -> str:
-    """``rm/host@REALM`` → ``rm`` (Hadoop's default auth_to_local for the cluster's own realm)."""
-    return principal.split("@", 1)[0].split("/", 1)[0]
+def short_name(principal: str | None) -> str | None:
+    """``airflow/host@REALM`` → ``airflow``: the user Hadoop's default ``auth_to_local`` rule (``DEFAULT``) makes of
+    a principal of its own realm, i.e. the HDFS user and YARN application owner of calls made with its ticket (and
+    the RM's short name as a token renewer); None for no principal."""
+    if not principal:
+        return None
+    return str(principal).split("@", 1)[0].split("/", 1)[0] or None
 
 
 def rm_renewer(yarn: Any, extras: dict | None = None) -> str:
@@ -27,7 +31,7 @@ def rm_renewer(yarn: Any, extras: dict | None = None) -> str:
     if not principal:
         raise ValueError("cannot tell the ResourceManager's Kerberos principal (the token renewer): set rm_principal "
                          "in the yarn connection's extra (e.g. rm/_HOST@EXAMPLE.COM)")
-    return short_name(str(principal))
+    return short_name(str(principal)) or str(principal)
 
 
 def hdfs_delegation_token(yarn: Any, webhdfs_url: str, renewer: str, fs_default_fs: str) -> str:

@@ -82,14 +82,6 @@ class KerberosSettings:
         return cls(pick["principal"], pick["keytab"], pick["ccache"], krb5, source)
 
 
-def short_name(principal: str | None) -> str | None:
-    """``airflow/host@REALM`` → ``airflow``: the user Hadoop's default ``auth_to_local`` rule (``DEFAULT``) makes of
-    a principal of its own realm, i.e. the HDFS user and YARN application owner of calls made with its ticket."""
-    if not principal:
-        return None
-    return str(principal).split("@", 1)[0].split("/", 1)[0] or None
-
-
 def default_ccache(principal: str | None) -> str:
     """The private ticket cache of ``principal``'s keytab logins when the extra names none: one file per user and
     principal (created 0600 by the Kerberos library)."""

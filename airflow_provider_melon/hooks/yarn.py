@@ -277,7 +277,8 @@ class YarnHook(BaseHook):
             # on Kerberos the cluster knows us by the principal, not by the connection's login or the OS user: the
             # HDFS user (staging folder, the app's owner) is the principal's short name, as Hadoop's default
             # auth_to_local rule maps it (airflow/host@REALM -> airflow)
-            from airflow_provider_melon.hooks.kerberos import _airflow_kerberos, short_name
+            from airflow_provider_melon.hadoop.delegation import short_name
+            from airflow_provider_melon.hooks.kerberos import _airflow_kerberos
 
             self.user = short_name(self.kerberos_principal or _airflow_kerberos("principal")) or self.user
         self._kerberos_extras = extras
