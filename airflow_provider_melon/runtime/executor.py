@@ -1,94 +1,12 @@
 """The MeLoN task executor: ``python -m airflow_provider_melon.runtime.executor`` inside each YARN container.
 
+It chooses a GPU for its task, registers with the ApplicationMaster until the gang is complete, builds the
+framework's environment and the memory cap, runs the user's command, sends heartbeats with progress and GPU
+memory, publishes declared outputs and exits with the user's exit code or one of its own.
+
 Stdlib only (plus the stdlib-only ``gpu`` package): it runs under the job's own Python, where neither Airflow
-nor requests may exist. Contract with the ApplicationMaster: ``docs/protocol.md`` section 2.
-
-Environment read (set by the AM / the plan):
-
-==========================  =================================================================================
-``MELON_ROLE/INDEX``        this task, e.g. ``worker`` / ``1`` (required)
-``MELON_AM_URL``            ``http://<am-host>:<port>`` (required)
-``MELON_SECRET``            per-application secret, sent as ``X-Melon-Secret`` (required; not passed on to
-                            the user's process)
-``MELON_ENTRYPOINT``        the user's command line, split with ``shlex``; a leading ``python``/``python3``
-                            is replaced by this interpreter (the job's Python). Runs in ``./code`` when the
-                            code archive was localized there, else in the container's directory (required)
-``MELON_ENTRYPOINT_B64``    the same, base64 of UTF-8 (what submission.py sends: YARN writes environment
-                            values unescaped into ``launch_container.sh``, so quotes would break it)
-``MELON_FRAMEWORK``         ``tensorflow`` (TF_CONFIG) | ``pytorch`` (MASTER_ADDR/PORT, RANK, WORLD_SIZE,
-                            LOCAL_RANK) | ``generic`` (default); every framework also gets ``MELON_CLUSTER``
-``MELON_LAUNCHER``          pytorch: ``python`` (default; the env:// rendezvous above) | ``torchrun``: the
-                            entrypoint runs under torchrun, one agent per container, c10d rendezvous on the
-                            first member's address (``runtime/framework.py``'s ``torchrun_argv``)
-``MELON_NPROC_PER_NODE``    torchrun's ``--nproc-per-node`` (default 1): processes per container
-``MELON_TORCHRUN_NNODES``   elastic roles: torchrun's ``--nnodes`` ``MIN:MAX`` (the job's bounds), with
-                            ``MELON_TORCHRUN_MAX_RESTARTS`` its ``--max-restarts``
-``MELON_GPUS``              > 0: that many whole GPUs (exclusive)
-``MELON_GPU_MEMORY_MB``     > 0: shared mode, best fit of this many MiB on one GPU, capped in-process
-``MELON_GPU_CONTEXT_MB``    shared mode: MiB reserved on the GPU besides that, for the CUDA context (not capped)
-``MELON_LARGE``             1 if the job saturates a GPU alone (interference rule of ``gpu.policy``); also
-                            true when this role is listed in ``MELON_LARGE_ROLES`` (comma-separated, as the
-                            plan's shared env from ``submission.py`` carries it)
-``MELON_GPU_WAIT_S``        how long to wait for a GPU that fits (default 60), then exit 75
-``MELON_REGISTER_TIMEOUT_S`` how long to wait for the gang (default 300)
-``MELON_HEARTBEAT_S``       heartbeat period (default 5); a new progress report is sent at once (within 0.5 s),
-                            and a final heartbeat after the user's process exits carries its last report
-``MELON_PROGRESS_FILE``     where the user's script may write progress (default ``./melon-progress.json``
-                            in the container's directory, made absolute and passed on)
-``MELON_HOST``              the address to register (default ``socket.getfqdn()``)
-``MELON_BIND_HOST``         where to reserve the port (default: ``MELON_HOST`` resolved; ``0.0.0.0`` if that
-                            fails)
-``MELON_PORT_RANGE``        ``low-high``: the ports the framework may listen on (a firewall's open range);
-                            default: outside the kernel's ephemeral range (``runtime/ports.py``)
-``MELON_LEDGER_DIR``        the node's GPU ledger (default ``/var/lib/melon/ledger``); ``{nm}`` in it becomes
-                            ``<NM_HOST>_<NM_PORT>`` (one ledger per NodeManager when several share a host,
-                            as in the mini cluster). A folder another OS user could change is refused: exit 2
-                            with the path, its owner and mode and the fix (``gpu.ledger.check_directory``)
-``MELON_KILL_GRACE_S``      after forwarding SIGTERM, SIGKILL the user's process after this long (default 10)
-``MELON_TENSORBOARD_TASK``  ``role:index`` of the task that runs TensorBoard beside the user's process and
-                            reports it to the AM (``runtime/tensorboard.py``); with it and no
-                            ``MELON_TENSORBOARD_LOG_DIR``, that is set to ``./tensorboard`` of the container
-==========================  =================================================================================
-
-Progress file: the user's script calls ``airflow_provider_melon.runtime.report(step=, total=, loss=, **metrics)``
-(or writes ``{"step": 120, "total": 400, "loss": 0.31, "metrics": {...}}`` itself, to a temp file then
-``os.replace``) whenever it likes. Each heartbeat sends the latest values to the AM, which reports step/total to
-YARN as the application's progress; its ``/status`` page and Airflow show them.
-
-GPU memory (``runtime/peak.py``): the user's process gets ``MELON_PEAK_FILE`` (``melon-peak.json`` in the container's
-directory, absolute), in every mode; ``{"peak_mb": N}`` written there (by the cap bootstrap at exit, or by the
-user's script itself) is its peak GPU memory. Every heartbeat carries ``gpu_memory_peak_mb`` once known, and its
-source in ``gpu_memory_peak_source``: that figure, else the NVML samples (``gpu_memory_used_mb``) less the CUDA
-context (``runtime/peak.py``). A non-zero exit whose stderr tail (the container's
-stderr file, which the user's process shares with the executor) names a framework's out-of-memory error exits 76,
-and the final heartbeat carries ``"oom": {"cap_mb", "peak_mb", "largest_gpu_mb", "signature"}``, plus
-``"oversubscribed": true`` and ``"culprit"`` when at that moment a neighbour used more than its reservation on the
-GPU, or a process the ledger does not know used some (``gpu.ledger.overrun``): the task was a victim.
-
-Outputs and inputs (``runtime/outputs.py``): ``$MELON_OUTPUT_<NAME>`` is a local folder per declared HDFS output,
-published to HDFS (write beside, rename) by the output task after the user's process exits 0;
-``$MELON_INPUT_<NAME>`` is each localized input's path.
-
-Steps: choose a GPU (``gpu.ledger``) -> reserve a port -> ``POST /register`` until the gang is complete ->
-build the framework env and the memory-cap bootstrap -> release the port and start the user's process
-(stdout/stderr inherited, so they land in the container's logs) -> heartbeat -> release the GPU -> exit with
-the user's exit code (128+N when it died of signal N), or 76 when it ran out of GPU memory.
-
-The port race: the port is reserved by binding it (without listening) while registration runs, and closed
-right before the user's process starts, because TensorFlow's gRPC server and torch's TCPStore must bind it
-themselves. The port comes from outside the kernel's ephemeral range (``runtime/ports.py``), so no outgoing
-connection on the node can be handed it in between.
-
-Exit codes: the user's code; 2 bad configuration; 3 the AM refused us (403: wrong secret); 4 registration
-failed (AM unreachable, gang timeout); 5 a declared output could not be published (empty, exists, HDFS
-error: the message names it); 75 no GPU of this node fits (the AM re-requests a container
-elsewhere without using the restart budget); 76 the user's process ran out of GPU memory (a non-zero exit with a
-framework's out-of-memory error in its stderr: ``runtime/oom.py``); 143 terminated (SIGTERM, forwarded to the
-user's process).
-
-The user's process stays in the executor's process group: the NodeManager kills a container by signalling
-its whole group, so the user's process is never orphaned on a GPU if the executor is killed outright (the
-ledger entry of a killed executor is reclaimed as stale by the next reservation on the node).
+nor requests may exist. The contract with the ApplicationMaster is in ``docs/protocol.md``, section 2. The
+environment it reads, its steps and its exit codes are described in ``docs/internals.md``, "The task executor".
 """
 
 from __future__ import annotations
