@@ -1,53 +1,10 @@
 """The job's own output in the Airflow task log: :class:`LogFollower` streams containers' stdout/stderr.
 
-Used by both the operator's synchronous poll loop and
-:class:`~airflow_provider_melon.triggers.yarn.YarnApplicationTrigger` (whose lines land in the task log under the
-triggerer), with one state and one set of rules:
-
-**Which containers.** The *chief* — the task that decides success: ``chief:0``/``master:0`` when the job has that
-role, else index 0 of the first tracked role (the operator passes it from the spec; without it the AM's task list
-decides the same way, ``ps`` counting as untracked) — from the moment the AM reports its container, and any
-*failing* task: one the AM reports FAILED, a task whose container was replaced (a restart: its previous container
-failed), and, once the application has failed, the task the RM diagnostics name (``task worker:1 on …``). At most
-:data:`MAX_FAILED_CONTAINERS` failed containers are shown per task run. A container whose task has ended is read one
-last time in full (its last line even without a newline) and then never again.
-
-**A task's containers over time.** A task may run in several containers, one after the other (a growth after an
-out-of-GPU-memory exit, a restart, an elastic replacement): the AM's ``/status`` lists each task's ``containers`` in
-order, and the final poll reads the AM's final status (every container, also those no running poll saw). The chief's
-containers are all followed; a task's later container is read only once the one before it has been read to its end
-(unless that one's node does not answer). The AM's ``events`` — its decisions about a task — go into the log as
-``[melon-am] worker:0 <decision>``, each after the output of the container it is about, each once.
-
-**Where.** The AM's ``/status`` gives each task's ``container_id`` and ``node_id``; the RM's node list maps the node
-to its NodeManager's HTTP address, and :meth:`YarnHook.container_log` reads the file from the NM's REST API
-(Hadoop 3.5: ``/ws/v1/node/containers/{id}/logs/{file}?size=-N`` returns the *last* N bytes plus the whole file's
-``LogLength`` — there is no start offset, so the follower asks for the tail it has not seen and places it by length).
-
-**Offsets.** Per container and file, the byte offset of the first byte not yet shown (always at a line start): a
-poll asks for ``size=-(last known length - offset + slack)`` bytes, capped at :data:`FETCH_WINDOW`, and if the
-answer starts after the offset (the file grew faster) asks once more with the larger window. Only complete lines
-are shown; a partial last line stays behind the offset until its newline arrives (a line longer than
-:data:`MAX_LINE_BYTES` is cut and shown). So no line is shown twice or lost across polls.
-
-**Surviving restarts.** :meth:`state` is a small JSON-able dict (per container id its offsets, the containers read
-to their end, the AM's last decision taken in and those waiting for their container, bytes shown, …):
-the trigger puts it in its ``serialize()`` kwargs and its event, so a trigger re-created from them resumes where
-this one stopped. A follower that starts *without* offsets for a task that already ran (the operator reattached to
-a running application, after a worker crash or a retry) starts each container it sees first at
-``max(0, length - RESUME_TAIL_BYTES)`` (at a line start) and says ``... N earlier bytes not shown (reattached)``.
-
-**Caps.** At most ``lines_per_poll`` lines per poll (default 200, shared fairly between the files that have new
-lines; the newest are kept, with ``... N lines skipped (more than 200 lines per poll); full log: <link>``) and
-``max_bytes`` bytes per task run (default 5 MiB; then ``... job log truncated: 5.0 MiB shown, the limit for this
-task; full log: <links>`` and no more fetches). The link is the NodeManager's page of that container's logs as
-YARN's own UI links it (``http://<nm>/node/containerlogs/<container>/<user>``, ``…/<file>/?start=0`` for one whole
-file; with log aggregation on, the NM redirects it to the aggregated log once the application has ended).
-
-**Failures never fail the task.** A node that does not answer gives one line (``logs of worker:1 unavailable: node
-host:port unreachable (ConnectError)``) and is retried every :data:`RETRY_EVERY_POLLS` polls and once at the end; a
-log file not there yet (404 while running) is silent; one gone after the end gives one line with the link (and, with
-log aggregation on, says so). :meth:`LogFollower.poll` / :meth:`LogFollower.apoll` never raise.
+Both the operator's synchronous poll loop and
+:class:`~airflow_provider_melon.triggers.yarn.YarnApplicationTrigger` use it, with one state and one set of rules.
+It chooses which containers to show, reads each one's new complete lines from its NodeManager, keeps byte offsets
+that survive trigger restarts, applies the per-poll and per-run caps, and never raises.
+``docs/internals.md``, "The job's output in the task log", describes the rules.
 """
 
 from __future__ import annotations

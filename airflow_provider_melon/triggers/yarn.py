@@ -1,64 +1,11 @@
 """YarnApplicationTrigger: waits in the triggerer for a YARN application to end, with its progress in the log.
 
-The trigger polls the ResourceManager through :class:`AsyncYarnHook` every ``poll_interval`` seconds and
-yields exactly one :class:`TriggerEvent`::
-
-    {"status": "success" | "error" | "timeout", "app_id", "state", "final_status", "diagnostics",
-     "duration_s", "message", "tracking_url", "tasks"}
-
-``tasks`` is the last task list the MeLoN ApplicationMaster reported on ``/status`` (None if it was never
-reachable): once the application ends the AM is gone, so the last view seen while running is what the
-operator can summarise.
-
-* RM outages: consecutive failed polls are tolerated up to ``max_consecutive_failures`` (the hook itself
-  already retries each call); one more gives an ``error`` event. A successful poll resets the count.
-* Malformed RM answers (a proxy's HTML page, truncated JSON, an application without a state) reach the trigger
-  as the hook's :class:`YarnApiError` and count as failed polls, like an outage: the next poll retries, and
-  the ``error`` event, once the budget is spent, carries the hook's one-line message. Odd values inside an
-  otherwise usable answer (a non-text ``diagnostics``, a task list that is not a list, a step of ``Infinity``
-  in the AM's status) never raise: the helpers below read what they can.
-* Logging: every state change; a heartbeat line every ``log_every_n`` polls; while the application runs,
-  the AM's task states and last step/loss every ``log_every_n`` polls (``stream_progress``).
-* ``deadline`` (epoch seconds) is the task's timeout: reached → ``timeout`` event (the operator kills the
-  application if ``cancel_on_kill``).
-* A user who marks the deferred task failed/success or clears it kills the application (``cancel_on_kill``), on
-  every Airflow 3 line: 3.3+ through ``on_kill()``, 3.0–3.2 in the cancellation path; both first ask the task
-  instance's state and kill only once it has left DEFERRED (``version_compat.TRIGGER_KILL_PATHS`` says why per line).
-  ``cleanup()`` (every exit, triggerer restarts included) never kills.
-* ``tags`` instead of ``app_id`` (the sensor on applications submitted elsewhere): the newest application
-  carrying every tag is followed once it appears.
-* ``job_logs`` (the operator turns it on): while the application runs, the chief's stdout/stderr and any failing
-  task's are read from the NodeManagers every poll and logged as ``chief:0 | ...`` lines (the triggerer writes them
-  into the task log); once it has ended, the rest is read once, by the resumed task (the event's ``log_state``,
-  ``final_logs``), not here: Airflow writes a trigger's lines to its log file from another channel than its event
-  and closes the file when the event comes, so lines logged right before the event can miss the file (a final batch
-  of 200 lines lost its last 21 and the outcome line that way); the task writes its own log. :class:`airflow_provider_melon.hadoop.log_follower.LogFollower`
-  does the work; its offsets (``log_state``) are part of ``serialize()`` and of the event, so a trigger re-created
-  from its serialized kwargs repeats no line. Airflow stores a trigger's kwargs once, when the task defers, so a
-  triggerer that *crashes* re-creates the trigger with the offsets of that moment: after each poll the trigger
-  also saves offsets in an XCom of its task instance (``melon_job_log_state``; XComs live until the task's next
-  try), and a trigger that starts reads it and goes on from the later of the two. At least once, never lost: the
-  lines a poll logs reach the task log on the triggerer's log socket, the XCom on another connection, nothing
-  orders the two. So a poll that read lines first saves the follower's :meth:`~LogFollower.floor` — the offsets
-  from *before* the batch logged last (one batch behind), marked up to the end of the lines just read — and only
-  then logs them. After a crash the new trigger shows the marked lines again (``... re-shown from
-  <container>/<file>@<offset> after a triggerer restart``, then each as ``chief:0 [re-shown @<offset>] | ...``):
-  every line the old trigger logged is either before the floor (logged a poll earlier) or marked, so a reader
-  drops a repeat by its container, file and offset. The read of the saved offsets runs beside the poll loop (the
-  triggerer's first XCom call can take long: it starts its in-process API then): until it is done, job log
-  reads wait (their lines come later, none lost); a save that fails or takes over RESTORE_WAIT_S is skipped
-  (the lines are logged all the same; a crash then could repeat some unmarked). With remote logging
-  (``[logging] remote_logging``) Airflow uploads a trigger's log only when the trigger ends, so the lines of a
-  trigger that died unended never reach the task log the user reads (its triggerer's disk may be gone): the XCom
-  then also carries ``durable``, the offsets the task log is known to hold — those a trigger started from (the
-  task's own upload at deferral, or a predecessor's ``durable``), advanced only in ``cleanup()``, right before
-  Airflow uploads the ending trigger's log (to the floor, one batch behind). A successor goes on from ``durable``
-  (:meth:`LogFollower.resume_from`), marking re-shown every line up to where the dead trigger got.
-
-The trigger's wait goes through :class:`~airflow_provider_melon.hadoop.app_state.PollStep`, the same poll step
-as the operator's synchronous wait; the state vocabulary and the outcome helpers the sensor shares (state
-classification, progress lines, per-role task summaries) live beside it in
-:mod:`airflow_provider_melon.hadoop.app_state`.
+The trigger polls the ResourceManager through :class:`AsyncYarnHook` and yields exactly one
+:class:`TriggerEvent` with the outcome (``success``, ``error`` or ``timeout``). While the application runs it logs
+state changes, the AM's task progress and, when ``job_logs`` is on, the job's own output through
+:class:`~airflow_provider_melon.hadoop.log_follower.LogFollower`. Its poll step is
+:class:`~airflow_provider_melon.hadoop.app_state.PollStep`, shared with the operator's synchronous wait.
+``docs/internals.md`` ("Waiting in the triggerer" and "The job's output in the task log") says how it works.
 """
 
 from __future__ import annotations
