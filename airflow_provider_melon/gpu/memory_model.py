@@ -3,45 +3,8 @@
 Forward, :meth:`MemoryModel.total_mb` answers "how much GPU memory does this job need at batch ``B``" (the
 profiler's analytic estimate, when no GPU is there to measure). Backward, :meth:`MemoryModel.max_batch`
 answers "what is the largest batch that fits in ``budget`` MiB" (the planner's batch-size rule). Both are the
-same formula, so the two can never disagree.
-
-The formula (all sizes in bytes, the result in MiB = 2**20 bytes, the unit of ``melon.io/gpu-memory``)::
-
-    total(B) = P   * b_w            weights            (all parameters, trainable or not)
-             + P_t * b_g            gradients          (one per trainable parameter)
-             + P_t * s * b_o        optimizer slots    (s slots per trainable parameter, see OPTIMIZER_SLOTS)
-             + B   * A              activations        (A bytes kept per sample, times the batch size)
-             + W                    workspace          (cuDNN/cuBLAS scratch, allocator slack)
-             + F                    framework overhead (CUDA context, framework runtime, kernels' images)
-
-``total - F`` is what the framework's allocator holds (:meth:`MemoryModel.allocator_mb`): the part the in-process
-cap bounds; ``F`` is reserved beside it (``gpu_context_mb``). ``F`` defaults to ``gpu.context.MEASURED_CONTEXT_MB``.
-
-with ``P`` parameters of which ``P_t`` trainable (default ``P_t = P``), ``b_w`` bytes per weight (by dtype:
-fp32 4, fp16/bf16 2, ...), ``b_g`` bytes per gradient (default ``b_w``), ``b_o`` bytes per optimizer slot
-(default ``b_w``), ``A`` activation bytes per sample, ``W`` and ``F`` in MiB.
-
-Worked example (the unit tests check it): ``P = 2**20`` fp32 parameters, Adam (2 slots), ``A = 1 MiB``,
-``W = 64``, ``F = 300``: weights 4 MiB + gradients 4 MiB + Adam 8 MiB = 16 MiB, activations at ``B = 32``
-32 MiB, total 16 + 32 + 64 + 300 = 412 MiB; the largest batch within 1024 MiB is
-``floor((1024 - 16 - 64 - 300) / 1) = 644``.
-
-Assumptions (what the model leaves out, and why that is acceptable):
-
-* Activations grow linearly with the batch and nothing else does. True for data-parallel training of
-  feed-forward/conv/transformer models at a fixed input size; sequence length, if it varies, is part of ``A``.
-* Gradients are kept for every trainable parameter at once (no gradient accumulation into the weights'
-  buffer, no sharding such as ZeRO/FSDP). With sharding, pass smaller per-parameter bytes.
-* Mixed precision: pass the real per-parameter bytes (e.g. ``b_w = 4 + 2`` for fp32 master weights plus an
-  fp16 copy), the model only adds.
-* The allocator's fragmentation and caching, and spikes between samples, are not in the model; the profiler
-  adds a safety margin on top (``profiler.SAFETY_MARGIN``/``HEADROOM_MB``), the same for both methods.
-* ``A`` from :func:`from_keras_model`/:func:`from_torch_module` is a rough estimate: the sum over layers of
-  the layer's output size per sample, times a backward factor of 2 (the output is kept for the backward
-  pass, and the backward pass creates a gradient of the same size). Frameworks free or recompute some of
-  these, and fused kernels keep fewer intermediates, so it tends to over-estimate for conv nets and to
-  under-estimate for layers with large internal temporaries (attention scores, softmax). Measure with the
-  profiler on a GPU whenever one is available.
+same formula, so the two can never disagree. :func:`from_keras_model` and :func:`from_torch_module` build a model
+from a framework's model. ``docs/internals.md``, "The GPU memory model", gives the formula and its assumptions.
 """
 
 from __future__ import annotations

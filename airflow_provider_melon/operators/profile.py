@@ -1,45 +1,10 @@
 """MelonProfileOperator: measure (or, without a GPU, estimate) a job's expected GPU memory before it trains.
 
 It takes the same ``job`` as :class:`~airflow_provider_melon.operators.train.MelonTrainOperator` and runs one task
-of one role of it (``role``; default the job's success role -- ``chief``/``master`` -- else its first role) as
-its own YARN application, named ``<name>-profile``, with the same code, environment, inputs and env. The task's
-entrypoint is wrapped by the profiler::
-
-    python -m airflow_provider_melon.gpu.profiler --steps N --output <HDFS path> --webhdfs <URL> \
-        --hdfs-user <user> [--gpu-memory-mb <GPU size>] -- <the job's entrypoint>
-
-so it trains ``N`` steps (``MELON_PROFILE_STEPS``; the script must honour it) while NVML is sampled every 100 ms,
-and the profile JSON lands in HDFS at ``/user/<user>/.melon/profiles/<dag>/<task>/<run hash>[-<map>]/profile.json``
-(one path per task instance, so a retry that reattaches to the succeeded application reads its document; the
-document carries the application id, which is checked). Submission, reattach by tags, pre-flight, polling or
-deferral, kill and timeouts are the train operator's (this class subclasses it).
-
-The profiled task:
-
-* keeps the job's framework when the role can run alone in it (TensorFlow ``chief``/``worker``, PyTorch
-  ``master``/``worker``: the script sees a one-task ``TF_CONFIG`` / ``WORLD_SIZE=1``), else runs as ``generic``;
-* takes whole GPUs: a ``gpu_memory`` (shared) role is profiled on ``gpus: 1``, a ``gpus: N`` role on N, so the
-  measurement is not capped at the declared figure nor polluted by a neighbour on the same GPU; a CPU-only role
-  stays CPU-only (the profile then says "no GPU");
-* has ``instances: 1`` and no restarts.
-
-Result (also ``return_value``), XCom keys:
-
-``expected_gpu_memory``
-    ``"<expected_mb>MiB"`` -- the profiler's ``ceil(peak * 1.1 + 256)`` (``gpu.profiler`` explains the margin),
-    a size string the job spec accepts: ``MelonTrainOperator(gpu_memory="{{ ti.xcom_pull(task_ids='profile',
-    key='expected_gpu_memory') }}")``. ``None`` when the profile has no estimate (method ``none``): the train
-    operator then keeps the job's declared ``gpu_memory`` (a rendered ``None`` is no override).
-``packing_pays``
-    bool (or ``None`` when unknown): whether sharing a GPU with others pays for this job
-    (``gpu.policy.packing_pays``); ``not packing_pays`` is what the role's ``large`` flag means.
-``profile``
-    the whole document: ``method`` (``nvml`` measured, ``analytic`` from the memory model the script reported,
-    ``none``), ``reason`` (``no GPU: ...`` for the last two), ``peak_mb``, ``mean_sm_util``, ``step_time_s``,
-    ``expected_mb``, ``gpu_memory_mb``, ``steps``, ``notes``, ``app_id``, plus ``expected_gpu_memory`` and
-    ``path``.
-
-The log says which method was used, and why when it was not NVML.
+of one role of it, wrapped by ``gpu.profiler``, as its own YARN application on whole GPUs. Submission, reattach,
+pre-flight, waiting, kill and timeouts are the train operator's, since this class subclasses it. Its result goes
+to XCom as ``expected_gpu_memory`` (a size string the job spec accepts), ``packing_pays`` and ``profile``.
+``docs/internals.md``, "The profile operator", says how the task is built and what the result holds.
 """
 
 from __future__ import annotations
