@@ -1,42 +1,10 @@
 """MelonTrainOperator: one Airflow task = one distributed training job on YARN (MeLoN).
 
-What ``execute`` does, in order:
-
-1. **Validate** — ``job`` (a dict, a path to a YAML/JSON file, YAML text or a :class:`JobSpec`; templated)
-   is loaded with ``base_dir`` = the DAG file's folder, after the templated ``gpu_memory`` override has
-   been applied to every role that declares ``gpu_memory`` (an ``auto`` role's first-run figure). An invalid spec
-   fails the task with a :class:`JobSpecError` naming the field, before any HTTP call. ``gpu_memory: auto`` is
-   learned from this task's ended runs (``MelonHook.resolve_gpu_memory``/``record_gpu_memory``), logged with its source.
-2. **Reattach or submit** — the application carries the tags of ``submission.airflow_tags`` (``melon``, the
-   identity tag ``melon-id:<hash of deployment, dag, task, run, map index>``, readable ``airflow-dag:…`` etc.).
-   Before submitting, the RM is asked for applications with the identity tag; tags prove nothing (any YARN user
-   may set any), so one counts only if it is a MeLoN application of the submitting user (``run_as``, else the
-   connection's) that no earlier try killed (``_kill``); each one skipped is logged with why. A live one is
-   attached to; a SUCCEEDED newest one's result is returned; a FAILED/KILLED one is ignored (fresh submit).
-   On Airflow 3.3 the synchronous path also goes through ``ResumableJobMixin`` (the id in the task state store,
-   looked up first on a retry). ``reattach=False`` always submits (a cleared task that must train again).
-   **Pre-flight** (``preflight=True``), before staging a new submission: the RM's nodes and the roles go through
-   :func:`airflow_provider_melon.gpu.preflight.check`; a job that cannot fit (a role's GPU memory over the largest
-   GPU, a role wider than every node, more GPUs or GPU memory than the cluster's) fails the task with the numbers
-   (``AirflowFailException``, no retry), nothing submitted. Nodes unreadable: skipped with a warning.
-3. **Announce** — right after submit/attach: ``app_id``, ``tracking_url``, ``am_status_url`` and each extra link's
-   URL (its ``xcom_key``) to XCom, so the links work while the task runs or is deferred; on the connection's
-   ``web_ui_url`` (the RM as browsers reach it). Once the application has ended, the AM link opens its RM page.
-4. **Wait** — ``deferrable``: check the state once (finish at once if already terminal), then defer to
-   :class:`YarnApplicationTrigger`. Otherwise poll here with the same rules (failure budget, heartbeat,
-   AM progress every ``log_every_n`` polls, ``timeout``).
-   **Job logs** (``job_logs``, default on with ``stream_logs``): either way, the chief's stdout/stderr
-   (``chief:0 | ...``) and any failing task's reach the task log while the job runs, read from the NodeManagers
-   every poll by :class:`~airflow_provider_melon.hadoop.log_follower.LogFollower` (no line twice, none lost; its
-   module says how), at most ``job_log_lines_per_poll`` lines per poll and ``job_log_max_bytes`` per task run.
-   A reattaching task shows each container's last 16 KiB. No log failure (a dead node, a 404) fails the task.
-   Deferred, the rest after the end is read by the resumed task, into its own log (``_final_job_logs``).
-5. **Finish** — success returns (and pushes as ``return_value``) ``{"app_id", "final_status", "state",
-   "tasks" (per role), "progress" (per task: its last step, total, loss, metrics), "task_source" (``am-final``:
-   the AM's final status, written to HDFS before it ended; else ``am`` / ``am-last-seen``), "diagnostics",
-   "outputs", "tracking_url", "duration_s"}``, read after the final state; outlets: an :class:`Asset` per
-   ``hdfs://`` output. FAILED/KILLED raises with the RM diagnostics; a timeout kills the app (``cancel_on_kill``).
-   ``on_kill`` kills the app unless ``cancel_on_kill=False`` (a deferred task's trigger too, on Airflow 3.3).
+``execute`` validates the job spec, reattaches to this task instance's application or runs pre-flight and
+submits a new one, announces the application's links in XCom, waits for it (polling here or deferred to
+:class:`~airflow_provider_melon.triggers.yarn.YarnApplicationTrigger`) with the job's own output in the task log,
+and returns the job's outcome, per role and per task. ``on_kill`` kills the application unless
+``cancel_on_kill=False``. ``docs/internals.md``, "The train operator", describes each step.
 """
 
 from __future__ import annotations
