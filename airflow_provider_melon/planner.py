@@ -1,39 +1,10 @@
 """Plan a parameter-server job: mini-batch size, number of parameter servers, workers (stdlib + gpu.memory_model).
 
-After Zou et al. ("Distributed training large-scale deep architectures", choosing the mini-batch size and the
-number of parameter servers so that the step is compute-bound): a synchronous PS step costs the larger of the
-worker's compute and the parameter traffic, so the plan makes the traffic fit inside the compute.
-
-Model (symbols as in :mod:`airflow_provider_melon.gpu.memory_model`)::
-
-    P    parameters, b bytes each (the weights' dtype; gradients travel in the same dtype)
-    n    workers, k parameter servers, W bytes/s per NIC (bandwidth_gbps * 1e9 / 8; all NICs alike)
-    t    compute seconds per sample on one worker's GPU (forward + backward), B samples per worker per step
-
-    compute(B)    = B * t
-    transfer(k)   = max( 2*P*b*n / (k*W),       each PS's NIC carries 1/k of every worker's push + pull
-                         2*P*b / W )            each worker's own NIC carries its full push + pull
-
-Rules, in order:
-
-1. **Batch**: the largest ``B`` whose memory fits the GPU -- ``memory_model.max_batch(gpu_memory_mb)``, the
-   same model the profiler evaluates forwards -- capped by ``max_batch`` (a convergence limit: very large
-   batches need learning-rate tricks to generalise), then rounded down to a multiple of ``batch_multiple``
-   (8: tensor-core friendly) when that leaves at least one multiple. The largest batch is also the most
-   compute-bound one, since compute grows with ``B`` and the traffic does not.
-2. **Parameter servers**: the smallest ``k`` in ``1..max_ps`` with ``transfer(k) <= compute(B)``
-   (``max_ps`` defaults to ``n``: beyond ``k = n`` the worker's NIC, not the PS's, is the bottleneck).
-3. **Communication-bound**: when even ``k = max_ps`` does not make it, the plan keeps ``k = max_ps`` and
-   recommends the most workers that would be compute-bound, ``n' = floor(max_ps*W*compute / (2*P*b))``;
-   if even one worker's own NIC cannot carry its traffic (``2*P*b/W > compute``), it says which batch would
-   be needed (``ceil(2*P*b / (W*t))``) and that the GPU memory cannot hold it: use a faster network,
-   gradient compression or all-reduce instead.
-
-Assumptions: push and pull are not overlapped with compute nor with each other (synchronous SGD, the
-conservative case; overlap can at best halve the traffic time); parameters are spread evenly over the PSs
-(TF's ``MinSizePartitioner``/round-robin placement of equal-sized shards); protocol overhead is ignored, so
-treat a plan with ``transfer`` within ~20 % of ``compute`` as borderline; ``t`` is measured at a batch where
-the GPU is busy (per-sample time grows at small batches, which only makes small batches less compute-bound).
+The rules follow Zou et al., "Distributed training large-scale deep architectures": choose the mini-batch size
+and the number of parameter servers so that a synchronous step is bound by compute, not by parameter traffic.
+The batch is the largest that fits the GPU's memory, the parameter servers the fewest whose traffic fits inside
+the compute, and a communication-bound job gets a recommendation instead. ``docs/internals.md``, "The
+parameter-server planner", gives the model, the rules and their assumptions.
 """
 
 from __future__ import annotations

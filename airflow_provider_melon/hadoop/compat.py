@@ -1,37 +1,9 @@
-"""One place for what differs between the Hadoop lines MeLoN supports: 3.3.x, 3.4.x and 3.5.x (stdlib only: the
-mini-cluster tools and ``melon doctor`` use it without Airflow; ``version_compat.py`` is the Airflow side).
+"""One place for what differs between the Hadoop lines MeLoN supports: 3.3.x, 3.4.x and 3.5.x.
 
-Each difference and what MeLoN does about it. Run here: 3.5.0 on Java 17 (the test suite's mini cluster, with the
-AM built for Java 8 against 3.3.6), and the AM's JUnit tests against the 3.3.6 jars (the proxy cookie name, the AM
-filter's proxy hosts); embedded 3.3.6 and 3.4.2 clusters on Java 11 with the AM's smoke jobs and ``melon doctor
---submit-test`` (``scripts/compat-am.sh``, docs/hadoop-compat.md), whose REST answers were probed; the docker/ stack
-on 3.3.6. The delegation-token points were not probed on any line but 3.5.0 (the secure mini cluster).
-
-* **Java.** 3.3.x and 3.4.x servers run Java 8 or 11; 3.5.0 requires Java 17 on the server side. The AM container
-  runs on the NodeManager's Java, so the AM jar is Java 8 bytecode (:data:`AM_MAX_CLASS_MAJOR`, checked by the
-  AM's ``BytecodeVersionTest`` and, on the shipped jar, by ``tests/unit/test_hadoop_compat.py``), compiled against
-  the 3.3.6 API (``appmaster/am/pom.xml``), using only what 3.3, 3.4 and 3.5 all have.
-* **Which Java a cluster runs.** No REST resource of any line names it (``/ws/v1/cluster/info`` and
-  ``/ws/v1/node/info`` give Hadoop versions only). Every daemon's ``/jmx?qry=java.lang:type=Runtime`` gives the
-  JVM's ``SpecVersion`` (``1.8``, ``11``, ``17``) in all three lines: :func:`java_from_jmx`.
-* **The Hadoop version.** ``clusterInfo.hadoopVersion`` (3.3.6: ``"3.3.6"``; 3.5.0: ``"3.5.0"``), else
-  ``resourceManagerVersion``: :func:`hadoop_version`; ``nodeInfo.nodeManagerVersion`` per node.
-* **REST JSON.** 3.3/3.4 render JSON with Jersey 1 + JAXB "natural" notation: an empty collection is ``null``
-  (``{"apps": null}``), lists stay lists. 3.5.0 moved to Jersey 2: empty fields are omitted or ``""``, and a
-  one-element list may come as a bare object. ``rm_json.as_list``/``as_dict`` read both shapes; every RM/NM
-  body goes through them.
-* **Resource types.** ``resourceInformations.resourceInformation[]`` (``name``, ``value``, ``units``) in the
-  nodes' ``totalResource``/``usedResource`` and the apps' ``allocatedResources`` in all three lines; declared
-  custom types need ``resource-types.xml`` on the RM in each (``melon doctor``'s resource-types check).
-* **NodeManager container logs.** ``/ws/v1/node/containers/{id}/logs/{file}?size=N`` (N < 0: the last bytes) with a
-  ``LogLength:``/``LogContents:`` header and an ``End of LogType:`` footer, the same in all three lines
-  (``hadoop.nodemanager.parse_container_log``); the AM reads a failed task's stderr tail the same way.
-* **The RM web proxy.** The ``proxy-user`` cookie it sets for the AM's pages (``WebAppProxyServlet``) and the AM
-  filter's proxy hosts (``WebAppUtils.getProxyHostsAndPortsForAmFilter``) are the same in all three lines: the AM
-  compiles against 3.3.6's and ``ViewAclTest`` reads the cookie name from the 3.3.6 servlet.
-* **Delegation tokens.** WebHDFS ``GETDELEGATIONTOKEN`` with ``kind``/``service`` and the submission's
-  ``am-container-spec.credentials`` are the same in all three lines; the RM renews HDFS tokens it can renew over
-  RPC in each (``delegation.py``).
+Stdlib only: the mini-cluster tools and ``melon doctor`` use it without Airflow (``version_compat.py`` is the
+Airflow side). It holds the AM's bytecode limit (:data:`AM_MAX_CLASS_MAJOR`) and readers of the cluster's Java and
+Hadoop versions (:func:`java_from_jmx`, :func:`hadoop_version`). ``docs/internals.md``, "Hadoop lines", lists each
+difference, what MeLoN does about it and on which lines it was checked.
 """
 
 from __future__ import annotations

@@ -1,37 +1,9 @@
 """Pruning a user's staging folder (``melon prune``): what goes, what stays, and why.
 
-Submissions only ever add to the staging folder (``[melon] staging_dir``, default ``/user/<user>/.melon``):
-
-* ``cache/<sha256>/<name>`` — content-addressed code, runtime, AM jar and environment archives, one object per
-  distinct content. A submission that finds an object there (0 bytes uploaded) sets its access time, so an
-  object's *last use* is the later of its modification and access times.
-* ``cache/by-sample/<key>/<sha256>`` — the index big files are looked up by (empty files), plus ``.lock`` and
-  ``.…tmp`` files that a crashed upload can leave behind.
-* ``apps/<application id>/`` — each submission's plan, which lists every staged file the application uses
-  (``local_resources``, and ``staged``: the AM jar too).
-* ``profiles/`` — profiling results: the user's data, never touched here.
-
-:func:`decide` (pure) deletes, for a cutoff ``now - older_than``:
-
-* a cache object last used before the cutoff that no live application's plan names;
-* an ``apps/<id>/`` folder written before the cutoff whose application is not live (ended, or forgotten by the RM);
-* index entries whose object is gone (or goes now), index folders left empty, and ``.lock``/``.tmp`` leftovers
-  older than the cutoff.
-
-Deleting an object costs at most a re-upload: the next submission that needs it stages it again. The one race
-left is a submission that finds an object cached in the instant :func:`prune` deletes it (each object is
-re-read just before its deletion, and kept if it was used since the listing); its application then fails to
-localize, and a retry stages afresh.
-
-The cutoff is at least :data:`MIN_AGE_S` (1 h) ago: younger than that, a ``.tmp`` may be an upload in flight (its
-HDFS modification time is its start; waiters give a lock holder 60 s plus 5 MiB/s of the file, so under an hour
-for any file up to ~17 GiB), a plan may belong to an application that is being submitted (written before the RM
-knows the application, so not yet live), and an object may have just been found cached by a submission that has
-not reached the RM yet. A prune never races those.
-
-The live applications are *every user's* (the RM lists them all to anyone; under ACLs it hides details, not ids
-and states): with a shared ``staging_dir`` (no ``{user}``) another user's live application keeps its plan and
-objects. A live application whose plan is there but cannot be read stops the prune.
+:func:`decide` (pure) picks, for a cutoff ``now - older_than`` of at least :data:`MIN_AGE_S`, the cache objects,
+application plans, index entries and leftovers that no live application needs; :func:`prune` lists the folder
+and the RM's live applications and deletes them. Deleting an object costs at most a re-upload.
+``docs/internals.md``, "Pruning the staging folder", gives the layout, the rules and the one race left.
 """
 
 from __future__ import annotations
