@@ -1,30 +1,8 @@
 """Which GPUs this node has: NVML when present, else a declared inventory, else none. Stdlib only.
 
-Sources, in order:
-
-1. ``nvml`` — pynvml (imported lazily; optional) initialises and finds at least one device.
-2. ``inventory`` — env ``MELON_GPU_INVENTORY`` names a JSON file
-   ``{"gpus": [{"index": 0, "total_mb": 16384, "name": "virtual"}, ...]}`` (optional keys ``uuid``,
-   ``used_mb``, ``sm_util``). Used by tests and by the GPU-less mini cluster, where YARN advertises
-   ``melon.io/gpu-memory`` without a physical device.
-3. ``none`` — the result is empty and ``reason`` says why, e.g.
-   ``no GPU: NVML found no device (NVML Shared Library Not Found)``.
-
-If ``CUDA_VISIBLE_DEVICES`` is already set in this process's environment (a container runtime restricted the
-node's GPUs for us, the embedded cluster gave each NodeManager its own: ``minicluster.gpu_layout``, or the admin set
-it in the yarn connection's ``container_env`` to keep MeLoN off the GPUs YARN's own GPU plugin manages:
-docs/gpu-plugin.md), devices outside it (by index or UUID) are not offered, NVML's and the inventory's alike;
-``-1`` hides them all.
-
-A GPU in MIG mode (``nvmlDeviceGetMigMode``) is not offered: MeLoN shares a GPU by memory among processes and does
-not address MIG instances, and NVML gives no per-process memory there. :func:`nvml_gpus` leaves it out and says so
-(``GpuList.mig``, the reason names the device and the fix); the executor refuses such a node (exit 75) and
-``melon doctor`` fails on it.
-
-NVML's view of processes (``DeviceInfo.processes``: host pid → MiB, each process's whole footprint, its CUDA
-context included) feeds the ledger (``gpu/ledger.py``: memory of processes MeLoN did not place) and the executor's
-samples (:func:`process_memory`, which says whether a figure is the process's own or, where NVML's pids are not
-the container's, the device's rise since the task started: ``nvml-device``, neighbours included).
+:func:`list_gpus` returns the node's GPUs with their memory and NVML's per-process use, filtered by
+``CUDA_VISIBLE_DEVICES`` and without GPUs in MIG mode; :func:`process_memory` and :func:`device_used_mb` give the
+executor's samples. ``docs/internals.md``, "Which GPUs a node has", describes the sources and the filters.
 """
 
 from __future__ import annotations

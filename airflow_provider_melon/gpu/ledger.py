@@ -1,33 +1,10 @@
 """Node-local ledger of MeLoN GPU reservations: a JSON file changed only under an exclusive lock. Stdlib only.
 
-YARN packs tasks onto a *node* by ``melon.io/gpu-memory``; which *GPU* of the node a task gets is decided here,
-by the executors of that node, one at a time (``fcntl.flock`` on ``<dir>/ledger.lock``):
-
-1. drop stale entries: the reserving pid is dead (``os.kill(pid, 0)`` raises ProcessLookupError), a zombie,
-   or a different process now wears the pid (its start time differs from the one recorded);
-2. build a :class:`~airflow_provider_melon.gpu.policy.Gpu` per device whose taken memory (``reserved_mb``) is
-   :func:`taken_mb`: MeLoN's reservations (or what MeLoN's processes use, where that is more), plus what the
-   processes the ledger does not know use, plus the driver's own, from NVML's per-process list; where NVML gives
-   no per-process memory (an inventory, a process NVML cannot measure) ``max(reservations, device used)``;
-3. ask :func:`policy.place_default` (shared) or :func:`policy.exclusive_set` (whole GPUs), record the answer.
-
-Exclusive reservations record the GPU's whole memory, so no shared task lands next to them.
-
-Location: ``$MELON_LEDGER_DIR/ledger.json`` (default ``/var/lib/melon/ledger``). The directory is the node
-admin's, and :func:`check_directory` refuses (:class:`UnsafeLedger`, naming the path, its owner and mode and the
-fix) one that a process of another OS user could change:
-
-* the directory itself: a real directory (not a symlink), owned by root or by the user the executor runs as (the
-  NodeManager's user under the DefaultContainerExecutor), not writable by others (``o+w``, sticky or not);
-  group-writable is allowed: its group is trusted (the NodeManager's group; on a LinuxContainerExecutor cluster
-  the group of every user whose containers share the node's GPUs, see docs/ledger.md);
-* every folder above it: owned by root or by that user, and not writable by others unless sticky (``/tmp``);
-* ``ledger.json`` and ``ledger.lock`` when present: regular files, not symlinks, not writable by others.
-
-The executor creates the directory only inside a parent that only root or its own user can write (the mini
-cluster's work dir; ``{nm}`` leaves), never in ``/tmp`` or another shared folder, where another user could have
-made it first. Files are created 0o660 (group-shared, never others); the JSON is replaced atomically (write +
-fsync + rename), so a crash never leaves half a file.
+YARN packs tasks onto a node by ``melon.io/gpu-memory``; which GPU of the node a task gets is decided here, by the
+executors of that node, one at a time. :func:`reserve`, :func:`reserve_many` and :func:`release` are the entry
+points; :func:`check_directory` refuses a ledger folder that another OS user could change (:class:`UnsafeLedger`),
+and :func:`overrun` names a neighbour that used more than its reservation. ``docs/internals.md``, "The GPU
+ledger", describes a reservation and the directory rules; ``docs/ledger.md`` is the admin's guide.
 """
 
 from __future__ import annotations

@@ -2,31 +2,8 @@
 
 The train operator calls :func:`check` with the ResourceManager's nodes (``YarnHook.nodes()``) and the job's
 roles just before staging and submitting, and fails the task with the report's message when something can
-never fit -- instead of an application that waits in ACCEPTED, or a gang that times out.
-
-What a node offers (its ``totalResource.resources``, as ``YarnHook.nodes()`` normalises it):
-
-* ``yarn.io/gpu``: the number of GPUs (exclusive mode, ``gpus: N``);
-* ``melon.io/gpu-memory``: the GPU memory of the **whole node**, MiB (the NodeManager advertises GPUs x
-  per-GPU memory), so one GPU of the node has ``gpu-memory / gpus`` MiB. A node that advertises memory but
-  no GPU count is taken as one GPU of that size.
-
-Only RUNNING nodes count (when a node says its state). The rules, each failing with the numbers:
-
-1. shared role (``gpu_memory``): one task lives on one GPU, so its expected memory must fit the largest GPU of
-   any node (``max over nodes of gpu-memory / gpus``);
-2. exclusive role (``gpus: N``): the N GPUs of a task are on one node, so N must not exceed the largest
-   node's GPU count;
-3. total GPUs: ``sum over exclusive roles of instances x gpus`` must not exceed the cluster's GPUs;
-4. total GPU memory: ``sum over shared roles of instances x gpu_memory`` must not exceed the cluster's GPU
-   memory left after the exclusive tasks took their GPUs -- counted as if they took the *smallest* GPUs,
-   the arrangement that leaves the most memory.
-
-Every rule is a necessary condition for the whole gang to run at once (the AM starts training only when every
-task registered): a job that fails one can never run on this cluster as it is, and a job that passes all may
-still wait for capacity that other applications hold (pre-flight looks at totals, not at what is free, and does
-not solve the bin packing). With no RUNNING node reported, nothing is checked (``Report.checked`` is False):
-the RM may be starting, and YARN itself keeps the application waiting.
+never fit, instead of leaving an application that waits in ACCEPTED or a gang that times out.
+``docs/internals.md``, "Pre-flight", gives what a node offers and the four rules.
 """
 
 from __future__ import annotations
