@@ -1,31 +1,10 @@
 """YARN ResourceManager REST hook: the whole RM surface the provider needs.
 
-``YarnHook`` (sync, ``requests``) and ``AsyncYarnHook`` (for triggers, in this module as Airflow's own providers
-keep their sync and async hooks together) share one implementation, so auth, HA failover, timeouts, retries and
-parsing behave identically in both.
-
-Behaviour on every call (``YarnHook._request``):
-
-* **Auth** — ``simple``: ``user.name=<user>`` is added to the query string of every call (kill included),
-  otherwise the RM treats the caller as ``dr.who``. ``kerberos``: SPNEGO through
-  ``requests_kerberos.HTTPKerberosAuth`` installed on the session, so every call carries it; ``user.name`` is
-  not sent. Any ``requests.auth.AuthBase`` may be passed as ``auth`` instead.
-* **HA** — several RM base URLs may be configured. Calls start at the RM last known to be active; a
-  standby answers ``307`` with ``Location`` pointing at the active RM: the hook follows it and remembers
-  that RM. A ``307`` without ``Location`` (standby, no active known yet) or a connection error moves on to
-  the next RM.
-* **Errors** — a ``(connect, read)`` timeout on every call. Connection errors, timeouts and 5xx are retried
-  with exponential backoff (tenacity, bounded attempts; one attempt = one pass over the RM list). 4xx raise
-  :class:`YarnApiError` at once, carrying the status, the URL and the RM's own message.
-* **Parsing** — Hadoop 3.5 (Jersey 2) omits empty fields, or renders empty maps/lists as ``""``/``null``,
-  and a one-element list may come as a bare object: every accessor tolerates all of these.
-* **Malformed answers** (an HTML page from a proxy, truncated or non-JSON bodies, a body that cannot be decoded,
-  an unusable redirect, JSON of another shape) raise :class:`YarnApiError` with a one-line message, never
-  another exception. Lists and cluster/node views read what they can (missing fields count as absent); the
-  calls whose answer *is* one field — ``get_application`` (``state``), ``get_state``, ``new_application``
-  (``application-id``) — raise when it is missing.
-* **NodeManagers** — :meth:`YarnHook.container_log` reads a container's log through the same session, no retries
-  (the client: :mod:`airflow_provider_melon.hadoop.nodemanager`). Failures raise :class:`NodeManagerError`.
+``YarnHook`` (sync, ``requests``) and ``AsyncYarnHook`` (for triggers) live in this one module, as Airflow's own
+providers keep their sync and async hooks together. They share one implementation, so auth, HA failover,
+timeouts, retries and parsing behave the same in both. Every RM error, including a malformed answer, is a
+:class:`YarnApiError`; :meth:`YarnHook.container_log` reads a container's log from its NodeManager.
+``docs/internals.md``, "The ResourceManager hook", describes what every call does.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """One ResourceManager poller shared by the YARN triggers of a process: one RM list call per cycle, not one call
 per deferred task.
 
-A triggerer process may follow hundreds of deferred training tasks. Polling each application on its own timer
-costs one ``GET /ws/v1/cluster/apps/{id}`` per trigger per interval, and each call held a thread of the event
-loop's default executor (``asyncio.to_thread``), so a slow RM left every other coroutine that needs a thread
-waiting behind it. :class:`RmPoller` replaces that, per event loop and per RM identity (the hook's connection id
-and explicit settings: RM addresses, user, auth):
-
-* A trigger awaits :meth:`RmPoller.report` for its application. Waiting is the subscription: a waiter is
-  removed once answered or cancelled (trigger cleanup, cancellation), so nothing leaks; once nobody waits, the
-  poller's task ends and it leaves the registry.
-* Each cycle, the applications with a due waiter are fetched together: with two or more, one
-  ``GET /ws/v1/cluster/apps?states=<live states>&applicationTags=melon`` (every MeLoN submission carries the
-  ``melon`` tag; the RM answers only live applications, so the list stays as long as the work in flight). An
-  application not in that list (it ended, or it is not a MeLoN application: a sensor on an external job, or
-  the RM does not know it) gets its own ``GET /apps/{id}``, so every waiter gets a full report. A single
-  application is fetched with that single GET directly.
-* Cycle length: the shortest ``interval`` among the waiters; a waiter is answered by the first cycle at or
-  after it is due (``not_before``), and cycles are at least that cycle length apart, so triggers that start at
-  different moments share the same cycles.
-* Errors: a failed list call gives every waiter of that cycle the error, a failed single GET that
-  application's waiters; each trigger counts it against its own ``max_consecutive_failures`` and waits for the
-  next cycle, exactly as a failed poll of its own (an RM restart is survived the same way).
-* Threads: RM calls run in the poller's own small executor (``MAX_WORKERS`` threads), with the hook's
-  timeouts and retries. A hanging RM delays only the poller's cycle; the event loop and its default executor
-  stay free for everything else.
+A trigger awaits :meth:`RmPoller.report` for its application; the poller, one per event loop and RM identity,
+answers every waiter of a cycle with one list call (plus single GETs for applications not in it), on its own
+threads, so a slow RM never holds the event loop. ``docs/internals.md``, "Many deferred jobs, one triggerer",
+describes the cycles, the errors and the threads.
 """
 
 from __future__ import annotations
