@@ -1,24 +1,8 @@
 """Expected GPU memory learned from a task's earlier runs (``gpu_memory: auto``). Pure functions, stdlib only.
 
-Each finished run of a task adds one record per role to the task's history (``hadoop/memory_history.py`` keeps it
-in HDFS, one file per run in the staging folder's ``profiles/``, per tenant):
-
-``{"app_id", "at" (epoch s), "state" (the application's final status), "initial_mb" (the expected memory it
-started with), "expected_mb" (the figure its tasks ended with: grown after out-of-memory exits), "peak_mb" (the
-highest GPU memory its tasks' models used, without the CUDA context; null when unknown, e.g. without a GPU),
-"peak_source" (where that peak came from, the heartbeats' ``gpu_memory_peak_source``: ``tensorflow``, ``torch``,
-``user``, ``nvml-process``, ``nvml-device``; null when the AM did not say), "oom" (whether a task of the role ran
-out of GPU memory), "growths"}``
-
-The learned figure (:func:`learned_mb`) looks at the role's last :data:`RECENT` runs and takes the largest of:
-
-- a run with a known peak of its own: ``peak × (1 + MARGIN)`` — what the task really used, plus headroom; but a
-  successful run whose NVML peak reached its cap teaches the cap it succeeded at;
-- a run whose only peak is device-wide (``nvml-device``: neighbours included) or that has none, and succeeded:
-  the figure it succeeded at, lowered to ``device peak × (1 + MARGIN)`` when that is less;
-- a run that ended out of memory (its growths used up): ``expected_mb × growth`` — more than what was too little.
-
-The figure is capped at what the largest GPU can give (less the CUDA context the task reserves beside it).
+:func:`run_record` makes the record of one finished run per role, which ``hadoop/memory_history.py`` keeps in
+HDFS, and :func:`learned_mb` turns a role's recent records into the figure for its next run.
+``docs/internals.md``, "Learned GPU memory", gives the record's fields and the rules.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
-"""Container logs of a YARN application, read from the NodeManagers' REST API: works on any cluster (the mini
-cluster's NodeManagers serve the same API on loopback), needs no access to the nodes' disks.
-
-Where the containers are:
-
-* the RM's application attempts (``/ws/v1/cluster/apps/{id}/appattempts``) name each attempt's AM container and
-  its NodeManager;
-* the MeLoN AM logs each task container it launches (``MelonAM: task worker:0 attempt 0 -> container_… on
-  host:port``) in its ``AppMaster.stdout``, which names every task's container and node, also once the app has
-  ended (the RM then lists no containers, and a NodeManager no longer lists the app's);
-* for a running app, the RM's containers of the current attempt (``…/appattempts/{attempt}/containers``) add any
-  container the AM has not named yet.
-
-Node ids are mapped to NodeManager web addresses through the RM's node list.
-
-What a NodeManager serves: ``/ws/v1/node/containers/{id}/logs`` (each log file's name and size) and
-``/ws/v1/node/containers/{id}/logs/{file}?size=-N`` (the file's last N bytes, inside a header that gives the file's
-whole length, ``LogLength:``, and a footer). :class:`LogTail` reads a file from an offset, so following it never
-repeats a line. With log aggregation off, a NodeManager deletes an ended app's logs after
-``yarn.nodemanager.log.retain-seconds``: :func:`gone_message` says so.
+"""Container logs of a YARN application, read from the NodeManagers' REST API.
 
 This is the one NodeManager client: its error (:class:`NodeManagerError`), its URLs (:func:`nm_base_url`), the
-parser of its log answer (:func:`parse_container_log`) and the one-file read the job log follower uses
-(:func:`read_container_log`, through ``YarnHook.container_log``) as well as the listing and tailing above.
+parser of its log answer (:func:`parse_container_log`), the one-file read the job log follower uses
+(:func:`read_container_log`, through ``YarnHook.container_log``), and the listing (:class:`NodeLogs`) and tailing
+(:class:`LogTail`) of an application's logs. It needs no access to the nodes' disks.
+``docs/internals.md``, "Reading container logs", says how containers are found and what a NodeManager serves.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Queue pre-flight: is the job's queue there, and can the job's GPU demand ever fit in it? Pure, no network.
 
-:func:`check` takes the CapacityScheduler's ``schedulerInfo`` (``YarnHook.scheduler()``, the RM's
-``/ws/v1/cluster/scheduler``), the queue name from the job (spec field ``queue``; a leaf name such as ``tenant_a``
-or its path ``root.tenant_a``) and the job's roles, and fails with a message naming what is wrong and the fix:
-
-* the queue is not a leaf queue of this scheduler (the known leaf queues are listed);
-* the queue is not RUNNING (STOPPED/DRAINING queues take no new applications);
-* the whole gang cannot fit the queue's **maximum** (``maxEffectiveCapacity``: what the queue may grow to,
-  ``maximum-capacity`` of the cluster, absolute or percentage config alike): its GPUs
-  (``yarn.io/gpu``: instances x gpus of exclusive roles) or its GPU memory (``melon.io/gpu-memory``: instances x
-  gpu_memory of shared roles). The AM starts training only when every task registered, so such a job would
-  wait in the queue for ever;
-* the gang can never be granted to **this user**: the CapacityScheduler lets one user hold at most
-  ``capacity x user-limit-factor`` of a queue (capped at its maximum; ``user-limit-factor`` -1: the maximum), and
-  grants a container while the user's use is not *above* that limit — so at most one container past it. The AM and
-  every task count. A gang whose total, less its largest container, is above the limit in any resource (memory,
-  vcores, ``yarn.io/gpu``, ``melon.io/gpu-memory``: the DominantResourceCalculator's test, for a queue whose capacity
-  is a percentage) would get part of its containers, hold them, and never start. The limit is computed as the
-  scheduler does: the queue's absolute capacity times the cluster's resource, rounded up (memory to whole GiB, the
-  default ``yarn.scheduler.minimum-allocation-mb``, so the check errs towards letting a job through), times the
-  factor. ``minimum-user-limit-percent`` only lowers a user's share while other users are active, so it never makes
-  a gang impossible; the AM's own limit (``userAMResourceLimit``, from ``maximum-am-resource-percent``) does.
-
-When the job fits the maximum, the report also carries the queue's headroom now (maximum minus what the queue
-uses): a job larger than the headroom waits (or, with preemption, gets its guarantee back from queues above
-theirs); the caller logs it. A scheduler without queues in its answer (FIFO, Fair) is not checked.
+:func:`check` takes the CapacityScheduler's ``schedulerInfo`` (``YarnHook.scheduler()``), the job's queue and its
+roles, and fails with a message naming what is wrong and the fix: the queue is unknown or not RUNNING, the gang
+exceeds the queue's maximum, or the CapacityScheduler's user limit can never grant this user the whole gang.
+``docs/internals.md``, "Queue pre-flight", gives the rules and how the user limit is computed.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Kerberos tickets for the hooks: a keytab login into a private ticket cache per principal, without ``kinit``.
 
-What the YARN hook (and WebHDFS, through the same credential) authenticates with under ``auth=kerberos``:
-
-* **keytab** — the connection's ``kerberos_keytab`` extra, else Airflow's ``[kerberos] keytab`` when that file
-  exists. A ticket is obtained from it (GSSAPI's credential-store extension, the library ``requests-kerberos``
-  already uses: no ``kinit`` binary needed) into the principal's own cache (``kerberos_ccache``, else
-  :func:`default_ccache` of the principal), and obtained again when it is about to expire.
-* **no keytab** — the ticket cache that ``airflow kerberos`` keeps fresh (``[kerberos] ccache``) must hold a
-  valid ticket; an empty or expired cache fails at once with the fix.
-
-The cache is handed to each SPNEGO auth object (:meth:`TicketKeeper.auth`, a ``spnego.KerberosCCache`` as
-requests-kerberos' ``principal``), never through the process environment: two connections with two principals in
-one triggerer or api-server each authenticate as their own principal, at the same time. ``KRB5CCNAME`` is never
-changed. Two principals configured with one cache file are refused (they would overwrite each other's ticket).
-
-Settings (connection extra → Airflow ``[kerberos]``): ``kerberos_principal`` → ``principal``,
-``kerberos_keytab`` → ``keytab``, ``kerberos_ccache`` → ``ccache`` (without a keytab), ``krb5_conf`` (exported as
-``KRB5_CONFIG``: one krb5.conf per process). Every failure is a :class:`KerberosError` that names the setting at
-fault and the fix. The libraries are the ``[kerberos]`` extra; without them a Kerberos hook fails on first
-use, naming it.
+:class:`TicketKeeper` gives the YARN hook (and WebHDFS, through the same credential) a SPNEGO auth object for
+its principal under ``auth=kerberos``, from a keytab or from the ticket cache that ``airflow kerberos`` keeps
+fresh. Every failure is a :class:`KerberosError` that names the setting at fault and the fix.
+``docs/internals.md``, "Kerberos tickets", describes the sources, the caches and the settings.
 """
 
 from __future__ import annotations

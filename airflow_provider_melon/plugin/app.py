@@ -1,30 +1,9 @@
-"""The MeLoN plugin's FastAPI app, mounted in Airflow's api-server under ``/melon``. Every route requires an
-authenticated Airflow user (the UI's session cookie, or ``Authorization: Bearer <JWT>`` from ``POST /auth/token``):
-plugin routes are not protected by Airflow on their own.
+"""The MeLoN plugin's FastAPI app, mounted in Airflow's api-server under ``/melon``.
 
-Pages (HTML, embedded in the UI as external views): ``/melon/gpus``, ``/melon/jobs``, ``/melon/fit``,
-``/melon/ti?dag_id=&run_id=&task_id=&map_index=`` (the "YARN job" tab of a task instance).
-JSON (the same data, for scripts): ``/melon/api/gpus``, ``/melon/api/jobs``, ``/melon/api/jobs/{app_id}``,
-``/melon/api/ti``, ``/melon/api/fit?gpu_memory=6GiB&instances=4`` (or ``gpus=1``). Each takes ``conn_id``
-(default ``yarn_default``): a connection of type ``yarn``, and one of ``[melon] ui_conn_ids`` where that is set
-(the api-server acts with that connection's credentials, so the caller may not pick any). The RM is read through
-the provider's :class:`YarnHook`; the AMs' ``/status`` through the RM's web proxy, several at once.
-
-Authorization (the auth manager's DAG permissions, per user): a job is shown to a user who may read the DAG it is
-proven to belong to (:func:`attribute`); an application that is not proven to be one of this deployment's task
-instances is shown only to users who may read every DAG, with no DAG and no link built from its labels. On the GPU
-page, the tasks of jobs a user may not see are anonymous reservations (memory only). ``/api/ti``,
-``/api/jobs/{id}`` and its logs answer 403 for a DAG the user may not read; an application that is not a MeLoN
-one, 404.
-
-AM logs: ``/melon/api/jobs/{app_id}/logs`` (every log file of the application's ApplicationMaster container, as
-text) and ``/melon/api/jobs/{app_id}/logs/{file}`` (one of them). The api-server reads them from the NodeManager
-(:mod:`airflow_provider_melon.hadoop.nodemanager`, as ``melon logs`` does), so the page's "AM logs" link names only Airflow,
-never a NodeManager's host, which a browser outside the cluster's network often cannot reach.
-
-Login: a browser (``Accept: text/html``, no ``Authorization`` header) that opens any route without a valid Airflow
-login is redirected to the auth manager's login page (``get_url_login``) with the page it asked for as the return
-URL; API clients keep the JSON 401/403.
+It serves the GPU, jobs, fit and task-instance pages embedded in the Airflow UI, the same data as JSON under
+``/melon/api/``, and the AM's logs read from the NodeManager. Every route requires an authenticated Airflow user,
+because Airflow does not protect plugin routes on its own, and each job is shown only to users who may read the
+DAG it is proven to belong to. ``docs/internals.md``, "The UI plugin's routes", lists the routes and the rules.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Naming a GPU out-of-memory failure of the user's process. Stdlib only.
 
-MeLoN's shared GPU mode caps the user's process at the task's expected GPU memory (``MELON_GPU_MEMORY_MB``,
-:func:`airflow_provider_melon.runtime.framework.memory_cap_env`). A task that needs more crashes with the
-framework's out-of-memory error; the executor recognises it here and exits :data:`EXIT_GPU_OOM` (76), so the
-ApplicationMaster can tell "needs more GPU memory" from any other crash (``docs/protocol.md``).
-
-* :func:`recognise` — the frameworks' out-of-memory failures, from the process's exit code and the tail of its
-  stderr: TensorFlow's ``ResourceExhaustedError`` / ``OOM when allocating tensor`` (and its allocator's
-  ``ran out of memory trying to allocate``), PyTorch's ``torch.OutOfMemoryError`` / ``CUDA out of memory``
-  (and ``CUDA error: out of memory``), XLA's ``RESOURCE_EXHAUSTED: Out of memory``, the driver's
-  ``CUDA_ERROR_OUT_OF_MEMORY`` as TensorFlow's stream executor logs it, the libraries' ``CUBLAS_STATUS_ALLOC_FAILED``
-  / ``CUDNN_STATUS_ALLOC_FAILED`` (PyTorch's and TensorFlow's handles), NCCL's ``Cuda failure 'out of memory'``, and
-  the cap bootstrap's own hint (``[melon-cap] this task ran out of GPU memory ...``). Only a non-zero exit can be
-  an out-of-memory failure; the executor's own ``[melon-executor]`` lines are never matched. :func:`host_memory`
-  tells a failure of the host's memory (TensorFlow's CPU device) apart: that task keeps its exit code.
-* :func:`stderr_tail` — the last 64 KiB of the executor's own stderr. The user's process inherits it (it is not
-  piped): the ApplicationMaster launches the executor with ``2><LOG_DIR>/stderr``, a regular file, so its tail is
-  read back from that file (``os.fstat``, ``os.pread``; through ``/proc/self/fd/2`` when fd 2 was opened for
-  writing only, as a shell's ``2>`` opens it). When fd 2 is not a regular file (a pipe, a terminal: an executor
-  started by hand or by a test that pipes it) there is no tail, and no out-of-memory failure is recognised.
+In shared GPU mode the user's process is capped at the task's expected GPU memory. A task that needs more crashes
+with the framework's out-of-memory error. :func:`recognise` finds that error in the exit code and the tail of the
+process's stderr (:func:`stderr_tail`), so the executor can exit :data:`EXIT_GPU_OOM` (76) and the
+ApplicationMaster can tell "needs more GPU memory" from any other crash. :func:`host_memory` tells a failure of
+the host's memory apart. ``docs/internals.md``, "Recognising a GPU out-of-memory failure", lists the signatures.
 """
 
 from __future__ import annotations
