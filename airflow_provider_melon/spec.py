@@ -2,20 +2,10 @@
 
 A ``JobSpec`` names the code, the entrypoint, the framework and one ``RoleSpec`` per task role. Each role
 asks for whole GPUs (``gpus: N``, YARN's ``yarn.io/gpu``, exclusive) *or* an expected GPU memory
-(``gpu_memory: 6GiB``, MeLoN's shared mode, YARN resource ``melon.io/gpu-memory`` in MiB) — never both.
-
+(``gpu_memory: 6GiB``, MeLoN's shared mode, YARN resource ``melon.io/gpu-memory`` in MiB), never both.
 Every invalid input raises :class:`JobSpecError`, whose one-line message names the offending field
-(``roles.chief.instances: ...``). Specs round-trip through dict, JSON and YAML.
-
-What YARN and the container cannot carry is refused here, not at submission: a NUL byte or a lone surrogate
-in any string, an entrypoint ``shlex`` cannot split, env names that are not shell names, output names beyond
-``[A-Za-z0-9_]``, input/env-archive names that are not plain file names (or clash with one another or with
-``code``, ``melon_runtime``...), non-ASCII or over-long tags, counts and sizes beyond a Java int. Any other text
-(arguments, env values, paths) may hold shell metacharacters: ``submission.py`` makes them reach the process
-unchanged.
-
-Sizes: an int is MiB; a string is a number with an optional binary unit ``k|m|g|t`` (``Ki/Mi/Gi/Ti``,
-``KiB/MiB/GiB/TiB``, ``KB/MB/GB/TB`` are read the same way, as powers of 1024, which is what YARN does).
+(``roles.chief.instances: ...``). Specs round-trip through dict, JSON and YAML. ``docs/internals.md``, "The job
+specification", lists what is refused and how sizes are read.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """One place for what differs between Airflow 3.x minor versions (the provider targets 3.3, imports on 3.0+).
 
 Operators, sensors and links import the task-SDK base classes from here: ``airflow.sdk`` first, then
-``airflow.providers.common.compat.sdk`` (which maps them on older releases). Behaviour that only exists on
-a newer Airflow is switched on the ``AIRFLOW_V_3_x_PLUS`` flags below:
-
-* ``ResumableJobMixin`` (3.3): the sync operator path stores the YARN application id in the task state
-  store and reconnects on retry. Below 3.3 a stand-in submits on every try (the tag lookup still reattaches).
-* How a user's kill of a *deferred* task (marked failed/success, cleared) reaches the trigger — see
-  :data:`TRIGGER_KILL_PATHS`: the trigger kills the application on every line, by the path its line has.
-* :func:`stream_to_stderr` (3.0): the CLI's log records go to stderr; 3.0's ``RedirectStdHandler`` cannot be
-  re-pointed, so it is replaced.
-* The ``yarn`` connection's form: Airflow 3.2+ reads ``conn-fields`` from provider info; 3.0 and 3.1 only call
-  ``YarnHook.get_connection_form_widgets()``, so that classmethod builds every field of
-  ``provider_info.CONN_FORM_FIELDS`` (the RM client's and MelonHook's: ``fs_default_fs``, ``python``, …), not only
-  the RM client's (on 3.0.6 the form lacked MelonHook's five fields until this was so).
-* The UI plugin's login: below 3.1 its routes read the ``_token`` cookie themselves
-  (:data:`API_SERVER_READS_THE_LOGIN_COOKIE`); below 3.3 its login redirect adds the ``next`` return URL that
-  SimpleAuthManager leaves out (:data:`LOGIN_URL_HAS_NEXT`, :func:`login_url`).
+``airflow.providers.common.compat.sdk``, which maps them on older releases. Behaviour that only exists on a newer
+Airflow is switched on the ``AIRFLOW_V_3_x_PLUS`` flags and the named constants below. ``docs/internals.md``,
+"Airflow versions", lists the differences.
 """
 
 from __future__ import annotations

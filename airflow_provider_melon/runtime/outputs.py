@@ -1,21 +1,9 @@
 """Outputs and inputs without HDFS code in the job (stdlib only).
 
-For each declared output whose target is in HDFS (``hdfs://…`` or an absolute path), every task gets a local
-folder in ``$MELON_OUTPUT_<NAME>`` (``outputs: {model: …}`` → ``MELON_OUTPUT_MODEL``); after the job's process
-exits 0 in the *output task* (task 0 of the job's ``output_role``: by default the role that decides success, e.g.
-the chief), the folder is published to the declared path: uploaded to a unique name beside it, then renamed into
-place, so a killed or retried attempt never leaves a half-written model under the name. The folder is the output,
-except when the job wrote a single file named as the target (``metrics.json`` for ``…/metrics.json``): that file
-is. Other tasks' folders are
-not published (in MultiWorkerMirroredStrategy every worker saves; only the chief's copy counts). An output that
-exists already is only replaced when the job says ``overwrite_outputs: true``; a declared output the job wrote
-nothing to fails the task, naming it. Outputs elsewhere (``file://``, ``s3a://``) are passed through as given.
-
-Each localized input (``inputs: [{name: mnist.npz, …}]``) is in ``$MELON_INPUT_<NAME>`` (``MELON_INPUT_MNIST_NPZ``):
-its absolute path in the container.
-
-Environment from the submission: ``MELON_OUTPUTS_B64`` (base64 JSON name → path), ``MELON_OUTPUT_ROLE``,
-``MELON_OUTPUT_OVERWRITE``, ``MELON_WEBHDFS_URL``, ``MELON_HDFS_USER``, ``MELON_INPUTS`` (link names).
+Every task gets a local folder in ``$MELON_OUTPUT_<NAME>`` for each declared HDFS output, and the output task
+publishes it to its target after the job's process exits 0 (:func:`publish`: upload beside, then rename into
+place); each localized input's path is in ``$MELON_INPUT_<NAME>``. ``docs/internals.md``, "The task executor" →
+"Outputs and inputs", gives the rules and the environment the submission passes.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The port a task's framework listens on (TensorFlow's gRPC server, torch's TCPStore): chosen so nothing else on
 the node takes it between the executor's reservation and the framework's own bind.
 
-The executor reserves the port by binding it (without listening) while the gang registers, and must close it
-right before the user's process starts: TensorFlow's gRPC server binds without ``SO_REUSEPORT`` (checked with
-TF 2.x: a held ``SO_REUSEPORT`` socket makes it fail with "Could not start gRPC server"), and so does torch's
-store. Between that close and the framework's bind (the import of TensorFlow alone takes seconds) a port from the
-kernel's *ephemeral* range can be handed to any outgoing connection on the node (an HDFS read, a heartbeat, a
-NodeManager's RPC): the task then dies with "address in use" — the test suite saw exactly that on its
-parameter-server job. So the port comes from outside the ephemeral range, where the kernel never hands out a
-port by itself:
-
-- ``MELON_PORT_RANGE=lo-hi`` (inclusive), when the cluster's firewall opens only some ports to the tasks;
-- else the ports above the kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``; 61000-65535 on
-  a default Linux), skipping ``ip_local_reserved_ports``;
-- else (a range that reaches 65535) the 10000 ports below it;
-- else, or off Linux, the kernel's choice (port 0), as before, and the executor says so.
-
-Inside the range a port is picked at random and bound to check it is free, so two tasks on one node rarely meet
-on one (a port held by a running framework is skipped by the bind).
+:func:`listen_range` picks the ports to use (``MELON_PORT_RANGE``, else ports outside the kernel's ephemeral
+range, else the kernel's choice) and :func:`reserve` binds a free one at random. ``docs/internals.md``, "The task
+executor" → "The framework's port", says why the ephemeral range is avoided.
 """
 from __future__ import annotations
 
