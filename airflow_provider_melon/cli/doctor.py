@@ -1,20 +1,8 @@
-"""``melon doctor``: is this cluster ready for MeLoN jobs? Each check reads the real cluster through the provider's
-own hooks and gives a finding (ok / warn / fail) with what it saw and, when not ok, the fix.
+"""``melon doctor``: is this cluster ready for MeLoN jobs?
 
-Checks, in order: the ResourceManager (reachable, HA state of every configured RM), the resource types
-(``yarn.io/gpu`` and ``melon.io/gpu-memory`` declared), the scheduler (CapacityScheduler on the
-DominantResourceCalculator, without which GPU resources are ignored), the nodes (advertising GPU memory), the
-target queue (exists, running, has capacity), every NodeManager's web port reachable from here (job logs are read
-there), YARN's own GPU plugin (``yarn.nodemanager.resource-plugins=yarn.io/gpu``, which with cgroups device
-isolation denies a shared-mode task every GPU: docs/gpu-plugin.md), HDFS (the NameNode reachable, ``fs.defaultFS``
-known, the staging folder writable), every DataNode reachable from here (WebHDFS moves the bytes through them), the
-ApplicationMaster jar, the auth mode (on Kerberos: the ticket, the HDFS user it maps to), and the Hadoop and Java
-versions (whether the AM jar loads there).
-
-``submit_test=True`` (``melon doctor --submit-test``) then runs a tiny job through the real path, one finding per
-step (stage, submit, am, containers, output, logs), and reads from its tasks what cannot be read from outside: the
-NodeManagers' Java (the AM's class files need Java 8+), the job Python, its ``pynvml`` (without it tasks run "no GPU")
-and its framework (TensorFlow or PyTorch).
+Each check reads the real cluster through the provider's own hooks and gives a finding (ok, warn or fail) with
+what it saw and, when not ok, the fix. ``submit_test=True`` (``melon doctor --submit-test``) then runs a tiny
+job through the real path, one finding per step. ``docs/internals.md``, "melon doctor's checks", lists the checks.
 """
 
 from __future__ import annotations

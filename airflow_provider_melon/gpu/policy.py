@@ -2,19 +2,8 @@
 
 Every rule here is called by the executor (which GPU on this node), the operator's pre-flight check
 (can this job share at all), the profiler/planner and the simulator/benchmarks, so it must stay pure:
-inputs are plain dataclasses, outputs are indices, booleans and numbers.
-
-Measured anchor (``benchmarks/data/h200-colocate.json`` and ``h200-mix.json``, one H200, PyTorch 2.11):
-
-* k identical ResNet-18/CIFAR jobs (small: ~1.6 GB each) time-sliced on one GPU reach 1.82x, 3.52x,
-  3.71x aggregate throughput at k = 2, 4, 8: packing pays.
-* k identical ResNet-50/224 bf16 jobs (large: one saturates the GPU) reach 1.19x at k = 2, 4, 8: packing
-  barely pays.
-* Mixes without MPS: R50+R18 keeps 0.93/0.96 of solo; R50+3xR18 keeps the R18s at ~1.0 but drops R50 to
-  0.38. With the MPS control daemon R50+3xR18 keeps R50 at 0.96 (sum 4.69).
-
-Differences under ~10 % are run-to-run noise (the solo baselines moved ~12 % between the two files), so the
-thresholds below are chosen with wide margins around the measured points, not fitted to them.
+inputs are plain dataclasses, outputs are indices, booleans and numbers. ``docs/internals.md``, "GPU placement
+policy", gives the measurements the thresholds are anchored on.
 """
 
 from __future__ import annotations

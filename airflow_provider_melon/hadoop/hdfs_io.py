@@ -1,21 +1,9 @@
 """HDFS writes that are safe under concurrency, HDFS errors a person can read, and run-scoped path names.
 
-* :func:`put_once` — publish ``data`` at ``path`` once, however many tasks try at the same moment: the winner of
-  an HDFS create-exclusive lock file (``.<name>.lock`` beside the target) uploads to a unique name beside the
-  target and renames it into place; the others wait for the target and take it as cached. Nothing
-  half-written is ever visible under ``path``; temporary files are removed. If a lock holder dies, the waiters
-  stop waiting after a bound and upload themselves (still write-beside-then-rename, so still safe).
-* :func:`hdfs_errors` — turns an ``hdfs.HdfsError`` (whose text is often a whole Java stack trace from the
-  NameNode) or a connection error into :class:`MelonHdfsError`: one line naming the operation, the path, the
-  cause and, where known, the fix. The full text is logged at debug level.
-* :func:`quiet_client_logs` — the ``hdfs`` package logs every request at INFO; its records are demoted to
-  DEBUG so task logs keep what matters. (The HDFS provider's ``WebHDFSHook`` logs its three connect lines
-  through Airflow's own logger: an admin quietens them with ``[logging] namespace_levels``.)
-* :func:`run_slug` — a path component for an Airflow run id (every run has one; manual runs in Airflow 3 have
-  no logical date, so ``ts_nodash``/``ds`` cannot name a run's folder).
-
-Airflow-free: the hook, the CLI and a DAG import these from here (a DAG's HDFS home, which reads an Airflow
-connection: :func:`airflow_provider_melon.hooks.melon.hdfs_home`).
+:func:`put_once` publishes data at a path once, however many tasks try at the same moment; :func:`hdfs_errors`
+turns an HDFS or connection error into a one-line :class:`MelonHdfsError`; :func:`quiet_client_logs` demotes the
+``hdfs`` package's request logs; :func:`run_slug` names a run's folder. Airflow-free: the hook, the CLI and a
+DAG import these from here. ``docs/internals.md``, "HDFS helpers", says how each works.
 """
 
 from __future__ import annotations

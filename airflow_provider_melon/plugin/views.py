@@ -1,20 +1,9 @@
-"""What the MeLoN UI pages show, built from the ResourceManager's JSON and the MeLoN AMs' ``/status`` (pure: no
-I/O, so every figure on the pages is unit-tested against recorded responses).
+"""What the MeLoN UI pages show, built from the ResourceManager's JSON and the MeLoN AMs' ``/status``.
 
-* :func:`gpu_view` — per node and per GPU: capacity, expected memory reserved by MeLoN tasks, memory used
-  (the executors' NVML heartbeats), MPS, and the tasks on each GPU with the Airflow task instance that
-  submitted them; the queues' GPU-memory headroom.
-* :func:`job_view` — one MeLoN application: state, owner, queue, progress, tasks, the step/loss history of
-  its tasks, and its links (the RM's pages at the connection's ``web_ui_url``; the AM logs through the plugin).
-* :func:`fit_view` — would a role of ``instances`` tasks of ``gpu_memory`` (or ``gpus``) fit: ever (the
-  pre-flight, on capacity) and now (on what is free on each GPU).
-
-Everything an AM serves (``/status``) and most of what the RM reports (name, diagnostics, log links) was written by
-whoever submitted the application: any YARN user. So every number is coerced (:func:`number`; a string where a
-number goes becomes None), every text is a plain string (the page escapes it), links that are not http(s) are
-dropped (:func:`http_url`), and the Airflow task instance a job belongs to (its DAG, run, TI link) is never read
-from the AM's ``labels`` or the readable tags: the caller passes the attribution it proved (``ti``,
-:func:`airflow_provider_melon.plugin.app.attribute`).
+Pure, no I/O, so every figure on the pages is unit-tested against recorded responses: :func:`gpu_view` (per node
+and GPU), :func:`job_view` (one application) and :func:`fit_view` (would a role fit). Everything an AM serves was
+written by whoever submitted the application, so every value is coerced and checked before it is shown.
+``docs/internals.md``, "The UI pages' data", says what each view holds and how untrusted input is handled.
 """
 
 from __future__ import annotations
