@@ -2,16 +2,9 @@
 processes, pointed at the embedded mini cluster, and a small REST client that triggers DAG runs the way the
 UI's Trigger button does (``POST /api/v2/dags/{dag_id}/dagRuns`` with ``logical_date: null``).
 
-Used by ``make demo`` and by the end-to-end tests; it is what ``airflow standalone`` runs, with the settings an
-unattended run needs: a known admin login (SimpleAuthManager, ``admin``/``admin`` by default; ``auth_manager="fab"``:
-the FAB auth manager of ``apache-airflow-providers-fab``, with per-DAG permissions, its admin made by
-``airflow users create``, more users by :meth:`LocalAirflow.add_user`), the api-server on
-127.0.0.1 and a free port, short DAG-folder refresh intervals, ``parallelism`` task slots.
-
-The metadata DB is a private PostgreSQL server (:class:`LocalPostgres`: Debian's ``postgresql`` binaries, a
-fresh cluster in a temp dir, 127.0.0.1 and a free port), as in production. SQLite is not used: with four
-components and parallel tasks writing at once it fails requests with "database is locked" (seen here: a REST
-trigger and a task's start both got HTTP 500 while mapped trials ran).
+Used by ``make demo`` and by the end-to-end tests. :class:`LocalAirflow` runs the components on a private
+PostgreSQL (:class:`LocalPostgres`); :class:`AirflowApi` is the client. ``docs/internals.md``, "A local Airflow",
+gives the settings and why the database is PostgreSQL.
 """
 
 from __future__ import annotations

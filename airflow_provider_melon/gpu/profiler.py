@@ -3,12 +3,8 @@
 :func:`profile_command` runs the job's command for ``MELON_PROFILE_STEPS`` steps and returns a :class:`Profile`
 whose ``method`` says how it was obtained (``nvml``: measured on a GPU; ``analytic``: the memory model the script
 reported; ``none``), with ``expected_mb`` = ``ceil(peak * (1 + SAFETY_MARGIN) + HEADROOM_MB)`` for the train
-operator. How the peak is measured, and why the margins: ``docs/internals.md`` ("The profiler").
-
-Command line (what the profile YARN job runs; the JSON profile is the last line of stdout)::
-
-    python -m airflow_provider_melon.gpu.profiler --steps 20 [--gpu-memory-mb 143771] \
-        [--output PATH [--webhdfs http://namenode:9870 [--hdfs-user USER]]] -- python train.py ...
+operator. ``python -m airflow_provider_melon.gpu.profiler`` is its command line. ``docs/internals.md``, "The
+profiler", says how the peak is measured, why the margins, and the command line's options.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """MelonHook: stage a job's files to HDFS, submit its ApplicationMaster to YARN, read the AM's status.
 
-Staging is content-addressed: the code folder is zipped deterministically (:mod:`~airflow_provider_melon.hadoop.bundle`: sorted entries, fixed timestamps
-and modes), hashed, and uploaded to ``<staging_dir>/cache/<sha256>/<name>`` (``[melon] staging_dir``, default
-``/user/<user>/.melon``); an object already there with the same size is not uploaded again, so a second submit
-of unchanged code uploads 0 bytes. Uploads go through :func:`airflow_provider_melon.hadoop.hdfs_io.put_once`: any
-number of tasks staging the same content at once upload it once, and nothing half-written is ever visible
-under the cache path. HDFS failures surface as one-line :class:`~airflow_provider_melon.hadoop.hdfs_io.MelonHdfsError`. The same
-holds for the in-container runtime (``runtime/`` + ``gpu/``) and the AM jar. YARN local resources then carry
-the HDFS file's real length and modification time, as the NodeManager's localizer checks them.
-
-HDFS is reached through the ``hdfs`` package's WebHDFS client, built from the ``webhdfs`` connection (the fields the
-HDFS provider's ``WebHDFSHook`` reads; that provider is optional) — or any ``hdfs.Client`` passed in, which is what
-the CLI and tests do.
+Staging is content-addressed, so a second submit of unchanged code uploads 0 bytes, and safe under concurrency
+through :func:`airflow_provider_melon.hadoop.hdfs_io.put_once`. HDFS is reached through the ``hdfs`` package's
+WebHDFS client built from the ``webhdfs`` connection, or any ``hdfs.Client`` passed in. ``docs/internals.md``,
+"Staging a job", describes the cache layout and what is staged.
 """
 
 from __future__ import annotations

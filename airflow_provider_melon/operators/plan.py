@@ -1,19 +1,8 @@
 """MelonPlanOperator: the parameter-server planner (Zou et al.) as a task, so a DAG can size its PS job.
 
 It runs :func:`airflow_provider_melon.planner.plan_request` (the same function as ``melon plan``) on its
-templated inputs, on the worker, with no I/O. Result (also ``return_value``), XCom keys:
-
-``batch_size``, ``ps``, ``workers``
-    the recommendation, as ints, for the train task's job (``"{{ ti.xcom_pull(task_ids='plan', key='ps') }}"``
-    as a role's ``instances``, ``batch_size`` in its entrypoint);
-``plan``
-    the whole plan: also ``step_compute_s``, ``step_transfer_s``, ``communication_bound``,
-    ``memory_mb_at_batch`` and ``reasons`` (each rule's numbers, also written to the task log).
-
-Invalid inputs (a non-positive count, an unknown dtype, an unparsable size) fail the task naming the field,
-before anything else runs. A model that does not fit the GPU memory at batch 1 fails the task with the
-numbers. A communication-bound plan succeeds with a warning: its ``workers`` is the most that stay
-compute-bound, which the DAG may use or ignore.
+templated inputs, on the worker, with no I/O, and pushes the recommended ``batch_size``, ``ps`` and ``workers``
+and the whole ``plan`` to XCom. ``docs/internals.md``, "The plan operator", describes the result and the failures.
 """
 
 from __future__ import annotations

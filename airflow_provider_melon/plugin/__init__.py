@@ -1,15 +1,9 @@
 """The MeLoN Airflow UI plugin: GPU and job views inside Airflow's UI.
 
-Registered as an ``airflow.plugins`` entry point of the package, so installing the wheel enables it in every
-Airflow component (provider-info ``plugins`` would need ``[core] lazy_discover_providers = False``);
-``plugins/melon_plugin.py`` is the same plugin for a deployment that puts the package on ``PYTHONPATH`` instead of
-installing it (no entry point). It adds
-
-* a FastAPI app under ``/melon`` in the api-server (pages and JSON; every route needs an Airflow login, and each
-  user sees only the jobs of the DAGs the auth manager lets them read: :mod:`airflow_provider_melon.plugin.app`), and
-* on Airflow >= 3.1, ``external_views``: "MeLoN GPUs", "MeLoN jobs" and "Would it fit?" in the navigation and a
-  "YARN job" tab on every task instance. On 3.0 (no external views) the pages are still served at
-  ``/melon/gpus``, ``/melon/jobs``, ``/melon/fit`` and ``/melon/ti``.
+It adds a FastAPI app under ``/melon`` in the api-server (:mod:`airflow_provider_melon.plugin.app`) and, on
+Airflow 3.1 and later, ``external_views`` in the navigation and on every task instance. It is registered as an
+``airflow.plugins`` entry point of the package. ``docs/internals.md``, "The UI plugin", says how it is
+registered and what each Airflow line shows.
 """
 
 from __future__ import annotations

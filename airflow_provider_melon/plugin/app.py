@@ -3,7 +3,7 @@
 It serves the GPU, jobs, fit and task-instance pages embedded in the Airflow UI, the same data as JSON under
 ``/melon/api/``, and the AM's logs read from the NodeManager. Every route requires an authenticated Airflow user,
 because Airflow does not protect plugin routes on its own, and each job is shown only to users who may read the
-DAG it is proven to belong to. ``docs/internals.md``, "The UI plugin's routes", lists the routes and the rules.
+DAG it is proven to belong to. ``docs/internals.md``, "The UI plugin", lists the routes and the rules.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Progress from the job's own code to MeLoN: ``report(step=..., total=..., loss=..., **metrics)``. Stdlib only.
 
-The executor heartbeats what is reported to the ApplicationMaster, which reports ``step / total`` as the
-application's progress to YARN (the RM's progress bar), shows it on ``/status`` (and so in the trigger's log lines
-and the UI plugin), and hands the last metrics to the train operator's XCom at the end. Outside a MeLoN container
-(no ``MELON_PROGRESS_FILE``) ``report`` does nothing and returns False, so the same script runs anywhere.
-
-* :func:`report` — call it whenever you like (each call replaces the last; written to a temporary file and
-  renamed, so a heartbeat never reads half a report).
-* :func:`keras_callback` — a Keras callback reporting each epoch (``total`` = the epochs; ``loss`` and the other
-  epoch logs as metrics). Works with ``tf_keras`` (Keras 2) and Keras 3.
-* :class:`StepReporter` — for hand-written loops (PyTorch): ``r = StepReporter(total=steps)``; ``r.step(loss=...)``.
-* :func:`read_progress` — the executor's side: the last report, validated.
+:func:`report` writes the latest values for the executor to heartbeat; :func:`keras_callback` reports each Keras
+epoch; :class:`StepReporter` serves hand-written loops; :func:`read_progress` is the executor's side. Outside a
+MeLoN container ``report`` does nothing and returns False, so the same script runs anywhere.
+``docs/internals.md``, "Progress reports", follows a report from the script to YARN and the operator.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """TensorBoard next to the TensorBoard task, served to browsers through the AM and the RM web proxy.
 
-Stdlib only, like the executor that uses it. The executor of the task named by ``MELON_TENSORBOARD_TASK`` (the
-spec's ``tensorboard``; ``spec.JobSpec.tensorboard_role``, index 0) starts ``python -m tensorboard.main`` under
-the job's Python on ``$MELON_TENSORBOARD_LOG_DIR``, on an ephemeral port of the task's address and with
-``--path_prefix=/tensorboard``, so that the AM can forward ``/tensorboard/...`` unchanged and the page's relative
-links keep working under ``<rm>/proxy/<app>/tensorboard/``. The port is read from TensorBoard's own
-"TensorBoard <version> at <url>" line (``--port 0``: no race with a port picked beforehand); TensorBoard's other
-output goes to the container's stderr. :meth:`TensorBoard.start` returns once the page answers.
-
-TensorBoard gets no GPU (``CUDA_VISIBLE_DEVICES`` empty): it imports TensorFlow, which must not take memory
-from the GPU the task reserved.
+Stdlib only, like the executor that uses it. :class:`TensorBoard` starts ``python -m tensorboard.main`` on the
+job's log dir, learns its port and returns once the page answers. ``docs/internals.md``, "TensorBoard", says
+how it is started, why it has no GPU and how the proxy reaches it.
 """
 
 from __future__ import annotations
