@@ -1,4 +1,4 @@
-"""Delegation tokens for a job on a Kerberos cluster (issue 9 §2).
+"""Delegation tokens for a job on a Kerberos cluster.
 
 A YARN application cannot log in to Kerberos: it works on tokens it is handed. Before submit, the hook asks the
 NameNode (WebHDFS ``GETDELEGATIONTOKEN``, SPNEGO as the Airflow principal) for an HDFS delegation token whose
