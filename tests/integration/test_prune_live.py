@@ -66,7 +66,9 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     assert {("object", p) for p in old_objects} | {("plan", ended_plan)} <= doomed, dry
     assert {k for k, _ in doomed} >= {"index", "index-dir"}, dry
     kept = {e["path"]: e["why"] for e in dry["kept"]}
-    assert kept[live_plan] == "application live"
+    # on failure: the live application as the RM saw it, and the whole decision (a plan neither kept nor doomed was
+    # newer than the cutoff; one doomed means the prune did not see the application live)
+    assert kept.get(live_plan) == "application live", (jobs.app(running["app_id"]), dry)
     for path in live_objects:  # the running job's code, and the runtime and AM jar both jobs staged
         assert path not in {p for _, p in doomed} and kept[path] == f"in use by {running['app_id']}", dry
     assert all(client.status(p, strict=False) for p in old_objects | {ended_plan}), "a dry run deletes nothing"
