@@ -61,11 +61,15 @@ class Group:
 
     def start(self, name: str, index: int) -> None:
         """Agent ``name`` for task ``index``; the task given ``host`` is the rendezvous host (``RANK`` 0), the role's
-        task 0 in the executor."""
+        task 0 in the executor. Task ``i``'s agent has the address 127.0.0.<i+1> (``--local-addr``, as each container
+        has its host's): torch's rendezvous ranks the nodes in the order of their descriptors, address first
+        (``_NodeDesc``), so task 0's agent is node rank 0 whenever it is in the group. (On one address the order
+        falls to the pids, which wrap.)"""
         members = [f"127.0.0.1:{self.port}", "127.0.0.1:1", "127.0.0.1:2"]  # the first: the rendezvous' address
         env = framework.torch_env({"worker": members}, "worker", (index - self.host) % 3)
         argv = framework.torchrun_argv(sys.executable, ["python", "train.py", str(self.tmp), str(self.steps)], env, 1,
-                                       "rejoin", local_addr="127.0.0.1", nnodes="2:3", max_restarts=3)
+                                       "rejoin", local_addr=f"127.0.0.{index + 1}", nnodes="2:3",
+                                       max_restarts=3)
         log = open(self.tmp / f"{name}.log", "wb")
         self.agents[name] = subprocess.Popen(
             argv, env={**os.environ, **env, **framework.torchrun_env("2:3")}, cwd=self.tmp, stdout=log,
@@ -113,8 +117,7 @@ def test_a_replacement_joins_the_running_group_which_goes_on_at_three(tmp_path, 
         group.wait_for("the group at 3, step 4", lambda: any(s >= 4 and w == 3 for s, w, _ in group.lines()), 90)
         victim = next((n for n in ("a0", "a1", "a2") if n != f"a{group.host}"
                        and (group.node_rank(n) == 0) == (lose == "node rank 0")), None)
-        if victim is None:  # torch ranks nodes by "host_pid": the host's agent started last, but pids wrap
-            pytest.skip("torch gave node rank 0 to the rendezvous host's agent this time")
+        assert victim is not None, {n: group.node_rank(n) for n in group.agents}  # task 0 (a0) is node rank 0
         group.kill(victim)
         killed_at = group.lines()[-1][0]
         # the two left re-form without it and go on from the checkpoint
