@@ -148,9 +148,10 @@ def headless_chromium(*, performance_log: bool = False):
     return driver
 
 
-def running_cluster(reuse_var: str, prefix: str, port_var: str, **start):
+def running_cluster(reuse_var: str, prefix: str, port_var: str, port_offset: int = 0, **start):
     """A mini cluster for a fixture to yield: the one running in ``$<reuse_var>`` if set, else one started on
-    ports from :func:`port_base` of ``port_var`` with ``start`` options, stopped and removed after."""
+    ports from :func:`port_base` of ``port_var`` (plus ``port_offset``, for a second cluster of that family) with
+    ``start`` options, stopped and removed after."""
     reuse = os.environ.get(reuse_var)
     if reuse:
         details = mc.read_details(Path(reuse))
@@ -160,7 +161,7 @@ def running_cluster(reuse_var: str, prefix: str, port_var: str, **start):
         return
     work_dir = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        details = mc.start(work_dir, port_base=port_base(port_var), **start)
+        details = mc.start(work_dir, port_base=port_base(port_var) + port_offset, **start)
     except mc.MiniClusterError as exc:
         pytest.fail(str(exc))
     try:

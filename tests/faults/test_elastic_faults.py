@@ -6,14 +6,11 @@ torchrun, CPU, gloo)."""
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
-from tests.conftest import Jobs, port_base
+from tests.conftest import Jobs, running_cluster
 from tests.waits import wait_for
 
 from .conftest import app_containers_prefix, container_group, sigkill_group
@@ -196,17 +193,8 @@ def node_loss_cluster():
     """A cluster of its own for losing a node: a crashed NodeManager stays lost, and the package's cluster keeps its
     three for the other node-loss test. Four NodeManagers: three 4.5 GB workers on 8 GB nodes never share one, so one
     node is free for the replacement."""
-    work_dir = Path(tempfile.mkdtemp(prefix="melon-elastic-node-"))
-    try:
-        details = mc.start(work_dir, port_base=port_base("MELON_FAULT_PORT_BASE") + 100, nodemanagers=4,
-                           nm_expiry_ms=12_000, timeout=300)
-    except mc.MiniClusterError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield details
-    finally:
-        mc.stop(work_dir)
-        shutil.rmtree(work_dir, ignore_errors=True)
+    yield from running_cluster("MELON_ELASTIC_NODE_CLUSTER_DIR", "melon-elastic-node-", "MELON_FAULT_PORT_BASE",
+                               port_offset=100, nodemanagers=4, nm_expiry_ms=12_000, timeout=300)
 
 
 def test_elastic_ddp_node_lost_the_others_go_on_and_a_replacement_joins_from_another_node(node_loss_cluster,
