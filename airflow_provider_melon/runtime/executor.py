@@ -474,9 +474,10 @@ class Executor:
             if self.tensorboard_url:
                 self.tensorboard_url = ""  # the next heartbeat unregisters it
 
-    @property
-    def watches_tf_peers(self) -> bool:
-        return self.cfg.framework == "tensorflow" and self.cfg.role in ("chief", "worker")
+    def watches_tf_peers(self, cluster: Mapping) -> bool:
+        """A TensorFlow chief or worker of a job without parameter servers (whose chief goes on without a lost
+        worker) is started again when a peer moves."""
+        return self.cfg.framework == "tensorflow" and self.cfg.role in ("chief", "worker") and not cluster.get("ps")
 
     def tf_peers_moved(self, cluster: Mapping) -> Optional[dict]:
         """The cluster the AM gives now when this task's TF_CONFIG would differ from the one built from
@@ -562,7 +563,7 @@ class Executor:
             if self.runs_tensorboard:
                 threading.Thread(target=self._tensorboard_thread, args=(env,), name="melon-tensorboard",
                                  daemon=True).start()
-            rc = self.wait_child(cluster if self.watches_tf_peers else None)
+            rc = self.wait_child(cluster if self.watches_tf_peers(cluster) else None)
             stop.set()
             self.stop_tensorboard()
             code = rc if rc >= 0 else 128 - rc
