@@ -79,7 +79,6 @@ class Executor:
         self._starting = False  # between "about to Popen" and "self.child is set": never raise from a signal
         self.host = ""  # the address registered with the AM
         self.registered: Optional[str] = None  # host:port as registered (the AM's cluster lists members so)
-        self.register_body: dict = {}  # what it registered with (asked again to see peers move)
         self.bind_host = ""
         self.child_cwd: Optional[str] = None
         self.tensorboard: Optional[_tensorboard.TensorBoard] = None
@@ -201,7 +200,6 @@ class Executor:
         body = {"role": cfg.role, "index": cfg.index, "host": host, "port": port, "gpu": self.gpu_label,
                 "gpu_memory_mb": cfg.reserve_mb, "pid": os.getpid(), "mps": self.mps,
                 "container_id": cfg.container_id}  # the AM refuses (409) a container that is no longer the task's
-        self.register_body = body
         deadline = time.monotonic() + cfg.register_timeout_s
         log(f"registering {cfg.task} at {host}:{port} with {cfg.am_url}")
         self.registered = f"{host}:{port}"
@@ -474,67 +472,15 @@ class Executor:
             if self.tensorboard_url:
                 self.tensorboard_url = ""  # the next heartbeat unregisters it
 
-    def watches_tf_peers(self, cluster: Mapping) -> bool:
-        """A TensorFlow chief or worker of a job without parameter servers (whose chief goes on without a lost
-        worker) is started again when a peer moves."""
-        return self.cfg.framework == "tensorflow" and self.cfg.role in ("chief", "worker") and not cluster.get("ps")
-
-    def tf_peers_moved(self, cluster: Mapping) -> Optional[dict]:
-        """The cluster the AM gives now when this task's TF_CONFIG would differ from the one built from
-        ``cluster`` (the AM restarted a peer in a new container, at a new address), else None. Asked with the
-        registration's own body, which the AM answers again (202 while a restarted peer has not registered)."""
-        status, data = self.am.post("/register", self.register_body)
-        now = data.get("cluster") if status == 200 and isinstance(data, dict) else None
-        if not isinstance(now, dict):
-            return None
-        role, index = self.cfg.role, self.cfg.index
-        try:
-            if _framework.tf_config(now, role, index) == _framework.tf_config(cluster, role, index):
-                return None
-        except ValueError:
-            return None
-        return now
-
-    def restart_child(self, cluster: Mapping, moved: Mapping) -> None:
-        """Stop the user's process (SIGTERM, SIGKILL after the grace) and start it again with ``moved``'s
-        TF_CONFIG; this task keeps its address."""
-        changes = [f"{r}:{i} {a} -> {b}" for r in sorted(set(cluster) | set(moved))
-                   for i, (a, b) in enumerate(zip(list(cluster.get(r) or []), list(moved.get(r) or []))) if a != b]
-        log(f"TF_CONFIG's cluster changed ({', '.join(changes) or 'roles'}): restarting the user's process with it")
+    def wait_child(self) -> int:
         child = self.child
-        child.terminate()
-        try:
-            child.wait(timeout=self.cfg.kill_grace_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        if self.cap_dir:
-            shutil.rmtree(self.cap_dir, ignore_errors=True)
-            self.cap_dir = None
-        self.child = self.start_child(self.child_env(moved))
-        if self.terminating.is_set():  # a signal raced with the restart
-            self.child.terminate()
-
-    def wait_child(self, cluster: Optional[Mapping] = None) -> int:
-        """The user's process's exit status. With ``cluster`` (a TensorFlow chief or worker), every heartbeat
-        period it looks whether a peer moved (:meth:`tf_peers_moved`) and then restarts the process with the new
-        cluster (:meth:`restart_child`)."""
-        assert self.child is not None
+        assert child is not None
         deadline = None
-        look_at = time.monotonic() + self.cfg.heartbeat_s
         while True:
-            child = self.child
             try:
                 return child.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
                 pass
-            if cluster is not None and not self.terminating.is_set() and time.monotonic() >= look_at:
-                moved = self.tf_peers_moved(cluster)
-                if moved is not None:
-                    self.restart_child(cluster, moved)
-                    cluster = moved
-                look_at = time.monotonic() + self.cfg.heartbeat_s
-                continue
             if self.terminating.is_set():
                 if deadline is None:
                     deadline = time.monotonic() + self.cfg.kill_grace_s
@@ -563,7 +509,7 @@ class Executor:
             if self.runs_tensorboard:
                 threading.Thread(target=self._tensorboard_thread, args=(env,), name="melon-tensorboard",
                                  daemon=True).start()
-            rc = self.wait_child(cluster if self.watches_tf_peers(cluster) else None)
+            rc = self.wait_child()
             stop.set()
             self.stop_tensorboard()
             code = rc if rc >= 0 else 128 - rc

@@ -1,7 +1,6 @@
 """TensorFlow multi-worker training on the fault suite's mini cluster: a worker's container SIGKILLed mid-training.
 ``MultiWorkerMirroredStrategy`` (CPU collectives) does not survive a lost member: the AM restarts the lost task, the
-other task's collectives are aborted and it is restarted too (or its executor starts its process again with the
-new address), and ``BackupAndRestore`` resumes training from the epoch of the last backup (docs/elastic.md,
+other task's collectives are aborted and it is restarted too, and ``BackupAndRestore`` resumes training from the epoch of the last backup (docs/elastic.md,
 "TensorFlow")."""
 
 from __future__ import annotations
@@ -96,6 +95,4 @@ def test_tf_multiworker_worker_sigkilled_restarted_and_resumed_from_backup(fault
             assert starts.count(0) == 1 and len(starts) >= 2, (i, starts)
             assert all(at <= e <= at + 1 for e in starts if e), (i, at, starts)
             assert f"worker:{i} trained {epochs} epochs" in text, text[-3000:]
-        moved = text.count("TF_CONFIG's cluster changed")
-        print(f"worker:1 killed with the backup at epoch {at}; starts: "
-              f"{[(w, e) for w, e in STARTS.findall(text)]}; processes restarted in place: {moved}")
+        print(f"worker:1 killed with the backup at epoch {at}; starts: {[(w, e) for w, e in STARTS.findall(text)]}")
