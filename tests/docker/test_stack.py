@@ -47,6 +47,20 @@ class AmWatcher(threading.Thread):
             self.stop.wait(2)
 
 
+def failed_logs(api, run_id: str) -> str:
+    """The run's task states and the last lines of each failed task's log: what a failed run is read by."""
+    states = api.task_states(DAG, run_id)
+    parts = [str(states)]
+    for task, state in states.items():
+        if state == "failed":
+            try:
+                log = api.task_log(DAG, run_id, task)
+            except Exception as exc:  # noqa: BLE001 - the states still say what failed
+                log = f"(no log: {exc})"
+            parts.append(f"--- {task} ---\n" + "\n".join(log.splitlines()[-60:]))
+    return "\n".join(parts)
+
+
 def test_mnist_pipeline_on_the_deployment(stack):
     from airflow_provider_melon.submission import run_tag
 
@@ -60,7 +74,7 @@ def test_mnist_pipeline_on_the_deployment(stack):
     finally:
         watcher.stop.set()
         watcher.join(10)
-    assert run["state"] == "success", api.task_states(DAG, run_id)
+    assert run["state"] == "success", failed_logs(api, run_id)
     print(f"[docker] {DAG} succeeded in {time.monotonic() - started:.0f} s; train tasks ran on {watcher.hosts}")
 
     # the model is in HDFS (read from outside through the NameNode's published port)
