@@ -100,9 +100,17 @@ class TensorBoardLink(MelonLink):
         return tensorboard_url(base_url, logdir)
 
 
-def persist_job_links(context: Any, rm: Optional[str], app_id: str, app: Optional[dict], *,
-                      tensorboard_link: bool = False, tensorboard: bool = False, tensorboard_dir: Optional[str] = None,
-                      tensorboard_template: Optional[str] = None) -> None:
+def persist_job_links(
+    context: Any,
+    rm: Optional[str],
+    app_id: str,
+    app: Optional[dict],
+    *,
+    tensorboard_link: bool = False,
+    tensorboard: bool = False,
+    tensorboard_dir: Optional[str] = None,
+    tensorboard_template: Optional[str] = None,
+) -> None:
     """A job's links, as soon as it has an application: XComs ``app_id``, ``tracking_url`` and ``am_status_url``,
     and each link's URL (the RM's at ``rm``, its web UI; none without). ``tensorboard_link`` (a job with a
     TensorBoard or its log folder): the connection's ``tensorboard_template`` (an external TensorBoard) wins;
@@ -119,9 +127,21 @@ def persist_job_links(context: Any, rm: Optional[str], app_id: str, app: Optiona
         YarnApplicationLink.persist(context, yarn_application_url(rm, app_id))
         MelonAmStatusLink.persist(context, am_url)
     if tensorboard_link:
-        TensorBoardLink.persist(context, tensorboard_url(tensorboard_template, tensorboard_dir)
-                                or (proxied_tensorboard_url(rm, app_id) if tensorboard and rm else None))
+        TensorBoardLink.persist(
+            context,
+            tensorboard_url(tensorboard_template, tensorboard_dir)
+            or (proxied_tensorboard_url(rm, app_id) if tensorboard and rm else None),
+        )
 
 
-__all__ = ["MelonAmStatusLink", "MelonLink", "TensorBoardLink", "YarnApplicationLink", "am_status_url",
-           "persist_job_links", "proxied_tensorboard_url", "tensorboard_url", "yarn_application_url"]
+__all__ = [
+    "MelonAmStatusLink",
+    "MelonLink",
+    "TensorBoardLink",
+    "YarnApplicationLink",
+    "am_status_url",
+    "persist_job_links",
+    "proxied_tensorboard_url",
+    "tensorboard_url",
+    "yarn_application_url",
+]

@@ -33,7 +33,7 @@ YARN_CONN_FIELDS: dict = {
     "kerberos_keytab": {
         "label": "Kerberos keytab",
         "description": "Keytab of the principal: the hook obtains and renews its ticket itself (default: Airflow's "
-                       "[kerberos] keytab if that file exists, else the ticket `airflow kerberos` keeps)",
+        "[kerberos] keytab if that file exists, else the ticket `airflow kerberos` keeps)",
         "schema": {"type": ["string", "null"]},
     },
     "kerberos_ccache": {
@@ -134,24 +134,39 @@ def get_provider_info() -> dict:
         "by expected GPU memory (MeLoN).",
         "versions": [__version__],
         "integrations": [
-            {"integration-name": "Apache Hadoop YARN (MeLoN)", "external-doc-url": "https://hadoop.apache.org/",
-             "tags": ["apache"]},
+            {
+                "integration-name": "Apache Hadoop YARN (MeLoN)",
+                "external-doc-url": "https://hadoop.apache.org/",
+                "tags": ["apache"],
+            },
         ],
         "hooks": [
-            {"integration-name": "Apache Hadoop YARN (MeLoN)",
-             "python-modules": ["airflow_provider_melon.hooks.yarn", "airflow_provider_melon.hooks.melon"]},
+            {
+                "integration-name": "Apache Hadoop YARN (MeLoN)",
+                "python-modules": ["airflow_provider_melon.hooks.yarn", "airflow_provider_melon.hooks.melon"],
+            },
         ],
         "operators": [
-            {"integration-name": "Apache Hadoop YARN (MeLoN)",
-             "python-modules": ["airflow_provider_melon.operators.train",
-                                "airflow_provider_melon.operators.profile",
-                                "airflow_provider_melon.operators.plan"]},
+            {
+                "integration-name": "Apache Hadoop YARN (MeLoN)",
+                "python-modules": [
+                    "airflow_provider_melon.operators.train",
+                    "airflow_provider_melon.operators.profile",
+                    "airflow_provider_melon.operators.plan",
+                ],
+            },
         ],
         "sensors": [
-            {"integration-name": "Apache Hadoop YARN (MeLoN)", "python-modules": ["airflow_provider_melon.sensors.yarn"]},
+            {
+                "integration-name": "Apache Hadoop YARN (MeLoN)",
+                "python-modules": ["airflow_provider_melon.sensors.yarn"],
+            },
         ],
         "triggers": [
-            {"integration-name": "Apache Hadoop YARN (MeLoN)", "python-modules": ["airflow_provider_melon.triggers.yarn"]},
+            {
+                "integration-name": "Apache Hadoop YARN (MeLoN)",
+                "python-modules": ["airflow_provider_melon.triggers.yarn"],
+            },
         ],
         "extra-links": [
             "airflow_provider_melon.links.YarnApplicationLink",
@@ -173,21 +188,32 @@ def get_provider_info() -> dict:
                 "options": {
                     "poll_interval": {
                         "description": "Seconds between RM polls of a running application (minimum 5).",
-                        "version_added": "0.1.0", "type": "integer", "example": None, "default": "10",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "10",
                     },
                     "job_log_lines_per_poll": {
                         "description": "Most lines of the job's own output (the chief's and failing tasks' "
-                                       "stdout/stderr) MelonTrainOperator puts in the task log per poll.",
-                        "version_added": "0.1.0", "type": "integer", "example": None, "default": "200",
+                        "stdout/stderr) MelonTrainOperator puts in the task log per poll.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "200",
                     },
                     "job_log_max_bytes": {
                         "description": "Most bytes of the job's own output in the log of one task run; then a line "
-                                       "links the full logs on the NodeManagers.",
-                        "version_added": "0.1.0", "type": "integer", "example": None, "default": "5242880",
+                        "links the full logs on the NodeManagers.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "5242880",
                     },
                     "staging_dir": {
                         "description": "HDFS folder for content-addressed staging; {user} is the submitting user.",
-                        "version_added": "0.1.0", "type": "string", "example": None,
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
                         "default": "/user/{user}/.melon",
                         # not str.format()ed by Airflow: 3.0 formats every other default with its own variables
                         # and fails on '{user}' (KeyError: every `airflow` command, before anything else)
@@ -195,47 +221,61 @@ def get_provider_info() -> dict:
                     },
                     "staging_retry_s": {
                         "description": "Seconds an upload keeps retrying while the NameNode restarts, fails over or "
-                                       "is in safe mode.",
-                        "version_added": "0.1.0", "type": "integer", "example": None,
+                        "is in safe mode.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
                         "default": str(STAGING_RETRY_S_DEFAULT),
                     },
                     "gpu_context_mb": {
                         "description": "MiB each shared-mode task (gpu_memory) reserves on its GPU besides its "
-                                       "expected memory, for the CUDA context and driver: asked of YARN "
-                                       "(melon.io/gpu-memory) and held on the node's ledger, while the process is "
-                                       "capped at its expected memory. The yarn connection's extra gpu_context_mb "
-                                       "overrides it; 0 for GPUs without a context (the embedded cluster's virtual "
-                                       "ones).",
-                        "version_added": "0.1.0", "type": "integer", "example": "512",
+                        "expected memory, for the CUDA context and driver: asked of YARN "
+                        "(melon.io/gpu-memory) and held on the node's ledger, while the process is "
+                        "capped at its expected memory. The yarn connection's extra gpu_context_mb "
+                        "overrides it; 0 for GPUs without a context (the embedded cluster's virtual "
+                        "ones).",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "512",
                         "default": str(GPU_CONTEXT_MB_DEFAULT),
                     },
                     "deployment_id": {
                         "description": "This Airflow deployment's name in the identity tag of every application it "
-                                       "submits (melon-id:<hash of deployment, dag, task, run, map index>): a retry "
-                                       "reattaches only to an application with its own task instance's identity. "
-                                       "Give each Airflow that shares a cluster its own (dev, prod). Not set: a digest "
-                                       "of [core] execution_api_server_url (else [api] base_url), or 'default' "
-                                       "when neither is set.",
-                        "version_added": "0.1.0", "type": "string", "example": "prod-eu", "default": None,
+                        "submits (melon-id:<hash of deployment, dag, task, run, map index>): a retry "
+                        "reattaches only to an application with its own task instance's identity. "
+                        "Give each Airflow that shares a cluster its own (dev, prod). Not set: a digest "
+                        "of [core] execution_api_server_url (else [api] base_url), or 'default' "
+                        "when neither is set.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "prod-eu",
+                        "default": None,
                     },
                     "ui_conn_ids": {
                         "description": "Comma-separated yarn connection ids the MeLoN UI plugin may use (its conn_id "
-                                       "query parameter); empty: any connection of type yarn. The api-server reads "
-                                       "the cluster with that connection's credentials.",
-                        "version_added": "0.1.0", "type": "string", "example": "yarn_default,yarn_gpu",
+                        "query parameter); empty: any connection of type yarn. The api-server reads "
+                        "the cluster with that connection's credentials.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "yarn_default,yarn_gpu",
                         "default": None,
                     },
                     "admin_acl": {
                         "description": "Who besides the owner may view and kill every application this Airflow "
-                                       "submits: a Hadoop ACL \"users groups\" (\" melon-admins\": the group "
-                                       "melon-admins), set as the applications' VIEW_APP and MODIFY_APP ACLs. The "
-                                       "operator's admin_acl and the yarn connection's extra admin_acl win over it. "
-                                       "Empty: the owner only (and YARN's admins).",
-                        "version_added": "0.1.0", "type": "string", "example": " melon-admins", "default": None,
+                        'submits: a Hadoop ACL "users groups" (" melon-admins": the group '
+                        "melon-admins), set as the applications' VIEW_APP and MODIFY_APP ACLs. The "
+                        "operator's admin_acl and the yarn connection's extra admin_acl win over it. "
+                        "Empty: the owner only (and YARN's admins).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": " melon-admins",
+                        "default": None,
                     },
                     "am_jar": {
                         "description": "Local path of an ApplicationMaster jar to use instead of the one shipped in the package.",
-                        "version_added": "0.1.0", "type": "string", "example": "/opt/melon/melon-appmaster.jar",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/opt/melon/melon-appmaster.jar",
                         "default": None,
                     },
                 },

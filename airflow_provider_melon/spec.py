@@ -21,8 +21,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     StrictBool,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -84,8 +84,9 @@ Text = Annotated[str, AfterValidator(_text)]
 
 def _env_name(value: str) -> str:
     if not _ENV_NAME.fullmatch(value):
-        raise ValueError(f"{value!r} is not an environment variable name (letters, digits, '_'; not starting "
-                         "with a digit)")
+        raise ValueError(
+            f"{value!r} is not an environment variable name (letters, digits, '_'; not starting with a digit)"
+        )
     return value
 
 
@@ -95,8 +96,10 @@ EnvName = Annotated[Text, AfterValidator(_env_name)]
 def check_link_name(link: str) -> Optional[str]:
     """Why ``link`` cannot name a file YARN localizes into a task container, or None when it can."""
     if not _LINK_NAME.fullmatch(link):
-        return (f"{link!r} cannot be a file name in the container (letters, digits and '_.+@=,~-', not "
-                "starting with '.' or '-')")
+        return (
+            f"{link!r} cannot be a file name in the container (letters, digits and '_.+@=,~-', not "
+            "starting with '.' or '-')"
+        )
     if link in RESERVED_LINKS:
         return f"{link!r} is taken in the container (reserved: {', '.join(RESERVED_LINKS)})"
     if link.startswith(RESERVED_LINK_PREFIX):
@@ -127,7 +130,9 @@ def override_gpu_memory(data: Any, override: Union[int, str]) -> list[str]:
     operator's, e.g. a profile step's figure); an ``auto`` role keeps learning and takes it as its first run's
     figure (``auto:<override>``). Returns those roles' names."""
     roles = data.get("roles") if isinstance(data, dict) else None
-    shared = [name for name, role in (roles or {}).items() if isinstance(role, dict) and role.get("gpu_memory") is not None]
+    shared = [
+        name for name, role in (roles or {}).items() if isinstance(role, dict) and role.get("gpu_memory") is not None
+    ]
     for name in shared:
         auto = str(roles[name]["gpu_memory"]).strip().lower().startswith(AUTO)
         roles[name]["gpu_memory"] = f"{AUTO}:{override}" if auto else override
@@ -180,8 +185,9 @@ class RoleSpec(BaseModel):
         if isinstance(value, str) and value.strip().lower().startswith(AUTO):
             head, sep, first = value.strip().partition(":")
             if head.lower() != AUTO or (sep and not first.strip()):
-                raise ValueError(f"expected a size, {AUTO!r} or '{AUTO}:<size>' (the first run's figure), "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"expected a size, {AUTO!r} or '{AUTO}:<size>' (the first run's figure), got {value!r}"
+                )
             return f"{AUTO}:{parse_size_mb(first)}" if sep else AUTO
         return None if value is None else parse_size_mb(value)
 
@@ -190,8 +196,9 @@ class RoleSpec(BaseModel):
         if self.gpus is not None and self.gpu_memory is not None:
             raise ValueError("give either gpus (exclusive) or gpu_memory (shared), not both")
         if self.min_instances is not None and self.min_instances > self.instances:
-            raise _FieldError("min_instances", f"must be at most instances ({self.instances}), got "
-                                               f"{self.min_instances}")
+            raise _FieldError(
+                "min_instances", f"must be at most instances ({self.instances}), got {self.min_instances}"
+            )
         return self
 
     @property
@@ -216,8 +223,9 @@ class RoleSpec(BaseModel):
     @property
     def gpu_memory_mb(self) -> int:
         if self.gpu_memory_auto:
-            raise ValueError("gpu_memory is 'auto' and not resolved yet (MelonHook.resolve_gpu_memory resolves it "
-                             "before submission)")
+            raise ValueError(
+                "gpu_memory is 'auto' and not resolved yet (MelonHook.resolve_gpu_memory resolves it before submission)"
+            )
         return int(self.gpu_memory or 0)
 
     @property
@@ -285,17 +293,24 @@ class EnvironmentSpec(BaseModel):
             raise ValueError("give either archive or docker_image, not both")
         if self.archive:
             if not self.archive.startswith(("hdfs://", "/", "file:///")):
-                raise _FieldError("archive", "must be an hdfs:// URI, an absolute HDFS path or a file:///… local "
-                                             f"file (staged for you), got {self.archive!r}")
+                raise _FieldError(
+                    "archive",
+                    "must be an hdfs:// URI, an absolute HDFS path or a file:///… local "
+                    f"file (staged for you), got {self.archive!r}",
+                )
             if not self.python:
-                raise _FieldError("python", "an archive needs python: the interpreter's path inside it, e.g. "
-                                            "'env/bin/python'")
+                raise _FieldError(
+                    "python", "an archive needs python: the interpreter's path inside it, e.g. 'env/bin/python'"
+                )
             link, _, rest = self.python.partition("/")
             problem = check_link_name(link)
             if problem or not rest:
-                raise _FieldError("python", "with an archive, give the interpreter's relative path inside it, "
-                                            f"'<folder>/bin/python' (the folder names the unpacked archive), "
-                                            f"got {self.python!r}" + (f": {problem}" if problem else ""))
+                raise _FieldError(
+                    "python",
+                    "with an archive, give the interpreter's relative path inside it, "
+                    f"'<folder>/bin/python' (the folder names the unpacked archive), "
+                    f"got {self.python!r}" + (f": {problem}" if problem else ""),
+                )
         return self
 
 
@@ -383,12 +398,15 @@ class JobSpec(BaseModel):
     def _tags(cls, tags: list[str]) -> list[str]:
         for i, tag in enumerate(tags):
             if not tag.strip() or not tag.isascii() or len(tag) > MAX_TAG_LENGTH:
-                raise _FieldError(str(i), f"YARN takes non-empty ASCII tags of at most {MAX_TAG_LENGTH} "
-                                          f"characters, got {tag!r}")
+                raise _FieldError(
+                    str(i), f"YARN takes non-empty ASCII tags of at most {MAX_TAG_LENGTH} characters, got {tag!r}"
+                )
             # the identity tag is the provider's alone (reattach finds a task's app by it); YARN lower-cases tags
             if tag.strip().lower().startswith(IDENTITY_TAG_PREFIX):
-                raise _FieldError(str(i), f"the {IDENTITY_TAG_PREFIX!r} prefix is reserved for the tag the provider "
-                                          f"adds itself, got {tag!r}")
+                raise _FieldError(
+                    str(i),
+                    f"the {IDENTITY_TAG_PREFIX!r} prefix is reserved for the tag the provider adds itself, got {tag!r}",
+                )
         return tags
 
     @field_validator("outputs")
@@ -396,8 +414,9 @@ class JobSpec(BaseModel):
     def _outputs(cls, outputs: dict[str, str]) -> dict[str, str]:
         for name in outputs:  # each becomes the environment variable MELON_OUTPUT_<NAME>
             if not re.fullmatch(r"[A-Za-z0-9_]+", name):
-                raise _FieldError(name, "an output's name becomes MELON_OUTPUT_<NAME>: letters, digits and '_' "
-                                        f"only, got {name!r}")
+                raise _FieldError(
+                    name, f"an output's name becomes MELON_OUTPUT_<NAME>: letters, digits and '_' only, got {name!r}"
+                )
             if not outputs[name].strip():
                 raise _FieldError(name, "an output needs a path")
         return outputs
@@ -447,8 +466,10 @@ class JobSpec(BaseModel):
         self._elastic_rules()
         for name, role in roles.items():
             if role.optional and not role.untracked:
-                raise ValueError(f"roles.{name}.optional: only an untracked role can be optional (the job waits for "
-                                 f"every tracked task); add untracked: true or drop optional")
+                raise ValueError(
+                    f"roles.{name}.optional: only an untracked role can be optional (the job waits for "
+                    f"every tracked task); add untracked: true or drop optional"
+                )
         if all(role.untracked for role in roles.values()):
             raise ValueError("roles: at least one role must be tracked (untracked: false)")
         self._tensorboard_rules()
@@ -459,8 +480,10 @@ class JobSpec(BaseModel):
         for i, item in enumerate(self.inputs):
             link = item.link_name
             if link in seen:
-                raise _FieldError(f"inputs.{i}.name", f"{link!r} is already the container name of {seen[link]}; "
-                                                      "give each input its own name")
+                raise _FieldError(
+                    f"inputs.{i}.name",
+                    f"{link!r} is already the container name of {seen[link]}; give each input its own name",
+                )
             seen[link] = f"inputs.{i}"
         return self
 
@@ -472,19 +495,24 @@ class JobSpec(BaseModel):
             if not role.elastic:
                 continue
             if self.framework == "tensorflow":
-                raise _FieldError(f"roles.{name}.min_instances",
-                                  "tensorflow cannot go on with fewer workers (MultiWorkerMirroredStrategy needs the "
-                                  "whole cluster back): elastic roles are for pytorch and generic jobs")
+                raise _FieldError(
+                    f"roles.{name}.min_instances",
+                    "tensorflow cannot go on with fewer workers (MultiWorkerMirroredStrategy needs the "
+                    "whole cluster back): elastic roles are for pytorch and generic jobs",
+                )
             if self.framework == "pytorch" and name == "master":
-                raise _FieldError(f"roles.{name}.min_instances",
-                                  "the master hosts the rendezvous and cannot be elastic: declare the bounds on "
-                                  "the worker role")
+                raise _FieldError(
+                    f"roles.{name}.min_instances",
+                    "the master hosts the rendezvous and cannot be elastic: declare the bounds on the worker role",
+                )
             if role.untracked:
                 raise _FieldError(f"roles.{name}.min_instances", "an untracked role cannot be elastic")
             if self.framework == "pytorch" and self.launcher != "torchrun":
-                raise _FieldError(f"roles.{name}.min_instances",
-                                  "an elastic pytorch role needs launcher: torchrun (its rendezvous re-forms with the "
-                                  "members left; the env:// rendezvous of launcher: python has a fixed WORLD_SIZE)")
+                raise _FieldError(
+                    f"roles.{name}.min_instances",
+                    "an elastic pytorch role needs launcher: torchrun (its rendezvous re-forms with the "
+                    "members left; the env:// rendezvous of launcher: python has a fixed WORLD_SIZE)",
+                )
 
     def _launcher_rules(self) -> None:
         if self.launcher == "torchrun" and self.framework != "pytorch":
@@ -495,20 +523,29 @@ class JobSpec(BaseModel):
             raise _FieldError("nproc_per_node", "several processes per container need launcher: torchrun")
         for name, role in self.roles.items():
             if role.gpu_memory is not None:
-                raise _FieldError("nproc_per_node", f"roles.{name} shares a GPU (gpu_memory), whose cap is one "
-                                                    "process's: give it whole GPUs (gpus) or one process per container")
+                raise _FieldError(
+                    "nproc_per_node",
+                    f"roles.{name} shares a GPU (gpu_memory), whose cap is one "
+                    "process's: give it whole GPUs (gpus) or one process per container",
+                )
             if role.gpus is not None and role.gpus < self.nproc_per_node:
-                raise _FieldError("nproc_per_node", f"{self.nproc_per_node} processes per container, but roles.{name} "
-                                                    f"has {role.gpus} GPU(s): one process per GPU")
+                raise _FieldError(
+                    "nproc_per_node",
+                    f"{self.nproc_per_node} processes per container, but roles.{name} "
+                    f"has {role.gpus} GPU(s): one process per GPU",
+                )
 
     def _tensorboard_rules(self) -> None:
         if isinstance(self.tensorboard, str):
             if not self.tensorboard.strip():
                 raise _FieldError("tensorboard", "give true or a log dir, not an empty string")
             if self.tensorboard_log_dir is not None and self.tensorboard_log_dir != self.tensorboard:
-                raise _FieldError("tensorboard", "names a log dir and so does tensorboard_log_dir: give it once "
-                                                 "(tensorboard: <dir>, or tensorboard: true with "
-                                                 "tensorboard_log_dir: <dir>)")
+                raise _FieldError(
+                    "tensorboard",
+                    "names a log dir and so does tensorboard_log_dir: give it once "
+                    "(tensorboard: <dir>, or tensorboard: true with "
+                    "tensorboard_log_dir: <dir>)",
+                )
 
     # ---- derived -------------------------------------------------------------------------------------------
     @property
@@ -529,8 +566,11 @@ class JobSpec(BaseModel):
     def publishing_role(self) -> str:
         """The role whose task 0 publishes the outputs: ``output_role``, else the success role, else the first
         tracked role."""
-        return (self.output_role or self.success_role
-                or next(name for name, role in self.roles.items() if not role.untracked))
+        return (
+            self.output_role
+            or self.success_role
+            or next(name for name, role in self.roles.items() if not role.untracked)
+        )
 
     @property
     def success_role(self) -> Optional[str]:
@@ -626,7 +666,7 @@ def _format_errors(exc: ValidationError) -> str:
         loc = loc or "job"
         msg = err["msg"]
         if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+            msg = msg[len("Value error, ") :]
         given = err.get("input")
         if err["type"] not in ("value_error",) and not isinstance(given, (dict, list)):
             msg = f"{msg} (got {given!r})"

@@ -95,8 +95,13 @@ class StagedFile:
     uploaded_bytes: int = 0
 
     def local_resource(self, type_: str = "FILE", visibility: str = "APPLICATION") -> dict:
-        return {"resource": self.url, "type": type_, "visibility": visibility, "size": self.size,
-                "timestamp": self.timestamp}
+        return {
+            "resource": self.url,
+            "type": type_,
+            "visibility": visibility,
+            "size": self.size,
+            "timestamp": self.timestamp,
+        }
 
 
 def run_tag(run_id: str) -> str:
@@ -118,12 +123,19 @@ def identity_tag(deployment: str, dag_id: str, task_id: str, run_id: str, map_in
     return IDENTITY_TAG_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:40]
 
 
-def airflow_tags(dag_id: str, task_id: str, run_id: str, map_index: int = -1, *,
-                 deployment: str = DEFAULT_DEPLOYMENT) -> list[str]:
+def airflow_tags(
+    dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, deployment: str = DEFAULT_DEPLOYMENT
+) -> list[str]:
     """The tags of one task instance's submission: ``melon``, the identity tag (:func:`identity_tag`, what a retry
     finds its app by) and the readable ``airflow-dag:``/``airflow-task:``/``airflow-run:``/``airflow-map:`` ones."""
-    return ["melon", identity_tag(deployment, dag_id, task_id, run_id, map_index), f"airflow-dag:{dag_id}"[:100],
-            f"airflow-task:{task_id}"[:100], run_tag(run_id), f"airflow-map:{map_index}"]
+    return [
+        "melon",
+        identity_tag(deployment, dag_id, task_id, run_id, map_index),
+        f"airflow-dag:{dag_id}"[:100],
+        f"airflow-task:{task_id}"[:100],
+        run_tag(run_id),
+        f"airflow-map:{map_index}",
+    ]
 
 
 def not_reattachable(app: dict, user: Optional[str], killed: set[str]) -> Optional[str]:
@@ -163,8 +175,15 @@ def deployment_id() -> str:
     configured = (conf.get("melon", "deployment_id", fallback=None) or "").strip()
     if configured:
         return configured
-    url = (conf.get("core", "execution_api_server_url", fallback=None) or conf.get("api", "base_url", fallback=None)
-           or "").strip().rstrip("/")
+    url = (
+        (
+            conf.get("core", "execution_api_server_url", fallback=None)
+            or conf.get("api", "base_url", fallback=None)
+            or ""
+        )
+        .strip()
+        .rstrip("/")
+    )
     if not url:
         return DEFAULT_DEPLOYMENT
     return "api-" + hashlib.sha256(url.encode()).hexdigest()[:16]
@@ -193,19 +212,37 @@ class PlanRole(_PlanPart):
     gpus: int = Field(ge=0, description="whole GPUs (yarn.io/gpu); 0 in MeLoN's shared mode")
     gpu_memory_mb: int = Field(ge=0, description="expected GPU memory per task (melon.io/gpu-memory); 0: none")
     restarts: int = Field(ge=0)
-    min_instances: int = Field(gt=0, description="the job starts once this many of the role's tasks hold containers "
-                                                 "and goes on while this many live (elastic); = instances: all needed")
+    min_instances: int = Field(
+        gt=0,
+        description="the job starts once this many of the role's tasks hold containers "
+        "and goes on while this many live (elastic); = instances: all needed",
+    )
     tracked: bool = Field(description="false: the job does not wait for this role's tasks (e.g. parameter servers)")
-    optional: bool = Field(False, description="true: a task of this (untracked) role failing past its restarts is "
-                                              "only logged; false: it fails the job")
-    oom_growth: float = Field(1.5, ge=1.0, description="after a task runs out of its expected GPU memory (exit 76, "
-                                                       "shared mode), its expected GPU memory is multiplied by this "
-                                                       "(at most the largest GPU seen) and the task asked for again")
-    oom_max_growths: int = Field(2, ge=0, description="how many times a task's expected GPU memory may grow after an "
-                                                      "OOM (not counted against restarts); 0: an OOM fails the job")
-    gpu_context_mb: int = Field(0, ge=0, description="MiB each task of a shared role reserves on its GPU besides its "
-                                "expected memory (the CUDA context): asked of YARN and held on the ledger, while "
-                                "the process is capped at the expected memory; 0 without gpu_memory_mb")
+    optional: bool = Field(
+        False,
+        description="true: a task of this (untracked) role failing past its restarts is "
+        "only logged; false: it fails the job",
+    )
+    oom_growth: float = Field(
+        1.5,
+        ge=1.0,
+        description="after a task runs out of its expected GPU memory (exit 76, "
+        "shared mode), its expected GPU memory is multiplied by this "
+        "(at most the largest GPU seen) and the task asked for again",
+    )
+    oom_max_growths: int = Field(
+        2,
+        ge=0,
+        description="how many times a task's expected GPU memory may grow after an "
+        "OOM (not counted against restarts); 0: an OOM fails the job",
+    )
+    gpu_context_mb: int = Field(
+        0,
+        ge=0,
+        description="MiB each task of a shared role reserves on its GPU besides its "
+        "expected memory (the CUDA context): asked of YARN and held on the ledger, while "
+        "the process is capped at the expected memory; 0 without gpu_memory_mb",
+    )
 
 
 class PlanResource(_PlanPart):
@@ -236,13 +273,17 @@ class Plan(_PlanPart):
     register_timeout_s: int = Field(gt=0)
     gang_hold_s: int = Field(ge=0, description="all-or-nothing gang formation hold; 0: off")
     queue_timeout_s: int = Field(ge=0, description="fail when the gang is not granted whole within this; 0: wait")
-    elastic_grace_s: float = Field(ge=0, description="an elastic role below its min_instances for longer than this "
-                                                     "fails the job")
+    elastic_grace_s: float = Field(
+        ge=0, description="an elastic role below its min_instances for longer than this fails the job"
+    )
     labels: dict[str, Any] = Field(description="echoed by the AM's /status (the submitting task instance)")
-    staged: list[str] = Field(default_factory=list,
-                              description="every staged file the job uses, the AM jar too (read by `melon prune`)")
-    status_file: Optional[str] = Field(None, description="where the AM writes its final /status before it "
-                                                         "unregisters (read by the operator's final result)")
+    staged: list[str] = Field(
+        default_factory=list, description="every staged file the job uses, the AM jar too (read by `melon prune`)"
+    )
+    status_file: Optional[str] = Field(
+        None,
+        description="where the AM writes its final /status before it unregisters (read by the operator's final result)",
+    )
 
 
 #: the plan's JSON Schema, committed beside the AM jar (shipped in the wheel)
@@ -279,26 +320,66 @@ def build_plan(
     ``env_archive_visibility``: PUBLIC (cached per node for every user) for a shared HDFS archive; APPLICATION
     for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible").
     ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``)."""
-    local = [dict(name=RUNTIME_LINK, url=runtime.url, type="ARCHIVE", visibility="APPLICATION",
-                  size=runtime.size, timestamp=runtime.timestamp)]
+    local = [
+        dict(
+            name=RUNTIME_LINK,
+            url=runtime.url,
+            type="ARCHIVE",
+            visibility="APPLICATION",
+            size=runtime.size,
+            timestamp=runtime.timestamp,
+        )
+    ]
     if code is not None:
-        local.append(dict(name=CODE_LINK, url=code.url, type="ARCHIVE", visibility="APPLICATION",
-                          size=code.size, timestamp=code.timestamp))
+        local.append(
+            dict(
+                name=CODE_LINK,
+                url=code.url,
+                type="ARCHIVE",
+                visibility="APPLICATION",
+                size=code.size,
+                timestamp=code.timestamp,
+            )
+        )
     code_links = {f"{CODE_FILE_LINK}{i}": rel for i, rel in enumerate(sorted(code_files or {}))}
     for link, rel in code_links.items():
         staged = code_files[rel]
-        local.append(dict(name=link, url=staged.url, type="FILE", visibility="APPLICATION",
-                          size=staged.size, timestamp=staged.timestamp))
+        local.append(
+            dict(
+                name=link,
+                url=staged.url,
+                type="FILE",
+                visibility="APPLICATION",
+                size=staged.size,
+                timestamp=staged.timestamp,
+            )
+        )
     for item in spec.inputs:
         staged = inputs[item.path]
-        local.append(dict(name=item.link_name, url=staged.url, type=item.type, visibility=item.visibility,
-                          size=staged.size, timestamp=staged.timestamp))
+        local.append(
+            dict(
+                name=item.link_name,
+                url=staged.url,
+                type=item.type,
+                visibility=item.visibility,
+                size=staged.size,
+                timestamp=staged.timestamp,
+            )
+        )
     if spec.environment.archive:
         if env_archive is None:
             raise ValueError("environment.archive given but not staged")
         link = spec.environment.python.split("/", 1)[0]
-        local.append(dict(name=link, url=env_archive.url, type="ARCHIVE", visibility=env_archive_visibility,
-                          size=env_archive.size, timestamp=env_archive.timestamp))
+        local.append(
+            dict(
+                name=link,
+                url=env_archive.url,
+                type="ARCHIVE",
+                visibility=env_archive_visibility,
+                size=env_archive.size,
+                timestamp=env_archive.timestamp,
+            )
+        )
     # YARN writes every value into launch_container.sh (see yarn_shell_value): the job's and the connection's
     # values may refer to variables ($NAME, {{NAME}}), ours are literal.
     user_env = dict(container_env or {})
@@ -347,33 +428,44 @@ def build_plan(
     env.update({key: yarn_shell_value(value) for key, value in ours.items()})
     env["PYTHONPATH"] = f"./{RUNTIME_LINK}" + (f":{env['PYTHONPATH']}" if user_env.get("PYTHONPATH") else "")
     python = container_python(spec, default_python)
-    return Plan.model_validate({
-        "app_name": spec.name,
-        "roles": [
-            {"name": name, "instances": role.instances, "memory_mb": role.memory_mb, "vcores": role.vcores,
-             "gpus": role.gpus or 0, "gpu_memory_mb": role.gpu_memory_mb, "restarts": role.restarts,
-             "min_instances": role.min_instances or role.instances,
-             "tracked": not role.untracked, "optional": role.optional,
-             # the spec's fields may not exist yet (added on main): the AM's defaults then
-             "oom_growth": role.oom_growth, "oom_max_growths": role.oom_growths,
-             "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0}
-            for name, role in spec.roles.items()
-        ],
-        "success_role": spec.success_role,
-        # its task 0 publishes the outputs: the AM waits for its exit before it declares success
-        "output_role": spec.publishing_role if spec.outputs else None,
-        # shlex for the `bash -c` that runs it, yarn_shell_value for the double quotes YARN puts around it
-        "command": yarn_shell_value(f"{shlex.quote(python)} -m airflow_provider_melon.runtime.executor"),
-        "env": env,
-        "local_resources": local,
-        "register_timeout_s": spec.register_timeout_s,
-        "gang_hold_s": spec.gang_hold_s,
-        "queue_timeout_s": spec.queue_timeout_s or 0,
-        "elastic_grace_s": spec.elastic_grace_s,
-        "labels": dict(labels or {}),
-        "staged": sorted(set(staged_urls or ())),
-        "status_file": status_file,
-    }).model_dump(mode="json")
+    return Plan.model_validate(
+        {
+            "app_name": spec.name,
+            "roles": [
+                {
+                    "name": name,
+                    "instances": role.instances,
+                    "memory_mb": role.memory_mb,
+                    "vcores": role.vcores,
+                    "gpus": role.gpus or 0,
+                    "gpu_memory_mb": role.gpu_memory_mb,
+                    "restarts": role.restarts,
+                    "min_instances": role.min_instances or role.instances,
+                    "tracked": not role.untracked,
+                    "optional": role.optional,
+                    # the spec's fields may not exist yet (added on main): the AM's defaults then
+                    "oom_growth": role.oom_growth,
+                    "oom_max_growths": role.oom_growths,
+                    "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0,
+                }
+                for name, role in spec.roles.items()
+            ],
+            "success_role": spec.success_role,
+            # its task 0 publishes the outputs: the AM waits for its exit before it declares success
+            "output_role": spec.publishing_role if spec.outputs else None,
+            # shlex for the `bash -c` that runs it, yarn_shell_value for the double quotes YARN puts around it
+            "command": yarn_shell_value(f"{shlex.quote(python)} -m airflow_provider_melon.runtime.executor"),
+            "env": env,
+            "local_resources": local,
+            "register_timeout_s": spec.register_timeout_s,
+            "gang_hold_s": spec.gang_hold_s,
+            "queue_timeout_s": spec.queue_timeout_s or 0,
+            "elastic_grace_s": spec.elastic_grace_s,
+            "labels": dict(labels or {}),
+            "staged": sorted(set(staged_urls or ())),
+            "status_file": status_file,
+        }
+    ).model_dump(mode="json")
 
 
 def build_submission(
@@ -394,8 +486,10 @@ def build_submission(
     ``VIEW_APP`` one also goes to the AM (``MELON_VIEW_ACL``), which checks it for the users the RM web proxy
     forwards (``proxy-user``) to its pages, as the RM checks it for its own (with ``yarn.acl.enable``)."""
     classpath = f"./{AM_JAR}<CPS>{am_classpath or DEFAULT_AM_CLASSPATH}"
-    command = (f"{{{{JAVA_HOME}}}}/bin/java {am_java_opts} {AM_CLASS} {PLAN_FILE} "
-               "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
+    command = (
+        f"{{{{JAVA_HOME}}}}/bin/java {am_java_opts} {AM_CLASS} {PLAN_FILE} "
+        "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr"
+    )
     all_tags = sorted({t.lower() for t in ["melon", *spec.tags, *tags]})
     am_env = [{"key": "CLASSPATH", "value": classpath}]
     if acls and acls.get("VIEW_APP") is not None:  # for the AM's own pages (ViewAcl.java); none: owner and admins
@@ -422,10 +516,14 @@ def build_submission(
             "commands": {"command": command},
             # the AM's secret as a credentials secret (the AM reads it from its UGI, hands it to its tasks in their
             # token files): no environment variable, so no launch script or NodeManager log ever shows it
-            "credentials": {"secrets": {"entry": [
-                {"key": AM_SECRET_ALIAS, "value": base64.b64encode(secret.encode()).decode()}]}},
-            **({"application-acls": {"entry": [{"key": k, "value": v} for k, v in sorted(acls.items())]}}
-               if acls else {}),
+            "credentials": {
+                "secrets": {"entry": [{"key": AM_SECRET_ALIAS, "value": base64.b64encode(secret.encode()).decode()}]}
+            },
+            **(
+                {"application-acls": {"entry": [{"key": k, "value": v} for k, v in sorted(acls.items())]}}
+                if acls
+                else {}
+            ),
         },
     }
 
@@ -438,8 +536,9 @@ def application_acls(owner: str, admin_acl: Optional[str]) -> dict[str, str]:
     names = [owner] + [u for u in users.split(",") if u.strip() and u.strip() != owner]
     if users.strip() == "*":
         names = ["*"]
-    acl = ",".join(n.strip() for n in names) + (" " + ",".join(g.strip() for g in groups.split(",") if g.strip())
-                                                if groups.strip() else "")
+    acl = ",".join(n.strip() for n in names) + (
+        " " + ",".join(g.strip() for g in groups.split(",") if g.strip()) if groups.strip() else ""
+    )
     return {"VIEW_APP": acl, "MODIFY_APP": acl}
 
 

@@ -111,8 +111,12 @@ RESUMABLE_JOBS = AIRFLOW_V_3_3_PLUS and ResumableJobMixin.__module__.startswith(
 #:   another triggerer now follows (apache/airflow#73454, still open at 3.3.2): the trigger's ``on_kill`` therefore
 #:   asks the task's state too and leaves the application running while the task is still deferred
 #:   (:data:`TRIGGER_ON_KILL_ALSO_ON_HANDOVER`).
-TRIGGER_KILL_PATHS = {"3.0": "cancel + task state", "3.1": "cancel + task state", "3.2": "cancel + task state",
-                      "3.3": "on_kill + task state"}
+TRIGGER_KILL_PATHS = {
+    "3.0": "cancel + task state",
+    "3.1": "cancel + task state",
+    "3.2": "cancel + task state",
+    "3.3": "on_kill + task state",
+}
 
 #: Airflow 3.3+: ``on_kill()`` also runs for a trigger handed over to another triggerer (apache/airflow#73454, open
 #: at 3.3.2, so true for every 3.3+ release known here): ``on_kill`` must check that the task left DEFERRED.
@@ -261,8 +265,10 @@ def connection_form_widgets(fields: dict) -> dict:
     try:
         from flask_babel import lazy_gettext
     except ImportError:  # pragma: no cover - depends on the UI packages installed
+
         def lazy_gettext(text: str) -> str:  # type: ignore[misc]
             return text
+
     try:
         from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
 
@@ -272,18 +278,45 @@ def connection_form_widgets(fields: dict) -> dict:
     widgets: dict[str, Any] = {}
     for name, spec in fields.items():
         field_cls = IntegerField if spec["schema"]["type"] in ("integer", ["integer", "null"]) else StringField
-        widgets[name] = field_cls(lazy_gettext(spec["label"]), description=spec.get("description", ""),
-                                  **widget_kw)
+        widgets[name] = field_cls(lazy_gettext(spec["label"]), description=spec.get("description", ""), **widget_kw)
     return widgets
 
 
 __all__ = [
-    "RUNTIME_OUTLETS", "TRIGGER_THREADS_THROUGH_ASGIREF", "XCOM_DESERIALIZE_NEEDS_CONFIG", "run_in_thread", "with_runtime_outlets",
-    "AIRFLOW_V_3_0_PLUS", "AIRFLOW_V_3_1_PLUS", "AIRFLOW_V_3_2_PLUS", "AIRFLOW_V_3_3_PLUS", "AIRFLOW_VERSION",
-    "AirflowException", "AirflowFailException", "AirflowSensorTimeout", "Asset", "BaseHook", "BaseOperator",
-    "JWT_ISSUER_MUST_BE_SET", "LOGIN_URL_HAS_NEXT", "login_url", "API_SERVER_READS_THE_LOGIN_COOKIE",
-    "TAB_RUN_ID_UNENCODED", "tab_run_id",
-    "BaseOperatorLink", "BaseSensorOperator", "Context",
-    "RESUMABLE_JOBS", "ResumableJobMixin", "TRIGGER_KILL_PATHS", "TRIGGER_ON_KILL_ALSO_ON_HANDOVER", "TaskDeferred",
-    "XCom", "conf", "connection_form_widgets", "remote_logging", "stream_to_stderr", "trigger_has_on_kill",
+    "RUNTIME_OUTLETS",
+    "TRIGGER_THREADS_THROUGH_ASGIREF",
+    "XCOM_DESERIALIZE_NEEDS_CONFIG",
+    "run_in_thread",
+    "with_runtime_outlets",
+    "AIRFLOW_V_3_0_PLUS",
+    "AIRFLOW_V_3_1_PLUS",
+    "AIRFLOW_V_3_2_PLUS",
+    "AIRFLOW_V_3_3_PLUS",
+    "AIRFLOW_VERSION",
+    "AirflowException",
+    "AirflowFailException",
+    "AirflowSensorTimeout",
+    "Asset",
+    "BaseHook",
+    "BaseOperator",
+    "JWT_ISSUER_MUST_BE_SET",
+    "LOGIN_URL_HAS_NEXT",
+    "login_url",
+    "API_SERVER_READS_THE_LOGIN_COOKIE",
+    "TAB_RUN_ID_UNENCODED",
+    "tab_run_id",
+    "BaseOperatorLink",
+    "BaseSensorOperator",
+    "Context",
+    "RESUMABLE_JOBS",
+    "ResumableJobMixin",
+    "TRIGGER_KILL_PATHS",
+    "TRIGGER_ON_KILL_ALSO_ON_HANDOVER",
+    "TaskDeferred",
+    "XCom",
+    "conf",
+    "connection_form_widgets",
+    "remote_logging",
+    "stream_to_stderr",
+    "trigger_has_on_kill",
 ]

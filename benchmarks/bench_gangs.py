@@ -43,8 +43,16 @@ from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
-TRACE = [("alice", "tenant_a", 4), ("bob", "tenant_b", 2), ("alice", "tenant_a", 3), ("bob", "tenant_b", 2),
-         ("alice", "tenant_a", 2), ("bob", "tenant_b", 1), ("alice", "tenant_a", 1), ("bob", "tenant_b", 1)]
+TRACE = [
+    ("alice", "tenant_a", 4),
+    ("bob", "tenant_b", 2),
+    ("alice", "tenant_a", 3),
+    ("bob", "tenant_b", 2),
+    ("alice", "tenant_a", 2),
+    ("bob", "tenant_b", 1),
+    ("alice", "tenant_a", 1),
+    ("bob", "tenant_b", 1),
+]
 TERMINAL = frozenset(TERMINAL_STATES)
 
 
@@ -57,11 +65,18 @@ def run(details, code: Path, hold_s: float, task_s: int, bound_s: float) -> dict
     apps: list[tuple[str, str, int]] = []
     start = time.time()
     for i, (user, queue, gpus) in enumerate(TRACE):
-        spec = JobSpec.from_dict({
-            "name": f"gang-{i}-{gpus}gpu", "framework": "generic", "code": str(code),
-            "entrypoint": f"python -c \"import time; time.sleep({task_s})\"", "queue": queue,
-            "gang_hold_s": hold_s, "register_timeout_s": 3600,
-            "roles": {"worker": {"instances": gpus, "memory": 256, "vcores": 1, "gpus": 1}}})
+        spec = JobSpec.from_dict(
+            {
+                "name": f"gang-{i}-{gpus}gpu",
+                "framework": "generic",
+                "code": str(code),
+                "entrypoint": f'python -c "import time; time.sleep({task_s})"',
+                "queue": queue,
+                "gang_hold_s": hold_s,
+                "register_timeout_s": 3600,
+                "roles": {"worker": {"instances": gpus, "memory": 256, "vcores": 1, "gpus": 1}},
+            }
+        )
         apps.append((hooks[user].submit(spec)["app_id"], user, gpus))
     idle_gpu_s, holds, last = 0.0, {}, time.time()
     finished: dict[str, dict] = {}
@@ -93,11 +108,21 @@ def run(details, code: Path, hold_s: float, task_s: int, bound_s: float) -> dict
             raise RuntimeError(f"applications still live 120 s after the kill: {unfinished}")
         time.sleep(1)
     ends = [int(a.get("finishedTime") or 0) / 1000 for a in finished.values()]
-    failed = [f"{a['name']}: {str(a.get('diagnostics') or '').splitlines()[0][:100] if a.get('diagnostics') else '?'}"
-              for a in finished.values() if a.get("finalStatus") != "SUCCEEDED"]
-    return {"hold_s": hold_s, "makespan_s": (max(ends) - start) if ends and not unfinished else None,
-            "elapsed_s": time.time() - start, "idle_gpu_s": idle_gpu_s, "unfinished": len(unfinished),
-            "failed": len(failed), "failures": failed, "holds_released": sum(holds.values())}
+    failed = [
+        f"{a['name']}: {str(a.get('diagnostics') or '').splitlines()[0][:100] if a.get('diagnostics') else '?'}"
+        for a in finished.values()
+        if a.get("finalStatus") != "SUCCEEDED"
+    ]
+    return {
+        "hold_s": hold_s,
+        "makespan_s": (max(ends) - start) if ends and not unfinished else None,
+        "elapsed_s": time.time() - start,
+        "idle_gpu_s": idle_gpu_s,
+        "unfinished": len(unfinished),
+        "failed": len(failed),
+        "failures": failed,
+        "holds_released": sum(holds.values()),
+    }
 
 
 def main() -> int:
@@ -115,8 +140,16 @@ def main() -> int:
     code.mkdir()
     (code / "noop.py").write_text("print('noop')\n")
     say(f"starting a tenants mini cluster in {work} (port base {args.port_base}, 1 NM, {args.gpus} GPUs)")
-    details = mc.start(work / "cluster", port_base=args.port_base, tenants=True, nodemanagers=1, gpus=args.gpus,
-                       gpu_memory_mb=args.gpus * 16384, nm_memory_mb=16384, timeout=300)
+    details = mc.start(
+        work / "cluster",
+        port_base=args.port_base,
+        tenants=True,
+        nodemanagers=1,
+        gpus=args.gpus,
+        gpu_memory_mb=args.gpus * 16384,
+        nm_memory_mb=16384,
+        timeout=300,
+    )
     try:
         say(f"trace: {', '.join(f'{u}:{g}' for u, _, g in TRACE)} GPUs, {args.task_s} s per task")
         results = []
@@ -135,8 +168,13 @@ def main() -> int:
     say("")
     say(f"| figure | hold off | hold {args.hold_s:g} s | on / off |")
     say("|---|---|---|---|")
-    ratio = (f"{on['makespan_s'] / off['makespan_s']:.2f}" if off["makespan_s"] and on["makespan_s"]
-             else "off did not finish" if on["makespan_s"] else "n/a")
+    ratio = (
+        f"{on['makespan_s'] / off['makespan_s']:.2f}"
+        if off["makespan_s"] and on["makespan_s"]
+        else "off did not finish"
+        if on["makespan_s"]
+        else "n/a"
+    )
     say(f"| makespan | {fmt(off['makespan_s'], ' s')} | {fmt(on['makespan_s'], ' s')} | {ratio} |")
     idle_ratio = f"{on['idle_gpu_s'] / off['idle_gpu_s']:.2f}" if off["idle_gpu_s"] else "n/a"
     say(f"| GPU-s held by incomplete gangs | {off['idle_gpu_s']:.0f} | {on['idle_gpu_s']:.0f} | {idle_ratio} |")

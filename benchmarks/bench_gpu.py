@@ -72,8 +72,9 @@ def worker(name: str, start_at: float, out_path: str, steps_limit: int = 0) -> N
             torch.cuda.synchronize()
     torch.cuda.synchronize()
     dt = time.time() - t0
-    Path(out_path).write_text(json.dumps({"samples_per_s": steps * batch / dt,
-                                          "max_reserved_mib": torch.cuda.max_memory_reserved() / 2**20}))
+    Path(out_path).write_text(
+        json.dumps({"samples_per_s": steps * batch / dt, "max_reserved_mib": torch.cuda.max_memory_reserved() / 2**20})
+    )
 
 
 def launch(names: list[str], melon: bool, tag: str, ledger_dir: str) -> dict:
@@ -88,8 +89,9 @@ def launch(names: list[str], melon: bool, tag: str, ledger_dir: str) -> dict:
         task_id = f"{tag}-{i}"
         if melon:
             expected = WORKLOADS[name][4]
-            gpu = ledger.reserve(task_id, os.getpid(), expected, gpus, exclusive=False, large=name == "r50",
-                                 mps=devices.mps_active())
+            gpu = ledger.reserve(
+                task_id, os.getpid(), expected, gpus, exclusive=False, large=name == "r50", mps=devices.mps_active()
+            )
             if gpu is None:
                 raise RuntimeError(f"{tag}: the ledger found no GPU for task {i} ({expected} MiB)")
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -104,8 +106,15 @@ def launch(names: list[str], melon: bool, tag: str, ledger_dir: str) -> dict:
     for i in range(len(names)):
         ledger.release(f"{tag}-{i}")
     per = [json.loads(Path(o).read_text()) for o in outs if Path(o).exists()]
-    return {"tag": tag, "names": names, "melon": melon, "ok": len(per), "per_process": per,
-            "aggregate": sum(r["samples_per_s"] for r in per), "nvml_peak_mib": peak}
+    return {
+        "tag": tag,
+        "names": names,
+        "melon": melon,
+        "ok": len(per),
+        "per_process": per,
+        "aggregate": sum(r["samples_per_s"] for r in per),
+        "nvml_peak_mib": peak,
+    }
 
 
 def mps(on: bool) -> None:
@@ -153,9 +162,13 @@ def main(outfile: str) -> int:
     prof = profile_command([sys.executable, __file__, "--worker", "r18", "0", "/dev/null", "--steps"], steps=30)
     nvml_peak = next(r["nvml_peak_mib"] for r in results["runs"] if r["tag"] == "no-mps-raw-k1")
     err = abs(prof.peak_mb - nvml_peak) / nvml_peak if nvml_peak else 1.0
-    results["checks"]["profiler peak vs NVML peak"] = {"profiler_peak_mb": prof.peak_mb, "nvml_peak_mb": nvml_peak,
-                                                       "expected_mb": prof.expected_mb, "rel_err": err,
-                                                       "pass": err <= 0.10}
+    results["checks"]["profiler peak vs NVML peak"] = {
+        "profiler_peak_mb": prof.peak_mb,
+        "nvml_peak_mb": nvml_peak,
+        "expected_mb": prof.expected_mb,
+        "rel_err": err,
+        "pass": err <= 0.10,
+    }
     Path(outfile).write_text(json.dumps(results, indent=1))
     for name, check in results["checks"].items():
         print(f"{'PASS' if check['pass'] else 'FAIL'}  {name}: {json.dumps(check)}")

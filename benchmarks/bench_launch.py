@@ -101,12 +101,16 @@ def floor_plan():
 
 
 def job_spec(code: Path, tasks: int) -> JobSpec:
-    return JobSpec.from_dict({
-        "name": "bench-launch", "framework": "generic", "code": str(code),
-        "entrypoint": f'python -c "import time; print(\'START\', repr(time.time()), flush=True); '
-                      f'time.sleep({SLEEP_S})"',
-        "roles": {"worker": {"instances": tasks, "memory": "512m", "vcores": 1}},
-    })
+    return JobSpec.from_dict(
+        {
+            "name": "bench-launch",
+            "framework": "generic",
+            "code": str(code),
+            "entrypoint": f"python -c \"import time; print('START', repr(time.time()), flush=True); "
+            f'time.sleep({SLEEP_S})"',
+            "roles": {"worker": {"instances": tasks, "memory": "512m", "vcores": 1}},
+        }
+    )
 
 
 def container_stdouts(work_dir: Path, app_id: str) -> list[Path]:
@@ -163,9 +167,15 @@ def run_one(hook, spec: JobSpec, kind: str, work_dir: Path, timeout: float = 180
         if polled is None:
             raise RuntimeError(f"ours {app_id}: never saw all {tasks} tasks REGISTERED in /status")
         gang = min(starts) - t0
-    return {"kind": kind, "app_id": app_id, "gang": gang, "polled": polled, "finished": finished,
-            "uploaded": result["staging"].uploaded_bytes,
-            "extra": result["staging"].uploaded_bytes - result["staging"].files["plan"].uploaded_bytes}
+    return {
+        "kind": kind,
+        "app_id": app_id,
+        "gang": gang,
+        "polled": polled,
+        "finished": finished,
+        "uploaded": result["staging"].uploaded_bytes,
+        "extra": result["staging"].uploaded_bytes - result["staging"].files["plan"].uploaded_bytes,
+    }
 
 
 def main(argv=None) -> int:
@@ -182,10 +192,14 @@ def main(argv=None) -> int:
     (code / "noop.py").write_text("print('noop')\n")
     spec = job_spec(code, args.tasks)
 
-    print(f"bench_launch: {args.tasks} tasks (512 MiB, 1 vcore, no GPU) on the mini cluster in {work_dir}; "
-          f"{args.runs} interleaved runs of each after 1 warm-up pair; poll {POLL_S}s")
-    print(f"ours : command = executor, entrypoint prints START <time> then sleeps {SLEEP_S}s; "
-          "gang = t0 -> earliest START (polled = t0 -> AM /status all REGISTERED)")
+    print(
+        f"bench_launch: {args.tasks} tasks (512 MiB, 1 vcore, no GPU) on the mini cluster in {work_dir}; "
+        f"{args.runs} interleaved runs of each after 1 warm-up pair; poll {POLL_S}s"
+    )
+    print(
+        f"ours : command = executor, entrypoint prints START <time> then sleeps {SLEEP_S}s; "
+        "gang = t0 -> earliest START (polled = t0 -> AM /status all REGISTERED)"
+    )
     print("floor: command = true;     gang = t0 -> latest container stdout mtime (the command ran)")
     print()
     print(f"{'run':>4} {'kind':<6} {'app':<32} {'gang s':>8} {'polled s':>9} {'finished s':>11} {'uploaded B':>11}")
@@ -195,8 +209,11 @@ def main(argv=None) -> int:
             r = run_one(hook, spec, kind, work_dir)
             label = "warm" if i == 0 else str(i)
             polled = f"{r['polled']:9.2f}" if r["polled"] is not None else f"{'-':>9}"
-            print(f"{label:>4} {kind:<6} {r['app_id']:<32} {r['gang']:8.2f} {polled} {r['finished']:11.2f} "
-                  f"{r['uploaded']:11d}", flush=True)
+            print(
+                f"{label:>4} {kind:<6} {r['app_id']:<32} {r['gang']:8.2f} {polled} {r['finished']:11.2f} "
+                f"{r['uploaded']:11d}",
+                flush=True,
+            )
             if i > 0:
                 rows.append(r)
 
@@ -209,21 +226,29 @@ def main(argv=None) -> int:
     print()
     print(f"medians over {args.runs} runs each   {'ours':>8} {'floor':>8} {'ours/floor':>11}")
     print(f"submit -> all registered (gang) s {og:8.2f} {fg:8.2f} {ratio:11.3f}")
-    print(f"ours gang as polled from /status  {med('ours', 'polled'):8.2f} {fg:8.2f} {med('ours', 'polled') / fg:11.3f}")
+    print(
+        f"ours gang as polled from /status  {med('ours', 'polled'):8.2f} {fg:8.2f} {med('ours', 'polled') / fg:11.3f}"
+    )
     print(f"submit -> FINISHED s             {of:8.2f} {ff:8.2f}")
     print(f"  ours FINISHED - {SLEEP_S} s sleep     {of - SLEEP_S:8.2f} {ff:8.2f} {(of - SLEEP_S) / ff:11.3f}")
-    spread = {k: (min(r["gang"] for r in rows if r["kind"] == k), max(r["gang"] for r in rows if r["kind"] == k))
-              for k in ("ours", "floor")}
-    print(f"gang range: ours {spread['ours'][0]:.2f}..{spread['ours'][1]:.2f} s, "
-          f"floor {spread['floor'][0]:.2f}..{spread['floor'][1]:.2f} s; executor overhead (median) {og - fg:.2f} s")
+    spread = {
+        k: (min(r["gang"] for r in rows if r["kind"] == k), max(r["gang"] for r in rows if r["kind"] == k))
+        for k in ("ours", "floor")
+    }
+    print(
+        f"gang range: ours {spread['ours'][0]:.2f}..{spread['ours'][1]:.2f} s, "
+        f"floor {spread['floor'][0]:.2f}..{spread['floor'][1]:.2f} s; executor overhead (median) {og - fg:.2f} s"
+    )
     ours_g = [r["gang"] for r in rows if r["kind"] == "ours"]
     floor_g = [r["gang"] for r in rows if r["kind"] == "floor"]
     paired = statistics.median(o / f for o, f in zip(ours_g, floor_g))
     print(f"paired: median of per-pair ratios (ours_i / floor_i, adjacent runs) {paired:.3f}")
     uploads = [r for r in rows if r["extra"] > 0]
     if uploads:
-        print(f"note: {len(uploads)} run(s) uploaded more than the plan (the runtime or code changed on disk "
-              f"meanwhile: {', '.join(r['app_id'] for r in uploads)})")
+        print(
+            f"note: {len(uploads)} run(s) uploaded more than the plan (the runtime or code changed on disk "
+            f"meanwhile: {', '.join(r['app_id'] for r in uploads)})"
+        )
     verdict = "PASS" if ratio <= TARGET else "FAIL"
     print(f"{verdict}: gang ratio {ratio:.3f} {'<=' if ratio <= TARGET else '>'} {TARGET}")
     return 0 if verdict == "PASS" else 1

@@ -72,10 +72,10 @@ class Job:
 
 
 JOBS = [
-    Job("tf-prealloc", "tf-prealloc", 3520, "auto:8GiB", "tensorflow"),   # ResNet-50 figures
-    Job("tf-growth", "tf-growth", 3208, "auto:2GiB", "tensorflow"),       # ResNet-18 figures
-    Job("torch", "torch", 3520, "auto:2GiB", "torch"),                    # ResNet-50 max_memory_reserved
-    Job("generic", "generic", 3195, "auto:4GiB", "user"),                 # ResNet-18 max_memory_allocated
+    Job("tf-prealloc", "tf-prealloc", 3520, "auto:8GiB", "tensorflow"),  # ResNet-50 figures
+    Job("tf-growth", "tf-growth", 3208, "auto:2GiB", "tensorflow"),  # ResNet-18 figures
+    Job("torch", "torch", 3520, "auto:2GiB", "torch"),  # ResNet-50 max_memory_reserved
+    Job("generic", "generic", 3195, "auto:4GiB", "user"),  # ResNet-18 max_memory_allocated
 ]
 
 
@@ -103,14 +103,16 @@ def attempt(job: Job, cap: int, need: float, rng: random.Random) -> tuple[bool, 
     return oom, (None if oom else need), used + context  # generic: writes its peak when it gets there
 
 
-def executor_peak(rule: str, job: Job, counter: Optional[float], nvml: Optional[float], cap: int,
-                  context_mb: int) -> tuple[Optional[int], Optional[str]]:
+def executor_peak(
+    rule: str, job: Job, counter: Optional[float], nvml: Optional[float], cap: int, context_mb: int
+) -> tuple[Optional[int], Optional[str]]:
     """The peak the executor reports for one container, and its source."""
     if rule == "today":  # runtime/executor.py before runtime/peak.py: the larger of NVML's reading and the file
         seen = [math.ceil(v) for v in (counter, nvml) if v is not None]
         return (max(seen) if seen else None), None
-    found = _peak.task_peak(None if counter is None else (counter, job.source), nvml, MEASURED_CONTEXT_MB,
-                            cap_mb=cap)  # the measured context, as runtime/executor.py; context_mb is the reserve
+    found = _peak.task_peak(
+        None if counter is None else (counter, job.source), nvml, MEASURED_CONTEXT_MB, cap_mb=cap
+    )  # the measured context, as runtime/executor.py; context_mb is the reserve
     return found if found is not None else (None, None)
 
 
@@ -120,8 +122,17 @@ def grow(expected: int, growth: float, context_mb: int) -> int:
     return min(grown, LARGEST_GPU_MB - context_mb)
 
 
-def nightly_run(job: Job, role, figure: int, need: float, rule: str, context_mb: int, rng: random.Random,
-                app_id: str, am_source: bool) -> tuple[dict, int]:
+def nightly_run(
+    job: Job,
+    role,
+    figure: int,
+    need: float,
+    rule: str,
+    context_mb: int,
+    rng: random.Random,
+    app_id: str,
+    am_source: bool,
+) -> tuple[dict, int]:
     """One application: the AM's final status of its one task, and how many of its containers ran out of memory."""
     cap, growths, ooms = figure, 0, 0
     peak: tuple[Optional[int], Optional[str]] = (None, None)
@@ -141,8 +152,15 @@ def nightly_run(job: Job, role, figure: int, need: float, rule: str, context_mb:
             state = "FAILED"
             break
         cap, growths = grown, growths + 1
-    task = {"role": "worker", "index": 0, "initial_gpu_memory_mb": figure, "expected_gpu_memory_mb": cap,
-            "gpu_memory_peak_mb": peak[0], "oom_growths": growths, "oom": oom_report}
+    task = {
+        "role": "worker",
+        "index": 0,
+        "initial_gpu_memory_mb": figure,
+        "expected_gpu_memory_mb": cap,
+        "gpu_memory_peak_mb": peak[0],
+        "oom_growths": growths,
+        "oom": oom_report,
+    }
     if am_source and peak[1] is not None:
         task["gpu_memory_peak_source"] = peak[1]
     return {"state": state, "app_id": app_id, "tasks": [task]}, ooms
@@ -150,8 +168,13 @@ def nightly_run(job: Job, role, figure: int, need: float, rule: str, context_mb:
 
 def simulate(job: Job, runs: int, rule: str, noise: float, seed: int, context_mb: int, am_source: bool) -> dict:
     rng = random.Random(f"{seed}-{job.name}")
-    spec = JobSpec.from_dict({"name": job.name, "entrypoint": "python train.py",
-                              "roles": {"worker": {"instances": 1, "gpu_memory": job.first}}})
+    spec = JobSpec.from_dict(
+        {
+            "name": job.name,
+            "entrypoint": "python train.py",
+            "roles": {"worker": {"instances": 1, "gpu_memory": job.first}},
+        }
+    )
     history: list[dict] = []
     rows = []
     for night in range(1, runs + 1):
@@ -160,16 +183,32 @@ def simulate(job: Job, runs: int, rule: str, noise: float, seed: int, context_mb
         need = job.need_mb * (1 + rng.uniform(-noise, noise))
         app_id = f"application_1796400000000_{night:04d}"
         final, ooms = nightly_run(job, spec.roles["worker"], figure, need, rule, context_mb, rng, app_id, am_source)
-        record = learned.run_record("worker", final["tasks"], app_id=app_id, state=final["state"],
-                                    at=1796400000 + night * 86400, planned_mb=figure)
-        history = (history + [record])[-learned.KEEP:]
-        rows.append({"night": night, "figure": figure, "need": need, "ooms": ooms, "state": final["state"],
-                     "peak": record["peak_mb"], "source": record["peak_source"], "growths": record["growths"],
-                     "line": lines[0]})
+        record = learned.run_record(
+            "worker",
+            final["tasks"],
+            app_id=app_id,
+            state=final["state"],
+            at=1796400000 + night * 86400,
+            planned_mb=figure,
+        )
+        history = (history + [record])[-learned.KEEP :]
+        rows.append(
+            {
+                "night": night,
+                "figure": figure,
+                "need": need,
+                "ooms": ooms,
+                "state": final["state"],
+                "peak": record["peak_mb"],
+                "source": record["peak_source"],
+                "growths": record["growths"],
+                "line": lines[0],
+            }
+        )
     first_growth = next((r["night"] for r in rows if r["growths"]), None)
     late_ooms = [r["night"] for r in rows if r["ooms"] and first_growth is not None and r["night"] > first_growth]
     ratios = [r["figure"] / job.need_mb for r in rows]
-    settled = ratios[BY_RUN - 1:]
+    settled = ratios[BY_RUN - 1 :]
     ok = all(GOAL[0] <= x <= GOAL[1] for x in settled) and not late_ooms
     return {"rows": rows, "ratios": ratios, "late_ooms": late_ooms, "first_growth": first_growth, "ok": ok}
 
@@ -179,41 +218,62 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=39)
     ap.add_argument("--noise", type=float, default=0.03, help="run-to-run spread of the need (± fraction)")
-    ap.add_argument("--executor", choices=("peak", "today"), default="peak",
-                    help="peak: runtime/peak.task_peak (default); today: the larger of NVML and the peak file")
-    ap.add_argument("--context-mb", type=int, default=GPU_CONTEXT_MB_DEFAULT,
-                    help="the context reserve the executor takes out of NVML's reading "
-                         f"([melon] gpu_context_mb, default {GPU_CONTEXT_MB_DEFAULT})")
-    ap.add_argument("--am-source", choices=("dropped", "kept"), default="kept",
-                    help="whether the AM's final status carries the peak's source (the AM: kept)")
+    ap.add_argument(
+        "--executor",
+        choices=("peak", "today"),
+        default="peak",
+        help="peak: runtime/peak.task_peak (default); today: the larger of NVML and the peak file",
+    )
+    ap.add_argument(
+        "--context-mb",
+        type=int,
+        default=GPU_CONTEXT_MB_DEFAULT,
+        help="the context reserve the executor takes out of NVML's reading "
+        f"([melon] gpu_context_mb, default {GPU_CONTEXT_MB_DEFAULT})",
+    )
+    ap.add_argument(
+        "--am-source",
+        choices=("dropped", "kept"),
+        default="kept",
+        help="whether the AM's final status carries the peak's source (the AM: kept)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="also print each night's resolution line")
     args = ap.parse_args(argv)
-    print(f"# learned GPU memory over {args.runs} nightly runs; executor rule: {args.executor}; AM source: "
-          f"{args.am_source}; seed {args.seed}; "
-          f"need noise ±{args.noise:.0%}; context {CONTEXT_MB} MiB (reserve {args.context_mb} MiB); largest GPU "
-          f"{LARGEST_GPU_MB} MiB; goal: figure/need in [{GOAL[0]}, {GOAL[1]}] from run {BY_RUN}, no OOM after the "
-          "first growth")
+    print(
+        f"# learned GPU memory over {args.runs} nightly runs; executor rule: {args.executor}; AM source: "
+        f"{args.am_source}; seed {args.seed}; "
+        f"need noise ±{args.noise:.0%}; context {CONTEXT_MB} MiB (reserve {args.context_mb} MiB); largest GPU "
+        f"{LARGEST_GPU_MB} MiB; goal: figure/need in [{GOAL[0]}, {GOAL[1]}] from run {BY_RUN}, no OOM after the "
+        "first growth"
+    )
     results = {}
     for job in JOBS:
-        res = results[job.name] = simulate(job, args.runs, args.executor, args.noise, args.seed, args.context_mb,
-                                           args.am_source == "kept")
+        res = results[job.name] = simulate(
+            job, args.runs, args.executor, args.noise, args.seed, args.context_mb, args.am_source == "kept"
+        )
         print(f"\n== {job.name}: need {job.need_mb} MiB, first figure {job.first}, peak file from {job.source} ==")
         print(f"{'run':>4} {'figure':>7} {'/need':>6} {'need':>6} {'OOMs':>5} {'state':>10} {'peak (source)':>22}")
         for r in res["rows"]:
             peak = "-" if r["peak"] is None else f"{r['peak']} ({r['source'] or '?'})"
-            print(f"{r['night']:>4} {r['figure']:>7} {r['figure'] / job.need_mb:>6.2f} {r['need']:>6.0f} "
-                  f"{r['ooms']:>5} {r['state']:>10} {peak:>22}")
+            print(
+                f"{r['night']:>4} {r['figure']:>7} {r['figure'] / job.need_mb:>6.2f} {r['need']:>6.0f} "
+                f"{r['ooms']:>5} {r['state']:>10} {peak:>22}"
+            )
             if args.verbose:
                 print(f"     {r['line']}")
     print("\n== summary: figure over the true need ==")
-    print(f"{'job':<12} {'run 1':>6} {'run ' + str(BY_RUN):>6} {'run ' + str(args.runs):>7} "
-          f"{'max ≥' + str(BY_RUN):>7} {'OOMs after 1st growth':>22}  result")
+    print(
+        f"{'job':<12} {'run 1':>6} {'run ' + str(BY_RUN):>6} {'run ' + str(args.runs):>7} "
+        f"{'max ≥' + str(BY_RUN):>7} {'OOMs after 1st growth':>22}  result"
+    )
     for job in JOBS:
         res = results[job.name]
         ratios = res["ratios"]
         late = ",".join(map(str, res["late_ooms"])) or "none"
-        print(f"{job.name:<12} {ratios[0]:>6.2f} {ratios[BY_RUN - 1]:>6.2f} {ratios[-1]:>7.2f} "
-              f"{max(ratios[BY_RUN - 1:]):>7.2f} {late:>22}  {'PASS' if res['ok'] else 'FAIL'}")
+        print(
+            f"{job.name:<12} {ratios[0]:>6.2f} {ratios[BY_RUN - 1]:>6.2f} {ratios[-1]:>7.2f} "
+            f"{max(ratios[BY_RUN - 1 :]):>7.2f} {late:>22}  {'PASS' if res['ok'] else 'FAIL'}"
+        )
     return 0 if all(r["ok"] for r in results.values()) else 1
 
 

@@ -69,14 +69,20 @@ def fit_context(colocate, workload: str = R50):
 
 
 def scenarios(colocate, mix):
-    out = [(f"{k} x {SHORT[w]}", [w] * k) for w in (R18, R50) for k in sorted({r["k"] for r in colocate
-                                                                               if r["workload"] == w})]
+    out = [
+        (f"{k} x {SHORT[w]}", [w] * k)
+        for w in (R18, R50)
+        for k in sorted({r["k"] for r in colocate if r["workload"] == w})
+    ]
     for rec in mix:
         if rec["scenario"].startswith("mps-") or rec["scenario"].startswith("solo-"):
             continue
         out.append((f"mix {rec['scenario']}", [job[0] for job in rec["jobs"]]))
-    out += [("R18 until full", [R18] * 200), ("R50 until full", [R50] * 200),
-            ("R50+3 R18 until full", [R50, R18, R18, R18] * 50)]
+    out += [
+        ("R18 until full", [R18] * 200),
+        ("R50 until full", [R50] * 200),
+        ("R50+3 R18 until full", [R50, R18, R18, R18] * 50),
+    ]
     return out
 
 
@@ -98,9 +104,15 @@ def replay(reserve_mb: int, context_mb: float, driver_mb: float, kinds, allocato
         held = [allocator[k] + reserve_mb for k in admitted]
     over = [u - h for u, h in zip(use, held) if u > h]
     total_use = sum(use) + driver_mb
-    return {"admitted": len(admitted), "asked": len(kinds), "use_mb": total_use, "held_mb": sum(held),
-            "oversubscribed": total_use > H200_TOTAL_MB, "over_reservation": len(over),
-            "worst_over_mb": max(over, default=0.0)}
+    return {
+        "admitted": len(admitted),
+        "asked": len(kinds),
+        "use_mb": total_use,
+        "held_mb": sum(held),
+        "oversubscribed": total_use > H200_TOTAL_MB,
+        "over_reservation": len(over),
+        "worst_over_mb": max(over, default=0.0),
+    }
 
 
 def run(reserves) -> list:
@@ -124,9 +136,13 @@ def run(reserves) -> list:
 
 def main(argv=None) -> int:
     from airflow_provider_melon.gpu.context import CONTEXT_MB
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reserve", default=f"400,{CONTEXT_MB['pytorch']}",
-                    help="reserves (MiB) to replay, comma-separated (400: the old default)")
+    ap.add_argument(
+        "--reserve",
+        default=f"400,{CONTEXT_MB['pytorch']}",
+        help="reserves (MiB) to replay, comma-separated (400: the old default)",
+    )
     args = ap.parse_args(argv)
     reserves = [int(x) for x in args.reserve.split(",")]
     fit, *rows = run(reserves)
@@ -134,22 +150,32 @@ def main(argv=None) -> int:
     print("recorded H200 runs (benchmarks/data/h200-colocate.json): NVML used - k x torch max_memory_reserved")
     for rec in colocate:
         outside = rec["nvml_peak_used_mib"] - sum(p["max_reserved_mib"] for p in rec["per_process"])
-        print(f"  {SHORT[rec['workload']]} k={rec['k']}: {rec['nvml_peak_used_mib']:8.0f} - "
-              f"{sum(p['max_reserved_mib'] for p in rec['per_process']):6.0f} = {outside:7.0f} MiB")
-    print(f"fit over R50: {fit['driver_mb']:.0f} MiB the device's + {fit['context_mb']:.0f} MiB per process "
-          f"(largest residual {fit['residual_mb']:.1f} MiB); R18's NVML samples missed its peak (not fitted)")
+        print(
+            f"  {SHORT[rec['workload']]} k={rec['k']}: {rec['nvml_peak_used_mib']:8.0f} - "
+            f"{sum(p['max_reserved_mib'] for p in rec['per_process']):6.0f} = {outside:7.0f} MiB"
+        )
+    print(
+        f"fit over R50: {fit['driver_mb']:.0f} MiB the device's + {fit['context_mb']:.0f} MiB per process "
+        f"(largest residual {fit['residual_mb']:.1f} MiB); R18's NVML samples missed its peak (not fitted)"
+    )
     print("allocator peaks: " + ", ".join(f"{SHORT[k]} {v} MiB" for k, v in fit["allocator"].items()))
     print()
-    print(f"{'scenario':22} {'reserve':>7} {'admitted':>9} {'true use':>10} {'held':>9} {'GPU':>8} "
-          f"{'over resv.':>10}  result")
+    print(
+        f"{'scenario':22} {'reserve':>7} {'admitted':>9} {'true use':>10} {'held':>9} {'GPU':>8} "
+        f"{'over resv.':>10}  result"
+    )
     for r in rows:
-        print(f"{r['scenario']:22} {r['reserve_mb']:7d} {r['admitted']:4d}/{r['asked']:<4d} {r['use_mb']:10.0f} "
-              f"{r['held_mb']:9.0f} {H200_TOTAL_MB:8d} {r['over_reservation']:4d} "
-              f"(+{r['worst_over_mb']:4.0f})  {'PASS' if r['ok'] else 'FAIL'}")
+        print(
+            f"{r['scenario']:22} {r['reserve_mb']:7d} {r['admitted']:4d}/{r['asked']:<4d} {r['use_mb']:10.0f} "
+            f"{r['held_mb']:9.0f} {H200_TOTAL_MB:8d} {r['over_reservation']:4d} "
+            f"(+{r['worst_over_mb']:4.0f})  {'PASS' if r['ok'] else 'FAIL'}"
+        )
     default = CONTEXT_MB["pytorch"]
     ok = all(r["ok"] for r in rows if r["reserve_mb"] == default)
-    print(f"\nreserve {default} MiB (the default): {'PASS' if ok else 'FAIL'}: "
-          + ("no scenario oversubscribes the GPU or leaves a task beyond its reservation" if ok else "see FAIL rows"))
+    print(
+        f"\nreserve {default} MiB (the default): {'PASS' if ok else 'FAIL'}: "
+        + ("no scenario oversubscribes the GPU or leaves a task beyond its reservation" if ok else "see FAIL rows")
+    )
     return 0 if ok else 1
 
 

@@ -101,11 +101,17 @@ def measure(work: Path, port_base: int, rounds: int, steps: int) -> dict[int, li
     try:
         hook = melon_hook_for_cluster(work / "cluster")
         batches = ",".join(str(b) for _ in range(rounds) for b in (B_LO, B1, B2))
-        app_id = hook.submit(JobSpec.from_dict({
-            "name": "bench-planner", "framework": "tensorflow", "code": str(code),
-            "entrypoint": f"python chief_loop.py {batches} --steps {steps} --features {FEATURES}",
-            "roles": {"chief": {"memory": "1g"}, "worker": {"memory": "1g"}, "ps": {"memory": "1g"}},
-        }))["app_id"]
+        app_id = hook.submit(
+            JobSpec.from_dict(
+                {
+                    "name": "bench-planner",
+                    "framework": "tensorflow",
+                    "code": str(code),
+                    "entrypoint": f"python chief_loop.py {batches} --steps {steps} --features {FEATURES}",
+                    "roles": {"chief": {"memory": "1g"}, "worker": {"memory": "1g"}, "ps": {"memory": "1g"}},
+                }
+            )
+        )["app_id"]
         print(f"submitted {app_id}: batches {batches}", flush=True)
         app = wait_for(hook.yarn, app_id, timeout=900, interval=2, bar=Progress())  # `melon submit --wait`'s wait
         if app is None:
@@ -140,8 +146,9 @@ def main() -> int:
     T = {b: min(v) for b, v in runs.items()}
     t = (T[B1] - T[B_LO]) / (B1 - B_LO)
     t0 = T[B_LO] - B_LO * t
-    p2 = plan(FEATURES * 10 + 10, 4, t, workers=1, bandwidth_gbps=10, gpu_memory_mb=16384, max_batch=B2,
-              batch_multiple=1)
+    p2 = plan(
+        FEATURES * 10 + 10, 4, t, workers=1, bandwidth_gbps=10, gpu_memory_mb=16384, max_batch=B2, batch_multiple=1
+    )
     predicted, measured = p2.step_compute_s, T[B2] - t0
     ratio = measured / predicted if predicted > 0 else float("inf")
     checks = {
@@ -154,8 +161,10 @@ def main() -> int:
     for b, role in ((B_LO, "calibration"), (B1, "calibration"), (B2, "held out")):
         print(f"| {b} | {T[b] * 1e3:.2f} ms | {role} |")
     print(f"calibrated t = {t * 1e6:.1f} us/sample, T0 = {t0 * 1e3:.2f} ms")
-    print(f"at batch {B2}: planner compute {predicted * 1e3:.2f} ms, measured marginal {measured * 1e3:.2f} ms, "
-          f"measured / predicted = {ratio:.2f}")
+    print(
+        f"at batch {B2}: planner compute {predicted * 1e3:.2f} ms, measured marginal {measured * 1e3:.2f} ms, "
+        f"measured / predicted = {ratio:.2f}"
+    )
     print(f"not modelled: fixed step cost T0 {t0 * 1e3:.2f} ms vs planner transfer {p2.step_transfer_s * 1e3:.3f} ms")
     for name, ok in checks.items():
         print(f"{'PASS' if ok else 'FAIL'} {name}")

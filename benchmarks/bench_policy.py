@@ -71,56 +71,78 @@ def _h(s: float) -> str:
 
 def run_trace(title, jobs, n_gpus, total_mb, model):
     est = sim.with_estimates(jobs, EST_SIGMA)
-    res = {key: sim.simulate(est if order == "learned" else jobs, n_gpus, total_mb, name, model, order=order)
-           for key, name, order, _ in POLICIES}
+    res = {
+        key: sim.simulate(est if order == "learned" else jobs, n_gpus, total_mb, name, model, order=order)
+        for key, name, order, _ in POLICIES
+    }
     bound = sim.ideal_bound(jobs, n_gpus, total_mb, model)
     rules = sim.rules_bound(jobs, n_gpus, total_mb, model)
     res["rules_cD"] = sim.rules_bound(jobs, n_gpus, total_mb, model, large_pairs=True)
     ns = sum(1 for j in jobs if not j.large)
-    print(f"\n=== {title}: {len(jobs)} jobs ({ns} small, {len(jobs) - ns} large), {n_gpus} GPUs x {total_mb} MiB; "
-          f"work {sum(j.work_s for j in jobs) / 3600:.1f} GPU-h solo ===")
-    print(f"{'policy':<38}{'makespan':>10}{'mean JCT':>10}{'GPU-h':>9}{'(a)/x mk':>10}{'x/(d) mk':>10}"
-          f"{'x/(d*) mk':>10}{'JCT/(c)':>9}{'worst slow':>11}{'max/GPU':>8}")
+    print(
+        f"\n=== {title}: {len(jobs)} jobs ({ns} small, {len(jobs) - ns} large), {n_gpus} GPUs x {total_mb} MiB; "
+        f"work {sum(j.work_s for j in jobs) / 3600:.1f} GPU-h solo ==="
+    )
+    print(
+        f"{'policy':<38}{'makespan':>10}{'mean JCT':>10}{'GPU-h':>9}{'(a)/x mk':>10}{'x/(d) mk':>10}"
+        f"{'x/(d*) mk':>10}{'JCT/(c)':>9}{'worst slow':>11}{'max/GPU':>8}"
+    )
     for key, _, _, label in POLICIES:
         r = res[key]
-        print(f"{label:<38}{_h(r.makespan_s):>10}{_h(r.mean_jct_s):>10}{r.gpu_hours:>9.1f}"
-              f"{res['a'].makespan_s / r.makespan_s:>9.2f}x{r.makespan_s / bound.makespan_s:>9.2f}x"
-              f"{r.makespan_s / rules.makespan_s:>9.2f}x{r.mean_jct_s / res['c'].mean_jct_s:>8.2f}x"
-              f"{r.worst_slowdown:>10.2f}x{r.max_concurrency:>8d}")
-    print(f"{'(d) ideal packing (lower bound)':<38}{_h(bound.makespan_s):>10}{_h(bound.mean_jct_s):>10}"
-          f"{bound.gpu_hours:>9.1f}{res['a'].makespan_s / bound.makespan_s:>9.2f}x{1.0:>9.2f}x"
-          f"{'':>10}{'':>9}{'':>11}   mix {bound.configs} (n_large, n_small)")
-    print(f"{'(d*) lower bound under (c) rules':<38}{_h(rules.makespan_s):>10}{'':>10}{rules.gpu_hours:>9.1f}"
-          f"{res['a'].makespan_s / rules.makespan_s:>9.2f}x{rules.makespan_s / bound.makespan_s:>9.2f}x"
-          f"{1.0:>9.2f}x{'':>9}{'':>11}   mix {rules.configs}")
+        print(
+            f"{label:<38}{_h(r.makespan_s):>10}{_h(r.mean_jct_s):>10}{r.gpu_hours:>9.1f}"
+            f"{res['a'].makespan_s / r.makespan_s:>9.2f}x{r.makespan_s / bound.makespan_s:>9.2f}x"
+            f"{r.makespan_s / rules.makespan_s:>9.2f}x{r.mean_jct_s / res['c'].mean_jct_s:>8.2f}x"
+            f"{r.worst_slowdown:>10.2f}x{r.max_concurrency:>8d}"
+        )
+    print(
+        f"{'(d) ideal packing (lower bound)':<38}{_h(bound.makespan_s):>10}{_h(bound.mean_jct_s):>10}"
+        f"{bound.gpu_hours:>9.1f}{res['a'].makespan_s / bound.makespan_s:>9.2f}x{1.0:>9.2f}x"
+        f"{'':>10}{'':>9}{'':>11}   mix {bound.configs} (n_large, n_small)"
+    )
+    print(
+        f"{'(d*) lower bound under (c) rules':<38}{_h(rules.makespan_s):>10}{'':>10}{rules.gpu_hours:>9.1f}"
+        f"{res['a'].makespan_s / rules.makespan_s:>9.2f}x{rules.makespan_s / bound.makespan_s:>9.2f}x"
+        f"{1.0:>9.2f}x{'':>9}{'':>11}   mix {rules.configs}"
+    )
     c = res["c"]
-    print(f"  gap of (c) to (d) {c.makespan_s / bound.makespan_s:.2f}x = online scheduling "
-          f"{c.makespan_s / rules.makespan_s:.2f}x (c vs d*) x price of the rules "
-          f"{rules.makespan_s / bound.makespan_s:.2f}x "
-          f"(d* vs d: fairness, no two large jobs on a GPU, one small beside a large, marginal gain)")
+    print(
+        f"  gap of (c) to (d) {c.makespan_s / bound.makespan_s:.2f}x = online scheduling "
+        f"{c.makespan_s / rules.makespan_s:.2f}x (c vs d*) x price of the rules "
+        f"{rules.makespan_s / bound.makespan_s:.2f}x "
+        f"(d* vs d: fairness, no two large jobs on a GPU, one small beside a large, marginal gain)"
+    )
     by_kind = {}
     for j in jobs:
         by_kind.setdefault(j.kind, []).append(c.slowdown[j.name])
-    print("  (c) worst running slowdown vs solo by kind: "
-          + ", ".join(f"{k} {max(v):.2f}x (mean {sum(v) / len(v):.2f}x)" for k, v in sorted(by_kind.items()))
-          + f"; (b) worst {res['b'].worst_slowdown:.2f}x; (g) worst {res['g'].worst_slowdown:.2f}x")
-    print(f"  (d*) under (cD)'s and (D)'s rules (two large may share): {_h(res['rules_cD'].makespan_s)}, "
-          f"mix {res['rules_cD'].configs}; (cD) / that bound {res['cD'].makespan_s / res['rules_cD'].makespan_s:.2f}x, "
-          f"(D) / that bound {res[DEFAULT].makespan_s / res['rules_cD'].makespan_s:.2f}x")
+    print(
+        "  (c) worst running slowdown vs solo by kind: "
+        + ", ".join(f"{k} {max(v):.2f}x (mean {sum(v) / len(v):.2f}x)" for k, v in sorted(by_kind.items()))
+        + f"; (b) worst {res['b'].worst_slowdown:.2f}x; (g) worst {res['g'].worst_slowdown:.2f}x"
+    )
+    print(
+        f"  (d*) under (cD)'s and (D)'s rules (two large may share): {_h(res['rules_cD'].makespan_s)}, "
+        f"mix {res['rules_cD'].configs}; (cD) / that bound {res['cD'].makespan_s / res['rules_cD'].makespan_s:.2f}x, "
+        f"(D) / that bound {res[DEFAULT].makespan_s / res['rules_cD'].makespan_s:.2f}x"
+    )
     return res, bound, rules
 
 
 #: the trace families: key -> (title, jobs per GPU (None: --jobs-per-gpu), sigma of the lognormal durations)
-FAMILIES = {"A": ("A. sweep-like traces (primary)", None, 0.5),
-            "B": ("B. heavy-tailed traces (Philly-like durations, sensitivity)", 12, 0.8)}
+FAMILIES = {
+    "A": ("A. sweep-like traces (primary)", None, 0.5),
+    "B": ("B. heavy-tailed traces (Philly-like durations, sensitivity)", 12, 0.8),
+}
 
 
 def _family_traces(args, model, fam, seed):
     _, per_gpu, sigma = FAMILIES[fam]
     n = (per_gpu or args.jobs_per_gpu) * args.gpus
-    return {"small-job mix": sim.make_trace(n, 1.0, seed, model, sigma=sigma),
-            "large-job mix": sim.make_trace(n // 3, 0.0, seed + 1, model, sigma=sigma),
-            "mixed trace": sim.make_trace(n, 0.75, seed + 2, model, sigma=sigma)}
+    return {
+        "small-job mix": sim.make_trace(n, 1.0, seed, model, sigma=sigma),
+        "large-job mix": sim.make_trace(n // 3, 0.0, seed + 1, model, sigma=sigma),
+        "mixed trace": sim.make_trace(n, 0.75, seed + 2, model, sigma=sigma),
+    }
 
 
 def main(argv=None) -> int:
@@ -137,40 +159,54 @@ def main(argv=None) -> int:
     if args.sensitivity:
         return sensitivity(args, model)
     print("Speed model from", sim.data_dir())
-    print(f"  small (R18): curve {({k: round(v, 2) for k, v in model.small_curve.items()})}, "
-          f"peak {model.small_peak_mb:.0f} MiB -> expected {sim.expected_mb(model.small_peak_mb)} MiB, "
-          f"packing_pays {sim.job_pays(sim.Job('s', 'small', 1, sim.expected_mb(model.small_peak_mb)), model, args.gpu_mb)}")
-    print(f"  large (R50): curve {({k: round(v, 2) for k, v in model.large_curve.items()})}, "
-          f"peak {model.large_peak_mb:.0f} MiB -> expected {sim.expected_mb(model.large_peak_mb)} MiB, "
-          f"packing_pays {sim.job_pays(sim.Job('l', 'large', 1, sim.expected_mb(model.large_peak_mb)), model, args.gpu_mb)}")
+    print(
+        f"  small (R18): curve { ({k: round(v, 2) for k, v in model.small_curve.items()}) }, "
+        f"peak {model.small_peak_mb:.0f} MiB -> expected {sim.expected_mb(model.small_peak_mb)} MiB, "
+        f"packing_pays {sim.job_pays(sim.Job('s', 'small', 1, sim.expected_mb(model.small_peak_mb)), model, args.gpu_mb)}"
+    )
+    print(
+        f"  large (R50): curve { ({k: round(v, 2) for k, v in model.large_curve.items()}) }, "
+        f"peak {model.large_peak_mb:.0f} MiB -> expected {sim.expected_mb(model.large_peak_mb)} MiB, "
+        f"packing_pays {sim.job_pays(sim.Job('l', 'large', 1, sim.expected_mb(model.large_peak_mb)), model, args.gpu_mb)}"
+    )
     print(f"  mix, one large + m small (no MPS): large {model.mix_large}, each small {model.mix_small}")
-    print(f"Fairness bound for (c): running slowdown <= {sim.FAIRNESS_BOUND:.1f}x; (c) packs only for a marginal gain "
-          f"> {sim.MIN_MARGINAL_GAIN} job.")
-    print("Columns: (a)/x mk = makespan speedup vs exclusive; x/(d) mk = makespan over the lower bound; "
-          "worst slow = worst (finish - start) / solo; max/GPU = most jobs on one GPU at once.")
+    print(
+        f"Fairness bound for (c): running slowdown <= {sim.FAIRNESS_BOUND:.1f}x; (c) packs only for a marginal gain "
+        f"> {sim.MIN_MARGINAL_GAIN} job."
+    )
+    print(
+        "Columns: (a)/x mk = makespan speedup vs exclusive; x/(d) mk = makespan over the lower bound; "
+        "worst slow = worst (finish - start) / solo; max/GPU = most jobs on one GPU at once."
+    )
     failed = 0
     pareto = {}
     for key, (fam, per_gpu, sigma) in FAMILIES.items():
-        print(f"\n##### {fam}: {per_gpu or args.jobs_per_gpu} jobs per GPU, all submitted at t=0, solo durations "
-              f"lognormal (median 20 min small / 40 min large, sigma {sigma}), seed {args.seed}")
+        print(
+            f"\n##### {fam}: {per_gpu or args.jobs_per_gpu} jobs per GPU, all submitted at t=0, solo durations "
+            f"lognormal (median 20 min small / 40 min large, sigma {sigma}), seed {args.seed}"
+        )
         traces = _family_traces(args, model, key, args.seed)
         out = {name: run_trace(name, jobs, args.gpus, args.gpu_mb, model) for name, jobs in traces.items()}
         failed += check_targets(fam, out)
         pareto[key] = out
-    print("\nPareto front against (g): makespan <= (g)'s with worst running slowdown <= "
-          f"{sim.FAIRNESS_BOUND:.1f}x, online gap to (d*) <= 1.05; the default is (D), what the product applies "
-          "(its (d*): the configurations it may form, two large on a GPU included); (c) and (cD) for comparison")
+    print(
+        "\nPareto front against (g): makespan <= (g)'s with worst running slowdown <= "
+        f"{sim.FAIRNESS_BOUND:.1f}x, online gap to (d*) <= 1.05; the default is (D), what the product applies "
+        "(its (d*): the configurations it may form, two large on a GPU included); (c) and (cD) for comparison"
+    )
     for who, label, rules_key in ((DEFAULT, "default", "rules_cD"), ("c", "(c)", None), ("cD", "(cD)", "rules_cD")):
         for fam, out in pareto.items():
             for name, (res, _, rules) in out.items():
                 r, g = res[who], res["g"]
                 ok = r.makespan_s <= g.makespan_s + 1e-6 and r.worst_slowdown <= sim.FAIRNESS_BOUND + 1e-9
                 d_star = res[rules_key] if rules_key else rules
-                print(f"PARETO {fam} {name}: {label} {r.makespan_s / 3600:.2f} h vs (g) {g.makespan_s / 3600:.2f} h, "
-                      f"worst slowdown {r.worst_slowdown:.2f}\u00d7 {'PASS' if ok else 'FAIL'}"
-                      f"   [gap to its (d*) {r.makespan_s / d_star.makespan_s:.2f}"
-                      f" {'PASS' if r.makespan_s / d_star.makespan_s <= 1.05 + 1e-9 else 'FAIL'};"
-                      f" speedup over (a) {res['a'].makespan_s / r.makespan_s:.2f}x]")
+                print(
+                    f"PARETO {fam} {name}: {label} {r.makespan_s / 3600:.2f} h vs (g) {g.makespan_s / 3600:.2f} h, "
+                    f"worst slowdown {r.worst_slowdown:.2f}\u00d7 {'PASS' if ok else 'FAIL'}"
+                    f"   [gap to its (d*) {r.makespan_s / d_star.makespan_s:.2f}"
+                    f" {'PASS' if r.makespan_s / d_star.makespan_s <= 1.05 + 1e-9 else 'FAIL'};"
+                    f" speedup over (a) {res['a'].makespan_s / r.makespan_s:.2f}x]"
+                )
     memory_sensitivity(args, model)
     return 0
 
@@ -192,10 +228,11 @@ def with_memory_error(jobs, factor: float):
 def memory_sensitivity(args, model) -> None:
     """Makespans of the default (D), (c), (cD) and (g) with every job's expected memory off by -20 % / +20 % (and
     +10 %: what ``gpu_memory: auto`` learns after one run, its peak x 1.1), against the exact figure."""
-    factors = [(0.8, "-20 % (OOM, relaunch x1.5)"), (1.0, "exact"), (1.1, "+10 % (auto: peak x 1.1)"),
-               (1.2, "+20 %")]
-    print(f"\nSensitivity: expected memory off (an OOM relaunch costs {OOM_COST_S:.0f} s of GPU time); "
-          "makespan (D) / (c) / (cD) / (g), worst slowdown of (D), (c), (cD)")
+    factors = [(0.8, "-20 % (OOM, relaunch x1.5)"), (1.0, "exact"), (1.1, "+10 % (auto: peak x 1.1)"), (1.2, "+20 %")]
+    print(
+        f"\nSensitivity: expected memory off (an OOM relaunch costs {OOM_COST_S:.0f} s of GPU time); "
+        "makespan (D) / (c) / (cD) / (g), worst slowdown of (D), (c), (cD)"
+    )
     for fam in FAMILIES:
         for name, jobs in _family_traces(args, model, fam, args.seed).items():
             cells = []
@@ -203,19 +240,24 @@ def memory_sensitivity(args, model) -> None:
                 js = with_memory_error(jobs, f)
                 dd = sim.simulate(js, args.gpus, args.gpu_mb, "default", model)
                 c = sim.simulate(js, args.gpus, args.gpu_mb, "pays", model)
-                d = sim.simulate(sim.with_estimates(js, EST_SIGMA), args.gpus, args.gpu_mb, "pays_learned", model,
-                                 order="learned")
+                d = sim.simulate(
+                    sim.with_estimates(js, EST_SIGMA), args.gpus, args.gpu_mb, "pays_learned", model, order="learned"
+                )
                 g = sim.simulate(js, args.gpus, args.gpu_mb, "gandiva", model)
-                cells.append(f"{label}: {dd.makespan_s / 3600:.2f}/{c.makespan_s / 3600:.2f}/{d.makespan_s / 3600:.2f}"
-                             f"/{g.makespan_s / 3600:.2f} h ({dd.worst_slowdown:.2f}/{c.worst_slowdown:.2f}"
-                             f"/{d.worst_slowdown:.2f})")
+                cells.append(
+                    f"{label}: {dd.makespan_s / 3600:.2f}/{c.makespan_s / 3600:.2f}/{d.makespan_s / 3600:.2f}"
+                    f"/{g.makespan_s / 3600:.2f} h ({dd.worst_slowdown:.2f}/{c.worst_slowdown:.2f}"
+                    f"/{d.worst_slowdown:.2f})"
+                )
             print(f"  {fam} {name:<14} " + ";  ".join(cells))
 
 
 def sensitivity(args, model) -> int:
     seeds = [int(x) for x in args.seeds.split(",")]
-    print(f"\n(c) with the queue shuffled ({args.orders} orders, seed {args.seed}): x/(d*) min / median / max, "
-          f"share of orders <= 1.10 (the trace's own order in brackets)")
+    print(
+        f"\n(c) with the queue shuffled ({args.orders} orders, seed {args.seed}): x/(d*) min / median / max, "
+        f"share of orders <= 1.10 (the trace's own order in brackets)"
+    )
     for fam in FAMILIES:
         traces = _family_traces(args, model, fam, args.seed)
         for name in ("small-job mix", "large-job mix"):
@@ -229,10 +271,14 @@ def sensitivity(args, model) -> int:
                 r = sim.simulate(shuffled, args.gpus, args.gpu_mb, "pays", model, order="trace")
                 qs.append(r.makespan_s / rules.makespan_s)
             qs.sort()
-            print(f"  {fam} {name:<14} {qs[0]:.2f} / {statistics.median(qs):.2f} / {qs[-1]:.2f}, "
-                  f"{sum(q <= 1.10 for q in qs) / len(qs):.0%} <= 1.10  [{own:.2f}]")
-    print(f"\nThe default (D) against (g) with the queue shuffled ({args.orders} orders, each run by both): makespan "
-          "(D) / (g) min / median / max, share of orders with (D) <= (g); worst slowdown of (D)")
+            print(
+                f"  {fam} {name:<14} {qs[0]:.2f} / {statistics.median(qs):.2f} / {qs[-1]:.2f}, "
+                f"{sum(q <= 1.10 for q in qs) / len(qs):.0%} <= 1.10  [{own:.2f}]"
+            )
+    print(
+        f"\nThe default (D) against (g) with the queue shuffled ({args.orders} orders, each run by both): makespan "
+        "(D) / (g) min / median / max, share of orders with (D) <= (g); worst slowdown of (D)"
+    )
     for fam in FAMILIES:
         for name, jobs in _family_traces(args, model, fam, args.seed).items():
             qs, worst = [], 0.0
@@ -244,8 +290,10 @@ def sensitivity(args, model) -> int:
                 qs.append(d.makespan_s / g.makespan_s)
                 worst = max(worst, d.worst_slowdown)
             qs.sort()
-            print(f"  {fam} {name:<14} {qs[0]:.3f} / {statistics.median(qs):.3f} / {qs[-1]:.3f}, "
-                  f"{sum(q <= 1.0 + 1e-9 for q in qs) / len(qs):.0%} with (D) <= (g); worst slowdown {worst:.2f}")
+            print(
+                f"  {fam} {name:<14} {qs[0]:.3f} / {statistics.median(qs):.3f} / {qs[-1]:.3f}, "
+                f"{sum(q <= 1.0 + 1e-9 for q in qs) / len(qs):.0%} with (D) <= (g); worst slowdown {worst:.2f}"
+            )
     keys = [("c", "pays"), ("cQ", "pays_quota"), ("cQ=", "pays_quota_even")]
     print(f"\nMixed traces over seeds {seeds}: x/(d*) and mean JCT over (c)'s, per seed; mean and max")
     for fam in FAMILIES:
@@ -255,14 +303,23 @@ def sensitivity(args, model) -> int:
             rules = sim.rules_bound(jobs, args.gpus, args.gpu_mb, model)
             res = {k: sim.simulate(jobs, args.gpus, args.gpu_mb, p, model) for k, p in keys}
             for k, _ in keys:
-                rows[k].append((res[k].makespan_s / rules.makespan_s, res[k].mean_jct_s / res["c"].mean_jct_s,
-                                res[k].worst_slowdown))
+                rows[k].append(
+                    (
+                        res[k].makespan_s / rules.makespan_s,
+                        res[k].mean_jct_s / res["c"].mean_jct_s,
+                        res[k].worst_slowdown,
+                    )
+                )
         for k, _ in keys:
             g = [r[0] for r in rows[k]]
             j = [r[1] for r in rows[k]]
-            print(f"  {fam} {k:<4} gap " + " ".join(f"{x:.2f}" for x in g)
-                  + f"  (mean {statistics.mean(g):.2f}, max {max(g):.2f});  JCT " + " ".join(f"{x:.2f}" for x in j)
-                  + f"  (mean {statistics.mean(j):.2f}, max {max(j):.2f});  worst slowdown {max(r[2] for r in rows[k]):.2f}")
+            print(
+                f"  {fam} {k:<4} gap "
+                + " ".join(f"{x:.2f}" for x in g)
+                + f"  (mean {statistics.mean(g):.2f}, max {max(g):.2f});  JCT "
+                + " ".join(f"{x:.2f}" for x in j)
+                + f"  (mean {statistics.mean(j):.2f}, max {max(j):.2f});  worst slowdown {max(r[2] for r in rows[k]):.2f}"
+            )
     return 0
 
 
@@ -272,7 +329,11 @@ def check_targets(fam, out) -> int:
         return res["a"].makespan_s / res["c"].makespan_s
 
     checks = [
-        ("(c) beats (a) on makespan by >= 3x on the small-job mix", ratio("small-job mix"), ratio("small-job mix") >= 3.0),
+        (
+            "(c) beats (a) on makespan by >= 3x on the small-job mix",
+            ratio("small-job mix"),
+            ratio("small-job mix") >= 3.0,
+        ),
         ("(c) beats (a) on makespan by >= 1.5x on the mixed trace", ratio("mixed trace"), ratio("mixed trace") >= 1.5),
         ("(c) never worse than (a) on the large-job mix", ratio("large-job mix"), ratio("large-job mix") >= 1.0 - 1e-9),
     ]
@@ -284,22 +345,33 @@ def check_targets(fam, out) -> int:
         checks.append((f"(c) online gap to (d*) within 10 % on the {name}", q, q <= 1.10))
     for name, (res, _, _) in out.items():
         w = res["c"].worst_slowdown
-        checks.append((f"(c) no job slowed beyond {sim.FAIRNESS_BOUND:.1f}x on the {name}", w,
-                       w <= sim.FAIRNESS_BOUND + 1e-9))
+        checks.append(
+            (f"(c) no job slowed beyond {sim.FAIRNESS_BOUND:.1f}x on the {name}", w, w <= sim.FAIRNESS_BOUND + 1e-9)
+        )
     # the issue's bar for a rule that replaces (c): online gap <= 1.10, mean JCT at most 5 % above (c)'s, fairness kept
     for key in ("cQ", "cQ="):
         for name, (res, _, rules) in out.items():
             q = res[key].makespan_s / rules.makespan_s
             j = res[key].mean_jct_s / res["c"].mean_jct_s
             w = res[key].worst_slowdown
-            checks.append((f"({key}) online gap <= 1.10, mean JCT <= 1.05 x (c), slowdown <= "
-                           f"{sim.FAIRNESS_BOUND:.1f}x on the {name} (gap/JCT/slow {q:.2f}/{j:.2f}/{w:.2f})", q,
-                           q <= 1.10 and j <= 1.05 and w <= sim.FAIRNESS_BOUND + 1e-9))
+            checks.append(
+                (
+                    f"({key}) online gap <= 1.10, mean JCT <= 1.05 x (c), slowdown <= "
+                    f"{sim.FAIRNESS_BOUND:.1f}x on the {name} (gap/JCT/slow {q:.2f}/{j:.2f}/{w:.2f})",
+                    q,
+                    q <= 1.10 and j <= 1.05 and w <= sim.FAIRNESS_BOUND + 1e-9,
+                )
+            )
     print(f"\nOnline gap x/(d*) (target <= 1.10), mean JCT vs (c), worst slowdown, {fam}")
     for name, (res, _, rules) in out.items():
-        print(f"  {name:<14}" + "  ".join(
-            f"{key} {res[key].makespan_s / rules.makespan_s:.2f}/{res[key].mean_jct_s / res['c'].mean_jct_s:.2f}"
-            f"/{res[key].worst_slowdown:.2f}" for key in ("c", "c'", "cL", "cQ", "cQ=", "c-sub", "c-lpt")))
+        print(
+            f"  {name:<14}"
+            + "  ".join(
+                f"{key} {res[key].makespan_s / rules.makespan_s:.2f}/{res[key].mean_jct_s / res['c'].mean_jct_s:.2f}"
+                f"/{res[key].worst_slowdown:.2f}"
+                for key in ("c", "c'", "cL", "cQ", "cQ=", "c-sub", "c-lpt")
+            )
+        )
     print(f"\nTargets, {fam}")
     for text, value, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {text}: {value:.2f}")

@@ -62,31 +62,53 @@ from benchmarks import simulator as sim  # noqa: E402
 TARGET = 0.15
 
 
-def make_system_trace(model: "sim.SpeedModel", *, n_jobs: int = 12, small_fraction: float = 0.67, seed: int = 2,
-                      time_scale: float = 30.0, gap_s: float = 10.0) -> List["sim.Job"]:
+def make_system_trace(
+    model: "sim.SpeedModel",
+    *,
+    n_jobs: int = 12,
+    small_fraction: float = 0.67,
+    seed: int = 2,
+    time_scale: float = 30.0,
+    gap_s: float = 10.0,
+) -> List["sim.Job"]:
     """``simulator.make_trace`` (sigma 0.5, all at 0) with durations divided by ``time_scale`` (rounded to
     0.1 s) and job ``i`` arriving at ``i * gap_s``."""
     if time_scale <= 0 or gap_s < 0:
         raise ValueError("time_scale must be > 0 and gap_s >= 0")
     jobs = sim.make_trace(n_jobs, small_fraction, seed, model, sigma=0.5)
-    return [dataclasses.replace(j, work_s=round(j.work_s / time_scale, 1), arrival_s=round(i * gap_s, 1))
-            for i, j in enumerate(jobs)]
+    return [
+        dataclasses.replace(j, work_s=round(j.work_s / time_scale, 1), arrival_s=round(i * gap_s, 1))
+        for i, j in enumerate(jobs)
+    ]
 
 
 def job_spec(job: "sim.Job", code: str, data: str, out_dir: str) -> dict:
-    entry = (f"python sim_job.py --repo {REPO} --data {data} --name {job.name} --kind {job.kind} "
-             f"--work {job.work_s} --out {os.path.join(out_dir, job.name + '.json')}")
+    entry = (
+        f"python sim_job.py --repo {REPO} --data {data} --name {job.name} --kind {job.kind} "
+        f"--work {job.work_s} --out {os.path.join(out_dir, job.name + '.json')}"
+    )
     return {
-        "name": f"simvs-{job.name}", "framework": "generic", "code": code, "entrypoint": entry,
-        "env": {"MELON_GPU_WAIT_S": "1200"}, "register_timeout_s": 1200,
-        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": int(job.expected_mb),
-                             "large": job.large}},
+        "name": f"simvs-{job.name}",
+        "framework": "generic",
+        "code": code,
+        "entrypoint": entry,
+        "env": {"MELON_GPU_WAIT_S": "1200"},
+        "register_timeout_s": 1200,
+        "roles": {
+            "worker": {
+                "instances": 1,
+                "memory": 256,
+                "vcores": 1,
+                "gpu_memory": int(job.expected_mb),
+                "large": job.large,
+            }
+        },
     }
 
 
 def run_system(trace, args, data: str, log) -> Dict:
-    from airflow_provider_melon.dev import minicluster as mc
     from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.dev import minicluster as mc
     from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES as TERMINAL
     from airflow_provider_melon.spec import JobSpec
 
@@ -101,8 +123,16 @@ def run_system(trace, args, data: str, log) -> Dict:
     try:
         log(f"starting a mini cluster in {work_dir} (port base {args.port_base}, 1 NM, {args.gpus} GPUs)")
         t = time.time()
-        mc.start(work_dir, port_base=args.port_base, nodemanagers=1, gpus=args.gpus,
-                 gpu_memory_mb=args.gpus * sim.H200_MB, nm_memory_mb=24576, nm_vcores=48, timeout=300)
+        mc.start(
+            work_dir,
+            port_base=args.port_base,
+            nodemanagers=1,
+            gpus=args.gpus,
+            gpu_memory_mb=args.gpus * sim.H200_MB,
+            nm_memory_mb=24576,
+            nm_vcores=48,
+            timeout=300,
+        )
         log(f"  ready in {time.time() - t:.0f}s")
         code.mkdir(exist_ok=True)
         out_dir.mkdir(exist_ok=True)
@@ -136,11 +166,18 @@ def run_system(trace, args, data: str, log) -> Dict:
             f = out_dir / f"{name}.json"
             app = apps[name]
             if app["finalStatus"] != "SUCCEEDED" or not f.exists():
-                raise RuntimeError(f"{name} ({row['app_id']}) {app['state']}/{app['finalStatus']}: "
-                                   f"{app.get('diagnostics', '')[:500]}")
+                raise RuntimeError(
+                    f"{name} ({row['app_id']}) {app['state']}/{app['finalStatus']}: {app.get('diagnostics', '')[:500]}"
+                )
             body = json.loads(f.read_text())
-            rows[name] = {**row, "start": body["first_step"] - t0, "finish": body["end"] - t0, "gpu": body["gpu"],
-                          "companions": body["companions"], "yarn_end": app["finishedTime"] / 1000.0 - t0}
+            rows[name] = {
+                **row,
+                "start": body["first_step"] - t0,
+                "finish": body["end"] - t0,
+                "gpu": body["gpu"],
+                "companions": body["companions"],
+                "yarn_end": app["finishedTime"] / 1000.0 - t0,
+            }
         return rows
     finally:
         if hook is not None:
@@ -159,21 +196,29 @@ def run_system(trace, args, data: str, log) -> Dict:
 def report(trace, res, real, args, model) -> List[str]:
     out = []
     p = out.append
-    p(f"Simulator vs system: {len(trace)} jobs (seed {args.seed}, small fraction {args.small_fraction}, durations "
-      f"/{args.time_scale:g}, arrivals every {args.gap:g}s), {args.gpus} GPUs x {sim.H200_MB} MiB, policy 'ledger' "
-      f"(policy.place_default on expected memory, no MPS)")
+    p(
+        f"Simulator vs system: {len(trace)} jobs (seed {args.seed}, small fraction {args.small_fraction}, durations "
+        f"/{args.time_scale:g}, arrivals every {args.gap:g}s), {args.gpus} GPUs x {sim.H200_MB} MiB, policy 'ledger' "
+        f"(policy.place_default on expected memory, no MPS)"
+    )
     p("")
-    hdr = (f"{'job':5} {'kind':5} {'solo':>6} {'MiB':>5} {'arr':>5} | {'sim gpu':>7} {'start':>6} {'finish':>7} | "
-           f"{'real gpu':>8} {'start':>6} {'finish':>7} | {'launch':>6} {'d fin':>6}")
+    hdr = (
+        f"{'job':5} {'kind':5} {'solo':>6} {'MiB':>5} {'arr':>5} | {'sim gpu':>7} {'start':>6} {'finish':>7} | "
+        f"{'real gpu':>8} {'start':>6} {'finish':>7} | {'launch':>6} {'d fin':>6}"
+    )
     p(hdr)
     p("-" * len(hdr))
     for j in trace:
-        line = (f"{j.name:5} {j.kind:5} {j.work_s:6.1f} {j.expected_mb:5d} {j.arrival_s:5.0f} | "
-                f"{res.gpu[j.name]:7d} {res.start[j.name]:6.1f} {res.finish[j.name]:7.1f} | ")
+        line = (
+            f"{j.name:5} {j.kind:5} {j.work_s:6.1f} {j.expected_mb:5d} {j.arrival_s:5.0f} | "
+            f"{res.gpu[j.name]:7d} {res.start[j.name]:6.1f} {res.finish[j.name]:7.1f} | "
+        )
         if real:
             r = real[j.name]
-            line += (f"{r['gpu']:8d} {r['start']:6.1f} {r['finish']:7.1f} | {r['start'] - r['submit']:6.1f} "
-                     f"{r['finish'] - res.finish[j.name]:+6.1f}")
+            line += (
+                f"{r['gpu']:8d} {r['start']:6.1f} {r['finish']:7.1f} | {r['start'] - r['submit']:6.1f} "
+                f"{r['finish'] - res.finish[j.name]:+6.1f}"
+            )
         p(line)
     p("")
     p("launch = the real first step - the job's submission (staging, RM, AM JVM, container, executor, interpreter);")
@@ -190,11 +235,15 @@ def report(trace, res, real, args, model) -> List[str]:
     ratio = real_mk / sim_mk
     p(f"real makespan (last step)     {real_mk:8.1f} s")
     p(f"real, YARN's last finishedTime{yarn_mk:8.1f} s  (adds the AM's teardown)")
-    p(f"launch overhead per job       mean {sum(launch) / len(launch):.1f} s, min {min(launch):.1f} s, "
-      f"max {max(launch):.1f} s")
+    p(
+        f"launch overhead per job       mean {sum(launch) / len(launch):.1f} s, min {min(launch):.1f} s, "
+        f"max {max(launch):.1f} s"
+    )
     p(f"same GPU as simulated         {same_gpu}/{len(trace)} jobs")
-    p(f"ratio real/sim                {ratio:8.3f}   target within {TARGET:.0%}: "
-      f"{'PASS' if abs(ratio - 1) <= TARGET else 'FAIL'}")
+    p(
+        f"ratio real/sim                {ratio:8.3f}   target within {TARGET:.0%}: "
+        f"{'PASS' if abs(ratio - 1) <= TARGET else 'FAIL'}"
+    )
     p(f"ratio (real - mean launch)/sim {(real_mk - sum(launch) / len(launch)) / sim_mk:7.3f}   (diagnostic)")
     return out
 
@@ -221,8 +270,14 @@ def main(argv=None) -> int:
 
     data = sim.data_dir()
     model = sim.SpeedModel.from_data(data)
-    trace = make_system_trace(model, n_jobs=args.jobs, small_fraction=args.small_fraction, seed=args.seed,
-                              time_scale=args.time_scale, gap_s=args.gap)
+    trace = make_system_trace(
+        model,
+        n_jobs=args.jobs,
+        small_fraction=args.small_fraction,
+        seed=args.seed,
+        time_scale=args.time_scale,
+        gap_s=args.gap,
+    )
     res = sim.simulate(trace, args.gpus, sim.H200_MB, "ledger", model, order="trace")
     real = None if args.sim_only else run_system(trace, args, os.path.abspath(data), log)
     lines = report(trace, res, real, args, model)

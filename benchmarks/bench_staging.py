@@ -51,8 +51,7 @@ from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 def generate_code(folder: Path, files: int, file_kb: int, blob_mb: float, seed: int) -> None:
     rng = random.Random(seed)
-    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 12)))
-             for _ in range(2000)]
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 12))) for _ in range(2000)]
     (folder / "pkg").mkdir(parents=True)
     (folder / "nonce.txt").write_text(f"{time.time_ns()} {seed}\n")
     (folder / "train.py").write_text("import pkg\nprint('train')\n")
@@ -82,9 +81,15 @@ def stage_once(hook, spec: JobSpec) -> dict:
     report = hook.stage(spec)
     elapsed = time.perf_counter() - t0
     files = report.files
-    return {"s": elapsed, "total": report.uploaded_bytes, "code": files["code"].uploaded_bytes,
-            "runtime": files["runtime"].uploaded_bytes, "am_jar": files["am_jar"].uploaded_bytes,
-            "size": files["code"].size, "url": files["code"].url}
+    return {
+        "s": elapsed,
+        "total": report.uploaded_bytes,
+        "code": files["code"].uploaded_bytes,
+        "runtime": files["runtime"].uploaded_bytes,
+        "am_jar": files["am_jar"].uploaded_bytes,
+        "size": files["code"].size,
+        "url": files["code"].url,
+    }
 
 
 def main(argv=None) -> int:
@@ -104,12 +109,20 @@ def main(argv=None) -> int:
     try:
         generate_code(code, args.files, args.file_kb, args.blob_mb, args.seed)
         raw = sum(f.stat().st_size for f in code.rglob("*") if f.is_file())
-        spec = JobSpec.from_dict({"name": "bench-staging", "code": str(code), "entrypoint": "python train.py",
-                                  "roles": {"worker": {"instances": 1}}})
+        spec = JobSpec.from_dict(
+            {
+                "name": "bench-staging",
+                "code": str(code),
+                "entrypoint": "python train.py",
+                "roles": {"worker": {"instances": 1}},
+            }
+        )
         zip_s, zip_len = local_zip_hash_s(code)
-        print(f"bench_staging: code folder {args.files + 3} files, {raw / 2**20:.2f} MiB raw "
-              f"({args.files} x {args.file_kb} KiB text + {args.blob_mb:g} MiB random blob), zip {zip_len / 2**20:.2f}"
-              f" MiB; WebHDFS of the mini cluster in {args.work_dir}")
+        print(
+            f"bench_staging: code folder {args.files + 3} files, {raw / 2**20:.2f} MiB raw "
+            f"({args.files} x {args.file_kb} KiB text + {args.blob_mb:g} MiB random blob), zip {zip_len / 2**20:.2f}"
+            f" MiB; WebHDFS of the mini cluster in {args.work_dir}"
+        )
         print(f"local zip+hash of the folder: {zip_s:.3f} s (median of 3)\n")
 
         phases = [("first", [stage_once(hook, spec)])]
@@ -119,24 +132,34 @@ def main(argv=None) -> int:
         phases.append(("changed", [stage_once(hook, spec)]))
         phases.append(("changed repeat", [stage_once(hook, spec) for _ in range(args.repeats)]))
 
-        print(f"{'phase':<15} {'n':>2} {'stage s':>8} {'code B':>10} {'runtime B':>10} {'am_jar B':>9} "
-              f"{'total B':>10}  code object")
+        print(
+            f"{'phase':<15} {'n':>2} {'stage s':>8} {'code B':>10} {'runtime B':>10} {'am_jar B':>9} "
+            f"{'total B':>10}  code object"
+        )
         for name, runs in phases:
             t = statistics.median(r["s"] for r in runs)
             worst = max(runs, key=lambda r: r["total"])  # report the worst run's bytes, not a median
-            print(f"{name:<15} {len(runs):>2} {t:8.3f} {worst['code']:10d} {worst['runtime']:10d} "
-                  f"{worst['am_jar']:9d} {worst['total']:10d}  .../{worst['url'].split('/cache/')[1][:12]}…")
+            print(
+                f"{name:<15} {len(runs):>2} {t:8.3f} {worst['code']:10d} {worst['runtime']:10d} "
+                f"{worst['am_jar']:9d} {worst['total']:10d}  .../{worst['url'].split('/cache/')[1][:12]}…"
+            )
         first, repeat, changed, crepeat = (runs for _, runs in phases)
         print()
-        print(f"first upload {first[0]['total']} B in {first[0]['s']:.3f} s; repeat {max(r['total'] for r in repeat)} B "
-              f"in {statistics.median(r['s'] for r in repeat):.3f} s (median, of which ~{zip_s:.3f} s local "
-              f"zip+hash); changed {changed[0]['total']} B in {changed[0]['s']:.3f} s")
+        print(
+            f"first upload {first[0]['total']} B in {first[0]['s']:.3f} s; repeat {max(r['total'] for r in repeat)} B "
+            f"in {statistics.median(r['s'] for r in repeat):.3f} s (median, of which ~{zip_s:.3f} s local "
+            f"zip+hash); changed {changed[0]['total']} B in {changed[0]['s']:.3f} s"
+        )
         ok_repeat = all(r["total"] == 0 for r in repeat + crepeat)
         ok_changed = changed[0]["code"] == changed[0]["size"] > 0 and changed[0]["url"] != first[0]["url"]
-        print(f"{'PASS' if ok_repeat else 'FAIL'}: repeated submissions of unchanged code upload 0 bytes "
-              f"({len(repeat) + len(crepeat)} repeats)")
-        print(f"{'PASS' if ok_changed else 'FAIL'}: changed code is a new object, uploaded once "
-              f"({changed[0]['code']} B = its size)")
+        print(
+            f"{'PASS' if ok_repeat else 'FAIL'}: repeated submissions of unchanged code upload 0 bytes "
+            f"({len(repeat) + len(crepeat)} repeats)"
+        )
+        print(
+            f"{'PASS' if ok_changed else 'FAIL'}: changed code is a new object, uploaded once "
+            f"({changed[0]['code']} B = its size)"
+        )
         return 0 if ok_repeat and ok_changed else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

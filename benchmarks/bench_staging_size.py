@@ -61,8 +61,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
-from airflow_provider_melon.hadoop.bundle import (  # noqa: E402
-    folder_files, split_code_files, write_deterministic_zip)
+from airflow_provider_melon.hadoop.bundle import folder_files, split_code_files, write_deterministic_zip  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 MiB = 1 << 20
@@ -121,14 +120,20 @@ def worker(args) -> int:
         sent, detail = 0, {}
         for local in [path] + [Path(p) for p in args.also]:
             client.upload(f"{args.dest}/{local.name}", str(local), overwrite=True)
-            size = local.stat().st_size if local.is_file() else sum(
-                p.stat().st_size for p in local.rglob("*") if p.is_file())
+            size = (
+                local.stat().st_size
+                if local.is_file()
+                else sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+            )
             sent += size
             detail[local.name] = size
     elapsed = time.perf_counter() - t0
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"s": elapsed, "bytes": sent, "rss_before_kb": rss0, "rss_peak_kb": rss1, "urls": urls,
-                      "detail": detail}))
+    print(
+        json.dumps(
+            {"s": elapsed, "bytes": sent, "rss_before_kb": rss0, "rss_peak_kb": rss1, "urls": urls, "detail": detail}
+        )
+    )
     return 0
 
 
@@ -193,20 +198,27 @@ def main(argv=None) -> int:
         code_bytes = sum(path.stat().st_size for _, path in files)
         env_bytes = env.stat().st_size
         hook.stage(_spec())  # warm-up: runtime archive and AM jar cached, as on any used cluster
-        say(f"bench_staging_size: env {env_bytes / MiB:.0f} MiB random (stands in for a packed env tar.gz); code "
+        say(
+            f"bench_staging_size: env {env_bytes / MiB:.0f} MiB random (stands in for a packed env tar.gz); code "
             f"folder {len(files)} files {code_bytes / MiB:.1f} MiB ({len(small)} small -> code.zip "
             f"{prebuilt.stat().st_size / MiB:.1f} MiB, {len(large)} big as own objects: "
             + ", ".join(f"{n} {path.stat().st_size / MiB:.0f} MiB" for n, path in large)
-            + f"); generated in {time.perf_counter() - t_gen:.0f} s")
-        say(f"WebHDFS of the mini cluster in {args.work_dir}; {args.runs} interleaved runs; "
-            f"load average {os.getloadavg()[0]:.1f} at start, {os.cpu_count()} CPUs")
+            + f"); generated in {time.perf_counter() - t_gen:.0f} s"
+        )
+        say(
+            f"WebHDFS of the mini cluster in {args.work_dir}; {args.runs} interleaved runs; "
+            f"load average {os.getloadavg()[0]:.1f} at start, {os.cpu_count()} CPUs"
+        )
         say()
 
-        rows: dict[str, list[dict]] = {k: [] for k in (
-            "env ours", "env repeat", "env plain", "code ours", "code repeat", "code plain", "code plain-obj")}
+        rows: dict[str, list[dict]] = {
+            k: []
+            for k in ("env ours", "env repeat", "env plain", "code ours", "code repeat", "code plain", "code plain-obj")
+        }
         client.makedirs(plain_dir)
         for run in range(args.runs):
             for what, path in (("env", env), ("code", code)):
+
                 def ours():
                     first = measure(args.work_dir, "ours", path)
                     rows[f"{what} ours"].append(first)
@@ -217,34 +229,48 @@ def main(argv=None) -> int:
                     rows[f"{what} plain"].append(measure(args.work_dir, "plain", path, dest=f"{plain_dir}/p"))
                     client.delete(f"{plain_dir}/p", recursive=True)
                     if what == "code":
-                        rows["code plain-obj"].append(measure(args.work_dir, "plain", prebuilt,
-                                                              dest=f"{plain_dir}/o", also=[p for _, p in large]))
+                        rows["code plain-obj"].append(
+                            measure(args.work_dir, "plain", prebuilt, dest=f"{plain_dir}/o", also=[p for _, p in large])
+                        )
                         client.delete(f"{plain_dir}/o", recursive=True)
 
-                for step in ((ours, plain) if run % 2 == 0 else (plain, ours)):
+                for step in (ours, plain) if run % 2 == 0 else (plain, ours):
                     step()
             print(f"  run {run + 1}/{args.runs} done", flush=True)
 
-        say(f"{'measurement':<16} {'n':>2} {'median s':>9} {'min s':>7} {'max s':>7} {'uploaded B':>12} "
-            f"{'RSS peak MiB':>12} {'RSS growth MiB':>14} {'growth/size':>11}")
+        say(
+            f"{'measurement':<16} {'n':>2} {'median s':>9} {'min s':>7} {'max s':>7} {'uploaded B':>12} "
+            f"{'RSS peak MiB':>12} {'RSS growth MiB':>14} {'growth/size':>11}"
+        )
         for name, runs in rows.items():
             size = env_bytes if name.startswith("env") else code_bytes
             growth = max(r["rss_peak_kb"] - r["rss_before_kb"] for r in runs) / 1024
-            row = {"median_s": statistics.median(r["s"] for r in runs), "min_s": min(r["s"] for r in runs),
-                   "max_s": max(r["s"] for r in runs), "bytes": max(r["bytes"] for r in runs),
-                   "rss_peak_mib": max(r["rss_peak_kb"] for r in runs) / 1024, "rss_growth_mib": growth,
-                   "times": [r["s"] for r in runs]}
+            row = {
+                "median_s": statistics.median(r["s"] for r in runs),
+                "min_s": min(r["s"] for r in runs),
+                "max_s": max(r["s"] for r in runs),
+                "bytes": max(r["bytes"] for r in runs),
+                "rss_peak_mib": max(r["rss_peak_kb"] for r in runs) / 1024,
+                "rss_growth_mib": growth,
+                "times": [r["s"] for r in runs],
+            }
             results["rows"][name] = row
-            say(f"{name:<16} {len(runs):>2} {row['median_s']:9.2f} {row['min_s']:7.2f} {row['max_s']:7.2f} "
-                f"{row['bytes']:12d} {row['rss_peak_mib']:12.1f} {growth:14.1f} {growth * MiB / size:11.4f}")
+            say(
+                f"{name:<16} {len(runs):>2} {row['median_s']:9.2f} {row['min_s']:7.2f} {row['max_s']:7.2f} "
+                f"{row['bytes']:12d} {row['rss_peak_mib']:12.1f} {growth:14.1f} {growth * MiB / size:11.4f}"
+            )
 
         r = results["rows"]
-        ratios = {"env": r["env ours"]["median_s"] / r["env plain"]["median_s"],
-                  "code": r["code ours"]["median_s"] / r["code plain"]["median_s"],
-                  "code vs same objects": r["code ours"]["median_s"] / r["code plain-obj"]["median_s"]}
+        ratios = {
+            "env": r["env ours"]["median_s"] / r["env plain"]["median_s"],
+            "code": r["code ours"]["median_s"] / r["code plain"]["median_s"],
+            "code vs same objects": r["code ours"]["median_s"] / r["code plain-obj"]["median_s"],
+        }
         # per-run ratios (the pair measured back to back), as a spread for the medians above
-        pairs = {"env": [a["s"] / b["s"] for a, b in zip(rows["env ours"], rows["env plain"])],
-                 "code": [a["s"] / b["s"] for a, b in zip(rows["code ours"], rows["code plain"])]}
+        pairs = {
+            "env": [a["s"] / b["s"] for a, b in zip(rows["env ours"], rows["env plain"])],
+            "code": [a["s"] / b["s"] for a, b in zip(rows["code ours"], rows["code plain"])],
+        }
         results["ratios"], results["pair_ratios"] = ratios, pairs
         say()
         for name, value in ratios.items():
@@ -262,18 +288,26 @@ def main(argv=None) -> int:
             after = measure(args.work_dir, "ours", code, no_split=no_split)
             mod.write_text(original)
             drop(first["urls"] + after["urls"])
-            changed[label] = {"first_s": first["s"], "first_bytes": first["bytes"], "changed_s": after["s"],
-                              "changed_bytes": after["bytes"], "detail": after["detail"]}
-            say(f"edit one .py file, {label:<24}: first {first['bytes']:>10d} B in {first['s']:6.2f} s; after the "
-                f"edit {after['bytes']:>10d} B in {after['s']:6.2f} s ({after['bytes'] / code_bytes:.1%} of the folder)")
+            changed[label] = {
+                "first_s": first["s"],
+                "first_bytes": first["bytes"],
+                "changed_s": after["s"],
+                "changed_bytes": after["bytes"],
+                "detail": after["detail"],
+            }
+            say(
+                f"edit one .py file, {label:<24}: first {first['bytes']:>10d} B in {first['s']:6.2f} s; after the "
+                f"edit {after['bytes']:>10d} B in {after['s']:6.2f} s ({after['bytes'] / code_bytes:.1%} of the folder)"
+            )
         results["changed"] = changed
 
         say()
         env_ok = ratios["env"] <= 1.1
         code_ok = ratios["code"] <= 1.1
-        mem_ok = all(results["rows"][k]["rss_growth_mib"] * MiB < 0.05 * (env_bytes if k.startswith("env") else
-                                                                          code_bytes)
-                     for k in ("env ours", "code ours", "env repeat", "code repeat"))
+        mem_ok = all(
+            results["rows"][k]["rss_growth_mib"] * MiB < 0.05 * (env_bytes if k.startswith("env") else code_bytes)
+            for k in ("env ours", "code ours", "env repeat", "code repeat")
+        )
         repeat_ok = all(x["bytes"] == 0 for x in rows["env repeat"] + rows["code repeat"])
         split = changed["split (default)"]
         changed_ok = split["changed_bytes"] == split["detail"].get("code", -1) and split["changed_bytes"] < MiB * 16

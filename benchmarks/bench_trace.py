@@ -207,7 +207,7 @@ def make_frag_rule(demands, tie_by_index: bool):
                 b = c[t] = on_node(n, t)
             if b is None:
                 continue
-            key = ((b[0][0], ni) if tie_by_index else (b[0], ni))
+            key = (b[0][0], ni) if tie_by_index else (b[0], ni)
             if best is None or key < best[0]:
                 best = (key, ni, b[1])
         return (best[1], best[2], False) if best else None
@@ -227,8 +227,10 @@ def make_default_rule(demands):
             return r
         ni = r[0]
         total = cl.gpu_mb[ni]
-        gpus = [Gpu(i, total, total - int(round(f * total)), [("", int(round(s * total)), False) for s in held])
-                for i, (f, held) in enumerate(zip(cl.free[ni].gpu_free, cl.held[ni]))]
+        gpus = [
+            Gpu(i, total, total - int(round(f * total)), [("", int(round(s * total)), False) for s in held])
+            for i, (f, held) in enumerate(zip(cl.free[ni].gpu_free, cl.held[ni]))
+        ]
         gi = policy.place_default(gpus, int(round(t.share * total)), large=False, mps=False)
         return ni, (gi,), False
 
@@ -250,8 +252,11 @@ def replay(nodes, seq: List[Demand], rule) -> Dict[str, float]:
         cl.place(ni, t, gi, whole)
         placed += g
     free = sum(sum(n.gpu_free) for n in cl.free)
-    return {"unallocated": free / capacity, "refused": refused / asked if asked else 0.0,
-            "requested": placed / capacity}
+    return {
+        "unallocated": free / capacity,
+        "refused": refused / asked if asked else 0.0,
+        "requested": placed / capacity,
+    }
 
 
 def main(argv=None) -> int:
@@ -263,16 +268,20 @@ def main(argv=None) -> int:
     tasks = load_tasks()
     capacity = sum(n for _, _, n, _ in nodes)
     sharing = sum(1 for t in tasks if t.share)
-    print(f"bench_trace: {len(nodes)} GPU nodes, {capacity} GPUs; {len(tasks)} tasks in the trace ({sharing} share a "
-          f"GPU, {sum(1 for t in tasks if not t.gpus and not t.share)} CPU only); arrivals until the GPU request "
-          f"reaches {capacity} GPUs, no departures; seeds {args.seeds}")
+    print(
+        f"bench_trace: {len(nodes)} GPU nodes, {capacity} GPUs; {len(tasks)} tasks in the trace ({sharing} share a "
+        f"GPU, {sum(1 for t in tasks if not t.gpus and not t.share)} CPU only); arrivals until the GPU request "
+        f"reaches {capacity} GPUs, no departures; seeds {args.seeds}"
+    )
     all_kinds, typical = kinds(tasks), kinds(tasks, 0.95)
     print(f"task kinds: {len(all_kinds)}; FGD's typical kinds (95 % of tasks): {len(typical)}")
-    rules = [("exclusive GPUs", lambda: rule_exclusive),
-             ("best fit (former ledger rule)", lambda: rule_best_fit),
-             ("FGD-style baseline", lambda: make_frag_rule(typical, True)),
-             ("least_fragmenting node + GPU", lambda: make_frag_rule(all_kinds, False)),
-             ("default (GPU by the ledger)", lambda: make_default_rule(all_kinds))]
+    rules = [
+        ("exclusive GPUs", lambda: rule_exclusive),
+        ("best fit (former ledger rule)", lambda: rule_best_fit),
+        ("FGD-style baseline", lambda: make_frag_rule(typical, True)),
+        ("least_fragmenting node + GPU", lambda: make_frag_rule(all_kinds, False)),
+        ("default (GPU by the ledger)", lambda: make_default_rule(all_kinds)),
+    ]
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = {name: [] for name, _ in rules}
     for seed in seeds:
@@ -282,20 +291,26 @@ def main(argv=None) -> int:
             res = replay(nodes, seq, mk())
             res["s"] = time.monotonic() - t1
             rows[name].append(res)
-        print(f"  seed {seed}: {len(seq)} arrivals, " + ", ".join(
-            f"{name.split()[0]} {rows[name][-1]['unallocated']:.1%}" for name, _ in rules))
+        print(
+            f"  seed {seed}: {len(seq)} arrivals, "
+            + ", ".join(f"{name.split()[0]} {rows[name][-1]['unallocated']:.1%}" for name, _ in rules)
+        )
     print(f"\n{'rule':<30}{'unallocated GPUs':>18}{'(GPUs)':>9}{'demand refused':>16}{'GPU asked for':>15}{'s/run':>7}")
     mean = {}
     for name, _ in rules:
         rs = rows[name]
         u = sum(r["unallocated"] for r in rs) / len(rs)
         mean[name] = u
-        print(f"{name:<30}{u:>17.1%}{u * capacity:>9.0f}{sum(r['refused'] for r in rs) / len(rs):>16.1%}"
-              f"{sum(r['requested'] for r in rs) / len(rs):>15.1%}{sum(r['s'] for r in rs) / len(rs):>7.1f}")
+        print(
+            f"{name:<30}{u:>17.1%}{u * capacity:>9.0f}{sum(r['refused'] for r in rs) / len(rs):>16.1%}"
+            f"{sum(r['requested'] for r in rs) / len(rs):>15.1%}{sum(r['s'] for r in rs) / len(rs):>7.1f}"
+        )
     d, f = mean["default (GPU by the ledger)"], mean["FGD-style baseline"]
-    print(f"\n{'PASS' if d <= f + 1e-12 else 'FAIL'}: default leaves {d:.2%} of GPUs unallocated vs FGD-style "
-          f"{f:.2%}; best fit {mean['best fit (former ledger rule)']:.2%}, least_fragmenting's own GPU choice "
-          f"{mean['least_fragmenting node + GPU']:.2%}")
+    print(
+        f"\n{'PASS' if d <= f + 1e-12 else 'FAIL'}: default leaves {d:.2%} of GPUs unallocated vs FGD-style "
+        f"{f:.2%}; best fit {mean['best fit (former ledger rule)']:.2%}, least_fragmenting's own GPU choice "
+        f"{mean['least_fragmenting node + GPU']:.2%}"
+    )
     print(f"whole benchmark: {time.monotonic() - t0:.1f} s")
     return 0
 

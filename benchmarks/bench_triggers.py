@@ -107,8 +107,13 @@ def child(args) -> int:
         def on_line(line: str):
             if line.strip() == "mark":
                 usage = resource.getrusage(resource.RUSAGE_SELF)
-                out(mark=time.time(), cpu=usage.ru_utime + usage.ru_stime, rss_mb=rss_mb(),
-                    lag_max_ms=lag["max"] * 1000, threads=threading.active_count())
+                out(
+                    mark=time.time(),
+                    cpu=usage.ru_utime + usage.ru_stime,
+                    rss_mb=rss_mb(),
+                    lag_max_ms=lag["max"] * 1000,
+                    threads=threading.active_count(),
+                )
                 lag["max"] = 0.0
             else:
                 done.set()
@@ -136,9 +141,26 @@ class Child:
         ids_file.write_text("\n".join(ids))
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", "--mode", mode, "--rm", rm, "--user", user, "--ids",
-             str(ids_file), "--interval", str(INTERVAL)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--mode",
+                mode,
+                "--rm",
+                rm,
+                "--user",
+                user,
+                "--ids",
+                str(ids_file),
+                "--interval",
+                str(INTERVAL),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.events: dict[str, dict] = {}
         self.marks: list[dict] = []
         self.ready = threading.Event()
@@ -189,17 +211,29 @@ class Child:
 
 
 def context(app_id: str, memory: int, tag: str) -> dict:
-    return {"application-id": app_id, "application-name": "bench-triggers", "application-type": "MELON",
-            "queue": "default", "max-app-attempts": 1, "application-tags": {"tag": ["melon", tag]},
-            "am-container-spec": {"commands": {"command": "sleep 3600"}},
-            "resource": {"memory": memory, "vCores": 1}}
+    return {
+        "application-id": app_id,
+        "application-name": "bench-triggers",
+        "application-type": "MELON",
+        "queue": "default",
+        "max-app-attempts": 1,
+        "application-tags": {"tag": ["melon", tag]},
+        "am-container-spec": {"commands": {"command": "sleep 3600"}},
+        "resource": {"memory": memory, "vCores": 1},
+    }
 
 
 def running_spec():
     from airflow_provider_melon.spec import JobSpec
 
-    return JobSpec.from_dict({"name": "bench-triggers-running", "framework": "generic", "entrypoint": "sleep 3600",
-                              "roles": {"worker": {"instances": 1, "memory": "256m", "vcores": 1}}})
+    return JobSpec.from_dict(
+        {
+            "name": "bench-triggers-running",
+            "framework": "generic",
+            "entrypoint": "sleep 3600",
+            "roles": {"worker": {"instances": 1, "memory": "256m", "vcores": 1}},
+        }
+    )
 
 
 def submit(hook, memory: int, tag: str) -> str:
@@ -219,8 +253,8 @@ def wait_states(hook, tag: str, want: str, count: int, timeout: float) -> list[d
 def parent(args) -> int:
     import logging
 
-    from airflow_provider_melon.dev import minicluster as mc
     from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.dev import minicluster as mc
     from airflow_provider_melon.hooks.yarn import YarnHook
     from tests.counting_proxy import CountingProxy
 
@@ -250,16 +284,22 @@ def parent(args) -> int:
         apps = {a["id"]: a for a in wait_states(hook, tag, "ACCEPTED", need_pending, 60)}
         states = sorted({apps[a]["state"] for a in pending if a in apps})
         n_running = sum(apps[a]["state"] == "RUNNING" for a in running)
-        say(f"bench_triggers: mini cluster (1 NM, 4096 MiB, AM share 0.5), {n_running} RUNNING MeLoN jobs (AM 512 "
+        say(
+            f"bench_triggers: mini cluster (1 NM, 4096 MiB, AM share 0.5), {n_running} RUNNING MeLoN jobs (AM 512 "
             f"MiB + one sleep task) + {len(pending)} apps kept ACCEPTED by the AM share ({PENDING_AM_MB} MiB AMs; "
-            f"states seen: {', '.join(states)}); submitted in {time.monotonic() - t_start:.0f} s")
-        say(f"one child process per run running N YarnApplicationTrigger.run() coroutines (real AsyncYarnHook, "
+            f"states seen: {', '.join(states)}); submitted in {time.monotonic() - t_start:.0f} s"
+        )
+        say(
+            f"one child process per run running N YarnApplicationTrigger.run() coroutines (real AsyncYarnHook, "
             f"RM via a counting loopback proxy), poll interval {INTERVAL:g} s; window {args.window:g} s; "
-            f"{KILLS} ACCEPTED apps killed per run for the end -> event delay")
+            f"{KILLS} ACCEPTED apps killed per run for the end -> event delay"
+        )
         say("old = per-trigger GET /apps/{id} (coalesce_polls=False); new = shared poller (one tagged list/cycle)")
         say()
-        say(f"{'N':>4} {'mode':4} {'req/s':>7} {'list/s':>7} {'app/s':>7} {'other/s':>7} {'CPU %':>6} "
-            f"{'RSS MB':>7} {'lag ms':>7} {'delay med s':>11} {'delay max s':>11} {'events':>6}")
+        say(
+            f"{'N':>4} {'mode':4} {'req/s':>7} {'list/s':>7} {'app/s':>7} {'other/s':>7} {'CPU %':>6} "
+            f"{'RSS MB':>7} {'lag ms':>7} {'delay med s':>11} {'delay max s':>11} {'events':>6}"
+        )
         results: dict[tuple[int, str], dict] = {}
         with CountingProxy(details.rm_web_url) as proxy:
             for n in counts:
@@ -287,28 +327,44 @@ def parent(args) -> int:
                     finally:
                         child_proc.stop()
                     pending = [a for a in pending if a not in victims]
-                    row = {"req_s": sum(rate.values()), **{f"{k}_s": v for k, v in rate.items()},
-                           "cpu_pct": 100 * (m1["cpu"] - m0["cpu"]) / span, "rss_mb": m1["rss_mb"],
-                           "lag_ms": m1["lag_max_ms"],  # in the window (not the start of 500 triggers)
-                           "delay_med": statistics.median(delays) if delays else float("nan"),
-                           "delay_max": max(delays) if delays else float("nan"), "events": len(delays)}
+                    row = {
+                        "req_s": sum(rate.values()),
+                        **{f"{k}_s": v for k, v in rate.items()},
+                        "cpu_pct": 100 * (m1["cpu"] - m0["cpu"]) / span,
+                        "rss_mb": m1["rss_mb"],
+                        "lag_ms": m1["lag_max_ms"],  # in the window (not the start of 500 triggers)
+                        "delay_med": statistics.median(delays) if delays else float("nan"),
+                        "delay_max": max(delays) if delays else float("nan"),
+                        "events": len(delays),
+                    }
                     results[(n, mode)] = row
-                    say(f"{n:>4} {mode:4} {row['req_s']:7.2f} {row['list_s']:7.2f} {row['app_s']:7.2f} "
+                    say(
+                        f"{n:>4} {mode:4} {row['req_s']:7.2f} {row['list_s']:7.2f} {row['app_s']:7.2f} "
                         f"{row['other_s']:7.2f} {row['cpu_pct']:6.1f} {row['rss_mb']:7.1f} {row['lag_ms']:7.1f} "
-                        f"{row['delay_med']:11.2f} {row['delay_max']:11.2f} {row['events']:>3}/{KILLS}")
+                        f"{row['delay_med']:11.2f} {row['delay_max']:11.2f} {row['events']:>3}/{KILLS}"
+                    )
         say()
-        say("ratios old/new        " + "  ".join(f"N={n}: req {results[(n, 'old')]['req_s'] / results[(n, 'new')]['req_s']:.1f}x"
-                                               f" cpu {results[(n, 'old')]['cpu_pct'] / max(results[(n, 'new')]['cpu_pct'], 0.01):.1f}x"
-                                               f" rss {results[(n, 'old')]['rss_mb'] / results[(n, 'new')]['rss_mb']:.2f}x"
-                                               for n in counts))
+        say(
+            "ratios old/new        "
+            + "  ".join(
+                f"N={n}: req {results[(n, 'old')]['req_s'] / results[(n, 'new')]['req_s']:.1f}x"
+                f" cpu {results[(n, 'old')]['cpu_pct'] / max(results[(n, 'new')]['cpu_pct'], 0.01):.1f}x"
+                f" rss {results[(n, 'old')]['rss_mb'] / results[(n, 'new')]['rss_mb']:.2f}x"
+                for n in counts
+            )
+        )
         lo, hi = min(counts), max(counts)
         growth = results[(hi, "new")]["req_s"] / results[(lo, "new")]["req_s"]
         delay = results[(hi, "new")]["delay_max"]
-        say(f"{'PASS' if growth <= 2 else 'FAIL'}: new RM requests/s at N={hi} / at N={lo} = {growth:.2f} (<= 2: "
+        say(
+            f"{'PASS' if growth <= 2 else 'FAIL'}: new RM requests/s at N={hi} / at N={lo} = {growth:.2f} (<= 2: "
             f"bounded independent of the count; old: "
-            f"{results[(hi, 'old')]['req_s'] / results[(lo, 'old')]['req_s']:.1f})")
-        say(f"{'PASS' if delay <= 2 * INTERVAL else 'FAIL'}: new end -> event delay at N={hi}: max {delay:.2f} s "
-            f"(<= 2 poll intervals = {2 * INTERVAL:g} s)")
+            f"{results[(hi, 'old')]['req_s'] / results[(lo, 'old')]['req_s']:.1f})"
+        )
+        say(
+            f"{'PASS' if delay <= 2 * INTERVAL else 'FAIL'}: new end -> event delay at N={hi}: max {delay:.2f} s "
+            f"(<= 2 poll intervals = {2 * INTERVAL:g} s)"
+        )
         say(f"total {time.monotonic() - t_start:.0f} s")
     finally:
         mc.stop(work_dir)

@@ -17,8 +17,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
+from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 TRAINING = REPO / "dags" / "training" / "mnist"
@@ -26,16 +26,32 @@ TRAINING = REPO / "dags" / "training" / "mnist"
 
 def job(kind: str, webhdfs: str, data: str) -> dict:
     if kind == "mwms":
-        return {"name": "timeline-mwms", "framework": "tensorflow", "code": str(TRAINING),
-                "entrypoint": f"python train.py --epochs 2 --model-dir /user/root/timeline/model --webhdfs {webhdfs}",
-                "inputs": [{"path": data, "name": "mnist.npz"}],
-                "roles": {"chief": {"memory": "1g", "gpu_memory": "2GiB"}, "worker": {"memory": "1g", "gpu_memory": "2GiB"}}}
+        return {
+            "name": "timeline-mwms",
+            "framework": "tensorflow",
+            "code": str(TRAINING),
+            "entrypoint": f"python train.py --epochs 2 --model-dir /user/root/timeline/model --webhdfs {webhdfs}",
+            "inputs": [{"path": data, "name": "mnist.npz"}],
+            "roles": {
+                "chief": {"memory": "1g", "gpu_memory": "2GiB"},
+                "worker": {"memory": "1g", "gpu_memory": "2GiB"},
+            },
+        }
     if kind == "ps":
-        return {"name": "timeline-ps", "framework": "tensorflow", "code": str(TRAINING),
-                "entrypoint": "python train_ps.py --steps 30",
-                "roles": {"chief": {"memory": "1g"}, "worker": {"instances": 2, "memory": "1g"}, "ps": {"memory": "1g"}}}
-    return {"name": "timeline-generic", "framework": "generic", "code": str(TRAINING),
-            "entrypoint": "python -c \"print('hello')\"", "roles": {"worker": {"instances": 2, "memory": 256}}}
+        return {
+            "name": "timeline-ps",
+            "framework": "tensorflow",
+            "code": str(TRAINING),
+            "entrypoint": "python train_ps.py --steps 30",
+            "roles": {"chief": {"memory": "1g"}, "worker": {"instances": 2, "memory": "1g"}, "ps": {"memory": "1g"}},
+        }
+    return {
+        "name": "timeline-generic",
+        "framework": "generic",
+        "code": str(TRAINING),
+        "entrypoint": "python -c \"print('hello')\"",
+        "roles": {"worker": {"instances": 2, "memory": 256}},
+    }
 
 
 def main() -> int:

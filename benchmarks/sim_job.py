@@ -87,8 +87,17 @@ def main(argv: Optional[list] = None) -> int:
         done += work
         steps += 1
     t_end = time.time()
-    body = {"name": args.name, "kind": args.kind, "work_s": args.work, "gpu": gpu, "steps": steps,
-            "first_step": t_first, "end": t_end, "companions": seen, "pid": os.getpid()}
+    body = {
+        "name": args.name,
+        "kind": args.kind,
+        "work_s": args.work,
+        "gpu": gpu,
+        "steps": steps,
+        "first_step": t_first,
+        "end": t_end,
+        "companions": seen,
+        "pid": os.getpid(),
+    }
     tmp = args.out + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(body, fh)

@@ -112,8 +112,11 @@ class SpeedModel:
             mix = {r["scenario"]: r for r in json.load(fh)}
 
         def peak(workload):
-            return next(float(r["nvml_peak_used_mib"]) for r in colo
-                        if r["workload"] == workload and int(r["k"]) == 1 and r.get("mode", "plain") == "plain")
+            return next(
+                float(r["nvml_peak_used_mib"])
+                for r in colo
+                if r["workload"] == workload and int(r["k"]) == 1 and r.get("mode", "plain") == "plain"
+            )
 
         def large_small(scenario):
             r = mix[scenario]
@@ -125,8 +128,14 @@ class SpeedModel:
         for scen in ("r50+r18", "r50+3r18"):
             lr, sr, m = large_small(scen)
             ml[m], ms[m] = lr, sr
-        return cls(policy.curve_from_records(colo, SMALL_WORKLOAD), policy.curve_from_records(colo, LARGE_WORKLOAD),
-                   ml, ms, peak(SMALL_WORKLOAD), peak(LARGE_WORKLOAD))
+        return cls(
+            policy.curve_from_records(colo, SMALL_WORKLOAD),
+            policy.curve_from_records(colo, LARGE_WORKLOAD),
+            ml,
+            ms,
+            peak(SMALL_WORKLOAD),
+            peak(LARGE_WORKLOAD),
+        )
 
     def curve(self, kind: str) -> Dict[int, float]:
         return self.small_curve if kind == "small" else self.large_curve
@@ -162,9 +171,17 @@ class Job:
         return self.kind == "large"
 
 
-def make_trace(n_jobs: int, small_fraction: float, seed: int, model: SpeedModel, *,
-               small_median_s: float = 20 * 60, large_median_s: float = 40 * 60, sigma: float = 0.8,
-               arrival_rate_per_s: float = 0.0) -> List[Job]:
+def make_trace(
+    n_jobs: int,
+    small_fraction: float,
+    seed: int,
+    model: SpeedModel,
+    *,
+    small_median_s: float = 20 * 60,
+    large_median_s: float = 40 * 60,
+    sigma: float = 0.8,
+    arrival_rate_per_s: float = 0.0,
+) -> List[Job]:
     """A seeded trace: each job small with probability ``small_fraction``; solo durations lognormal
     (median 20 min small / 40 min large, sigma 0.8, clipped to [2 min, 8 h]); all arrive at 0 unless
     ``arrival_rate_per_s`` > 0 (Poisson arrivals). Expected memory: ``profiler.expected_mb`` of the
@@ -186,14 +203,18 @@ def with_estimates(jobs: Sequence[Job], sigma: float, seed: int = 1) -> List[Job
     """Copies of ``jobs`` whose ``est_s`` is the solo duration off by a lognormal factor ``exp(N(0, sigma))``
     (sigma 0.3: about two thirds of the estimates within -26 %..+35 %): what a history of earlier runs would give."""
     rng = random.Random(seed)
-    return [Job(j.name, j.kind, j.work_s, j.expected_mb, j.arrival_s, j.work_s * math.exp(rng.gauss(0.0, sigma)))
-            for j in jobs]
+    return [
+        Job(j.name, j.kind, j.work_s, j.expected_mb, j.arrival_s, j.work_s * math.exp(rng.gauss(0.0, sigma)))
+        for j in jobs
+    ]
 
 
 # -- placement ---------------------------------------------------------------------------------------------
 def _gpus(state: List[List[Job]], total_mb: int) -> List[Gpu]:
-    return [Gpu(i, total_mb, sum(j.expected_mb for j in js), [Task(j.name, j.expected_mb, j.large) for j in js])
-            for i, js in enumerate(state)]
+    return [
+        Gpu(i, total_mb, sum(j.expected_mb for j in js), [Task(j.name, j.expected_mb, j.large) for j in js])
+        for i, js in enumerate(state)
+    ]
 
 
 def _counts(js: Sequence[Job]) -> Tuple[int, int]:
@@ -222,8 +243,15 @@ PAYS_VARIANTS = {
 }
 
 
-def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: SpeedModel,
-          queued: Sequence[Job] = (), done: Sequence[Job] = ()) -> Optional[int]:
+def place(
+    name: str,
+    job: Job,
+    state: List[List[Job]],
+    total_mb: int,
+    model: SpeedModel,
+    queued: Sequence[Job] = (),
+    done: Sequence[Job] = (),
+) -> Optional[int]:
     """The GPU ``job`` takes under policy ``name`` given what runs (``state``) and what else waits (``queued``,
     the jobs behind it in the queue: only the lookahead and quota variants read it), or None. ``done``: the
     jobs finished so far (only the quota variants read it: the mean solo duration of each kind)."""
@@ -235,8 +263,15 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
     if name == "ledger":
         return policy.place_default(gpus, job.expected_mb, large=job.large, mps=False)
     if name == "default":
-        slots = [Gpu(g.index, total_mb, sum(slot(j, total_mb) for j in js),
-                     [Task(j.name, slot(j, total_mb), j.large) for j in js]) for g, js in zip(gpus, state)]
+        slots = [
+            Gpu(
+                g.index,
+                total_mb,
+                sum(slot(j, total_mb) for j in js),
+                [Task(j.name, slot(j, total_mb), j.large) for j in js],
+            )
+            for g, js in zip(gpus, state)
+        ]
         return policy.place_default(slots, slot(job, total_mb), large=job.large, mps=False)
     if name == "gandiva":
         return gandiva_place(job, state, gpus, model)
@@ -266,9 +301,17 @@ def place(name: str, job: Job, state: List[List[Job]], total_mb: int, model: Spe
         ws = [w for p, w in paid if p]
         if wl and ws:
             flags["work_ratio"] = (sum(wl) / len(wl)) / (sum(ws) / len(ws))
-    return policy.place_where_it_pays(gpus, job.expected_mb, large=job.large, pays=job_pays(job, model, total_mb),
-                                      rates=model.rates, min_gain=MIN_MARGINAL_GAIN, fairness_bound=FAIRNESS_BOUND,
-                                      keep_idle=keep_idle, **flags)
+    return policy.place_where_it_pays(
+        gpus,
+        job.expected_mb,
+        large=job.large,
+        pays=job_pays(job, model, total_mb),
+        rates=model.rates,
+        min_gain=MIN_MARGINAL_GAIN,
+        fairness_bound=FAIRNESS_BOUND,
+        keep_idle=keep_idle,
+        **flags,
+    )
 
 
 def slot(job: Job, total_mb: int) -> int:
@@ -325,8 +368,9 @@ class Result:
 QUEUE_ORDERS = ("name", "trace", "lpt", "learned")
 
 
-def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, model: SpeedModel,
-             order: str = "name") -> Result:
+def simulate(
+    jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, model: SpeedModel, order: str = "name"
+) -> Result:
     """Run ``jobs`` on ``n_gpus`` GPUs of ``total_mb`` under ``exclusive``/``memory``/``pays``/..."""
     if order not in QUEUE_ORDERS:
         raise ValueError(f"order must be one of {QUEUE_ORDERS}, got {order!r}")
@@ -338,8 +382,12 @@ def simulate(jobs: Sequence[Job], n_gpus: int, total_mb: int, policy_name: str, 
     position = {id(j): i for i, j in enumerate(jobs)}
     if order == "learned":
         rank = {n: i for i, n in enumerate(policy.longest_first({j.name: j.est_s for j in jobs}))}
-    tie = {"name": lambda j: (j.name,), "trace": lambda j: (position[id(j)],),
-           "lpt": lambda j: (-j.work_s, j.name), "learned": lambda j: (rank[j.name],)}[order]
+    tie = {
+        "name": lambda j: (j.name,),
+        "trace": lambda j: (position[id(j)],),
+        "lpt": lambda j: (-j.work_s, j.name),
+        "learned": lambda j: (rank[j.name],),
+    }[order]
     pending = sorted(jobs, key=lambda j: (j.arrival_s,) + tie(j))
     queue: List[Job] = []
     done: List[Job] = []
@@ -409,7 +457,9 @@ class Bound:
     configs: List[Tuple[int, int]]
 
 
-def configurations(model: SpeedModel, total_mb: int, small_mb: int, large_mb: int) -> List[Tuple[int, int, float, float]]:
+def configurations(
+    model: SpeedModel, total_mb: int, small_mb: int, large_mb: int
+) -> List[Tuple[int, int, float, float]]:
     """Measured GPU configurations ``(n_large, n_small, small work/s, large work/s)`` that fit in memory:
     k small alone, l large alone, one large with 1..3 small (the measured mixes and between)."""
     out = []
@@ -434,14 +484,18 @@ def pays_configuration(model: SpeedModel, n_large: int, n_small: int, large_pays
         return False
     if n_large and n_small > policy.MAX_SMALL_WITH_LARGE:
         return False
-    if n_small and (n_large or n_small > 1) and \
-            model.throughput(n_large, n_small) - model.throughput(n_large, n_small - 1) <= MIN_MARGINAL_GAIN:
+    if (
+        n_small
+        and (n_large or n_small > 1)
+        and model.throughput(n_large, n_small) - model.throughput(n_large, n_small - 1) <= MIN_MARGINAL_GAIN
+    ):
         return False
     return fair(model, n_large, n_small)
 
 
-def rules_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel, *,
-                large_pairs: bool = False) -> Bound:
+def rules_bound(
+    jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel, *, large_pairs: bool = False
+) -> Bound:
     """:func:`ideal_bound` over only the configurations policy (c) may form (:func:`pays_configuration`):
     the best any schedule that obeys (c)'s rules could do. ``(c) / rules_bound`` is what (c) loses to its
     online, arrival-order scheduling (mostly the tail: the last jobs start late and run alone);
@@ -449,8 +503,13 @@ def rules_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedMod
     ``large_pairs``: the rules of (cD), where two large jobs may share a GPU (when fair)."""
     large_mb = max([j.expected_mb for j in jobs if j.large] or [expected_mb(model.large_peak_mb)])
     large_pays = job_pays(Job("l", "large", 1.0, large_mb), model, total_mb)
-    return ideal_bound(jobs, n_gpus, total_mb, model,
-                       allowed=lambda nl, ns: pays_configuration(model, nl, ns, large_pays or large_pairs))
+    return ideal_bound(
+        jobs,
+        n_gpus,
+        total_mb,
+        model,
+        allowed=lambda nl, ns: pays_configuration(model, nl, ns, large_pays or large_pairs),
+    )
 
 
 def ideal_bound(jobs: Sequence[Job], n_gpus: int, total_mb: int, model: SpeedModel, allowed=None) -> Bound:

@@ -45,8 +45,7 @@ with DAG(
         sys.path.insert(0, str(TRAINING))
         from data import ensure_in_hdfs
 
-        root = (params or {}).get("root") or Variable.get("melon_hdfs_root", default="") \
-            or f"{hdfs_home()}/melon-demo"
+        root = (params or {}).get("root") or Variable.get("melon_hdfs_root", default="") or f"{hdfs_home()}/melon-demo"
         # One folder per run, named from the run id (a manual run has no logical date, so no ts_nodash).
         return {"data": ensure_in_hdfs(_webhdfs(), root), "out": f"{root}/hpo/{run_slug(run_id)}"}
 

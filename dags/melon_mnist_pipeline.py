@@ -59,6 +59,7 @@ with DAG(
         from data import ensure_in_hdfs
 
         return ensure_in_hdfs(_webhdfs(), root)
+
     # [END howto_melon_ingest]
 
     dataset = ingest(ROOT)
@@ -96,8 +97,10 @@ with DAG(
             "framework": "generic",
             "code": str(TRAINING),
             "entrypoint": "python evaluate.py",
-            "inputs": [{"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"},
-                       {"path": RUN_DIR + "/model", "name": "model", "visibility": "APPLICATION"}],
+            "inputs": [
+                {"path": "{{ ti.xcom_pull(task_ids='ingest') }}", "name": "mnist.npz"},
+                {"path": RUN_DIR + "/model", "name": "model", "visibility": "APPLICATION"},
+            ],
             "outputs": {"metrics": "hdfs://" + RUN_DIR + "/metrics.json"},
             "roles": {"worker": {"instances": 1, "memory": "2g", "vcores": 1}},
         },

@@ -54,8 +54,11 @@ with DAG(
             "--batch-size {{ ti.xcom_pull(task_ids='plan', key='batch_size') }}",
             "roles": {
                 "chief": {"instances": 1, "memory": "768m", "vcores": 1},
-                "worker": {"instances": "{{ ti.xcom_pull(task_ids='plan', key='workers') }}", "memory": "768m",
-                           "vcores": 1},
+                "worker": {
+                    "instances": "{{ ti.xcom_pull(task_ids='plan', key='workers') }}",
+                    "memory": "768m",
+                    "vcores": 1,
+                },
                 "ps": {"instances": "{{ ti.xcom_pull(task_ids='plan', key='ps') }}", "memory": "768m", "vcores": 1},
             },
         },

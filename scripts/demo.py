@@ -24,8 +24,10 @@ def main() -> int:
     work_dir = REPO / ".melon-minicluster"
     t0 = time.monotonic()
     details = mc.start(work_dir)
-    print(f"[demo] mini cluster up in {time.monotonic() - t0:.1f}s: RM {details.rm_web_url}, "
-          f"WebHDFS {details.webhdfs_url}")
+    print(
+        f"[demo] mini cluster up in {time.monotonic() - t0:.1f}s: RM {details.rm_web_url}, "
+        f"WebHDFS {details.webhdfs_url}"
+    )
     for node in mc.status(work_dir)["nodes"]:
         print(f"[demo]   node {node['id']}: {node['total']}")
     airflow_home = REPO / ".airflow"
@@ -34,15 +36,19 @@ def main() -> int:
     try:
         t1 = time.monotonic()
         stack.start()
-        print(f"[demo] Airflow up in {time.monotonic() - t1:.1f}s (api-server {stack.url}, scheduler, "
-              "dag-processor, triggerer; LocalExecutor)")
+        print(
+            f"[demo] Airflow up in {time.monotonic() - t1:.1f}s (api-server {stack.url}, scheduler, "
+            "dag-processor, triggerer; LocalExecutor)"
+        )
         run_id = stack.trigger(DAG_ID)
         print(f"[demo] triggered {DAG_ID} through the REST API (no logical date): run {run_id}")
         t2 = time.monotonic()
         run = stack.wait_run(DAG_ID, run_id, timeout=1800)
         states = stack.task_states(DAG_ID, run_id)
-        print(f"[demo] DAG run {run['state']} in {time.monotonic() - t2:.0f}s: "
-              + ", ".join(f"{t} {s}" for t, s in states.items()))
+        print(
+            f"[demo] DAG run {run['state']} in {time.monotonic() - t2:.0f}s: "
+            + ", ".join(f"{t} {s}" for t, s in states.items())
+        )
         if run["state"] != "success":
             for task, state in states.items():
                 if state == "failed":
@@ -59,8 +65,10 @@ def main() -> int:
     finally:
         stack.stop()
         mc.stop(work_dir)
-        print("[demo] Airflow and the mini cluster are stopped; the files above stay. "
-              "`make up` runs them again and stays up, with the UI.")
+        print(
+            "[demo] Airflow and the mini cluster are stopped; the files above stay. "
+            "`make up` runs them again and stays up, with the UI."
+        )
 
 
 def copy_out(details, result: dict, run_id: str) -> Path:

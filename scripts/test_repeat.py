@@ -66,20 +66,28 @@ def table(rounds: list[dict[str, tuple[str, float, str]]]) -> tuple[str, int]:
             if outcome == "failed":
                 first_failure.setdefault(name, message)
     width = max((len(n) for n in counts), default=10)
-    lines = [f"{'test':<{width}}  pass  fail  skip  missing  slowest_s  first failure",
-             "-" * (width + 60)]
+    lines = [f"{'test':<{width}}  pass  fail  skip  missing  slowest_s  first failure", "-" * (width + 60)]
     failed = 0
     for name in sorted(counts):
         c = counts[name]
         missing = len(rounds) - sum(c.values())
         failed += c["failed"] + missing
-        lines.append(f"{name:<{width}}  {c['passed']:4d}  {c['failed']:4d}  {c['skipped']:4d}  {missing:7d}  "
-                     f"{slowest[name]:9.1f}  {first_failure.get(name, '')}")
+        lines.append(
+            f"{name:<{width}}  {c['passed']:4d}  {c['failed']:4d}  {c['skipped']:4d}  {missing:7d}  "
+            f"{slowest[name]:9.1f}  {first_failure.get(name, '')}"
+        )
     return "\n".join(lines), failed
 
 
-def summary_row(stamp: str, commit: str, suites: list[str], workers: int, load: bool,
-                rounds: list[dict[str, tuple[str, float, str]]], durations_s: list[float]) -> str:
+def summary_row(
+    stamp: str,
+    commit: str,
+    suites: list[str],
+    workers: int,
+    load: bool,
+    rounds: list[dict[str, tuple[str, float, str]]],
+    durations_s: list[float],
+) -> str:
     """The run's row of the test-rounds table in ``docs/development.md``: when, at which commit, which suites, how,
     the failed (test, round) pairs with the tests' names, and each round's minutes."""
     failures: dict[str, int] = defaultdict(int)
@@ -91,19 +99,26 @@ def summary_row(stamp: str, commit: str, suites: list[str], workers: int, load: 
     named = ", ".join(f"`{name}`" + (f" ×{n}" if n > 1 else "") for name, n in sorted(failures.items()))
     when = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
     minutes = ", ".join(f"{d / 60:.1f}" for d in durations_s)
-    return (f"| {when} | `{commit}` | {' '.join(s.removeprefix('tests/') for s in suites)} | {workers} | "
-            f"{'one core busy' if load else 'none'} | {failed}{': ' + named if failed else ''} | {minutes} |")
+    return (
+        f"| {when} | `{commit}` | {' '.join(s.removeprefix('tests/') for s in suites)} | {workers} | "
+        f"{'one core busy' if load else 'none'} | {failed}{': ' + named if failed else ''} | {minutes} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--rounds", type=int, default=3, help="how many times to run the suites (default 3)")
-    parser.add_argument("--suites", default=" ".join(DEFAULT_SUITES),
-                        help="space-separated test paths, run in this order each round")
+    parser.add_argument(
+        "--suites", default=" ".join(DEFAULT_SUITES), help="space-separated test paths, run in this order each round"
+    )
     parser.add_argument("--load", action="store_true", help="keep one core busy with a spinning process")
     parser.add_argument("--timeout", type=int, default=900, help="pytest-timeout per test, seconds")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="pytest-xdist workers, as `make test` runs them (default 2; 0: one process)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="pytest-xdist workers, as `make test` runs them (default 2; 0: one process)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -117,8 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%MZ")
     out_dir = REPO / "tests" / "results" / f"repeat-{stamp}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    commit = (
+        subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
     burner = multiprocessing.Process(target=_burn, daemon=True) if args.load else None
     if burner:
         burner.start()
@@ -126,12 +145,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for k in range(1, args.rounds + 1):
             xml = out_dir / f"round-{k}.xml"
-            cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "tests.instafail",
-                   f"--timeout={args.timeout}", f"--junitxml={xml}", "-n", str(args.workers), "--dist", "loadgroup",
-                   *suites]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-rs",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "tests.instafail",
+                f"--timeout={args.timeout}",
+                f"--junitxml={xml}",
+                "-n",
+                str(args.workers),
+                "--dist",
+                "loadgroup",
+                *suites,
+            ]
             failures = out_dir / f"round-{k}.failures.txt"  # written as they happen (tests/instafail.py)
-            print(f"[repeat] round {k}/{args.rounds}: {' '.join(cmd[1:])} (failures as they happen: {failures})",
-                  flush=True)
+            print(
+                f"[repeat] round {k}/{args.rounds}: {' '.join(cmd[1:])} (failures as they happen: {failures})",
+                flush=True,
+            )
             t0 = time.monotonic()
             code = subprocess.call(cmd, cwd=REPO, env={**os.environ, "MELON_INSTAFAIL_FILE": str(failures)})
             durations.append(time.monotonic() - t0)
@@ -143,16 +179,20 @@ def main(argv: list[str] | None = None) -> int:
             burner.terminate()
     text, failed = table(rounds)
     bad_rounds = [k for k, c in enumerate(codes, 1) if c != 0]
-    header = (f"# make test-repeat: {args.rounds} rounds of {' '.join(suites)} at {commit}, {stamp}\n"
-              f"# host: {platform.node()} {os.cpu_count()} cores, pytest-xdist workers: {args.workers}, "
-              f"load generator: {'one core' if args.load else 'none'}"
-              f", load average at end {os.getloadavg()[0]:.1f}\n"
-              f"# rounds' pytest exit codes: {codes}; durations (min): {[round(d / 60, 1) for d in durations]}\n"
-              f"# result: {failed} failed (test, round) pairs; rounds not green: {bad_rounds or 'none'}\n")
+    header = (
+        f"# make test-repeat: {args.rounds} rounds of {' '.join(suites)} at {commit}, {stamp}\n"
+        f"# host: {platform.node()} {os.cpu_count()} cores, pytest-xdist workers: {args.workers}, "
+        f"load generator: {'one core' if args.load else 'none'}"
+        f", load average at end {os.getloadavg()[0]:.1f}\n"
+        f"# rounds' pytest exit codes: {codes}; durations (min): {[round(d / 60, 1) for d in durations]}\n"
+        f"# result: {failed} failed (test, round) pairs; rounds not green: {bad_rounds or 'none'}\n"
+    )
     (REPO / "tests" / "results" / f"repeat-{stamp}.txt").write_text(header + text + "\n")
     print(header + text)
-    print("\n[repeat] the run's row for docs/development.md (test rounds):\n"
-          + summary_row(stamp, commit, suites, args.workers, args.load, rounds, durations))
+    print(
+        "\n[repeat] the run's row for docs/development.md (test rounds):\n"
+        + summary_row(stamp, commit, suites, args.workers, args.load, rounds, durations)
+    )
     return 1 if failed or bad_rounds else 0
 
 

@@ -49,10 +49,18 @@ else:
     # Property tests (tests/unit/test_fuzz_*.py, test_archive_safety.py) stay bounded: "melon" (the default) is
     # derandomized, so every run tries the same examples and a CI failure reproduces locally, and writes no
     # example database into the tree. HYPOTHESIS_PROFILE=melon-explore searches 10x wider with fresh randomness.
-    settings.register_profile("melon", max_examples=50, deadline=None, derandomize=True, database=None,
-                              print_blob=True, suppress_health_check=[HealthCheck.too_slow])
-    settings.register_profile("melon-explore", parent=settings.get_profile("melon"), max_examples=500,
-                              derandomize=False)
+    settings.register_profile(
+        "melon",
+        max_examples=50,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile(
+        "melon-explore", parent=settings.get_profile("melon"), max_examples=500, derandomize=False
+    )
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "melon"))
 
 
@@ -63,8 +71,13 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 #: variable. Under pytest-xdist (``make test`` runs two workers), worker ``gwN`` uses every base minus
 #: N × :data:`WORKER_PORT_SHIFT`: the whole layout spans under 9000 ports, so two workers never bind the same port,
 #: and gw1's layout (10000-18600) stays below both gw0's and the kernel's ephemeral range (32768-).
-PORT_BASES = {"MELON_TEST_PORT_BASE": 19000, "MELON_FAULT_PORT_BASE": 21000, "MELON_GANG_PORT_BASE": 22000,
-              "MELON_TENANTS_PORT_BASE": 24000, "MELON_TEST_SECURE_PORT_BASE": 26000}
+PORT_BASES = {
+    "MELON_TEST_PORT_BASE": 19000,
+    "MELON_FAULT_PORT_BASE": 21000,
+    "MELON_GANG_PORT_BASE": 22000,
+    "MELON_TENANTS_PORT_BASE": 24000,
+    "MELON_TEST_SECURE_PORT_BASE": 26000,
+}
 WORKER_PORT_SHIFT = 9000
 MAX_WORKERS = 2
 
@@ -89,8 +102,10 @@ def port_base(var: str) -> int:
 def pytest_configure(config):
     workers = config.getoption("numprocesses", None)
     if isinstance(workers, int) and workers > MAX_WORKERS:
-        raise pytest.UsageError(f"-n {workers}: at most {MAX_WORKERS} workers (tests/conftest.py PORT_BASES: a third "
-                                f"worker's ports would go below 1024)")
+        raise pytest.UsageError(
+            f"-n {workers}: at most {MAX_WORKERS} workers (tests/conftest.py PORT_BASES: a third "
+            f"worker's ports would go below 1024)"
+        )
     # this process's pytest-xdist worker (not $PYTEST_XDIST_WORKER: a pytest a test starts inherits that)
     worker = getattr(config, "workerinput", {}).get("workerid", "gw0")  # gw0, gw1; none outside xdist
     shift = int(worker.removeprefix("gw")) * WORKER_PORT_SHIFT
@@ -118,11 +133,18 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     """A module on the session's Airflow that :data:`SESSION_AIRFLOW_MODULES` misses would start a second Airflow
     on the other worker: name it here, at collection, rather than let it cost a run its time."""
-    missed = sorted({item.location[0] for item in items
-                     if AIRFLOW_FIXTURES & set(item.fixturenames) and xdist_group(item.nodeid) != "session-airflow"})
+    missed = sorted(
+        {
+            item.location[0]
+            for item in items
+            if AIRFLOW_FIXTURES & set(item.fixturenames) and xdist_group(item.nodeid) != "session-airflow"
+        }
+    )
     if missed:
-        raise pytest.UsageError(f"{', '.join(missed)} use the session's Airflow ({', '.join(sorted(AIRFLOW_FIXTURES))})"
-                                " but are not in tests/conftest.py SESSION_AIRFLOW_MODULES")
+        raise pytest.UsageError(
+            f"{', '.join(missed)} use the session's Airflow ({', '.join(sorted(AIRFLOW_FIXTURES))})"
+            " but are not in tests/conftest.py SESSION_AIRFLOW_MODULES"
+        )
 
 
 def headless_chromium(*, performance_log: bool = False):
@@ -130,16 +152,26 @@ def headless_chromium(*, performance_log: bool = False):
     where chromium + chromium-driver are missing (scripts/setup.sh installs them). ``performance_log``: record the
     network events (``driver.get_log("performance")``). The caller quits it."""
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.skip(f"no Debian chromium + chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): scripts/setup.sh installs them")
+        pytest.skip(
+            f"no Debian chromium + chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): scripts/setup.sh installs them"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
     opts = Options()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1400,950"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,950",
+    ):
         opts.add_argument(arg)
     if performance_log:
         opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
@@ -184,9 +216,16 @@ def secure_cluster():
     :data:`SECURE_TOKEN_RENEW_S` after their last renewal. Ports from MELON_TEST_SECURE_PORT_BASE (default 26000);
     MELON_TEST_SECURE_CLUSTER_DIR reuses a running one (start it with the same options:
     ``melon minicluster start --secure --tenants --token-renew-s 20 --nodemanagers 1``)."""
-    yield from running_cluster("MELON_TEST_SECURE_CLUSTER_DIR", "melon-secure-", "MELON_TEST_SECURE_PORT_BASE",
-                               secure=True, tenants=True, token_renew_s=SECURE_TOKEN_RENEW_S,
-                               nodemanagers=1, timeout=240)
+    yield from running_cluster(
+        "MELON_TEST_SECURE_CLUSTER_DIR",
+        "melon-secure-",
+        "MELON_TEST_SECURE_PORT_BASE",
+        secure=True,
+        tenants=True,
+        token_renew_s=SECURE_TOKEN_RENEW_S,
+        nodemanagers=1,
+        timeout=240,
+    )
 
 
 #: the secure cluster's NameNode delegation-token renew interval (Hadoop's default is 24 h): short, so a test job
@@ -252,8 +291,9 @@ class Jobs:
             if last is None and self.app(app_id)["state"] in TERMINAL:
                 raise AssertionError(f"{app_id} ended with no AM status to match\n{self.picture(app_id)}")
             time.sleep(1)
-        raise AssertionError(f"AM status of {app_id} never matched; last: {json.dumps(last)[:2000]}\n"
-                             + self.picture(app_id))
+        raise AssertionError(
+            f"AM status of {app_id} never matched; last: {json.dumps(last)[:2000]}\n" + self.picture(app_id)
+        )
 
     def picture(self, app_id: str) -> str:
         """What the RM says of the app and of the cluster: for a failure message (a wait that timed out)."""
@@ -323,8 +363,9 @@ class AirflowRunner:
 
     def popen(self, *args: str, log: Path) -> subprocess.Popen:
         fh = open(log, "w")
-        return subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [AIRFLOW, *args], env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _home(minicluster, tmp_path_factory, name: str) -> dict:

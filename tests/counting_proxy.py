@@ -8,8 +8,8 @@ from __future__ import annotations
 import http.client
 import threading
 from collections import Counter
-from typing import Callable, Optional
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Optional
 from urllib.parse import urlsplit
 
 
@@ -51,8 +51,9 @@ class CountingProxy:
                     proxy.counts[kind(self.path, self.command)] += 1
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "connection", "content-length")}
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection", "content-length")
+                }
                 lost = lose(self.command, self.path) if lose else None
                 if lost == "request":
                     self.close_connection = True

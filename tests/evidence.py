@@ -7,6 +7,7 @@ run's root directory (a run's artifact, not committed). Loaded by ``tests/confte
 from __future__ import annotations
 
 import json
+
 import pytest
 
 WORKER_OUTPUT_KEY = "melon_evidence"

@@ -71,8 +71,9 @@ def fake_nvml(gpus: list[dict], *, init_error: str | None = None) -> types.Modul
     mod.nvmlDeviceGetHandleByIndex = handle
     mod.nvmlDeviceGetUUID = lambda h: h["uuid"]
     mod.nvmlDeviceGetName = lambda h: h["name"]
-    mod.nvmlDeviceGetMemoryInfo = lambda h: Memory(h["total_mb"] * MiB, (h["total_mb"] - device_used_mb(h)) * MiB,
-                                                   device_used_mb(h) * MiB)
+    mod.nvmlDeviceGetMemoryInfo = lambda h: Memory(
+        h["total_mb"] * MiB, (h["total_mb"] - device_used_mb(h)) * MiB, device_used_mb(h) * MiB
+    )
 
     def util(h):
         if h.get("util") is None:

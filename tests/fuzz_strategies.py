@@ -16,10 +16,59 @@ from airflow_provider_melon.spec import INT32_MAX, RESERVED_LINKS, TF_ROLES, TOR
 
 #: what shells and YARN's launch script read specially, and what breaks naive quoting
 SHELL_SPECIALS = [
-    ";", "&&", "||", "|", "&", "$(touch pwned)", "`touch pwned`", "$((1+1))", "${HOME}", "$HOME", "$", "$$", "$?",
-    "'", '"', "\\", "\\\"", "\n", "\r", "\t", " ", "*", "?", "[a-z]", "~", "#", "!", "!!", "<", ">", ">>", "2>&1",
-    "(", ")", "{", "}", "{{HOME}}", "{{", "}}", "<CPS>", "<LOG_DIR>", "<ADD_OPENS>", "%PATH%", "=", "--", "-",
-    "é", "日本", "\u2028", "\x85", "\x1b[31m", "\x7f", "\x01",
+    ";",
+    "&&",
+    "||",
+    "|",
+    "&",
+    "$(touch pwned)",
+    "`touch pwned`",
+    "$((1+1))",
+    "${HOME}",
+    "$HOME",
+    "$",
+    "$$",
+    "$?",
+    "'",
+    '"',
+    "\\",
+    '\\"',
+    "\n",
+    "\r",
+    "\t",
+    " ",
+    "*",
+    "?",
+    "[a-z]",
+    "~",
+    "#",
+    "!",
+    "!!",
+    "<",
+    ">",
+    ">>",
+    "2>&1",
+    "(",
+    ")",
+    "{",
+    "}",
+    "{{HOME}}",
+    "{{",
+    "}}",
+    "<CPS>",
+    "<LOG_DIR>",
+    "<ADD_OPENS>",
+    "%PATH%",
+    "=",
+    "--",
+    "-",
+    "é",
+    "日本",
+    "\u2028",
+    "\x85",
+    "\x1b[31m",
+    "\x7f",
+    "\x01",
 ]
 
 # Any Unicode but NUL and lone surrogates (the spec refuses those; tested on their own).
@@ -28,8 +77,9 @@ plain_text = st.text(_CHARS, max_size=12)
 
 
 def nasty_text(min_size: int = 0, max_parts: int = 6) -> st.SearchStrategy[str]:
-    return st.lists(st.one_of(st.sampled_from(SHELL_SPECIALS), plain_text), min_size=min_size,
-                    max_size=max_parts).map("".join)
+    return st.lists(st.one_of(st.sampled_from(SHELL_SPECIALS), plain_text), min_size=min_size, max_size=max_parts).map(
+        "".join
+    )
 
 
 #: ``$NAME``, ``${NAME}`` and ``{{NAME}}`` are live variable references in a job's env values (documented);
@@ -45,7 +95,8 @@ literal_text = nasty_text().map(without_references)
 env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True)
 job_names = st.from_regex(r"[A-Za-z][A-Za-z0-9_.-]{0,24}", fullmatch=True)
 link_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.+@=,~-]{0,15}", fullmatch=True).filter(
-    lambda n: n not in RESERVED_LINKS)
+    lambda n: n not in RESERVED_LINKS
+)
 ascii_tags = st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=100).filter(str.strip)
 sizes = st.one_of(st.integers(1, 64 * 1024), st.sampled_from(["512m", "2g", "1.5g", "6GiB", "4096Mi", "1t"]))
 
@@ -72,8 +123,9 @@ def roles(draw, framework: str) -> dict:
         return out
 
     if framework == "tensorflow":
-        names = draw(st.lists(st.sampled_from(TF_ROLES), min_size=1, unique=True).filter(
-            lambda n: "chief" in n or "worker" in n))
+        names = draw(
+            st.lists(st.sampled_from(TF_ROLES), min_size=1, unique=True).filter(lambda n: "chief" in n or "worker" in n)
+        )
     elif framework == "pytorch":
         names = draw(st.lists(st.sampled_from(TORCH_ROLES), min_size=1, unique=True))
     else:
@@ -91,11 +143,11 @@ def environments(draw) -> dict:
     if kind == "python":
         return {"python": draw(nasty_text(min_size=1).filter(lambda t: t.strip()))}
     if kind == "archive":
-        return {"archive": "hdfs:///envs/" + draw(link_names) + ".tar.gz",
-                "python": draw(link_names) + "/bin/python"}
+        return {"archive": "hdfs:///envs/" + draw(link_names) + ".tar.gz", "python": draw(link_names) + "/bin/python"}
     if kind == "docker":
-        return {"docker_image": draw(st.from_regex(r"[a-z0-9][a-z0-9._/-]{0,20}(:[A-Za-z0-9._-]{1,10})?",
-                                                   fullmatch=True))}
+        return {
+            "docker_image": draw(st.from_regex(r"[a-z0-9][a-z0-9._/-]{0,20}(:[A-Za-z0-9._-]{1,10})?", fullmatch=True))
+        }
     return {}
 
 
@@ -118,13 +170,20 @@ def valid_job(draw) -> dict:
         "max_attempts": st.integers(1, 10),
         "tags": st.lists(ascii_tags, max_size=3),
         "environment": environments(),
-        "inputs": st.lists(st.fixed_dictionaries({"path": link_names.map(lambda n: "hdfs:///data/" + n)},
-                                                 optional={"type": st.sampled_from(["FILE", "ARCHIVE"]),
-                                                           "visibility": st.sampled_from(["PUBLIC", "PRIVATE",
-                                                                                          "APPLICATION"])}),
-                           max_size=3, unique_by=lambda i: i["path"]),
-        "outputs": st.dictionaries(st.from_regex(r"[A-Za-z0-9_]{1,10}", fullmatch=True),
-                                   nasty_text().filter(str.strip), max_size=3),
+        "inputs": st.lists(
+            st.fixed_dictionaries(
+                {"path": link_names.map(lambda n: "hdfs:///data/" + n)},
+                optional={
+                    "type": st.sampled_from(["FILE", "ARCHIVE"]),
+                    "visibility": st.sampled_from(["PUBLIC", "PRIVATE", "APPLICATION"]),
+                },
+            ),
+            max_size=3,
+            unique_by=lambda i: i["path"],
+        ),
+        "outputs": st.dictionaries(
+            st.from_regex(r"[A-Za-z0-9_]{1,10}", fullmatch=True), nasty_text().filter(str.strip), max_size=3
+        ),
         "tensorboard_log_dir": nasty_text(),
         "register_timeout_s": st.integers(1, INT32_MAX),
     }
@@ -136,4 +195,3 @@ def valid_job(draw) -> dict:
         folder = job["environment"]["python"].split("/", 1)[0]
         job["inputs"] = [i for i in job["inputs"] if i["path"].rsplit("/", 1)[-1] != folder]
     return job
-

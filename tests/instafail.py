@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 
-
 _ON_WORKER = False
 
 

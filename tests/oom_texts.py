@@ -81,40 +81,63 @@ def traceback_of(last_line: str, script: str = "train.py") -> str:
 #: venv has it (TensorFlow 2.21: ``strings`` of ``site-packages/tensorflow/libtensorflow_framework.so.2``).
 GPU_OOM_CORPUS = [
     (TORCH_OOM_LINE, "pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp (torch.OutOfMemoryError)"),
-    ("RuntimeError: CUDA error: out of memory",
-     "pytorch/pytorch c10/cuda/CUDAException.h (C10_CUDA_CHECK: 'CUDA error: ' + cudaGetErrorString)"),
-    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-     "pytorch/pytorch aten/src/ATen/cuda/Exceptions.h (TORCH_CUDABLAS_CHECK), the cuBLAS handle's workspace"),
-    ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
-     "pytorch/pytorch aten/src/ATen/cuda/Exceptions.h (AT_CUDNN_CHECK: 'cuDNN error: ' + cudnnGetErrorString)"),
-    ("2018-02-07 22:06:11.442068: E tensorflow/stream_executor/cuda/cuda_driver.cc:936] failed to allocate 163.62M "
-     "(171573248 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY",
-     "tensorflow/tensorflow xla/stream_executor/cuda/cuda_driver.cc (GpuDriver::DeviceAllocate; in the venv's "
-     "libtensorflow_framework.so.2)"),
-    ("2021-07-14 08:08:53.663124: I tensorflow/stream_executor/cuda/cuda_driver.cc:775] failed to allocate 256.00M "
-     "(268435456 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
-     "tensorflow/tensorflow xla/stream_executor/cuda/cuda_status.cc (ToStatusSlow: CUDA_ERROR_OUT_OF_MEMORY is "
-     "ResourceExhausted, 'detail: name: text')"),
-    ("E tensorflow/stream_executor/cuda/cuda_dnn.cc:348] could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED",
-     "tensorflow/tensorflow xla/stream_executor/cuda/cuda_dnn.cc ('Could not create cudnn handle: ' and "
-     "CUDNN_STATUS_ALLOC_FAILED, both in the venv's libtensorflow_framework.so.2)"),
-    ("ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and type float on "
-     "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:RandomUniform]",
-     "tensorflow/tensorflow tensorflow/core/framework/op_kernel.cc (OpKernelContext::allocate_tensor)"),
-    ("NCCL WARN Cuda failure 'out of memory'",
-     "NVIDIA/nccl src/include/checks.h (CUDACHECK: WARN(\"Cuda failure '%s'\", cudaGetErrorString(err)))"),
-    ("Cuda failure 'out of memory'",
-     "NVIDIA/nccl src/include/checks.h, as the last line of torch's DistBackendError "
-     "('ncclUnhandledCudaError: Call to CUDA function failed. Last error: ...')"),
+    (
+        "RuntimeError: CUDA error: out of memory",
+        "pytorch/pytorch c10/cuda/CUDAException.h (C10_CUDA_CHECK: 'CUDA error: ' + cudaGetErrorString)",
+    ),
+    (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "pytorch/pytorch aten/src/ATen/cuda/Exceptions.h (TORCH_CUDABLAS_CHECK), the cuBLAS handle's workspace",
+    ),
+    (
+        "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+        "pytorch/pytorch aten/src/ATen/cuda/Exceptions.h (AT_CUDNN_CHECK: 'cuDNN error: ' + cudnnGetErrorString)",
+    ),
+    (
+        "2018-02-07 22:06:11.442068: E tensorflow/stream_executor/cuda/cuda_driver.cc:936] failed to allocate 163.62M "
+        "(171573248 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY",
+        "tensorflow/tensorflow xla/stream_executor/cuda/cuda_driver.cc (GpuDriver::DeviceAllocate; in the venv's "
+        "libtensorflow_framework.so.2)",
+    ),
+    (
+        "2021-07-14 08:08:53.663124: I tensorflow/stream_executor/cuda/cuda_driver.cc:775] failed to allocate 256.00M "
+        "(268435456 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+        "tensorflow/tensorflow xla/stream_executor/cuda/cuda_status.cc (ToStatusSlow: CUDA_ERROR_OUT_OF_MEMORY is "
+        "ResourceExhausted, 'detail: name: text')",
+    ),
+    (
+        "E tensorflow/stream_executor/cuda/cuda_dnn.cc:348] could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED",
+        "tensorflow/tensorflow xla/stream_executor/cuda/cuda_dnn.cc ('Could not create cudnn handle: ' and "
+        "CUDNN_STATUS_ALLOC_FAILED, both in the venv's libtensorflow_framework.so.2)",
+    ),
+    (
+        "ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and type float on "
+        "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:RandomUniform]",
+        "tensorflow/tensorflow tensorflow/core/framework/op_kernel.cc (OpKernelContext::allocate_tensor)",
+    ),
+    (
+        "NCCL WARN Cuda failure 'out of memory'",
+        "NVIDIA/nccl src/include/checks.h (CUDACHECK: WARN(\"Cuda failure '%s'\", cudaGetErrorString(err)))",
+    ),
+    (
+        "Cuda failure 'out of memory'",
+        "NVIDIA/nccl src/include/checks.h, as the last line of torch's DistBackendError "
+        "('ncclUnhandledCudaError: Call to CUDA function failed. Last error: ...')",
+    ),
 ]
 
 #: Failures of the host's memory: they keep their exit code (no more GPU memory would help).
 HOST_OOM_CORPUS = [
     ("MemoryError", "CPython Objects/exceptions.c (PyErr_NoMemory)"),
-    ("numpy._core._exceptions._ArrayMemoryError: Unable to allocate 8.00 PiB for an array with shape "
-     "(1099511627776, 1024) and data type float64",
-     "numpy numpy/_core/_exceptions.py (_ArrayMemoryError), captured from the venv's numpy 2.4"),
+    (
+        "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 8.00 PiB for an array with shape "
+        "(1099511627776, 1024) and data type float64",
+        "numpy numpy/_core/_exceptions.py (_ArrayMemoryError), captured from the venv's numpy 2.4",
+    ),
     ('Exception in thread "main" java.lang.OutOfMemoryError: Java heap space', "OpenJDK (the JVM's heap)"),
-    ("Killed", "the shell's report of SIGKILL: the kernel's OOM killer (mm/oom_kill.c) leaves no text of its own "
-               "in the process's stderr, only exit 137"),
+    (
+        "Killed",
+        "the shell's report of SIGKILL: the kernel's OOM killer (mm/oom_kill.c) leaves no text of its own "
+        "in the process's stderr, only exit 137",
+    ),
 ]

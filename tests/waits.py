@@ -19,8 +19,13 @@ import time
 from typing import Any, Callable, Optional
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.5,
-             cause: Optional[Callable[[], str]] = None) -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float,
+    what: str,
+    every: float = 0.5,
+    cause: Optional[Callable[[], str]] = None,
+) -> Any:
     """``predicate()`` once truthy; at ``timeout`` an AssertionError with what the last try saw and ``cause()``."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -54,13 +59,14 @@ def causes(*pictures: Callable[[], str]) -> Callable[[], str]:
     return lambda: "\n".join(_safe(p) for p in pictures)
 
 
-def airflow_cause(stack, dag_id: str, run_id: Any, task_id: Optional[str] = None,
-                  lines: int = 25) -> Callable[[], str]:
+def airflow_cause(stack, dag_id: str, run_id: Any, task_id: Optional[str] = None, lines: int = 25) -> Callable[[], str]:
     """The run's task instance states and the log tail of ``task_id`` (else of every task not succeeded).
     ``run_id`` may be a callable (the run is not known yet when the wait starts)."""
+
     def picture() -> str:
         rid = run_id() if callable(run_id) else run_id
         return stack.run_picture(dag_id, rid, task_id, lines=lines) if rid else f"(no run of {dag_id} yet)"
+
     return picture
 
 
@@ -72,20 +78,31 @@ def rm_picture(hook, app_id: str, cluster=None) -> str:
         app = hook.yarn.get_application(app_id)
         keys = ("state", "finalStatus", "diagnostics", "amContainerLogs", "amHostHttpAddress", "allocatedMB")
         metrics = hook.yarn.cluster_metrics()
-        metric_keys = ("appsRunning", "appsPending", "availableMB", "allocatedMB", "activeNodes", "unhealthyNodes",
-                       "lostNodes")
+        metric_keys = (
+            "appsRunning",
+            "appsPending",
+            "availableMB",
+            "allocatedMB",
+            "activeNodes",
+            "unhealthyNodes",
+            "lostNodes",
+        )
         live = hook.yarn.list_applications(states="NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")
-        text = (f"RM app {app_id}: {json.dumps({k: app.get(k) for k in keys})}\n"
-                f"cluster: {json.dumps({k: metrics.get(k) for k in metric_keys})}\n"
-                f"live apps (id, name, state, MB, GPUs used/reserved/pending): "
-                f"{[(a['id'], a['name'], a['state'], a.get('allocatedMB'), _app_gpus(a)) for a in live]}\n"
-                f"nodes (id, GPUs used of total): "
-                f"{[(n['id'], n['gpus_used'], n['gpus']) for n in hook.yarn.node_gpu_summary()['nodes']]}\n")
+        text = (
+            f"RM app {app_id}: {json.dumps({k: app.get(k) for k in keys})}\n"
+            f"cluster: {json.dumps({k: metrics.get(k) for k in metric_keys})}\n"
+            f"live apps (id, name, state, MB, GPUs used/reserved/pending): "
+            f"{[(a['id'], a['name'], a['state'], a.get('allocatedMB'), _app_gpus(a)) for a in live]}\n"
+            f"nodes (id, GPUs used of total): "
+            f"{[(n['id'], n['gpus_used'], n['gpus']) for n in hook.yarn.node_gpu_summary()['nodes']]}\n"
+        )
         if cluster is not None:
-            text += "".join(f"{cid} {name} (tail):\n{log[-1200:]}\n"
-                            for name in ("AppMaster.stdout", "AppMaster.stderr")
-                            for cid, log in mc.container_logs(cluster.work_dir, app_id, name).items()
-                            if log.strip())
+            text += "".join(
+                f"{cid} {name} (tail):\n{log[-1200:]}\n"
+                for name in ("AppMaster.stdout", "AppMaster.stderr")
+                for cid, log in mc.container_logs(cluster.work_dir, app_id, name).items()
+                if log.strip()
+            )
         return text
     except Exception as exc:  # noqa: BLE001 - a failure message must not fail
         return f"(RM picture unavailable: {exc!r})"
@@ -97,26 +114,40 @@ def _app_gpus(app: dict) -> str:
     from airflow_provider_melon.hadoop.rm_json import GPU_RESOURCE, parse_resource
 
     usage = ((app.get("resourceInfo") or {}).get("resourceUsagesByPartition") or [{}])[0]
-    return "/".join(str(parse_resource(usage.get(kind) or {})["resources"].get(GPU_RESOURCE, 0))
-                    for kind in ("used", "reserved", "pending"))
+    return "/".join(
+        str(parse_resource(usage.get(kind) or {})["resources"].get(GPU_RESOURCE, 0))
+        for kind in ("used", "reserved", "pending")
+    )
 
 
 def rm_cause(hook, app_id: Any = None, cluster=None) -> Callable[[], str]:
     """The RM's picture of ``app_id`` (a value or a callable) when known (:func:`rm_picture`), else its
     applications (the newest 15)."""
+
     def picture() -> str:
         aid = app_id() if callable(app_id) else app_id
         if aid:
             return rm_picture(hook, aid, cluster)
         apps = sorted(hook.yarn.list_applications(), key=lambda a: int(a.get("startedTime") or 0))[-15:]
         return "RM apps (newest last): " + json.dumps(
-            [(a.get("id"), a.get("name"), a.get("state"), a.get("finalStatus"),
-              str(a.get("diagnostics") or "")[:200]) for a in apps])
+            [
+                (
+                    a.get("id"),
+                    a.get("name"),
+                    a.get("state"),
+                    a.get("finalStatus"),
+                    str(a.get("diagnostics") or "")[:200],
+                )
+                for a in apps
+            ]
+        )
+
     return picture
 
 
 def hdfs_cause(hook, path: str) -> Callable[[], str]:
     """The HDFS listing of ``path``, or of its nearest existing parent when it does not exist."""
+
     def picture() -> str:
         probe = path.rstrip("/") or "/"
         while probe not in ("", "/") and not hook.hdfs.status(probe, strict=False):
@@ -124,4 +155,5 @@ def hdfs_cause(hook, path: str) -> Callable[[], str]:
         names = hook.hdfs.list(probe) if hook.hdfs.status(probe, strict=False).get("type") == "DIRECTORY" else []
         head = f"HDFS {path}" + ("" if probe == path.rstrip("/") else f" does not exist; nearest parent {probe}")
         return f"{head} holds: {names[:50]}"
+
     return picture

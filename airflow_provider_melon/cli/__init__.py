@@ -34,10 +34,18 @@ def _cluster(args) -> int:
     work_dir = Path(args.work_dir)
     if args.action == "start":
         _embedded_cluster_here()
-        details = mc.start(work_dir, port_base=args.port_base, nodemanagers=args.nodemanagers, gpus=args.gpus,
-                           gpu_memory_mb=args.gpu_memory_mb, nm_memory_mb=args.nm_memory_mb,
-                           timeout=args.timeout, secure=args.secure, tenants=args.tenants,
-                           token_renew_s=args.token_renew_s)
+        details = mc.start(
+            work_dir,
+            port_base=args.port_base,
+            nodemanagers=args.nodemanagers,
+            gpus=args.gpus,
+            gpu_memory_mb=args.gpu_memory_mb,
+            nm_memory_mb=args.nm_memory_mb,
+            timeout=args.timeout,
+            secure=args.secure,
+            tenants=args.tenants,
+            token_renew_s=args.token_renew_s,
+        )
         print(json.dumps(mc.status(details.work_dir), indent=2))
         print("# point your own Airflow at this cluster (connections as environment variables):", file=sys.stderr)
         for line in mc.connection_exports(details, sys.executable):
@@ -68,8 +76,7 @@ def _up(args) -> int:
     dags = Path(args.dags).resolve()
     print(f"[up] starting the mini cluster in {work_dir} ...", flush=True)
     details = mc.start(work_dir, port_base=args.port_base, timeout=args.timeout)
-    stack = LocalAirflow(mc.airflow_env(details, home, dags, sys.executable), port=args.port,
-                         password=args.password)
+    stack = LocalAirflow(mc.airflow_env(details, home, dags, sys.executable), port=args.port, password=args.password)
     try:
         print(f"[up] starting Airflow (api-server, scheduler, dag-processor, triggerer) in {home} ...", flush=True)
         stack.start()
@@ -104,8 +111,11 @@ def melon_hook_for_cluster(work_dir: Path):
     return MelonHook(
         yarn_hook=YarnHook(rm_urls=[details.rm_web_url], user=details.user),
         hdfs_client=InsecureClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=details.user),
-        user=details.user, am_classpath=details.am_classpath, default_python=sys.executable,
-        container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
+        user=details.user,
+        am_classpath=details.am_classpath,
+        default_python=sys.executable,
+        container_env=mc.container_env(details),
+        fs_default_fs=details.fs_default_fs,
         gpu_context_mb=mc.GPU_CONTEXT_MB,
     )
 
@@ -115,15 +125,24 @@ def _secure_melon_hook(details, name: str = "airflow"):
     from airflow_provider_melon.hooks.melon import MelonHook
     from airflow_provider_melon.hooks.yarn import YarnHook
 
-    yarn = YarnHook(rm_urls=[details.rm_web_url], auth="kerberos", kerberos_principal=details.principal(name),
-                    kerberos_keytab=details.keytab(name), kerberos_ccache=details.ccache(name),
-                    krb5_conf=details.krb5_conf)
+    yarn = YarnHook(
+        rm_urls=[details.rm_web_url],
+        auth="kerberos",
+        kerberos_principal=details.principal(name),
+        kerberos_keytab=details.keytab(name),
+        kerberos_ccache=details.ccache(name),
+        krb5_conf=details.krb5_conf,
+    )
     tickets = yarn._kerberos_tickets()
     tickets.ensure(force=True)
     return MelonHook(
-        yarn_hook=yarn, hdfs_client=tickets.webhdfs_client(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]),
-        user=name, am_classpath=details.am_classpath, default_python=sys.executable,
-        container_env=mc.container_env(details), fs_default_fs=details.fs_default_fs,
+        yarn_hook=yarn,
+        hdfs_client=tickets.webhdfs_client(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]),
+        user=name,
+        am_classpath=details.am_classpath,
+        default_python=sys.executable,
+        container_env=mc.container_env(details),
+        fs_default_fs=details.fs_default_fs,
         gpu_context_mb=mc.GPU_CONTEXT_MB,
     )
 
@@ -147,8 +166,13 @@ def _doctor_checks(args, cluster) -> int:
     from airflow_provider_melon.cli.terminal import json_stream
 
     hook = cluster.melon_hook(resolve_fs=False)
-    findings = Doctor(hook, queue=args.queue, submit_test=args.submit_test, timeout=args.timeout,
-                      fs_from_connection=cluster.mode == "conn").run()
+    findings = Doctor(
+        hook,
+        queue=args.queue,
+        submit_test=args.submit_test,
+        timeout=args.timeout,
+        fs_from_connection=cluster.mode == "conn",
+    ).run()
     print(as_json(findings) if args.json else render(findings), file=json_stream() if args.json else sys.stdout)
     return 1 if any(f.status == "fail" for f in findings) else 0
 
@@ -166,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_melon.cli import memory as cli_memory
     from airflow_provider_melon.cli.exit_codes import EXIT_CODES
 
-    parser = argparse.ArgumentParser(prog="melon", description=DESCRIPTION, epilog=EXIT_CODES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="melon", description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     cli_jobs.add_commands(sub, argparse.RawDescriptionHelpFormatter)
@@ -182,14 +207,24 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--gpu-memory-mb", type=int, default=32768)
     cl.add_argument("--nm-memory-mb", type=int, default=8192)
     cl.add_argument("--timeout", type=float, default=240)
-    cl.add_argument("--secure", action="store_true",
-                    help="Kerberos: a KDC with keytabs + krb5.conf in the work dir, SPNEGO on the RM, NMs and WebHDFS")
-    cl.add_argument("--tenants", action="store_true",
-                    help="multi-tenant setup: queues tenant_a (alice) and tenant_b (bob) with preemption, ACLs, HDFS "
-                         "permissions, an `airflow` user that may impersonate the tenants (doAs)")
-    cl.add_argument("--token-renew-s", type=float, default=0,
-                    help="the NameNode's delegation-token renew interval in seconds (default: Hadoop's 24 h); short, "
-                         "to see the RM renew a running job's HDFS token")
+    cl.add_argument(
+        "--secure",
+        action="store_true",
+        help="Kerberos: a KDC with keytabs + krb5.conf in the work dir, SPNEGO on the RM, NMs and WebHDFS",
+    )
+    cl.add_argument(
+        "--tenants",
+        action="store_true",
+        help="multi-tenant setup: queues tenant_a (alice) and tenant_b (bob) with preemption, ACLs, HDFS "
+        "permissions, an `airflow` user that may impersonate the tenants (doAs)",
+    )
+    cl.add_argument(
+        "--token-renew-s",
+        type=float,
+        default=0,
+        help="the NameNode's delegation-token renew interval in seconds (default: Hadoop's 24 h); short, "
+        "to see the RM renew a running job's HDFS token",
+    )
     cl.set_defaults(func=_cluster)
 
     up = sub.add_parser("up", help="the embedded cluster + a real Airflow with the example DAGs, until Ctrl-C")
@@ -202,19 +237,34 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--timeout", type=float, default=300)
     up.set_defaults(func=_up)
 
-    doctor_help = ("check that a cluster is ready for MeLoN jobs, from where Airflow runs (each finding with its "
-                   "fix); exit 1 if any check fails")
-    dr = sub.add_parser("doctor", parents=[cli_jobs.cluster_options()], help=doctor_help,
-                        description=doctor_help + ". The cluster is named as for the job commands (the cluster "
-                        "options below).")
+    doctor_help = (
+        "check that a cluster is ready for MeLoN jobs, from where Airflow runs (each finding with its "
+        "fix); exit 1 if any check fails"
+    )
+    dr = sub.add_parser(
+        "doctor",
+        parents=[cli_jobs.cluster_options()],
+        help=doctor_help,
+        description=doctor_help + ". The cluster is named as for the job commands (the cluster options below).",
+    )
     dr.add_argument("--queue", default="default", help="the YARN queue jobs will use")
-    dr.add_argument("--submit-test", action="store_true",
-                    help="then run a tiny job through the real path (stage, submit, AM, containers, output, logs), "
-                    "reporting each step and the nodes' Java, job Python, pynvml and framework")
-    dr.add_argument("--python", help="with --submit-test: the job Python to probe (default: the connection's "
-                    "`python`, as for jobs that name none)")
-    dr.add_argument("--timeout", type=float, default=300.0,
-                    help="with --submit-test: seconds to wait for the AM, then for the job (default 300)")
+    dr.add_argument(
+        "--submit-test",
+        action="store_true",
+        help="then run a tiny job through the real path (stage, submit, AM, containers, output, logs), "
+        "reporting each step and the nodes' Java, job Python, pynvml and framework",
+    )
+    dr.add_argument(
+        "--python",
+        help="with --submit-test: the job Python to probe (default: the connection's "
+        "`python`, as for jobs that name none)",
+    )
+    dr.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="with --submit-test: seconds to wait for the AM, then for the job (default 300)",
+    )
     dr.set_defaults(func=_doctor, command_func=_doctor_checks)
 
     pe = sub.add_parser("pack-env", help="pack a virtualenv (venv-pack) or conda env (conda-pack) to a tar.gz")
@@ -224,8 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--conda", help="conda env name or prefix")
     pe.set_defaults(func=_pack_env)
 
-    pl = sub.add_parser("plan", add_help=False, help="recommend batch size, PS and workers for a PS job "
-                        "(prints JSON; `melon plan --help` for its options)")
+    pl = sub.add_parser(
+        "plan",
+        add_help=False,
+        help="recommend batch size, PS and workers for a PS job (prints JSON; `melon plan --help` for its options)",
+    )
     pl.set_defaults(func=None)
 
     argcomplete.autocomplete(parser)  # shell completion: answers and exits when the shell's hook asks
@@ -241,4 +294,3 @@ def main(argv: list[str] | None = None) -> int:
     except mc.MiniClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-

@@ -31,8 +31,16 @@ NN_INFO_BEAN = "Hadoop:service=NameNode,name=NameNodeInfo"
 class Doctor:
     """Runs the checks against ``hook`` (a :class:`~airflow_provider_melon.hooks.melon.MelonHook`)."""
 
-    def __init__(self, hook: Any, queue: str = "default", *, submit_test: bool = False, python: Optional[str] = None,
-                 timeout: float = 300.0, fs_from_connection: bool = True):
+    def __init__(
+        self,
+        hook: Any,
+        queue: str = "default",
+        *,
+        submit_test: bool = False,
+        python: Optional[str] = None,
+        timeout: float = 300.0,
+        fs_from_connection: bool = True,
+    ):
         self.hook = hook
         self.yarn = hook.yarn
         self.queue = queue
@@ -53,8 +61,14 @@ class Doctor:
         if findings[0].status == "fail":  # nothing else of YARN can be read
             rest: list[Callable[[], Finding]] = []
         else:
-            rest = [self.check_resource_types, self.check_scheduler, self.check_nodes, self.check_queue,
-                    self.check_nodemanagers, self.check_gpu_plugin]
+            rest = [
+                self.check_resource_types,
+                self.check_scheduler,
+                self.check_nodes,
+                self.check_queue,
+                self.check_nodemanagers,
+                self.check_gpu_plugin,
+            ]
         rest += [self.check_hdfs, self.check_datanodes, self.check_am_jar, self.check_auth]
         if findings[0].status != "fail":
             rest.append(self.check_hadoop_java)
@@ -64,11 +78,17 @@ class Doctor:
             findings.append(mig)
         if self.submit_test:
             if any(f.status == "fail" for f in findings):
-                findings.append(_fail("submit-test", "not run: fix the failed checks above first",
-                                      "run `melon doctor --submit-test` again once they pass"))
+                findings.append(
+                    _fail(
+                        "submit-test",
+                        "not run: fix the failed checks above first",
+                        "run `melon doctor --submit-test` again once they pass",
+                    )
+                )
             else:
-                findings += SubmitTest(self.hook, self.nodes(), queue=self.queue, python=self.python,
-                                       timeout=self.timeout).run()
+                findings += SubmitTest(
+                    self.hook, self.nodes(), queue=self.queue, python=self.python, timeout=self.timeout
+                ).run()
         return findings
 
     @staticmethod
@@ -83,14 +103,19 @@ class Doctor:
         states = []
         for base, info in self.yarn.ha_states().items():
             if isinstance(info, dict):
-                states.append(f"{base} {info.get('haState')} (Hadoop {info.get('resourceManagerVersion', '?')}, "
-                              f"{info.get('state', '?')})")
+                states.append(
+                    f"{base} {info.get('haState')} (Hadoop {info.get('resourceManagerVersion', '?')}, "
+                    f"{info.get('state', '?')})"
+                )
             else:
                 states.append(f"{base} {info}")
         if not any(" ACTIVE " in s for s in states):
-            return _fail("resourcemanager", "; ".join(states),
-                         "start the ResourceManager, or fix the yarn connection's host (RM web address, "
-                         "e.g. http://rm:8088; list both RMs of an HA pair)")
+            return _fail(
+                "resourcemanager",
+                "; ".join(states),
+                "start the ResourceManager, or fix the yarn connection's host (RM web address, "
+                "e.g. http://rm:8088; list both RMs of an HA pair)",
+            )
         return _ok("resourcemanager", "; ".join(states))
 
     def nodes(self) -> list[dict]:
@@ -106,34 +131,49 @@ class Doctor:
         declared |= {r for r in (GPU_RESOURCE, GPU_MEMORY_RESOURCE) if r in vector}
         missing = [r for r in (GPU_RESOURCE, GPU_MEMORY_RESOURCE) if r not in declared]
         if missing:
-            return _fail("resource-types", f"not declared: {', '.join(missing)} (declared: "
-                         f"{', '.join(sorted(declared)) or 'memory and vcores only'})",
-                         "resource-types.xml on the RM and every NM: yarn.resource-types=yarn.io/gpu,"
-                         "melon.io/gpu-memory and yarn.resource-types.melon.io/gpu-memory.units=Mi; restart them")
+            return _fail(
+                "resource-types",
+                f"not declared: {', '.join(missing)} (declared: "
+                f"{', '.join(sorted(declared)) or 'memory and vcores only'})",
+                "resource-types.xml on the RM and every NM: yarn.resource-types=yarn.io/gpu,"
+                "melon.io/gpu-memory and yarn.resource-types.melon.io/gpu-memory.units=Mi; restart them",
+            )
         return _ok("resource-types", f"{GPU_RESOURCE} and {GPU_MEMORY_RESOURCE} declared")
 
     def check_scheduler(self) -> Finding:
         info = self.yarn.scheduler()
         kind = info.get("type", "?")
         if kind != "capacityScheduler":
-            return _warn("scheduler", f"{kind}: MeLoN is tested on the CapacityScheduler",
-                         "yarn.resourcemanager.scheduler.class = ...scheduler.capacity.CapacityScheduler")
+            return _warn(
+                "scheduler",
+                f"{kind}: MeLoN is tested on the CapacityScheduler",
+                "yarn.resourcemanager.scheduler.class = ...scheduler.capacity.CapacityScheduler",
+            )
         calculator = self.yarn.rm_conf(CALCULATOR_KEY)
         if calculator is None:
-            return _warn("scheduler", f"CapacityScheduler; the RM does not publish {CALCULATOR_KEY} at /conf, so "
-                         "the resource calculator cannot be checked from here",
-                         f"make sure capacity-scheduler.xml sets {CALCULATOR_KEY} = {DRC}")
+            return _warn(
+                "scheduler",
+                f"CapacityScheduler; the RM does not publish {CALCULATOR_KEY} at /conf, so "
+                "the resource calculator cannot be checked from here",
+                f"make sure capacity-scheduler.xml sets {CALCULATOR_KEY} = {DRC}",
+            )
         if calculator.strip() != DRC:
-            return _fail("scheduler", f"CapacityScheduler with {calculator}: GPUs and GPU memory are ignored when "
-                         "placing containers", f"capacity-scheduler.xml: {CALCULATOR_KEY} = {DRC}; then "
-                         "`yarn rmadmin -refreshQueues`")
+            return _fail(
+                "scheduler",
+                f"CapacityScheduler with {calculator}: GPUs and GPU memory are ignored when placing containers",
+                f"capacity-scheduler.xml: {CALCULATOR_KEY} = {DRC}; then `yarn rmadmin -refreshQueues`",
+            )
         return _ok("scheduler", "CapacityScheduler on the DominantResourceCalculator")
 
     def check_nodes(self) -> Finding:
         nodes = self.nodes()
         if not nodes:
-            return _fail("nodes", "no RUNNING NodeManager", "start the NodeManagers; check their logs for why "
-                         "they are UNHEALTHY or LOST (disks over 90 % full are a common cause)")
+            return _fail(
+                "nodes",
+                "no RUNNING NodeManager",
+                "start the NodeManagers; check their logs for why "
+                "they are UNHEALTHY or LOST (disks over 90 % full are a common cause)",
+            )
         parts, without = [], []
         for node in nodes:
             res = node["totalResource"]["resources"]
@@ -143,12 +183,20 @@ class Doctor:
                 without.append(str(node.get("id")))
         detail = "; ".join(parts)
         if len(without) == len(nodes):
-            return _fail("nodes", detail, "each GPU node's node-resources.xml: yarn.nodemanager.resource-type."
-                         "yarn.io/gpu = <GPUs> and yarn.nodemanager.resource-type.melon.io/gpu-memory = <GPUs x MiB "
-                         "per GPU>; restart the NodeManager")
+            return _fail(
+                "nodes",
+                detail,
+                "each GPU node's node-resources.xml: yarn.nodemanager.resource-type."
+                "yarn.io/gpu = <GPUs> and yarn.nodemanager.resource-type.melon.io/gpu-memory = <GPUs x MiB "
+                "per GPU>; restart the NodeManager",
+            )
         if without:
-            return _warn("nodes", detail, f"{', '.join(without)} advertise no GPU memory: fine for CPU-only "
-                         "nodes, else set node-resources.xml there")
+            return _warn(
+                "nodes",
+                detail,
+                f"{', '.join(without)} advertise no GPU memory: fine for CPU-only "
+                "nodes, else set node-resources.xml there",
+            )
         return _ok("nodes", detail)
 
     def _leaf_queues(self) -> dict[str, dict]:
@@ -171,19 +219,27 @@ class Doctor:
         queue = leaves.get(self.queue)
         if queue is None:
             names = sorted({str(q.get("queuePath") or q.get("queueName")) for q in leaves.values()})
-            return _fail("queue", f"no leaf queue {self.queue!r}; leaf queues: {', '.join(names) or 'none'}",
-                         f"use one of those (spec field `queue`), or add {self.queue!r} to capacity-scheduler.xml "
-                         "and run `yarn rmadmin -refreshQueues`")
+            return _fail(
+                "queue",
+                f"no leaf queue {self.queue!r}; leaf queues: {', '.join(names) or 'none'}",
+                f"use one of those (spec field `queue`), or add {self.queue!r} to capacity-scheduler.xml "
+                "and run `yarn rmadmin -refreshQueues`",
+            )
         state = queue.get("state", "RUNNING")
         capacity = float(queue.get("absoluteCapacity", queue.get("capacity", 0)) or 0)
         maximum = float(queue.get("absoluteMaxCapacity", queue.get("maxCapacity", 0)) or 0)
         am_share = queue.get("configuredMaxAMResourceLimit")
         am_share = f"{float(am_share) * 100:g} %" if am_share not in (None, "") else "?"
-        detail = (f"{queue.get('queuePath', self.queue)}: {state}, capacity {capacity:g} %, maximum {maximum:g} %, "
-                  f"at most {am_share} for ApplicationMasters")
+        detail = (
+            f"{queue.get('queuePath', self.queue)}: {state}, capacity {capacity:g} %, maximum {maximum:g} %, "
+            f"at most {am_share} for ApplicationMasters"
+        )
         if state != "RUNNING":
-            return _fail("queue", detail, "start the queue (state RUNNING in capacity-scheduler.xml), then "
-                         "`yarn rmadmin -refreshQueues`")
+            return _fail(
+                "queue",
+                detail,
+                "start the queue (state RUNNING in capacity-scheduler.xml), then `yarn rmadmin -refreshQueues`",
+            )
         if maximum <= 0:
             return _fail("queue", detail, "give the queue capacity in capacity-scheduler.xml")
         return _ok("queue", detail)
@@ -198,8 +254,13 @@ class Doctor:
         if not gpus and not gpus.mig:
             return None
         if gpus.mig:
-            return _fail("gpu-mig", gpus.reason, "; ".join(f"nvidia-smi -i {i} -mig 0 (as root, the GPU idle), or "
-                                                           f"keep GPU {i} out of MeLoN" for i in gpus.mig))
+            return _fail(
+                "gpu-mig",
+                gpus.reason,
+                "; ".join(
+                    f"nvidia-smi -i {i} -mig 0 (as root, the GPU idle), or keep GPU {i} out of MeLoN" for i in gpus.mig
+                ),
+            )
         return _ok("gpu-mig", f"this host's {len(gpus)} GPU(s): none in MIG mode")
 
     # ---- NodeManagers: reachable from here, YARN's own GPU plugin ------------------------------------------
@@ -229,11 +290,13 @@ class Doctor:
                 self._nm_unreachable[str(node.get("id"))] = cause
                 bad.append(f"{node.get('nodeHTTPAddress')} ({node.get('id')}): {cause}")
         if bad:
-            return _fail("nodemanagers", f"web port unreachable from here: {'; '.join(bad)}"
-                         + (f" (reachable: {', '.join(ok)})" if ok else ""),
-                         "open the NodeManagers' web port (yarn.nodemanager.webapp.address, 8042 by default) to "
-                         "every host running Airflow's workers, triggerer and api-server: job logs are read there; "
-                         "a NodeManager that crashed shows here before the RM marks it LOST")
+            return _fail(
+                "nodemanagers",
+                f"web port unreachable from here: {'; '.join(bad)}" + (f" (reachable: {', '.join(ok)})" if ok else ""),
+                "open the NodeManagers' web port (yarn.nodemanager.webapp.address, 8042 by default) to "
+                "every host running Airflow's workers, triggerer and api-server: job logs are read there; "
+                "a NodeManager that crashed shows here before the RM marks it LOST",
+            )
         return _ok("nodemanagers", f"web port of {len(ok)} NodeManager(s) reachable from here: {', '.join(ok)}")
 
     def _nm_conf(self, node: dict, name: str) -> Optional[str]:
@@ -270,29 +333,44 @@ class Doctor:
             gpus = node["totalResource"]["resources"].get(GPU_RESOURCE, 0)
             if allowed.lower() == "auto":
                 level = "fail" if isolating else "warn"
-                rows.append(f"{node_id}: the plugin manages every GPU ({gpus} discovered, allowed-gpu-devices=auto)"
-                            + (", isolated by the LinuxContainerExecutor's device cgroups: shared-mode tasks are "
-                               "denied every GPU" if isolating else
-                               f" on the {executor.rsplit('.', 1)[-1]} (no device isolation now; with the "
-                               "LinuxContainerExecutor shared-mode tasks would be denied every GPU)"))
+                rows.append(
+                    f"{node_id}: the plugin manages every GPU ({gpus} discovered, allowed-gpu-devices=auto)"
+                    + (
+                        ", isolated by the LinuxContainerExecutor's device cgroups: shared-mode tasks are "
+                        "denied every GPU"
+                        if isolating
+                        else f" on the {executor.rsplit('.', 1)[-1]} (no device isolation now; with the "
+                        "LinuxContainerExecutor shared-mode tasks would be denied every GPU)"
+                    )
+                )
             elif "CUDA_VISIBLE_DEVICES" not in container_env:
                 level = "warn"
-                rows.append(f"{node_id}: the plugin manages GPUs {allowed}, but the yarn connection's "
-                            "container_env sets no CUDA_VISIBLE_DEVICES: MeLoN tasks may pick one of the plugin's")
+                rows.append(
+                    f"{node_id}: the plugin manages GPUs {allowed}, but the yarn connection's "
+                    "container_env sets no CUDA_VISIBLE_DEVICES: MeLoN tasks may pick one of the plugin's"
+                )
             else:
                 level = "ok"
-                rows.append(f"{node_id}: the plugin manages GPUs {allowed}; MeLoN shares CUDA_VISIBLE_DEVICES="
-                            f"{container_env['CUDA_VISIBLE_DEVICES']}")
+                rows.append(
+                    f"{node_id}: the plugin manages GPUs {allowed}; MeLoN shares CUDA_VISIBLE_DEVICES="
+                    f"{container_env['CUDA_VISIBLE_DEVICES']}"
+                )
             worst = max(worst, level, key=("ok", "warn", "fail").index)
         tail = f"; conf not readable on {', '.join(unread)}" if unread else ""
         if not rows:
-            return _ok("gpu-plugin", f"YARN's GPU plugin ({PLUGINS_KEY}={GPU_RESOURCE}) is off on every NodeManager"
-                       + tail + ": MeLoN's GPU accounting alone")
-        fix = ("on each GPU node give the plugin only the GPUs for whole-GPU jobs "
-               f"({ALLOWED_GPUS_KEY}=<index:minor,...>, never auto) and leave MeLoN's shared GPUs out of it; set "
-               "node-resources.xml's melon.io/gpu-memory to those GPUs' memory and CUDA_VISIBLE_DEVICES=<their "
-               "indexes> in the yarn connection's container_env; or turn the plugin off on MeLoN's nodes "
-               "(docs/gpu-plugin.md)")
+            return _ok(
+                "gpu-plugin",
+                f"YARN's GPU plugin ({PLUGINS_KEY}={GPU_RESOURCE}) is off on every NodeManager"
+                + tail
+                + ": MeLoN's GPU accounting alone",
+            )
+        fix = (
+            "on each GPU node give the plugin only the GPUs for whole-GPU jobs "
+            f"({ALLOWED_GPUS_KEY}=<index:minor,...>, never auto) and leave MeLoN's shared GPUs out of it; set "
+            "node-resources.xml's melon.io/gpu-memory to those GPUs' memory and CUDA_VISIBLE_DEVICES=<their "
+            "indexes> in the yarn connection's container_env; or turn the plugin off on MeLoN's nodes "
+            "(docs/gpu-plugin.md)"
+        )
         detail = "; ".join(rows) + tail
         return Finding("gpu-plugin", worst, detail, "" if worst == "ok" else fix)
 
@@ -312,16 +390,22 @@ class Doctor:
 
         resp = (session or requests).get(f"{base}/jmx", params={"qry": NN_INFO_BEAN}, timeout=30)
         if resp.status_code != 200:
-            return _warn("datanodes", f"the NameNode's /jmx answered HTTP {resp.status_code}: DataNodes not listed",
-                         "let this user read the NameNode's /jmx (hadoop.security.instrumentation.requires.admin)")
+            return _warn(
+                "datanodes",
+                f"the NameNode's /jmx answered HTTP {resp.status_code}: DataNodes not listed",
+                "let this user read the NameNode's /jmx (hadoop.security.instrumentation.requires.admin)",
+            )
         beans = resp.json().get("beans") or [{}]
         live = json.loads(beans[0].get("LiveNodes") or "{}")
         if not live:
             return _fail("datanodes", "the NameNode reports no live DataNode", "start the DataNodes; check their logs")
         ok, bad = [], []
         for name, info in sorted(live.items()):
-            address = str(info.get("infoSecureAddr") if str(base).startswith("https") and info.get("infoSecureAddr")
-                          else info.get("infoAddr") or "")
+            address = str(
+                info.get("infoSecureAddr")
+                if str(base).startswith("https") and info.get("infoSecureAddr")
+                else info.get("infoAddr") or ""
+            )
             host, _, port = address.rpartition(":")
             try:
                 with socket.create_connection((host, int(port)), timeout=10):
@@ -329,10 +413,13 @@ class Doctor:
             except (OSError, ValueError) as exc:
                 bad.append(f"{address or name} ({type(exc).__name__}: {exc})")
         if bad:
-            return _fail("datanodes", f"HTTP port unreachable from here: {'; '.join(bad)}",
-                         "open every DataNode's HTTP port (dfs.datanode.http.address, 9864 by default) to the hosts "
-                         "running Airflow: WebHDFS redirects staging uploads and reads to the DataNodes; the "
-                         "address must resolve here (dfs.datanode.hostname / the NameNode's view of it)")
+            return _fail(
+                "datanodes",
+                f"HTTP port unreachable from here: {'; '.join(bad)}",
+                "open every DataNode's HTTP port (dfs.datanode.http.address, 9864 by default) to the hosts "
+                "running Airflow: WebHDFS redirects staging uploads and reads to the DataNodes; the "
+                "address must resolve here (dfs.datanode.hostname / the NameNode's view of it)",
+            )
         return _ok("datanodes", f"{len(ok)} DataNode(s) reachable from here: {', '.join(ok)}")
 
     # ---- HDFS, AM jar, auth --------------------------------------------------------------------------------
@@ -341,42 +428,59 @@ class Doctor:
         if not self.fs_from_connection and not hook.fs_default_fs:
             hook.fs_default_fs = self.yarn.rm_conf("fs.defaultFS")
         if not hook.fs_default_fs:
-            return _fail("hdfs", "fs.defaultFS is unknown, so YARN cannot localize staged files",
-                         "set fs_default_fs (e.g. hdfs://namenode:8020) in the yarn connection's extra")
+            return _fail(
+                "hdfs",
+                "fs.defaultFS is unknown, so YARN cannot localize staged files",
+                "set fs_default_fs (e.g. hdfs://namenode:8020) in the yarn connection's extra",
+            )
         try:
             hook.file_status("/")
         except Exception as exc:  # noqa: BLE001 - reported with the fix
-            return _fail("hdfs", f"NameNode unreachable through WebHDFS ({self._webhdfs_where()}): "
-                         f"{_one_line(exc)}", "check the webhdfs connection (or --webhdfs): host and port of the "
-                         "NameNode's HTTP address (dfs.namenode.http-address, 9870 by default), that the NameNode "
-                         "runs, and that this host may reach that port")
+            return _fail(
+                "hdfs",
+                f"NameNode unreachable through WebHDFS ({self._webhdfs_where()}): {_one_line(exc)}",
+                "check the webhdfs connection (or --webhdfs): host and port of the "
+                "NameNode's HTTP address (dfs.namenode.http-address, 9870 by default), that the NameNode "
+                "runs, and that this host may reach that port",
+            )
         self._hdfs_reachable = True
         probe = f"{hook.staging_dir}/.doctor-{uuid.uuid4().hex}"
         try:
             hook.hdfs.makedirs(hook.cache_dir)
             hook.hdfs.write(probe, data=b"melon doctor", overwrite=False)
         except Exception as exc:  # noqa: BLE001 - reported with the fix
-            return _fail("hdfs", f"staging folder {hook.staging_dir} not writable as {hook.user}: {exc}",
-                         f"create /user/{hook.user} owned by {hook.user} (as the HDFS superuser: `hdfs dfs -mkdir -p "
-                         f"/user/{hook.user} && hdfs dfs -chown {hook.user} /user/{hook.user}`), or set "
-                         "[melon] staging_dir to a writable folder")
+            return _fail(
+                "hdfs",
+                f"staging folder {hook.staging_dir} not writable as {hook.user}: {exc}",
+                f"create /user/{hook.user} owned by {hook.user} (as the HDFS superuser: `hdfs dfs -mkdir -p "
+                f"/user/{hook.user} && hdfs dfs -chown {hook.user} /user/{hook.user}`), or set "
+                "[melon] staging_dir to a writable folder",
+            )
         finally:
             try:
                 hook.hdfs.delete(probe)
             except Exception:  # noqa: BLE001 - best effort
                 pass
-        return _ok("hdfs", f"{hook.fs_default_fs} reachable through WebHDFS; {hook.staging_dir} writable as "
-                   f"{hook.user}")
+        return _ok(
+            "hdfs", f"{hook.fs_default_fs} reachable through WebHDFS; {hook.staging_dir} writable as {hook.user}"
+        )
 
     def check_am_jar(self) -> Finding:
         jar = self.hook.am_jar
         if not jar.is_file():
-            return _fail("am-jar", f"{jar} missing", "install a provider wheel built with the AM (`pip wheel .` "
-                         "from a checkout with JDK 17 and Maven), or set [melon] am_jar")
+            return _fail(
+                "am-jar",
+                f"{jar} missing",
+                "install a provider wheel built with the AM (`pip wheel .` "
+                "from a checkout with JDK 17 and Maven), or set [melon] am_jar",
+            )
         with zipfile.ZipFile(jar) as zf:
             if "org/melon/yarn/MelonApplicationMaster.class" not in zf.namelist():
-                return _fail("am-jar", f"{jar} holds no MelonApplicationMaster", "point [melon] am_jar at the MeLoN "
-                             "AM jar, or remove it to use the packaged one")
+                return _fail(
+                    "am-jar",
+                    f"{jar} holds no MelonApplicationMaster",
+                    "point [melon] am_jar at the MeLoN AM jar, or remove it to use the packaged one",
+                )
         return _ok("am-jar", f"{jar} ({jar.stat().st_size} bytes)")
 
     def check_auth(self) -> Finding:
@@ -392,22 +496,30 @@ class Doctor:
                 return _fail("auth", "kerberos, but the settings cannot work", str(exc))
             s = tickets.s
             if not s.principal:
-                return _fail("auth", "kerberos, but no principal", "set kerberos_principal in the yarn connection's "
-                             "extra (or [kerberos] principal)")
+                return _fail(
+                    "auth",
+                    "kerberos, but no principal",
+                    "set kerberos_principal in the yarn connection's extra (or [kerberos] principal)",
+                )
             krb5 = s.krb5_conf or os.environ.get("KRB5_CONFIG") or "/etc/krb5.conf"
             if not Path(krb5).is_file():
-                return _fail("auth", f"kerberos, but no krb5.conf ({krb5} does not exist): the realm's KDC is unknown",
-                             "set krb5_conf in the yarn connection's extra to the realm's krb5.conf (or export "
-                             "KRB5_CONFIG)")
+                return _fail(
+                    "auth",
+                    f"kerberos, but no krb5.conf ({krb5} does not exist): the realm's KDC is unknown",
+                    "set krb5_conf in the yarn connection's extra to the realm's krb5.conf (or export KRB5_CONFIG)",
+                )
             try:
                 tickets.ensure(force=True)
             except KerberosError as exc:
                 source = f"keytab {s.keytab}" if s.keytab else f"ticket cache {s.ccache or 'default'} (no keytab)"
                 return _fail("auth", f"kerberos as {s.principal} from the {source}, but no valid ticket", str(exc))
             left = tickets.remaining() or 0
-            return _ok("auth", f"kerberos as {s.principal} ({'keytab ' + s.keytab if s.keytab else 'no keytab'}, "
-                       f"ticket cache {s.ccache or 'default'}, valid {left // 60} min; krb5.conf {krb5}): SPNEGO on "
-                       f"every RM and WebHDFS call, HDFS user {self.hook.user} (staging {self.hook.staging_dir})")
+            return _ok(
+                "auth",
+                f"kerberos as {s.principal} ({'keytab ' + s.keytab if s.keytab else 'no keytab'}, "
+                f"ticket cache {s.ccache or 'default'}, valid {left // 60} min; krb5.conf {krb5}): SPNEGO on "
+                f"every RM and WebHDFS call, HDFS user {self.hook.user} (staging {self.hook.staging_dir})",
+            )
         return _ok("auth", f"{mode} (a custom requests auth object)")
 
     def check_hadoop_java(self) -> Finding:
@@ -421,14 +533,19 @@ class Doctor:
         javas: dict[str, Optional[int]] = {}
         for node in self.nodes():
             try:
-                resp = self.yarn.get_url(self.yarn.node_base_url(node.get("nodeHTTPAddress")) + hc.JMX_PATH,
-                                         params=hc.JMX_RUNTIME_QUERY)
+                resp = self.yarn.get_url(
+                    self.yarn.node_base_url(node.get("nodeHTTPAddress")) + hc.JMX_PATH, params=hc.JMX_RUNTIME_QUERY
+                )
                 javas[str(node.get("id"))] = hc.java_from_jmx(resp.json()) if resp.status_code == 200 else None
             except Exception:  # noqa: BLE001 - an unreadable /jmx leaves that node's Java unknown
                 javas[str(node.get("id"))] = None
         known = sorted({j for j in javas.values() if j})
-        seen = (f"NodeManagers on Java {', '.join(map(str, known))} ({sum(1 for j in javas.values() if j)} of "
-                f"{len(javas)} read from their /jmx)" if known else "NodeManagers' Java unknown (no /jmx answered)")
+        seen = (
+            f"NodeManagers on Java {', '.join(map(str, known))} ({sum(1 for j in javas.values() if j)} of "
+            f"{len(javas)} read from their /jmx)"
+            if known
+            else "NodeManagers' Java unknown (no /jmx answered)"
+        )
         detail = f"Hadoop {version}" + ("" if line else " (not a tested line: 3.3, 3.4, 3.5)") + f"; {seen}"
         jar = self.hook.am_jar
         if not jar.is_file():
@@ -438,9 +555,12 @@ class Doctor:
         too_old = sorted(n for n, j in javas.items() if j and not hc.am_runs_on(major, j))
         detail += f"; the AM jar is Java {needs} bytecode (class major {major})"
         if too_old:
-            return _fail("hadoop-java", detail + f": it does not load on {', '.join(too_old)}",
-                         f"use the provider's packaged AM jar (Java {hc.AM_MAX_CLASS_MAJOR - 44} bytecode), or run "
-                         f"the NodeManagers on Java {needs}+")
+            return _fail(
+                "hadoop-java",
+                detail + f": it does not load on {', '.join(too_old)}",
+                f"use the provider's packaged AM jar (Java {hc.AM_MAX_CLASS_MAJOR - 44} bytecode), or run "
+                f"the NodeManagers on Java {needs}+",
+            )
         if not known:
             oldest = min(line.server_java) if line else 8
             fix = f"Hadoop {version} servers run on Java {oldest}+" if line else "check the NodeManagers' Java"

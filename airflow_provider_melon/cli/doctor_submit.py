@@ -29,7 +29,7 @@ def _am_java() -> int:
 PROBE_MARK = "MELON_DOCTOR_PROBE "
 
 #: run in each task of the probe job by the job's Python: what only a container on the node can tell (stdlib only)
-PROBE_SCRIPT = r'''
+PROBE_SCRIPT = r"""
 import importlib.util, json, os, platform, shutil, subprocess, sys
 out = {"node": "%s:%s" % (os.environ.get("NM_HOST", "?"), os.environ.get("NM_PORT", "?")),
        "container": os.environ.get("CONTAINER_ID"), "python": sys.executable,
@@ -66,7 +66,7 @@ folder = os.environ.get("MELON_OUTPUT_PROBE")
 if folder:
     with open(os.path.join(folder, "probe.json"), "w") as fh:
         json.dump(out, fh)
-'''
+"""
 
 
 def _java_major(line: str) -> Optional[int]:
@@ -81,9 +81,12 @@ def _java_major(line: str) -> Optional[int]:
 def poll(look: Callable[[], Any], timeout_s: float, every_s: float) -> Any:
     """``look()`` every ``every_s`` seconds until it answers something other than None, for ``timeout_s`` at most
     (tenacity); None when the time ran out. An exception from ``look`` ends the wait with it."""
-    return tenacity.Retrying(stop=tenacity.stop_after_delay(timeout_s), wait=tenacity.wait_fixed(every_s),
-                             retry=tenacity.retry_if_result(lambda answer: answer is None),
-                             retry_error_callback=lambda state: None)(look)
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_delay(timeout_s),
+        wait=tenacity.wait_fixed(every_s),
+        retry=tenacity.retry_if_result(lambda answer: answer is None),
+        retry_error_callback=lambda state: None,
+    )(look)
 
 
 class SubmitTest:
@@ -118,10 +121,16 @@ class SubmitTest:
         output = f"{hook.staging_dir}/doctor/{run_id}"
         with tempfile.TemporaryDirectory(prefix="melon-doctor-") as code:
             Path(code, "probe.py").write_text(PROBE_SCRIPT)
-            job = {"name": "melon-doctor-probe", "framework": "generic", "code": code,
-                   "entrypoint": "python probe.py", "queue": self.queue, "max_attempts": 1,
-                   "roles": {"probe": {"instances": nodes, "memory": "256m", "vcores": 1, "restarts": 0}},
-                   "outputs": {"probe": hook.hdfs_uri(output)}}
+            job = {
+                "name": "melon-doctor-probe",
+                "framework": "generic",
+                "code": code,
+                "entrypoint": "python probe.py",
+                "queue": self.queue,
+                "max_attempts": 1,
+                "roles": {"probe": {"instances": nodes, "memory": "256m", "vcores": 1, "restarts": 0}},
+                "outputs": {"probe": hook.hdfs_uri(output)},
+            }
             if self.python:
                 job["environment"] = {"python": self.python}
             spec = JobSpec.from_dict(job)
@@ -131,19 +140,34 @@ class SubmitTest:
                 from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError
 
                 if isinstance(exc, (MelonHdfsError, FileNotFoundError)):
-                    self._step("fail", "stage", f"staging to {hook.staging_dir} failed: {_one_line(exc)}",
-                               "see the hdfs and am-jar checks; the fix named in the error")
+                    self._step(
+                        "fail",
+                        "stage",
+                        f"staging to {hook.staging_dir} failed: {_one_line(exc)}",
+                        "see the hdfs and am-jar checks; the fix named in the error",
+                    )
                 else:
                     self._step("ok", "stage", "code, runtime and AM jar staged")
-                    self._step("fail", "submit", f"the RM refused the application: {_one_line(exc)}",
-                               "see the error: the queue's ACLs (acl_submit_applications), its limits, the RM's "
-                               "maximum allocation")
+                    self._step(
+                        "fail",
+                        "submit",
+                        f"the RM refused the application: {_one_line(exc)}",
+                        "see the error: the queue's ACLs (acl_submit_applications), its limits, the RM's "
+                        "maximum allocation",
+                    )
                 return self.findings
         app_id, report = result["app_id"], result["staging"]
-        self._step("ok", "stage", f"{len(report.files)} files staged under {hook.staging_dir} "
-                   f"({report.uploaded_bytes} bytes uploaded, the rest cached)")
-        self._step("ok", "submit", f"{app_id} accepted by the RM (queue {self.queue}, job Python "
-                   f"{self.python or hook.default_python})")
+        self._step(
+            "ok",
+            "stage",
+            f"{len(report.files)} files staged under {hook.staging_dir} "
+            f"({report.uploaded_bytes} bytes uploaded, the rest cached)",
+        )
+        self._step(
+            "ok",
+            "submit",
+            f"{app_id} accepted by the RM (queue {self.queue}, job Python {self.python or hook.default_python})",
+        )
         try:
             app = self._wait_am(app_id) and self._wait_end(app_id)
             if app:
@@ -174,9 +198,13 @@ class SubmitTest:
         found = poll(lambda: self._am_seen(app_id), self.timeout, 1)
         if found is not None:
             return found
-        return self._step("fail", "am", f"{app_id}: no AM serving after {self.timeout:g} s: {self._picture(app_id)}",
-                          "an app ACCEPTED but not RUNNING waits for room for its AM: the queue's "
-                          "maximum-am-resource-percent, the nodes' free memory")
+        return self._step(
+            "fail",
+            "am",
+            f"{app_id}: no AM serving after {self.timeout:g} s: {self._picture(app_id)}",
+            "an app ACCEPTED but not RUNNING waits for room for its AM: the queue's "
+            "maximum-am-resource-percent, the nodes' free memory",
+        )
 
     def _am_seen(self, app_id: str) -> Optional[bool]:
         """One look at the app for :meth:`_wait_am`: its step once decided, else None (look again)."""
@@ -184,13 +212,20 @@ class SubmitTest:
         if app.get("state") in TERMINAL_STATES:
             if app.get("finalStatus") == "SUCCEEDED":
                 return self._step("ok", "am", f"{app_id}: the AM ran (the app ended before its status was read)")
-            return self._step("fail", "am", f"{app_id} ended before its AM served a status: {self._picture(app_id)}",
-                              "`melon logs " + app_id + " --container am`: the AM's log says why (a Java older "
-                              f"than {_am_java()} on the NodeManagers, a wrong am_classpath, HADOOP_* not in "
-                              "yarn.nodemanager.env-whitelist)")
+            return self._step(
+                "fail",
+                "am",
+                f"{app_id} ended before its AM served a status: {self._picture(app_id)}",
+                "`melon logs " + app_id + " --container am`: the AM's log says why (a Java older "
+                f"than {_am_java()} on the NodeManagers, a wrong am_classpath, HADOOP_* not in "
+                "yarn.nodemanager.env-whitelist)",
+            )
         if app.get("state") == "RUNNING" and self.hook.am_status(app_id):
-            return self._step("ok", "am", f"{app_id}: the AM runs on {app.get('amHostHttpAddress')} and "
-                              "serves its status through the RM proxy")
+            return self._step(
+                "ok",
+                "am",
+                f"{app_id}: the AM runs on {app.get('amHostHttpAddress')} and serves its status through the RM proxy",
+            )
         return None
 
     def _wait_end(self, app_id: str) -> Optional[dict]:
@@ -203,20 +238,33 @@ class SubmitTest:
 
         app = poll(ended, self.timeout, 1)
         if app is None:
-            self._step("fail", "containers", f"{app_id} still running after {self.timeout:g} s: "
-                       f"{self._picture(app_id)}",
-                       "the queue may lack room for the tasks; see `melon status " + app_id + "`")
+            self._step(
+                "fail",
+                "containers",
+                f"{app_id} still running after {self.timeout:g} s: {self._picture(app_id)}",
+                "the queue may lack room for the tasks; see `melon status " + app_id + "`",
+            )
             return None
         status = seen["status"]
         tasks = as_list(as_dict(status).get("tasks")) if status else []
-        shown = ", ".join(f"{t.get('role')}:{t.get('index')} on {t.get('node_id') or t.get('host') or '?'}"
-                          for t in tasks if isinstance(t, dict)) or "tasks as in the AM log"
+        shown = (
+            ", ".join(
+                f"{t.get('role')}:{t.get('index')} on {t.get('node_id') or t.get('host') or '?'}"
+                for t in tasks
+                if isinstance(t, dict)
+            )
+            or "tasks as in the AM log"
+        )
         if app.get("finalStatus") == "SUCCEEDED":
             self._step("ok", "containers", f"the probe task(s) ran and the app SUCCEEDED ({shown})")
             return app
-        self._step("fail", "containers", f"{app_id} {app.get('finalStatus')}: {self._picture(app_id)}",
-                   f"`melon logs {app_id}`: the tasks' stderr says why (the job Python missing on a node, "
-                   "the runtime unable to start)")
+        self._step(
+            "fail",
+            "containers",
+            f"{app_id} {app.get('finalStatus')}: {self._picture(app_id)}",
+            f"`melon logs {app_id}`: the tasks' stderr says why (the job Python missing on a node, "
+            "the runtime unable to start)",
+        )
         return app
 
     def _output(self, output: str) -> bool:
@@ -224,9 +272,13 @@ class SubmitTest:
             with self.hook.hdfs.read(f"{output}/probe.json") as reader:
                 body = json.loads(reader.read())
         except Exception as exc:  # noqa: BLE001 - reported
-            return self._step("fail", "output", f"declared output {output}/probe.json not readable: {_one_line(exc)}",
-                              "the output task publishes over WebHDFS from the NodeManagers: they must reach the "
-                              "NameNode and DataNodes (MELON_WEBHDFS_URL in container_env if they see it elsewhere)")
+            return self._step(
+                "fail",
+                "output",
+                f"declared output {output}/probe.json not readable: {_one_line(exc)}",
+                "the output task publishes over WebHDFS from the NodeManagers: they must reach the "
+                "NameNode and DataNodes (MELON_WEBHDFS_URL in container_env if they see it elsewhere)",
+            )
         return self._step("ok", "output", f"declared output published to {output} (task on {body.get('node')})")
 
     def _logs(self, app_id: str, app: dict) -> None:
@@ -246,14 +298,16 @@ class SubmitTest:
                 read += 1
                 for line in got[1].decode("utf-8", "replace").splitlines():
                     if line.startswith(PROBE_MARK):
-                        probes.append(json.loads(line[len(PROBE_MARK):]))
+                        probes.append(json.loads(line[len(PROBE_MARK) :]))
             return logs, probes, read
 
         # an NM that answers slowly once (a read timeout) is asked again, twice at most; the last reading stands
         logs, probes, read = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_fixed(2),
+            stop=tenacity.stop_after_attempt(3),
+            wait=tenacity.wait_fixed(2),
             retry=tenacity.retry_if_result(lambda got: len(got[1]) < expected),
-            retry_error_callback=lambda state: state.outcome.result())(read_probes)
+            retry_error_callback=lambda state: state.outcome.result(),
+        )(read_probes)
         if not probes:
             causes = []
             for url in sorted(logs.unreachable):
@@ -262,11 +316,18 @@ class SubmitTest:
                     causes.append(f"{url} (now answers HTTP {resp.status_code})")
                 except Exception as exc:  # noqa: BLE001 - the cause is the finding
                     causes.append(f"{url} ({_one_line(exc)})")
-            where = f"NodeManager(s) unreachable: {', '.join(causes)}" if causes \
+            where = (
+                f"NodeManager(s) unreachable: {', '.join(causes)}"
+                if causes
                 else f"{read} task log(s) read, none with the probe's line"
-            self._step("fail", "logs", f"the tasks' stdout not read from the NodeManagers: {where}",
-                       "see the nodemanagers check; with log aggregation off an NM keeps logs "
-                       "yarn.nodemanager.log.retain-seconds")
+            )
+            self._step(
+                "fail",
+                "logs",
+                f"the tasks' stdout not read from the NodeManagers: {where}",
+                "see the nodemanagers check; with log aggregation off an NM keeps logs "
+                "yarn.nodemanager.log.retain-seconds",
+            )
             return
         self._step("ok", "logs", f"stdout of {len(probes)} task(s) read from the NodeManagers' REST API")
         self._node_findings(probes)
@@ -283,30 +344,49 @@ class SubmitTest:
             else:
                 java_ok.append(f"{p.get('node')}: {p.get('java')}")
         if java_bad:
-            self._step("fail", "java", f"the containers' Java is older than {_am_java()} or missing: "
-                       f"{'; '.join(java_bad)}{note}", f"the AM's class files need Java {_am_java()}: install it on "
-                       "the NodeManagers and point their JAVA_HOME at it (yarn.nodemanager.env-whitelist passes it)")
+            self._step(
+                "fail",
+                "java",
+                f"the containers' Java is older than {_am_java()} or missing: {'; '.join(java_bad)}{note}",
+                f"the AM's class files need Java {_am_java()}: install it on "
+                "the NodeManagers and point their JAVA_HOME at it (yarn.nodemanager.env-whitelist passes it)",
+            )
         else:
             self._step("ok", "java", "; ".join(java_ok) + note)
         python = {f"{p.get('node')}: {p.get('python')} {p.get('python_version')}" for p in probes}
-        no_nvml = [f"{p.get('node')}: {p.get('python')}: {p.get('pynvml_error')}" for p in probes
-                   if "pynvml_error" in p]
+        no_nvml = [
+            f"{p.get('node')}: {p.get('python')}: {p.get('pynvml_error')}" for p in probes if "pynvml_error" in p
+        ]
         if no_nvml:
-            self._step("fail", "pynvml", f"the job Python has no pynvml: {'; '.join(sorted(no_nvml))}{note}",
-                       "install nvidia-ml-py into the job Python on every GPU node (or into the job's "
-                       "environment.archive): without it tasks run with no GPU")
+            self._step(
+                "fail",
+                "pynvml",
+                f"the job Python has no pynvml: {'; '.join(sorted(no_nvml))}{note}",
+                "install nvidia-ml-py into the job Python on every GPU node (or into the job's "
+                "environment.archive): without it tasks run with no GPU",
+            )
         else:
-            nvml = "; ".join(sorted(f"{p.get('node')}: " + (f"{p['nvml_gpus']} GPU(s)" if "nvml_gpus" in p else
-                                                             f"NVML {p.get('nvml_error', '?')}") for p in probes))
+            nvml = "; ".join(
+                sorted(
+                    f"{p.get('node')}: "
+                    + (f"{p['nvml_gpus']} GPU(s)" if "nvml_gpus" in p else f"NVML {p.get('nvml_error', '?')}")
+                    for p in probes
+                )
+            )
             self._step("ok", "pynvml", f"{'; '.join(sorted(python))}; pynvml present ({nvml}){note}")
         none = [f"{p.get('node')}: {p.get('python')}" for p in probes if not p.get("frameworks")]
         if none:
-            self._step("fail", "framework", f"neither TensorFlow nor PyTorch in the job Python: {'; '.join(none)}"
-                       f"{note}", "install tensorflow or torch into the job Python on every node, or ship one "
-                       "with the job (environment.archive from `melon pack-env`)")
+            self._step(
+                "fail",
+                "framework",
+                f"neither TensorFlow nor PyTorch in the job Python: {'; '.join(none)}{note}",
+                "install tensorflow or torch into the job Python on every node, or ship one "
+                "with the job (environment.archive from `melon pack-env`)",
+            )
         else:
-            found = sorted({f"{p.get('node')}: " + ", ".join(f"{k} {v}" for k, v in p["frameworks"].items())
-                            for p in probes})
+            found = sorted(
+                {f"{p.get('node')}: " + ", ".join(f"{k} {v}" for k, v in p["frameworks"].items()) for p in probes}
+            )
             self._step("ok", "framework", "; ".join(found) + note)
 
 

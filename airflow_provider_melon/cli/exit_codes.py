@@ -46,9 +46,14 @@ def _base(url: Optional[str]) -> str:
 
 def _cause(message: str) -> str:
     """The gist of a transport error (requests' messages nest the whole connection pool's story)."""
-    for key, text in (("refused", "connection refused"), ("timed out", "timed out"), ("Timeout", "timed out"),
-                      ("Name or service not known", "unknown host"), ("nodename nor servname", "unknown host"),
-                      ("standby", "standby ResourceManager and no active one known")):
+    for key, text in (
+        ("refused", "connection refused"),
+        ("timed out", "timed out"),
+        ("Timeout", "timed out"),
+        ("Name or service not known", "unknown host"),
+        ("nodename nor servname", "unknown host"),
+        ("standby", "standby ResourceManager and no active one known"),
+    ):
         if key in message:
             return text
     return _first_line(message, 200)
@@ -70,6 +75,7 @@ def classify(exc: BaseException, args=None) -> tuple[int, str]:
     if name == "AirflowNotFoundException":
         return USAGE, f"{exc} (an Airflow connection: `airflow connections add`, or AIRFLOW_CONN_<ID>)"
     from airflow_provider_melon.hadoop.rm_json import YarnApiError  # Airflow-free: no Airflow needed to tell
+
     if isinstance(exc, NodeManagerError):  # a YarnApiError too, but not about the ResourceManager
         return APP_FAILED, str(exc)
     if isinstance(exc, YarnApiError):
@@ -86,9 +92,22 @@ def classify(exc: BaseException, args=None) -> tuple[int, str]:
         return UNREACHABLE, f"{name}: {exc}"
     if isinstance(exc, ValueError) and "ResourceManager URL" in str(exc):
         return USAGE, str(exc)
-    return APP_FAILED, f"{name}: {_first_line(str(exc), 400)}" + ("" if getattr(args, "verbose", False)
-                                                                   else " (-v for the traceback)")
+    return APP_FAILED, f"{name}: {_first_line(str(exc), 400)}" + (
+        "" if getattr(args, "verbose", False) else " (-v for the traceback)"
+    )
 
 
-__all__ = ["APP_FAILED", "EXIT_CODES", "NOT_FOUND", "OK", "TIMED_OUT", "UNREACHABLE", "USAGE", "CliError", "NotFound",
-           "Unreachable", "UsageError", "classify"]
+__all__ = [
+    "APP_FAILED",
+    "EXIT_CODES",
+    "NOT_FOUND",
+    "OK",
+    "TIMED_OUT",
+    "UNREACHABLE",
+    "USAGE",
+    "CliError",
+    "NotFound",
+    "Unreachable",
+    "UsageError",
+    "classify",
+]

@@ -8,8 +8,11 @@ from dataclasses import asdict, dataclass
 
 def _one_line(exc: BaseException, width: int = 300) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
-    for key, short in (("Connection refused", "connection refused"), ("timed out", "timed out"),
-                       ("Name or service not known", "unknown host")):
+    for key, short in (
+        ("Connection refused", "connection refused"),
+        ("timed out", "timed out"),
+        ("Name or service not known", "unknown host"),
+    ):
         if key in text:
             return f"{type(exc).__name__}: {short}"
     return text[:width]

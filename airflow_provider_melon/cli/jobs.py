@@ -64,10 +64,12 @@ def in_checkout() -> bool:
 
 def embedded_cluster_home() -> str:
     """What an installed ``melon`` says of the embedded cluster: where it lives, and what to use instead."""
-    return (f"the embedded Hadoop cluster runs from a checkout of the airflow-provider-melon repository, not from "
-            f"an installed package ({mc.REPO_ROOT}): its launcher is built there from appmaster/ (JDK 17, Maven). "
-            "In a checkout, `make up` (or `make setup` then `.venv/bin/melon minicluster start`). Against your "
-            "cluster, the job commands use the Airflow connection yarn_default (or --conn-id ID, or --rm URL)")
+    return (
+        f"the embedded Hadoop cluster runs from a checkout of the airflow-provider-melon repository, not from "
+        f"an installed package ({mc.REPO_ROOT}): its launcher is built there from appmaster/ (JDK 17, Maven). "
+        "In a checkout, `make up` (or `make setup` then `.venv/bin/melon minicluster start`). Against your "
+        "cluster, the job commands use the Airflow connection yarn_default (or --conn-id ID, or --rm URL)"
+    )
 
 
 class Cluster:
@@ -78,8 +80,7 @@ class Cluster:
         self.rm_urls = _split_urls(args.rm)
         if self.rm_urls and args.conn_id:
             raise UsageError("give the cluster either as --conn-id or as --rm, not both")
-        if not self.rm_urls and not args.conn_id and not in_checkout() \
-                and Path(args.work_dir) == mc.DEFAULT_WORK_DIR:
+        if not self.rm_urls and not args.conn_id and not in_checkout() and Path(args.work_dir) == mc.DEFAULT_WORK_DIR:
             # installed, no cluster named: the Airflow connection, as `melon doctor` (an embedded cluster started
             # from a checkout is named by its --work-dir)
             args.conn_id = "yarn_default"
@@ -88,8 +89,10 @@ class Cluster:
         if self.mode == "embedded":
             self.details = mc.read_details(Path(args.work_dir))
             if self.details is None:
-                raise Unreachable(f"no cluster given and no mini cluster running in {args.work_dir}: pass --rm URL "
-                                  "or --conn-id ID (or start one with `melon minicluster start`)")
+                raise Unreachable(
+                    f"no cluster given and no mini cluster running in {args.work_dir}: pass --rm URL "
+                    "or --conn-id ID (or start one with `melon minicluster start`)"
+                )
         self._yarn = None
 
     @property
@@ -121,8 +124,10 @@ class Cluster:
             env[key] = value
         webhdfs = a.webhdfs or (self.details.webhdfs_url if self.details else None)
         if self.mode == "rm" and not webhdfs:
-            raise UsageError(f"{a.command} with --rm needs --webhdfs URL (the NameNode's HTTP address, e.g. "
-                             "http://namenode:9870), to reach the staging folder")
+            raise UsageError(
+                f"{a.command} with --rm needs --webhdfs URL (the NameNode's HTTP address, e.g. "
+                "http://namenode:9870), to reach the staging folder"
+            )
         yarn = self.yarn
         client = None
         if webhdfs:
@@ -131,19 +136,26 @@ class Cluster:
             client = InsecureClient(webhdfs.rstrip("/").rsplit("/webhdfs/v1", 1)[0], user=yarn.remote_user)
         details = self.details
         hook = MelonHook(
-            a.conn_id or "yarn_default", a.webhdfs_conn_id or "webhdfs_default", yarn_hook=yarn,
-            hdfs_client=client, am_classpath=opt("am_classpath") or (details.am_classpath if details else None),
-            default_python=opt("python") or (sys.executable if details else None), container_env=env,
+            a.conn_id or "yarn_default",
+            a.webhdfs_conn_id or "webhdfs_default",
+            yarn_hook=yarn,
+            hdfs_client=client,
+            am_classpath=opt("am_classpath") or (details.am_classpath if details else None),
+            default_python=opt("python") or (sys.executable if details else None),
+            container_env=env,
             fs_default_fs=opt("fs_default_fs") or (details.fs_default_fs if details else None),
             staging_retry_s=opt("staging_retry_s"),  # None: the hook's default, the same as in Airflow
-            gpu_context_mb=opt("gpu_context_mb") if opt("gpu_context_mb") is not None
+            gpu_context_mb=opt("gpu_context_mb")
+            if opt("gpu_context_mb") is not None
             else (mc.GPU_CONTEXT_MB if details else None),
         )
         if not hook.fs_default_fs and resolve_fs:
             value = yarn.rm_conf("fs.defaultFS")  # the RM's own configuration names the cluster's file system
             if not value or not value.startswith("hdfs://"):
-                raise UsageError(f"the cluster's fs.defaultFS is unknown (the RM says {value!r}): pass "
-                                 "--fs-default-fs hdfs://namenode:8020")
+                raise UsageError(
+                    f"the cluster's fs.defaultFS is unknown (the RM says {value!r}): pass "
+                    "--fs-default-fs hdfs://namenode:8020"
+                )
             hook.fs_default_fs = value
         return hook
 
@@ -184,8 +196,9 @@ class AppPoller:
         return app
 
 
-def wait_for(yarn, app_id: str, *, timeout: Optional[float], interval: float, bar: Progress,
-             first: Optional[dict] = None) -> Optional[dict]:
+def wait_for(
+    yarn, app_id: str, *, timeout: Optional[float], interval: float, bar: Progress, first: Optional[dict] = None
+) -> Optional[dict]:
     """Poll the RM until the app ends: its last RM record, or None when ``timeout`` passed first."""
     start = time.monotonic()
     poller = AppPoller(yarn, app_id, seen=first is not None)
@@ -194,8 +207,10 @@ def wait_for(yarn, app_id: str, *, timeout: Optional[float], interval: float, ba
         if app is None:
             app = poller.get()
         if app is not None:
-            bar.update(float(app.get("progress") or 0) / 100,
-                       f"{_state(app)} {_duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}")
+            bar.update(
+                float(app.get("progress") or 0) / 100,
+                f"{_state(app)} {_duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}",
+            )
             if app.get("state") in TERMINAL_STATES:
                 bar.clear()
                 return app
@@ -230,15 +245,20 @@ def cmd_submit(args, cluster: Cluster) -> int:
     result = hook.submit(spec, tags=args.tag or None)
     app_id, report = result["app_id"], result["staging"]
     out: dict[str, Any] = {
-        "app_id": app_id, "name": spec.name, "uploaded_bytes": report.uploaded_bytes,
-        "staged": {k: {"url": f.url, "size": f.size, "uploaded_bytes": f.uploaded_bytes}
-                   for k, f in report.files.items()},
+        "app_id": app_id,
+        "name": spec.name,
+        "uploaded_bytes": report.uploaded_bytes,
+        "staged": {
+            k: {"url": f.url, "size": f.size, "uploaded_bytes": f.uploaded_bytes} for k, f in report.files.items()
+        },
     }
     code = OK
     if not args.json:
         cached = sum(1 for f in report.files.values() if not f.uploaded_bytes)
-        print(f"submitted {app_id} ({spec.name}): {report.uploaded_bytes} bytes uploaded, "
-              f"{cached} of {len(report.files)} staged files cached")
+        print(
+            f"submitted {app_id} ({spec.name}): {report.uploaded_bytes} bytes uploaded, "
+            f"{cached} of {len(report.files)} staged files cached"
+        )
     if args.wait:
         app = wait_for(cluster.yarn, app_id, timeout=args.timeout, interval=args.interval, bar=bar)
         if app is None:
@@ -278,8 +298,10 @@ def cmd_prune(args, cluster: Cluster) -> int:
         print(f"{verb} {e.kind:9} {e.path}" + (f" ({human_bytes(e.bytes)})" if e.bytes else ""))
     for e, why in decision.kept:
         print(f"kept     {e.kind:9} {e.path}: {why}")
-    print(f"{hook.staging_dir}: {verb} {len(decision.delete)} entries, {human_bytes(decision.freed_bytes)}; "
-          f"kept {len(decision.kept)} old enough to go that are still in use")
+    print(
+        f"{hook.staging_dir}: {verb} {len(decision.delete)} entries, {human_bytes(decision.freed_bytes)}; "
+        f"kept {len(decision.kept)} old enough to go that are still in use"
+    )
     return OK
 
 
@@ -317,8 +339,10 @@ def cmd_status(args, cluster: Cluster) -> int:
         for t in tasks:
             where = t.get("node_id") or t.get("host") or "-"
             extra = f" exit {t['exit_code']}" if t.get("exit_code") is not None else ""
-            print(f"    {t.get('role')}:{t.get('index')}  {t.get('state')}  {t.get('container_id') or '-'}  "
-                  f"{where}{extra}")
+            print(
+                f"    {t.get('role')}:{t.get('index')}  {t.get('state')}  {t.get('container_id') or '-'}  "
+                f"{where}{extra}"
+            )
     return app_exit_code(app)
 
 
@@ -344,10 +368,14 @@ def cmd_ls(args, cluster: Cluster) -> int:
         raise UsageError(f"--limit {args.limit}: must be 0 (all) or more")
     tags = [t.strip().lower() for v in args.tag or [] for t in v.split(",") if t.strip()]
     since_ms = int((time.time() - _duration_s(args.newer_than, "--newer-than")) * 1000) if args.newer_than else None
-    apps = cluster.yarn.list_applications(states=states or None, applicationTags=tags or None,
-                                          applicationTypes=None if args.all_types else "MELON",
-                                          user=args.owner or None, queue=args.queue or None,
-                                          startedTimeBegin=since_ms)
+    apps = cluster.yarn.list_applications(
+        states=states or None,
+        applicationTags=tags or None,
+        applicationTypes=None if args.all_types else "MELON",
+        user=args.owner or None,
+        queue=args.queue or None,
+        startedTimeBegin=since_ms,
+    )
     if tags:  # the RM matches any tag; every one named must be there
         apps = [a for a in apps if set(tags) <= set(a.get("applicationTagList") or [])]
     if args.name:  # the RM has no name filter: a shell pattern, matched here
@@ -361,9 +389,20 @@ def cmd_ls(args, cluster: Cluster) -> int:
     if args.json:
         _print_json(rows)
         return OK
-    print_table(("ID", "NAME", "USER", "STATE", "PROGRESS", "ELAPSED"),
-                [(r["id"], _first_line(r["name"], 40), r["user"] or "-", f"{r['state']}/{r['final_status']}",
-                  f"{r['progress']:.0f}%", _duration(r["elapsed_s"])) for r in rows])
+    print_table(
+        ("ID", "NAME", "USER", "STATE", "PROGRESS", "ELAPSED"),
+        [
+            (
+                r["id"],
+                _first_line(r["name"], 40),
+                r["user"] or "-",
+                f"{r['state']}/{r['final_status']}",
+                f"{r['progress']:.0f}%",
+                _duration(r["elapsed_s"]),
+            )
+            for r in rows
+        ],
+    )
     if not rows:
         print("(no applications)", file=sys.stderr)
     return OK
@@ -396,8 +435,10 @@ def cmd_kill(args, cluster: Cluster) -> int:
         else:
             ended = wait_for(yarn, app_id, timeout=args.timeout, interval=1.0, bar=Progress(), first=None)
             if ended is None:
-                print(f"error: kill of {app_id} requested, but it is still running after {args.timeout:g} s",
-                      file=sys.stderr)
+                print(
+                    f"error: kill of {app_id} requested, but it is still running after {args.timeout:g} s",
+                    file=sys.stderr,
+                )
                 return TIMED_OUT
             app, message = ended, f"{app_id} {_state(ended)}"
     if args.json:
@@ -463,8 +504,9 @@ def _no_logs(app: dict, logs) -> None:
     from airflow_provider_melon.hadoop import nodemanager as nm_logs
 
     if logs.unreachable:
-        raise Unreachable(f"NodeManager(s) {', '.join(sorted(logs.unreachable))} unreachable: cannot read the logs "
-                          f"of {app.get('id')}")
+        raise Unreachable(
+            f"NodeManager(s) {', '.join(sorted(logs.unreachable))} unreachable: cannot read the logs of {app.get('id')}"
+        )
     if app.get("state") in TERMINAL_STATES:
         raise NotFound(nm_logs.gone_message(str(app.get("id")), app))
 
@@ -508,16 +550,24 @@ def cluster_options() -> argparse.ArgumentParser:
     """The options naming the cluster (``--conn-id``/``--rm``/``--webhdfs``/``--user``/``--work-dir``, ``--json``,
     ``-v``): one parent parser for every command that talks to a cluster (the job commands, ``melon doctor``)."""
     parent = argparse.ArgumentParser(add_help=False)
-    g = parent.add_argument_group("cluster (default: the Airflow connection yarn_default; in a checkout of the "
-                                  "repository, the embedded mini cluster in --work-dir)")
+    g = parent.add_argument_group(
+        "cluster (default: the Airflow connection yarn_default; in a checkout of the "
+        "repository, the embedded mini cluster in --work-dir)"
+    )
     g.add_argument("--conn-id", help="Airflow connection of the ResourceManager (type yarn), e.g. yarn_default")
-    g.add_argument("--webhdfs-conn-id", help="Airflow connection of WebHDFS, for submit's staging (default "
-                   "webhdfs_default)")
-    g.add_argument("--rm", action="append", metavar="URL",
-                   help="ResourceManager web URL (http://rm:8088); repeat or comma-separate for HA")
+    g.add_argument(
+        "--webhdfs-conn-id", help="Airflow connection of WebHDFS, for submit's staging (default webhdfs_default)"
+    )
+    g.add_argument(
+        "--rm",
+        action="append",
+        metavar="URL",
+        help="ResourceManager web URL (http://rm:8088); repeat or comma-separate for HA",
+    )
     g.add_argument("--webhdfs", metavar="URL", help="NameNode HTTP URL for submit's staging (http://nn:9870)")
-    g.add_argument("--user", help="user for simple auth (default: the connection's login, else HADOOP_USER_NAME, "
-                   "else your login)")
+    g.add_argument(
+        "--user", help="user for simple auth (default: the connection's login, else HADOOP_USER_NAME, else your login)"
+    )
     g.add_argument("--work-dir", default=str(mc.DEFAULT_WORK_DIR), help="the embedded cluster's folder")
     parent.add_argument("--json", action="store_true", help="print JSON")
     parent.add_argument("-v", "--verbose", action="store_true", help="log what the hooks do (on stderr)")
@@ -529,18 +579,26 @@ def add_commands(sub, formatter) -> None:
     common = cluster_options()
 
     def add(name: str, help_: str, func) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=help_, description=help_ + ".", epilog=EXIT_CODES,
-                           formatter_class=formatter)
+        p = sub.add_parser(
+            name, parents=[common], help=help_, description=help_ + ".", epilog=EXIT_CODES, formatter_class=formatter
+        )
         p.set_defaults(func=run, command_func=func)
         return p
 
     sb = add("submit", "stage and submit a job spec (YAML or JSON file)", cmd_submit)
     sb.add_argument("spec", help="the job spec file (.yaml, .yml or .json)")
     sb.add_argument("--tag", action="append", help="an application tag (repeatable), besides the spec's tags")
-    sb.add_argument("--wait", action="store_true", help="then wait until the app ends (exit code as `wait`); "
-                    "its GPU memory is recorded for gpu_memory: auto")
-    sb.add_argument("--learn-as", metavar="KEY", help="the GPU memory history gpu_memory: auto learns from and "
-                    "--wait records to: DAG_ID/TASK_ID shares an Airflow task's (default jobs/<job name>)")
+    sb.add_argument(
+        "--wait",
+        action="store_true",
+        help="then wait until the app ends (exit code as `wait`); its GPU memory is recorded for gpu_memory: auto",
+    )
+    sb.add_argument(
+        "--learn-as",
+        metavar="KEY",
+        help="the GPU memory history gpu_memory: auto learns from and "
+        "--wait records to: DAG_ID/TASK_ID shares an Airflow task's (default jobs/<job name>)",
+    )
     sb.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds (exit 124)")
     sb.add_argument("--interval", type=float, default=2.0, help="with --wait: seconds between polls")
     s = sb.add_argument_group("cluster settings a yarn connection's extra would give (override it)")
@@ -548,37 +606,60 @@ def add_commands(sub, formatter) -> None:
     s.add_argument("--am-classpath", help="the AM's Hadoop classpath (default: YARN's application classpath)")
     s.add_argument("--python", help="the NodeManagers' interpreter for jobs that name none (default python3)")
     s.add_argument("--container-env", action="append", metavar="KEY=VALUE", help="environment of every container")
-    s.add_argument("--gpu-context-mb", type=int, help="MiB a shared task reserves on its GPU besides its expected "
-                   "memory, for the CUDA context (default [melon] gpu_context_mb, 1024; 0 on the embedded cluster)")
-    s.add_argument("--staging-retry-s", type=float, default=None,
-                   help="how long staging retries a NameNode that is away (default: [melon] staging_retry_s, "
-                        "else 120, as in Airflow)")
+    s.add_argument(
+        "--gpu-context-mb",
+        type=int,
+        help="MiB a shared task reserves on its GPU besides its expected "
+        "memory, for the CUDA context (default [melon] gpu_context_mb, 1024; 0 on the embedded cluster)",
+    )
+    s.add_argument(
+        "--staging-retry-s",
+        type=float,
+        default=None,
+        help="how long staging retries a NameNode that is away (default: [melon] staging_retry_s, "
+        "else 120, as in Airflow)",
+    )
 
-    st = add("status", "an application's state, progress and tasks (exit 1 if it FAILED or was KILLED)",
-             cmd_status)
+    st = add("status", "an application's state, progress and tasks (exit 1 if it FAILED or was KILLED)", cmd_status)
     st.add_argument("app_id")
 
     ls = add("ls", "list MeLoN applications, newest first", cmd_ls)
-    ls.add_argument("--state", action="append", help="only these YARN states (repeatable or comma-separated: "
-                    "RUNNING, FINISHED, FAILED, KILLED, ACCEPTED, ...)")
+    ls.add_argument(
+        "--state",
+        action="append",
+        help="only these YARN states (repeatable or comma-separated: RUNNING, FINISHED, FAILED, KILLED, ACCEPTED, ...)",
+    )
     ls.add_argument("--tag", action="append", help="only apps carrying this tag (repeatable: all of them)")
     ls.add_argument("--owner", metavar="USER", help="only apps of this user (--user is who you act as)")
     ls.add_argument("--queue", help="only apps in this YARN queue")
-    ls.add_argument("--name", metavar="PATTERN", help="only apps whose name matches this shell pattern "
-                    "(mnist*, *-nightly)")
-    ls.add_argument("--newer-than", metavar="AGE", help="only apps started less than this long ago "
-                    "(90s, 30m, 6h, 2d, 1w)")
+    ls.add_argument(
+        "--name", metavar="PATTERN", help="only apps whose name matches this shell pattern (mnist*, *-nightly)"
+    )
+    ls.add_argument(
+        "--newer-than", metavar="AGE", help="only apps started less than this long ago (90s, 30m, 6h, 2d, 1w)"
+    )
     ls.add_argument("--limit", type=int, default=20, help="at most this many (default 20; 0: all)")
     ls.add_argument("--all-types", action="store_true", help="not only MeLoN apps (Spark, MapReduce, ...)")
 
     lg = add("logs", "the AM's and tasks' container logs, from the NodeManagers", cmd_logs)
     lg.add_argument("app_id")
-    lg.add_argument("-f", "--follow", action="store_true", help="print new lines as they come, until the app ends "
-                    "(with --json: one JSON object per line)")
-    lg.add_argument("--file", action="append", help="only this log file (stdout, stderr, AppMaster.stdout, ...; "
-                    "repeatable; default: all but the NodeManager's launch files)")
-    lg.add_argument("--container", action="append", help="only this container: its id, id suffix (000002) or "
-                    "task (am, worker:0); repeatable")
+    lg.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="print new lines as they come, until the app ends (with --json: one JSON object per line)",
+    )
+    lg.add_argument(
+        "--file",
+        action="append",
+        help="only this log file (stdout, stderr, AppMaster.stdout, ...; "
+        "repeatable; default: all but the NodeManager's launch files)",
+    )
+    lg.add_argument(
+        "--container",
+        action="append",
+        help="only this container: its id, id suffix (000002) or task (am, worker:0); repeatable",
+    )
     lg.add_argument("--interval", type=float, default=2.0, help="with -f: seconds between polls")
 
     kl = add("kill", "kill an application and wait until YARN reports it KILLED", cmd_kill)
@@ -586,10 +667,17 @@ def add_commands(sub, formatter) -> None:
     kl.add_argument("--no-wait", action="store_true", help="return once the RM accepted the kill")
     kl.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for KILLED (default 120)")
 
-    pr = add("prune", "delete the staging cache objects no job used lately and the plans of ended apps "
-             "(never what a live app uses)", cmd_prune)
-    pr.add_argument("--older-than", default="7d", help="last used before this long ago: 7d, 12h, 30m or "
-                    "seconds; at least 1h, younger entries may be uploads in flight (default 7d)")
+    pr = add(
+        "prune",
+        "delete the staging cache objects no job used lately and the plans of ended apps (never what a live app uses)",
+        cmd_prune,
+    )
+    pr.add_argument(
+        "--older-than",
+        default="7d",
+        help="last used before this long ago: 7d, 12h, 30m or "
+        "seconds; at least 1h, younger entries may be uploads in flight (default 7d)",
+    )
     pr.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
 
     wt = add("wait", "wait until an application ends (exit 0 if it SUCCEEDED, 1 if not)", cmd_wait)
@@ -642,5 +730,3 @@ def run(args) -> int:
 
             traceback.print_exc()
         return code
-
-

@@ -45,8 +45,11 @@ def history(hook, staging: str, key: str, growth: float) -> dict:
     out = {}
     for role, runs in sorted(roles.items()):
         found = learned.learned_mb(runs, growth=growth, largest_gpu_mb=largest, context_mb=hook.gpu_context_mb)
-        out[role] = {"runs": runs, "learned_mb": found[0] if found else None,
-                     "learned_from": found[1] if found else "nothing: no run succeeded or ran out of memory"}
+        out[role] = {
+            "runs": runs,
+            "learned_mb": found[0] if found else None,
+            "learned_from": found[1] if found else "nothing: no run succeeded or ran out of memory",
+        }
     return {"key": key, "folder": memory_history.folder(staging, key), "oom_growth": growth, "roles": out}
 
 
@@ -67,9 +70,18 @@ def cmd_show(args, cluster) -> int:
             at = r.get("at")
             when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) if isinstance(at, (int, float)) else "-"
             peak = _mib(r.get("peak_mb")) + (f" ({r['peak_source']})" if r.get("peak_source") else "")
-            table.append((str(r.get("app_id") or "-"), when, str(r.get("state") or "-"), _mib(r.get("initial_mb")),
-                          _mib(r.get("expected_mb")), peak, "yes" if r.get("oom") else "no",
-                          str(r.get("growths") or 0)))
+            table.append(
+                (
+                    str(r.get("app_id") or "-"),
+                    when,
+                    str(r.get("state") or "-"),
+                    _mib(r.get("initial_mb")),
+                    _mib(r.get("expected_mb")),
+                    peak,
+                    "yes" if r.get("oom") else "no",
+                    str(r.get("growths") or 0),
+                )
+            )
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         for row in table:
             print("    " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -82,8 +94,10 @@ def cmd_forget(args, cluster) -> int:
     if args.json:
         _print_json({"key": args.key, "folder": where, "forgotten_runs": count})
     elif count:
-        print(f"{args.key}: forgot {count} run(s) (deleted {where}); the next gpu_memory: auto run starts at its "
-              "first-run figure")
+        print(
+            f"{args.key}: forgot {count} run(s) (deleted {where}); the next gpu_memory: auto run starts at its "
+            "first-run figure"
+        )
     else:
         print(f"{args.key}: no history in {where}: nothing to forget")
     return OK
@@ -98,19 +112,33 @@ def add_command(sub, formatter) -> None:
     from airflow_provider_melon.cli import jobs as cli_jobs
 
     help_ = "show or reset a task's learned GPU memory (gpu_memory: auto)"
-    p = sub.add_parser("memory", parents=[cli_jobs.cluster_options()], help=help_, epilog=EXIT_CODES,
-                       formatter_class=formatter, description=(
-                           "show: each recorded run of a task (app, end time, state, initial/expected/peak MiB with "
-                           "the peak's source, OOM, growths) and the figure learned now; forget: delete the task's "
-                           "history, so its next run starts at its first-run figure. The history is in your staging "
-                           "folder's profiles/<KEY>/memory/."))
+    p = sub.add_parser(
+        "memory",
+        parents=[cli_jobs.cluster_options()],
+        help=help_,
+        epilog=EXIT_CODES,
+        formatter_class=formatter,
+        description=(
+            "show: each recorded run of a task (app, end time, state, initial/expected/peak MiB with "
+            "the peak's source, OOM, growths) and the figure learned now; forget: delete the task's "
+            "history, so its next run starts at its first-run figure. The history is in your staging "
+            "folder's profiles/<KEY>/memory/."
+        ),
+    )
     p.add_argument("action", choices=["show", "forget"])
-    p.add_argument("key", help="the history's key: DAG_ID/TASK_ID for an Airflow task (DAG_ID/TASK_ID/map-N for a "
-                   "mapped task instance, or the operator's memory_key), jobs/<job name> for `melon submit` (or its "
-                   "--learn-as)")
+    p.add_argument(
+        "key",
+        help="the history's key: DAG_ID/TASK_ID for an Airflow task (DAG_ID/TASK_ID/map-N for a "
+        "mapped task instance, or the operator's memory_key), jobs/<job name> for `melon submit` (or its "
+        "--learn-as)",
+    )
     p.add_argument("--staging-dir", help="the staging folder (default [melon] staging_dir, /user/<user>/.melon)")
-    p.add_argument("--oom-growth", type=_growth, default=1.5,
-                   help="show: the role's oom_growth, for what a run that ran out of memory teaches (default 1.5)")
+    p.add_argument(
+        "--oom-growth",
+        type=_growth,
+        default=1.5,
+        help="show: the role's oom_growth, for what a run that ran out of memory teaches (default 1.5)",
+    )
     p.set_defaults(func=cli_jobs.run, command_func=cmd_memory)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 
+
 def _duration(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     if seconds < 60:
@@ -27,11 +28,19 @@ def app_summary(app: dict) -> dict:
     """The fields of an RM application the CLI shows (``--json`` prints this)."""
     finished = int(app.get("finishedTime") or 0)
     return {
-        "id": app.get("id"), "name": app.get("name"), "user": app.get("user"), "queue": app.get("queue"),
-        "type": app.get("applicationType"), "state": app.get("state"), "final_status": app.get("finalStatus"),
-        "progress": float(app.get("progress") or 0.0), "elapsed_s": round(int(app.get("elapsedTime") or 0) / 1000, 1),
-        "started": int(app.get("startedTime") or 0) or None, "finished": finished or None,
-        "tags": list(app.get("applicationTagList") or []), "tracking_url": app.get("trackingUrl"),
+        "id": app.get("id"),
+        "name": app.get("name"),
+        "user": app.get("user"),
+        "queue": app.get("queue"),
+        "type": app.get("applicationType"),
+        "state": app.get("state"),
+        "final_status": app.get("finalStatus"),
+        "progress": float(app.get("progress") or 0.0),
+        "elapsed_s": round(int(app.get("elapsedTime") or 0) / 1000, 1),
+        "started": int(app.get("startedTime") or 0) or None,
+        "finished": finished or None,
+        "tags": list(app.get("applicationTagList") or []),
+        "tracking_url": app.get("trackingUrl"),
         "diagnostics": (app.get("diagnostics") or "").strip(),
     }
 
@@ -51,7 +60,7 @@ def _state(app: dict) -> str:
 
 def _first_line(text: str, width: int = 160) -> str:
     line = " ".join(str(text or "").split("\n", 1)[0].split())
-    return line if len(line) <= width else line[:width - 1] + "…"
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 #: where JSON goes while :func:`json_only_stdout` holds stdout (None: sys.stdout)
@@ -108,8 +117,14 @@ def _console(stream):
     from rich.console import Console
 
     tty = bool(getattr(stream, "isatty", lambda: False)())
-    return Console(file=stream, highlight=False, soft_wrap=not tty, width=None if tty else 100_000,
-                   force_terminal=tty, no_color=not tty)
+    return Console(
+        file=stream,
+        highlight=False,
+        soft_wrap=not tty,
+        width=None if tty else 100_000,
+        force_terminal=tty,
+        no_color=not tty,
+    )
 
 
 def print_table(header: tuple, rows: list, stream=None) -> None:
@@ -118,8 +133,12 @@ def print_table(header: tuple, rows: list, stream=None) -> None:
     from rich.table import Table
 
     stream = stream or sys.stdout
-    table = Table(box=box.SIMPLE_HEAD if _console(stream).is_terminal else None, show_edge=False, pad_edge=False,
-                  header_style="bold")
+    table = Table(
+        box=box.SIMPLE_HEAD if _console(stream).is_terminal else None,
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold",
+    )
     for name in header:
         table.add_column(name, no_wrap=True)
     for row in rows:
@@ -149,8 +168,14 @@ class Progress:
             from rich.progress import BarColumn, TaskProgressColumn, TextColumn
             from rich.progress import Progress as RichProgress
 
-            self._bar = RichProgress(BarColumn(bar_width=24), TaskProgressColumn(), TextColumn("{task.description}"),
-                                     console=_console(self.stream), transient=True, auto_refresh=False)
+            self._bar = RichProgress(
+                BarColumn(bar_width=24),
+                TaskProgressColumn(),
+                TextColumn("{task.description}"),
+                console=_console(self.stream),
+                transient=True,
+                auto_refresh=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task(text, total=None if fraction is None else 1.0)
         frac = None if fraction is None else min(max(fraction, 0.0), 1.0)
@@ -195,8 +220,13 @@ class UploadProgress:
 
     def write(self, hdfs_path: str, data=None, **kwargs):
         streamed = hasattr(data, "read") and hasattr(data, "fileno")  # a local file (hdfs_io.open_source)
-        total = (os.fstat(data.fileno()).st_size - data.tell() if streamed
-                 else len(data) if isinstance(data, (bytes, bytearray)) else 0)
+        total = (
+            os.fstat(data.fileno()).st_size - data.tell()
+            if streamed
+            else len(data)
+            if isinstance(data, (bytes, bytearray))
+            else 0
+        )
         if not self._bar.enabled or total < self.MIN_BYTES:
             return self._client.write(hdfs_path, data=data, **kwargs)
         base = hdfs_path.rsplit("/", 1)[-1]
@@ -204,8 +234,9 @@ class UploadProgress:
         name = match.group(1) if match else base
 
         def report(done: int) -> None:
-            self._bar.update(done / total, f"staging {name} {done / 2**20:.1f}/{total / 2**20:.1f} MiB",
-                             force=done >= total)
+            self._bar.update(
+                done / total, f"staging {name} {done / 2**20:.1f}/{total / 2**20:.1f} MiB", force=done >= total
+            )
 
         try:
             body = _ReadProgress(data if streamed else bytes(data), total, report)

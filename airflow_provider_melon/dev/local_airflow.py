@@ -61,8 +61,9 @@ class LocalPostgres:
         initdb = shutil.which("initdb")
         if initdb:
             return Path(initdb).parent
-        raise LocalAirflowError("PostgreSQL is not installed (no initdb): `apt-get install postgresql` "
-                                "(scripts/setup.sh does this)")
+        raise LocalAirflowError(
+            "PostgreSQL is not installed (no initdb): `apt-get install postgresql` (scripts/setup.sh does this)"
+        )
 
     @property
     def url(self) -> str:
@@ -74,8 +75,9 @@ class LocalPostgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd="/")
         if result.returncode != 0:
-            raise LocalAirflowError(f"{' '.join(args[:2])} failed ({result.returncode}):\n"
-                                    f"{(result.stdout + result.stderr)[-3000:]}")
+            raise LocalAirflowError(
+                f"{' '.join(args[:2])} failed ({result.returncode}):\n{(result.stdout + result.stderr)[-3000:]}"
+            )
 
     def start(self) -> "LocalPostgres":
         self.data_dir = Path(tempfile.mkdtemp(prefix="melon-pg-"))
@@ -84,8 +86,7 @@ class LocalPostgres:
             os.chown(self.data_dir, pg.pw_uid, pg.pw_gid)
         data = str(self.data_dir / "data")
         self._run("initdb", "-D", data, "-U", "airflow", "--auth=trust", "-E", "UTF8", "--no-sync")
-        opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data_dir} -c fsync=off "
-                "-c max_connections=200")
+        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data_dir} -c fsync=off -c max_connections=200"
         self._run("pg_ctl", "-D", data, "-o", opts, "-l", str(self.data_dir / "postgres.log"), "-w", "start")
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "airflow", "airflow")
         return self
@@ -106,8 +107,7 @@ class AirflowApi:
     (``POST /auth/token`` with SimpleAuthManager's user and password). Used against the local Airflow below and
     against the docker/ deployment."""
 
-    def __init__(self, url: str, username: str = "admin", password: str = "admin",
-                 alive: Optional[Any] = None):
+    def __init__(self, url: str, username: str = "admin", password: str = "admin", alive: Optional[Any] = None):
         self.url = url.rstrip("/")
         self.username = username
         self.password = password
@@ -121,13 +121,13 @@ class AirflowApi:
     def token(self) -> str:
         """Log in as the UI's login form does (``POST /auth/token``); the JWT is kept for later calls."""
         if self._token is None:
-            body = self._http("POST", "/auth/token", {"username": self.username, "password": self.password},
-                              auth=False)
+            body = self._http("POST", "/auth/token", {"username": self.username, "password": self.password}, auth=False)
             self._token = body["access_token"]
         return self._token
 
-    def _http(self, method: str, path: str, body: Optional[dict] = None, *, auth: bool = True,
-              timeout: float = 30) -> Any:
+    def _http(
+        self, method: str, path: str, body: Optional[dict] = None, *, auth: bool = True, timeout: float = 30
+    ) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
@@ -176,8 +176,9 @@ class AirflowApi:
             if run["state"] in TERMINAL_RUN_STATES:
                 return run
             time.sleep(3)
-        raise LocalAirflowError(f"run {dag_id}/{run_id} not finished within {timeout:.0f}s:\n"
-                                f"{self.run_picture(dag_id, run_id)}")
+        raise LocalAirflowError(
+            f"run {dag_id}/{run_id} not finished within {timeout:.0f}s:\n{self.run_picture(dag_id, run_id)}"
+        )
 
     def run_picture(self, dag_id: str, run_id: str, task_id: Optional[str] = None, lines: int = 25) -> str:
         """What Airflow shows of a run, for a failure message: every task instance's state (with its trigger and
@@ -192,14 +193,18 @@ class AirflowApi:
             name = ti["task_id"] + (f"[{ti['map_index']}]" if ti.get("map_index", -1) >= 0 else "")
             trigger = (ti.get("trigger") or {}).get("classpath", "").rsplit(".", 1)[-1]
             triggerer = (ti.get("triggerer_job") or {}).get("id")
-            out.append(f"  {name}: {ti['state']} (try {ti.get('try_number')}"
-                       + (f", trigger {trigger} on triggerer {triggerer}" if trigger else "") + ")")
+            out.append(
+                f"  {name}: {ti['state']} (try {ti.get('try_number')}"
+                + (f", trigger {trigger} on triggerer {triggerer}" if trigger else "")
+                + ")"
+            )
         for ti in tis:
             if (task_id is not None and ti["task_id"] != task_id) or (task_id is None and ti["state"] == "success"):
                 continue
             try:
-                text = self.task_log(dag_id, run_id, ti["task_id"], ti.get("map_index", -1),
-                                     max(1, int(ti.get("try_number") or 1)))
+                text = self.task_log(
+                    dag_id, run_id, ti["task_id"], ti.get("map_index", -1), max(1, int(ti.get("try_number") or 1))
+                )
                 tail = "\n".join(f"    {line[:300]}" for line in text.splitlines()[-lines:])
             except Exception as exc:  # noqa: BLE001
                 tail = f"    (log unavailable: {exc!r})"
@@ -219,12 +224,16 @@ class AirflowApi:
         return body["task_instances"]
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
-        return {f"{ti['task_id']}[{ti['map_index']}]" if ti["map_index"] >= 0 else ti["task_id"]: ti["state"]
-                for ti in self.task_instances(dag_id, run_id)}
+        return {
+            f"{ti['task_id']}[{ti['map_index']}]" if ti["map_index"] >= 0 else ti["task_id"]: ti["state"]
+            for ti in self.task_instances(dag_id, run_id)
+        }
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
-        path = (f"/dags/{quote(dag_id)}/dagRuns/{quote(run_id, safe='')}/taskInstances/{quote(task_id)}/xcomEntries/"
-                f"{quote(key)}?map_index={map_index}&deserialize=true")
+        path = (
+            f"/dags/{quote(dag_id)}/dagRuns/{quote(run_id, safe='')}/taskInstances/{quote(task_id)}/xcomEntries/"
+            f"{quote(key)}?map_index={map_index}&deserialize=true"
+        )
         return self.api("GET", path)["value"]
 
     def triggerer_job_ids(self) -> list[int]:
@@ -234,8 +243,10 @@ class AirflowApi:
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1, try_number: int = 1) -> str:
         """The task's log as the UI shows it (structured lines joined as text)."""
-        path = (f"/dags/{quote(dag_id)}/dagRuns/{quote(run_id, safe='')}/taskInstances/{quote(task_id)}/logs/"
-                f"{try_number}?full_content=true&map_index={map_index}")
+        path = (
+            f"/dags/{quote(dag_id)}/dagRuns/{quote(run_id, safe='')}/taskInstances/{quote(task_id)}/logs/"
+            f"{try_number}?full_content=true&map_index={map_index}"
+        )
         body = self.api("GET", path)
         content = body.get("content") if isinstance(body, dict) else body
         if isinstance(content, list):
@@ -243,9 +254,19 @@ class AirflowApi:
             for item in content:
                 if isinstance(item, dict):
                     extra = {k: v for k, v in item.items() if k not in ("event", "timestamp", "level", "logger")}
-                    lines.append(" ".join(str(x) for x in (item.get("timestamp", ""), item.get("level", ""),
-                                                          item.get("logger", ""), item.get("event", ""))
-                                          if x) + (f" {extra}" if extra else ""))
+                    lines.append(
+                        " ".join(
+                            str(x)
+                            for x in (
+                                item.get("timestamp", ""),
+                                item.get("level", ""),
+                                item.get("logger", ""),
+                                item.get("event", ""),
+                            )
+                            if x
+                        )
+                        + (f" {extra}" if extra else "")
+                    )
                 else:
                     lines.append(str(item))
             return "\n".join(lines)
@@ -261,9 +282,16 @@ class LocalAirflow(AirflowApi):
     triggerer healthy. ``stop()`` stops them all.
     """
 
-    def __init__(self, env: dict, port: int = 0, parallelism: int = 4, username: str = "admin",
-                 password: str = "admin", airflow_bin: str = str(Path(sys.executable).parent / "airflow"),
-                 auth_manager: str = "simple"):
+    def __init__(
+        self,
+        env: dict,
+        port: int = 0,
+        parallelism: int = 4,
+        username: str = "admin",
+        password: str = "admin",
+        airflow_bin: str = str(Path(sys.executable).parent / "airflow"),
+        auth_manager: str = "simple",
+    ):
         if auth_manager not in AUTH_MANAGERS:
             raise ValueError(f"auth_manager: {auth_manager!r} is not one of {', '.join(AUTH_MANAGERS)}")
         self.auth_manager = auth_manager
@@ -278,29 +306,31 @@ class LocalAirflow(AirflowApi):
         passwords = self.home / "simple_auth_manager_passwords.json"
         self.home.mkdir(parents=True, exist_ok=True)
         passwords.write_text(json.dumps({self.username: self.password}))
-        self.env.update({
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
-            "AIRFLOW__CORE__AUTH_MANAGER": AUTH_MANAGERS[auth_manager],
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__BASE_URL": self.url,
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__API__EXPOSE_CONFIG": "False",
-            # the scheduler's/worker's and the triggerer's log servers listen on fixed ports (8793/8794, on every
-            # address) unless told: two local Airflows on one host (tests beside a demo, make compat beside make
-            # test) would fight for them, and the loser's component dies
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-        })
+        self.env.update(
+            {
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+                "AIRFLOW__CORE__AUTH_MANAGER": AUTH_MANAGERS[auth_manager],
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": self.url,
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+                "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__API__EXPOSE_CONFIG": "False",
+                # the scheduler's/worker's and the triggerer's log servers listen on fixed ports (8793/8794, on every
+                # address) unless told: two local Airflows on one host (tests beside a demo, make compat beside make
+                # test) would fight for them, and the loser's component dies
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            }
+        )
         from airflow_provider_melon.version_compat import JWT_ISSUER_MUST_BE_SET, XCOM_DESERIALIZE_NEEDS_CONFIG
 
         if JWT_ISSUER_MUST_BE_SET:  # Airflow 3.0 with PyJWT 2.11+: no token without an issuer (version_compat.py)
@@ -329,15 +359,29 @@ class LocalAirflow(AirflowApi):
         return self
 
     def _start_components(self, timeout: float) -> None:
-        result = subprocess.run([self.airflow_bin, "db", "migrate"], env=self.env, capture_output=True, text=True,
-                                timeout=timeout)
+        result = subprocess.run(
+            [self.airflow_bin, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         if result.returncode != 0:
             raise LocalAirflowError(f"airflow db migrate failed:\n{(result.stdout + result.stderr)[-3000:]}")
         if self.auth_manager == "fab":
             self.fab_cli("fab-db", "migrate")
-            self.fab_cli("users", "create", "--username", self.username, "--password", self.password,
-                         "--role", "Admin", "--email", f"{self.username}@example.invalid", "--firstname",
-                         self.username, "--lastname", "admin")
+            self.fab_cli(
+                "users",
+                "create",
+                "--username",
+                self.username,
+                "--password",
+                self.password,
+                "--role",
+                "Admin",
+                "--email",
+                f"{self.username}@example.invalid",
+                "--firstname",
+                self.username,
+                "--lastname",
+                "admin",
+            )
         for component in COMPONENTS:
             self.start_component(component)
         self.wait_healthy(timeout)
@@ -349,9 +393,14 @@ class LocalAirflow(AirflowApi):
         if component == "api-server":
             args += ["--host", "127.0.0.1", "--port", str(self.port)]
         with open(self.log_file(component), "ab") as log:
-            self.procs[component] = subprocess.Popen(args, env={**self.env, **(env or {})}, stdout=log,
-                                                     stderr=subprocess.STDOUT,
-                                                     stdin=subprocess.DEVNULL, start_new_session=True)
+            self.procs[component] = subprocess.Popen(
+                args,
+                env={**self.env, **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         return self.procs[component]
 
     def kill_component(self, component: str, sig: int = signal.SIGKILL) -> None:
@@ -382,8 +431,9 @@ class LocalAirflow(AirflowApi):
             except (OSError, LocalAirflowError) as exc:
                 last = exc
             time.sleep(1)
-        raise LocalAirflowError(f"Airflow not healthy within {timeout:.0f}s (last: {last}); api-server log:\n"
-                                f"{self.log_tail('api-server')}")
+        raise LocalAirflowError(
+            f"Airflow not healthy within {timeout:.0f}s (last: {last}); api-server log:\n{self.log_tail('api-server')}"
+        )
 
     def stop(self, timeout: float = 30) -> None:
         for proc in self.procs.values():
@@ -417,8 +467,9 @@ class LocalAirflow(AirflowApi):
         """``airflow <args>`` that must succeed (the FAB commands: users, roles); returns its output."""
         result = self.cli(*args)
         if result.returncode != 0:
-            raise LocalAirflowError(f"airflow {' '.join(args[:2])} failed ({result.returncode}):\n"
-                                    f"{(result.stdout + result.stderr)[-3000:]}")
+            raise LocalAirflowError(
+                f"airflow {' '.join(args[:2])} failed ({result.returncode}):\n{(result.stdout + result.stderr)[-3000:]}"
+            )
         return result.stdout
 
     def add_user(self, username: str, password: str, *, dags: tuple[str, ...] = ()) -> AirflowApi:
@@ -436,13 +487,24 @@ class LocalAirflow(AirflowApi):
             self.fab_cli("sync-perm", "--include-dags")  # the DAGs' FAB resources (DAG:<id>)
         for dag_id in dags:
             self.fab_cli("roles", "add-perms", role, "-r", f"DAG:{dag_id}", "-a", "can_read")
-        self.fab_cli("users", "create", "--username", username, "--password", password, "--role", role,
-                     "--email", f"{username}@example.invalid", "--firstname", username, "--lastname", "user")
+        self.fab_cli(
+            "users",
+            "create",
+            "--username",
+            username,
+            "--password",
+            password,
+            "--role",
+            role,
+            "--email",
+            f"{username}@example.invalid",
+            "--firstname",
+            username,
+            "--lastname",
+            "user",
+        )
         return AirflowApi(self.url, username, password, alive=self._check_alive)
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """``airflow <args>`` against this Airflow's home (e.g. ``dags trigger``, as an operator would type it)."""
-        return subprocess.run([self.airflow_bin, *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
-
-
+        return subprocess.run([self.airflow_bin, *args], env=self.env, capture_output=True, text=True, timeout=timeout)

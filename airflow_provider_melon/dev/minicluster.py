@@ -160,8 +160,9 @@ def kerberos_login(details: ClusterDetails, name: str = "airflow"):
     whose ``auth()`` makes SPNEGO calls with it."""
     from airflow_provider_melon.hooks.kerberos import KerberosSettings, TicketKeeper
 
-    keeper = TicketKeeper(KerberosSettings(details.principal(name), details.keytab(name), details.ccache(name),
-                                           details.krb5_conf))
+    keeper = TicketKeeper(
+        KerberosSettings(details.principal(name), details.keytab(name), details.ccache(name), details.krb5_conf)
+    )
     keeper.ensure(force=True)
     return keeper
 
@@ -177,8 +178,9 @@ def _get_json(url: str, timeout: float, auth=None) -> dict:
         return json.load(resp)
 
 
-def nodes_ready(rm_web_url: str, user: str, expected_nodes: int, timeout: float = 5.0,
-                require_gpu: bool = True, auth=None) -> list[dict] | None:
+def nodes_ready(
+    rm_web_url: str, user: str, expected_nodes: int, timeout: float = 5.0, require_gpu: bool = True, auth=None
+) -> list[dict] | None:
     """The RUNNING nodes if ``expected_nodes`` of them report a GPU count (any count when not
     ``require_gpu``), else None (not ready yet). ``auth``: SPNEGO on a secure cluster (else simple auth)."""
     url = f"{rm_web_url}/ws/v1/cluster/nodes?states=RUNNING" + ("" if auth is not None else f"&user.name={user}")
@@ -226,8 +228,13 @@ class GpuLayout:
     env: list = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"source": self.source, "gpus_per_node": self.gpus, "gpu_memory_mb_per_node": self.gpu_memory_mb,
-                "message": self.message, "nodes": self.nodes}
+        return {
+            "source": self.source,
+            "gpus_per_node": self.gpus,
+            "gpu_memory_mb_per_node": self.gpu_memory_mb,
+            "message": self.message,
+            "nodes": self.nodes,
+        }
 
 
 def gpu_layout(work_dir: Path, nodemanagers: int, gpus: int, gpu_memory_mb: int, found=None) -> GpuLayout:
@@ -244,26 +251,44 @@ def gpu_layout(work_dir: Path, nodemanagers: int, gpus: int, gpu_memory_mb: int,
         raise MiniClusterError(f"nodemanagers must be at least 1, got {nodemanagers}")
     per = len(found) // nodemanagers
     if per == 0:
-        why = found.reason if not found else (f"this host's {len(found)} GPU(s) cannot be split between "
-                                              f"{nodemanagers} NodeManagers (hidden from the containers)")
+        why = (
+            found.reason
+            if not found
+            else (
+                f"this host's {len(found)} GPU(s) cannot be split between "
+                f"{nodemanagers} NodeManagers (hidden from the containers)"
+            )
+        )
         message = f"{why}; each NodeManager advertises {gpus} virtual GPU(s), {gpu_memory_mb} MiB in all"
         env = [{"CUDA_VISIBLE_DEVICES": HIDDEN_GPUS}] * nodemanagers if found else [{}] * nodemanagers
-        return GpuLayout("virtual", gpus, gpu_memory_mb, message if message.startswith("no GPU") else
-                         f"no GPU: {message}", env=list(env))
+        return GpuLayout(
+            "virtual",
+            gpus,
+            gpu_memory_mb,
+            message if message.startswith("no GPU") else f"no GPU: {message}",
+            env=list(env),
+        )
     smallest = min(g.total_mb for g in found)
     nodes, env = [], []
     for i in range(nodemanagers):
-        mine = list(found)[i * per:(i + 1) * per]
+        mine = list(found)[i * per : (i + 1) * per]
         inventory = Path(work_dir) / f"gpu-inventory-nm{i}.json"
-        inventory.write_text(json.dumps({"gpus": [{"index": g.index, "uuid": g.uuid, "total_mb": g.total_mb,
-                                                   "name": g.name} for g in mine]}, indent=1))
+        inventory.write_text(
+            json.dumps(
+                {"gpus": [{"index": g.index, "uuid": g.uuid, "total_mb": g.total_mb, "name": g.name} for g in mine]},
+                indent=1,
+            )
+        )
         nodes.append({"nodemanager": i, "gpus": [g.index for g in mine], "uuids": [g.uuid for g in mine]})
-        env.append({"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) for g in mine),
-                    "MELON_GPU_INVENTORY": str(inventory)})
-    unused = list(found)[per * nodemanagers:]
-    message = (f"{len(found)} GPU(s) ({found[0].name}) split between {nodemanagers} NodeManagers: "
-               + "; ".join(f"NM{n['nodemanager']} GPU {','.join(map(str, n['gpus']))}" for n in nodes)
-               + (f"; GPU {','.join(str(g.index) for g in unused)} unused (not an even split)" if unused else ""))
+        env.append(
+            {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) for g in mine), "MELON_GPU_INVENTORY": str(inventory)}
+        )
+    unused = list(found)[per * nodemanagers :]
+    message = (
+        f"{len(found)} GPU(s) ({found[0].name}) split between {nodemanagers} NodeManagers: "
+        + "; ".join(f"NM{n['nodemanager']} GPU {','.join(map(str, n['gpus']))}" for n in nodes)
+        + (f"; GPU {','.join(str(g.index) for g in unused)} unused (not an even split)" if unused else "")
+    )
     return GpuLayout("nvml", per, per * smallest, message, nodes, env)
 
 
@@ -282,15 +307,19 @@ def read_layout(work_dir: Path) -> dict | None:
 def container_logs(work_dir: Path, app_id: str, name: str = "stdout") -> dict[str, str]:
     """Container id -> that container's log file ``name`` (``stdout``, ``stderr``), read from the NodeManagers'
     log dirs under ``work_dir`` (the mini cluster's NMs are local)."""
-    return {path.parent.name: path.read_text(errors="replace")
-            for path in Path(work_dir).rglob(f"{app_id}/container_*/{name}")}
+    return {
+        path.parent.name: path.read_text(errors="replace")
+        for path in Path(work_dir).rglob(f"{app_id}/container_*/{name}")
+    }
 
 
 def container_env(details: ClusterDetails) -> dict[str, str]:
     """Environment the mini cluster's task containers need: the virtual GPU inventory, and one ledger per
     NodeManager (``{nm}`` → ``<NM_HOST>_<NM_PORT>``): both NMs run on this one host, each with its own GPUs."""
-    env = {"MELON_GPU_INVENTORY": str(inventory_path(details.work_dir)),
-           "MELON_LEDGER_DIR": str(Path(details.work_dir) / "ledger-{nm}")}
+    env = {
+        "MELON_GPU_INVENTORY": str(inventory_path(details.work_dir)),
+        "MELON_LEDGER_DIR": str(Path(details.work_dir) / "ledger-{nm}"),
+    }
     layout = read_layout(details.work_dir)
     if layout and layout.get("source") == "nvml":  # each NodeManager gives its containers its own inventory (its
         del env["MELON_GPU_INVENTORY"]  # admin-env, which YARN appends to a job's value rather than replacing it)
@@ -313,8 +342,14 @@ def tenant_hook(details: ClusterDetails, user: str, *, hdfs_client=None, admin_a
     return MelonHook(
         yarn_hook=YarnHook(rm_urls=[details.rm_web_url], user=service, retries=0),
         hdfs_client=hdfs_client or InsecureClient(namenode, user=service, proxy=user),
-        proxy_user=user, admin_acl=admin_acl, am_classpath=details.am_classpath, default_python=sys.executable,
-        container_env=container_env(details), fs_default_fs=details.fs_default_fs, gpu_context_mb=GPU_CONTEXT_MB)
+        proxy_user=user,
+        admin_acl=admin_acl,
+        am_classpath=details.am_classpath,
+        default_python=sys.executable,
+        container_env=container_env(details),
+        fs_default_fs=details.fs_default_fs,
+        gpu_context_mb=GPU_CONTEXT_MB,
+    )
 
 
 def start(
@@ -377,10 +412,22 @@ def start(
     for flag, port in ports_from_base(port_base).items():
         args += [f"--{flag}", str(port)]
     args += [
-        "--nodemanagers", str(nodemanagers), "--gpus", str(gpus), "--gpu-memory-mb", str(gpu_memory_mb),
-        "--nm-memory-mb", str(nm_memory_mb), "--nm-vcores", str(nm_vcores),
-        "--melon-config", "1" if melon_config else "0",
-        "--nm-expiry-ms", str(nm_expiry_ms), "--rm-recovery", "1" if rm_recovery else "0",
+        "--nodemanagers",
+        str(nodemanagers),
+        "--gpus",
+        str(gpus),
+        "--gpu-memory-mb",
+        str(gpu_memory_mb),
+        "--nm-memory-mb",
+        str(nm_memory_mb),
+        "--nm-vcores",
+        str(nm_vcores),
+        "--melon-config",
+        "1" if melon_config else "0",
+        "--nm-expiry-ms",
+        str(nm_expiry_ms),
+        "--rm-recovery",
+        "1" if rm_recovery else "0",
     ]
     if secure:
         args += ["--secure", "1"]
@@ -393,8 +440,9 @@ def start(
     if layout is not None:
         args += ["--nm-env", str(work_dir / "nm-env.json")]
     with open(log_path(work_dir), "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=work_dir)
+        proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=work_dir
+        )
     pid_path(work_dir).write_text(str(proc.pid))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -405,8 +453,7 @@ def start(
             )
         details = read_details(work_dir)
         auth = kerberos_login(details).auth() if details and details.secure else None
-        if details and nodes_ready(details.rm_web_url, details.user, nodemanagers, require_gpu=melon_config,
-                                   auth=auth):
+        if details and nodes_ready(details.rm_web_url, details.user, nodemanagers, require_gpu=melon_config, auth=auth):
             if layout is not None:
                 logger.info("mini cluster GPUs: %s", layout.message)
             return details
@@ -422,8 +469,10 @@ def write_site_xml(path: Path, props: dict[str, str]) -> Path:
     """A Hadoop ``*-site.xml`` holding ``props``."""
     from xml.sax.saxutils import escape
 
-    body = "".join(f"  <property><name>{escape(str(k))}</name><value>{escape(str(v))}</value></property>\n"
-                   for k, v in props.items())
+    body = "".join(
+        f"  <property><name>{escape(str(k))}</name><value>{escape(str(v))}</value></property>\n"
+        for k, v in props.items()
+    )
     Path(path).write_text(f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n')
     return Path(path)
 
@@ -478,17 +527,30 @@ def status(work_dir: Path = DEFAULT_WORK_DIR) -> dict:
     details = read_details(work_dir)
     out: dict = {"running": bool(pid and details), "pid": pid, "work_dir": str(work_dir)}
     if details:
-        out.update(rm_web_url=details.rm_web_url, webhdfs_url=details.webhdfs_url,
-                   fs_default_fs=details.fs_default_fs, conf_dir=details.conf_dir)
+        out.update(
+            rm_web_url=details.rm_web_url,
+            webhdfs_url=details.webhdfs_url,
+            fs_default_fs=details.fs_default_fs,
+            conf_dir=details.conf_dir,
+        )
         auth = kerberos_login(details).auth() if details.secure else None
         if details.secure:
-            out.update(secure=True, realm=details.details.get("realm"), krb5_conf=details.krb5_conf,
-                       principals=details.details.get("principals"), keytabs=details.details.get("keytabs"))
+            out.update(
+                secure=True,
+                realm=details.details.get("realm"),
+                krb5_conf=details.krb5_conf,
+                principals=details.details.get("principals"),
+                keytabs=details.details.get("keytabs"),
+            )
         out["gpu_layout"] = read_layout(work_dir)
         nodes = nodes_ready(details.rm_web_url, details.user, 0, require_gpu=False, auth=auth) or []
         out["nodes"] = [
-            {"id": n.get("id"), "state": n.get("state"), "total": node_resources(n.get("totalResource")),
-             "used": node_resources(n.get("usedResource"))}
+            {
+                "id": n.get("id"),
+                "state": n.get("state"),
+                "total": node_resources(n.get("totalResource")),
+                "used": node_resources(n.get("usedResource")),
+            }
             for n in nodes
         ]
     return out
@@ -549,12 +611,16 @@ def connection_exports(details: ClusterDetails, python: str) -> list[str]:
     ``KRB5CCNAME`` (the cache the hook keeps a ticket in)."""
     import shlex
 
-    lines = [f"export AIRFLOW_CONN_{conn_id.upper()}={shlex.quote(json.dumps(conn))}"
-             for conn_id, conn in airflow_connections(details, python).items()]
+    lines = [
+        f"export AIRFLOW_CONN_{conn_id.upper()}={shlex.quote(json.dumps(conn))}"
+        for conn_id, conn in airflow_connections(details, python).items()
+    ]
     if details.secure:
-        lines += [f"export KRB5_CONFIG={shlex.quote(str(details.krb5_conf))}",
-                  f"export KRB5CCNAME={shlex.quote('FILE:' + details.ccache('airflow'))}",
-                  "export AIRFLOW__CORE__SECURITY=kerberos"]
+        lines += [
+            f"export KRB5_CONFIG={shlex.quote(str(details.krb5_conf))}",
+            f"export KRB5CCNAME={shlex.quote('FILE:' + details.ccache('airflow'))}",
+            "export AIRFLOW__CORE__SECURITY=kerberos",
+        ]
     return lines
 
 

@@ -13,8 +13,20 @@ import warnings
 from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Tuple
 
-__all__ = ["DeviceInfo", "GpuList", "GpuReading", "list_gpus", "nvml_gpus", "inventory_gpus", "mps_active",
-           "process_tree", "process_memory", "device_used_mb", "SOURCE_PROCESS", "SOURCE_DEVICE"]
+__all__ = [
+    "DeviceInfo",
+    "GpuList",
+    "GpuReading",
+    "list_gpus",
+    "nvml_gpus",
+    "inventory_gpus",
+    "mps_active",
+    "process_tree",
+    "process_memory",
+    "device_used_mb",
+    "SOURCE_PROCESS",
+    "SOURCE_DEVICE",
+]
 
 DEFAULT_MPS_PIPE_DIR = "/tmp/nvidia-mps"
 MIB = 1024 * 1024
@@ -125,9 +137,11 @@ def nvml_gpus(env=None) -> GpuList:
                     continue
                 if _mig_enabled(pynvml, h):
                     mig.append(i)
-                    skipped.append(f"device {i} ({_s(pynvml.nvmlDeviceGetName(h))}) is in MIG mode, which MeLoN does "
-                                   f"not share (disable it: nvidia-smi -i {i} -mig 0, or keep this node's MIG GPUs "
-                                   f"out of MeLoN with CUDA_VISIBLE_DEVICES)")
+                    skipped.append(
+                        f"device {i} ({_s(pynvml.nvmlDeviceGetName(h))}) is in MIG mode, which MeLoN does "
+                        f"not share (disable it: nvidia-smi -i {i} -mig 0, or keep this node's MIG GPUs "
+                        f"out of MeLoN with CUDA_VISIBLE_DEVICES)"
+                    )
                     continue
                 mem = pynvml.nvmlDeviceGetMemoryInfo(h)
                 try:
@@ -177,8 +191,10 @@ def inventory_gpus(path: str) -> GpuList:
             for g in data["gpus"]
         ]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"GPU inventory {path} is malformed ({exc!r}); expected "
-                         '{"gpus": [{"index": 0, "total_mb": 16384}, ...]}') from exc
+        raise ValueError(
+            f"GPU inventory {path} is malformed ({exc!r}); expected "
+            '{"gpus": [{"index": 0, "total_mb": 16384}, ...]}'
+        ) from exc
     if not gpus:
         return GpuList(source="none", reason=f"no GPU: inventory {path} lists no GPU")
     return GpuList(gpus, source="inventory")
@@ -202,8 +218,11 @@ def list_gpus(env=None) -> GpuList:
             return gpus
         kept = [g for g in gpus if str(g.index) in allowed or g.uuid in allowed]
         if not kept:
-            return GpuList(source="none", reason=f"no GPU: inventory {inventory} lists none of CUDA_VISIBLE_DEVICES="
-                           f"{env.get('CUDA_VISIBLE_DEVICES')}")
+            return GpuList(
+                source="none",
+                reason=f"no GPU: inventory {inventory} lists none of CUDA_VISIBLE_DEVICES="
+                f"{env.get('CUDA_VISIBLE_DEVICES')}",
+            )
         return GpuList(kept, source="inventory")
     return found
 
@@ -294,8 +313,11 @@ def _nvml_call(read):
 def device_used_mb(gpu_index: int) -> Optional[int]:
     """The device's used memory (MiB, NVML's ``used``: every process's and the driver's), None when NVML cannot
     say: the baseline a device-wide reading of :func:`process_memory` rises from."""
-    return _nvml_call(lambda pynvml: int(pynvml.nvmlDeviceGetMemoryInfo(
-        pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))).used) // MIB)
+    return _nvml_call(
+        lambda pynvml: (
+            int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))).used) // MIB
+        )
+    )
 
 
 def process_memory(gpu_index: int, pids, baseline_mb: Optional[int] = None) -> Optional[GpuReading]:

@@ -45,11 +45,22 @@ def _candidates(run: Mapping, growth: float) -> list[tuple[int, str]]:
         # used, so a successful run may teach less than the figure it succeeded at, never more.
         if succeeded and expected is not None:
             bound = _ceil(peak * (1 + MARGIN))
-            out.append((bound, f"device-wide peak {peak} MiB (neighbours included) × {1 + MARGIN:.2f}, under "
-                               f"the {expected} MiB it succeeded at") if bound < expected
-                       else (expected, f"succeeded at {expected} MiB"))
-    elif peak is not None and run.get("peak_source") == "nvml-process" and succeeded and expected is not None \
-            and peak >= expected:
+            out.append(
+                (
+                    bound,
+                    f"device-wide peak {peak} MiB (neighbours included) × {1 + MARGIN:.2f}, under "
+                    f"the {expected} MiB it succeeded at",
+                )
+                if bound < expected
+                else (expected, f"succeeded at {expected} MiB")
+            )
+    elif (
+        peak is not None
+        and run.get("peak_source") == "nvml-process"
+        and succeeded
+        and expected is not None
+        and peak >= expected
+    ):
         # NVML's reading at the cap is an allocator that takes what it is given (TensorFlow without memory growth):
         # it says the cap sufficed, not that the task needs more. Cap × 1.1 would grow every night. (A framework's
         # own counter cannot pass the cap; a user's figure above it is a job the cap does not bind: both kept.)
@@ -61,8 +72,14 @@ def _candidates(run: Mapping, growth: float) -> list[tuple[int, str]]:
     return out
 
 
-def learned_mb(runs: Sequence[Mapping], *, growth: float = 1.5, recent: int = RECENT,
-               largest_gpu_mb: Optional[int] = None, context_mb: int = 0) -> Optional[tuple[int, str]]:
+def learned_mb(
+    runs: Sequence[Mapping],
+    *,
+    growth: float = 1.5,
+    recent: int = RECENT,
+    largest_gpu_mb: Optional[int] = None,
+    context_mb: int = 0,
+) -> Optional[tuple[int, str]]:
     """The learned expected memory of one role from its ``runs`` (oldest first), with a sentence saying where it
     comes from; None when no run teaches anything (none yet, or only runs that neither succeeded nor ran out of
     memory with a known figure). ``largest_gpu_mb``: the cluster's largest GPU, of which ``context_mb`` is the
@@ -83,8 +100,9 @@ def learned_mb(runs: Sequence[Mapping], *, growth: float = 1.5, recent: int = RE
     return mb, f"learned from the last {len(considered)} run(s): {why}"
 
 
-def run_record(role: str, tasks: Iterable[Mapping], *, app_id: str, state: Optional[str], at: float,
-               planned_mb: int) -> dict:
+def run_record(
+    role: str, tasks: Iterable[Mapping], *, app_id: str, state: Optional[str], at: float, planned_mb: int
+) -> dict:
     """One role's record of a finished run from the AM's final status ``tasks`` (``expected_gpu_memory_mb``,
     ``initial_gpu_memory_mb``, ``gpu_memory_peak_mb`` with ``gpu_memory_peak_source`` when the AM carries it,
     ``oom_growths``, ``oom`` per task). The peak is the largest of the tasks' own peaks; a device-wide one only
@@ -102,10 +120,14 @@ def run_record(role: str, tasks: Iterable[Mapping], *, app_id: str, state: Optio
     peak = max(own or peaks, key=lambda p: p[0], default=(None, None))
     expected = [e for e in (_int(t.get("expected_gpu_memory_mb")) for t in mine) if e is not None]
     return {
-        "role": role, "app_id": app_id, "at": int(at), "state": state,
+        "role": role,
+        "app_id": app_id,
+        "at": int(at),
+        "state": state,
         "initial_mb": planned_mb,
         "expected_mb": max(expected) if expected else planned_mb,
-        "peak_mb": peak[0], "peak_source": peak[1],
+        "peak_mb": peak[0],
+        "peak_source": peak[1],
         "oom": any(bool(t.get("oom")) for t in mine),
         "growths": max([int(t.get("oom_growths") or 0) for t in mine] or [0]),
     }

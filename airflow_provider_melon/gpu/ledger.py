@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import grp
 import json
 import os
 import pwd
-import grp
 import stat
 import tempfile
 import time
@@ -23,8 +23,20 @@ from typing import Iterable, List, Optional
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.gpu.devices import DeviceInfo
 
-__all__ = ["Ledger", "UnsafeLedger", "check_directory", "default_dir", "reserve", "reserve_many", "release",
-           "pid_alive", "taken_mb", "holder_of", "overrun", "FOREIGN"]
+__all__ = [
+    "Ledger",
+    "UnsafeLedger",
+    "check_directory",
+    "default_dir",
+    "reserve",
+    "reserve_many",
+    "release",
+    "pid_alive",
+    "taken_mb",
+    "holder_of",
+    "overrun",
+    "FOREIGN",
+]
 
 DEFAULT_DIR = "/var/lib/melon/ledger"
 #: NVML "used" on an idle GPU (driver/context reserve) below which a GPU still counts as free for exclusive use.
@@ -62,8 +74,10 @@ def _who(st: os.stat_result) -> str:
 
 def _fix(directory: str) -> str:
     me = pwd.getpwuid(os.geteuid()).pw_name if os.geteuid() != 0 else "<the NodeManager's user>"
-    return (f"fix (as root on this node): rm -rf {directory} && install -d -m 2770 -o {me} "
-            f"-g <the NodeManager's group> {directory} (see docs/ledger.md)")
+    return (
+        f"fix (as root on this node): rm -rf {directory} && install -d -m 2770 -o {me} "
+        f"-g <the NodeManager's group> {directory} (see docs/ledger.md)"
+    )
 
 
 def check_directory(directory: str, create: bool = True) -> None:
@@ -81,32 +95,46 @@ def check_directory(directory: str, create: bool = True) -> None:
         try:
             pst = os.lstat(parent)
         except FileNotFoundError:
-            raise UnsafeLedger(f"GPU ledger directory {directory} does not exist (nor {parent}); "
-                               f"{_fix(directory)}") from None
-        if (not stat.S_ISDIR(pst.st_mode) or pst.st_uid not in trusted
-                or stat.S_IMODE(pst.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)):
-            raise UnsafeLedger(f"GPU ledger directory {directory} does not exist, and the executor does not create "
-                               f"it in {parent} ({_who(pst)}): others may write there and could have made it "
-                               f"first; {_fix(directory)}")
+            raise UnsafeLedger(
+                f"GPU ledger directory {directory} does not exist (nor {parent}); {_fix(directory)}"
+            ) from None
+        if (
+            not stat.S_ISDIR(pst.st_mode)
+            or pst.st_uid not in trusted
+            or stat.S_IMODE(pst.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            raise UnsafeLedger(
+                f"GPU ledger directory {directory} does not exist, and the executor does not create "
+                f"it in {parent} ({_who(pst)}): others may write there and could have made it "
+                f"first; {_fix(directory)}"
+            )
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory, 0o770)
         st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeLedger(f"GPU ledger directory {directory} is not a directory ({stat.filemode(st.st_mode)}, "
-                           f"a symlink is refused too); {_fix(directory)}")
+        raise UnsafeLedger(
+            f"GPU ledger directory {directory} is not a directory ({stat.filemode(st.st_mode)}, "
+            f"a symlink is refused too); {_fix(directory)}"
+        )
     if st.st_uid not in trusted:
-        raise UnsafeLedger(f"GPU ledger directory {directory} belongs to another user ({_who(st)}): it could "
-                           f"erase or forge reservations; {_fix(directory)}")
+        raise UnsafeLedger(
+            f"GPU ledger directory {directory} belongs to another user ({_who(st)}): it could "
+            f"erase or forge reservations; {_fix(directory)}"
+        )
     if stat.S_IMODE(st.st_mode) & stat.S_IWOTH:
-        raise UnsafeLedger(f"GPU ledger directory {directory} is writable by others ({_who(st)}): any user's "
-                           f"process could erase or forge reservations; {_fix(directory)}")
+        raise UnsafeLedger(
+            f"GPU ledger directory {directory} is writable by others ({_who(st)}): any user's "
+            f"process could erase or forge reservations; {_fix(directory)}"
+        )
     up = parent
     while True:
         ust = os.stat(up)
         mode = stat.S_IMODE(ust.st_mode)
         if ust.st_uid not in trusted or (mode & stat.S_IWOTH and not mode & stat.S_ISVTX):
-            raise UnsafeLedger(f"GPU ledger directory {directory} lies in {up} ({_who(ust)}), which another user "
-                               f"could change (rename the ledger away); {_fix(directory)}")
+            raise UnsafeLedger(
+                f"GPU ledger directory {directory} lies in {up} ({_who(ust)}), which another user "
+                f"could change (rename the ledger away); {_fix(directory)}"
+            )
         if up == os.path.dirname(up):
             break
         up = os.path.dirname(up)
@@ -117,8 +145,10 @@ def check_directory(directory: str, create: bool = True) -> None:
         except FileNotFoundError:
             continue
         if not stat.S_ISREG(fst.st_mode) or stat.S_IMODE(fst.st_mode) & stat.S_IWOTH:
-            raise UnsafeLedger(f"GPU ledger file {path} is not a regular file only its owner and group may write "
-                               f"({_who(fst)}); {_fix(directory)}")
+            raise UnsafeLedger(
+                f"GPU ledger file {path} is not a regular file only its owner and group may write "
+                f"({_who(fst)}); {_fix(directory)}"
+            )
 
 
 def _proc_start(pid: int) -> Optional[int]:
@@ -229,8 +259,13 @@ def overrun(device: DeviceInfo, entries: Iterable[dict], own_task: str) -> Optio
     for pid, r in mine.items():
         over = use.get(pid, 0) - int(r["expected_mb"])
         if r["task_id"] != own_task and over > 0:
-            culprits.append((over, f"task {r['task_id']} (pid {pid}) uses {use[pid]} MiB of its "
-                                   f"{int(r['expected_mb'])} MiB reservation"))
+            culprits.append(
+                (
+                    over,
+                    f"task {r['task_id']} (pid {pid}) uses {use[pid]} MiB of its "
+                    f"{int(r['expected_mb'])} MiB reservation",
+                )
+            )
     if not culprits:
         return None
     culprits.sort(key=lambda c: -c[0])
@@ -408,8 +443,9 @@ def reserve(task_id, pid, expected_mb, gpus, exclusive=False, large=False, mps=F
 
 
 def reserve_many(task_id, pid, expected_mb, gpus, count=1, exclusive=True, large=False, mps=False, directory=None):
-    return Ledger(directory).reserve_many(task_id, pid, expected_mb, gpus, count=count, exclusive=exclusive,
-                                          large=large, mps=mps)
+    return Ledger(directory).reserve_many(
+        task_id, pid, expected_mb, gpus, count=count, exclusive=exclusive, large=large, mps=mps
+    )
 
 
 def release(task_id, directory=None) -> int:

@@ -32,32 +32,47 @@ MIB = 1024 * 1024
 
 #: Bytes per element by dtype name (numpy/TF/torch spellings, lower case, without the ``torch.`` prefix).
 DTYPE_BYTES = {
-    "float64": 8, "double": 8, "fp64": 8,
-    "float32": 4, "float": 4, "fp32": 4, "tf32": 4,
-    "float16": 2, "half": 2, "fp16": 2, "mixed_float16": 2,
-    "bfloat16": 2, "bf16": 2, "mixed_bfloat16": 2,
-    "int8": 1, "uint8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "int32": 4, "int64": 8,
+    "float64": 8,
+    "double": 8,
+    "fp64": 8,
+    "float32": 4,
+    "float": 4,
+    "fp32": 4,
+    "tf32": 4,
+    "float16": 2,
+    "half": 2,
+    "fp16": 2,
+    "mixed_float16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "mixed_bfloat16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "fp8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int32": 4,
+    "int64": 8,
 }
 
 #: Optimizer state tensors kept per trainable parameter (the ``s`` of the formula).
 OPTIMIZER_SLOTS = {
-    "sgd": 0,          # plain SGD keeps nothing
-    "momentum": 1,     # SGD with momentum: the velocity
+    "sgd": 0,  # plain SGD keeps nothing
+    "momentum": 1,  # SGD with momentum: the velocity
     "nesterov": 1,
-    "adagrad": 1,      # accumulated squares
-    "rmsprop": 1,      # mean square (+1 with momentum, +1 centered; see optimizer_slots)
-    "lion": 1,         # one momentum
-    "adam": 2,         # first and second moments
+    "adagrad": 1,  # accumulated squares
+    "rmsprop": 1,  # mean square (+1 with momentum, +1 centered; see optimizer_slots)
+    "lion": 1,  # one momentum
+    "adam": 2,  # first and second moments
     "adamw": 2,
     "nadam": 2,
     "adamax": 2,
-    "amsgrad": 3,      # Adam + the max of second moments
-    "adadelta": 2,     # accumulated gradients and updates
-    "ftrl": 2,         # accumulator and linear
+    "amsgrad": 3,  # Adam + the max of second moments
+    "adadelta": 2,  # accumulated gradients and updates
+    "ftrl": 2,  # accumulator and linear
     "lamb": 2,
     "lars": 1,
-    "adafactor": 0,    # factored second moments: O(rows + cols), negligible next to P
+    "adafactor": 0,  # factored second moments: O(rows + cols), negligible next to P
 }
 
 #: Activation bytes kept per layer output: the output itself plus its gradient in the backward pass.
@@ -143,8 +158,14 @@ class MemoryModel:
     slot_bytes_per_param: Optional[float] = None
 
     def __post_init__(self):
-        for name in ("params", "bytes_per_param", "optimizer_slots", "activation_bytes_per_sample",
-                     "workspace_mb", "framework_overhead_mb"):
+        for name in (
+            "params",
+            "bytes_per_param",
+            "optimizer_slots",
+            "activation_bytes_per_sample",
+            "workspace_mb",
+            "framework_overhead_mb",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.trainable_params is not None and not 0 <= self.trainable_params <= self.params:
@@ -153,7 +174,9 @@ class MemoryModel:
     @classmethod
     def for_optimizer(cls, params: int, optimizer: Any = "sgd", dtype: Any = "float32", **kw) -> "MemoryModel":
         """Convenience: ``MemoryModel.for_optimizer(25_000_000, "adam", "float32", activation_bytes_per_sample=...)``."""
-        return cls(params=int(params), bytes_per_param=dtype_bytes(dtype), optimizer_slots=optimizer_slots(optimizer), **kw)
+        return cls(
+            params=int(params), bytes_per_param=dtype_bytes(dtype), optimizer_slots=optimizer_slots(optimizer), **kw
+        )
 
     # -- the terms -------------------------------------------------------------------------------------
     @property

@@ -278,6 +278,7 @@ def fair_mix(rates: Rates, n_large: int, n_small: int, bound: float = FAIRNESS_B
 
 def marginal_gain(rates: Rates, n_large: int, n_small: int, large: bool) -> float:
     """Aggregate throughput added (solo-job units) when one more task (``large`` or small) joins that mix."""
+
     def total(nl: int, ns: int) -> float:
         if not nl and not ns:
             return 0.0
@@ -287,8 +288,9 @@ def marginal_gain(rates: Rates, n_large: int, n_small: int, large: bool) -> floa
     return total(n_large + large, n_small + (not large)) - total(n_large, n_small)
 
 
-def small_only_throughput(rates: Rates, *, min_gain: float = MIN_MARGINAL_GAIN,
-                          fairness_bound: float = FAIRNESS_BOUND, limit: int = 64) -> Tuple[int, float]:
+def small_only_throughput(
+    rates: Rates, *, min_gain: float = MIN_MARGINAL_GAIN, fairness_bound: float = FAIRNESS_BOUND, limit: int = 64
+) -> Tuple[int, float]:
     """``(k, aggregate throughput)`` of the fullest small-only GPU the gain and fairness rules allow.
 
     With the H200 anchor: R18 stops at k = 4 (3 -> 4 adds 0.85 of a job, 4 -> 5 only 0.05), 3.52 jobs' worth.
@@ -299,9 +301,18 @@ def small_only_throughput(rates: Rates, *, min_gain: float = MIN_MARGINAL_GAIN,
     return k, k * rates(0, k)[1]
 
 
-def whole_gpu_quota(n_gpus: int, rates: Rates, whole_work: float, sharing_work: float, *,
-                    min_gain: float = MIN_MARGINAL_GAIN, fairness_bound: float = FAIRNESS_BOUND,
-                    pair: bool = True, min_whole: int = 1, front: float = math.inf) -> int:
+def whole_gpu_quota(
+    n_gpus: int,
+    rates: Rates,
+    whole_work: float,
+    sharing_work: float,
+    *,
+    min_gain: float = MIN_MARGINAL_GAIN,
+    fairness_bound: float = FAIRNESS_BOUND,
+    pair: bool = True,
+    min_whole: int = 1,
+    front: float = math.inf,
+) -> int:
     """How many of ``n_gpus`` may hold a task that does not pay (a "whole-GPU" task), given the work left.
 
     ``whole_work`` / ``sharing_work`` are the solo work still to do by tasks that do not pay / that pay, in any
@@ -399,17 +410,25 @@ def place_where_it_pays(
     reserved: set = set()
     if queued_whole is not None:
         running_whole = sum(1 for g in gpus if _mix(g)[0])
-        quota = whole_gpu_quota(len(gpus), rates, work_ratio * (queued_whole + running_whole + (not pays)),
-                                queued_sharing + sum(_mix(g)[1] for g in gpus) + pays,
-                                min_gain=min_gain, fairness_bound=fairness_bound, pair=large_joins_one_small,
-                                front=front, min_whole=min_whole)
+        quota = whole_gpu_quota(
+            len(gpus),
+            rates,
+            work_ratio * (queued_whole + running_whole + (not pays)),
+            queued_sharing + sum(_mix(g)[1] for g in gpus) + pays,
+            min_gain=min_gain,
+            fairness_bound=fairness_bound,
+            pair=large_joins_one_small,
+            front=front,
+            min_whole=min_whole,
+        )
         if not pays and running_whole >= quota:
             return None  # the quota is used: the paying tasks behind it go first
         if pays:
             # drain: the GPUs a queued whole-GPU task is to start on (idle first, then the fewest small tasks)
             deficit = max(0, min(queued_whole, quota - running_whole))
-            free_of_whole = sorted((g for g in gpus if not _mix(g)[0]),
-                                   key=lambda g: (len(g.tasks), g.reserved_mb, g.index))
+            free_of_whole = sorted(
+                (g for g in gpus if not _mix(g)[0]), key=lambda g: (len(g.tasks), g.reserved_mb, g.index)
+            )
             reserved = {g.index for g in free_of_whole[:deficit]}
             consolidate = consolidate and queued_whole > 0
     if not pays and not large_joins_one_small and not large_joins_large:
@@ -564,12 +583,13 @@ def placements(node: NodeFree, task: Demand) -> List[Tuple[int, ...]]:
                 out.append((i,))
         return out
     if task.gpus:
-        return [tuple([i for i, f in enumerate(node.gpu_free) if f >= 1.0 - 1e-9][:task.gpus])]
+        return [tuple([i for i, f in enumerate(node.gpu_free) if f >= 1.0 - 1e-9][: task.gpus])]
     return [()]
 
 
-def best_on_node(node: NodeFree, task: Demand, demands: Sequence[Demand],
-                 frag: Optional[Callable[[NodeFree], float]] = None) -> Optional[Tuple[tuple, Tuple[int, ...]]]:
+def best_on_node(
+    node: NodeFree, task: Demand, demands: Sequence[Demand], frag: Optional[Callable[[NodeFree], float]] = None
+) -> Optional[Tuple[tuple, Tuple[int, ...]]]:
     """``(key, GPU indices)`` of the best way to put ``task`` on ``node`` (see :func:`least_fragmenting`), or
     ``None`` when it does not fit. Lower keys are better; the key does not depend on the node's position."""
     score = frag or (lambda n: node_fragmentation(n, demands))
@@ -580,15 +600,22 @@ def best_on_node(node: NodeFree, task: Demand, demands: Sequence[Demand],
     before = score(node)
     for gi in options:
         after = _after(node, task, gi)
-        key = (round(score(after) - before, 9), round(sum(after.gpu_free), 9),
-               round(max(after.cpu / max(node.cpu, 1), after.mem / max(node.mem, 1)), 9))
+        key = (
+            round(score(after) - before, 9),
+            round(sum(after.gpu_free), 9),
+            round(max(after.cpu / max(node.cpu, 1), after.mem / max(node.mem, 1)), 9),
+        )
         if best is None or key < best[0]:
             best = (key, gi)
     return best
 
 
-def least_fragmenting(nodes: Sequence[NodeFree], task: Demand, demands: Sequence[Demand],
-                      frag: Optional[Callable[[NodeFree], float]] = None) -> Optional[Tuple[int, Tuple[int, ...]]]:
+def least_fragmenting(
+    nodes: Sequence[NodeFree],
+    task: Demand,
+    demands: Sequence[Demand],
+    frag: Optional[Callable[[NodeFree], float]] = None,
+) -> Optional[Tuple[int, Tuple[int, ...]]]:
     """``(node index, GPU indices)`` for ``task`` that grows :func:`node_fragmentation` least, or ``None``.
 
     Ties (common: many empty nodes alike) go to best fit, as :func:`best_fit` does on one node: the least free GPU
@@ -605,8 +632,9 @@ def least_fragmenting(nodes: Sequence[NodeFree], task: Demand, demands: Sequence
 
 
 # -- the default: one rule for the node's ledger and the simulator --------------------------------------------------
-def rates_from(small_curve: Curve, large_curve: Curve, mix_large: Mapping[int, float],
-               mix_small: Mapping[int, float]) -> Rates:
+def rates_from(
+    small_curve: Curve, large_curve: Curve, mix_large: Mapping[int, float], mix_small: Mapping[int, float]
+) -> Rates:
     """A :data:`Rates` function from measured points: ``l`` large tasks alone each run at
     ``colocation_speedup(large_curve, l) / l``, ``m`` small ones alone at ``colocation_speedup(small_curve, m) / m``;
     one large with ``m`` small (no MPS) at ``mix_large[m]`` / ``mix_small[m]``, linear between the measured ``m`` and
@@ -628,6 +656,7 @@ def rates_from(small_curve: Curve, large_curve: Curve, mix_large: Mapping[int, f
         if n_small <= m_top:
             sr = colocation_speedup(ms, n_small) if n_small >= m_low else ms[m_low]
         else:
+
             def per(k: int) -> float:
                 return colocation_speedup(sc, k) / k
 
@@ -642,12 +671,22 @@ def rates_from(small_curve: Curve, large_curve: Curve, mix_large: Mapping[int, f
 #: The speeds the default presumes when it knows only whether a task is large: the H200 anchor of the module
 #: docstring (ResNet-18 for a small task, ResNet-50 for a large one; ``benchmarks/data``, to three decimals), the
 #: same presumption the profiler makes for a small job (``profiler.SMALL_JOB_SM_UTIL``).
-ANCHOR_RATES = rates_from({1: 1.0, 2: 1.823, 4: 3.525, 8: 3.706}, {1: 1.0, 2: 1.191, 4: 1.186, 8: 1.193},
-                          {1: 0.929, 3: 0.378}, {1: 0.956, 3: 1.010})
+ANCHOR_RATES = rates_from(
+    {1: 1.0, 2: 1.823, 4: 3.525, 8: 3.706},
+    {1: 1.0, 2: 1.191, 4: 1.186, 8: 1.193},
+    {1: 0.929, 3: 0.378},
+    {1: 0.956, 3: 1.010},
+)
 
 
-def max_colocated(large: bool, rates: Rates = ANCHOR_RATES, *, min_gain: float = MIN_MARGINAL_GAIN,
-                  fairness_bound: float = FAIRNESS_BOUND, limit: int = 64) -> int:
+def max_colocated(
+    large: bool,
+    rates: Rates = ANCHOR_RATES,
+    *,
+    min_gain: float = MIN_MARGINAL_GAIN,
+    fairness_bound: float = FAIRNESS_BOUND,
+    limit: int = 64,
+) -> int:
     """The most tasks of one kind a GPU should hold together: it grows while the next one adds more than
     ``min_gain`` of a job (:func:`marginal_gain`) and keeps every task there at ``1 / fairness_bound`` of its solo speed
     (:func:`fair_mix`). The anchor: 4 small (the fifth adds 0.05 of a job), 2 large (1.19x in all, 0.595 each; a
@@ -655,8 +694,10 @@ def max_colocated(large: bool, rates: Rates = ANCHOR_RATES, *, min_gain: float =
     k = 1
     while k < limit:
         nl, ns = (k + 1, 0) if large else (0, k + 1)
-        if not fair_mix(rates, nl, ns, fairness_bound) or marginal_gain(rates, nl - large, ns - (not large), large) \
-                <= min_gain:
+        if (
+            not fair_mix(rates, nl, ns, fairness_bound)
+            or marginal_gain(rates, nl - large, ns - (not large), large) <= min_gain
+        ):
             break
         k += 1
     return k
@@ -698,8 +739,9 @@ def gpu_fragmentation(gpus: Sequence[Gpu], kinds, mps: bool = False) -> float:
     return frag
 
 
-def place_default(gpus: Sequence[Gpu], expected_mb: int, *, large: bool = False, mps: bool = False,
-                  rates: Rates = ANCHOR_RATES) -> Optional[int]:
+def place_default(
+    gpus: Sequence[Gpu], expected_mb: int, *, large: bool = False, mps: bool = False, rates: Rates = ANCHOR_RATES
+) -> Optional[int]:
     """The GPU a task that shares takes on a node (the executor's ledger) -- and the default the simulator scores.
 
     It refuses only what does not fit in memory or what :func:`admits` refuses (the interference rule): how many
@@ -723,9 +765,13 @@ def place_default(gpus: Sequence[Gpu], expected_mb: int, *, large: bool = False,
     best = None
     for i in cands:
         g = gpus[i]
-        placed = Gpu(g.index, g.total_mb, g.reserved_mb + int(expected_mb),
-                     g.task_tuples() + [Task("", int(expected_mb), bool(large))])
-        frag = gpu_fragmentation(gpus[:i] + [placed] + gpus[i + 1:], kinds, mps)
+        placed = Gpu(
+            g.index,
+            g.total_mb,
+            g.reserved_mb + int(expected_mb),
+            g.task_tuples() + [Task("", int(expected_mb), bool(large))],
+        )
+        frag = gpu_fragmentation(gpus[:i] + [placed] + gpus[i + 1 :], kinds, mps)
         gain = 0.0 if mps else marginal_gain(rates, *_mix(g), large)
         key = (round(frag, 9), -round(gain, 9), room(g) - expected_mb, g.index)
         if best is None or key < best[0]:

@@ -11,8 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
-__all__ = ["GPU_RESOURCE", "GPU_MEMORY_RESOURCE", "NodeGpus", "Report", "PreflightError", "node_gpus", "check",
-           "ensure_fits"]
+__all__ = [
+    "GPU_RESOURCE",
+    "GPU_MEMORY_RESOURCE",
+    "NodeGpus",
+    "Report",
+    "PreflightError",
+    "node_gpus",
+    "check",
+    "ensure_fits",
+]
 
 GPU_RESOURCE = "yarn.io/gpu"
 GPU_MEMORY_RESOURCE = "melon.io/gpu-memory"
@@ -74,9 +82,11 @@ class Report:
 
     def capacity(self) -> str:
         per_node = ", ".join(f"{n.node}: {n.gpus} GPU(s), {n.gpu_memory_mb} MiB" for n in self.nodes)
-        return (f"{len(self.nodes)} running node(s) [{per_node}]; largest GPU {self.largest_gpu_mb:.0f} MiB, "
-                f"at most {self.max_node_gpus} GPU(s) on one node, {self.total_gpus} GPU(s) and "
-                f"{self.total_gpu_memory_mb} MiB of GPU memory in all")
+        return (
+            f"{len(self.nodes)} running node(s) [{per_node}]; largest GPU {self.largest_gpu_mb:.0f} MiB, "
+            f"at most {self.max_node_gpus} GPU(s) on one node, {self.total_gpus} GPU(s) and "
+            f"{self.total_gpu_memory_mb} MiB of GPU memory in all"
+        )
 
     @property
     def message(self) -> str:
@@ -84,7 +94,7 @@ class Report:
             return "pre-flight skipped: the ResourceManager reported no running node"
         if self.ok:
             return "pre-flight passed: " + self.capacity()
-        return ("the job cannot run on this cluster: " + "; ".join(self.problems) + ". Cluster: " + self.capacity())
+        return "the job cannot run on this cluster: " + "; ".join(self.problems) + ". Cluster: " + self.capacity()
 
 
 def _int(value: Any) -> int:
@@ -130,9 +140,11 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_
     shared = {name: (i, m) for name, (i, _, m) in numbers.items() if m > 0}
     excl_gpus = sum(i * g for i, g in excl.values())
     shared_mb = sum(i * m for i, m in shared.values())
-    report.demand = {"exclusive_gpus": excl_gpus, "shared_gpu_memory_mb": shared_mb,
-                     "roles": {name: {"instances": i, "gpus": g, "gpu_memory_mb": m}
-                               for name, (i, g, m) in numbers.items()}}
+    report.demand = {
+        "exclusive_gpus": excl_gpus,
+        "shared_gpu_memory_mb": shared_mb,
+        "roles": {name: {"instances": i, "gpus": g, "gpu_memory_mb": m} for name, (i, g, m) in numbers.items()},
+    }
     if not usable or not (excl or shared):
         return report
 
@@ -140,12 +152,17 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_
     for name, (instances, mem) in shared.items():
         if mem > largest:
             where = max(usable, key=lambda n: n.per_gpu_mb)
-            detail = (f"node {where.node}: {where.gpu_memory_mb} MiB over {where.gpus} GPU(s)" if largest > 0
-                      else "no node advertises melon.io/gpu-memory")
-            report.problems.append(f"role {name}: expected GPU memory {mem - context_mb} MiB per task"
-                                   + (f" + {context_mb} MiB for the CUDA context" if context_mb else "")
-                                   + " exceeds the largest GPU "
-                                   f"of any node, {largest:.0f} MiB ({detail})")
+            detail = (
+                f"node {where.node}: {where.gpu_memory_mb} MiB over {where.gpus} GPU(s)"
+                if largest > 0
+                else "no node advertises melon.io/gpu-memory"
+            )
+            report.problems.append(
+                f"role {name}: expected GPU memory {mem - context_mb} MiB per task"
+                + (f" + {context_mb} MiB for the CUDA context" if context_mb else "")
+                + " exceeds the largest GPU "
+                f"of any node, {largest:.0f} MiB ({detail})"
+            )
     most = report.max_node_gpus
     for name, (instances, gpus) in excl.items():
         if gpus > most:
@@ -160,9 +177,11 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_
         left = sum(devices[taken:])
         if shared_mb > left:
             parts = " + ".join(f"{name} {i}x{m} MiB" for name, (i, m) in shared.items())
-            after = (f" left after the {excl_gpus} exclusive GPU(s) (counted as the smallest)" if excl_gpus else "")
-            report.problems.append(f"the job's shared tasks expect {shared_mb} MiB of GPU memory in all ({parts}), "
-                                   f"the cluster has {left:.0f} MiB{after}")
+            after = f" left after the {excl_gpus} exclusive GPU(s) (counted as the smallest)" if excl_gpus else ""
+            report.problems.append(
+                f"the job's shared tasks expect {shared_mb} MiB of GPU memory in all ({parts}), "
+                f"the cluster has {left:.0f} MiB{after}"
+            )
     return report
 
 

@@ -102,8 +102,15 @@ class NvmlSampler:
     in ``CUDA_VISIBLE_DEVICES`` when it lists indices, else all). ``nvml`` injects a pynvml-like module.
     """
 
-    def __init__(self, pid: Optional[int] = None, *, interval_s: float = SAMPLE_INTERVAL_S,
-                 devices: Optional[Sequence[int]] = None, nvml=None, proc_root: str = "/proc"):
+    def __init__(
+        self,
+        pid: Optional[int] = None,
+        *,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        devices: Optional[Sequence[int]] = None,
+        nvml=None,
+        proc_root: str = "/proc",
+    ):
         self.pid = pid
         self.interval_s = interval_s
         self._devices_arg = list(devices) if devices is not None else None
@@ -238,8 +245,14 @@ class NvmlSampler:
             else:
                 peak, source, utils = self._peak_dev, "device", self._util_dev
             mean = sum(utils) / len(utils) if utils else None
-            return Samples(peak_mb=peak, mean_sm_util=mean, samples=self._n, source=source,
-                           devices=list(self._indices), gpu_total_mb=self._total_mb)
+            return Samples(
+                peak_mb=peak,
+                mean_sm_util=mean,
+                samples=self._n,
+                source=source,
+                devices=list(self._indices),
+                gpu_total_mb=self._total_mb,
+            )
 
     def __enter__(self) -> "NvmlSampler":
         return self.start()
@@ -296,24 +309,44 @@ def analytic_profile(
     """
     peak = model_memory.allocator_mb(batch)
     exp = expected_mb(peak)
-    notes = [f"analytic: memory model at batch {batch}: "
-             + ", ".join(f"{k} {v:.1f}" for k, v in model_memory.breakdown(batch).items()) + " MiB"]
+    notes = [
+        f"analytic: memory model at batch {batch}: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in model_memory.breakdown(batch).items())
+        + " MiB"
+    ]
     if sm_util is None:
         presumed_small = peak <= SMALL_JOB_MB
         util = SMALL_JOB_SM_UTIL if presumed_small else 1.0
-        notes.append(f"no utilisation measured: presumed {'small' if presumed_small else 'GPU-saturating'} "
-                     f"from its size ({peak:.0f} MiB vs {SMALL_JOB_MB} MiB), sm_util {util:.2f}")
+        notes.append(
+            f"no utilisation measured: presumed {'small' if presumed_small else 'GPU-saturating'} "
+            f"from its size ({peak:.0f} MiB vs {SMALL_JOB_MB} MiB), sm_util {util:.2f}"
+        )
     else:
         util = sm_util
     mem_fraction = min(1.0, max(exp, 1) / float(gpu_memory_mb))
     pays = policy.packing_pays(util, mem_fraction)
-    return Profile(method="analytic", peak_mb=round(peak, 1), mean_sm_util=None, step_time_s=step_time_s,
-                   expected_mb=exp, packing_pays=pays, gpu_memory_mb=int(gpu_memory_mb), reason=reason, notes=notes)
+    return Profile(
+        method="analytic",
+        peak_mb=round(peak, 1),
+        mean_sm_util=None,
+        step_time_s=step_time_s,
+        expected_mb=exp,
+        packing_pays=pays,
+        gpu_memory_mb=int(gpu_memory_mb),
+        reason=reason,
+        notes=notes,
+    )
 
 
-def report(*, step_time_s: Optional[float] = None, steps: Optional[int] = None, seconds: Optional[float] = None,
-           memory_model: Optional[MemoryModel] = None, batch: Optional[int] = None,
-           path: Optional[str] = None) -> bool:
+def report(
+    *,
+    step_time_s: Optional[float] = None,
+    steps: Optional[int] = None,
+    seconds: Optional[float] = None,
+    memory_model: Optional[MemoryModel] = None,
+    batch: Optional[int] = None,
+    path: Optional[str] = None,
+) -> bool:
     """For training scripts: tell the profiler the step time and/or the model (for the no-GPU path).
 
     Writes JSON to ``path`` or ``$MELON_PROFILE_FILE`` (atomically); a no-op returning False when neither is
@@ -433,37 +466,72 @@ def profile_command(
     if samples is not None:
         total = gpu_memory_mb or samples.gpu_total_mb or DEFAULT_GPU_MEMORY_MB
         by_process = samples.source == "process"
-        peak, peak_source = _peak.task_peak(counter, samples.peak_mb if by_process else None, context_mb,
-                                            device_mb=None if by_process else samples.peak_mb)
+        peak, peak_source = _peak.task_peak(
+            counter,
+            samples.peak_mb if by_process else None,
+            context_mb,
+            device_mb=None if by_process else samples.peak_mb,
+        )
         exp = expected_mb(peak)
-        notes.append(f"nvml: {samples.samples} samples every {interval_s * 1000:.0f} ms on GPUs {samples.devices}, "
-                     f"peak {samples.peak_mb:.0f} MiB by {samples.source}")
-        notes.append(f"peak {peak} MiB from {_PEAK_SOURCES[peak_source]}"
-                     + (f", less a {context_mb} MiB CUDA context" if peak_source.startswith("nvml") else ""))
+        notes.append(
+            f"nvml: {samples.samples} samples every {interval_s * 1000:.0f} ms on GPUs {samples.devices}, "
+            f"peak {samples.peak_mb:.0f} MiB by {samples.source}"
+        )
+        notes.append(
+            f"peak {peak} MiB from {_PEAK_SOURCES[peak_source]}"
+            + (f", less a {context_mb} MiB CUDA context" if peak_source.startswith("nvml") else "")
+        )
         if samples.mean_sm_util is not None:
             pays = policy.packing_pays(max(1e-6, min(1.0, samples.mean_sm_util)), min(1.0, max(exp, 1) / total))
             notes.append("packing_pays from mean utilization.gpu, an upper bound on the SM share (conservative)")
         else:
             pays = None
             notes.append("no utilisation sample while the job held GPU memory: packing_pays unknown")
-        return Profile(method="nvml", peak_mb=peak, mean_sm_util=samples.mean_sm_util,
-                       step_time_s=step_time, expected_mb=exp, packing_pays=pays, gpu_memory_mb=int(total),
-                       steps=steps, returncode=rc, reason=reason, notes=notes, peak_source=peak_source)
+        return Profile(
+            method="nvml",
+            peak_mb=peak,
+            mean_sm_util=samples.mean_sm_util,
+            step_time_s=step_time,
+            expected_mb=exp,
+            packing_pays=pays,
+            gpu_memory_mb=int(total),
+            steps=steps,
+            returncode=rc,
+            reason=reason,
+            notes=notes,
+            peak_source=peak_source,
+        )
 
     if "memory_model" in rep:
         model = MemoryModel.from_dict(rep["memory_model"])
         batch = int(rep.get("batch", 0))
-        prof = analytic_profile(model, batch, gpu_memory_mb=gpu_memory_mb or DEFAULT_GPU_MEMORY_MB,
-                                step_time_s=step_time, reason=(reason + "; " if reason else "") + no_gpu)
+        prof = analytic_profile(
+            model,
+            batch,
+            gpu_memory_mb=gpu_memory_mb or DEFAULT_GPU_MEMORY_MB,
+            step_time_s=step_time,
+            reason=(reason + "; " if reason else "") + no_gpu,
+        )
         prof.steps, prof.returncode = steps, rc
         prof.notes = [f"{no_gpu}: estimated from the model the script reported"] + prof.notes + notes
         return prof
-    return Profile(method="none", peak_mb=None, mean_sm_util=None, step_time_s=step_time, expected_mb=None,
-                   packing_pays=None, gpu_memory_mb=gpu_memory_mb, steps=steps, returncode=rc,
-                   reason=(no_gpu + " and the script reported no memory model "
-                           "(call airflow_provider_melon.gpu.profiler.report(memory_model=..., batch=...))"
-                           + (f"; {reason}" if reason else "")),
-                   notes=notes)
+    return Profile(
+        method="none",
+        peak_mb=None,
+        mean_sm_util=None,
+        step_time_s=step_time,
+        expected_mb=None,
+        packing_pays=None,
+        gpu_memory_mb=gpu_memory_mb,
+        steps=steps,
+        returncode=rc,
+        reason=(
+            no_gpu + " and the script reported no memory model "
+            "(call airflow_provider_melon.gpu.profiler.report(memory_model=..., batch=...))"
+            + (f"; {reason}" if reason else "")
+        ),
+        notes=notes,
+    )
 
 
 _PEAK_SOURCES = {
@@ -478,13 +546,20 @@ _PEAK_SOURCES = {
 def _hdfs_path(path: str) -> str:
     """``hdfs://nn:8020/a/b`` -> ``/a/b`` (WebHDFS paths carry no authority); ``/a/b`` unchanged."""
     if path.startswith("hdfs://"):
-        rest = path[len("hdfs://"):]
+        rest = path[len("hdfs://") :]
         return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
     return path
 
 
-def write_webhdfs(base_url: str, path: str, data: bytes, user: Optional[str] = None, *,
-                  timeout: float = 60.0, use_hdfs_package: bool = True) -> None:
+def write_webhdfs(
+    base_url: str,
+    path: str,
+    data: bytes,
+    user: Optional[str] = None,
+    *,
+    timeout: float = 60.0,
+    use_hdfs_package: bool = True,
+) -> None:
     """Write ``data`` to HDFS ``path`` (overwriting) through WebHDFS at ``base_url`` (``http://nn:9870``).
 
     Uses the ``hdfs`` package's ``InsecureClient`` when it is importable (and ``use_hdfs_package``); otherwise
@@ -519,8 +594,9 @@ def write_webhdfs(base_url: str, path: str, data: bytes, user: Optional[str] = N
         create = f"{url}/webhdfs/v1{urllib.parse.quote(path)}?{urllib.parse.urlencode(query)}"
         location = None
         try:
-            with urllib.request.urlopen(urllib.request.Request(create, method="PUT", data=b""),
-                                        timeout=timeout) as resp:  # 200 only with noredirect
+            with urllib.request.urlopen(
+                urllib.request.Request(create, method="PUT", data=b""), timeout=timeout
+            ) as resp:  # 200 only with noredirect
                 location = json.loads(resp.read().decode("utf-8") or "{}").get("Location")
         except urllib.error.HTTPError as exc:
             if exc.code in (307, 302, 303):  # urllib does not follow a redirect of a PUT
@@ -534,8 +610,9 @@ def write_webhdfs(base_url: str, path: str, data: bytes, user: Optional[str] = N
         if not location:
             errors.append(f"{url}: no Location in the CREATE answer")
             continue
-        req = urllib.request.Request(location, method="PUT", data=data,
-                                     headers={"Content-Type": "application/octet-stream"})
+        req = urllib.request.Request(
+            location, method="PUT", data=data, headers={"Content-Type": "application/octet-stream"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 if resp.status not in (200, 201):
@@ -563,11 +640,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
         i = argv.index("--")
-        own, cmd = argv[:i], argv[i + 1:]
+        own, cmd = argv[:i], argv[i + 1 :]
     else:
         own, cmd = argv, []
-    parser = argparse.ArgumentParser(prog="python -m airflow_provider_melon.gpu.profiler",
-                                     description="Profile a training command's GPU memory for MeLoN.")
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_provider_melon.gpu.profiler",
+        description="Profile a training command's GPU memory for MeLoN.",
+    )
     parser.add_argument("--steps", type=int, default=int(os.environ.get(PROFILE_STEPS_ENV, "20")))
     parser.add_argument("--gpu-memory-mb", type=int, default=None, help="GPU size for packing_pays (default NVML's)")
     parser.add_argument("--interval-ms", type=float, default=SAMPLE_INTERVAL_S * 1000)
@@ -578,9 +657,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(own)
     if not cmd:
         parser.error("give the command after --")
-    prof = profile_command(_resolve_python(cmd), args.steps, interval_s=args.interval_ms / 1000.0,
-                           gpu_memory_mb=args.gpu_memory_mb, timeout=args.timeout, stdout=sys.stderr,
-                           stderr=sys.stderr)
+    prof = profile_command(
+        _resolve_python(cmd),
+        args.steps,
+        interval_s=args.interval_ms / 1000.0,
+        gpu_memory_mb=args.gpu_memory_mb,
+        timeout=args.timeout,
+        stdout=sys.stderr,
+        stderr=sys.stderr,
+    )
     sys.stdout.write(prof.to_json() + "\n")
     sys.stdout.flush()
     rc = 0 if prof.expected_mb is not None else 2

@@ -34,8 +34,11 @@ def timeout_seconds(value: Union[None, int, float, timedelta]) -> Optional[float
     return seconds
 
 
-def classify(app: dict, target_states: Iterable[str] = DEFAULT_TARGET_STATES,
-             failure_states: Iterable[str] = DEFAULT_FAILURE_STATES) -> Optional[str]:
+def classify(
+    app: dict,
+    target_states: Iterable[str] = DEFAULT_TARGET_STATES,
+    failure_states: Iterable[str] = DEFAULT_FAILURE_STATES,
+) -> Optional[str]:
     """``"error"``, ``"success"`` or None (keep waiting) for an RM ``app`` dict.
 
     Failure states are matched against the state *and*, once the application is terminal, its
@@ -80,8 +83,16 @@ def _num(value: Any) -> Optional[float]:
 
 
 def _new_summary(instances: int) -> dict:
-    return {"instances": instances, "states": {}, "step": None, "total": None, "loss": None, "metrics": {},
-            "restarts": 0, "failed_exit_codes": []}
+    return {
+        "instances": instances,
+        "states": {},
+        "step": None,
+        "total": None,
+        "loss": None,
+        "metrics": {},
+        "restarts": 0,
+        "failed_exit_codes": [],
+    }
 
 
 def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]] = None) -> dict[str, dict]:
@@ -132,7 +143,8 @@ def task_progress(tasks: Optional[Sequence[dict]]) -> dict[str, dict]:
         metrics = task.get("metrics") if isinstance(task.get("metrics"), dict) else {}
         out[f"{task.get('role') or '?'}:{task.get('index')}"] = {
             "state": str(task.get("state") or "UNKNOWN"),
-            "step": None if step is None else int(step), "total": int(total) if total else None,
+            "step": None if step is None else int(step),
+            "total": int(total) if total else None,
             "loss": _num(task.get("loss")),
             "metrics": {str(k): float(v) for k, v in metrics.items() if _num(v) is not None},
         }
@@ -163,8 +175,9 @@ def progress_line(status: Optional[dict]) -> Optional[str]:
     return head + (" | " + " | ".join(parts) if parts else " | no tasks reported yet")
 
 
-def make_event_payload(status: str, app_id: Optional[str], app: Optional[dict], message: str,
-                       tasks: Optional[list] = None) -> dict[str, Any]:
+def make_event_payload(
+    status: str, app_id: Optional[str], app: Optional[dict], message: str, tasks: Optional[list] = None
+) -> dict[str, Any]:
     app = app or {}
     return {
         "status": status,
@@ -197,8 +210,9 @@ def ended_event(app_id: Optional[str], app: dict, verdict: Optional[str] = None)
     return make_event_payload(verdict, app_id, app, outcome_message(app_id, app, verdict, DEFAULT_TARGET_STATES))
 
 
-def job_result(event: dict, final_json: Optional[dict], status_json: Optional[dict], roles: Optional[dict],
-               outputs: Optional[dict]) -> dict[str, Any]:
+def job_result(
+    event: dict, final_json: Optional[dict], status_json: Optional[dict], roles: Optional[dict], outputs: Optional[dict]
+) -> dict[str, Any]:
     """A training task's result, from its final event: the task list from the AM's final ``/status`` (written to
     HDFS before it unregistered), else a live AM's ``status_json``, else the last one a poll saw (the event's, maybe a
     few seconds old); per role (:func:`task_summary`) and per task (:func:`task_progress`)."""
@@ -228,9 +242,12 @@ def kill_waiting(retrying: type) -> Any:
     reads the state until the application is no longer live, at most :data:`KILL_WAIT_S`; gives the last state."""
     import tenacity
 
-    return retrying(stop=tenacity.stop_after_delay(KILL_WAIT_S), wait=tenacity.wait_fixed(0.5),
-                    retry=tenacity.retry_if_result(lambda state: state in LIVE_STATES),
-                    retry_error_callback=lambda last: last.outcome.result())
+    return retrying(
+        stop=tenacity.stop_after_delay(KILL_WAIT_S),
+        wait=tenacity.wait_fixed(0.5),
+        retry=tenacity.retry_if_result(lambda state: state in LIVE_STATES),
+        retry_error_callback=lambda last: last.outcome.result(),
+    )
 
 
 def killed_line(app_id: Optional[str], state: Optional[str]) -> "LogLine":
@@ -270,10 +287,18 @@ class PollStep:
     the state-change and heartbeat lines, the AM progress line every ``log_every_n`` running polls, the verdict
     and its message. The caller does the I/O (RM, AM, sleeping) and logs the lines it is handed."""
 
-    def __init__(self, app_id: Optional[str], *, log_every_n: int, max_consecutive_failures: int,
-                 stream_progress: bool, target_states: Iterable[str] = DEFAULT_TARGET_STATES,
-                 failure_states: Iterable[str] = DEFAULT_FAILURE_STATES, last_state: Optional[str] = None,
-                 failures: int = 0):
+    def __init__(
+        self,
+        app_id: Optional[str],
+        *,
+        log_every_n: int,
+        max_consecutive_failures: int,
+        stream_progress: bool,
+        target_states: Iterable[str] = DEFAULT_TARGET_STATES,
+        failure_states: Iterable[str] = DEFAULT_FAILURE_STATES,
+        last_state: Optional[str] = None,
+        failures: int = 0,
+    ):
         self.app_id = app_id
         self.log_every_n = log_every_n
         self.max_consecutive_failures = max_consecutive_failures
@@ -290,17 +315,24 @@ class PollStep:
         return remaining is not None and remaining <= 0
 
     def timeout_message(self, name: Optional[str] = None) -> str:
-        return (f"YARN application {name or self.app_id} did not finish before the task's timeout "
-                f"(last state {self.last_state})")
+        return (
+            f"YARN application {name or self.app_id} did not finish before the task's timeout "
+            f"(last state {self.last_state})"
+        )
 
     def failed(self, exc: BaseException) -> tuple[Optional[str], Optional[LogLine]]:
         """A poll that failed: (the error message when the budget is spent, else None; the warning line)."""
         self.failures += 1
         if self.failures > self.max_consecutive_failures:
-            return (f"YARN RM unreachable for {self.failures} polls in a row (budget "
-                    f"{self.max_consecutive_failures}) while following {self.app_id}: {exc}"), None
-        return None, ("warning", "Polling YARN application %s failed (%d/%d in a row): %s",
-                      (self.app_id, self.failures, self.max_consecutive_failures, exc))
+            return (
+                f"YARN RM unreachable for {self.failures} polls in a row (budget "
+                f"{self.max_consecutive_failures}) while following {self.app_id}: {exc}"
+            ), None
+        return None, (
+            "warning",
+            "Polling YARN application %s failed (%d/%d in a row): %s",
+            (self.app_id, self.failures, self.max_consecutive_failures, exc),
+        )
 
     def answered(self) -> None:
         """The RM answered (the failure budget starts again); one more poll."""
@@ -312,12 +344,22 @@ class PollStep:
         state = app.get("state")
         lines: list[LogLine] = []
         if state != self.last_state:
-            lines.append(("info", "YARN application %s: %s -> %s (final status %s)",
-                          (self.app_id, self.last_state or "-", state, app.get("finalStatus"))))
+            lines.append(
+                (
+                    "info",
+                    "YARN application %s: %s -> %s (final status %s)",
+                    (self.app_id, self.last_state or "-", state, app.get("finalStatus")),
+                )
+            )
             self.last_state = state
         elif self.polls % self.log_every_n == 0:
-            lines.append(("info", "YARN application %s still %s (poll %d, progress %s%%)",
-                          (self.app_id, state, self.polls, app.get("progress", "?"))))
+            lines.append(
+                (
+                    "info",
+                    "YARN application %s still %s (poll %d, progress %s%%)",
+                    (self.app_id, state, self.polls, app.get("progress", "?")),
+                )
+            )
         self.running_polls += state == "RUNNING"
         progress_due = self.stream_progress and state == "RUNNING" and (self.running_polls - 1) % self.log_every_n == 0
         return Seen(state, lines, progress_due, classify(app, self.target_states, self.failure_states))
@@ -340,6 +382,25 @@ def emit(logger: Any, lines: Iterable[LogLine]) -> None:
         getattr(logger, level)(fmt, *args)
 
 
-__all__ = ["DEFAULT_FAILURE_STATES", "DEFAULT_TARGET_STATES", "LIVE_STATES", "PollStep", "STATES", "Seen",
-           "TERMINAL_STATES", "classify", "duration_s", "KILL_WAIT_S", "emit", "ended_event", "job_result", "kill_waiting", "killed_line", "make_event_payload", "outcome_message",
-           "progress_line", "task_progress", "task_summary"]
+__all__ = [
+    "DEFAULT_FAILURE_STATES",
+    "DEFAULT_TARGET_STATES",
+    "LIVE_STATES",
+    "PollStep",
+    "STATES",
+    "Seen",
+    "TERMINAL_STATES",
+    "classify",
+    "duration_s",
+    "KILL_WAIT_S",
+    "emit",
+    "ended_event",
+    "job_result",
+    "kill_waiting",
+    "killed_line",
+    "make_event_payload",
+    "outcome_message",
+    "progress_line",
+    "task_progress",
+    "task_summary",
+]

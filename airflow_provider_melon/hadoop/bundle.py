@@ -46,8 +46,6 @@ def write_deterministic_zip(files: Iterable[tuple[str, Path]], out: BinaryIO) ->
                     shutil.copyfileobj(src, dst, CHUNK_BYTES)
 
 
-
-
 def folder_files(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
     """``(archive name, path)`` of every regular file under ``folder``, for :func:`deterministic_zip`.
 
@@ -62,8 +60,11 @@ def folder_files(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         for name in dirs:
             if os.path.islink(os.path.join(root, name)):  # os.walk does not descend into it
-                log.warning("code folder %s: symlinked folder %s is not followed (not packed)", folder,
-                            _shown(Path(root, name).relative_to(folder)))
+                log.warning(
+                    "code folder %s: symlinked folder %s is not followed (not packed)",
+                    folder,
+                    _shown(Path(root, name).relative_to(folder)),
+                )
         for name in names:
             if name.endswith((".pyc", ".pyo")):
                 continue
@@ -74,11 +75,14 @@ def folder_files(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
             except UnicodeEncodeError:
                 raise ValueError(f"code folder {folder}: file name {_shown(rel)} is not UTF-8; rename it") from None
             if not path.exists():
-                raise ValueError(f"code folder {folder}: {_shown(rel)} is a broken symlink (to "
-                                 f"{os.readlink(path)!r}); remove it or make it point at a file")
+                raise ValueError(
+                    f"code folder {folder}: {_shown(rel)} is a broken symlink (to "
+                    f"{os.readlink(path)!r}); remove it or make it point at a file"
+                )
             if not path.is_file():
-                log.warning("code folder %s: %s is not a regular file (socket, FIFO or device): skipped", folder,
-                            _shown(rel))
+                log.warning(
+                    "code folder %s: %s is not a regular file (socket, FIFO or device): skipped", folder, _shown(rel)
+                )
                 continue
             out.append((prefix + rel.as_posix(), path))
     return out
@@ -111,5 +115,13 @@ def split_code_files(files: list[tuple[str, Path]], threshold: int) -> tuple[lis
     return small, sorted(large)
 
 
-__all__ = ["CHUNK_BYTES", "CODE_SPLIT_BYTES", "PACKAGE_DIR", "deterministic_zip", "folder_files", "runtime_files",
-           "split_code_files", "write_deterministic_zip"]
+__all__ = [
+    "CHUNK_BYTES",
+    "CODE_SPLIT_BYTES",
+    "PACKAGE_DIR",
+    "deterministic_zip",
+    "folder_files",
+    "runtime_files",
+    "split_code_files",
+    "write_deterministic_zip",
+]

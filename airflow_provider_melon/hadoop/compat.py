@@ -125,7 +125,18 @@ def am_runs_on(jar_major: int, java: int) -> bool:
 
 
 __all__ = [
-    "AM_MAX_CLASS_MAJOR", "HADOOP_LINES", "HadoopLine", "JMX_PATH", "JMX_RUNTIME_QUERY", "am_runs_on", "class_major",
-    "hadoop_version", "jar_class_majors", "java_for_major", "java_from_jmx", "java_major", "line_of",
+    "AM_MAX_CLASS_MAJOR",
+    "HADOOP_LINES",
+    "HadoopLine",
+    "JMX_PATH",
+    "JMX_RUNTIME_QUERY",
+    "am_runs_on",
+    "class_major",
+    "hadoop_version",
+    "jar_class_majors",
+    "java_for_major",
+    "java_from_jmx",
+    "java_major",
+    "line_of",
     "parse_version",
 ]

@@ -29,8 +29,10 @@ def rm_renewer(yarn: Any, extras: dict | None = None) -> str:
     ``yarn.resourcemanager.principal`` (its ``/conf``)."""
     principal = (extras or {}).get("rm_principal") or yarn.rm_conf("yarn.resourcemanager.principal")
     if not principal:
-        raise ValueError("cannot tell the ResourceManager's Kerberos principal (the token renewer): set rm_principal "
-                         "in the yarn connection's extra (e.g. rm/_HOST@EXAMPLE.COM)")
+        raise ValueError(
+            "cannot tell the ResourceManager's Kerberos principal (the token renewer): set rm_principal "
+            "in the yarn connection's extra (e.g. rm/_HOST@EXAMPLE.COM)"
+        )
     return short_name(str(principal)) or str(principal)
 
 
@@ -46,11 +48,14 @@ def hdfs_delegation_token(yarn: Any, webhdfs_url: str, renewer: str, fs_default_
     base = webhdfs_url.rstrip("/")
     if not base.endswith("/webhdfs/v1"):
         base += "/webhdfs/v1"
-    resp = yarn.get_url(f"{base}/", params={"op": "GETDELEGATIONTOKEN", "renewer": renewer,
-                                                 "kind": "HDFS_DELEGATION_TOKEN", "service": service})
+    resp = yarn.get_url(
+        f"{base}/",
+        params={"op": "GETDELEGATIONTOKEN", "renewer": renewer, "kind": "HDFS_DELEGATION_TOKEN", "service": service},
+    )
     if resp.status_code != 200:
-        raise RuntimeError(f"WebHDFS refused a delegation token (HTTP {resp.status_code}, renewer {renewer}): "
-                           f"{resp.text[:300]}")
+        raise RuntimeError(
+            f"WebHDFS refused a delegation token (HTTP {resp.status_code}, renewer {renewer}): {resp.text[:300]}"
+        )
     token = ((resp.json() or {}).get("Token") or {}).get("urlString")
     if not token:
         raise RuntimeError(f"WebHDFS answered no delegation token: {resp.text[:300]}")

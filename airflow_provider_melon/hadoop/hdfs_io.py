@@ -27,35 +27,60 @@ _LOCK_WAIT_BYTES_PER_S = 5 * 1024 * 1024  # waiters allow the lock holder at lea
 _POLL_S = 0.5
 #: RemoteException names (or message fragments) → the fix a user can apply.
 _FIXES = (
-    ("is not allowed to impersonate", "the cluster does not let the webhdfs connection's user act for this user "
-                                      "(doAs): add the user (or a group of theirs) to hadoop.proxyuser.<login>.users "
-                                      "/ .groups and the Airflow host to .hosts in core-site.xml, then `hdfs dfsadmin "
-                                      "-refreshSuperUserGroupsConfiguration`; or run the task as another user"),
-    ("SafeModeException", "the NameNode is in safe mode (starting up or low on space): wait, or ask the admin "
-                          "to run `hdfs dfsadmin -safemode leave`"),
-    ("AccessControlException", "the HDFS user (the webhdfs connection's login, or the proxy user) lacks "
-                               "permission on the path: fix its owner/mode or use a path under /user/<user>"),
+    (
+        "is not allowed to impersonate",
+        "the cluster does not let the webhdfs connection's user act for this user "
+        "(doAs): add the user (or a group of theirs) to hadoop.proxyuser.<login>.users "
+        "/ .groups and the Airflow host to .hosts in core-site.xml, then `hdfs dfsadmin "
+        "-refreshSuperUserGroupsConfiguration`; or run the task as another user",
+    ),
+    (
+        "SafeModeException",
+        "the NameNode is in safe mode (starting up or low on space): wait, or ask the admin "
+        "to run `hdfs dfsadmin -safemode leave`",
+    ),
+    (
+        "AccessControlException",
+        "the HDFS user (the webhdfs connection's login, or the proxy user) lacks "
+        "permission on the path: fix its owner/mode or use a path under /user/<user>",
+    ),
     ("Permission denied", "the HDFS user lacks permission on the path: fix its owner/mode"),
     ("FileNotFoundException", "the path does not exist in HDFS: check the spelling or create it first"),
     ("File does not exist", "the path does not exist in HDFS: check the spelling or create it first"),
     ("DSQuotaExceededException", "the directory's space quota is used up: free space or raise the quota"),
     ("NSQuotaExceededException", "the directory's name quota is used up: remove files or raise the quota"),
-    ("StandbyException", "the NameNode addressed is standby: point the webhdfs connection at the active one "
-                         "(or list both NameNodes in its host)"),
-    ("could only be written to 0 of the", "no DataNode accepted the block: check that DataNodes are up and "
-                                          "have space"),
-    ("Connection refused", "nothing listens at the WebHDFS address: check the webhdfs connection's host/port "
-                           "and that the NameNode's HTTP server is up"),
+    (
+        "StandbyException",
+        "the NameNode addressed is standby: point the webhdfs connection at the active one "
+        "(or list both NameNodes in its host)",
+    ),
+    ("could only be written to 0 of the", "no DataNode accepted the block: check that DataNodes are up and have space"),
+    (
+        "Connection refused",
+        "nothing listens at the WebHDFS address: check the webhdfs connection's host/port "
+        "and that the NameNode's HTTP server is up",
+    ),
     ("Authentication failure", "WebHDFS refused the credentials: check the connection's login / Kerberos setup"),
 )
 _JAVA_FRAME = re.compile(r"\s+at [\w$.<>]+\(.*?\)")
 
 
 #: causes that pass (a NameNode restarting or failing over, DataNodes re-registering): worth retrying
-_TRANSIENT = ("SafeModeException", "RetriableException", "could only be written to 0 of the", "Connection refused",
-              "Connection reset", "Connection aborted", "RemoteDisconnected", "Read timed out",
-              "Max retries exceeded", "EOFException", "ConnectException", "SocketTimeoutException",
-              "Failed to find datanode")
+_TRANSIENT = (
+    "SafeModeException",
+    "RetriableException",
+    "could only be written to 0 of the",
+    "Connection refused",
+    "Connection reset",
+    "Connection aborted",
+    "RemoteDisconnected",
+    "Read timed out",
+    "Max retries exceeded",
+    "EOFException",
+    "ConnectException",
+    "SocketTimeoutException",
+    "Failed to find datanode",
+)
 
 
 class MelonHdfsError(RuntimeError):
@@ -83,7 +108,8 @@ def describe(op: str, path: str, exc: BaseException) -> MelonHdfsError:
         cause = f"{exception}: {cause}"
     fix = next((fix for key, fix in _FIXES if key in raw or key in exception), None)
     retriable = isinstance(exc, (ConnectionError, TimeoutError)) or any(
-        key in raw or key in exception for key in _TRANSIENT)
+        key in raw or key in exception for key in _TRANSIENT
+    )
     try:
         import requests
 
@@ -158,8 +184,15 @@ def _status(client: Any, path: str) -> Optional[dict]:
 
 def _already_exists(exc: BaseException) -> bool:
     text = f"{getattr(exc, 'exception', '') or ''} {exc}"
-    return any(key in text for key in ("FileAlreadyExistsException", "AlreadyBeingCreatedException",
-                                       "already exists", "already being created"))
+    return any(
+        key in text
+        for key in (
+            "FileAlreadyExistsException",
+            "AlreadyBeingCreatedException",
+            "already exists",
+            "already being created",
+        )
+    )
 
 
 #: our own temporary files and locks whose clean-up failed (the NameNode was away): removed by the next put_once,
@@ -258,7 +291,8 @@ def _write_beside_and_rename(client: Any, path: str, data: Source, sha256: Optio
             raise SourceChangedError(
                 f"{os.fspath(data)} changed while it was staged (sha256 {sha256[:16]}… when hashed, "
                 f"{sent.hexdigest()[:16]}… as uploaded): nothing was stored under {path}; stage it again once it "
-                "no longer changes")
+                "no longer changes"
+            )
         try:
             with hdfs_errors("rename", f"{tmp} -> {path}"):
                 client.rename(tmp, path)
@@ -272,8 +306,9 @@ def _write_beside_and_rename(client: Any, path: str, data: Source, sha256: Optio
         _delete_quietly(client, tmp)  # gone already after the rename: a no-op then
 
 
-def put_once(client: Any, path: str, data: Source, *, lock_wait: Optional[float] = None,
-             sha256: Optional[str] = None) -> tuple[dict, bool]:
+def put_once(
+    client: Any, path: str, data: Source, *, lock_wait: Optional[float] = None, sha256: Optional[str] = None
+) -> tuple[dict, bool]:
     """Make ``path`` hold ``data`` (an immutable, e.g. content-addressed, object: bytes, or a local file's path,
     streamed from disk). Returns ``(status, uploaded)``. ``sha256``: the digest ``path`` is named by; a local file
     whose uploaded bytes have another one is not published (:class:`SourceChangedError`).
@@ -310,8 +345,9 @@ def put_once(client: Any, path: str, data: Source, *, lock_wait: Optional[float]
             if now - waited_since < wait_bound:
                 time.sleep(_POLL_S)
                 continue
-            log.warning("%s: the upload lock %s is older than %.0f s (its holder died?): uploading here", path, lock,
-                        wait_bound)
+            log.warning(
+                "%s: the upload lock %s is older than %.0f s (its holder died?): uploading here", path, lock, wait_bound
+            )
             uploaded = _write_beside_and_rename(client, path, data, sha256)
             _delete_quietly(client, lock)
             return _status(client, path) or {}, uploaded
@@ -347,8 +383,9 @@ def file_sha256(path: os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def put_file_hashing(client: Any, cache_dir: str, name: str, local: os.PathLike,
-                     *, lock_wait: Optional[float] = None) -> tuple[str, dict, bool]:
+def put_file_hashing(
+    client: Any, cache_dir: str, name: str, local: os.PathLike, *, lock_wait: Optional[float] = None
+) -> tuple[str, dict, bool]:
     """Publish a big local file at ``<cache_dir>/<sha256>/<name>`` reading it once when it is new. Returns
     ``(path, status, uploaded)``.
 

@@ -106,8 +106,14 @@ class LogFollower:
         application ran before this follower and no offsets are known (reattach).
     """
 
-    def __init__(self, chief: Optional[str] = None, *, lines_per_poll: int = DEFAULT_LINES_PER_POLL,
-                 max_bytes: int = DEFAULT_MAX_BYTES, state: Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        chief: Optional[str] = None,
+        *,
+        lines_per_poll: int = DEFAULT_LINES_PER_POLL,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        state: Optional[dict] = None,
+    ) -> None:
         self.chief = chief
         self.lines_per_poll = max(1, int(lines_per_poll))
         self.max_bytes = max(1, int(max_bytes))
@@ -284,11 +290,14 @@ class LogFollower:
                 if code == 0 and why == "failed":
                     continue
                 followed = self._follow(past, name, past_node, why, final=True, n=n)
-                if (followed or why == "chief") and cid and prev and past == prev[0] != cid \
-                        and "events" not in status:  # an AM that does not say why: say it here
-                    self._note(f"{name}: its container {past} ended and the task was started again (attempt "
-                               f"{task.get('attempt')}, {cid})" + ("; the output of the ended one follows"
-                                                                  if why == "failed" else ""))
+                if (
+                    (followed or why == "chief") and cid and prev and past == prev[0] != cid and "events" not in status
+                ):  # an AM that does not say why: say it here
+                    self._note(
+                        f"{name}: its container {past} ended and the task was started again (attempt "
+                        f"{task.get('attempt')}, {cid})"
+                        + ("; the output of the ended one follows" if why == "failed" else "")
+                    )
             if not cid:
                 continue
             self._s["tasks"][name] = [cid, node]
@@ -298,8 +307,9 @@ class LogFollower:
                 self._follow(cid, name, node, "chief", final=ended, n=n)
             if state == "FAILED" and self._follow(cid, name, node, "failed", final=True, n=n):
                 code = task.get("exit_code")
-                self._note(f"{name} failed" + (f" (exit {code})" if code not in (None, "") else "")
-                           + "; its output follows")
+                self._note(
+                    f"{name} failed" + (f" (exit {code})" if code not in (None, "") else "") + "; its output follows"
+                )
         for event in (status or {}).get("events") or []:
             if isinstance(event, dict) and int(event.get("seq") or 0) > self._s["events"]:
                 self._s["events"] = int(event.get("seq") or 0)
@@ -313,8 +323,10 @@ class LogFollower:
             for entry in self._s["follow"].values():
                 entry["final"] = True
             if not self._s["follow"] and not self._s["done"] and not self._s["tasks"]:
-                self._note("no job output to show: the application ended before its ApplicationMaster reported "
-                           f"the tasks' containers; see {(self._app or {}).get('trackingUrl') or 'the RM'}")
+                self._note(
+                    "no job output to show: the application ended before its ApplicationMaster reported "
+                    f"the tasks' containers; see {(self._app or {}).get('trackingUrl') or 'the RM'}"
+                )
         if tasks and self._s["resume"]:
             # offsets are unknown only for what ran before this follower: containers seen later start at 0
             for cid, entry in self._s["follow"].items():
@@ -323,8 +335,10 @@ class LogFollower:
             self._s["resume"] = False
 
     def _needs_nodes(self) -> bool:
-        return any(not entry.get("http") and entry.get("node") and entry["node"] not in self._nodes
-                   for entry in self._s["follow"].values())
+        return any(
+            not entry.get("http") and entry.get("node") and entry["node"] not in self._nodes
+            for entry in self._s["follow"].values()
+        )
 
     def _set_nodes(self, nodes: Any) -> None:
         for node in nodes or []:
@@ -367,8 +381,11 @@ class LogFollower:
                 entry["http"] = self._nodes.get(entry.get("node") or "")
             if not entry.get("http"):
                 if self._nodes_read or self._final:
-                    self._report(cid, f"logs of {entry['task']} unavailable: its node {entry.get('node') or '?'} "
-                                      "is unknown to the ResourceManager")
+                    self._report(
+                        cid,
+                        f"logs of {entry['task']} unavailable: its node {entry.get('node') or '?'} "
+                        "is unknown to the ResourceManager",
+                    )
                     if self._final:
                         self._finish(cid)
                 continue
@@ -407,8 +424,11 @@ class LogFollower:
             self._unreachable_error[fetch.cid] = result
             if isinstance(result, NodeManagerError) and status is None:
                 reason = result.message.split(":", 1)[0] or type(result).__name__
-                self._report(fetch.cid, f"logs of {task} unavailable: node {entry.get('node') or entry['http']} "
-                                        f"unreachable ({reason}); full log: {self._link(fetch.cid)}")
+                self._report(
+                    fetch.cid,
+                    f"logs of {task} unavailable: node {entry.get('node') or entry['http']} "
+                    f"unreachable ({reason}); full log: {self._link(fetch.cid)}",
+                )
             else:
                 self._report(fetch.cid, f"logs of {task} unavailable: {result}")
             return None
@@ -425,26 +445,31 @@ class LogFollower:
                 cut = data.find(b"\n")
                 skip = cut + 1 if cut >= 0 else len(data)
                 offset = start + skip
-                notes.append(f"{prefix}... {offset} earlier bytes not shown (reattached to a running "
-                             f"application); full log: {self._link(fetch.cid, fetch.file)}")
+                notes.append(
+                    f"{prefix}... {offset} earlier bytes not shown (reattached to a running "
+                    f"application); full log: {self._link(fetch.cid, fetch.file)}"
+                )
         elif chunk.length < offset:  # the file was replaced (never seen with YARN): read it again from its start
             notes.append(f"{prefix}... the log file restarted")
             offset = 0
         if start > offset:
             if not fetch.retried and abs(fetch.size) < FETCH_WINDOW:
-                return _Fetch(fetch.cid, fetch.file, -min(FETCH_WINDOW, chunk.length - offset + SLACK), offset,
-                              retried=True)
+                return _Fetch(
+                    fetch.cid, fetch.file, -min(FETCH_WINDOW, chunk.length - offset + SLACK), offset, retried=True
+                )
             cut = data.find(b"\n")
             skip = cut + 1 if cut >= 0 else len(data)
-            notes.append(f"{prefix}... {start + skip - offset} bytes skipped (more than {human_bytes(FETCH_WINDOW)} "
-                         f"since the last poll); full log: {self._link(fetch.cid, fetch.file)}")
+            notes.append(
+                f"{prefix}... {start + skip - offset} bytes skipped (more than {human_bytes(FETCH_WINDOW)} "
+                f"since the last poll); full log: {self._link(fetch.cid, fetch.file)}"
+            )
             offset = start + skip
-        new = data[offset - start:]
+        new = data[offset - start :]
         if entry["final"]:
             complete, rest = new, b""
         else:
             nl = new.rfind(b"\n")
-            complete, rest = new[:nl + 1], new[nl + 1:]
+            complete, rest = new[: nl + 1], new[nl + 1 :]
             if len(rest) > MAX_LINE_BYTES:
                 complete, rest = new, b""
         lines = complete.split(b"\n")
@@ -501,8 +526,10 @@ class LogFollower:
             self._lines_left -= keep
             skipped = len(item.lines) - keep
             if skipped:
-                self._note(f"{prefix}... {skipped} lines skipped (more than {self.lines_per_poll} lines per poll); "
-                           f"full log: {self._link(item.cid, item.file)}")
+                self._note(
+                    f"{prefix}... {skipped} lines skipped (more than {self.lines_per_poll} lines per poll); "
+                    f"full log: {self._link(item.cid, item.file)}"
+                )
             for text, start in zip(item.lines[skipped:], item.starts[skipped:]):
                 size = len(text.encode("utf-8", errors="replace")) + 1
                 if self._s["emitted"] + size > self.max_bytes:
@@ -514,8 +541,9 @@ class LogFollower:
                 if shown_to is not None and start < shown_to:  # shown before a triggerer restart: mark it
                     if (item.cid, item.file) not in self._reshow_said:
                         self._reshow_said.add((item.cid, item.file))
-                        self._note(f"{prefix}... re-shown from {item.cid}/{item.file}@{start} after a triggerer "
-                                   "restart")
+                        self._note(
+                            f"{prefix}... re-shown from {item.cid}/{item.file}@{start} after a triggerer restart"
+                        )
                     self._out.append(f"{prefix[:-2]}[re-shown @{start}] | {text}")
                 else:
                     self._out.append(prefix + text)
@@ -523,9 +551,11 @@ class LogFollower:
     def _cap(self) -> None:
         self._s["capped"] = True
         links = ", ".join(f"{e['task']}: {self._link(cid)}" for cid, e in self._s["follow"].items())
-        self._note(f"... job log truncated: {human_bytes(self._s['emitted'])} shown, the limit for this task is "
-                   f"{human_bytes(self.max_bytes)} (job_log_max_bytes); "
-                   f"full log: {links or 'the YARN application page'}")
+        self._note(
+            f"... job log truncated: {human_bytes(self._s['emitted'])} shown, the limit for this task is "
+            f"{human_bytes(self.max_bytes)} (job_log_max_bytes); "
+            f"full log: {links or 'the YARN application page'}"
+        )
 
     def _release(self) -> None:
         """The AM's decisions into the log, each once the container it is about has been read to its end (at
@@ -553,11 +583,15 @@ class LogFollower:
                 continue  # (not read in this poll: a task's later container waits for the one before it)
             if len(self._missing.get(cid, ())) == len(FILES):
                 if self._aggregation and self._aggregation not in ("DISABLED", "NOT_START"):
-                    self._report(cid, f"logs of {entry['task']} are no longer on its node: log aggregation is on "
-                                      f"({self._aggregation}), the aggregated log: {self._link(cid)}")
+                    self._report(
+                        cid,
+                        f"logs of {entry['task']} are no longer on its node: log aggregation is on "
+                        f"({self._aggregation}), the aggregated log: {self._link(cid)}",
+                    )
                 else:
-                    self._report(cid, f"logs of {entry['task']} not found on its node {entry.get('node')}; "
-                                      f"see {self._link(cid)}")
+                    self._report(
+                        cid, f"logs of {entry['task']} not found on its node {entry.get('node')}; see {self._link(cid)}"
+                    )
             self._finish(cid)
 
     def _begin(self, status: Optional[dict], app: Optional[dict], final: bool) -> bool:
@@ -587,8 +621,9 @@ class LogFollower:
         return self._out
 
     # ---- drivers -----------------------------------------------------------------------------------------------
-    def poll(self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None,
-             final: bool = False) -> list[str]:
+    def poll(
+        self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None, final: bool = False
+    ) -> list[str]:
         """One round with a sync :class:`YarnHook`: ``status`` is the AM's ``/status`` (None when unknown or gone),
         ``app`` the RM's application, ``final`` once it has ended. Returns the lines to log; never raises."""
         try:
@@ -625,8 +660,9 @@ class LogFollower:
             self._out.append(f"... job log streaming hiccup: {exc}")
         return self._end()
 
-    async def apoll(self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None,
-                    final: bool = False) -> list[str]:
+    async def apoll(
+        self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None, final: bool = False
+    ) -> list[str]:
         """:meth:`poll` with an :class:`AsyncYarnHook` (the trigger); the files are read concurrently."""
         try:
             if not self._begin(status, app, final):
@@ -645,7 +681,8 @@ class LogFollower:
                 for _ in range(2):
                     results = await asyncio.gather(
                         *(hook.container_log(self._http(f.cid), f.cid, f.file, f.size) for f in fetches),
-                        return_exceptions=True)
+                        return_exceptions=True,
+                    )
                     fetches = [again for f, r in zip(fetches, results) if (again := self._absorb(f, r, pending))]
                 if not self._round(pending, asked):
                     break

@@ -31,13 +31,15 @@ def folder(staging_dir: str, key: str) -> str:
     parts = [p for p in str(key).split("/") if p]
     bad = [p for p in parts if not _SEGMENT.fullmatch(p) or p in (".", "..")]
     if not parts or bad:
-        raise ValueError(f"memory history key {key!r}: each '/'-separated part must be a plain name "
-                         "(letters, digits, '_.+@=,~-')")
+        raise ValueError(
+            f"memory history key {key!r}: each '/'-separated part must be a plain name (letters, digits, '_.+@=,~-')"
+        )
     return posixpath.join(staging_dir, "profiles", *parts, "memory")
 
 
-def task_key(dag_id: str, task_id: str, run_id: Optional[str] = None, map_index: int = -1, *,
-             memory_key: Optional[str] = None) -> str:
+def task_key(
+    dag_id: str, task_id: str, run_id: Optional[str] = None, map_index: int = -1, *, memory_key: Optional[str] = None
+) -> str:
     """The history key of an Airflow task instance (the train operator's): its ``memory_key`` when given (checked
     as :func:`folder` does; ValueError naming ``memory_key``), else ``<dag_id>/<task_id>``, and for an instance of a
     mapped task ``<dag_id>/<task_id>/map-<index>``: mapped trials usually differ in what they need (a model, a batch
@@ -80,7 +82,7 @@ def read_history(client: Any, staging_dir: str, key: str) -> list[dict]:
     with hdfs_errors("list", where):
         names = sorted((n for n in client.list(where) if _APP.fullmatch(n)), key=_order)
     docs = []
-    for name in names[-learned.KEEP:]:
+    for name in names[-learned.KEEP :]:
         try:
             with hdfs_errors("read", f"{where}/{name}"), client.read(f"{where}/{name}") as reader:
                 doc = json.loads(reader.read().decode("utf-8"))
@@ -94,8 +96,9 @@ def read_history(client: Any, staging_dir: str, key: str) -> list[dict]:
 
 def read_runs(client: Any, staging_dir: str, key: str, role: str) -> list[dict]:
     """The role's records, oldest first (:func:`read_history`)."""
-    return [doc["roles"][role] for doc in read_history(client, staging_dir, key)
-            if isinstance(doc["roles"].get(role), dict)]
+    return [
+        doc["roles"][role] for doc in read_history(client, staging_dir, key) if isinstance(doc["roles"].get(role), dict)
+    ]
 
 
 def forget(client: Any, staging_dir: str, key: str) -> int:
@@ -126,7 +129,7 @@ def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Ma
     _write_beside_and_rename(client, path, body)
     with hdfs_errors("list", where):
         names = sorted((n for n in client.list(where) if _APP.fullmatch(n)), key=_order)
-    for old in names[:-learned.KEEP]:
+    for old in names[: -learned.KEEP]:
         try:
             client.delete(f"{where}/{old}")
         except Exception as exc:  # noqa: BLE001 - only housekeeping
@@ -134,8 +137,9 @@ def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Ma
     return path
 
 
-def resolve(runs_of, roles: Mapping[str, Any], largest_gpu_mb: Optional[int] = None, context_mb: int = 0
-            ) -> tuple[dict[str, int], list[str]]:
+def resolve(
+    runs_of, roles: Mapping[str, Any], largest_gpu_mb: Optional[int] = None, context_mb: int = 0
+) -> tuple[dict[str, int], list[str]]:
     """The figure of each ``gpu_memory: auto`` role of ``roles`` (name → RoleSpec) and one line per role saying
     where it came from: learned (``runs_of(role)`` → its records, oldest first; at most ``largest_gpu_mb`` less
     ``context_mb``, when the cluster's largest GPU is known), else the role's first-run figure (``auto:<size>``,
@@ -145,15 +149,20 @@ def resolve(runs_of, roles: Mapping[str, Any], largest_gpu_mb: Optional[int] = N
     for name, role in roles.items():
         if not getattr(role, "gpu_memory_auto", False):
             continue
-        found = learned.learned_mb(runs_of(name), growth=role.oom_growth, largest_gpu_mb=largest_gpu_mb,
-                                   context_mb=context_mb)
+        found = learned.learned_mb(
+            runs_of(name), growth=role.oom_growth, largest_gpu_mb=largest_gpu_mb, context_mb=context_mb
+        )
         if found is not None:
             figures[name], why = found
         elif role.gpu_memory_first_mb:
-            figures[name], why = (role.gpu_memory_first_mb,
-                                  "no history yet: the first run's figure, auto:<size> or the operator's gpu_memory")
+            figures[name], why = (
+                role.gpu_memory_first_mb,
+                "no history yet: the first run's figure, auto:<size> or the operator's gpu_memory",
+            )
         else:
-            raise ValueError(f"roles.{name}.gpu_memory: 'auto' has no history for this task yet and no first-run "
-                             f"figure: write 'auto:<size>' (e.g. auto:4GiB) or give the operator's gpu_memory")
+            raise ValueError(
+                f"roles.{name}.gpu_memory: 'auto' has no history for this task yet and no first-run "
+                f"figure: write 'auto:<size>' (e.g. auto:4GiB) or give the operator's gpu_memory"
+            )
         lines.append(f"roles.{name}.gpu_memory auto: {figures[name]} MiB ({why})")
     return figures, lines

@@ -17,7 +17,7 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
-from airflow_provider_melon.hadoop.rm_json import YarnApiError, extract_rm_message, as_dict, as_list
+from airflow_provider_melon.hadoop.rm_json import YarnApiError, as_dict, as_list, extract_rm_message
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,9 @@ class NodeManagerError(YarnApiError, RuntimeError):
     (``status`` None: "unreachable", the node did not answer at all); without, the message as given (it names
     the NodeManager itself)."""
 
-    def __init__(self, message: str, *, node: Optional[str] = None, status: Optional[int] = None,
-                 url: Optional[str] = None):
+    def __init__(
+        self, message: str, *, node: Optional[str] = None, status: Optional[int] = None, url: Optional[str] = None
+    ):
         super().__init__(message, status=status, url=url)
         self.node = node
         self.fix = None
@@ -79,13 +80,13 @@ def parse_container_log(body: bytes, size: Optional[int], url: str = "") -> Cont
     then a footer (``End of LogType:...``). The bytes are located by length, not by the footer, so a log that
     itself prints "End of LogType:" is read right. Raises :class:`LogAnswerError` (a ``ValueError``)."""
     head_end = body.find(_CONTENTS)
-    match = _LENGTH.search(body[:head_end if head_end >= 0 else 4096])
+    match = _LENGTH.search(body[: head_end if head_end >= 0 else 4096])
     if head_end < 0 or not match:
         raise LogAnswerError(f"not a NodeManager log answer: {body[:120]!r}")
     length = int(match.group(1))
     wanted = length if size is None else min(abs(size), length)
     begin = head_end + len(_CONTENTS)
-    data = body[begin:begin + wanted]
+    data = body[begin : begin + wanted]
     if len(data) < wanted:  # the answer was cut short: keep what came
         footer = data.rfind(b"End of LogType:")
         data = data[:footer] if footer >= 0 else data
@@ -93,9 +94,17 @@ def parse_container_log(body: bytes, size: Optional[int], url: str = "") -> Cont
     return ContainerLogChunk(length=length, start=start, data=data, url=url)
 
 
-def read_container_log(session: Any, base_url: str, node_http: str, container_id: str, filename: str = "stdout",
-                       size: Optional[int] = None, *, params: Optional[dict] = None,
-                       timeout: Any = None) -> ContainerLogChunk:
+def read_container_log(
+    session: Any,
+    base_url: str,
+    node_http: str,
+    container_id: str,
+    filename: str = "stdout",
+    size: Optional[int] = None,
+    *,
+    params: Optional[dict] = None,
+    timeout: Any = None,
+) -> ContainerLogChunk:
     """Part of a container's log file (``GET /ws/v1/node/containers/{id}/logs/{file}?size=``, Hadoop 3.5: ``size``
     > 0 the first bytes, < 0 the last bytes, absent the whole file; there is no start offset, so callers ask for
     the tail and place it by the whole file's ``LogLength``, see :func:`parse_container_log`). ``session`` carries
@@ -103,8 +112,9 @@ def read_container_log(session: Any, base_url: str, node_http: str, container_id
     which answers in the same format). Raises :class:`NodeManagerError` (status None: unreachable)."""
     url = f"{base_url}/ws/v1/node/containers/{quote(str(container_id), safe='')}/logs/{quote(str(filename), safe='')}"
     try:
-        resp = session.get(url, params=params, timeout=timeout, allow_redirects=True,
-                           headers={"Accept": "text/plain, */*"})
+        resp = session.get(
+            url, params=params, timeout=timeout, allow_redirects=True, headers={"Accept": "text/plain, */*"}
+        )
     except requests.RequestException as err:
         raise NodeManagerError(f"{type(err).__name__}: {err}", node=node_http, url=url) from None
     if resp.status_code >= 400:
@@ -182,15 +192,24 @@ class NodeLogs:
             if not cid:
                 continue
             number = int(attempt.get("id") or 1)
-            self._add(ContainerRef(cid, "am" if number == 1 else f"am#{number}", attempt.get("nodeId"),
-                                   self.nm_url(attempt.get("nodeHttpAddress"))))
+            self._add(
+                ContainerRef(
+                    cid,
+                    "am" if number == 1 else f"am#{number}",
+                    attempt.get("nodeId"),
+                    self.nm_url(attempt.get("nodeHttpAddress")),
+                )
+            )
             tail = self._am_logs.setdefault(cid, LogTail(self, self.containers[cid], AM_LOG))
             for line in tail.lines():
                 match = TASK_LAUNCH.search(line)
                 if match:
                     task, retry, task_cid, node_id = match.groups()
-                    self._add(ContainerRef(task_cid, task if retry == "0" else f"{task}#{retry}", node_id,
-                                           self.node_url(node_id)))
+                    self._add(
+                        ContainerRef(
+                            task_cid, task if retry == "0" else f"{task}#{retry}", node_id, self.node_url(node_id)
+                        )
+                    )
         if running and attempts and attempts[-1].get("appAttemptId"):
             try:
                 listed = self.yarn.app_containers(self.app_id, attempts[-1]["appAttemptId"])
@@ -199,13 +218,17 @@ class NodeLogs:
                 listed = []
             for c in listed:
                 if c.get("containerId"):
-                    self._add(ContainerRef(c["containerId"], "container", c.get("nodeId"),
-                                           self.nm_url(c.get("nodeHttpAddress"))))
+                    self._add(
+                        ContainerRef(
+                            c["containerId"], "container", c.get("nodeId"), self.nm_url(c.get("nodeHttpAddress"))
+                        )
+                    )
         return sorted(self.containers.values(), key=lambda c: c.sort_key)
 
     # ---- what ----------------------------------------------------------------------------------------------
-    def _get(self, ref: ContainerRef, path: str, params: Optional[dict] = None,
-             accept: str = "application/json") -> Optional[requests.Response]:
+    def _get(
+        self, ref: ContainerRef, path: str, params: Optional[dict] = None, accept: str = "application/json"
+    ) -> Optional[requests.Response]:
         """GET a container's log resource from its NodeManager; None when it does not serve it (404) or is down."""
         if not ref.nm_url:
             return None
@@ -221,8 +244,9 @@ class NodeLogs:
         if resp.status_code in (404, 410):
             return None
         if resp.status_code != 200:
-            raise NodeManagerError(f"NodeManager {ref.nm_url} answered {resp.status_code} for {url}: "
-                                   f"{' '.join(resp.text.split())[:200]}")
+            raise NodeManagerError(
+                f"NodeManager {ref.nm_url} answered {resp.status_code} for {url}: {' '.join(resp.text.split())[:200]}"
+            )
         return resp
 
     def files(self, ref: ContainerRef) -> Optional[dict[str, int]]:
@@ -245,8 +269,12 @@ class NodeLogs:
 
     def fetch(self, ref: ContainerRef, name: str, size: Optional[int] = None) -> Optional[tuple[int, bytes]]:
         """``(file length, bytes)``: the first ``size`` bytes, the last ``-size``, or all; None when not served."""
-        resp = self._get(ref, f"/{quote(name, safe='')}", None if size is None else {"size": size},
-                         accept="text/plain, application/octet-stream")
+        resp = self._get(
+            ref,
+            f"/{quote(name, safe='')}",
+            None if size is None else {"size": size},
+            accept="text/plain, application/octet-stream",
+        )
         return None if resp is None else parse_log_answer(resp.content, size)
 
 
@@ -291,7 +319,7 @@ class LogTail:
                 self.offset, self.pending = 0, b""
             start = total - len(data)
             if start <= self.offset:
-                new = data[self.offset - start:]
+                new = data[self.offset - start :]
                 self.offset = total
                 return new
             want = total - self.offset + _CHUNK
@@ -299,7 +327,7 @@ class LogTail:
         if got is None:
             return b""
         total, data = got
-        new, self.offset = data[self.offset:], total
+        new, self.offset = data[self.offset :], total
         return new
 
     def lines(self, size_hint: Optional[int] = None) -> list[str]:
@@ -321,8 +349,10 @@ def gone_message(app_id: str, app: dict) -> str:
     """Why no NodeManager serves an ended app's logs, and where they may be instead."""
     aggregation = str(app.get("logAggregationStatus") or "").upper()
     if aggregation in ("", "DISABLED", "NOT_START"):
-        why = ("log aggregation is off, and NodeManagers delete an ended app's logs after "
-               "yarn.nodemanager.log.retain-seconds")
+        why = (
+            "log aggregation is off, and NodeManagers delete an ended app's logs after "
+            "yarn.nodemanager.log.retain-seconds"
+        )
     else:
         why = f"log aggregation {aggregation}: read them with `yarn logs -applicationId {app_id}`"
     return f"the logs of {app_id} are gone: no NodeManager serves them any more ({why})"

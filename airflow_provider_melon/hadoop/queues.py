@@ -52,9 +52,11 @@ class QueueReport:
         if not self.checked:
             return f"queue {self.queue!r}: not checked (the scheduler reports no queues)"
         gpus, mem = GPU_RESOURCE, GPU_MEMORY_RESOURCE
-        shares = (f"guaranteed {self.guaranteed.get(gpus, 0):g} GPU(s) / {self.guaranteed.get(mem, 0):g} MiB, "
-                  f"maximum {self.maximum.get(gpus, 0):g} GPU(s) / {self.maximum.get(mem, 0):g} MiB, "
-                  f"headroom now {self.headroom(gpus):g} GPU(s) / {self.headroom(mem):g} MiB")
+        shares = (
+            f"guaranteed {self.guaranteed.get(gpus, 0):g} GPU(s) / {self.guaranteed.get(mem, 0):g} MiB, "
+            f"maximum {self.maximum.get(gpus, 0):g} GPU(s) / {self.maximum.get(mem, 0):g} MiB, "
+            f"headroom now {self.headroom(gpus):g} GPU(s) / {self.headroom(mem):g} MiB"
+        )
         if self.problems:
             return f"queue {self.queue!r}: " + "; ".join(self.problems) + f" (queue {shares})"
         wait = "; the job waits for capacity (or for preemption to return the queue's guarantee)" if self.waits else ""
@@ -86,8 +88,12 @@ def _resources(value: Any) -> dict:
 AM_RESOURCE = {"memory-mb": 512, "vcores": 1, GPU_RESOURCE: 0, GPU_MEMORY_RESOURCE: 0}
 #: rounding of a memory limit: YARN normalises it up to ``yarn.scheduler.minimum-allocation-mb`` (default 1024)
 MEMORY_STEP_MB = 1024
-_UNITS = {"memory-mb": "MiB of memory", "vcores": "vcore(s)", GPU_RESOURCE: "GPU(s)",
-          GPU_MEMORY_RESOURCE: "MiB of GPU memory"}
+_UNITS = {
+    "memory-mb": "MiB of memory",
+    "vcores": "vcore(s)",
+    GPU_RESOURCE: "GPU(s)",
+    GPU_MEMORY_RESOURCE: "MiB of GPU memory",
+}
 
 
 def _num(value: Any) -> float:
@@ -132,16 +138,25 @@ def user_limit(info: Mapping[str, Any]) -> Optional[dict]:
     return limit
 
 
-def check(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any], *, user: Optional[str] = None,
-          am: Mapping[str, int] = AM_RESOURCE, context_mb: int = 0) -> QueueReport:
+def check(
+    scheduler: Mapping[str, Any],
+    queue: str,
+    roles: Mapping[str, Any],
+    *,
+    user: Optional[str] = None,
+    am: Mapping[str, int] = AM_RESOURCE,
+    context_mb: int = 0,
+) -> QueueReport:
     """Check ``queue`` and the roles' demand against the scheduler (module docstring). ``user``: who the job runs as
     (for the messages); ``am``: the AM container's resources; ``context_mb``: what each shared task asks of
     melon.io/gpu-memory besides its expected memory (the CUDA context)."""
     report = QueueReport(queue=queue)
     numbers = {name: _role_numbers(role) for name, role in roles.items()}
     numbers = {name: (i, g, m + context_mb if m > 0 else 0) for name, (i, g, m) in numbers.items()}
-    report.demand = {GPU_RESOURCE: sum(i * g for i, g, _ in numbers.values()),
-                     GPU_MEMORY_RESOURCE: sum(i * m for i, _, m in numbers.values())}
+    report.demand = {
+        GPU_RESOURCE: sum(i * g for i, g, _ in numbers.values()),
+        GPU_MEMORY_RESOURCE: sum(i * m for i, _, m in numbers.values()),
+    }
     if not as_dict(scheduler).get("queues"):
         report.checked = False
         return report
@@ -152,15 +167,18 @@ def check(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any], *,
         report.problems.append(
             f"no such leaf queue on this cluster (leaf queues: {', '.join(known) or 'none'}); fix: set the job's "
             "`queue` (spec field, or the operator's yarn_queue=) to one of those, or ask the cluster admin to add it to "
-            "capacity-scheduler.xml and run `yarn rmadmin -refreshQueues`")
+            "capacity-scheduler.xml and run `yarn rmadmin -refreshQueues`"
+        )
         return report
     report.state = str(info.get("state") or "RUNNING")
     report.maximum = _resources(info.get("maxEffectiveCapacity"))
     report.guaranteed = _resources(info.get("minEffectiveCapacity"))
     report.used = _resources(info.get("resourcesUsed"))
     if report.state != "RUNNING":
-        report.problems.append(f"the queue is {report.state} and takes no new applications; fix: use a RUNNING "
-                               "queue, or ask the admin to start it (state RUNNING, `yarn rmadmin -refreshQueues`)")
+        report.problems.append(
+            f"the queue is {report.state} and takes no new applications; fix: use a RUNNING "
+            "queue, or ask the admin to start it (state RUNNING, `yarn rmadmin -refreshQueues`)"
+        )
     if report.maximum:
         for resource, unit in ((GPU_RESOURCE, "GPU(s)"), (GPU_MEMORY_RESOURCE, "MiB of GPU memory")):
             want, most = report.demand[resource], float(report.maximum.get(resource, 0))
@@ -168,14 +186,16 @@ def check(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any], *,
                 report.problems.append(
                     f"the job needs {want:g} {unit} at once (every task of the gang), more than the queue may "
                     f"ever hold ({most:g}, its maximum-capacity); fix: submit to a larger queue, ask for fewer or "
-                    "smaller tasks, or ask the admin to raise the queue's maximum-capacity")
+                    "smaller tasks, or ask the admin to raise the queue's maximum-capacity"
+                )
     if not report.problems:
         _check_user_limit(report, info, roles, user, am)
     return report
 
 
-def _check_user_limit(report: QueueReport, info: Mapping[str, Any], roles: Mapping[str, Any],
-                      user: Optional[str], am: Mapping[str, int]) -> None:
+def _check_user_limit(
+    report: QueueReport, info: Mapping[str, Any], roles: Mapping[str, Any], user: Optional[str], am: Mapping[str, int]
+) -> None:
     who = f"user {user}" if user else "one user"
     path = str(info.get("queuePath") or f"root.{report.queue}")
     am_limit = _resources(info.get("userAMResourceLimit"))
@@ -184,7 +204,8 @@ def _check_user_limit(report: QueueReport, info: Mapping[str, Any], roles: Mappi
             report.problems.append(
                 f"the job's ApplicationMaster needs {am[resource]:g} {_UNITS[resource]}, more than {who} may use for "
                 f"AMs in this queue ({am_limit[resource]:g}, from maximum-am-resource-percent); fix: ask the admin to "
-                f"raise yarn.scheduler.capacity.{path}.maximum-am-resource-percent")
+                f"raise yarn.scheduler.capacity.{path}.maximum-am-resource-percent"
+            )
     limit = user_limit(info)
     if limit is None:
         return
@@ -206,11 +227,19 @@ def _check_user_limit(report: QueueReport, info: Mapping[str, Any], roles: Mappi
             f"task(s)), so its last tasks would never be granted while the first ones hold their containers; fix: "
             "submit to a queue where you may hold more, ask for fewer or smaller tasks, or ask the admin to raise "
             f"yarn.scheduler.capacity.{path}.user-limit-factor (to at least {math.ceil(need * 100) / 100:g}, or -1 "
-            "for the queue's maximum)")
+            "for the queue's maximum)"
+        )
 
 
-def ensure_fits(scheduler: Mapping[str, Any], queue: str, roles: Mapping[str, Any], *, user: Optional[str] = None,
-                am: Mapping[str, int] = AM_RESOURCE, context_mb: int = 0) -> QueueReport:
+def ensure_fits(
+    scheduler: Mapping[str, Any],
+    queue: str,
+    roles: Mapping[str, Any],
+    *,
+    user: Optional[str] = None,
+    am: Mapping[str, int] = AM_RESOURCE,
+    context_mb: int = 0,
+) -> QueueReport:
     """:func:`check`, raising :class:`QueueError` with the report's message when it found a problem."""
     report = check(scheduler, queue, roles, user=user, am=am, context_mb=context_mb)
     if not report.ok:

@@ -53,8 +53,16 @@ def to_number(value: Any, default: int = 0) -> int | float:
 
 
 _UNIT_FACTORS_TO_MI = {
-    "": None, "Mi": 1, "Ki": 1 / 1024, "Gi": 1024, "Ti": 1024 * 1024, "Pi": 1024**3,
-    "M": 1000**2 / 1024**2, "k": 1000 / 1024**2, "K": 1000 / 1024**2, "G": 1000**3 / 1024**2,
+    "": None,
+    "Mi": 1,
+    "Ki": 1 / 1024,
+    "Gi": 1024,
+    "Ti": 1024 * 1024,
+    "Pi": 1024**3,
+    "M": 1000**2 / 1024**2,
+    "k": 1000 / 1024**2,
+    "K": 1000 / 1024**2,
+    "G": 1000**3 / 1024**2,
     "T": 1000**4 / 1024**2,
 }
 
@@ -122,8 +130,12 @@ def normalise_node(node: Any) -> dict[str, Any]:
         total = parse_resource(total_raw)
     else:
         avail_tmp = parse_resource(avail_raw or {k: v for k, v in legacy_avail.items() if v is not None})
-        total = {"resources": {k: avail_tmp["resources"].get(k, 0) + used["resources"].get(k, 0)
-                               for k in set(avail_tmp["resources"]) | set(used["resources"])}}
+        total = {
+            "resources": {
+                k: avail_tmp["resources"].get(k, 0) + used["resources"].get(k, 0)
+                for k in set(avail_tmp["resources"]) | set(used["resources"])
+            }
+        }
     if avail_raw:
         avail = parse_resource(avail_raw)
     else:
@@ -145,14 +157,19 @@ def split_tags(value: Any) -> list[str]:
 #: Longest RM message kept in a YarnApiError (a proxy's error page can be megabytes)
 MAX_MESSAGE = 500
 
+
 def _rm_fix(status: int | None, message: str) -> str | None:
     """The fix a user can apply for a failed RM call, where the status and message tell it."""
     if status is None:
-        return ("check the yarn connection's host (the RM web address, e.g. http://rm:8088; list both RMs "
-                "of an HA pair) and that the ResourceManager is up")
+        return (
+            "check the yarn connection's host (the RM web address, e.g. http://rm:8088; list both RMs "
+            "of an HA pair) and that the ResourceManager is up"
+        )
     if status == 401:
-        return ("the RM wants Kerberos (SPNEGO): set auth=kerberos in the yarn connection's extra and provide "
-                "a ticket (airflow kerberos) or keytab")
+        return (
+            "the RM wants Kerberos (SPNEGO): set auth=kerberos in the yarn connection's extra and provide "
+            "a ticket (airflow kerberos) or keytab"
+        )
     if status == 403 and "impersonate" in message:
         return _proxy_fix(message)
     if status == 403:
@@ -168,10 +185,12 @@ def _proxy_fix(message: str) -> str:
     """The fix for "User: airflow is not allowed to impersonate bob" (Hadoop's proxy-user check)."""
     match = re.search(r"User:\s*(\S+?)(?:@\S+)?\s+(?:\(auth:\S+\)\s+)?is not allowed to impersonate\s+(\S+)", message)
     service, user = match.groups() if match else ("<service user>", "<user>")
-    return (f"the cluster does not let {service} act for {user} (doAs): add {user} (or a group of theirs) to "
-            f"hadoop.proxyuser.{service}.users / hadoop.proxyuser.{service}.groups and the Airflow host to "
-            f"hadoop.proxyuser.{service}.hosts in core-site.xml, then `hdfs dfsadmin -refreshSuperUserGroupsConfiguration`"
-            f" and `yarn rmadmin -refreshSuperUserGroupsConfiguration`; or run the task as another user (run_as)")
+    return (
+        f"the cluster does not let {service} act for {user} (doAs): add {user} (or a group of theirs) to "
+        f"hadoop.proxyuser.{service}.users / hadoop.proxyuser.{service}.groups and the Airflow host to "
+        f"hadoop.proxyuser.{service}.hosts in core-site.xml, then `hdfs dfsadmin -refreshSuperUserGroupsConfiguration`"
+        f" and `yarn rmadmin -refreshSuperUserGroupsConfiguration`; or run the task as another user (run_as)"
+    )
 
 
 class YarnApiError(Exception):
@@ -179,8 +198,15 @@ class YarnApiError(Exception):
     ``unreadable``), ``url`` and the RM's ``message``. ``str()`` is one line: what failed, the RM's own message
     (without a Java stack trace) and, where known, the fix."""
 
-    def __init__(self, message: str, *, status: int | None = None, url: str | None = None,
-                 exception: str | None = None, unreadable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        url: str | None = None,
+        exception: str | None = None,
+        unreadable: bool = False,
+    ):
         self.status = status
         self.url = url
         self.message = " ".join(str(message).split("\n\tat ", 1)[0].split())
@@ -231,17 +257,34 @@ def gpu_summary(nodes: Iterable[dict]) -> dict[str, Any]:
     rows = []
     for n in nodes:
         tot, used = n["totalResource"]["resources"], n["usedResource"]["resources"]
-        rows.append({
-            "id": n.get("id"), "host": n.get("nodeHostName"), "state": n.get("state"),
-            "http_address": n.get("nodeHTTPAddress"),
-            "gpus": tot.get(GPU_RESOURCE, 0), "gpus_used": used.get(GPU_RESOURCE, 0),
-            "gpu_memory_mb": tot.get(GPU_MEMORY_RESOURCE, 0),
-            "gpu_memory_used_mb": used.get(GPU_MEMORY_RESOURCE, 0),
-            "memory_mb": tot.get("memory-mb", 0), "memory_used_mb": used.get("memory-mb", 0),
-            "vcores": tot.get("vcores", 0), "vcores_used": used.get("vcores", 0),
-        })
-    total = {k: sum(r[k] for r in rows) for k in
-             ("gpus", "gpus_used", "gpu_memory_mb", "gpu_memory_used_mb", "memory_mb", "memory_used_mb",
-              "vcores", "vcores_used")}
+        rows.append(
+            {
+                "id": n.get("id"),
+                "host": n.get("nodeHostName"),
+                "state": n.get("state"),
+                "http_address": n.get("nodeHTTPAddress"),
+                "gpus": tot.get(GPU_RESOURCE, 0),
+                "gpus_used": used.get(GPU_RESOURCE, 0),
+                "gpu_memory_mb": tot.get(GPU_MEMORY_RESOURCE, 0),
+                "gpu_memory_used_mb": used.get(GPU_MEMORY_RESOURCE, 0),
+                "memory_mb": tot.get("memory-mb", 0),
+                "memory_used_mb": used.get("memory-mb", 0),
+                "vcores": tot.get("vcores", 0),
+                "vcores_used": used.get("vcores", 0),
+            }
+        )
+    total = {
+        k: sum(r[k] for r in rows)
+        for k in (
+            "gpus",
+            "gpus_used",
+            "gpu_memory_mb",
+            "gpu_memory_used_mb",
+            "memory_mb",
+            "memory_used_mb",
+            "vcores",
+            "vcores_used",
+        )
+    }
     total["nodes"] = len(rows)
     return {"nodes": rows, "total": total}

@@ -32,6 +32,7 @@ class Entry:
     """A thing in the staging folder: ``kind`` is ``object`` (a cache/<sha256>/ folder), ``plan`` (an apps/<id>/
     folder), ``index`` (a by-sample/<key>/<sha256> entry), ``index-dir`` (a by-sample/<key>/ folder),
     ``leftover`` (a .lock or .tmp file)."""
+
     kind: str
     path: str
     bytes: int = 0
@@ -51,8 +52,11 @@ class Decision:
         return sum(e.bytes for e in self.delete)
 
     def as_dict(self) -> dict:
-        return {"delete": [asdict(e) for e in self.delete], "freed_bytes": self.freed_bytes,
-                "kept": [{**asdict(e), "why": why} for e, why in self.kept]}
+        return {
+            "delete": [asdict(e) for e in self.delete],
+            "freed_bytes": self.freed_bytes,
+            "kept": [{**asdict(e), "why": why} for e, why in self.kept],
+        }
 
 
 def decide(entries: Iterable[Entry], *, live_apps: Iterable[str], in_use: dict[str, str], cutoff_ms: int) -> Decision:
@@ -62,8 +66,11 @@ def decide(entries: Iterable[Entry], *, live_apps: Iterable[str], in_use: dict[s
     for e in entries:
         if e.last_used_ms >= cutoff_ms or e.kind not in ("object", "plan", "leftover"):
             continue
-        users = sorted({app for path, app in in_use.items() if path == e.path or path.startswith(e.path + "/")}
-                       ) if e.kind == "object" else []
+        users = (
+            sorted({app for path, app in in_use.items() if path == e.path or path.startswith(e.path + "/")})
+            if e.kind == "object"
+            else []
+        )
         if users:
             out.kept.append((e, f"in use by {', '.join(users)}"))
         elif e.kind == "plan" and e.key in live:
@@ -74,8 +81,9 @@ def decide(entries: Iterable[Entry], *, live_apps: Iterable[str], in_use: dict[s
     out.delete += [e for e in entries if e.kind == "index" and e.key not in kept_objects]
     going = {e.path for e in out.delete}
     for folder in (e for e in entries if e.kind == "index-dir" and e.last_used_ms < cutoff_ms):
-        inside = [e.path for e in entries
-                  if e.kind in ("index", "leftover") and posixpath.dirname(e.path) == folder.path]
+        inside = [
+            e.path for e in entries if e.kind in ("index", "leftover") and posixpath.dirname(e.path) == folder.path
+        ]
         if all(path in going for path in inside):
             out.delete.append(folder)
     return out
@@ -151,9 +159,12 @@ def prune(hook, older_than_s: float, *, dry_run: bool = False, now_ms: Optional[
     live = [a["id"] for a in hook.yarn.list_applications(states=LIVE_STATES)]
     entries = collect(client, staging)
     planned = {e.key for e in entries if e.kind == "plan"}  # the live apps staged here (one read each, not all)
-    decision = decide(entries, live_apps=live,
-                      in_use=in_use(client, staging, [a for a in live if a in planned], hook.hdfs_path),
-                      cutoff_ms=now_ms - int(older_than_s * 1000))
+    decision = decide(
+        entries,
+        live_apps=live,
+        in_use=in_use(client, staging, [a for a in live if a in planned], hook.hdfs_path),
+        cutoff_ms=now_ms - int(older_than_s * 1000),
+    )
     if dry_run:
         return decision
     done: list[Entry] = []
@@ -179,8 +190,9 @@ def parse_age(text: str) -> float:
     try:
         seconds = float(number) * (scale or 1)
     except ValueError:
-        raise ValueError(f"--older-than {text!r}: expected a number of days, hours, minutes or seconds "
-                         "(7d, 12h, 30m, 90s, 3600)") from None
+        raise ValueError(
+            f"--older-than {text!r}: expected a number of days, hours, minutes or seconds (7d, 12h, 30m, 90s, 3600)"
+        ) from None
     if seconds != seconds:
         raise ValueError(f"--older-than {text!r}: must be {_MIN_AGE_TEXT} or more")
     check_age(seconds, text)
@@ -191,10 +203,21 @@ def check_age(seconds: float, text: Optional[str] = None) -> None:
     """Refuse a cutoff under :data:`MIN_AGE_S` (it would delete uploads in flight and submissions' fresh plans)."""
     if seconds < MIN_AGE_S:
         shown = repr(text) if text is not None else f"{seconds:g} s"
-        raise ValueError(f"--older-than {shown}: must be {_MIN_AGE_TEXT} or more (younger entries may be uploads in "
-                         "flight or plans of applications being submitted)")
+        raise ValueError(
+            f"--older-than {shown}: must be {_MIN_AGE_TEXT} or more (younger entries may be uploads in "
+            "flight or plans of applications being submitted)"
+        )
 
 
-__all__ = ["Decision", "Entry", "MIN_AGE_S", "check_age", "collect", "decide", "in_use", "parse_age",
-           "prune", "staged_paths"]
-
+__all__ = [
+    "Decision",
+    "Entry",
+    "MIN_AGE_S",
+    "check_age",
+    "collect",
+    "decide",
+    "in_use",
+    "parse_age",
+    "prune",
+    "staged_paths",
+]

@@ -61,8 +61,9 @@ class KerberosSettings:
                 pick["keytab"], source = airflow_keytab, "[kerberos] keytab"
         pick["principal"] = pick["principal"] or _airflow_kerberos("principal")
         # a keytab login writes its cache: its own, never the one `airflow kerberos` keeps for its principal
-        pick["ccache"] = pick["ccache"] or (default_ccache(pick["principal"]) if pick["keytab"]
-                                            else _airflow_kerberos("ccache"))
+        pick["ccache"] = pick["ccache"] or (
+            default_ccache(pick["principal"]) if pick["keytab"] else _airflow_kerberos("ccache")
+        )
         krb5 = explicit.get("krb5_conf") or ex.get("krb5_conf")
         return cls(pick["principal"], pick["keytab"], pick["ccache"], krb5, source)
 
@@ -88,27 +89,48 @@ def _explain(err: Exception, s: KerberosSettings) -> str:
     text = str(err)
     low = text.lower()
     if "not found in kerberos database" in low or "client not found" in low:
-        return (f"principal {s.principal!r} is unknown to the KDC: check kerberos_principal (connection extra) "
-                f"or [kerberos] principal")
+        return (
+            f"principal {s.principal!r} is unknown to the KDC: check kerberos_principal (connection extra) "
+            f"or [kerberos] principal"
+        )
     # a keytab without the principal's key: MIT falls back to the (empty) cache and reports that instead
-    if "key table entry not found" in low or "no key table entry" in low or "no suitable keys" in low or \
-            (s.keytab and ("no credentials cache found" in low or "can't find client principal" in low
-                           or "matching credential not found" in low)):
-        return (f"the keytab {s.keytab} ({s.keytab_source}) holds no key for {s.principal!r}: point "
-                f"{s.keytab_source} at that principal's keytab, or set kerberos_principal to the principal it holds")
-    if "preauthentication failed" in low or "integrity" in low or "password incorrect" in low \
-            or "decrypt" in low:
-        return (f"the keytab {s.keytab} ({s.keytab_source}) does not match the KDC's current key for "
-                f"{s.principal!r} (a stale or foreign keytab): export a fresh keytab for it")
+    if (
+        "key table entry not found" in low
+        or "no key table entry" in low
+        or "no suitable keys" in low
+        or (
+            s.keytab
+            and (
+                "no credentials cache found" in low
+                or "can't find client principal" in low
+                or "matching credential not found" in low
+            )
+        )
+    ):
+        return (
+            f"the keytab {s.keytab} ({s.keytab_source}) holds no key for {s.principal!r}: point "
+            f"{s.keytab_source} at that principal's keytab, or set kerberos_principal to the principal it holds"
+        )
+    if "preauthentication failed" in low or "integrity" in low or "password incorrect" in low or "decrypt" in low:
+        return (
+            f"the keytab {s.keytab} ({s.keytab_source}) does not match the KDC's current key for "
+            f"{s.principal!r} (a stale or foreign keytab): export a fresh keytab for it"
+        )
     if "cannot contact any kdc" in low or "cannot find kdc" in low or "cannot resolve" in low:
-        return ("no KDC answers for the principal's realm: check krb5.conf (the krb5_conf extra / KRB5_CONFIG) "
-                f"({text.strip()})")
+        return (
+            "no KDC answers for the principal's realm: check krb5.conf (the krb5_conf extra / KRB5_CONFIG) "
+            f"({text.strip()})"
+        )
     if "expired" in low:
-        return (f"the Kerberos ticket in {s.ccache} expired: keep `airflow kerberos` running, or set "
-                "kerberos_keytab so the hook renews the ticket itself")
+        return (
+            f"the Kerberos ticket in {s.ccache} expired: keep `airflow kerberos` running, or set "
+            "kerberos_keytab so the hook renews the ticket itself"
+        )
     if "no credentials" in low or "no such file" in low or "not found" in low:
-        return (f"no Kerberos ticket in {s.ccache or 'the default cache'}: run `airflow kerberos` (with [kerberos] "
-                "keytab and principal), or set kerberos_keytab and kerberos_principal in the connection extra")
+        return (
+            f"no Kerberos ticket in {s.ccache or 'the default cache'}: run `airflow kerberos` (with [kerberos] "
+            "keytab and principal), or set kerberos_keytab and kerberos_principal in the connection extra"
+        )
     return f"Kerberos login failed: {text.strip()}"
 
 
@@ -126,9 +148,11 @@ def require_kerberos_libraries() -> None:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise KerberosError(f"auth=kerberos needs {package} (import {module}: {exc}), which is not installed: "
-                                f"pip install '{KERBEROS_EXTRA}' (it builds against the system's Kerberos: "
-                                "libkrb5-dev and a C compiler)") from None
+            raise KerberosError(
+                f"auth=kerberos needs {package} (import {module}: {exc}), which is not installed: "
+                f"pip install '{KERBEROS_EXTRA}' (it builds against the system's Kerberos: "
+                "libkrb5-dev and a C compiler)"
+            ) from None
 
 
 class TicketKeeper:
@@ -147,13 +171,17 @@ class TicketKeeper:
         if s.keytab:
             path = Path(s.keytab)
             if not path.is_file():
-                raise KerberosError(f"{s.keytab_source} {s.keytab} does not exist: point it at the keytab of "
-                                    f"{s.principal or 'the Airflow principal'}")
+                raise KerberosError(
+                    f"{s.keytab_source} {s.keytab} does not exist: point it at the keytab of "
+                    f"{s.principal or 'the Airflow principal'}"
+                )
             if not os.access(path, os.R_OK):
                 raise KerberosError(f"{s.keytab_source} {s.keytab} is not readable by this user")
             if not s.principal:
-                raise KerberosError(f"{s.keytab_source} is set but no principal: set kerberos_principal in the "
-                                    "connection extra (or [kerberos] principal)")
+                raise KerberosError(
+                    f"{s.keytab_source} is set but no principal: set kerberos_principal in the "
+                    "connection extra (or [kerberos] principal)"
+                )
         if s.krb5_conf and not Path(s.krb5_conf).is_file():
             raise KerberosError(f"krb5_conf {s.krb5_conf} does not exist")
         if s.keytab and s.ccache:
@@ -161,8 +189,10 @@ class TicketKeeper:
             with _CACHE_OWNERS_LOCK:
                 owner = _CACHE_OWNERS.setdefault(cache, str(s.principal))
             if owner != s.principal:
-                raise KerberosError(f"kerberos_ccache {s.ccache} already holds the tickets of {owner!r} in this "
-                                    f"process: give {s.principal!r} its own cache (or leave kerberos_ccache unset)")
+                raise KerberosError(
+                    f"kerberos_ccache {s.ccache} already holds the tickets of {owner!r} in this "
+                    f"process: give {s.principal!r} its own cache (or leave kerberos_ccache unset)"
+                )
 
     def _export(self) -> None:
         if self.s.krb5_conf:
@@ -199,8 +229,11 @@ class TicketKeeper:
         name = gssapi.Name(self.s.principal, gssapi.NameType.kerberos_principal) if self.s.principal else None
         store = {"ccache": _ccache_name(self.s.ccache)} if self.s.ccache else None
         try:
-            creds = gssapi.Credentials(name=name, usage="initiate", store=store) if store else \
-                gssapi.Credentials(name=name, usage="initiate")
+            creds = (
+                gssapi.Credentials(name=name, usage="initiate", store=store)
+                if store
+                else gssapi.Credentials(name=name, usage="initiate")
+            )
             return int(creds.lifetime or 0)
         except gssapi.exceptions.ExpiredCredentialsError:
             return 0
@@ -233,6 +266,5 @@ class TicketKeeper:
                 if left is None or left < RENEW_MARGIN_S:
                     self.login()
             elif not left:  # no keytab: the cache `airflow kerberos` renews must hold a live ticket
-                raise KerberosError(_explain(RuntimeError("ticket expired" if left == 0 else "no credentials"),
-                                             self.s))
+                raise KerberosError(_explain(RuntimeError("ticket expired" if left == 0 else "no credentials"), self.s))
             self._next_check = now + CHECK_EVERY_S

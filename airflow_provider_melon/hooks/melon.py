@@ -35,8 +35,17 @@ from airflow_provider_melon.hadoop.bundle import (
     split_code_files,
     write_deterministic_zip,
 )
-from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, Source, hdfs_errors, put_once, quiet_client_logs
-from airflow_provider_melon.hadoop.hdfs_io import file_sha256, open_source, put_file_hashing, source_size
+from airflow_provider_melon.hadoop.hdfs_io import (
+    MelonHdfsError,
+    Source,
+    file_sha256,
+    hdfs_errors,
+    open_source,
+    put_file_hashing,
+    put_once,
+    quiet_client_logs,
+    source_size,
+)
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
 from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT, STAGING_RETRY_S_DEFAULT
 from airflow_provider_melon.runtime import outputs as _outputs
@@ -44,6 +53,7 @@ from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
 
 log = logging.getLogger(__name__)
+
 
 def packaged_am_jar() -> Path:
     """The ApplicationMaster jar shipped inside this package (``airflow_provider_melon/am/``; appmaster/build.sh
@@ -108,8 +118,13 @@ class MelonHook:
         if self.proxy_user:
             self.yarn.proxy_user = self.proxy_user
         # the YARN connection's user (its login): staging lands in that user's HDFS home, as the app runs as them
-        self.user = (self.proxy_user or user or getattr(self.yarn, "remote_user", None) or extra.get("user")
-                     or os.environ.get("USER", "root"))
+        self.user = (
+            self.proxy_user
+            or user
+            or getattr(self.yarn, "remote_user", None)
+            or extra.get("user")
+            or os.environ.get("USER", "root")
+        )
         override = am_jar or extra.get("am_jar") or _conf("am_jar")
         self.am_jar = Path(override) if override else packaged_am_jar()
         self.am_classpath = am_classpath or extra.get("am_classpath") or None
@@ -124,8 +139,14 @@ class MelonHook:
         self.cache_dir = f"{self.staging_dir}/cache"
         #: MiB a shared-mode task reserves on its GPU besides its expected memory (the CUDA context): ``gpu_context_mb``,
         #: else the connection extra's, else ``[melon] gpu_context_mb``, else provider_info.GPU_CONTEXT_MB_DEFAULT
-        context = next((v for v in (gpu_context_mb, extra.get("gpu_context_mb"), _conf("gpu_context_mb"))
-                        if v is not None and str(v).strip() != ""), GPU_CONTEXT_MB_DEFAULT)
+        context = next(
+            (
+                v
+                for v in (gpu_context_mb, extra.get("gpu_context_mb"), _conf("gpu_context_mb"))
+                if v is not None and str(v).strip() != ""
+            ),
+            GPU_CONTEXT_MB_DEFAULT,
+        )
         try:
             self.gpu_context_mb = int(context)
         except (TypeError, ValueError):
@@ -134,8 +155,9 @@ class MelonHook:
             raise ValueError(f"gpu_context_mb: must be 0 or more MiB, got {context!r}")
         #: how long an upload keeps retrying a NameNode that is restarting / in safe mode (``staging_retry_s``, else
         #: ``[melon] staging_retry_s``, else its declared default, provider_info.STAGING_RETRY_S_DEFAULT)
-        self.staging_retry_s = float(staging_retry_s if staging_retry_s is not None
-                                     else _conf("staging_retry_s") or STAGING_RETRY_S_DEFAULT)
+        self.staging_retry_s = float(
+            staging_retry_s if staging_retry_s is not None else _conf("staging_retry_s") or STAGING_RETRY_S_DEFAULT
+        )
 
     def _yarn_extra(self) -> dict:
         conn_id = getattr(self.yarn, "yarn_conn_id", None)
@@ -173,8 +195,11 @@ class MelonHook:
         namenodes = [h.strip() for h in str(conn.host or "").split(",") if h.strip()]
         tried = []
         for namenode in namenodes:
-            url = f"{'https' if ssl else 'http'}://{namenode}" + (f":{conn.port}" if conn.port else "") + \
-                (f"/{conn.schema}" if conn.schema else "")
+            url = (
+                f"{'https' if ssl else 'http'}://{namenode}"
+                + (f":{conn.port}" if conn.port else "")
+                + (f"/{conn.schema}" if conn.schema else "")
+            )
             session = _webhdfs_session(conn, extra, ssl, kerberos)
             if tickets is not None:  # a valid ticket first
                 client = tickets.webhdfs_client(url, proxy=self.proxy_user or None, session=session)
@@ -186,8 +211,12 @@ class MelonHook:
                 from hdfs import InsecureClient
 
                 # with a proxy user the connection's own login authenticates and doas= names the user it acts for
-                client = InsecureClient(url, user=(conn.login or None) if self.proxy_user else self.user,
-                                        proxy=self.proxy_user or None, session=session)
+                client = InsecureClient(
+                    url,
+                    user=(conn.login or None) if self.proxy_user else self.user,
+                    proxy=self.proxy_user or None,
+                    session=session,
+                )
             if len(namenodes) == 1:  # nothing to choose between
                 return client
             try:
@@ -196,11 +225,16 @@ class MelonHook:
                 return client
             except (MelonHdfsError, HdfsError) as exc:
                 tried.append(f"{url}: {exc}")
-        raise MelonHdfsError("connect", f"(connection {self.webhdfs_conn_id})",
-                             "no NameNode answered" + (" with Kerberos" if kerberos else "") + ": "
-                             + ("; ".join(tried) or "the connection has no host"),
-                             "set the webhdfs connection's host and port to the NameNode's HTTP address "
-                             "(dfs.namenode.http-address)", retriable=True)
+        raise MelonHdfsError(
+            "connect",
+            f"(connection {self.webhdfs_conn_id})",
+            "no NameNode answered"
+            + (" with Kerberos" if kerberos else "")
+            + ": "
+            + ("; ".join(tried) or "the connection has no host"),
+            "set the webhdfs connection's host and port to the NameNode's HTTP address (dfs.namenode.http-address)",
+            retriable=True,
+        )
 
     @hdfs.setter
     def hdfs(self, client) -> None:
@@ -218,7 +252,7 @@ class MelonHook:
     def hdfs_path(uri: str) -> str:
         """``hdfs://nn:8020/a/b`` → ``/a/b`` (WebHDFS paths carry no authority)."""
         if uri.startswith("hdfs://"):
-            rest = uri[len("hdfs://"):]
+            rest = uri[len("hdfs://") :]
             return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
         return uri
 
@@ -243,6 +277,7 @@ class MelonHook:
         ``cached``: an immutable object (content-addressed) — uploaded once however many tasks stage it at the
         same time (:func:`put_once`); else written (overwritten) here. ``sha256``: the digest the uploaded bytes
         must have (a local file rewritten since it was hashed is refused, never stored under the old digest)."""
+
         def put() -> tuple[dict, bool]:
             if cached:
                 return put_once(self.hdfs, path, data, sha256=sha256)
@@ -259,8 +294,13 @@ class MelonHook:
             retry=tenacity.retry_if_exception(lambda e: isinstance(e, MelonHdfsError) and e.retriable),
             stop=tenacity.stop_after_delay(self.staging_retry_s),
             wait=tenacity.wait_exponential(multiplier=0.5, max=8),
-            before_sleep=lambda rs: log.warning("staging %s: %s; retrying (attempt %d, up to %.0f s)", what,
-                                                rs.outcome.exception(), rs.attempt_number, self.staging_retry_s),
+            before_sleep=lambda rs: log.warning(
+                "staging %s: %s; retrying (attempt %d, up to %.0f s)",
+                what,
+                rs.outcome.exception(),
+                rs.attempt_number,
+                self.staging_retry_s,
+            ),
             reraise=True,
         )(put)
 
@@ -287,6 +327,7 @@ class MelonHook:
         cluster's default mode: HDFS would give missing parents the 0700 too, and a home no one else may enter
         makes every dataset in it unfit for YARN's PUBLIC cache ("not publicly accessible"). Retried like uploads
         while the NameNode restarts."""
+
         def mkdir() -> None:
             with hdfs_errors("mkdir", self.staging_dir):
                 if self.hdfs.status(self.staging_dir, strict=False) is not None:
@@ -339,7 +380,8 @@ class MelonHook:
         if not self.am_jar.is_file():
             raise FileNotFoundError(
                 f"AM jar {self.am_jar} not found: this copy of the provider was installed without it (install a "
-                "wheel built with appmaster/build.sh, i.e. `pip wheel .` with JDK 17 and Maven) or set [melon] am_jar")
+                "wheel built with appmaster/build.sh, i.e. `pip wheel .` with JDK 17 and Maven) or set [melon] am_jar"
+            )
         report.files["am_jar"] = self.stage_file(submission.AM_JAR, self.am_jar)
         for item in spec.inputs:
             report.files[f"input:{item.path}"] = self.stat_file(item.path, folder_ok=True)
@@ -352,7 +394,7 @@ class MelonHook:
         streamed from disk."""
         if not archive.startswith("file://"):
             return self.stat_file(archive)
-        local = Path(archive[len("file://"):])
+        local = Path(archive[len("file://") :])
         if not local.is_file():
             raise FileNotFoundError(f"environment.archive: {archive} is not a local file")
         return self.stage_file(local.name, local)
@@ -368,8 +410,9 @@ class MelonHook:
             try:
                 found = self.file_status(path) is not None
             except Exception as exc:  # noqa: BLE001 - any HDFS failure: the output is not known to be there
-                raise MelonHdfsError("status", path, f"output {name!r} ({target}) could not be checked in HDFS: "
-                                     f"{exc}") from exc
+                raise MelonHdfsError(
+                    "status", path, f"output {name!r} ({target}) could not be checked in HDFS: {exc}"
+                ) from exc
             if not found:
                 missing.append(f"{name!r} ({target})")
         return missing
@@ -387,8 +430,10 @@ class MelonHook:
         for name, target in spec.outputs.items():
             path = _outputs.hdfs_path(target)
             if path and self.file_status(path) is not None:
-                raise FileExistsError(f"outputs.{name}: {target} exists; set overwrite_outputs: true in the job to "
-                                      "replace it (or write each run to its own path, e.g. with run_slug)")
+                raise FileExistsError(
+                    f"outputs.{name}: {target} exists; set overwrite_outputs: true in the job to "
+                    "replace it (or write each run to its own path, e.g. with run_slug)"
+                )
 
     # ---- submission -----------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, tags: Optional[list[str]] = None, labels: Optional[dict] = None) -> dict:
@@ -402,23 +447,37 @@ class MelonHook:
         app_id = new_app["application-id"]
         env = files.get("env_archive")
         plan = submission.build_plan(
-            spec, code=files.get("code"), runtime=files["runtime"],
-            code_files={k[len(CODE_FILE_KEY):]: f for k, f in files.items() if k.startswith(CODE_FILE_KEY)},
+            spec,
+            code=files.get("code"),
+            runtime=files["runtime"],
+            code_files={k[len(CODE_FILE_KEY) :]: f for k, f in files.items() if k.startswith(CODE_FILE_KEY)},
             inputs={i.path: files[f"input:{i.path}"] for i in spec.inputs},
-            env_archive=env, env_archive_visibility="APPLICATION" if env and self.in_staging_dir(env.url) else "PUBLIC",
-            default_python=self.default_python, gpu_context_mb=self.gpu_context_mb,
-            container_env=self.container_env, labels=labels,
-            webhdfs_url=self._webhdfs_url() if spec.outputs else None, hdfs_user=self.user,
+            env_archive=env,
+            env_archive_visibility="APPLICATION" if env and self.in_staging_dir(env.url) else "PUBLIC",
+            default_python=self.default_python,
+            gpu_context_mb=self.gpu_context_mb,
+            container_env=self.container_env,
+            labels=labels,
+            webhdfs_url=self._webhdfs_url() if spec.outputs else None,
+            hdfs_user=self.user,
             staged_urls=[f.url for f in files.values()],  # all it uses, the AM jar too: for `melon prune`
             # the AM writes its final /status there (read by final_status)
             status_file=self.hdfs_uri(self.status_path(app_id)) if self.fs_default_fs else self.status_path(app_id),
         )
-        plan_file = self.put_bytes(f"{self.staging_dir}/apps/{app_id}/{submission.PLAN_FILE}",
-                                   json.dumps(plan, indent=1, sort_keys=True).encode(), cached=False)
+        plan_file = self.put_bytes(
+            f"{self.staging_dir}/apps/{app_id}/{submission.PLAN_FILE}",
+            json.dumps(plan, indent=1, sort_keys=True).encode(),
+            cached=False,
+        )
         files["plan"] = plan_file
         context = submission.build_submission(
-            spec, app_id=app_id, am_jar=files["am_jar"], plan=plan_file, secret=secrets.token_hex(16),
-            tags=list(tags or []), am_classpath=self.am_classpath,
+            spec,
+            app_id=app_id,
+            am_jar=files["am_jar"],
+            plan=plan_file,
+            secret=secrets.token_hex(16),
+            tags=list(tags or []),
+            am_classpath=self.am_classpath,
             acls=submission.application_acls(self.user, self.admin_acl) if self.admin_acl else None,
         )
         if getattr(self.yarn, "auth_mode", None) == "kerberos":
@@ -514,8 +573,9 @@ class MelonHook:
         try:
             largest = _preflight.check(self.yarn.nodes(), {}).largest_gpu_mb
         except Exception as exc:  # noqa: BLE001 - the cap is a bound, not a condition of submitting
-            log.warning("the cluster's largest GPU is unknown (nodes not read: %s): the learned GPU memory is not "
-                        "capped", exc)
+            log.warning(
+                "the cluster's largest GPU is unknown (nodes not read: %s): the learned GPU memory is not capped", exc
+            )
             return None
         return int(largest) or None
 
@@ -527,9 +587,13 @@ class MelonHook:
         if not isinstance(tasks, list):
             return None
         planned = {t.get("role"): t.get("initial_gpu_memory_mb") for t in tasks if isinstance(t, dict)}
-        records = {role: learned.run_record(role, tasks, app_id=app_id, state=final.get("state"), at=time.time(),
-                                            planned_mb=int(mb))
-                   for role, mb in planned.items() if isinstance(mb, int) and mb > 0}
+        records = {
+            role: learned.run_record(
+                role, tasks, app_id=app_id, state=final.get("state"), at=time.time(), planned_mb=int(mb)
+            )
+            for role, mb in planned.items()
+            if isinstance(mb, int) and mb > 0
+        }
         if not records:
             return None
         return memory_history.record_run(self.hdfs, self.staging_dir, key, app_id, records)
@@ -598,5 +662,12 @@ def _conf(key: str) -> Optional[str]:
         return None
 
 
-__all__ = ["CODE_FILE_KEY", "CODE_FILE_OBJECT", "HASH_WHILE_UPLOADING_BYTES", "MelonHook", "StagingReport",
-           "hdfs_home", "packaged_am_jar"]
+__all__ = [
+    "CODE_FILE_KEY",
+    "CODE_FILE_OBJECT",
+    "HASH_WHILE_UPLOADING_BYTES",
+    "MelonHook",
+    "StagingReport",
+    "hdfs_home",
+    "packaged_am_jar",
+]

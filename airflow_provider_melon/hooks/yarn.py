@@ -52,6 +52,8 @@ DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 30.0)
 MAX_REDIRECTS = 3
 #: Failures with no usable HTTP answer: the next RM is tried, then the whole pass is retried.
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
+
+
 class _RetryableError(Exception):
     """Internal: one pass over the RM list failed in a way worth retrying (connection/timeout/5xx)."""
 
@@ -118,16 +120,18 @@ def _csv(values: Iterable[str] | str | None) -> str | None:
 
 def _json_body(resp: requests.Response) -> dict[str, Any]:
     if 300 <= resp.status_code < 400:  # not the HA 307 (followed in _one_pass): e.g. an SSO login page
-        raise YarnApiError(f"unexpected redirect to {resp.headers.get('Location')!r}", status=resp.status_code,
-                           url=resp.url)
+        raise YarnApiError(
+            f"unexpected redirect to {resp.headers.get('Location')!r}", status=resp.status_code, url=resp.url
+        )
     if not resp.content or not resp.content.strip():
         return {}
     try:
         body = resp.json()
     except (ValueError, RecursionError) as err:  # RecursionError: JSON nested deeper than Python recurses
         kind = resp.headers.get("Content-Type") or "no Content-Type"
-        raise YarnApiError(f"RM answered non-JSON ({kind}): {resp.text[:200]!r}", status=resp.status_code,
-                           url=resp.url) from err
+        raise YarnApiError(
+            f"RM answered non-JSON ({kind}): {resp.text[:200]!r}", status=resp.status_code, url=resp.url
+        ) from err
     return body if isinstance(body, dict) else {"value": body}
 
 
@@ -199,8 +203,14 @@ class YarnHook(BaseHook):
         #: False when built from explicit ``rm_urls`` (CLI, tests): no Airflow connection is read.
         self.from_connection = rm_urls is None
         self._explicit = {
-            "rm_urls": rm_urls, "user": user, "auth": auth, "timeout": timeout, "retries": retries,
-            "verify": verify, "kerberos_principal": kerberos_principal, "proxy_user": proxy_user,
+            "rm_urls": rm_urls,
+            "user": user,
+            "auth": auth,
+            "timeout": timeout,
+            "retries": retries,
+            "verify": verify,
+            "kerberos_principal": kerberos_principal,
+            "proxy_user": proxy_user,
         }
         self._kerberos_explicit = {"keytab": kerberos_keytab, "ccache": kerberos_ccache, "krb5_conf": krb5_conf}
         self._kerberos_extras: dict[str, Any] = {}
@@ -266,8 +276,11 @@ class YarnHook(BaseHook):
         timeout = ex["timeout"]
         connect_t = extras.get("connect_timeout")
         read_t = extras.get("read_timeout")
-        if conn is not None and (connect_t not in (None, "") or read_t not in (None, "")) and \
-                timeout == DEFAULT_TIMEOUT:
+        if (
+            conn is not None
+            and (connect_t not in (None, "") or read_t not in (None, ""))
+            and timeout == DEFAULT_TIMEOUT
+        ):
             timeout = (float(connect_t or DEFAULT_TIMEOUT[0]), float(read_t or DEFAULT_TIMEOUT[1]))
         if timeout is None:
             timeout = DEFAULT_TIMEOUT  # never call without a timeout
@@ -318,8 +331,9 @@ class YarnHook(BaseHook):
             if self._tickets is None:
                 from airflow_provider_melon.hooks.kerberos import KerberosSettings, TicketKeeper
 
-                settings = KerberosSettings.resolve(self._kerberos_extras, principal=self.kerberos_principal,
-                                                    **self._kerberos_explicit)
+                settings = KerberosSettings.resolve(
+                    self._kerberos_extras, principal=self.kerberos_principal, **self._kerberos_explicit
+                )
                 self._tickets = TicketKeeper(settings)
             return self._tickets
 
@@ -400,8 +414,9 @@ class YarnHook(BaseHook):
                         loc = urlsplit(location)
                         loc.port  # noqa: B018 - raises ValueError on a port that is not a number
                     except ValueError as err:
-                        raise YarnApiError(f"unusable redirect Location {location!r}: {err}", status=307,
-                                           url=url) from None
+                        raise YarnApiError(
+                            f"unusable redirect Location {location!r}: {err}", status=307, url=url
+                        ) from None
                     # keep the Location's path + query; re-add our params it lacks (e.g. user.name)
                     present = {k for k, _ in parse_qsl(loc.query, keep_blank_values=True)}
                     call_params = {k: v for k, v in params.items() if k not in present}
@@ -409,11 +424,13 @@ class YarnHook(BaseHook):
                     log.info("YARN RM %s redirected to %s", base, f"{loc.scheme}://{loc.netloc}")
                     base = f"{loc.scheme}://{loc.netloc}{_base_path(base)}"
                 else:
-                    raise YarnApiError(f"too many redirects (> {MAX_REDIRECTS})", status=resp.status_code,
-                                       url=url)
+                    raise YarnApiError(f"too many redirects (> {MAX_REDIRECTS})", status=resp.status_code, url=url)
             except _StandbyNoActive as standby:
-                last = YarnApiError("standby ResourceManager and no active one known: "
-                                    + extract_rm_message(standby.resp)[0], status=307, url=standby.url)
+                last = YarnApiError(
+                    "standby ResourceManager and no active one known: " + extract_rm_message(standby.resp)[0],
+                    status=307,
+                    url=standby.url,
+                )
                 log.info("YARN RM %s is standby with no active known; trying the next RM", base)
                 continue
             except _TRANSPORT_ERRORS as err:
@@ -421,8 +438,11 @@ class YarnHook(BaseHook):
                 last = YarnApiError(f"{type(err).__name__}: {err}", status=None, url=url)
                 log.info("YARN RM %s failed (%s); trying the next RM", base, type(err).__name__)
                 continue
-            except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema,
-                    requests.exceptions.MissingSchema) as err:  # the configured RM address is not a URL
+            except (
+                requests.exceptions.InvalidURL,
+                requests.exceptions.InvalidSchema,
+                requests.exceptions.MissingSchema,
+            ) as err:  # the configured RM address is not a URL
                 raise YarnApiError(f"{type(err).__name__}: {err}", status=None, url=url) from None
             except (requests.RequestException, ValueError) as err:
                 # e.g. a body that cannot be decoded, a bad header; ValueError: requests parses a 3xx's Location
@@ -439,8 +459,9 @@ class YarnHook(BaseHook):
         assert last is not None
         raise _RetryableError(last)
 
-    def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                 retries: int | None = None, **kw: Any) -> requests.Response:
+    def _request(
+        self, method: str, path: str, *, params: dict[str, Any] | None = None, retries: int | None = None, **kw: Any
+    ) -> requests.Response:
         """Send ``method path`` (path relative to the RM base, e.g. ``/ws/v1/cluster/info``) with auth,
         timeout, HA failover and bounded retries (``retries`` overrides the hook's for this call).
         Returns the 2xx response or raises :class:`YarnApiError`."""
@@ -453,8 +474,13 @@ class YarnHook(BaseHook):
             retry=tenacity.retry_if_exception_type(_RetryableError),
             reraise=True,
             before_sleep=lambda rs: log.warning(
-                "YARN RM call %s %s failed (attempt %d/%d): %s; retrying", method, path,
-                rs.attempt_number, attempts, rs.outcome.exception() if rs.outcome else "?"),
+                "YARN RM call %s %s failed (attempt %d/%d): %s; retrying",
+                method,
+                path,
+                rs.attempt_number,
+                attempts,
+                rs.outcome.exception() if rs.outcome else "?",
+            ),
         )
         try:
             return retrying(self._one_pass, method, path, full_params, **kw)
@@ -522,7 +548,9 @@ class YarnHook(BaseHook):
     def rm_conf(self, name: str) -> str | None:
         """One property of the RM's effective configuration (its ``/conf`` servlet), or None if it has none."""
         try:
-            body = _json_body(self._request("GET", "/conf", params={"name": name}, headers={"Accept": "application/json"}))
+            body = _json_body(
+                self._request("GET", "/conf", params={"name": name}, headers={"Accept": "application/json"})
+            )
         except YarnApiError as exc:
             if exc.status == 404:
                 return None
@@ -548,8 +576,11 @@ class YarnHook(BaseHook):
         the capability also gets a flat ``resources`` dict."""
         body = _json_body(self._request("POST", "/ws/v1/cluster/apps/new-application"))
         if not body.get("application-id") or not isinstance(body["application-id"], str):
-            raise YarnApiError(f"new-application returned no application-id: {_short(body)}", status=200,
-                               url=self.active_rm + "/ws/v1/cluster/apps/new-application")
+            raise YarnApiError(
+                f"new-application returned no application-id: {_short(body)}",
+                status=200,
+                url=self.active_rm + "/ws/v1/cluster/apps/new-application",
+            )
         body["maximum-resource-capability"] = parse_resource(body.get("maximum-resource-capability"))
         return body
 
@@ -559,15 +590,13 @@ class YarnHook(BaseHook):
         The RM answers 202 with a ``Location`` header (200/201 are accepted too). Resubmitting the same
         ``application-id`` is idempotent on the RM side, which makes a retried submit safe.
         """
-        resp = self._request("POST", "/ws/v1/cluster/apps", json=context,
-                             headers={"Content-Type": "application/json"})
+        resp = self._request("POST", "/ws/v1/cluster/apps", json=context, headers={"Content-Type": "application/json"})
         app_id = context.get("application-id")
         if not app_id:
             location = resp.headers.get("Location", "")
             app_id = urlsplit(location).path.rstrip("/").rsplit("/", 1)[-1] if location else None
         if not app_id:
-            raise YarnApiError("submit accepted but no application id known", status=resp.status_code,
-                               url=resp.url)
+            raise YarnApiError("submit accepted but no application id known", status=resp.status_code, url=resp.url)
         log.info("Submitted YARN application %s", app_id)
         return str(app_id)
 
@@ -577,8 +606,11 @@ class YarnHook(BaseHook):
         body = self._get_json(f"/ws/v1/cluster/apps/{_q(app_id)}")
         app = _normalise_app(body.get("app", body))
         if not app.get("state") or not isinstance(app["state"], str):
-            raise YarnApiError(f"no application state in the RM's answer: {_short(body)}", status=200,
-                               url=self.active_rm + f"/ws/v1/cluster/apps/{app_id}")
+            raise YarnApiError(
+                f"no application state in the RM's answer: {_short(body)}",
+                status=200,
+                url=self.active_rm + f"/ws/v1/cluster/apps/{app_id}",
+            )
         return app
 
     def get_state(self, app_id: str) -> str:
@@ -586,15 +618,22 @@ class YarnHook(BaseHook):
         body = self._get_json(f"/ws/v1/cluster/apps/{_q(app_id)}/state")
         state = body.get("state")
         if not state or not isinstance(state, str):
-            raise YarnApiError(f"no state in RM answer {_short(body)}", status=200,
-                               url=self.active_rm + f"/ws/v1/cluster/apps/{app_id}/state")
+            raise YarnApiError(
+                f"no state in RM answer {_short(body)}",
+                status=200,
+                url=self.active_rm + f"/ws/v1/cluster/apps/{app_id}/state",
+            )
         return str(state)
 
     def kill_application(self, app_id: str) -> dict[str, Any]:
         """``PUT /apps/{id}/state {"state": "KILLED"}``: 202 (kill in progress) or 200 (already done) are OK.
         Returns the RM's state answer (``{"state": ...}``; may be empty)."""
-        resp = self._request("PUT", f"/ws/v1/cluster/apps/{_q(app_id)}/state", json={"state": "KILLED"},
-                             headers={"Content-Type": "application/json"})
+        resp = self._request(
+            "PUT",
+            f"/ws/v1/cluster/apps/{_q(app_id)}/state",
+            json={"state": "KILLED"},
+            headers={"Content-Type": "application/json"},
+        )
         log.info("Asked YARN to kill %s (HTTP %s)", app_id, resp.status_code)
         body = _json_body(resp)
         return body
@@ -613,14 +652,22 @@ class YarnHook(BaseHook):
     def list_applications(self, **filters: Any) -> list[dict[str, Any]]:
         """``/apps`` with RM query filters (``states``, ``applicationTypes``, ``applicationTags``, ``user``,
         ``queue``, ``limit``, …); list values are sent comma-separated."""
-        params = {k: (_csv(v) if isinstance(v, (list, tuple, set, frozenset)) else v) for k, v in filters.items()
-                  if v is not None}
+        params = {
+            k: (_csv(v) if isinstance(v, (list, tuple, set, frozenset)) else v)
+            for k, v in filters.items()
+            if v is not None
+        }
         body = self._get_json("/ws/v1/cluster/apps", params)
         return [_normalise_app(a) for a in as_list(body.get("apps"), "app") if isinstance(a, dict)]
 
-    def find_applications(self, tags: Iterable[str] | str, states: Iterable[str] | str | None = None,
-                          *, match_all: bool = False, application_type: str | None = None
-                          ) -> list[dict[str, Any]]:
+    def find_applications(
+        self,
+        tags: Iterable[str] | str,
+        states: Iterable[str] | str | None = None,
+        *,
+        match_all: bool = False,
+        application_type: str | None = None,
+    ) -> list[dict[str, Any]]:
         """Applications carrying any (or, ``match_all``, every) of ``tags``.
 
         YARN lower-cases tags on submission, so tags are lower-cased here too; the RM filter is re-checked
@@ -629,12 +676,13 @@ class YarnHook(BaseHook):
         wanted = split_tags(tags if isinstance(tags, str) else ",".join(tags))
         if not wanted:
             raise ValueError("find_applications needs at least one tag")
-        apps = self.list_applications(applicationTags=wanted, states=_csv(states) if states else None,
-                                      applicationTypes=application_type)
+        apps = self.list_applications(
+            applicationTags=wanted, states=_csv(states) if states else None, applicationTypes=application_type
+        )
         found = []
         for app in apps:
             have = set(app.get("applicationTagList", []))
-            if (have.issuperset(wanted) if match_all else have.intersection(wanted)):
+            if have.issuperset(wanted) if match_all else have.intersection(wanted):
                 found.append(app)
         found.sort(key=lambda a: to_number(a.get("startedTime")), reverse=True)
         return found
@@ -680,15 +728,24 @@ class YarnHook(BaseHook):
         """``http(s)://<node http address>``: the RM's ``nodeHTTPAddress`` carries no scheme; the NMs use the RM's."""
         return nm_base_url(str(node_http), self.active_rm)
 
-    def container_log(self, node_http: str, container_id: str, filename: str = "stdout",
-                      size: int | None = None) -> ContainerLogChunk:
+    def container_log(
+        self, node_http: str, container_id: str, filename: str = "stdout", size: int | None = None
+    ) -> ContainerLogChunk:
         """Part of a container's log file, from its NodeManager (:func:`~airflow_provider_melon.hadoop.nodemanager.
         read_container_log`), through the hook's session (its auth), with a short timeout and no retries.
         Raises :class:`NodeManagerError` (status None: unreachable)."""
         self._ensure_configured()
         timeout = (min(self.timeout[0], 5.0), min(self.timeout[1], 15.0))
-        return read_container_log(self.get_conn(), self.node_base_url(node_http), node_http, container_id, filename,
-                                  size, params=self._params({"size": size}), timeout=timeout)
+        return read_container_log(
+            self.get_conn(),
+            self.node_base_url(node_http),
+            node_http,
+            container_id,
+            filename,
+            size,
+            params=self._params({"size": size}),
+            timeout=timeout,
+        )
 
     # ---------------------------------------------------------------- Airflow integration
 
@@ -697,15 +754,19 @@ class YarnHook(BaseHook):
             info = self.cluster_info()
         except Exception as err:  # noqa: BLE001 - reported to the UI
             return False, str(err)
-        return True, (f"Connected to YARN RM {self.active_rm}: state {info.get('state')}, "
-                      f"haState {info.get('haState')}, version {info.get('resourceManagerVersion')}")
+        return True, (
+            f"Connected to YARN RM {self.active_rm}: state {info.get('state')}, "
+            f"haState {info.get('haState')}, version {info.get('resourceManagerVersion')}"
+        )
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """Custom field behaviour for the connection form (Airflow < 3.2; later: provider info)."""
-        return {"hidden_fields": list(YARN_UI_FIELD_BEHAVIOUR["hidden-fields"]),
-                "relabeling": dict(YARN_UI_FIELD_BEHAVIOUR["relabeling"]),
-                "placeholders": dict(YARN_UI_FIELD_BEHAVIOUR["placeholders"])}
+        return {
+            "hidden_fields": list(YARN_UI_FIELD_BEHAVIOUR["hidden-fields"]),
+            "relabeling": dict(YARN_UI_FIELD_BEHAVIOUR["relabeling"]),
+            "placeholders": dict(YARN_UI_FIELD_BEHAVIOUR["placeholders"]),
+        }
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:
@@ -804,11 +865,17 @@ class AsyncYarnHook:
     async def list_applications(self, **filters: Any) -> list[dict[str, Any]]:
         return await self._call("list_applications", **filters)
 
-    async def find_applications(self, tags: Iterable[str] | str, states: Iterable[str] | str | None = None,
-                                *, match_all: bool = False, application_type: str | None = None
-                                ) -> list[dict[str, Any]]:
-        return await self._call("find_applications", tags, states, match_all=match_all,
-                                application_type=application_type)
+    async def find_applications(
+        self,
+        tags: Iterable[str] | str,
+        states: Iterable[str] | str | None = None,
+        *,
+        match_all: bool = False,
+        application_type: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._call(
+            "find_applications", tags, states, match_all=match_all, application_type=application_type
+        )
 
     async def application_logs_url(self, app: dict[str, Any] | str) -> str:
         return await self._call("application_logs_url", app)
@@ -825,8 +892,9 @@ class AsyncYarnHook:
     async def node_base_url(self, node_http: str) -> str:
         return await self._call("node_base_url", node_http)
 
-    async def container_log(self, node_http: str, container_id: str, filename: str = "stdout",
-                            size: int | None = None) -> ContainerLogChunk:
+    async def container_log(
+        self, node_http: str, container_id: str, filename: str = "stdout", size: int | None = None
+    ) -> ContainerLogChunk:
         return await self._call("container_log", node_http, container_id, filename, size)
 
     async def test_connection(self) -> tuple[bool, str]:

@@ -70,20 +70,25 @@ def _datasets(paths: list[str], fs_default_fs: Optional[str]) -> list[Dataset]:
     return list(found.values())
 
 
-def train_lineage(spec: JobSpec, app_id: Optional[str], fs_default_fs: Optional[str],
-                  tracking_url: Optional[str] = None) -> OperatorLineage:
+def train_lineage(
+    spec: JobSpec, app_id: Optional[str], fs_default_fs: Optional[str], tracking_url: Optional[str] = None
+) -> OperatorLineage:
     """The lineage of one train task's run: inputs (``spec.inputs``), outputs (``spec.outputs``), the
     application's job facet and, once submitted, its run facet."""
     job_facets: dict[str, Any] = {
-        JOB_FACET: MelonYarnApplicationJobFacet(name=spec.name, applicationType="MELON", queue=spec.queue,
-                                                framework=spec.framework),
+        JOB_FACET: MelonYarnApplicationJobFacet(
+            name=spec.name, applicationType="MELON", queue=spec.queue, framework=spec.framework
+        ),
     }
     run_facets: dict[str, Any] = {}
     if app_id:
         run_facets[RUN_FACET] = MelonYarnApplicationRunFacet(applicationId=app_id, trackingUrl=tracking_url)
-    return OperatorLineage(inputs=_datasets([i.path for i in spec.inputs], fs_default_fs),
-                           outputs=_datasets(list(spec.outputs.values()), fs_default_fs),
-                           job_facets=job_facets, run_facets=run_facets)
+    return OperatorLineage(
+        inputs=_datasets([i.path for i in spec.inputs], fs_default_fs),
+        outputs=_datasets(list(spec.outputs.values()), fs_default_fs),
+        job_facets=job_facets,
+        run_facets=run_facets,
+    )
 
 
 __all__ = ["MelonYarnApplicationJobFacet", "MelonYarnApplicationRunFacet", "hdfs_dataset", "train_lineage"]

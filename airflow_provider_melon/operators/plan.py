@@ -74,13 +74,36 @@ class MelonPlanOperator(BaseOperator):
     :param batch_multiple: round the batch down to a multiple of this (8: tensor-core friendly).
     """
 
-    template_fields = ("model_params", "per_sample_ms", "workers", "bandwidth_gbps", "gpu_memory", "dtype",
-                       "optimizer", "activation_mb", "max_batch", "max_ps")
+    template_fields = (
+        "model_params",
+        "per_sample_ms",
+        "workers",
+        "bandwidth_gbps",
+        "gpu_memory",
+        "dtype",
+        "optimizer",
+        "activation_mb",
+        "max_batch",
+        "max_ps",
+    )
     ui_color = "#f0e4d0"
 
-    def __init__(self, *, model_params: Any, per_sample_ms: Any, workers: Any, bandwidth_gbps: Any,
-                 gpu_memory: Any, dtype: str = "float32", optimizer: str = "sgd", activation_mb: Any = 0.0,
-                 max_batch: Any = None, max_ps: Any = None, batch_multiple: int = 8, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        model_params: Any,
+        per_sample_ms: Any,
+        workers: Any,
+        bandwidth_gbps: Any,
+        gpu_memory: Any,
+        dtype: str = "float32",
+        optimizer: str = "sgd",
+        activation_mb: Any = 0.0,
+        max_batch: Any = None,
+        max_ps: Any = None,
+        batch_multiple: int = 8,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.model_params = model_params
         self.per_sample_ms = per_sample_ms
@@ -104,25 +127,41 @@ class MelonPlanOperator(BaseOperator):
         try:
             return PlanInputs(**raw)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
-                                 for e in exc.errors())
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()
+            )
             raise AirflowFailException(f"{self.task_id}: invalid planner input: {problems}") from None
 
     def execute(self, context: "Context") -> dict[str, Any]:
         args = self.inputs()
-        result = plan_request(args.model_params, args.per_sample_ms, args.workers, args.bandwidth_gbps,
-                              args.gpu_memory, dtype=args.dtype, optimizer=args.optimizer,
-                              activation_mb=args.activation_mb, max_batch=args.max_batch, max_ps=args.max_ps,
-                              batch_multiple=args.batch_multiple)
+        result = plan_request(
+            args.model_params,
+            args.per_sample_ms,
+            args.workers,
+            args.bandwidth_gbps,
+            args.gpu_memory,
+            dtype=args.dtype,
+            optimizer=args.optimizer,
+            activation_mb=args.activation_mb,
+            max_batch=args.max_batch,
+            max_ps=args.max_ps,
+            batch_multiple=args.batch_multiple,
+        )
         for reason in result.reasons:
             self.log.info("plan: %s", reason)
         if result.batch_size <= 0:
             raise AirflowFailException(f"{self.task_id}: {result.reasons[-1]}")
         if result.communication_bound:
             self.log.warning("The plan is communication-bound: %s", result.reasons[-1])
-        self.log.info("Plan: batch %d per worker, %d parameter server(s), %d worker(s); compute %.4g s vs "
-                      "transfer %.4g s per step", result.batch_size, result.ps, result.workers,
-                      result.step_compute_s, result.step_transfer_s)
+        self.log.info(
+            "Plan: batch %d per worker, %d parameter server(s), %d worker(s); compute %.4g s vs "
+            "transfer %.4g s per step",
+            result.batch_size,
+            result.ps,
+            result.workers,
+            result.step_compute_s,
+            result.step_transfer_s,
+        )
         ti = context["ti"]
         ti.xcom_push(key="batch_size", value=result.batch_size)
         ti.xcom_push(key="ps", value=result.ps)

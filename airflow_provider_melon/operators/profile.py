@@ -102,8 +102,14 @@ class MelonProfileOperator(MelonTrainOperator):
             raise AirflowException("cannot tell the profile task where WebHDFS is: pass webhdfs_url=")
         return str(url)
 
-    def profile_spec(self, spec: JobSpec, path: str, gpu_size_mb: Optional[int] = None,
-                     webhdfs_url: Optional[str] = None, user: Optional[str] = None) -> JobSpec:
+    def profile_spec(
+        self,
+        spec: JobSpec,
+        path: str,
+        gpu_size_mb: Optional[int] = None,
+        webhdfs_url: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> JobSpec:
         """The one-task job that profiles ``spec`` and writes the profile to ``path`` (module docstring)."""
         steps = self._steps()
         name = self.choose_role(spec)
@@ -128,7 +134,11 @@ class MelonProfileOperator(MelonTrainOperator):
         data.pop("tensorboard_log_dir", None)
         data.pop("tensorboard", None)
         data.update(
-            name=f"{spec.name}-profile", framework=framework, roles={name: role}, outputs={}, max_attempts=1,
+            name=f"{spec.name}-profile",
+            framework=framework,
+            roles={name: role},
+            outputs={},
+            max_attempts=1,
             entrypoint=shlex.join(argv) + " -- " + spec.entrypoint,
             env=dict(spec.env, MELON_PROFILE_STEPS=str(steps)),
         )
@@ -139,8 +149,9 @@ class MelonProfileOperator(MelonTrainOperator):
         train = super().load_spec()
         if self._profile_path is None:
             raise AirflowException("the profile path is set from the task instance: call execute()")
-        return self.profile_spec(train, self._profile_path, self._gpu_size_mb, self._container_webhdfs_url(),
-                                 self.hook.user)
+        return self.profile_spec(
+            train, self._profile_path, self._gpu_size_mb, self._container_webhdfs_url(), self.hook.user
+        )
 
     def _largest_gpu_mb(self) -> Optional[int]:
         if self.gpu_memory_mb:
@@ -159,8 +170,14 @@ class MelonProfileOperator(MelonTrainOperator):
         self._gpu_size_mb = self._largest_gpu_mb()
         return super().execute(context)
 
-    def execute_complete(self, context: "Context", event: dict[str, Any], outputs: Optional[dict] = None,
-                         roles: Optional[dict] = None, fs_default_fs: Optional[str] = None) -> Any:
+    def execute_complete(
+        self,
+        context: "Context",
+        event: dict[str, Any],
+        outputs: Optional[dict] = None,
+        roles: Optional[dict] = None,
+        fs_default_fs: Optional[str] = None,
+    ) -> Any:
         self._profile_path = self._profile_path or self.profile_path_for(context)
         return super().execute_complete(context, event, outputs=outputs, roles=roles, fs_default_fs=fs_default_fs)
 
@@ -179,8 +196,9 @@ class MelonProfileOperator(MelonTrainOperator):
             with self.hook.hdfs.read(path) as reader:
                 raw = reader.read()
         except Exception as exc:  # noqa: BLE001 - hdfs raises HdfsError for a missing file
-            raise AirflowException(f"profile application {app_id} succeeded but its profile {path} could not be "
-                                   f"read: {exc}") from exc
+            raise AirflowException(
+                f"profile application {app_id} succeeded but its profile {path} could not be read: {exc}"
+            ) from exc
         try:
             profile = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
         except ValueError as exc:
@@ -189,8 +207,10 @@ class MelonProfileOperator(MelonTrainOperator):
             raise AirflowException(f"profile {path} has no 'method': {str(profile)[:300]}")
         written_by = profile.get("app_id")
         if app_id and written_by and written_by != app_id:
-            raise AirflowException(f"profile {path} was written by {written_by}, not by {app_id} (a stale "
-                                   "document; the profiling run did not write its own)")
+            raise AirflowException(
+                f"profile {path} was written by {written_by}, not by {app_id} (a stale "
+                "document; the profiling run did not write its own)"
+            )
         profile["path"] = path
         profile.setdefault("app_id", app_id)
         return profile
@@ -202,21 +222,35 @@ class MelonProfileOperator(MelonTrainOperator):
         method = profile.get("method")
         if method == "nvml":
             util = profile.get("mean_sm_util")
-            self.log.info("Profile method: nvml (measured). Peak %s MiB, mean SM utilisation %s, step time %s s",
-                          profile.get("peak_mb"), "unknown" if util is None else f"{util:.2f}",
-                          _fmt(profile.get("step_time_s")))
+            self.log.info(
+                "Profile method: nvml (measured). Peak %s MiB, mean SM utilisation %s, step time %s s",
+                profile.get("peak_mb"),
+                "unknown" if util is None else f"{util:.2f}",
+                _fmt(profile.get("step_time_s")),
+            )
         elif method == "analytic":
-            self.log.info("Profile method: analytic (%s). Memory model peak %s MiB, step time %s s",
-                          profile.get("reason") or "estimated", profile.get("peak_mb"),
-                          _fmt(profile.get("step_time_s")))
+            self.log.info(
+                "Profile method: analytic (%s). Memory model peak %s MiB, step time %s s",
+                profile.get("reason") or "estimated",
+                profile.get("peak_mb"),
+                _fmt(profile.get("step_time_s")),
+            )
         else:
-            self.log.warning("Profile method: %s (%s): no GPU memory estimate; the training job keeps its declared "
-                             "gpu_memory", method, profile.get("reason") or "no reason given")
+            self.log.warning(
+                "Profile method: %s (%s): no GPU memory estimate; the training job keeps its declared gpu_memory",
+                method,
+                profile.get("reason") or "no reason given",
+            )
         if profile.get("returncode"):
             self.log.warning("The profiled command exited %s", profile["returncode"])
-        self.log.info("expected_gpu_memory=%s (peak + %d%% + %d MiB), packing_pays=%s; profile at %s",
-                      expected_size, round(SAFETY_MARGIN * 100), HEADROOM_MB, profile.get("packing_pays"),
-                      profile.get("path"))
+        self.log.info(
+            "expected_gpu_memory=%s (peak + %d%% + %d MiB), packing_pays=%s; profile at %s",
+            expected_size,
+            round(SAFETY_MARGIN * 100),
+            HEADROOM_MB,
+            profile.get("packing_pays"),
+            profile.get("path"),
+        )
         ti = context["ti"]
         ti.xcom_push(key="expected_gpu_memory", value=expected_size)
         ti.xcom_push(key="packing_pays", value=profile.get("packing_pays"))

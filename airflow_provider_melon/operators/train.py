@@ -20,14 +20,23 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 import tenacity
 
 from airflow_provider_melon.gpu import preflight as _preflight
-from airflow_provider_melon.hadoop.app_state import (LIVE_STATES, PollStep, classify, emit, ended_event, job_result,
-                                                    kill_waiting, killed_line, make_event_payload, timeout_seconds)
-from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, hdfs_asset_uri
 from airflow_provider_melon.hadoop import memory_history
-from airflow_provider_melon.hooks.melon import MelonHook
-from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hadoop.app_state import (
+    LIVE_STATES,
+    PollStep,
+    classify,
+    emit,
+    ended_event,
+    job_result,
+    kill_waiting,
+    killed_line,
+    make_event_payload,
+    timeout_seconds,
+)
+from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, hdfs_asset_uri
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
-from airflow_provider_melon.operators import metrics
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
     TensorBoardLink,
@@ -35,6 +44,7 @@ from airflow_provider_melon.links import (
     persist_job_links,
     yarn_application_url,
 )
+from airflow_provider_melon.operators import metrics
 from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX, JobSpec, JobSpecError, override_gpu_memory
 from airflow_provider_melon.submission import (
     airflow_tags,
@@ -44,13 +54,13 @@ from airflow_provider_melon.submission import (
 )
 from airflow_provider_melon.triggers.yarn import FINAL_LOGS_KEY, MIN_POLL_INTERVAL, YarnApplicationTrigger
 from airflow_provider_melon.version_compat import (
-    with_runtime_outlets,
     AirflowException,
     AirflowFailException,
     Asset,
     BaseOperator,
     ResumableJobMixin,
     conf,
+    with_runtime_outlets,
 )
 
 if TYPE_CHECKING:
@@ -135,7 +145,8 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         job_log_max_bytes: Optional[int] = None,
         run_as: Optional[str] = None,
         yarn_queue: Optional[str] = None,
-        admin_acl: Optional[str] = None, memory_key: Optional[str] = None,
+        admin_acl: Optional[str] = None,
+        memory_key: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -190,8 +201,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
     # ---- hooks --------------------------------------------------------------------------------------------
     @cached_property
     def hook(self) -> MelonHook:
-        return MelonHook(self.yarn_conn_id, self.webhdfs_conn_id, proxy_user=self.tenant(),
-                         admin_acl=self.admin_acl)
+        return MelonHook(self.yarn_conn_id, self.webhdfs_conn_id, proxy_user=self.tenant(), admin_acl=self.admin_acl)
 
     def tenant(self) -> Optional[str]:
         """``run_as``, else the task's owner when the yarn connection says ``run_as_owner``, else None (the
@@ -275,20 +285,34 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             return self._complete(context, ended_event(app_id, app, verdict), **extra)
         self.defer(
             trigger=YarnApplicationTrigger(
-                app_id=app_id, yarn_conn_id=self.yarn_conn_id, poll_interval=self.poll_interval,
-                deadline=self._deadline, cancel_on_kill=self.cancel_on_kill,
-                max_consecutive_failures=self.max_consecutive_failures, log_every_n=self.log_every_n,
-                last_state=(app or {}).get("state"), stream_progress=self.stream_logs,
-                job_logs=self.job_logs, log_chief=self._log_chief(), log_lines_per_poll=self.job_log_lines_per_poll,
-                log_max_bytes=self.job_log_max_bytes, log_state=self._initial_log_state(app_id),
+                app_id=app_id,
+                yarn_conn_id=self.yarn_conn_id,
+                poll_interval=self.poll_interval,
+                deadline=self._deadline,
+                cancel_on_kill=self.cancel_on_kill,
+                max_consecutive_failures=self.max_consecutive_failures,
+                log_every_n=self.log_every_n,
+                last_state=(app or {}).get("state"),
+                stream_progress=self.stream_logs,
+                job_logs=self.job_logs,
+                log_chief=self._log_chief(),
+                log_lines_per_poll=self.job_log_lines_per_poll,
+                log_max_bytes=self.job_log_max_bytes,
+                log_state=self._initial_log_state(app_id),
                 proxy_user=self.tenant(),
             ),
             method_name="execute_complete",
             kwargs=extra,
         )
 
-    def execute_complete(self, context: "Context", event: dict[str, Any], outputs: Optional[dict] = None,
-                         roles: Optional[dict] = None, fs_default_fs: Optional[str] = None) -> Any:
+    def execute_complete(
+        self,
+        context: "Context",
+        event: dict[str, Any],
+        outputs: Optional[dict] = None,
+        roles: Optional[dict] = None,
+        fs_default_fs: Optional[str] = None,
+    ) -> Any:
         """Resumes the deferred task with the trigger's event."""
         self._state_store = context.get("task_state_store")
         if not isinstance(event, dict) or "status" not in event:
@@ -317,8 +341,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         try:
             app = self.yarn_hook.get_application(app_id)
         except Exception as exc:  # noqa: BLE001 - the lines stay in the NodeManagers' logs
-            return self.log.warning("The rest of the job log of %s was not read (%s): `melon logs %s`", app_id, exc,
-                                    app_id)
+            return self.log.warning(
+                "The rest of the job log of %s was not read (%s): `melon logs %s`", app_id, exc, app_id
+            )
         self._stream_job_logs(self._log_follower(app_id, state), self._final_status(app_id), app, final=True)
 
     # ---- reattach / submit --------------------------------------------------------------------------------
@@ -365,8 +390,13 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         for found in self.yarn_hook.find_applications(identity, match_all=True):
             why = self.not_reattachable(found, user, killed)
             if why:
-                self.log.warning("Not reattaching to YARN application %s (%s/%s) found by tags: %s", found.get("id"),
-                                 found.get("state"), found.get("finalStatus"), why)
+                self.log.warning(
+                    "Not reattaching to YARN application %s (%s/%s) found by tags: %s",
+                    found.get("id"),
+                    found.get("state"),
+                    found.get("finalStatus"),
+                    why,
+                )
             else:
                 apps.append(found)
         return reattach_choice(apps)
@@ -378,8 +408,12 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             existing = self.find_existing(tags)
             if existing is not None:
                 app_id = existing["id"]
-                self.log.info("Reattaching to YARN application %s (%s/%s) found by tags; not submitting",
-                              app_id, existing.get("state"), existing.get("finalStatus"))
+                self.log.info(
+                    "Reattaching to YARN application %s (%s/%s) found by tags; not submitting",
+                    app_id,
+                    existing.get("state"),
+                    existing.get("finalStatus"),
+                )
                 metrics.reattached(self._metric_tags(context))
                 self._announce(context, app_id, existing)
                 return app_id, existing
@@ -391,8 +425,13 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         for line in lines:
             self.log.info("%s", line)
         self.run_preflight(spec)
-        self.log.info("Submitting %s (%d tasks in %s) with tags %s", spec.name, spec.task_count,
-                      ", ".join(spec.roles), ", ".join(tags))
+        self.log.info(
+            "Submitting %s (%d tasks in %s) with tags %s",
+            spec.name,
+            spec.task_count,
+            ", ".join(spec.roles),
+            ", ".join(tags),
+        )
         dag_id, task_id, run_id, map_index = self._ti_identity(context)
         labels = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
         result = self.hook.submit(spec, tags=tags, labels=labels | ({"gpu_memory": "; ".join(lines)} if lines else {}))
@@ -447,10 +486,16 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         rm = self._rm_url()
         spec = self._spec
         tensorboard = spec is not None and (spec.tensorboard or spec.tensorboard_log_dir)
-        persist_job_links(context, rm, app_id, app, tensorboard_link=bool(tensorboard),
-                          tensorboard=bool(tensorboard and spec.tensorboard),
-                          tensorboard_dir=spec.tensorboard_dir if tensorboard else None,
-                          tensorboard_template=self._yarn_extra().get("tensorboard_url") if tensorboard else None)
+        persist_job_links(
+            context,
+            rm,
+            app_id,
+            app,
+            tensorboard_link=bool(tensorboard),
+            tensorboard=bool(tensorboard and spec.tensorboard),
+            tensorboard_dir=spec.tensorboard_dir if tensorboard else None,
+            tensorboard_template=self._yarn_extra().get("tensorboard_url") if tensorboard else None,
+        )
         self.log.info("YARN application %s: %s", app_id, yarn_application_url(rm, app_id) if rm else app_id)
 
     def _link_am_status_to_app_page(self, context: "Context", app_id: str) -> None:
@@ -475,11 +520,16 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         return None if app_id in self._submitted else {"resume": True}
 
     def _log_follower(self, app_id: str, state: Optional[dict] = None) -> LogFollower:
-        return LogFollower(self._log_chief(), lines_per_poll=self.job_log_lines_per_poll,
-                           max_bytes=self.job_log_max_bytes, state=state or self._initial_log_state(app_id))
+        return LogFollower(
+            self._log_chief(),
+            lines_per_poll=self.job_log_lines_per_poll,
+            max_bytes=self.job_log_max_bytes,
+            state=state or self._initial_log_state(app_id),
+        )
 
-    def _stream_job_logs(self, follower: LogFollower, status: Optional[dict], app: Optional[dict],
-                         final: bool = False) -> None:
+    def _stream_job_logs(
+        self, follower: LogFollower, status: Optional[dict], app: Optional[dict], final: bool = False
+    ) -> None:
         for line in follower.poll(self.yarn_hook, status, app=app, final=final):  # never raises
             self.log.info("%s", line)
 
@@ -490,8 +540,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
 
     def get_job_status(self, external_id: Any, context: "Context") -> str:
         if str(external_id) in self._killed_apps():  # the RM may still show the kill in progress as RUNNING
-            self.log.warning("Not reconnecting to YARN application %s: an earlier try of this task killed it",
-                             external_id)
+            self.log.warning(
+                "Not reconnecting to YARN application %s: an earlier try of this task killed it", external_id
+            )
             return "KILLED/KILLED"
         try:
             app = self.yarn_hook.get_application(str(external_id))
@@ -512,23 +563,31 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         app_id = str(external_id)
         self._app_id = app_id
         extra = self._completion_kwargs()
-        step = PollStep(app_id, log_every_n=self.log_every_n, max_consecutive_failures=self.max_consecutive_failures,
-                        stream_progress=self.stream_logs)
+        step = PollStep(
+            app_id,
+            log_every_n=self.log_every_n,
+            max_consecutive_failures=self.max_consecutive_failures,
+            stream_progress=self.stream_logs,
+        )
         app: Optional[dict] = None
         announced = app_id in self._announced
         follower = self._log_follower(app_id) if self.job_logs else None
         while True:
             remaining = None if self._deadline is None else self._deadline - time.time()
             if step.timed_out(remaining):
-                return self._complete(context, make_event_payload("timeout", app_id, app, step.timeout_message(),
-                                                                  self._last_tasks), **extra)
+                return self._complete(
+                    context,
+                    make_event_payload("timeout", app_id, app, step.timeout_message(), self._last_tasks),
+                    **extra,
+                )
             try:
                 app = self.yarn_hook.get_application(app_id)
             except Exception as exc:  # noqa: BLE001 - RM outage: bounded by the failure budget
                 msg, warning = step.failed(exc)
                 if msg is not None:
-                    return self._complete(context, make_event_payload("error", app_id, app, msg, self._last_tasks),
-                                          **extra)
+                    return self._complete(
+                        context, make_event_payload("error", app_id, app, msg, self._last_tasks), **extra
+                    )
                 emit(self.log, [warning])
                 self._sleep(remaining)
                 continue
@@ -548,9 +607,11 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                 if follower is not None and seen.final_logs():
                     # the rest, read once: the final status names every container the tasks ran in
                     self._stream_job_logs(follower, self._final_status(app_id), app, final=True)
-                return self._complete(context, make_event_payload(seen.verdict, app_id, app,
-                                                                  step.outcome(app, seen.verdict), self._last_tasks),
-                                      **extra)
+                return self._complete(
+                    context,
+                    make_event_payload(seen.verdict, app_id, app, step.outcome(app, seen.verdict), self._last_tasks),
+                    **extra,
+                )
             self._sleep(remaining)
 
     def _sleep(self, remaining: Optional[float]) -> None:
@@ -574,8 +635,15 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             "fs_default_fs": getattr(self.hook, "fs_default_fs", None),
         }
 
-    def _complete(self, context: "Context", event: dict[str, Any], *, outputs: Optional[dict] = None,
-                  roles: Optional[dict] = None, fs_default_fs: Optional[str] = None) -> dict[str, Any]:
+    def _complete(
+        self,
+        context: "Context",
+        event: dict[str, Any],
+        *,
+        outputs: Optional[dict] = None,
+        roles: Optional[dict] = None,
+        fs_default_fs: Optional[str] = None,
+    ) -> dict[str, Any]:
         status = event.get("status")
         app_id = event.get("app_id")
         self._app_id = app_id or self._app_id
@@ -588,8 +656,9 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             raise AirflowException(message)
         if status != "success" or event.get("final_status") != "SUCCEEDED":
             if status == "success":  # reached FINISHED but did not report SUCCEEDED
-                message = (f"YARN application {app_id} ended {event.get('state')}/{event.get('final_status')}"
-                           + (f": {event.get('diagnostics')}" if event.get("diagnostics") else ""))
+                message = f"YARN application {app_id} ended {event.get('state')}/{event.get('final_status')}" + (
+                    f": {event.get('diagnostics')}" if event.get("diagnostics") else ""
+                )
             raise AirflowException(message)
 
         self._check_outputs_exist(app_id, outputs)
@@ -605,8 +674,12 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         if skipped:
             self.log.info("Outputs without a qualified hdfs:// URI are not assets: %s", ", ".join(map(str, skipped)))
         self.outlets = with_runtime_outlets(self.outlets, assets, self.log)
-        self.log.info("YARN application %s SUCCEEDED in %s s; outputs: %s", app_id, result["duration_s"],
-                      result["outputs"] or "none")
+        self.log.info(
+            "YARN application %s SUCCEEDED in %s s; outputs: %s",
+            app_id,
+            result["duration_s"],
+            result["outputs"] or "none",
+        )
         if app_id:
             self._results[app_id] = result
         return result
@@ -617,10 +690,14 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         try:
             missing = self.hook.missing_outputs(outputs)
         except MelonHdfsError as exc:
-            raise AirflowException(f"YARN application {app_id} SUCCEEDED, but {exc.cause}; no asset is declared") from exc
+            raise AirflowException(
+                f"YARN application {app_id} SUCCEEDED, but {exc.cause}; no asset is declared"
+            ) from exc
         if missing:
-            raise AirflowException(f"YARN application {app_id} SUCCEEDED, but declared output(s) "
-                                   f"{', '.join(missing)} are not in HDFS; no asset is declared")
+            raise AirflowException(
+                f"YARN application {app_id} SUCCEEDED, but declared output(s) "
+                f"{', '.join(missing)} are not in HDFS; no asset is declared"
+            )
 
     def _final_status(self, app_id: str) -> Optional[dict]:
         """The AM's final ``/status`` of the ended application (None if none), read from HDFS once."""
@@ -661,8 +738,12 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
 
         spec = self._spec or self.load_spec()
         rm = self._rm_url() if self._app_id else None
-        return train_lineage(spec, self._app_id, getattr(self.hook, "fs_default_fs", None),
-                             yarn_application_url(rm, self._app_id) if rm and self._app_id else None)
+        return train_lineage(
+            spec,
+            self._app_id,
+            getattr(self.hook, "fs_default_fs", None),
+            yarn_application_url(rm, self._app_id) if rm and self._app_id else None,
+        )
 
     # ---- kill ---------------------------------------------------------------------------------------------
     def _kill(self, app_id: str, why: str) -> None:

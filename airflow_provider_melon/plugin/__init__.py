@@ -19,12 +19,31 @@ class MelonPlugin(AirflowPlugin):
     name = "melon"
     fastapi_apps = [{"app": create_app(), "url_prefix": "/melon", "name": "MeLoN"}]
     external_views = [
-        {"name": "MeLoN GPUs", "href": "melon/gpus", "url_route": "melon-gpus", "destination": "nav",
-         "category": "browse"},
-        {"name": "MeLoN jobs", "href": "melon/jobs", "url_route": "melon-jobs", "destination": "nav",
-         "category": "browse"},
-        {"name": "Would it fit?", "href": "melon/fit", "url_route": "melon-fit", "destination": "nav",
-         "category": "browse"},
-        {"name": "YARN job", "href": f"melon/ti?{TI_QUERY}", "url_route": "melon-yarn-job",
-         "destination": "task_instance"},
+        {
+            "name": "MeLoN GPUs",
+            "href": "melon/gpus",
+            "url_route": "melon-gpus",
+            "destination": "nav",
+            "category": "browse",
+        },
+        {
+            "name": "MeLoN jobs",
+            "href": "melon/jobs",
+            "url_route": "melon-jobs",
+            "destination": "nav",
+            "category": "browse",
+        },
+        {
+            "name": "Would it fit?",
+            "href": "melon/fit",
+            "url_route": "melon-fit",
+            "destination": "nav",
+            "category": "browse",
+        },
+        {
+            "name": "YARN job",
+            "href": f"melon/ti?{TI_QUERY}",
+            "url_route": "melon-yarn-job",
+            "destination": "task_instance",
+        },
     ]

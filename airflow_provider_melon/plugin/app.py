@@ -9,8 +9,8 @@ DAG it is proven to belong to. ``docs/internals.md``, "The UI plugin", lists the
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from importlib.resources import files
 from dataclasses import dataclass
+from importlib.resources import files
 from typing import Annotated, Any, Iterable, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -18,8 +18,8 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_provider_melon.plugin import views
 from airflow_provider_melon.hadoop.rm_json import as_dict, as_list, split_tags
+from airflow_provider_melon.plugin import views
 from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX
 from airflow_provider_melon.submission import APPLICATION_TYPE, airflow_tags
 
@@ -56,8 +56,9 @@ def checked_conn_id(conn_id: str = "yarn_default") -> str:
             return conn_id
         raise HTTPException(422, f"conn_id: no connection {conn_id!r}") from None
     if conn.conn_type != YarnHook.conn_type:
-        raise HTTPException(422, f"conn_id: connection {conn_id!r} is of type {conn.conn_type!r}, not "
-                                 f"{YarnHook.conn_type!r}")
+        raise HTTPException(
+            422, f"conn_id: connection {conn_id!r} is of type {conn.conn_type!r}, not {YarnHook.conn_type!r}"
+        )
     return conn_id
 
 
@@ -85,11 +86,10 @@ def _viewer(user) -> Viewer:
     """The user's readable DAGs (the auth manager's ``get_authorized_dag_ids``); "every DAG" means every DAG the
     metadata DB knows is among them (``is_authorized_dag`` without details only says the user may *list* DAGs:
     FAB grants it to anyone who may read one)."""
-    from sqlalchemy import select
-
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     manager = get_auth_manager()
     readable = frozenset(manager.get_authorized_dag_ids(user=user, method="GET"))
@@ -101,8 +101,9 @@ def _viewer(user) -> Viewer:
 
 
 def is_melon_app(app: dict) -> bool:
-    return (str(app.get("applicationType") or "").upper() == APPLICATION_TYPE
-            and "melon" in split_tags(app.get("applicationTags")))
+    return str(app.get("applicationType") or "").upper() == APPLICATION_TYPE and "melon" in split_tags(
+        app.get("applicationTags")
+    )
 
 
 def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> dict[str, dict]:
@@ -120,24 +121,31 @@ def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> 
     used here: ``submission.deployment_id()`` comes from settings the workers read (``[core]
     execution_api_server_url``), which an api-server need not share, and the XCom pins the deployment anyway. Cost: an app of an earlier try, whose XCom was cleared for the next try, is not attributed any
     more. ``dag_ids``: only consider these DAGs (the viewer's), None: all."""
-    from sqlalchemy import and_, func, or_, select
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import and_, func, or_, select
 
     by_id = {str(a.get("id")): a for a in apps if is_melon_app(a)}
-    wanted = {(t["dag"].lower(), t["task"].lower()) for t in map(views.tags_of, by_id.values())
-              if t.get("dag") and t.get("task")}
+    wanted = {
+        (t["dag"].lower(), t["task"].lower())
+        for t in map(views.tags_of, by_id.values())
+        if t.get("dag") and t.get("task")
+    }
     if not wanted or (dag_ids is not None and not dag_ids):
         return {}
     cut = 100 - len("airflow-dag:"), 100 - len("airflow-task:")  # readable tags are cut at 100 characters
 
     def like(column, value: str, limit: int):
-        return func.lower(column).like(value.replace("%", r"\%").replace("_", r"\_") + "%", escape="\\") \
-            if len(value) >= limit else func.lower(column) == value
+        return (
+            func.lower(column).like(value.replace("%", r"\%").replace("_", r"\_") + "%", escape="\\")
+            if len(value) >= limit
+            else func.lower(column) == value
+        )
 
-    query = select(XComModel).where(XComModel.key == "app_id", or_(*(
-        and_(like(XComModel.dag_id, d, cut[0]), like(XComModel.task_id, t, cut[1])) for d, t in wanted)))
+    query = select(XComModel).where(
+        XComModel.key == "app_id",
+        or_(*(and_(like(XComModel.dag_id, d, cut[0]), like(XComModel.task_id, t, cut[1])) for d, t in wanted)),
+    )
     if dag_ids is not None:
         query = query.where(XComModel.dag_id.in_(list(dag_ids)))
     out: dict[str, dict] = {}
@@ -147,8 +155,11 @@ def attribute(apps: Iterable[dict], dag_ids: Optional[Iterable[str]] = None) -> 
             if app is None:
                 continue
             ti = {"dag_id": row.dag_id, "task_id": row.task_id, "run_id": row.run_id, "map_index": row.map_index}
-            expected = {t.lower() for t in airflow_tags(row.dag_id, row.task_id, row.run_id, row.map_index)
-                        if not t.startswith(IDENTITY_TAG_PREFIX)}
+            expected = {
+                t.lower()
+                for t in airflow_tags(row.dag_id, row.task_id, row.run_id, row.map_index)
+                if not t.startswith(IDENTITY_TAG_PREFIX)
+            }
             if expected <= set(split_tags(app.get("applicationTags"))):
                 out[str(app["id"])] = ti
     return out
@@ -167,6 +178,7 @@ def _status_or_none(hook):
             return hook.am_status(app_id)
         except Exception:  # noqa: BLE001 - an AM that is starting or gone shows no tasks
             return None
+
     return get
 
 
@@ -186,8 +198,11 @@ def _leaf_queues(scheduler: dict) -> list[dict]:
 
 
 def _melon_apps(hook, states: Optional[list[str]] = None) -> list[dict]:
-    return [a for a in hook.find_applications(["melon"], states=states, application_type=APPLICATION_TYPE)
-            if is_melon_app(a)]
+    return [
+        a
+        for a in hook.find_applications(["melon"], states=states, application_type=APPLICATION_TYPE)
+        if is_melon_app(a)
+    ]
 
 
 def gpus_data(conn_id: str, viewer: Viewer) -> dict:
@@ -244,20 +259,30 @@ def am_log_text(hook, app_id: str, file: Optional[str] = None, limit: int = AM_L
     (``file``: only that one; 404 naming ``file`` when the container has no such log), read from its
     NodeManager as ``melon logs`` does. A file longer than ``limit`` bytes: its last ``limit``, and a line saying
     so. 404 when no NodeManager serves them any more (why: :func:`nm_logs.gone_message`)."""
-    from airflow_provider_melon.hadoop.nodemanager import BOILERPLATE, ContainerRef, NodeLogs, NodeManagerError, gone_message
+    from airflow_provider_melon.hadoop.nodemanager import (
+        BOILERPLATE,
+        ContainerRef,
+        NodeLogs,
+        NodeManagerError,
+        gone_message,
+    )
 
     attempts = [a for a in hook.app_attempts(app_id) if a.get("containerId")]
     if not attempts:
         raise HTTPException(404, f"app_id: {app_id} has no ApplicationMaster container yet")
     attempt = max(attempts, key=lambda a: int(views.number(a.get("id")) or 0))
     logs = NodeLogs(hook, app_id)
-    ref = ContainerRef(str(attempt["containerId"]), "am", attempt.get("nodeId"),
-                       logs.nm_url(attempt.get("nodeHttpAddress")))
+    ref = ContainerRef(
+        str(attempt["containerId"]), "am", attempt.get("nodeId"), logs.nm_url(attempt.get("nodeHttpAddress"))
+    )
 
     def served(answer):
         if ref.nm_url in logs.unreachable or not ref.nm_url:
-            raise HTTPException(502, f"the NodeManager of {ref.id} ({ref.nm_url or attempt.get('nodeId')}) is "
-                                     "unreachable from the api-server")
+            raise HTTPException(
+                502,
+                f"the NodeManager of {ref.id} ({ref.nm_url or attempt.get('nodeId')}) is "
+                "unreachable from the api-server",
+            )
         if answer is None:
             raise HTTPException(404, gone_message(app_id, hook.get_application(app_id)))
         return answer
@@ -265,8 +290,9 @@ def am_log_text(hook, app_id: str, file: Optional[str] = None, limit: int = AM_L
     try:
         listed = served(logs.files(ref))
         if file is not None and file not in listed:
-            raise HTTPException(404, f"file: the AM container {ref.id} has no log {file!r} (it has "
-                                     f"{', '.join(sorted(listed))})")
+            raise HTTPException(
+                404, f"file: the AM container {ref.id} has no log {file!r} (it has {', '.join(sorted(listed))})"
+            )
         names = [file] if file is not None else sorted(n for n in listed if n not in BOILERPLATE)
         parts = []
         for name in names:
@@ -282,8 +308,11 @@ def am_log_text(hook, app_id: str, file: Optional[str] = None, limit: int = AM_L
 
 def wants_html(request: Request) -> bool:
     """A browser opening a page (not a script): a GET/HEAD that accepts HTML and sends no ``Authorization``."""
-    return (request.method in ("GET", "HEAD") and "text/html" in request.headers.get("accept", "").lower()
-            and "authorization" not in request.headers)
+    return (
+        request.method in ("GET", "HEAD")
+        and "text/html" in request.headers.get("accept", "").lower()
+        and "authorization" not in request.headers
+    )
 
 
 def login_redirect(request: Request) -> RedirectResponse:
@@ -292,8 +321,9 @@ def login_redirect(request: Request) -> RedirectResponse:
 
     from airflow_provider_melon.version_compat import login_url
 
-    return RedirectResponse(login_url(get_auth_manager(), str(request.url)), status_code=307,
-                            headers={"Cache-Control": "no-store"})
+    return RedirectResponse(
+        login_url(get_auth_manager(), str(request.url)), status_code=307, headers={"Cache-Control": "no-store"}
+    )
 
 
 async def login_or_error(request: Request, exc: StarletteHTTPException):
@@ -329,8 +359,12 @@ def create_app() -> FastAPI:
         authenticated = requires_authenticated()
     else:  # Airflow 3.0: its get_user reads no cookie
         authenticated = get_user = user_from_bearer_or_cookie
-    app = FastAPI(title="MeLoN", description=__doc__, dependencies=[Depends(authenticated)],
-                  exception_handlers={StarletteHTTPException: login_or_error})
+    app = FastAPI(
+        title="MeLoN",
+        description=__doc__,
+        dependencies=[Depends(authenticated)],
+        exception_handlers={StarletteHTTPException: login_or_error},
+    )
 
     def viewer(user=Depends(get_user)) -> Viewer:  # noqa: B008 - FastAPI's dependency idiom
         return _viewer(user)
@@ -364,8 +398,9 @@ def create_app() -> FastAPI:
         return PlainTextResponse(am_log_text(hook, app_id, file))
 
     @app.get("/api/ti")
-    def api_ti(dag_id: str, run_id: str, task_id: str, conn_id: ConnId, map_index: str = "-1",
-               who: Viewer = ViewerDep) -> dict:
+    def api_ti(
+        dag_id: str, run_id: str, task_id: str, conn_id: ConnId, map_index: str = "-1", who: Viewer = ViewerDep
+    ) -> dict:
         if not who.may_read(dag_id):
             raise Refused(f"dag_id: you may not read DAG {dag_id!r}")
         # the UI leaves "{MAP_INDEX}" unreplaced on a task that is not mapped
@@ -373,16 +408,23 @@ def create_app() -> FastAPI:
         run_id = tab_run_id(run_id)  # Airflow 3.1's tab URL: a "+" read as a space
         hook = _hook(conn_id)
         ti = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
-        tags = [t for t in airflow_tags(dag_id, task_id, run_id, map_index)
-                if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX)]
+        tags = [
+            t
+            for t in airflow_tags(dag_id, task_id, run_id, map_index)
+            if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX)
+        ]
         apps = hook.find_applications(tags, match_all=True, application_type=APPLICATION_TYPE)
         tis = attribute(apps, [dag_id])
         apps = [a for a in apps if tis.get(a["id"]) == ti]
         return {**ti, "jobs": _job_views(hook, apps, tis)}
 
     @app.get("/api/fit")
-    def api_fit(conn_id: ConnId, instances: int = Query(1, ge=1, le=10_000), gpu_memory: Optional[str] = None,
-                gpus: Optional[int] = Query(None, ge=1)) -> dict:
+    def api_fit(
+        conn_id: ConnId,
+        instances: int = Query(1, ge=1, le=10_000),
+        gpu_memory: Optional[str] = None,
+        gpus: Optional[int] = Query(None, ge=1),
+    ) -> dict:
         from airflow_provider_melon.spec import parse_size_mb
 
         try:
@@ -401,10 +443,27 @@ def create_app() -> FastAPI:
         return HTMLResponse(shell.replace("{{PAGE}}", name).replace("{{SCRIPT}}", script))
 
     for name in PAGES:
-        app.add_api_route(f"/{name}", lambda name=name: page(name), methods=["GET"], response_class=HTMLResponse,
-                          include_in_schema=False)
+        app.add_api_route(
+            f"/{name}",
+            lambda name=name: page(name),
+            methods=["GET"],
+            response_class=HTMLResponse,
+            include_in_schema=False,
+        )
     return app
 
 
-__all__: list[Any] = ["am_log_text", "attribute", "checked_conn_id", "create_app", "gpus_data", "is_melon_app",
-                      "jobs_data", "login_or_error", "Refused", "Viewer", "visible_melon_app", "wants_html"]
+__all__: list[Any] = [
+    "am_log_text",
+    "attribute",
+    "checked_conn_id",
+    "create_app",
+    "gpus_data",
+    "is_melon_app",
+    "jobs_data",
+    "login_or_error",
+    "Refused",
+    "Viewer",
+    "visible_melon_app",
+    "wants_html",
+]

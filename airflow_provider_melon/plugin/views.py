@@ -17,7 +17,6 @@ from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
 
 
-
 def number(value: Any) -> Optional[float]:
     """A finite int or float (a numeric string too), else None: never a string into the page's arithmetic."""
     if isinstance(value, bool):
@@ -74,7 +73,7 @@ def tags_of(app: dict) -> dict[str, str]:
     out = {}
     for tag in split_tags(app.get("applicationTags")):
         if tag.startswith("airflow-") and ":" in tag:
-            key, value = tag[len("airflow-"):].split(":", 1)
+            key, value = tag[len("airflow-") :].split(":", 1)
             out[key] = value
     return out
 
@@ -93,22 +92,33 @@ def ti_url(labels: Optional[dict]) -> Optional[str]:
     return url
 
 
-ANONYMOUS_REF = dict.fromkeys(("task", "state", "app_id", "app_name", "user", "dag_id", "task_id", "run_id",
-                               "map_index", "ti_url"))
+ANONYMOUS_REF = dict.fromkeys(
+    ("task", "state", "app_id", "app_name", "user", "dag_id", "task_id", "run_id", "map_index", "ti_url")
+)
 
 
 def _task_ref(app: dict, task: dict, ti: Optional[dict], visible: bool) -> dict:
     """One task on a GPU; ``visible`` False (the viewer may not see the app's DAG): only the memory it holds."""
-    amounts = {"expected_mb": integer(task.get("expected_gpu_memory_mb")) or integer(task.get("gpu_memory_mb")) or 0,
-               "used_mb": integer(task.get("gpu_memory_used_mb")), "exclusive_gpus": integer(task.get("gpus")) or 0}
+    amounts = {
+        "expected_mb": integer(task.get("expected_gpu_memory_mb")) or integer(task.get("gpu_memory_mb")) or 0,
+        "used_mb": integer(task.get("gpu_memory_used_mb")),
+        "exclusive_gpus": integer(task.get("gpus")) or 0,
+    }
     if not visible:
         return {"anonymous": True, **ANONYMOUS_REF, **amounts}
     ti = ti or {}
     return {
-        "app_id": text(app.get("id")), "app_name": text(app.get("name")), "user": text(app.get("user")),
-        "task": _task_name(task), "state": text(task.get("state")), **amounts,
-        "dag_id": ti.get("dag_id"), "task_id": ti.get("task_id"), "run_id": ti.get("run_id"),
-        "map_index": ti.get("map_index"), "ti_url": ti_url(ti) if ti else None,
+        "app_id": text(app.get("id")),
+        "app_name": text(app.get("name")),
+        "user": text(app.get("user")),
+        "task": _task_name(task),
+        "state": text(task.get("state")),
+        **amounts,
+        "dag_id": ti.get("dag_id"),
+        "task_id": ti.get("task_id"),
+        "run_id": ti.get("run_id"),
+        "map_index": ti.get("map_index"),
+        "ti_url": ti_url(ti) if ti else None,
     }
 
 
@@ -116,9 +126,15 @@ def _task_name(task: dict) -> str:
     return f"{text(task.get('role'), 100)}:{integer(task.get('index'))}"
 
 
-def gpu_view(nodes: Iterable[dict], apps: Iterable[dict], statuses: dict[str, Optional[dict]],
-             leaf_queues: Iterable[dict] = (), *, tis: Optional[dict[str, dict]] = None,
-             visible: Optional[set[str]] = None) -> dict:
+def gpu_view(
+    nodes: Iterable[dict],
+    apps: Iterable[dict],
+    statuses: dict[str, Optional[dict]],
+    leaf_queues: Iterable[dict] = (),
+    *,
+    tis: Optional[dict[str, dict]] = None,
+    visible: Optional[set[str]] = None,
+) -> dict:
     """``nodes`` as ``YarnHook.nodes()`` normalises them, ``apps`` the running MeLoN applications and
     ``statuses`` their AM ``/status`` by app id (None where the AM does not answer). ``tis``: the task instance
     each app is proven to belong to; ``visible``: the app ids the viewer may see (None: all) — the others' tasks
@@ -158,29 +174,52 @@ def gpu_view(nodes: Iterable[dict], apps: Iterable[dict], statuses: dict[str, Op
             tasks = placed.get((node_id, i), [])
             reserved = sum(per_gpu if t["exclusive_gpus"] else t["expected_mb"] for t in tasks)
             used_values = [t["used_mb"] for t in tasks if t["used_mb"] is not None]
-            gpus.append({"index": i, "total_mb": per_gpu, "reserved_mb": min(reserved, per_gpu) if tasks else 0,
-                         "free_mb": max(per_gpu - reserved, 0), "used_mb": sum(used_values) if used_values else None,
-                         "tasks": tasks})
-        out_nodes.append({
-            "id": node_id, "host": node.get("nodeHostName"), "state": node.get("state"), "mps": node_id in mps_nodes,
-            "gpus": gpus, "gpu_count": count, "gpu_memory_mb": memory,
-            "yarn_gpu_memory_used_mb": int(used.get(GPU_MEMORY_RESOURCE, 0) or 0),
-            "yarn_gpus_used": int(used.get(GPU_RESOURCE, 0) or 0),
-            "waiting_for_a_gpu": off_gpu.get(node_id, []),
-        })
+            gpus.append(
+                {
+                    "index": i,
+                    "total_mb": per_gpu,
+                    "reserved_mb": min(reserved, per_gpu) if tasks else 0,
+                    "free_mb": max(per_gpu - reserved, 0),
+                    "used_mb": sum(used_values) if used_values else None,
+                    "tasks": tasks,
+                }
+            )
+        out_nodes.append(
+            {
+                "id": node_id,
+                "host": node.get("nodeHostName"),
+                "state": node.get("state"),
+                "mps": node_id in mps_nodes,
+                "gpus": gpus,
+                "gpu_count": count,
+                "gpu_memory_mb": memory,
+                "yarn_gpu_memory_used_mb": int(used.get(GPU_MEMORY_RESOURCE, 0) or 0),
+                "yarn_gpus_used": int(used.get(GPU_RESOURCE, 0) or 0),
+                "waiting_for_a_gpu": off_gpu.get(node_id, []),
+            }
+        )
     queues = []
     for q in leaf_queues:
         cap = _resource_values(as_dict(q.get("maxEffectiveCapacity")))
         use = _resource_values(as_dict(q.get("resourcesUsed")))
-        queues.append({"name": q.get("queuePath") or q.get("queueName"), "state": q.get("state"),
-                       "gpu_memory_mb": cap.get(GPU_MEMORY_RESOURCE, 0),
-                       "gpu_memory_used_mb": use.get(GPU_MEMORY_RESOURCE, 0),
-                       "gpu_memory_headroom_mb": max(cap.get(GPU_MEMORY_RESOURCE, 0) - use.get(GPU_MEMORY_RESOURCE, 0), 0),
-                       "gpus": cap.get(GPU_RESOURCE, 0), "gpus_used": use.get(GPU_RESOURCE, 0)})
-    totals = {"nodes": len(out_nodes), "gpus": sum(len(n["gpus"]) for n in out_nodes),
-              "gpu_memory_mb": sum(n["gpu_memory_mb"] for n in out_nodes),
-              "reserved_mb": sum(g["reserved_mb"] for n in out_nodes for g in n["gpus"]),
-              "tasks_on_gpus": sum(len(g["tasks"]) for n in out_nodes for g in n["gpus"])}
+        queues.append(
+            {
+                "name": q.get("queuePath") or q.get("queueName"),
+                "state": q.get("state"),
+                "gpu_memory_mb": cap.get(GPU_MEMORY_RESOURCE, 0),
+                "gpu_memory_used_mb": use.get(GPU_MEMORY_RESOURCE, 0),
+                "gpu_memory_headroom_mb": max(cap.get(GPU_MEMORY_RESOURCE, 0) - use.get(GPU_MEMORY_RESOURCE, 0), 0),
+                "gpus": cap.get(GPU_RESOURCE, 0),
+                "gpus_used": use.get(GPU_RESOURCE, 0),
+            }
+        )
+    totals = {
+        "nodes": len(out_nodes),
+        "gpus": sum(len(n["gpus"]) for n in out_nodes),
+        "gpu_memory_mb": sum(n["gpu_memory_mb"] for n in out_nodes),
+        "reserved_mb": sum(g["reserved_mb"] for n in out_nodes for g in n["gpus"]),
+        "tasks_on_gpus": sum(len(g["tasks"]) for n in out_nodes for g in n["gpus"]),
+    }
     return {"nodes": out_nodes, "queues": queues, "totals": totals}
 
 
@@ -190,8 +229,9 @@ def _resource_values(resource: dict) -> dict[str, int]:
     return {k: int(v) for k, v in parse_resource(resource)["resources"].items()}
 
 
-def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Optional[str] = None, *,
-             ti: Optional[dict] = None) -> dict:
+def job_view(
+    app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Optional[str] = None, *, ti: Optional[dict] = None
+) -> dict:
     """One MeLoN application for the Jobs page (``status`` None: the AM is not serving, e.g. it has ended).
     ``ti``: the task instance the app is proven to belong to (``dag_id``, ``task_id``, ``run_id``, ``map_index``);
     without it the job names no DAG and links to no task instance or label-supplied TensorBoard."""
@@ -201,15 +241,28 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
         if not isinstance(task, dict):
             continue
         name = _task_name(task)
-        tasks.append({"task": name, "state": text(task.get("state")), "host": text(task.get("host")),
-                      "gpu": text(task.get("gpu"), 50), "attempt": integer(task.get("attempt")),
-                      "exit_code": integer(task.get("exit_code")), "step": integer(task.get("step")),
-                      "loss": number(task.get("loss")), "expected_mb": integer(task.get("expected_gpu_memory_mb")),
-                      "used_mb": integer(task.get("gpu_memory_used_mb")),
-                      "initial_mb": integer(task.get("initial_gpu_memory_mb")),
-                      "peak_mb": integer(task.get("gpu_memory_peak_mb")), "oom_growths": integer(task.get("oom_growths"))})
-        points = [{"t": number(p[0]), "step": number(p[1]), "loss": number(p[2])}
-                  for p in as_list(task.get("history")) if isinstance(p, list) and len(p) == 3]
+        tasks.append(
+            {
+                "task": name,
+                "state": text(task.get("state")),
+                "host": text(task.get("host")),
+                "gpu": text(task.get("gpu"), 50),
+                "attempt": integer(task.get("attempt")),
+                "exit_code": integer(task.get("exit_code")),
+                "step": integer(task.get("step")),
+                "loss": number(task.get("loss")),
+                "expected_mb": integer(task.get("expected_gpu_memory_mb")),
+                "used_mb": integer(task.get("gpu_memory_used_mb")),
+                "initial_mb": integer(task.get("initial_gpu_memory_mb")),
+                "peak_mb": integer(task.get("gpu_memory_peak_mb")),
+                "oom_growths": integer(task.get("oom_growths")),
+            }
+        )
+        points = [
+            {"t": number(p[0]), "step": number(p[1]), "loss": number(p[2])}
+            for p in as_list(task.get("history"))
+            if isinstance(p, list) and len(p) == 3
+        ]
         points = [p for p in points if p["step"] is not None]
         if points:
             series.append({"task": name, "points": points})
@@ -230,14 +283,25 @@ def job_view(app: dict, status: Optional[dict], web_ui_url: str, tensorboard: Op
     waiting = text(gang.get("message")) if gang.get("hold_s") and gang.get("formed") is False else None
     ti = ti or {}
     return {
-        "id": app_id, "name": text(app.get("name")), "state": text(app.get("state")),
-        "final_status": text(app.get("finalStatus")), "user": text(app.get("user")), "queue": text(app.get("queue")),
-        "progress": number(app.get("progress")) or 0.0, "started": started or None, "finished": finished or None,
+        "id": app_id,
+        "name": text(app.get("name")),
+        "state": text(app.get("state")),
+        "final_status": text(app.get("finalStatus")),
+        "user": text(app.get("user")),
+        "queue": text(app.get("queue")),
+        "progress": number(app.get("progress")) or 0.0,
+        "started": started or None,
+        "finished": finished or None,
         "elapsed_s": round((number(app.get("elapsedTime")) or 0) / 1000, 1),
         "diagnostics": (text(app.get("diagnostics")) or "").strip(),
-        "dag_id": ti.get("dag_id"), "task_id": ti.get("task_id"), "run_id": ti.get("run_id"),
-        "map_index": ti.get("map_index"), "ti_url": ti_url(ti) if ti else None,
-        "tasks": tasks, "series": series, "links": links,
+        "dag_id": ti.get("dag_id"),
+        "task_id": ti.get("task_id"),
+        "run_id": ti.get("run_id"),
+        "map_index": ti.get("map_index"),
+        "ti_url": ti_url(ti) if ti else None,
+        "tasks": tasks,
+        "series": series,
+        "links": links,
         "gang_waiting": waiting,  # where gang formation stands while the AM holds or backs off (None once formed)
         # where each gpu_memory: auto figure came from (the submitting task's label: shown only with its proof)
         "gpu_memory_note": text(labels.get("gpu_memory"), 500) if ti else None,
@@ -251,8 +315,7 @@ def am_logs_link(app_id: str) -> str:
     return f"api/jobs/{quote(app_id, safe='')}/logs"
 
 
-def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memory_mb: int = 0,
-             gpus: int = 0) -> dict:
+def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memory_mb: int = 0, gpus: int = 0) -> dict:
     """Would ``instances`` tasks of ``gpu_memory_mb`` (shared) or ``gpus`` (exclusive) fit: ever (pre-flight on
     capacity) and now (on the free memory of each GPU, from :func:`gpu_view`)."""
     from airflow_provider_melon.spec import RoleSpec
@@ -261,8 +324,7 @@ def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memo
         raise ValueError("instances must be at least 1")
     if bool(gpu_memory_mb) == bool(gpus):
         raise ValueError("give either gpu_memory or gpus")
-    role = RoleSpec(instances=instances, gpu_memory=f"{gpu_memory_mb}MiB" if gpu_memory_mb else None,
-                    gpus=gpus or None)
+    role = RoleSpec(instances=instances, gpu_memory=f"{gpu_memory_mb}MiB" if gpu_memory_mb else None, gpus=gpus or None)
     report = preflight.check(list(nodes), {"worker": role})
     now = 0
     per_gpu = []
@@ -283,12 +345,27 @@ def fit_view(nodes: Iterable[dict], gpu_view_now: dict, instances: int, gpu_memo
     return {
         "request": {"instances": instances, "gpu_memory_mb": gpu_memory_mb, "gpus": gpus},
         "ever": {"fits": report.ok, "message": report.message},
-        "now": {"fits": now >= instances, "tasks_that_fit": now,
-                "message": (f"{want}: {min(now, instances)} of {instances} fit on the GPUs' free memory now"
-                            + ("" if now >= instances else "; the rest would wait for running tasks to end")),
-                "per_gpu": per_gpu},
+        "now": {
+            "fits": now >= instances,
+            "tasks_that_fit": now,
+            "message": (
+                f"{want}: {min(now, instances)} of {instances} fit on the GPUs' free memory now"
+                + ("" if now >= instances else "; the rest would wait for running tasks to end")
+            ),
+            "per_gpu": per_gpu,
+        },
     }
 
 
-__all__ = ["am_logs_link", "fit_view", "gpu_view", "http_url", "integer", "job_view", "number", "tags_of", "text", "ti_url"]
-
+__all__ = [
+    "am_logs_link",
+    "fit_view",
+    "gpu_view",
+    "http_url",
+    "integer",
+    "job_view",
+    "number",
+    "tags_of",
+    "text",
+    "ti_url",
+]

@@ -1,4 +1,5 @@
 """The executor's client of the ApplicationMaster's JSON API (``docs/protocol.md`` section 2; stdlib only)."""
+
 from __future__ import annotations
 
 import http.client
@@ -27,8 +28,12 @@ class AmClient:
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = cls(self._netloc, timeout=self.timeout)
         try:
-            conn.request("POST", self._prefix + path, body=json.dumps(body).encode(),
-                         headers={"Content-Type": "application/json", "X-Melon-Secret": self.secret})
+            conn.request(
+                "POST",
+                self._prefix + path,
+                body=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json", "X-Melon-Secret": self.secret},
+            )
             resp = conn.getresponse()
             return resp.status, _parse(resp.read())
         except (http.client.HTTPException, OSError) as exc:

@@ -25,7 +25,6 @@ EXIT_GPU_OOM = _oom.EXIT_GPU_OOM  # 76: the user's process ran out of GPU memory
 EXIT_TERMINATED = 143
 
 
-
 def log(msg: str) -> None:
     sys.stderr.write(f"{PREFIX} {msg}\n")
     sys.stderr.flush()
@@ -99,8 +98,11 @@ class Config:
                 raise Fatal(EXIT_CONFIG, f"cannot read the AM secret from HADOOP_TOKEN_FILE_LOCATION: {exc}") from None
             if secret:
                 env = {**env, "MELON_SECRET": secret}
-        missing = [n for n in ("MELON_ROLE", "MELON_INDEX", "MELON_AM_URL", "MELON_SECRET", "MELON_ENTRYPOINT")
-                   if not env.get(n)]
+        missing = [
+            n
+            for n in ("MELON_ROLE", "MELON_INDEX", "MELON_AM_URL", "MELON_SECRET", "MELON_ENTRYPOINT")
+            if not env.get(n)
+        ]
         if missing:
             raise Fatal(EXIT_CONFIG, f"missing environment: {', '.join(missing)} (see docs/protocol.md)")
         framework = (env.get("MELON_FRAMEWORK") or "generic").strip().lower()
@@ -113,8 +115,10 @@ class Config:
             raise Fatal(EXIT_CONFIG, f"MELON_LAUNCHER=torchrun needs MELON_FRAMEWORK=pytorch, got {framework!r}")
         nproc_per_node = _int(env, "MELON_NPROC_PER_NODE", 1)
         if nproc_per_node < 1 or (nproc_per_node > 1 and launcher != "torchrun"):
-            raise Fatal(EXIT_CONFIG, f"MELON_NPROC_PER_NODE={nproc_per_node}: at least 1, and above 1 only with "
-                                     "MELON_LAUNCHER=torchrun")
+            raise Fatal(
+                EXIT_CONFIG,
+                f"MELON_NPROC_PER_NODE={nproc_per_node}: at least 1, and above 1 only with MELON_LAUNCHER=torchrun",
+            )
         progress = env.get("MELON_PROGRESS_FILE") or "melon-progress.json"
         try:
             port_range = _ports.parse_range(env["MELON_PORT_RANGE"]) if env.get("MELON_PORT_RANGE") else None
@@ -130,8 +134,10 @@ class Config:
             gpus=_int(env, "MELON_GPUS", 0),
             gpu_memory_mb=_int(env, "MELON_GPU_MEMORY_MB", 0),
             gpu_context_mb=max(0, _int(env, "MELON_GPU_CONTEXT_MB", 0)),
-            large=(env.get("MELON_LARGE", "0").strip().lower() in ("1", "true", "yes")
-                   or env["MELON_ROLE"] in [r.strip() for r in env.get("MELON_LARGE_ROLES", "").split(",")]),
+            large=(
+                env.get("MELON_LARGE", "0").strip().lower() in ("1", "true", "yes")
+                or env["MELON_ROLE"] in [r.strip() for r in env.get("MELON_LARGE_ROLES", "").split(",")]
+            ),
             attempt=_int(env, "MELON_TASK_ATTEMPT", 0),
             app_id=env.get("MELON_APP_ID", ""),
             container_id=env.get("MELON_CONTAINER_ID", ""),

@@ -24,8 +24,8 @@ import time
 from typing import List, Mapping, Optional, Tuple
 
 from airflow_provider_melon.gpu import devices as _devices
-from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
 from airflow_provider_melon.gpu import ledger as _ledger
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
 from airflow_provider_melon.gpu.ledger import Ledger, UnsafeLedger
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import oom as _oom
@@ -33,12 +33,23 @@ from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.runtime import peak as _peak
 from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
-from airflow_provider_melon.runtime.progress import read_progress
 from airflow_provider_melon.runtime.amclient import AmClient
-from airflow_provider_melon.runtime.workdir import code_files, prepare_workdir
 from airflow_provider_melon.runtime.config import (  # noqa: F401 - the executor's names, as before
-    EXIT_AM_REFUSED, EXIT_CONFIG, EXIT_GPU_OOM, EXIT_NO_GPU_FITS, EXIT_OUTPUT, EXIT_REGISTER, EXIT_TERMINATED, PREFIX,
-    Config, Fatal, Terminated, log)
+    EXIT_AM_REFUSED,
+    EXIT_CONFIG,
+    EXIT_GPU_OOM,
+    EXIT_NO_GPU_FITS,
+    EXIT_OUTPUT,
+    EXIT_REGISTER,
+    EXIT_TERMINATED,
+    PREFIX,
+    Config,
+    Fatal,
+    Terminated,
+    log,
+)
+from airflow_provider_melon.runtime.progress import read_progress
+from airflow_provider_melon.runtime.workdir import code_files, prepare_workdir
 
 PROGRESS_POLL_S = 0.5  # how often the heartbeat loop looks for a new progress report (a stat of the file)
 FINAL_HEARTBEAT_TRIES = 3
@@ -137,33 +148,52 @@ class Executor:
         self.largest_gpu_mb = max(g.total_mb for g in gpus)
         mps = self.mps = _devices.mps_active(self.env)
         exclusive = cfg.gpus > 0
-        want = f"{cfg.gpus} whole GPU(s)" if exclusive else f"{cfg.reserve_mb} MiB" + (
-            f" ({cfg.gpu_memory_mb} + {cfg.gpu_context_mb} for the CUDA context)" if cfg.gpu_context_mb else "")
+        want = (
+            f"{cfg.gpus} whole GPU(s)"
+            if exclusive
+            else f"{cfg.reserve_mb} MiB"
+            + (f" ({cfg.gpu_memory_mb} + {cfg.gpu_context_mb} for the CUDA context)" if cfg.gpu_context_mb else "")
+        )
         if exclusive and cfg.gpus > len(gpus):
             raise Fatal(EXIT_NO_GPU_FITS, f"no GPU fits: {want} wanted, this node has {len(gpus)} GPU(s)")
         if not exclusive and cfg.reserve_mb > max(g.total_mb for g in gpus):
-            raise Fatal(EXIT_NO_GPU_FITS, f"no GPU fits: {want} wanted, the largest GPU here has "
-                                          f"{max(g.total_mb for g in gpus)} MiB")
+            raise Fatal(
+                EXIT_NO_GPU_FITS,
+                f"no GPU fits: {want} wanted, the largest GPU here has {max(g.total_mb for g in gpus)} MiB",
+            )
         deadline = time.monotonic() + cfg.gpu_wait_s
         waited = False
         while True:
             try:
-                got = self.ledger.reserve_many(cfg.task_id, os.getpid(), cfg.reserve_mb, gpus,
-                                               count=max(1, cfg.gpus), exclusive=exclusive, large=cfg.large, mps=mps)
+                got = self.ledger.reserve_many(
+                    cfg.task_id,
+                    os.getpid(),
+                    cfg.reserve_mb,
+                    gpus,
+                    count=max(1, cfg.gpus),
+                    exclusive=exclusive,
+                    large=cfg.large,
+                    mps=mps,
+                )
             except UnsafeLedger as exc:
                 raise Fatal(EXIT_CONFIG, f"refusing the GPU ledger: {exc}") from None
             if got:
                 by_index = {g.index: g for g in gpus}
                 self.gpu_indices = got
                 self.gpu_total_mb = by_index[got[0]].total_mb
-                log(f"GPU {self.gpu_label} ({gpus.source}, {by_index[got[0]].name}) reserved for {cfg.task}: {want}"
-                    f"{', MPS' if mps else ''}")
+                log(
+                    f"GPU {self.gpu_label} ({gpus.source}, {by_index[got[0]].name}) reserved for {cfg.task}: {want}"
+                    f"{', MPS' if mps else ''}"
+                )
                 return
             left = deadline - time.monotonic()
             if left <= 0:
-                raise Fatal(EXIT_NO_GPU_FITS, f"no GPU fits {want} on this node after waiting {cfg.gpu_wait_s:g}s "
-                                              f"(ledger {self.ledger.path}); exiting {EXIT_NO_GPU_FITS} so the AM "
-                                              f"re-requests a container")
+                raise Fatal(
+                    EXIT_NO_GPU_FITS,
+                    f"no GPU fits {want} on this node after waiting {cfg.gpu_wait_s:g}s "
+                    f"(ledger {self.ledger.path}); exiting {EXIT_NO_GPU_FITS} so the AM "
+                    f"re-requests a container",
+                )
             if not waited:
                 log(f"no GPU fits {want} now; waiting up to {cfg.gpu_wait_s:g}s")
                 waited = True
@@ -197,9 +227,17 @@ class Executor:
 
     def register(self, host: str, port: int) -> dict:
         cfg = self.cfg
-        body = {"role": cfg.role, "index": cfg.index, "host": host, "port": port, "gpu": self.gpu_label,
-                "gpu_memory_mb": cfg.reserve_mb, "pid": os.getpid(), "mps": self.mps,
-                "container_id": cfg.container_id}  # the AM refuses (409) a container that is no longer the task's
+        body = {
+            "role": cfg.role,
+            "index": cfg.index,
+            "host": host,
+            "port": port,
+            "gpu": self.gpu_label,
+            "gpu_memory_mb": cfg.reserve_mb,
+            "pid": os.getpid(),
+            "mps": self.mps,
+            "container_id": cfg.container_id,
+        }  # the AM refuses (409) a container that is no longer the task's
         deadline = time.monotonic() + cfg.register_timeout_s
         log(f"registering {cfg.task} at {host}:{port} with {cfg.am_url}")
         self.registered = f"{host}:{port}"
@@ -210,14 +248,20 @@ class Executor:
                 log(f"gang complete: {json.dumps(data['cluster'], sort_keys=True)}")
                 return data["cluster"]
             if status == 403:
-                raise Fatal(EXIT_AM_REFUSED, "the AM refused registration (403 Forbidden): MELON_SECRET does not "
-                                             "match this application's secret")
+                raise Fatal(
+                    EXIT_AM_REFUSED,
+                    "the AM refused registration (403 Forbidden): MELON_SECRET does not "
+                    "match this application's secret",
+                )
             if status is not None and 400 <= status < 500 and status != 408 and status != 429:
                 raise Fatal(EXIT_REGISTER, f"the AM rejected registration: HTTP {status} {data}")
             now = time.monotonic()
             if now >= deadline:
-                raise Fatal(EXIT_REGISTER, f"registration did not complete within {cfg.register_timeout_s:g}s "
-                                           f"(last answer: {status or 'unreachable'} {data})")
+                raise Fatal(
+                    EXIT_REGISTER,
+                    f"registration did not complete within {cfg.register_timeout_s:g}s "
+                    f"(last answer: {status or 'unreachable'} {data})",
+                )
             if now - last_note >= 10:
                 if status == 202:
                     log(f"waiting for the gang: {data}")
@@ -263,8 +307,9 @@ class Executor:
         try:
             argv = resolve_python(shlex.split(self.cfg.entrypoint))
         except ValueError as exc:  # unbalanced quotes: the spec refuses them, a hand-set variable may not
-            raise Fatal(EXIT_CONFIG, f"MELON_ENTRYPOINT cannot be split into arguments ({exc}): "
-                                     f"{self.cfg.entrypoint!r}") from None
+            raise Fatal(
+                EXIT_CONFIG, f"MELON_ENTRYPOINT cannot be split into arguments ({exc}): {self.cfg.entrypoint!r}"
+            ) from None
         if not argv:
             raise Fatal(EXIT_CONFIG, "MELON_ENTRYPOINT is empty")
         try:
@@ -274,9 +319,16 @@ class Executor:
         if self.cfg.launcher == "torchrun":
             nnodes = self.env.get("MELON_TORCHRUN_NNODES") or None  # elastic: MIN:MAX
             try:
-                argv = _framework.torchrun_argv(sys.executable, argv, env, self.cfg.nproc_per_node,
-                                                self.cfg.app_id or "melon", local_addr=self.host, nnodes=nnodes,
-                                                max_restarts=int(self.env.get("MELON_TORCHRUN_MAX_RESTARTS") or 0))
+                argv = _framework.torchrun_argv(
+                    sys.executable,
+                    argv,
+                    env,
+                    self.cfg.nproc_per_node,
+                    self.cfg.app_id or "melon",
+                    local_addr=self.host,
+                    nnodes=nnodes,
+                    max_restarts=int(self.env.get("MELON_TORCHRUN_MAX_RESTARTS") or 0),
+                )
             except (KeyError, ValueError) as exc:
                 raise Fatal(EXIT_CONFIG, f"cannot run the entrypoint under torchrun: {exc}") from None
             env = {**env, **_framework.torchrun_env(nnodes)}
@@ -296,12 +348,17 @@ class Executor:
             raise Fatal(EXIT_CONFIG, f"cannot start {argv[0]!r}: {exc}") from None
 
     def heartbeat(self, message: str = "") -> Optional[int]:
-        body = {"role": self.cfg.role, "index": self.cfg.index, "gpu": self.gpu_label,
-                "container_id": self.cfg.container_id}
+        body = {
+            "role": self.cfg.role,
+            "index": self.cfg.index,
+            "gpu": self.gpu_label,
+            "container_id": self.cfg.container_id,
+        }
         body.update(read_progress(self.cfg.progress_file))
         if self.gpu_indices and self.gpu_source == "nvml" and self.child is not None:
-            reading = _devices.process_memory(self.gpu_indices[0], _devices.process_tree(self.child.pid),
-                                              self.device_baseline_mb)
+            reading = _devices.process_memory(
+                self.gpu_indices[0], _devices.process_tree(self.child.pid), self.device_baseline_mb
+            )
             if reading is not None:  # "nvml-device": the GPU's rise, neighbours included (NVML's pids not ours)
                 body["gpu_memory_used_mb"], body["gpu_memory_used_source"] = reading
             self.note_peak(reading)
@@ -342,8 +399,13 @@ class Executor:
                 self.peak_mb = self.peak_source = None
                 return
             shared = self.cfg.gpus <= 0 < self.cfg.gpu_memory_mb and bool(self.gpu_indices)
-            got = _peak.task_peak(counter, self.nvml_peak_mb, MEASURED_CONTEXT_MB,
-                                  cap_mb=self.cfg.gpu_memory_mb if shared else None, device_mb=self.device_peak_mb)
+            got = _peak.task_peak(
+                counter,
+                self.nvml_peak_mb,
+                MEASURED_CONTEXT_MB,
+                cap_mb=self.cfg.gpu_memory_mb if shared else None,
+                device_mb=self.device_peak_mb,
+            )
             self.peak_mb, self.peak_source = got if got is not None else (None, None)
 
     def gpu_oom(self, code: int) -> Optional[dict]:
@@ -358,16 +420,22 @@ class Executor:
         cfg = self.cfg
         self.note_peak()
         cap = cfg.gpu_memory_mb if cfg.gpus <= 0 < cfg.gpu_memory_mb and self.gpu_indices else None
-        self.oom = {"cap_mb": cap, "peak_mb": self.peak_mb, "largest_gpu_mb": self.largest_gpu_mb,
-                    "signature": signature}
+        self.oom = {
+            "cap_mb": cap,
+            "peak_mb": self.peak_mb,
+            "largest_gpu_mb": self.largest_gpu_mb,
+            "signature": signature,
+        }
         cap_text = "none" if cap is None else f"{cap} MiB"
         peak_text = "unknown" if self.peak_mb is None else f"{self.peak_mb} MiB"
         log(f"the user's process ran out of GPU memory (cap {cap_text}; peak seen {peak_text}): {signature}")
         victim = self._oversubscription() if cap is not None else None
         if victim is not None:  # a victim, not a culprit: the AM retries it at its figure (docs/protocol.md)
             self.oom.update(oversubscribed=True, culprit=victim["culprit"])
-            log(f"the GPU was oversubscribed beyond the ledger's reservations ({victim['excess_mb']} MiB): "
-                f"{victim['culprit']}; this task is its victim, not short of memory")
+            log(
+                f"the GPU was oversubscribed beyond the ledger's reservations ({victim['excess_mb']} MiB): "
+                f"{victim['culprit']}; this task is its victim, not short of memory"
+            )
         return self.oom
 
     def _oversubscription(self) -> Optional[dict]:
@@ -444,8 +512,13 @@ class Executor:
                 if self._tensorboard_closed:
                     return
                 tb = self.tensorboard = _tensorboard.TensorBoard(
-                    env["MELON_TENSORBOARD_LOG_DIR"], host=self.host, bind_host=self.bind_host,
-                    cwd=self.child_cwd, env=env, log=log)
+                    env["MELON_TENSORBOARD_LOG_DIR"],
+                    host=self.host,
+                    bind_host=self.bind_host,
+                    cwd=self.child_cwd,
+                    env=env,
+                    log=log,
+                )
             try:
                 self.tensorboard_url = tb.start()
             except _tensorboard.TensorBoardError as exc:
@@ -456,8 +529,10 @@ class Executor:
             self.tensorboard_error = f"TensorBoard not started: {why}"
             log(self.tensorboard_error + "; training continues")
         else:
-            log(f"TensorBoard serving {env['MELON_TENSORBOARD_LOG_DIR']} at {self.tensorboard_url}"
-                f"{_tensorboard.PATH_PREFIX}/ (through the AM: <rm>/proxy/<app>{_tensorboard.PATH_PREFIX}/)")
+            log(
+                f"TensorBoard serving {env['MELON_TENSORBOARD_LOG_DIR']} at {self.tensorboard_url}"
+                f"{_tensorboard.PATH_PREFIX}/ (through the AM: <rm>/proxy/<app>{_tensorboard.PATH_PREFIX}/)"
+            )
         try:
             self.heartbeat()
         except Exception as exc:  # the next periodic heartbeat carries it too
@@ -507,8 +582,9 @@ class Executor:
             beat = threading.Thread(target=self._heartbeat_loop, args=(stop,), name="melon-heartbeat", daemon=True)
             beat.start()
             if self.runs_tensorboard:
-                threading.Thread(target=self._tensorboard_thread, args=(env,), name="melon-tensorboard",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._tensorboard_thread, args=(env,), name="melon-tensorboard", daemon=True
+                ).start()
             rc = self.wait_child()
             stop.set()
             self.stop_tensorboard()

@@ -61,8 +61,9 @@ def split_address(addr: str) -> Tuple[str, int]:
 TORCH_MEMBER_ROLES = ("master", "chief", "worker")
 
 
-def torch_env(cluster: Mapping[str, Sequence[str]], role: str, index: int,
-              address: Optional[str] = None) -> Dict[str, str]:
+def torch_env(
+    cluster: Mapping[str, Sequence[str]], role: str, index: int, address: Optional[str] = None
+) -> Dict[str, str]:
     """torch.distributed env (``init_method="env://"``) for task ``role:index``.
 
     The process group is master/chief + workers, ranked in that order: rank 0 is ``master:0`` or ``chief:0`` if
@@ -116,8 +117,16 @@ def torchrun_env(nnodes: Optional[str]) -> Dict[str, str]:
     return dict(ELASTIC_AGENT_ENV) if ":" in str(nnodes or "") else {}
 
 
-def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], nproc_per_node: int, rdzv_id: str,
-                  local_addr: str, nnodes: Optional[str] = None, max_restarts: int = 0) -> List[str]:
+def torchrun_argv(
+    python: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    nproc_per_node: int,
+    rdzv_id: str,
+    local_addr: str,
+    nnodes: Optional[str] = None,
+    max_restarts: int = 0,
+) -> List[str]:
     """The user's command under ``torchrun`` (``python -m torch.distributed.run``): one elastic agent per container
     starting ``nproc_per_node`` processes, joined by a c10d rendezvous on ``MASTER_ADDR:MASTER_PORT`` of ``env``
     (:func:`torch_env`: the first member's registered address and reserved port). The first member's agent hosts
@@ -147,7 +156,9 @@ def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], npro
     if elastic:
         conf += "," + ELASTIC_RDZV_CONF
     return [
-        python, "-m", "torch.distributed.run",
+        python,
+        "-m",
+        "torch.distributed.run",
         f"--nnodes={nnodes or env['WORLD_SIZE']}",
         f"--nproc-per-node={int(nproc_per_node)}",
         "--rdzv-backend=c10d",
@@ -156,7 +167,10 @@ def torchrun_argv(python: str, argv: Sequence[str], env: Mapping[str, str], npro
         f"--rdzv-conf={conf}",
         f"--local-addr={local_addr}",
         *([f"--max-restarts={int(max_restarts)}"] if max_restarts else []),
-        "--no-python", python, WORKER_SHIM, *args,
+        "--no-python",
+        python,
+        WORKER_SHIM,
+        *args,
     ]
 
 

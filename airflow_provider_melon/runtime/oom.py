@@ -14,8 +14,7 @@ import re
 import stat
 from typing import Optional
 
-__all__ = ["EXIT_GPU_OOM", "TAIL_BYTES", "SIGNATURE_CHARS", "recognise", "host_memory", "stderr_tail",
-           "stderr_size"]
+__all__ = ["EXIT_GPU_OOM", "TAIL_BYTES", "SIGNATURE_CHARS", "recognise", "host_memory", "stderr_tail", "stderr_size"]
 
 EXIT_GPU_OOM = 76
 TAIL_BYTES = 64 * 1024
@@ -24,17 +23,17 @@ EXECUTOR_PREFIX = "[melon-executor]"
 
 #: the frameworks' out-of-memory texts (one line each)
 _OOM = re.compile(
-    r"\bOOM when allocating tensor"                      # TensorFlow (the op's error)
-    r"|\bResourceExhaustedError\b"                       # TensorFlow's exception class
-    r"|\bran out of memory trying to allocate\b"         # TensorFlow's BFC allocator
+    r"\bOOM when allocating tensor"  # TensorFlow (the op's error)
+    r"|\bResourceExhaustedError\b"  # TensorFlow's exception class
+    r"|\bran out of memory trying to allocate\b"  # TensorFlow's BFC allocator
     r"|(?<![\w.])(?:torch\.(?:cuda\.)?)?OutOfMemoryError\b"  # PyTorch's exception class (not java.lang.'s)
-    r"|\bCUDA out of memory\b"                           # PyTorch's caching allocator
-    r"|\bCUDA error: out of memory\b"                    # CUDA itself (e.g. creating the context)
-    r"|\bRESOURCE_EXHAUSTED: Out of memory\b"            # XLA (JAX)
-    r"|\bCUDA_ERROR_OUT_OF_MEMORY\b"                    # the driver's name, via XLA/TF's stream executor
+    r"|\bCUDA out of memory\b"  # PyTorch's caching allocator
+    r"|\bCUDA error: out of memory\b"  # CUDA itself (e.g. creating the context)
+    r"|\bRESOURCE_EXHAUSTED: Out of memory\b"  # XLA (JAX)
+    r"|\bCUDA_ERROR_OUT_OF_MEMORY\b"  # the driver's name, via XLA/TF's stream executor
     r"|\bCU(?:BLAS|DNN|SPARSE|SOLVER)_STATUS_ALLOC_FAILED\b"  # cuBLAS/cuDNN/... handles and workspaces
-    r"|\bCuda failure 'out of memory'"                  # NCCL's CUDACHECK (cudaGetErrorString)
-    r"|\[melon-cap\] this task ran out of GPU memory",   # the cap bootstrap's hint (framework.SITECUSTOMIZE)
+    r"|\bCuda failure 'out of memory'"  # NCCL's CUDACHECK (cudaGetErrorString)
+    r"|\[melon-cap\] this task ran out of GPU memory",  # the cap bootstrap's hint (framework.SITECUSTOMIZE)
     re.IGNORECASE,
 )
 #: an allocation on the host (TensorFlow's CPU device or allocator), not on a GPU
@@ -82,7 +81,7 @@ def _shorten(line: str, start: int) -> str:
         line = "…" + line[start:]
         if len(line) <= SIGNATURE_CHARS:
             return line
-    return line[:SIGNATURE_CHARS - 1] + "…"
+    return line[: SIGNATURE_CHARS - 1] + "…"
 
 
 def _regular(fd: int) -> Optional[os.stat_result]:
@@ -134,4 +133,3 @@ def _pread_reopened(fd: int, st: os.stat_result, size: int, offset: int) -> Opti
         return None
     finally:
         os.close(rfd)
-

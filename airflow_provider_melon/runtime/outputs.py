@@ -31,7 +31,7 @@ def env_name(name: str) -> str:
 def hdfs_path(target: str) -> Optional[str]:
     """``hdfs://nn:8020/a/b`` or ``/a/b`` → ``/a/b``; anything else (``file://``, ``s3a://``) → None."""
     if target.startswith("hdfs://"):
-        rest = target[len("hdfs://"):]
+        rest = target[len("hdfs://") :]
         return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
     return target if target.startswith("/") else None
 
@@ -66,8 +66,9 @@ def is_output_task(env: Mapping[str, str], role: str, index: int) -> bool:
     return bool(declared(env)) and env.get("MELON_OUTPUT_ROLE") == role and index == 0
 
 
-def publish(env: Mapping[str, str], workdir: str, log: Callable[[str], None],
-            client: Optional[WebHdfs] = None) -> dict[str, str]:
+def publish(
+    env: Mapping[str, str], workdir: str, log: Callable[[str], None], client: Optional[WebHdfs] = None
+) -> dict[str, str]:
     """Publish each HDFS output folder of this task to its declared path (see the module docstring). Returns
     name → HDFS path. Raises :class:`OutputError` naming the output."""
     from airflow_provider_melon.runtime.tokens import container_hdfs_token
@@ -88,13 +89,14 @@ def publish(env: Mapping[str, str], workdir: str, log: Callable[[str], None],
         local = os.path.join(workdir, LOCAL_ROOT, name)
         items = os.listdir(local) if os.path.isdir(local) else []
         if not items:
-            raise OutputError(f"output {name!r}: the job wrote nothing to $MELON_OUTPUT_{env_name(name)} ({local}); "
-                              f"nothing to publish to {target}")
+            raise OutputError(
+                f"output {name!r}: the job wrote nothing to $MELON_OUTPUT_{env_name(name)} ({local}); "
+                f"nothing to publish to {target}"
+            )
         # a file named as the target (metrics.json for .../metrics.json), written alone, is the output itself;
         # else the folder is
         base = path.rsplit("/", 1)[-1]
-        source = os.path.join(local, base) if items == [base] and os.path.isfile(os.path.join(local, base)) \
-            else local
+        source = os.path.join(local, base) if items == [base] and os.path.isfile(os.path.join(local, base)) else local
         try:
             published[name] = _publish_one(client, source, path, overwrite, log, name)
         except WebHdfsError as exc:
@@ -114,8 +116,9 @@ def _publish_one(client: WebHdfs, source: str, path: str, overwrite: bool, log, 
         files = client.upload_tree(source, tmp)
         if client.status(path) is not None:
             if not overwrite:
-                raise OutputError(f"output {name!r}: {path} exists; set overwrite_outputs: true in the job to "
-                                  "replace it")
+                raise OutputError(
+                    f"output {name!r}: {path} exists; set overwrite_outputs: true in the job to replace it"
+                )
             old = f"{parent}/.{base}.melon-old-{uuid.uuid4().hex[:12]}"
             client.rename(path, old)
             try:

@@ -25,8 +25,14 @@ def _mib(value) -> Optional[int]:
     return int(math.ceil(value))
 
 
-def task_peak(counter: Counter, process_mb: Optional[float], context_mb: float = 0, *,
-              cap_mb: Optional[float] = None, device_mb: Optional[float] = None) -> Optional[Tuple[int, str]]:
+def task_peak(
+    counter: Counter,
+    process_mb: Optional[float],
+    context_mb: float = 0,
+    *,
+    cap_mb: Optional[float] = None,
+    device_mb: Optional[float] = None,
+) -> Optional[Tuple[int, str]]:
     """``(MiB, source)``: the task's peak GPU memory without the CUDA context, or None when nothing measures it.
 
     ``counter`` is the framework's own allocator peak, ``(MiB, source)`` with a source of :data:`COUNTERS`

@@ -5,6 +5,7 @@ the node takes it between the executor's reservation and the framework's own bin
 range, else the kernel's choice) and :func:`reserve` binds a free one at random. ``docs/internals.md``, "The task
 executor" → "The framework's port", says why the ephemeral range is avoided.
 """
+
 from __future__ import annotations
 
 import errno
@@ -70,8 +71,12 @@ def listen_range(chosen: Optional[PortRange], proc: str = PROC_NET) -> Tuple[Opt
     return None, frozenset(), f"the ephemeral range {lo}-{hi} leaves no room: the kernel's choice"
 
 
-def reserve(bind_host: str, port_range: Optional[PortRange], skip: Iterable[int] = (),
-            choose: Callable[[int, int], int] = random.randint) -> socket.socket:
+def reserve(
+    bind_host: str,
+    port_range: Optional[PortRange],
+    skip: Iterable[int] = (),
+    choose: Callable[[int, int], int] = random.randint,
+) -> socket.socket:
     """A socket bound (not listening) to a free port of ``port_range`` on ``bind_host`` (port 0 without a range).
     ``OSError`` when :data:`TRIES` ports of the range were all taken."""
     family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET

@@ -24,8 +24,9 @@ def _number(name: str, value: Any) -> float:
     return number
 
 
-def report(step: Optional[int] = None, total: Optional[int] = None, loss: Optional[float] = None,
-           **metrics: Any) -> bool:
+def report(
+    step: Optional[int] = None, total: Optional[int] = None, loss: Optional[float] = None, **metrics: Any
+) -> bool:
     """Report progress: ``step`` of ``total`` (e.g. epochs or optimizer steps), the current ``loss`` and any
     other numeric ``metrics`` (accuracy=0.97, lr=1e-3; at most 32, non-finite values dropped). Returns whether
     it was written (False outside MeLoN)."""
@@ -68,6 +69,7 @@ def read_progress(path: str) -> dict:
         return {}
     if not isinstance(data, dict):
         return {}
+
     def number(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -110,7 +112,11 @@ def keras_callback(total_epochs: Optional[int] = None):
             logs = dict(logs or {})
             total = total_epochs or (self.params or {}).get("epochs")
             loss = logs.pop("loss", None)
-            report(step=epoch + 1, total=total, loss=loss,
-                   **{k: v for k, v in logs.items() if isinstance(v, (int, float)) or hasattr(v, "item")})
+            report(
+                step=epoch + 1,
+                total=total,
+                loss=loss,
+                **{k: v for k, v in logs.items() if isinstance(v, (int, float)) or hasattr(v, "item")},
+            )
 
     return MelonProgress()

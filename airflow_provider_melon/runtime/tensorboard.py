@@ -35,13 +35,26 @@ def missing() -> Optional[str]:
         detail = ""
     if found:
         return None
-    return (f"the job's Python ({sys.executable}) has no tensorboard module{detail}; install tensorboard into the "
-            f"job's environment (it comes with the provider's tensorflow extra)")
+    return (
+        f"the job's Python ({sys.executable}) has no tensorboard module{detail}; install tensorboard into the "
+        f"job's environment (it comes with the provider's tensorflow extra)"
+    )
 
 
 def command(logdir: str, bind_host: str, python: str = sys.executable) -> List[str]:
-    return [python, "-m", "tensorboard.main", "--logdir", logdir, "--host", bind_host, "--port", "0",
-            "--path_prefix", PATH_PREFIX]
+    return [
+        python,
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        logdir,
+        "--host",
+        bind_host,
+        "--port",
+        "0",
+        "--path_prefix",
+        PATH_PREFIX,
+    ]
 
 
 def serving_port(line: str) -> Optional[int]:
@@ -53,8 +66,17 @@ def serving_port(line: str) -> Optional[int]:
 class TensorBoard:
     """One TensorBoard child process (in the executor's process group, so YARN's kill reaches it too)."""
 
-    def __init__(self, logdir: str, *, host: str, bind_host: str, cwd: Optional[str], env: Mapping[str, str],
-                 log: Callable[[str], None], start_timeout_s: float = 180.0):
+    def __init__(
+        self,
+        logdir: str,
+        *,
+        host: str,
+        bind_host: str,
+        cwd: Optional[str],
+        env: Mapping[str, str],
+        log: Callable[[str], None],
+        start_timeout_s: float = 180.0,
+    ):
         self.logdir = logdir
         self.host = host
         self.bind_host = bind_host
@@ -91,8 +113,14 @@ class TensorBoard:
             if self._stopping.is_set():
                 raise TensorBoardError("stopped while starting")
             try:
-                self.proc = subprocess.Popen(argv, env=env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
             except (OSError, ValueError) as exc:
                 raise TensorBoardError(f"cannot start TensorBoard: {exc}") from None
         threading.Thread(target=self._read_output, name="melon-tensorboard-log", daemon=True).start()
@@ -107,8 +135,11 @@ class TensorBoard:
             self.stop()
             if stopped:
                 raise TensorBoardError("stopped while starting")
-            raise TensorBoardError(f"TensorBoard exited {rc} before serving (its output is above)" if rc is not None
-                                   else f"TensorBoard did not start serving within {self.start_timeout_s:g}s")
+            raise TensorBoardError(
+                f"TensorBoard exited {rc} before serving (its output is above)"
+                if rc is not None
+                else f"TensorBoard did not start serving within {self.start_timeout_s:g}s"
+            )
         import urllib.error
         import urllib.request
 

@@ -30,7 +30,7 @@ class _Reader:
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise TokenFileError("truncated token file")
-        out = self.data[self.pos:self.pos + n]
+        out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -94,8 +94,10 @@ def _write_vint(n: int) -> bytes:
 def url_string(token: dict) -> str:
     """A token as ``Token.encodeToUrlString`` writes it (what WebHDFS's ``delegation=`` takes): the token's
     Writable form (vint-length identifier and password, Text kind and service) in unpadded URL-safe base64."""
-    raw = b"".join(_write_vint(len(part)) + part for part in (
-        token["identifier"], token["password"], token["kind"].encode(), token["service"].encode()))
+    raw = b"".join(
+        _write_vint(len(part)) + part
+        for part in (token["identifier"], token["password"], token["kind"].encode(), token["service"].encode())
+    )
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 

@@ -35,9 +35,18 @@ class WebHdfs:
         # a token names its owner: with one, WebHDFS refuses a user.name that differs, so it is sent alone
         self.auth = {"delegation": delegation} if delegation else {"user.name": user}
 
-    def _call(self, method: str, path: str, op: str, data: Any = None, url: Optional[str] = None,
-              length: Optional[int] = None, idempotent: bool = True, label: Optional[str] = None,
-              **params: Any) -> tuple[int, bytes]:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        op: str,
+        data: Any = None,
+        url: Optional[str] = None,
+        length: Optional[int] = None,
+        idempotent: bool = True,
+        label: Optional[str] = None,
+        **params: Any,
+    ) -> tuple[int, bytes]:
         """One WebHDFS call; ``data`` a body or a callable giving a fresh one (a file at its start: streamed, with
         ``length`` as its Content-Length). Not ``idempotent``: an unanswered call raises :class:`Unanswered`
         at once instead of being sent again. Errors name ``label`` (default: the op and the path)."""
@@ -71,7 +80,7 @@ class WebHdfs:
                 last = WebHdfsError(f"WebHDFS {label}: {getattr(exc, 'reason', exc)}")
                 if not idempotent:
                     raise Unanswered(str(last)) from None
-            time.sleep(min(8.0, 0.5 * 2 ** attempt))
+            time.sleep(min(8.0, 0.5 * 2**attempt))
         raise last
 
     def status(self, path: str) -> Optional[dict]:
@@ -86,6 +95,7 @@ class WebHdfs:
         _, body = self._call("PUT", path, "CREATE", overwrite="false", noredirect="true")
         location = json.loads(body)["Location"]
         with open(local_file, "rb") as f:
+
             def rewound():
                 f.seek(0)
                 return f
@@ -106,22 +116,32 @@ class WebHdfs:
             raise WebHdfsError(f"WebHDFS RENAME {src} -> {dst}: {src} does not exist")
         for _ in range(RETRIES):
             try:
-                code, body = self._call("PUT", src, "RENAME", idempotent=False, label=f"RENAME {src} -> {dst}",
-                                        destination=dst, renameoptions="NONE")
+                code, body = self._call(
+                    "PUT",
+                    src,
+                    "RENAME",
+                    idempotent=False,
+                    label=f"RENAME {src} -> {dst}",
+                    destination=dst,
+                    renameoptions="NONE",
+                )
             except Unanswered as exc:
                 lost = exc
             else:
                 if code == 404:
-                    raise WebHdfsError(f"WebHDFS RENAME {src} -> {dst}: HTTP 404: "
-                                       f"{body.decode(errors='replace')[:300]}")
+                    raise WebHdfsError(
+                        f"WebHDFS RENAME {src} -> {dst}: HTTP 404: {body.decode(errors='replace')[:300]}"
+                    )
                 return
             now_src, now_dst = self.status(src), self.status(dst)
             if now_src is None and now_dst is not None and now_dst.get("fileId") == before.get("fileId"):
                 return  # applied; only its answer was lost
             if now_src is not None and now_src.get("fileId") == before.get("fileId") and now_dst is None:
                 continue  # not applied: safe to send again
-            raise WebHdfsError(f"WebHDFS RENAME {src} -> {dst}: no answer ({lost}) and the paths do not tell it "
-                               f"was applied: {src} {_held(now_src, before)}, {dst} {_held(now_dst, before)}")
+            raise WebHdfsError(
+                f"WebHDFS RENAME {src} -> {dst}: no answer ({lost}) and the paths do not tell it "
+                f"was applied: {src} {_held(now_src, before)}, {dst} {_held(now_dst, before)}"
+            )
         raise lost
 
     def delete(self, path: str) -> None:

@@ -1,12 +1,12 @@
 """The user's working folder inside a YARN container: the code archive's files, its big files at their paths and
 the localized inputs side by side (used by ``runtime/executor.py``; stdlib only)."""
+
 from __future__ import annotations
 
 import base64
 import json
 import os
 from typing import Mapping, Optional
-
 
 WORKDIR = "melon-work"
 _YARN_FILES = ("launch_container.sh", "container_tokens", "default_container_executor", "tmp")

@@ -15,13 +15,13 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.hadoop.app_state import (
     DEFAULT_FAILURE_STATES,
     DEFAULT_TARGET_STATES,
     classify,
     outcome_message,
 )
+from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.triggers.yarn import MIN_POLL_INTERVAL, YarnApplicationTrigger
 from airflow_provider_melon.version_compat import (
     AirflowException,
@@ -125,10 +125,17 @@ class YarnApplicationSensor(BaseSensorOperator):
         deadline = time.time() + float(self.timeout) if self.timeout else None
         self.defer(
             trigger=YarnApplicationTrigger(
-                app_id=self.application_id, tags=self.tags, yarn_conn_id=self.yarn_conn_id,
-                poll_interval=self.poll_interval, deadline=deadline, cancel_on_kill=False,
-                max_consecutive_failures=self.max_consecutive_failures, log_every_n=self.log_every_n,
-                target_states=self.target_states, failure_states=self.failure_states, stream_progress=False,
+                app_id=self.application_id,
+                tags=self.tags,
+                yarn_conn_id=self.yarn_conn_id,
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+                cancel_on_kill=False,
+                max_consecutive_failures=self.max_consecutive_failures,
+                log_every_n=self.log_every_n,
+                target_states=self.target_states,
+                failure_states=self.failure_states,
+                stream_progress=False,
             ),
             method_name="execute_complete",
         )

@@ -54,12 +54,17 @@ class RmPoller:
     :param clock: monotonic seconds (tests may replace it).
     """
 
-    _registry: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, RmPoller]]" = \
-        weakref.WeakKeyDictionary()
+    _registry: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, RmPoller]]" = weakref.WeakKeyDictionary()
 
-    def __init__(self, hook_factory: Callable[[], YarnHook], *, list_tag: Optional[str] = LIST_TAG,
-                 max_workers: int = MAX_WORKERS, clock: Callable[[], float] = time.monotonic,
-                 on_idle: Optional[Callable[["RmPoller"], None]] = None) -> None:
+    def __init__(
+        self,
+        hook_factory: Callable[[], YarnHook],
+        *,
+        list_tag: Optional[str] = LIST_TAG,
+        max_workers: int = MAX_WORKERS,
+        clock: Callable[[], float] = time.monotonic,
+        on_idle: Optional[Callable[["RmPoller"], None]] = None,
+    ) -> None:
         self._hook_factory = hook_factory
         self._hook: Optional[YarnHook] = None
         self.list_tag = list_tag
@@ -111,8 +116,9 @@ class RmPoller:
         """The RM report (as :meth:`YarnHook.get_application` gives it) of ``app_id`` from the first cycle at or
         after ``not_before`` (monotonic seconds; default now). Raises that cycle's error for the application."""
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(app_id, float(interval), self._clock() if not_before is None else float(not_before),
-                         loop.create_future())
+        waiter = _Waiter(
+            app_id, float(interval), self._clock() if not_before is None else float(not_before), loop.create_future()
+        )
         self._waiters.append(waiter)
         if self._wake is None:
             self._wake = asyncio.Event()
@@ -173,8 +179,9 @@ class RmPoller:
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(self.max_workers,
-                                                                   thread_name_prefix="melon-rm-poller")
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self.max_workers, thread_name_prefix="melon-rm-poller"
+            )
 
         def run() -> Any:
             if self._hook is None:
@@ -190,8 +197,12 @@ class RmPoller:
         if len(ids) > 1:
             self.stats["list_calls"] += 1
             try:
-                listed = await self._call(YarnHook.list_applications, states=list(LIVE_STATES),
-                                          applicationTags=self.list_tag, deSelects=DESELECTS)
+                listed = await self._call(
+                    YarnHook.list_applications,
+                    states=list(LIVE_STATES),
+                    applicationTags=self.list_tag,
+                    deSelects=DESELECTS,
+                )
             except Exception as exc:  # noqa: BLE001 - every waiter of the cycle counts a failed poll
                 log.debug("RM list call failed: %s", exc)
                 reports = {app_id: exc for app_id in ids}
@@ -203,8 +214,9 @@ class RmPoller:
         missing = [app_id for app_id in ids if app_id not in reports]
         if missing:
             self.stats["single_gets"] += len(missing)
-            results = await asyncio.gather(*(self._call(YarnHook.get_application, app_id) for app_id in missing),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self._call(YarnHook.get_application, app_id) for app_id in missing), return_exceptions=True
+            )
             reports.update(zip(missing, results))
         self.stats["answered"] += len(batch)
         for i, waiter in enumerate(batch):

@@ -29,8 +29,12 @@ from airflow_provider_melon.hadoop.app_state import (
 )
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
-from airflow_provider_melon.version_compat import (TRIGGER_ON_KILL_ALSO_ON_HANDOVER, remote_logging, run_in_thread,
-                                                    trigger_has_on_kill)
+from airflow_provider_melon.version_compat import (
+    TRIGGER_ON_KILL_ALSO_ON_HANDOVER,
+    remote_logging,
+    run_in_thread,
+    trigger_has_on_kill,
+)
 
 MIN_POLL_INTERVAL = 5.0
 #: In a trigger's event: the rest of the job log is the resumed task's to read (from the event's ``log_state``).
@@ -158,7 +162,9 @@ class YarnApplicationTrigger(BaseTrigger):
     @property
     def hook(self) -> AsyncYarnHook:
         if getattr(self, "_hook", None) is None:
-            self._hook = AsyncYarnHook(self.yarn_conn_id, **({"proxy_user": self.proxy_user} if self.proxy_user else {}))
+            self._hook = AsyncYarnHook(
+                self.yarn_conn_id, **({"proxy_user": self.proxy_user} if self.proxy_user else {})
+            )
         return self._hook
 
     async def am_status(self) -> Optional[dict]:
@@ -178,8 +184,12 @@ class YarnApplicationTrigger(BaseTrigger):
     @property
     def follower(self) -> LogFollower:
         if self._follower is None:
-            self._follower = LogFollower(self.log_chief, lines_per_poll=self.log_lines_per_poll,
-                                         max_bytes=self.log_max_bytes, state=self.log_state)
+            self._follower = LogFollower(
+                self.log_chief,
+                lines_per_poll=self.log_lines_per_poll,
+                max_bytes=self.log_max_bytes,
+                state=self.log_state,
+            )
         return self._follower
 
     async def _restored(self, wait: bool) -> bool:
@@ -218,8 +228,12 @@ class YarnApplicationTrigger(BaseTrigger):
         if ti is None or not getattr(ti, "run_id", None):
             return None
         map_index = getattr(ti, "map_index", None)
-        return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
-                "map_index": -1 if map_index is None else int(map_index)}
+        return {
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "map_index": -1 if map_index is None else int(map_index),
+        }
 
     async def _save_log_state(self) -> None:
         """The follower's floor (one batch behind: see the module docstring) into the task instance's XCom when it
@@ -258,8 +272,11 @@ class YarnApplicationTrigger(BaseTrigger):
         except Exception as exc:  # noqa: BLE001
             self.log.debug("could not read the saved job log offsets of %s: %s", self.app_id, exc)
             return
-        if not isinstance(saved, dict) or saved.get("app_id") != self.app_id \
-                or not isinstance(saved.get("state"), dict):
+        if (
+            not isinstance(saved, dict)
+            or saved.get("app_id") != self.app_id
+            or not isinstance(saved.get("state"), dict)
+        ):
             return
         if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
             durable = saved.get("durable") if self._durable is not None else None
@@ -267,13 +284,19 @@ class YarnApplicationTrigger(BaseTrigger):
                 # remote logging: what the dead trigger printed never reached the task log; go on from what did
                 self.log_state = LogFollower.resume_from(durable, saved["state"])
                 self._durable = durable
-                self.log.info("Job log of %s goes on from the offsets the task log is known to hold (remote logging: "
-                              "the previous trigger's own lines were not uploaded): the lines since are shown again, "
-                              "marked re-shown", self.app_id)
+                self.log.info(
+                    "Job log of %s goes on from the offsets the task log is known to hold (remote logging: "
+                    "the previous trigger's own lines were not uploaded): the lines since are shown again, "
+                    "marked re-shown",
+                    self.app_id,
+                )
             else:
                 self.log_state = saved["state"]
-                self.log.info("Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
-                              "restarted): its last batch of lines is shown again, marked re-shown", self.app_id)
+                self.log.info(
+                    "Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
+                    "restarted): its last batch of lines is shown again, marked re-shown",
+                    self.app_id,
+                )
             self._follower = None
             self._saved_log_state = None
 
@@ -327,8 +350,10 @@ class YarnApplicationTrigger(BaseTrigger):
         poller = RmPoller.for_hook(self.hook)
         remaining = self._remaining()
         try:
-            return await asyncio.wait_for(poller.report(self.app_id, self.poll_interval, self._poll_due),
-                                          None if remaining is None else max(0.0, remaining))
+            return await asyncio.wait_for(
+                poller.report(self.app_id, self.poll_interval, self._poll_due),
+                None if remaining is None else max(0.0, remaining),
+            )
         except asyncio.TimeoutError:
             if remaining is not None and self._remaining() <= 0:
                 return None
@@ -347,10 +372,16 @@ class YarnApplicationTrigger(BaseTrigger):
         return app
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        step = PollStep(self.app_id, log_every_n=self.log_every_n, max_consecutive_failures=self.max_consecutive_failures,
-                        stream_progress=self.stream_progress, target_states=self.target_states,
-                        failure_states=self.failure_states, last_state=self.last_state,
-                        failures=self.consecutive_failures)
+        step = PollStep(
+            self.app_id,
+            log_every_n=self.log_every_n,
+            max_consecutive_failures=self.max_consecutive_failures,
+            stream_progress=self.stream_progress,
+            target_states=self.target_states,
+            failure_states=self.failure_states,
+            last_state=self.last_state,
+            failures=self.consecutive_failures,
+        )
         app: Optional[dict] = None
         if self.job_logs and self._xcom_ids() is not None:
             if remote_logging():
@@ -359,7 +390,7 @@ class YarnApplicationTrigger(BaseTrigger):
         try:
             while True:
                 if step.timed_out(self._remaining()):
-                    msg = step.timeout_message(self.app_id or '(tags ' + ','.join(self.tags or []) + ')')
+                    msg = step.timeout_message(self.app_id or "(tags " + ",".join(self.tags or []) + ")")
                     self.log.error(msg)
                     yield self._event("timeout", app, msg)
                     return
@@ -448,8 +479,11 @@ class YarnApplicationTrigger(BaseTrigger):
         if not self.app_id:
             return
         if TRIGGER_ON_KILL_ALSO_ON_HANDOVER and await self._task_state() == "deferred":
-            self.log.info("Not killing YARN application %s: the triggerer dropped this trigger but the task is still "
-                          "deferred (the trigger was handed to another triggerer)", self.app_id)
+            self.log.info(
+                "Not killing YARN application %s: the triggerer dropped this trigger but the task is still "
+                "deferred (the trigger was handed to another triggerer)",
+                self.app_id,
+            )
             return
         await self._kill("the deferred task was killed")
 
@@ -457,8 +491,12 @@ class YarnApplicationTrigger(BaseTrigger):
         """Every exit (triggerer restart included): release local resources; never kill the application. With
         remote logging, Airflow uploads this trigger's log once it has ended (after this): the offsets it logged are
         then in the task log, and saved as such (one batch behind, as every save), for a successor."""
-        if self._durable is not None and self._follower is not None and self._xcom_ids() is not None \
-                and (self._restoring is None or self._restoring.done()):
+        if (
+            self._durable is not None
+            and self._follower is not None
+            and self._xcom_ids() is not None
+            and (self._restoring is None or self._restoring.done())
+        ):
             self._durable = self._follower.floor()
             try:
                 await asyncio.wait_for(self._save_log_state(), CLEANUP_SAVE_WAIT_S)
@@ -477,13 +515,18 @@ class YarnApplicationTrigger(BaseTrigger):
         try:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-            states = await asyncio.wait_for(run_in_thread(
-                RuntimeTaskInstance.get_task_states, dag_id=ti.dag_id, task_ids=[ti.task_id],
-                run_ids=[ti.run_id], map_index=getattr(ti, "map_index", None),
-            ), TASK_STATE_WAIT_S)
+            states = await asyncio.wait_for(
+                run_in_thread(
+                    RuntimeTaskInstance.get_task_states,
+                    dag_id=ti.dag_id,
+                    task_ids=[ti.task_id],
+                    run_ids=[ti.run_id],
+                    map_index=getattr(ti, "map_index", None),
+                ),
+                TASK_STATE_WAIT_S,
+            )
             state = states[ti.run_id][ti.task_id]
         except Exception as exc:  # noqa: BLE001 - unknown
-            self.log.warning("Could not read the state of task %s.%s (%s): %s", ti.dag_id, ti.task_id, ti.run_id,
-                             exc)
+            self.log.warning("Could not read the state of task %s.%s (%s): %s", ti.dag_id, ti.task_id, ti.run_id, exc)
             return _UNKNOWN
         return None if state is None else str(getattr(state, "value", state)).lower()

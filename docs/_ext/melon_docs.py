@@ -40,14 +40,18 @@ class MelonConfig(SphinxDirective):
                 term = nodes.term("", "", nodes.literal(text=f"[{section}] {key}"))
                 term["ids"].append(anchor)
                 definition = nodes.definition(
-                    "", _para(nodes.Text(opt["description"])),
-                    _field_list([
-                        ("Type", nodes.Text(opt["type"])),
-                        ("Default", _literal(opt.get("default"))),
-                        ("Example", _literal(opt.get("example"))),
-                        ("Environment variable", nodes.literal(text=f"AIRFLOW__{section.upper()}__{key.upper()}")),
-                        ("Added in", nodes.Text(opt["version_added"])),
-                    ]))
+                    "",
+                    _para(nodes.Text(opt["description"])),
+                    _field_list(
+                        [
+                            ("Type", nodes.Text(opt["type"])),
+                            ("Default", _literal(opt.get("default"))),
+                            ("Example", _literal(opt.get("example"))),
+                            ("Environment variable", nodes.literal(text=f"AIRFLOW__{section.upper()}__{key.upper()}")),
+                            ("Added in", nodes.Text(opt["version_added"])),
+                        ]
+                    ),
+                )
                 items += nodes.definition_list_item("", term, definition)
             out += [_para(nodes.Text(body["description"])), items]
         return out
@@ -73,7 +77,8 @@ class MelonConnFields(SphinxDirective):
             if key in placeholders:
                 rows.append(("Placeholder", _literal(placeholders[key])))
             items += nodes.definition_list_item(
-                "", term, nodes.definition("", _para(nodes.Text(field["description"])), _field_list(rows)))
+                "", term, nodes.definition("", _para(nodes.Text(field["description"])), _field_list(rows))
+            )
         return [items]
 
 

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -29,10 +28,15 @@ def test_mnist_pipeline(airflow, melon_hook):
     path = melon_hook.hdfs_path(published["published"])
     assert "saved_model.pb" in melon_hook.hdfs.list(path)
     # train and evaluate ran as YARN applications tagged with this DAG, in this run (not an earlier one)
-    apps = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_mnist_pipeline"])
-            if int(a.get("startedTime") or 0) >= started_ms]
-    assert sorted(a["name"] for a in apps if a["name"] in ("mnist-mwms", "mnist-evaluate")) == \
-        ["mnist-evaluate", "mnist-mwms"], [(a["id"], a["name"], a["finalStatus"]) for a in apps]
+    apps = [
+        a
+        for a in melon_hook.yarn.find_applications(["airflow-dag:melon_mnist_pipeline"])
+        if int(a.get("startedTime") or 0) >= started_ms
+    ]
+    assert sorted(a["name"] for a in apps if a["name"] in ("mnist-mwms", "mnist-evaluate")) == [
+        "mnist-evaluate",
+        "mnist-mwms",
+    ], [(a["id"], a["name"], a["finalStatus"]) for a in apps]
     assert all(a["finalStatus"] == "SUCCEEDED" for a in apps if a["name"] in ("mnist-mwms", "mnist-evaluate"))
 
 
@@ -45,7 +49,10 @@ def test_pytorch_pipeline(airflow, melon_hook):
     report = _marker(out, "MELON_RESULT")
     assert report["accuracy"] >= report["threshold"]
     assert "model.pt" in melon_hook.hdfs.list(melon_hook.hdfs_path(report["model"]))
-    apps = {a["name"]: a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_pytorch_pipeline"])
-            if int(a.get("startedTime") or 0) >= started_ms}
+    apps = {
+        a["name"]: a
+        for a in melon_hook.yarn.find_applications(["airflow-dag:melon_pytorch_pipeline"])
+        if int(a.get("startedTime") or 0) >= started_ms
+    }
     assert sorted(apps) == ["ddp-evaluate", "ddp-torchrun"], sorted(apps)
     assert all(a["finalStatus"] == "SUCCEEDED" for a in apps.values())

@@ -49,8 +49,9 @@ def _ti(stack, run_id: str, task_id: str) -> dict:
 
 
 def _app_of(hook, run_id: str, task_id: str):
-    apps = hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", f"airflow-task:{task_id}", run_tag(run_id)],
-                                       match_all=True)
+    apps = hook.yarn.find_applications(
+        [f"airflow-dag:{DAG_ID}", f"airflow-task:{task_id}", run_tag(run_id)], match_all=True
+    )
     return apps[0] if len(apps) == 1 and apps[0]["state"] == "RUNNING" else None
 
 
@@ -58,9 +59,12 @@ def _mark_failed_and_wait_killed(stack, hook, run_id: str, task_id: str, app_id:
     cause = causes(airflow_cause(stack, DAG_ID, run_id, task_id), rm_cause(hook, app_id))
     stack.set_task_state(DAG_ID, run_id, task_id, "failed")
     assert _ti(stack, run_id, task_id)["state"] == "failed"
-    app = wait_for(lambda: (lambda a: a if a["state"] not in LIVE else None)(hook.yarn.get_application(app_id)),
-                   120, f"YARN application {app_id} of {task_id} to end after the task was marked failed",
-                   cause=cause)
+    app = wait_for(
+        lambda: (lambda a: a if a["state"] not in LIVE else None)(hook.yarn.get_application(app_id)),
+        120,
+        f"YARN application {app_id} of {task_id} to end after the task was marked failed",
+        cause=cause,
+    )
     assert app["state"] == "KILLED", f"{app_id} ended {app['state']}/{app['finalStatus']}, not KILLED\n{cause()}"
     return app
 
@@ -68,21 +72,46 @@ def _mark_failed_and_wait_killed(stack, hook, run_id: str, task_id: str, app_id:
 def test_marking_a_deferred_train_task_failed_kills_its_app(kill_run, airflow_stack, melon_hook_module):
     stack, hook, task_id = airflow_stack, melon_hook_module, "deferred"
     cause = causes(airflow_cause(stack, DAG_ID, kill_run, task_id), rm_cause(hook))
-    ti = wait_for(lambda: (lambda t: t if t["state"] == "deferred" and t.get("triggerer_job") else None)(
-        _ti(stack, kill_run, task_id)), 300, "the train task deferred to the triggerer", every=1, cause=cause)
+    ti = wait_for(
+        lambda: (lambda t: t if t["state"] == "deferred" and t.get("triggerer_job") else None)(
+            _ti(stack, kill_run, task_id)
+        ),
+        300,
+        "the train task deferred to the triggerer",
+        every=1,
+        cause=cause,
+    )
     app = wait_for(lambda: _app_of(hook, kill_run, task_id), 120, "its YARN application RUNNING", cause=cause)
     # the trigger follows it (its first state line, "<state at deferral> -> RUNNING", is in its log) before the kill
-    trigger_log = (stack.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={kill_run}" / f"task_id={task_id}"
-                   / f"attempt={ti['try_number']}.log.trigger.{ti['triggerer_job']['id']}.log")
-    wait_for(lambda: trigger_log.exists() and f"YARN application {app['id']}: " in trigger_log.read_text(),
-             240, "the trigger's first poll", cause=cause)
+    trigger_log = (
+        stack.home
+        / "logs"
+        / f"dag_id={DAG_ID}"
+        / f"run_id={kill_run}"
+        / f"task_id={task_id}"
+        / f"attempt={ti['try_number']}.log.trigger.{ti['triggerer_job']['id']}.log"
+    )
+    wait_for(
+        lambda: trigger_log.exists() and f"YARN application {app['id']}: " in trigger_log.read_text(),
+        240,
+        "the trigger's first poll",
+        cause=cause,
+    )
 
     _mark_failed_and_wait_killed(stack, hook, kill_run, task_id, app["id"])
     # the RM shows KILLED before the triggerer's log handler has written the kill path's last lines: wait for them
     ended_re = rf"YARN application {re.escape(app['id'])} is ([A-Z_]+)"
-    wait_for(lambda: (lambda text: f"Killing YARN application {app['id']}" in text
-                      and any(s not in LIVE for s in re.findall(ended_re, text)))(trigger_log.read_text()),
-             60, "the kill's lines in the trigger log", cause=causes(cause, lambda: trigger_log.read_text()[-3000:]))
+    wait_for(
+        lambda: (
+            lambda text: (
+                f"Killing YARN application {app['id']}" in text
+                and any(s not in LIVE for s in re.findall(ended_re, text))
+            )
+        )(trigger_log.read_text()),
+        60,
+        "the kill's lines in the trigger log",
+        cause=causes(cause, lambda: trigger_log.read_text()[-3000:]),
+    )
     said = trigger_log.read_text()
     assert f"Killing YARN application {app['id']}" in said, said[-3000:]
     if trigger_has_on_kill():  # Airflow 3.3+: the triggerer's on_kill() path (this session's Airflow)
@@ -99,12 +128,19 @@ def test_marking_a_deferred_train_task_failed_kills_its_app(kill_run, airflow_st
 def test_marking_a_polling_train_task_failed_kills_its_app(kill_run, airflow_stack, melon_hook_module):
     stack, hook, task_id = airflow_stack, melon_hook_module, "polling"
     cause = causes(airflow_cause(stack, DAG_ID, kill_run, task_id), rm_cause(hook))
-    app = wait_for(lambda: _app_of(hook, kill_run, task_id), 300, "the polling task's YARN application RUNNING",
-                   cause=cause)
+    app = wait_for(
+        lambda: _app_of(hook, kill_run, task_id), 300, "the polling task's YARN application RUNNING", cause=cause
+    )
     # the operator follows it in its worker: the task is running (never deferred) and has announced the app
-    wait_for(lambda: _ti(stack, kill_run, task_id)["state"] == "running"
-             and stack.xcom(DAG_ID, kill_run, task_id, key="app_id") == app["id"], 120,
-             "the task running and following its app", cause=cause)
+    wait_for(
+        lambda: (
+            _ti(stack, kill_run, task_id)["state"] == "running"
+            and stack.xcom(DAG_ID, kill_run, task_id, key="app_id") == app["id"]
+        ),
+        120,
+        "the task running and following its app",
+        cause=cause,
+    )
 
     _mark_failed_and_wait_killed(stack, hook, kill_run, task_id, app["id"])
     log = stack.task_log(DAG_ID, kill_run, task_id, try_number=_ti(stack, kill_run, task_id)["try_number"])

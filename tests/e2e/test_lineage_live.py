@@ -18,8 +18,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_a_train_task_reports_its_hdfs_datasets_and_yarn_application(airflow, melon_hook, minicluster, tmp_path):
     melon_hook.hdfs.write("/tmp/melon-e2e-lineage/in.txt", data=b"lineage\n", overwrite=True)
     events = tmp_path / "openlineage.jsonl"
-    env = {**airflow.env, "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
-        {"type": "file", "log_file_path": str(events), "append": True})}
+    env = {
+        **airflow.env,
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events), "append": True}),
+    }
     result = AirflowRunner(env).run("tasks", "test", "melon_e2e_lineage", "train", timeout=600)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]

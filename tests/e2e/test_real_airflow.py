@@ -64,11 +64,14 @@ class Runs:
                 except Exception:  # noqa: BLE001 - a busy api-server: next round
                     continue
                 for ti in tis:
-                    self.seen[(dag_id, run_id, ti["task_id"], ti["map_index"])].append({
-                        "t": time.time(), "state": ti["state"],
-                        "trigger": (ti.get("trigger") or {}).get("classpath"),
-                        "triggerer_job": (ti.get("triggerer_job") or {}).get("id"),
-                    })
+                    self.seen[(dag_id, run_id, ti["task_id"], ti["map_index"])].append(
+                        {
+                            "t": time.time(),
+                            "state": ti["state"],
+                            "trigger": (ti.get("trigger") or {}).get("classpath"),
+                            "triggerer_job": (ti.get("triggerer_job") or {}).get("id"),
+                        }
+                    )
                     release = self.releases.get((name, ti["task_id"]))
                     if release and ti["state"] == "deferred" and ti.get("triggerer_job"):
                         release.touch()
@@ -84,8 +87,11 @@ class Runs:
 
     def deferred_by(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[tuple[str, int]]:
         """(trigger class, triggerer job id) of every observation of that task instance in state deferred."""
-        return [(o["trigger"], o["triggerer_job"]) for o in self.seen[(dag_id, run_id, task_id, map_index)]
-                if o["state"] == "deferred"]
+        return [
+            (o["trigger"], o["triggerer_job"])
+            for o in self.seen[(dag_id, run_id, task_id, map_index)]
+            if o["state"] == "deferred"
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +106,16 @@ def runs(airflow_stack, minicluster, tmp_path_factory):
     tag = f"external-{uuid.uuid4().hex[:8]}"
     code = tmp_path_factory.mktemp("external-code")
     release = tmp_path_factory.mktemp("external-release") / "go"
-    spec = JobSpec.from_dict({"name": "submitted-elsewhere", "framework": "generic", "code": str(code),
-                              "entrypoint": f"python -c \"import os, time\nwhile not os.path.exists('{release}'): "
-                                            "time.sleep(0.5)\"", "tags": [tag],
-                              "roles": {"worker": {"memory": 256}}})
+    spec = JobSpec.from_dict(
+        {
+            "name": "submitted-elsewhere",
+            "framework": "generic",
+            "code": str(code),
+            "entrypoint": f"python -c \"import os, time\nwhile not os.path.exists('{release}'): time.sleep(0.5)\"",
+            "tags": [tag],
+            "roles": {"worker": {"memory": 256}},
+        }
+    )
     external_app = melon_hook.submit(spec)["app_id"]
 
     # the watcher runs before the first run is triggered: started after them (the CLI trigger takes seconds, more
@@ -116,8 +128,9 @@ def runs(airflow_stack, minicluster, tmp_path_factory):
         r.add("mnist", "melon_mnist_pipeline", stack.trigger("melon_mnist_pipeline"))
         r.add("hpo", "melon_hpo_fanout", stack.trigger("melon_hpo_fanout"))
         r.add("hpo_cli", "melon_hpo_fanout", CLI_RUN_ID)  # watched from before the run exists: the CLI is slow
-        cli = stack.cli("dags", "trigger", "melon_hpo_fanout", "--run-id", CLI_RUN_ID,
-                        "--logical-date", "2026-01-02T00:00:00+00:00")
+        cli = stack.cli(
+            "dags", "trigger", "melon_hpo_fanout", "--run-id", CLI_RUN_ID, "--logical-date", "2026-01-02T00:00:00+00:00"
+        )
         assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
         r.add("ps", "melon_ps_planned", stack.trigger("melon_ps_planned"))
         r.add("watch", "melon_external_app_watch", stack.trigger("melon_external_app_watch", conf={"tag": tag}))
@@ -151,7 +164,9 @@ def test_mnist_pipeline_triggered_like_the_ui(runs, airflow_stack, melon_hook):
     assert "saved_model.pb" in melon_hook.hdfs.list(melon_hook.hdfs_path(result["published"]))
     apps = melon_hook.yarn.find_applications(["airflow-dag:melon_mnist_pipeline", run_tag(run_id)], match_all=True)
     assert {a["name"]: a["finalStatus"] for a in apps if a["name"] != "mnist-mwms-profile"} == {
-        "mnist-mwms": "SUCCEEDED", "mnist-evaluate": "SUCCEEDED"}, apps
+        "mnist-mwms": "SUCCEEDED",
+        "mnist-evaluate": "SUCCEEDED",
+    }, apps
 
 
 def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_stack, melon_hook):
@@ -166,8 +181,13 @@ def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_st
         assert where["out"].endswith(f"/hpo/{run_slug(run_id)}"), where
         outs.add(where["out"])
         assert sorted(melon_hook.hdfs.list(where["out"])) == [f"trial-{i}" for i in range(4)]  # published outputs
-        apps = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_hpo_fanout", run_tag(run_id)],
-                                                             match_all=True) if a["name"].startswith("hpo-trial-")]
+        apps = [
+            a
+            for a in melon_hook.yarn.find_applications(
+                ["airflow-dag:melon_hpo_fanout", run_tag(run_id)], match_all=True
+            )
+            if a["name"].startswith("hpo-trial-")
+        ]
         assert sorted(a["name"] for a in apps) == [f"hpo-trial-{i}" for i in range(4)], apps
         assert all(a["finalStatus"] == "SUCCEEDED" for a in apps), apps
         trial_app = {int(a["name"].rsplit("-", 1)[1]): a["id"] for a in apps}
@@ -177,8 +197,15 @@ def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_st
             assert {h for h in held if h[1] is not None} <= {(TRIGGER_CLASS, triggerers[0])}, held
             # the triggerer process wrote the trigger's own log lines for this task instance: its polls of this
             # trial's own app (the line it logs right before its event can miss the file, triggers/yarn.py)
-            trigger_log = (airflow_stack.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=trial"
-                           / f"map_index={i}" / f"attempt=1.log.trigger.{triggerers[0]}.log")
+            trigger_log = (
+                airflow_stack.home
+                / "logs"
+                / f"dag_id={dag_id}"
+                / f"run_id={run_id}"
+                / "task_id=trial"
+                / f"map_index={i}"
+                / f"attempt=1.log.trigger.{triggerers[0]}.log"
+            )
             assert f"YARN application {trial_app[i]}" in trigger_log.read_text(), (trial_app[i], trigger_log)
         overlap = _max_overlap([_app_window(a) for a in apps])
         print(f"{name}: {run_id}: trials' YARN apps ran up to {overlap} at once")
@@ -201,12 +228,17 @@ def test_hpo_trials_start_at_the_gpu_memory_earlier_runs_taught(runs, airflow_st
     run_id = airflow_stack.trigger("melon_hpo_fanout")
     run = airflow_stack.wait_run("melon_hpo_fanout", run_id, 1200)
     assert run["state"] == "success", airflow_stack.run_picture("melon_hpo_fanout", run_id)
-    learned = (f"roles.worker.gpu_memory auto: 6144 MiB (learned from the last {min(len(recorded), 5)} run(s): "
-               "succeeded at 6144 MiB in run")
+    learned = (
+        f"roles.worker.gpu_memory auto: 6144 MiB (learned from the last {min(len(recorded), 5)} run(s): "
+        "succeeded at 6144 MiB in run"
+    )
     text = airflow_stack.task_log("melon_hpo_fanout", run_id, "trial", map_index=0)
     assert learned in text, text[-3000:]
-    [app] = [a for a in melon_hook.yarn.find_applications(["airflow-dag:melon_hpo_fanout", run_tag(run_id)],
-                                                          match_all=True) if a["name"] == "hpo-trial-0"]
+    [app] = [
+        a
+        for a in melon_hook.yarn.find_applications(["airflow-dag:melon_hpo_fanout", run_tag(run_id)], match_all=True)
+        if a["name"] == "hpo-trial-0"
+    ]
     final = melon_hook.final_status(app["id"])
     assert final["labels"]["gpu_memory"].startswith(learned), final["labels"]
     assert final["tasks"][0]["initial_gpu_memory_mb"] == 6144, final["tasks"]

@@ -47,11 +47,20 @@ def browser():
 def probe(airflow_stack, melon_hook_module):
     """A run of the probe DAG whose train task is deferred while its 3 tasks report step/loss."""
     run_id = airflow_stack.trigger(DAG, conf={"seconds": 420})
-    app_id = wait_for(lambda: airflow_stack.xcom(DAG, run_id, "train", key="app_id"), 180, "the app id in XCom",
-                      cause=causes(airflow_cause(airflow_stack, DAG, run_id, "train"), rm_cause(melon_hook_module)))
-    wait_for(lambda: len([t for t in (melon_hook_module.yarn.am_status(app_id) or {}).get("tasks", [])
-                          if t.get("step")]) == 3, 180, "3 tasks reporting steps",
-             cause=causes(airflow_cause(airflow_stack, DAG, run_id, "train"), rm_cause(melon_hook_module, app_id)))
+    app_id = wait_for(
+        lambda: airflow_stack.xcom(DAG, run_id, "train", key="app_id"),
+        180,
+        "the app id in XCom",
+        cause=causes(airflow_cause(airflow_stack, DAG, run_id, "train"), rm_cause(melon_hook_module)),
+    )
+    wait_for(
+        lambda: (
+            len([t for t in (melon_hook_module.yarn.am_status(app_id) or {}).get("tasks", []) if t.get("step")]) == 3
+        ),
+        180,
+        "3 tasks reporting steps",
+        cause=causes(airflow_cause(airflow_stack, DAG, run_id, "train"), rm_cause(melon_hook_module, app_id)),
+    )
     yield {"run_id": run_id, "app_id": app_id}
     try:
         melon_hook_module.yarn.kill_application(app_id)
@@ -77,14 +86,20 @@ def fill_login_form(driver, airflow):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    user = wait_for(lambda: driver.find_element(By.NAME, "username"), 60,
-                    f"the login form (the browser is at {driver.current_url})")
+    user = wait_for(
+        lambda: driver.find_element(By.NAME, "username"), 60, f"the login form (the browser is at {driver.current_url})"
+    )
     user.send_keys(airflow.username)
     password = driver.find_element(By.NAME, "password")
     password.send_keys(airflow.password)
     password.send_keys(Keys.ENTER)
-    wait_for(lambda: login_kept(driver), 60, "the session cookie" if AIRFLOW_V_3_1_PLUS else
-             "the session cookie (or, on Airflow 3.0's UI, its token in localStorage)")
+    wait_for(
+        lambda: login_kept(driver),
+        60,
+        "the session cookie"
+        if AIRFLOW_V_3_1_PLUS
+        else "the session cookie (or, on Airflow 3.0's UI, its token in localStorage)",
+    )
     return driver
 
 
@@ -96,8 +111,11 @@ def login_kept(driver) -> bool:
 
     if any(c["name"] == "_token" for c in driver.get_cookies()):
         return True
-    return (not AIRFLOW_V_3_1_PLUS and "/login" not in urlsplit(driver.current_url).path
-            and bool(driver.execute_script("return window.localStorage.getItem('token')")))
+    return (
+        not AIRFLOW_V_3_1_PLUS
+        and "/login" not in urlsplit(driver.current_url).path
+        and bool(driver.execute_script("return window.localStorage.getItem('token')"))
+    )
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -136,9 +154,11 @@ def check_login_redirect(airflow) -> None:
     code, _, body = answer(location, Accept=BROWSER_ACCEPT)
     assert code == 200 or (code in (302, 303, 307) and "login" in body.lower() + location), (code, body[:300])
     # scripts: JSON, no redirect (no Accept: text/html; or a bearer token, even with it)
-    for path, hdrs, want in (("/melon/api/jobs", {"Accept": "application/json"}, 401),
-                             ("/melon/jobs", {}, 401),
-                             ("/melon/jobs", {"Accept": BROWSER_ACCEPT, "Authorization": "Bearer not-a-jwt"}, 403)):
+    for path, hdrs, want in (
+        ("/melon/api/jobs", {"Accept": "application/json"}, 401),
+        ("/melon/jobs", {}, 401),
+        ("/melon/jobs", {"Accept": BROWSER_ACCEPT, "Authorization": "Bearer not-a-jwt"}, 403),
+    ):
         code, headers, body = answer(airflow.url + path, **hdrs)
         assert code == want and headers.get("Content-Type", "").startswith("application/json"), (path, code, body)
         assert json.loads(body)["detail"] in ("Not authenticated", "Invalid JWT token"), body
@@ -147,16 +167,23 @@ def check_login_redirect(airflow) -> None:
     try:
         driver.get(airflow.url + "/melon/jobs")
         fill_login_form(driver, airflow)
-        wait_for(lambda: driver.current_url == airflow.url + "/melon/jobs", 60,
-                 "the browser back on /melon/jobs after the login")
-        loaded = wait_for(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"), 60,
-                          "/melon/jobs to load")
+        wait_for(
+            lambda: driver.current_url == airflow.url + "/melon/jobs",
+            60,
+            "the browser back on /melon/jobs after the login",
+        )
+        loaded = wait_for(
+            lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"), 60, "/melon/jobs to load"
+        )
         assert loaded != "error", driver.find_element(By.ID, "root").text
         # the login ends while the page is open: its next refresh (every 10 s) takes the browser to the login page
         driver.delete_all_cookies()
         fill_login_form(driver, airflow)
-        wait_for(lambda: driver.current_url == airflow.url + "/melon/jobs", 60,
-                 "the browser back on /melon/jobs after the second login")
+        wait_for(
+            lambda: driver.current_url == airflow.url + "/melon/jobs",
+            60,
+            "the browser back on /melon/jobs after the second login",
+        )
     finally:
         driver.quit()
 
@@ -191,8 +218,9 @@ def open_plugin_page(driver, base: str, route: str):
         driver.get(f"{base}/plugin/{route}")
         frame = wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), 60, f"the {route} iframe")
         driver.switch_to.frame(frame)
-    loaded = wait_for(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"), 60,
-                      f"{route} to load")
+    loaded = wait_for(
+        lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"), 60, f"{route} to load"
+    )
     assert loaded != "error", driver.find_element(By.ID, "root").text
 
 
@@ -219,8 +247,11 @@ def test_gpu_page_shows_the_tasks_on_their_gpus(logged_in, airflow_stack, probe,
     driver = logged_in
     open_plugin_page(driver, airflow_stack.url, "melon-gpus")
     app_id = probe["app_id"]
-    wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, f'.seg[data-task^="{app_id}/"]')) == 3, 60,
-             "the probe's 3 tasks on the GPU bars")
+    wait_for(
+        lambda: len(driver.find_elements(By.CSS_SELECTOR, f'.seg[data-task^="{app_id}/"]')) == 3,
+        60,
+        "the probe's 3 tasks on the GPU bars",
+    )
     assert driver.find_element(By.CSS_SELECTOR, '[data-total="nodes"]').text == "2"
     assert driver.find_element(By.CSS_SELECTOR, '[data-total="gpus"]').text == "4"
     assert len(driver.find_elements(By.CSS_SELECTOR, "[data-node-card]")) == 2
@@ -253,8 +284,15 @@ def test_jobs_page_draws_the_loss_chart(logged_in, airflow_stack, probe, shots):
     note = row.find_element(By.CSS_SELECTOR, "[data-gpu-memory-note]").text
     assert note.startswith("roles.worker.gpu_memory auto: 6144 MiB ("), note
     assert all("6 GiB expected" in r.text for r in row.find_elements(By.CSS_SELECTOR, "[data-task-row]"))
-    points = wait_for(lambda: [p for p in job_row().find_elements(By.CSS_SELECTOR, "svg.loss-chart polyline")
-                               if len(p.get_attribute("points").split()) >= 3], 60, "a drawn loss curve")
+    points = wait_for(
+        lambda: [
+            p
+            for p in job_row().find_elements(By.CSS_SELECTOR, "svg.loss-chart polyline")
+            if len(p.get_attribute("points").split()) >= 3
+        ],
+        60,
+        "a drawn loss curve",
+    )
     assert points
     links = wait_for(lambda: {a.text for a in job_row().find_elements(By.CSS_SELECTOR, ".links a")}, 30, "the links")
     assert links >= {"YARN application", "ApplicationMaster"}
@@ -297,12 +335,17 @@ def test_task_instance_has_a_yarn_job_tab(logged_in, airflow_stack, probe, shots
     driver.switch_to.default_content()
     if not AIRFLOW_V_3_1_PLUS:  # no task-instance tabs on 3.0: the tab's page itself, at the plugin's href
         [href] = [v["href"] for v in MelonPlugin.external_views if v["destination"] == "task_instance"]
-        driver.get(f"{airflow_stack.url}/" + href.format(DAG_ID=DAG, RUN_ID=quote(probe["run_id"], safe=""),
-                                                        TASK_ID="train", MAP_INDEX=-1))
+        driver.get(
+            f"{airflow_stack.url}/"
+            + href.format(DAG_ID=DAG, RUN_ID=quote(probe["run_id"], safe=""), TASK_ID="train", MAP_INDEX=-1)
+        )
     else:
         driver.get(f"{airflow_stack.url}/dags/{DAG}/runs/{quote(probe['run_id'], safe='')}/tasks/train")
-        tab = wait_for(lambda: [a for a in driver.find_elements(By.TAG_NAME, "a") if a.text.strip() == "YARN job"][0],
-                       60, "the YARN job tab")
+        tab = wait_for(
+            lambda: [a for a in driver.find_elements(By.TAG_NAME, "a") if a.text.strip() == "YARN job"][0],
+            60,
+            "the YARN job tab",
+        )
         tab.click()
         frame = wait_for(lambda: driver.find_element(By.TAG_NAME, "iframe"), 60, "the tab's iframe")
         driver.switch_to.frame(frame)
@@ -325,10 +368,18 @@ def test_would_it_fit_form(logged_in, airflow_stack, probe, shots):
             field.clear()
             field.send_keys(value)
         form.find_element(By.TAG_NAME, "button").click()  # the page clears the last answer first
-        return wait_for(lambda: {v.get_attribute("data-verdict"): v.text for v in
-                                 driver.find_elements(By.CSS_SELECTOR, "[data-verdict]")
-                                 if f"{tasks} task(s)" in driver.find_element(By.ID, "answer").text} or None,
-                        30, "the answer")
+        return wait_for(
+            lambda: (
+                {
+                    v.get_attribute("data-verdict"): v.text
+                    for v in driver.find_elements(By.CSS_SELECTOR, "[data-verdict]")
+                    if f"{tasks} task(s)" in driver.find_element(By.ID, "answer").text
+                }
+                or None
+            ),
+            30,
+            "the answer",
+        )
 
     never = ask("20GiB", 1)
     assert never["ever"].startswith("Never fits") and "16384 MiB" in never["ever"]
@@ -365,8 +416,14 @@ def test_gpu_page_load_time_with_ten_apps(logged_in, airflow_stack, probe, jobs)
     from selenium.webdriver.common.by import By
 
     for i in range(9):
-        jobs.submit({"name": f"ui-load-{i}", "framework": "generic", "entrypoint": "python -c 'import time; time.sleep(600)'",
-                     "roles": {"worker": {"memory": 128, "gpu_memory": "1GiB"}}})
+        jobs.submit(
+            {
+                "name": f"ui-load-{i}",
+                "framework": "generic",
+                "entrypoint": "python -c 'import time; time.sleep(600)'",
+                "roles": {"worker": {"memory": 128, "gpu_memory": "1GiB"}},
+            }
+        )
     for app_id in jobs.submitted:
         jobs.wait(app_id, timeout=300, states={"RUNNING"})
     driver = logged_in
@@ -380,6 +437,8 @@ def test_gpu_page_load_time_with_ten_apps(logged_in, airflow_stack, probe, jobs)
         times.append(time.monotonic() - started)
     running = airflow_stack._http("GET", "/melon/api/jobs")["jobs"]
     assert sum(j["state"] == "RUNNING" for j in running) >= 10
-    print(f"[ui] GPU page, 2 nodes and {sum(j['state'] == 'RUNNING' for j in running)} running apps: "
-          f"loaded in {', '.join(f'{t:.2f}' for t in times)} s (median {sorted(times)[1]:.2f} s)")
+    print(
+        f"[ui] GPU page, 2 nodes and {sum(j['state'] == 'RUNNING' for j in running)} running apps: "
+        f"loaded in {', '.join(f'{t:.2f}' for t in times)} s (median {sorted(times)[1]:.2f} s)"
+    )
     print(json.dumps({"gpu_page_load_s": sorted(times)[1]}))

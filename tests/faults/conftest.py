@@ -33,8 +33,15 @@ from tests.evidence import record
 @pytest.fixture(scope="package")
 def fault_cluster():
     # MELON_FAULT_CLUSTER_DIR: a running one, while iterating on these tests
-    yield from running_cluster("MELON_FAULT_CLUSTER_DIR", "melon-faults-", "MELON_FAULT_PORT_BASE",
-                               nodemanagers=3, nm_expiry_ms=12_000, rm_recovery=True, timeout=300)
+    yield from running_cluster(
+        "MELON_FAULT_CLUSTER_DIR",
+        "melon-faults-",
+        "MELON_FAULT_PORT_BASE",
+        nodemanagers=3,
+        nm_expiry_ms=12_000,
+        rm_recovery=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -103,9 +110,17 @@ def fault_row(request):
     row:`` (an output with a digest counts as lost unless its bytes match) — the
     test calls ``row.injected()`` and, once the cluster shows the recovery, ``row.recovered()``; it submits with
     ``tags=row.tags`` (or sets ``row.app_id``). The row is recorded when the block ends, however it ends."""
+
     @contextmanager
-    def row(fault: str, *, hook, outputs=(), end: Optional[tuple] = ("FINISHED", "SUCCEEDED"), apps: bool = True,
-            where: str = "mini cluster"):
+    def row(
+        fault: str,
+        *,
+        hook,
+        outputs=(),
+        end: Optional[tuple] = ("FINISHED", "SUCCEEDED"),
+        apps: bool = True,
+        where: str = "mini cluster",
+    ):
         from airflow_provider_melon.submission import identity_tag
 
         rec = FaultRow(identity_tag("fault-suite", "faults", request.node.name, uuid.uuid4().hex) if apps else None)
@@ -126,9 +141,17 @@ def fault_row(request):
             seen.setdefault("duplicate_apps", "?")
             seen.setdefault("lost_outputs", "?")
             seen["seconds"] = round(rec.recovered_at - rec.t0, 1) if rec.recovered_at and rec.t0 else "-"
-            record("fault table", {"fault": seen["fault"], "recovered": seen["recovered"], "seconds": seen["seconds"],
-                                   "dup apps": seen["duplicate_apps"], "lost": seen["lost_outputs"],
-                                   "where": seen["where"]})
+            record(
+                "fault table",
+                {
+                    "fault": seen["fault"],
+                    "recovered": seen["recovered"],
+                    "seconds": seen["seconds"],
+                    "dup apps": seen["duplicate_apps"],
+                    "lost": seen["lost_outputs"],
+                    "where": seen["where"],
+                },
+            )
             print(f"FAULT {seen}")
 
     return row
@@ -152,7 +175,9 @@ def container_group(container_prefix: str, **env) -> int:
             continue
         pid = int(entry.name)
         e = _environ(pid)
-        if re.sub(r"^container_e\d+_", "container_", e.get("CONTAINER_ID", "")).startswith(container_prefix) and all(e.get(k) == v for k, v in env.items()):
+        if re.sub(r"^container_e\d+_", "container_", e.get("CONTAINER_ID", "")).startswith(container_prefix) and all(
+            e.get(k) == v for k, v in env.items()
+        ):
             try:
                 if os.getpgid(pid) == pid:  # the leader only: its parent (the NM's launcher) is in the NM's group
                     return pid
@@ -163,7 +188,7 @@ def container_group(container_prefix: str, **env) -> int:
 
 def app_containers_prefix(app_id: str, attempt: int = 1) -> str:
     """``container_<cluster ts>_<app>_<attempt>_`` (an RM epoch, ``e05_`` after restarts, is left out)."""
-    return f"container_{app_id[len('application_'):]}_{attempt:02d}_"
+    return f"container_{app_id[len('application_') :]}_{attempt:02d}_"
 
 
 def sigkill_group(pgid: int) -> None:

@@ -23,34 +23,54 @@ def registered(status: dict) -> set[int]:
     return {t["index"] for t in status.get("tasks") or [] if t["state"] == "REGISTERED"}
 
 
-def test_elastic_role_below_its_minimum_past_the_grace_fails_naming_the_lost_members(fault_jobs, fault_hook,
-                                                                                      tmp_path, fault_row):
+def test_elastic_role_below_its_minimum_past_the_grace_fails_naming_the_lost_members(
+    fault_jobs, fault_hook, tmp_path, fault_row
+):
     """Three workers, at least two, no restarts: the first SIGKILL leaves two (the job goes on, nothing replaced), the
     second leaves one: after the 5 s grace the job fails, naming both lost workers and how they ended."""
-    with fault_row("elastic worker SIGKILLed twice (3 workers, min 2, no restarts): FAILED naming the lost",
-                   hook=fault_hook, end=("FINISHED", "FAILED")) as row:
-        app_id = fault_jobs.submit(checkpointed_job(
-            tmp_path, "elastic-below-min", 120, elastic_grace_s=5,
-            roles={"worker": {"instances": 3, "min_instances": 2, "memory": 256}}), tags=row.tags)
+    with fault_row(
+        "elastic worker SIGKILLed twice (3 workers, min 2, no restarts): FAILED naming the lost",
+        hook=fault_hook,
+        end=("FINISHED", "FAILED"),
+    ) as row:
+        app_id = fault_jobs.submit(
+            checkpointed_job(
+                tmp_path,
+                "elastic-below-min",
+                120,
+                elastic_grace_s=5,
+                roles={"worker": {"instances": 3, "min_instances": 2, "memory": 256}},
+            ),
+            tags=row.tags,
+        )
         fault_jobs.wait_status(app_id, lambda s: registered(s) == {0, 1, 2}, timeout=120)
         wait_for(lambda: read_step(tmp_path, "worker2") >= 2, 60, "worker:2 at step 2", cause=fault_jobs.cause(app_id))
         prefix = app_containers_prefix(app_id)
         row.injected()
         sigkill_group(container_group(prefix, MELON_ROLE="worker", MELON_INDEX="2"))
         # one lost: two left, the minimum: the others go on and the app keeps running past the grace
-        wait_for(lambda: registered(fault_jobs.status(app_id) or {}) == {0, 1}, 60, "worker:2 gone, 0 and 1 left",
-                 cause=fault_jobs.cause(app_id))
+        wait_for(
+            lambda: registered(fault_jobs.status(app_id) or {}) == {0, 1},
+            60,
+            "worker:2 gone, 0 and 1 left",
+            cause=fault_jobs.cause(app_id),
+        )
         at = read_step(tmp_path, "worker1")
-        wait_for(lambda: read_step(tmp_path, "worker1") >= at + 7, 60, "worker:1 training on past the 5 s grace",
-                 cause=fault_jobs.cause(app_id))
+        wait_for(
+            lambda: read_step(tmp_path, "worker1") >= at + 7,
+            60,
+            "worker:1 training on past the 5 s grace",
+            cause=fault_jobs.cause(app_id),
+        )
         assert fault_jobs.app(app_id)["state"] == "RUNNING"
         sigkill_group(container_group(prefix, MELON_ROLE="worker", MELON_INDEX="1"))
         final = fault_jobs.wait(app_id, timeout=120)
         row.recovered()  # handled as designed: the job failed, naming the lost members
         assert (final["state"], final["finalStatus"]) == ("FINISHED", "FAILED"), final
         diag = final["diagnostics"]
-        assert "elastic role worker below its minimum of 2 for more than 5.0 s (elastic_grace_s): 1 of 3 live" in diag, \
-            diag
+        assert (
+            "elastic role worker below its minimum of 2 for more than 5.0 s (elastic_grace_s): 1 of 3 live" in diag
+        ), diag
         lost = diag.split("; lost: ", 1)[1]
         assert "worker:1 (" in lost and "worker:2 (" in lost and lost.count("exited 137 (killed by SIGKILL)") == 2, diag
         am_log = "".join(fault_jobs.container_logs(app_id, "AppMaster.stdout").values())
@@ -109,8 +129,15 @@ def elastic_ddp_job(tmp_path, name: str, steps: int, **roles) -> dict:
     (code / "train.py").write_text(ELASTIC_DDP)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    return {"name": name, "framework": "pytorch", "launcher": "torchrun", "code": str(code),
-            "entrypoint": f"python train.py {ckpt} {steps} 0.3", "elastic_grace_s": 30, "roles": roles}
+    return {
+        "name": name,
+        "framework": "pytorch",
+        "launcher": "torchrun",
+        "code": str(code),
+        "entrypoint": f"python train.py {ckpt} {steps} 0.3",
+        "elastic_grace_s": 30,
+        "roles": roles,
+    }
 
 
 def ddp_step(tmp_path) -> int:
@@ -121,23 +148,34 @@ def ddp_step(tmp_path) -> int:
 
 
 def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_from_the_checkpoint(
-        fault_jobs, fault_hook, tmp_path, fault_row):
+    fault_jobs, fault_hook, tmp_path, fault_row
+):
     """Three torchrun agents, at least two, one restart: a member's container is SIGKILLed mid-training (its worker
     dies with its agent). The AM records the loss and asks for a replacement; the agents left re-form and resume from
     rank 0's checkpoint; the replacement's agent joins the running group, which re-forms at three; the job SUCCEEDS
     with the loss still falling. The member lost is the one whose agent torch made node rank 0, unless that is task 0
     (the rendezvous host, whose loss torchrun does not survive: docs/elastic.md)."""
-    with fault_row("elastic DDP worker SIGKILLed (torchrun, 3 workers, min 2): a replacement joins, resumes",
-                   hook=fault_hook) as row:
-        app_id = fault_jobs.submit(elastic_ddp_job(
-            tmp_path, "elastic-ddp-kill", 120, worker={"instances": 3, "min_instances": 2, "restarts": 1,
-                                                      "memory": 1536}), tags=row.tags)
+    with fault_row(
+        "elastic DDP worker SIGKILLed (torchrun, 3 workers, min 2): a replacement joins, resumes", hook=fault_hook
+    ) as row:
+        app_id = fault_jobs.submit(
+            elastic_ddp_job(
+                tmp_path,
+                "elastic-ddp-kill",
+                120,
+                worker={"instances": 3, "min_instances": 2, "restarts": 1, "memory": 1536},
+            ),
+            tags=row.tags,
+        )
         status = fault_jobs.wait_status(app_id, lambda s: registered(s) == {0, 1, 2}, timeout=180)
         wait_for(lambda: ddp_step(tmp_path) >= 10, 120, "training at step 10", cause=fault_jobs.cause(app_id))
         containers = {t["index"]: t["container_id"] for t in status["tasks"]}
         logs = fault_jobs.container_logs(app_id)
-        rank0 = {i for i, c in containers.items() if "rank 0 of 3" in next(
-            (text for cid, text in logs.items() if cid.endswith(c.split("_", 2)[-1])), "")}
+        rank0 = {
+            i
+            for i, c in containers.items()
+            if "rank 0 of 3" in next((text for cid, text in logs.items() if cid.endswith(c.split("_", 2)[-1])), "")
+        }
         assert len(rank0) == 1, (containers, rank0)
         first_rank0 = rank0.pop()
         victim = first_rank0 or 2
@@ -145,9 +183,14 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         sigkill_group(container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX=str(victim)))
         killed_at = ddp_step(tmp_path)
         # the AM's decisions, as the task log shows them ("[melon-am] worker:2 lost from elastic role worker ...")
-        status = fault_jobs.wait_status(app_id, lambda s: any(
-            e["task"] == f"worker:{victim}" and e["text"].startswith("joined elastic role worker (attempt 1)")
-            for e in s.get("events") or []), timeout=120)
+        status = fault_jobs.wait_status(
+            app_id,
+            lambda s: any(
+                e["task"] == f"worker:{victim}" and e["text"].startswith("joined elastic role worker (attempt 1)")
+                for e in s.get("events") or []
+            ),
+            timeout=120,
+        )
         texts = [e["text"] for e in status["events"] if e["task"] == f"worker:{victim}"]
         lost = next(t for t in texts if t.startswith("lost from elastic role worker ("))
         left = ", ".join(f"worker:{i}" for i in sorted({0, 1, 2} - {victim}))
@@ -160,8 +203,11 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         try:
             final = fault_jobs.wait(app_id, timeout=300)
         except AssertionError as exc:  # what each agent and worker was doing: their logs' ends
-            tails = {f"{c} {name}": text[-1500:] for name in ("stdout", "stderr")
-                     for c, text in fault_jobs.container_logs(app_id, name).items()}
+            tails = {
+                f"{c} {name}": text[-1500:]
+                for name in ("stdout", "stderr")
+                for c, text in fault_jobs.container_logs(app_id, name).items()
+            }
             raise AssertionError(f"{exc}\n" + "\n".join(f"--- {k}\n{v}" for k, v in sorted(tails.items()))) from None
         logs = fault_jobs.container_logs(app_id)
         text = "".join(logs.values())
@@ -183,9 +229,11 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         first = [l for _, (_, l) in steps][:5]
         assert sum(after) / 5 < sum(before) / 5 < sum(first) / 5, steps
         shrunk = sorted({s for s, (w, _) in steps if w == 2})
-        print(f"killed worker:{victim} (node rank 0's agent: {victim == first_rank0}) at step {killed_at}; "
-              f"steps at 2 workers: {shrunk[:1] + shrunk[-1:]}; replacement resumed at {resumed[0][1]} with 3; "
-              f"loss {first[0]:.3f} -> {before[-1]:.3f} (kill) -> {after[-1]:.3f} (3 workers, step 120)")
+        print(
+            f"killed worker:{victim} (node rank 0's agent: {victim == first_rank0}) at step {killed_at}; "
+            f"steps at 2 workers: {shrunk[:1] + shrunk[-1:]}; replacement resumed at {resumed[0][1]} with 3; "
+            f"loss {first[0]:.3f} -> {before[-1]:.3f} (kill) -> {after[-1]:.3f} (3 workers, step 120)"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -193,13 +241,20 @@ def node_loss_cluster():
     """A cluster of its own for losing a node: a crashed NodeManager stays lost, and the package's cluster keeps its
     three for the other node-loss test. Four NodeManagers: three 4.5 GB workers on 8 GB nodes never share one, so one
     node is free for the replacement."""
-    yield from running_cluster("MELON_ELASTIC_NODE_CLUSTER_DIR", "melon-elastic-node-", "MELON_FAULT_PORT_BASE",
-                               port_offset=100, nodemanagers=4, nm_expiry_ms=12_000, timeout=300)
+    yield from running_cluster(
+        "MELON_ELASTIC_NODE_CLUSTER_DIR",
+        "melon-elastic-node-",
+        "MELON_FAULT_PORT_BASE",
+        port_offset=100,
+        nodemanagers=4,
+        nm_expiry_ms=12_000,
+        timeout=300,
+    )
 
 
-def test_elastic_ddp_node_lost_the_others_go_on_and_a_replacement_joins_from_another_node(node_loss_cluster,
-                                                                                         tmp_path, tmp_path_factory,
-                                                                                         fault_row):
+def test_elastic_ddp_node_lost_the_others_go_on_and_a_replacement_joins_from_another_node(
+    node_loss_cluster, tmp_path, tmp_path_factory, fault_row
+):
     """A worker's NodeManager crashes mid-training (its containers die; the RM finds the node LOST after 12 s). The
     two agents left re-form at once and train on at two; the AM learns of the loss with the node (-100, not counted
     against ``restarts: 0``) and asks for a replacement on another node, whose agent joins the running group: the
@@ -208,12 +263,19 @@ def test_elastic_ddp_node_lost_the_others_go_on_and_a_replacement_joins_from_ano
 
     hook = melon_hook_for_cluster(node_loss_cluster.work_dir)
     jobs = Jobs(hook, node_loss_cluster, tmp_path_factory)
-    with fault_row("elastic DDP worker's node lost (torchrun, 3 workers, min 2): a replacement joins from another "
-                   "node", hook=hook) as row:
+    with fault_row(
+        "elastic DDP worker's node lost (torchrun, 3 workers, min 2): a replacement joins from another node", hook=hook
+    ) as row:
         try:
-            app_id = jobs.submit(elastic_ddp_job(
-                tmp_path, "elastic-ddp-node", 200, worker={"instances": 3, "min_instances": 2, "restarts": 0,
-                                                           "memory": 4608}), tags=row.tags)
+            app_id = jobs.submit(
+                elastic_ddp_job(
+                    tmp_path,
+                    "elastic-ddp-node",
+                    200,
+                    worker={"instances": 3, "min_instances": 2, "restarts": 0, "memory": 4608},
+                ),
+                tags=row.tags,
+            )
             status = jobs.wait_status(app_id, lambda s: registered(s) == {0, 1, 2}, timeout=180)
             wait_for(lambda: ddp_step(tmp_path) >= 10, 120, "training at step 10", cause=jobs.cause(app_id))
             am_node = hook.yarn.app_attempts(app_id)[-1]["nodeId"]
@@ -223,19 +285,29 @@ def test_elastic_ddp_node_lost_the_others_go_on_and_a_replacement_joins_from_ano
             killed_at = ddp_step(tmp_path)
             assert victim["container_id"] in crashed["result"], crashed
             name = f"worker:{victim['index']}"
-            status = jobs.wait_status(app_id, lambda s: any(
-                e["task"] == name and e["text"].startswith("joined elastic role worker (attempt 1)")
-                for e in s.get("events") or []), timeout=180)
-            lost = next(e["text"] for e in status["events"] if e["task"] == name
-                        and e["text"].startswith("lost from elastic role worker ("))
+            status = jobs.wait_status(
+                app_id,
+                lambda s: any(
+                    e["task"] == name and e["text"].startswith("joined elastic role worker (attempt 1)")
+                    for e in s.get("events") or []
+                ),
+                timeout=180,
+            )
+            lost = next(
+                e["text"]
+                for e in status["events"]
+                if e["task"] == name and e["text"].startswith("lost from elastic role worker (")
+            )
             assert "asking for a replacement (not its fault: not counted against restarts)" in lost, lost
             replacement = next(t for t in status["tasks"] if t["index"] == victim["index"])
             assert replacement["node_id"] != victim["node_id"], (replacement, victim)
             final = jobs.wait(app_id, timeout=300)
             logs = jobs.container_logs(app_id)
             text = "".join(logs.values())
-            assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"],
-                                                                                          text[-3000:])
+            assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (
+                final["diagnostics"],
+                text[-3000:],
+            )
             row.recovered()
         finally:
             jobs.kill_all()
@@ -250,6 +322,8 @@ def test_elastic_ddp_node_lost_the_others_go_on_and_a_replacement_joins_from_ano
         before = [l for s, (_, l) in steps if s <= killed_at][-5:]
         first, after = [l for _, (_, l) in steps][:5], [l for _, (_, l) in steps][-5:]
         assert sum(after) / 5 < sum(before) / 5 < sum(first) / 5, steps
-        print(f"crashed {victim['node_id']} at step {killed_at}; steps {at_two[0]}-{at_two[-1]} at 2 workers; "
-              f"{name} replaced on {replacement['node_id']}, resumed at {resumed[0][1]} with 3; loss "
-              f"{first[0]:.3f} -> {before[-1]:.3f} (crash) -> {after[-1]:.3f} (3 workers, step 200)")
+        print(
+            f"crashed {victim['node_id']} at step {killed_at}; steps {at_two[0]}-{at_two[-1]} at 2 workers; "
+            f"{name} replaced on {replacement['node_id']}, resumed at {resumed[0][1]} with 3; loss "
+            f"{first[0]:.3f} -> {before[-1]:.3f} (crash) -> {after[-1]:.3f} (3 workers, step 200)"
+        )

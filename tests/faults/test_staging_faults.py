@@ -10,9 +10,7 @@ import threading
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
-
 from tests.waits import hdfs_cause, wait_for
-
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -21,8 +19,13 @@ def test_namenode_restart_during_staging(fault_hook, fault_cluster, fault_row):
     data = os.urandom(192 * 1024 * 1024)  # big enough that the restart lands while it is being written
     digest = hashlib.sha256(data).hexdigest()
     target_dir = f"{fault_hook.cache_dir}/{digest}"
-    with fault_row("NameNode restarted during staging (192 MiB upload)", hook=fault_hook, apps=False, end=None,
-                   outputs=[f"{target_dir}/code.zip"]) as row:
+    with fault_row(
+        "NameNode restarted during staging (192 MiB upload)",
+        hook=fault_hook,
+        apps=False,
+        end=None,
+        outputs=[f"{target_dir}/code.zip"],
+    ) as row:
         _restart_during_staging(fault_hook, fault_cluster, row, data, digest, target_dir)
 
 
@@ -38,9 +41,16 @@ def _restart_during_staging(fault_hook, fault_cluster, row, data: bytes, digest:
     stager = threading.Thread(target=stage)
     stager.start()
     # the upload is under way: its temporary file exists beside the target
-    wait_for(lambda: any(n.endswith(".tmp") for n in (fault_hook.hdfs.list(target_dir) if
-                                                         fault_hook.hdfs.status(target_dir, strict=False) else [])),
-             60, "the upload's temporary file", every=0.05, cause=hdfs_cause(fault_hook, target_dir))
+    wait_for(
+        lambda: any(
+            n.endswith(".tmp")
+            for n in (fault_hook.hdfs.list(target_dir) if fault_hook.hdfs.status(target_dir, strict=False) else [])
+        ),
+        60,
+        "the upload's temporary file",
+        every=0.05,
+        cause=hdfs_cause(fault_hook, target_dir),
+    )
     row.injected()
     restarted = mc.control(fault_cluster, "namenode/restart")
     stager.join(timeout=300)

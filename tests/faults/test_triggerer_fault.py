@@ -18,9 +18,7 @@ import pytest
 
 from airflow_provider_melon.submission import run_tag
 from airflow_provider_melon.triggers.yarn import LOG_STATE_XCOM_KEY
-
 from tests.waits import airflow_cause, causes, rm_cause, wait_for
-
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,8 +46,13 @@ def _ti(stack, run_id: str) -> dict:
 
 def _wait_ti(stack, run_id: str, cond, timeout: float, what: str) -> dict:
     """The task instance once ``cond(ti)`` holds; the failure shows the run's task instances and the task's log."""
-    return wait_for(lambda: (lambda ti: ti if cond(ti) else None)(_ti(stack, run_id)), timeout, what, every=1,
-                    cause=airflow_cause(stack, DAG_ID, run_id, TASK_ID))
+    return wait_for(
+        lambda: (lambda ti: ti if cond(ti) else None)(_ti(stack, run_id)),
+        timeout,
+        what,
+        every=1,
+        cause=airflow_cause(stack, DAG_ID, run_id, TASK_ID),
+    )
 
 
 def job_lines(task_log: str) -> list[tuple[int, bool]]:
@@ -85,11 +88,15 @@ def test_triggerer_killed_while_a_train_task_is_deferred(airflow_stack, melon_ho
     for attempt in range(TRIALS):  # a run whose job ended before all trials landed is followed by another
         if len(trials) >= TRIALS:
             break
-        with fault_row(f"Airflow triggerer SIGKILLed while a train task was deferred (run {attempt + 1}, "
-                       f"{TRIALS - len(trials)} trials to go)", hook=melon_hook,
-                       where="mini cluster + real Airflow") as row:
-            trials += _run_with_kills(airflow_stack, melon_hook, rng, TRIALS - len(trials), row,
-                                      tmp_path / f"hurry-{attempt}")
+        with fault_row(
+            f"Airflow triggerer SIGKILLed while a train task was deferred (run {attempt + 1}, "
+            f"{TRIALS - len(trials)} trials to go)",
+            hook=melon_hook,
+            where="mini cluster + real Airflow",
+        ) as row:
+            trials += _run_with_kills(
+                airflow_stack, melon_hook, rng, TRIALS - len(trials), row, tmp_path / f"hurry-{attempt}"
+            )
     print(f"seed {seed}: trials (run, killed triggerer, seconds after a save) {trials}")
     assert len(trials) == TRIALS, f"only {len(trials)} of {TRIALS} trials landed while a job ran: {trials}"
 
@@ -98,8 +105,13 @@ def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row, hurry
     """One run of the probe DAG with up to ``most`` triggerer kills while its job streams; every check on it. Once
     the kills are done, ``hurry`` is made: the job prints its remaining lines without pausing."""
     run_id = stack.trigger(DAG_ID, conf={"lines": LINES, "per_second": PER_SECOND, "hurry_file": str(hurry)})
-    ti = _wait_ti(stack, run_id, lambda t: t.get("state") == "deferred" and t.get("triggerer_job"), 300,
-                  "the train task deferred to a triggerer")
+    ti = _wait_ti(
+        stack,
+        run_id,
+        lambda t: t.get("state") == "deferred" and t.get("triggerer_job"),
+        300,
+        "the train task deferred to a triggerer",
+    )
     [app] = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
     row.app_id = app["id"]
     cause = causes(airflow_cause(stack, DAG_ID, run_id, TASK_ID), rm_cause(melon_hook, app["id"]))
@@ -120,9 +132,13 @@ def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row, hurry
         # the current trigger streams: it saved offsets since it took over (read now: a save of the killed one
         # landed before this)
         seq = saved_seq()
-        wait_for(lambda: saved_seq() > seq or ended(), 240,
-                 f"the trigger on triggerer {triggerer} to save job log offsets past seq {seq}", every=0.3,
-                 cause=cause)
+        wait_for(
+            lambda: saved_seq() > seq or ended(),
+            240,
+            f"the trigger on triggerer {triggerer} to save job log offsets past seq {seq}",
+            every=0.3,
+            cause=cause,
+        )
         if ended():
             break  # the job is over: the next run takes the remaining trials
         delay = rng.uniform(0, POLL_S)  # a random point of the trigger's poll cycle
@@ -135,9 +151,13 @@ def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row, hurry
         # no triggerer at all: nothing fails, the task stays deferred and the application runs on
         assert wait_for(lambda: _ti(stack, run_id).get("state"), 60, "the task's state", cause=cause) == "deferred"
         stack.start_component("triggerer", env=SUCCESSOR_ENV)
-        taken = _wait_ti(stack, run_id, lambda t: (t.get("triggerer_job") or {}).get("id") not in (None, triggerer)
-                         or t.get("state") == "success", 240,
-                         f"a new triggerer to take the trigger over from {triggerer}")
+        taken = _wait_ti(
+            stack,
+            run_id,
+            lambda t: (t.get("triggerer_job") or {}).get("id") not in (None, triggerer) or t.get("state") == "success",
+            240,
+            f"a new triggerer to take the trigger over from {triggerer}",
+        )
         row.recovered()
         if taken.get("state") == "success":
             break
@@ -158,10 +178,12 @@ def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row, hurry
     assert {t for _, t, _ in killed} <= set(trigger_logs), (killed, sorted(trigger_logs))
     later = [text for tid, text in sorted(trigger_logs.items()) if tid != first]
     assert len(later) >= len(killed), (killed, sorted(trigger_logs))
-    resumed = [tid for tid, text in trigger_logs.items() if "goes on from the offsets the previous trigger saved"
-               in text]
-    assert set(resumed) >= {tid for tid in trigger_logs if tid != first}, \
-        {tid: events(text) for tid, text in trigger_logs.items() if tid not in resumed}
+    resumed = [
+        tid for tid, text in trigger_logs.items() if "goes on from the offsets the previous trigger saved" in text
+    ]
+    assert set(resumed) >= {tid for tid in trigger_logs if tid != first}, {
+        tid: events(text) for tid, text in trigger_logs.items() if tid not in resumed
+    }
     # The app's end is in the resumed task's own log, with the rest of the job log (triggers/yarn.py: a trigger's
     # last lines before its event can miss its log file; a run here lost the final batch's last 21 lines and the
     # outcome line that way, before the rest moved to the resumed task).

@@ -38,12 +38,14 @@ def remote_log_stack(minicluster, tmp_path_factory):
     shutil.copytree(REPO / "tests" / "e2e" / "dags", dags)  # the fault probe DAG
     env = mc.airflow_env(minicluster, home, dags, sys.executable)
     remote = f"/user/{minicluster.user}/airflow-remote-logs/{uuid.uuid4().hex[:12]}"
-    env.update({
-        "AIRFLOW__LOGGING__REMOTE_LOGGING": "True",
-        "AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER": f"hdfs://{remote}",
-        "AIRFLOW__LOGGING__REMOTE_LOG_CONN_ID": "webhdfs_default",
-        "AIRFLOW__LOGGING__DELETE_LOCAL_LOGS": "False",
-    })
+    env.update(
+        {
+            "AIRFLOW__LOGGING__REMOTE_LOGGING": "True",
+            "AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER": f"hdfs://{remote}",
+            "AIRFLOW__LOGGING__REMOTE_LOG_CONN_ID": "webhdfs_default",
+            "AIRFLOW__LOGGING__DELETE_LOCAL_LOGS": "False",
+        }
+    )
     stack = LocalAirflow(env, parallelism=2)
     stack.remote = remote
     stack.start()
@@ -58,8 +60,13 @@ def test_remote_logging_restore_point_is_what_the_task_log_holds(remote_log_stac
     # HDFS refuses ':' in a path, and Airflow's own run ids (manual__2026-12-01T10:00:00+00:00) have it: the
     # remote handler could not upload a single log of such a run (docs/deferred-tasks.md says so)
     run_id = stack.trigger(DAG_ID, conf={"lines": LINES, "per_second": 1}, run_id=f"remote-logs-{uuid.uuid4().hex[:8]}")
-    ti = _wait_ti(stack, run_id, lambda t: t.get("state") == "deferred" and t.get("triggerer_job"), 300,
-                  "the train task deferred to a triggerer")
+    ti = _wait_ti(
+        stack,
+        run_id,
+        lambda t: t.get("state") == "deferred" and t.get("triggerer_job"),
+        300,
+        "the train task deferred to a triggerer",
+    )
     [app] = melon_hook.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True)
     cause = causes(airflow_cause(stack, DAG_ID, run_id, TASK_ID), rm_cause(melon_hook, app["id"]))
 
@@ -68,8 +75,13 @@ def test_remote_logging_restore_point_is_what_the_task_log_holds(remote_log_stac
         return json.loads(value) if isinstance(value, str) else value
 
     # the first trigger streams and saves (its state moves; what the task log holds does not)
-    first_saved = wait_for(lambda: (lambda s: s if s["state"]["seq"] >= 2 else None)(saved()), 240,
-                           "the first trigger to stream and save job log offsets", every=0.5, cause=cause)
+    first_saved = wait_for(
+        lambda: (lambda s: s if s["state"]["seq"] >= 2 else None)(saved()),
+        240,
+        "the first trigger to stream and save job log offsets",
+        every=0.5,
+        cause=cause,
+    )
     assert first_saved["durable"]["seq"] < first_saved["state"]["seq"], first_saved
     first = ti["triggerer_job"]["id"]
     stack.kill_component("triggerer")
@@ -80,15 +92,24 @@ def test_remote_logging_restore_point_is_what_the_task_log_holds(remote_log_stac
     assert printed, f"the killed trigger printed no job line: {dead_log}"
     dead_log.unlink()
     stack.start_component("triggerer", env=SUCCESSOR_ENV)  # takes the trigger over 10 s after the last beat, not 30
-    _wait_ti(stack, run_id, lambda t: (t.get("triggerer_job") or {}).get("id") not in (None, first)
-             or t.get("state") == "success", 240, f"a new triggerer to take the trigger over from {first}")
+    _wait_ti(
+        stack,
+        run_id,
+        lambda t: (t.get("triggerer_job") or {}).get("id") not in (None, first) or t.get("state") == "success",
+        240,
+        f"a new triggerer to take the trigger over from {first}",
+    )
     run = stack.wait_run(DAG_ID, run_id, timeout=600)
     assert run["state"] == "success", stack.run_picture(DAG_ID, run_id, TASK_ID)
 
     # what the remote task log holds: the task's own log and the trigger logs uploaded as their triggers ended
     remote_dir = f"{stack.remote}/dag_id={DAG_ID}/run_id={run_id}/task_id={TASK_ID}"
-    names = wait_for(lambda: [n for n in melon_hook.hdfs.list(remote_dir) if ".log.trigger." in n], 120,
-                     "the new trigger's log uploaded to HDFS", cause=hdfs_cause(melon_hook, remote_dir))
+    names = wait_for(
+        lambda: [n for n in melon_hook.hdfs.list(remote_dir) if ".log.trigger." in n],
+        120,
+        "the new trigger's log uploaded to HDFS",
+        cause=hdfs_cause(melon_hook, remote_dir),
+    )
     assert f"attempt=1.log.trigger.{first}.log" not in names, names  # the dead one's never was
 
     def remote_text(name: str) -> str:
@@ -96,15 +117,21 @@ def test_remote_logging_restore_point_is_what_the_task_log_holds(remote_log_stac
             return reader.read().decode(errors="replace")
 
     # the task's own log, uploaded again once it has resumed and read the rest of the job log (triggers/yarn.py)
-    wait_for(lambda: "SUCCEEDED in" in remote_text("attempt=1.log"), 120, "the resumed task's log uploaded to HDFS",
-             cause=hdfs_cause(melon_hook, remote_dir))
+    wait_for(
+        lambda: "SUCCEEDED in" in remote_text("attempt=1.log"),
+        120,
+        "the resumed task's log uploaded to HDFS",
+        cause=hdfs_cause(melon_hook, remote_dir),
+    )
     uploaded = {name: remote_text(name) for name in sorted(melon_hook.hdfs.list(remote_dir))}
     trigger_text = "".join(text for name, text in uploaded.items() if ".log.trigger." in name)
     assert "goes on from the offsets the task log is known to hold" in trigger_text, events(trigger_text)
     shown = job_lines(trigger_text + uploaded["attempt=1.log"])  # the triggers' lines, then the resumed task's rest
     missing = sorted(set(range(LINES)) - {n for n, _ in shown})
-    assert not missing, (f"job lines missing from the uploaded task log (the killed trigger printed "
-                         f"{[n for n, _ in printed]}): {missing}")
+    assert not missing, (
+        f"job lines missing from the uploaded task log (the killed trigger printed "
+        f"{[n for n, _ in printed]}): {missing}"
+    )
     first_seen = list(dict.fromkeys(n for n, _ in shown))
     assert first_seen == list(range(LINES)), f"job lines out of order: {first_seen}"
     plain = [n for n, marked in shown if not marked]

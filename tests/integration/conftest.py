@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 def release_dist(tmp_path_factory) -> tuple[Path, Path, str]:
     """``(wheel, sdist, build log)``."""
     out = tmp_path_factory.mktemp("dist")
-    result = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
-                            capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], capture_output=True, text=True, timeout=1200
+    )
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-6000:]
     [whl] = glob.glob(str(out / "airflow_provider_melon-*.whl"))

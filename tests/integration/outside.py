@@ -63,8 +63,11 @@ def built_here(dist: metadata.Distribution) -> list[str]:
     """The wheel tags of ``dist`` that pip gives a wheel it compiled on this machine: a bare ``linux_*`` platform.
     Indexes take Linux binaries only as ``manylinux``/``musllinux`` wheels, so such a tag means that installing the
     distribution needed a compiler (and its C libraries' headers)."""
-    tags = [line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
-            if line.startswith("Tag:")]
+    tags = [
+        line.split(":", 1)[1].strip()
+        for line in (dist.read_text("WHEEL") or "").splitlines()
+        if line.startswith("Tag:")
+    ]
     return [tag for tag in tags if tag.rsplit("-", 1)[-1].startswith("linux_")]
 
 
@@ -81,8 +84,9 @@ def install(wheel: Path, root: Path) -> Outside:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], capture_output=True,
-                         text=True, timeout=300)
+    pip = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], capture_output=True, text=True, timeout=300
+    )
     assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-4000:]
     deps = root / "deps"
     dists = closure(wheel)
@@ -97,7 +101,11 @@ def install(wheel: Path, root: Path) -> Outside:
                 folders.add(folder)
             with contextlib.suppress(FileExistsError):  # a file two distributions both ship: the first one's
                 os.symlink(dist.locate_file(file), os.path.join(deps, file))
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(purelib) / "melon-test-deps.pth").write_text(f"{deps}\n")
     return Outside(venv, py, deps, dists)

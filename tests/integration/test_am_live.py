@@ -14,8 +14,10 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-SLEEP_PRINT = ("python -c \"import os, time; print('TASK', os.environ['MELON_ROLE'], os.environ['MELON_INDEX'], "
-               "'GPU', os.environ.get('CUDA_VISIBLE_DEVICES'), 'NM', os.environ.get('NM_PORT')); time.sleep({s})\"")
+SLEEP_PRINT = (
+    "python -c \"import os, time; print('TASK', os.environ['MELON_ROLE'], os.environ['MELON_INDEX'], "
+    "'GPU', os.environ.get('CUDA_VISIBLE_DEVICES'), 'NM', os.environ.get('NM_PORT')); time.sleep({s})\""
+)
 
 
 def _ledgers(work_dir) -> list[dict]:
@@ -32,13 +34,18 @@ def _used_gpu_memory(yarn) -> int:
 
 def test_shared_mode_runs_more_tasks_than_gpus(jobs, minicluster):
     """6 tasks × 6 GiB on 2 NMs × 2 GPUs × 16 GiB: all 6 run at once (over-provisioning), ≤ 2 per GPU."""
-    app_id = jobs.submit({
-        "name": "shared-six", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=12),
-        "env": {"MELON_GPU_WAIT_S": "5"},
-        "roles": {"worker": {"instances": 6, "memory": 256, "vcores": 1, "gpu_memory": "6GiB"}},
-    })
-    status = jobs.wait_status(app_id, lambda s: len(s["tasks"]) == 6
-                              and all(t["state"] == "REGISTERED" for t in s["tasks"]))
+    app_id = jobs.submit(
+        {
+            "name": "shared-six",
+            "framework": "generic",
+            "entrypoint": SLEEP_PRINT.format(s=12),
+            "env": {"MELON_GPU_WAIT_S": "5"},
+            "roles": {"worker": {"instances": 6, "memory": 256, "vcores": 1, "gpu_memory": "6GiB"}},
+        }
+    )
+    status = jobs.wait_status(
+        app_id, lambda s: len(s["tasks"]) == 6 and all(t["state"] == "REGISTERED" for t in s["tasks"])
+    )
     # Observed, not assumed: the RM has 6 × 6 GiB of GPU memory allocated, the ledgers hold 6 reservations,
     # and no GPU carries more than 2 (16 GiB // 6 GiB).
     assert _used_gpu_memory(jobs.hook.yarn) == 6 * 6144
@@ -60,16 +67,25 @@ def test_whole_gpu_memory_tasks_cannot_all_run(jobs):
     as it comes): YARN runs 3 and keeps one pending. (A gang larger than the whole queue, 5 x 16 GiB, is refused
     before submission: the queue check; with the hold on, see test_gang_live.py.)"""
     big = {"memory": 256, "vcores": 1, "gpu_memory": "16GiB"}
-    blocker = jobs.submit({
-        "name": "one-big", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=90),
-        "roles": {"worker": {"instances": 1, **big}},
-    })
+    blocker = jobs.submit(
+        {
+            "name": "one-big",
+            "framework": "generic",
+            "entrypoint": SLEEP_PRINT.format(s=90),
+            "roles": {"worker": {"instances": 1, **big}},
+        }
+    )
     jobs.wait_status(blocker, lambda s: s["tasks"] and s["tasks"][0]["state"] == "REGISTERED")
-    app_id = jobs.submit({
-        "name": "four-big", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=60),
-        "register_timeout_s": 120, "gang_hold_s": 0,
-        "roles": {"worker": {"instances": 4, **big}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "four-big",
+            "framework": "generic",
+            "entrypoint": SLEEP_PRINT.format(s=60),
+            "register_timeout_s": 120,
+            "gang_hold_s": 0,
+            "roles": {"worker": {"instances": 4, **big}},
+        }
+    )
     status = jobs.wait_status(app_id, lambda s: sum(t["state"] == "REGISTERED" for t in s["tasks"]) == 3)
     assert _used_gpu_memory(jobs.hook.yarn) == 4 * 16384
     pending = [t for t in status["tasks"] if t["state"] in ("PENDING", "REQUESTED", "NEW")]
@@ -80,11 +96,14 @@ def test_whole_gpu_memory_tasks_cannot_all_run(jobs):
 
 
 def test_failing_task_is_restarted_then_job_fails_with_named_diagnostic(jobs):
-    app_id = jobs.submit({
-        "name": "fails", "framework": "generic",
-        "entrypoint": "python -c \"import sys; print('boom-stderr-line', file=sys.stderr); sys.exit(1)\"",
-        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "restarts": 1}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "fails",
+            "framework": "generic",
+            "entrypoint": "python -c \"import sys; print('boom-stderr-line', file=sys.stderr); sys.exit(1)\"",
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "restarts": 1}},
+        }
+    )
     app = jobs.wait(app_id)
     assert app["finalStatus"] == "FAILED"
     diag = app["diagnostics"]
@@ -94,10 +113,14 @@ def test_failing_task_is_restarted_then_job_fails_with_named_diagnostic(jobs):
 
 
 def test_am_refuses_calls_without_the_secret(jobs):
-    app_id = jobs.submit({
-        "name": "secret", "framework": "generic", "entrypoint": SLEEP_PRINT.format(s=20),
-        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "secret",
+            "framework": "generic",
+            "entrypoint": SLEEP_PRINT.format(s=20),
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
+        }
+    )
     jobs.wait_status(app_id, lambda s: s["tasks"] and s["tasks"][0]["state"] == "REGISTERED")
     am = jobs.app(app_id)["amRPCAddress"]  # the AM registers its HTTP address as its RPC address
     for path in ("/register", "/heartbeat"):
@@ -121,9 +144,10 @@ def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster
     data = f"/user/root/it-datasets/{name}"
     melon_hook.hdfs.write(data, data=b"x" * 100_000, overwrite=True)
     job = {
-        "framework": "generic", "inputs": [{"path": data, "name": "blob.bin"}],
+        "framework": "generic",
+        "inputs": [{"path": data, "name": "blob.bin"}],
         "entrypoint": "python -c \"import os; print('SIZE', os.path.getsize('blob.bin'), 'NM', "
-                      "os.environ['NM_PORT'])\"",
+        "os.environ['NM_PORT'])\"",
     }
     first = jobs.submit({**job, "name": "data-1", "roles": {"worker": {"instances": 4, "memory": 256}}})
     app = jobs.wait(first)
@@ -131,8 +155,15 @@ def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster
     second = jobs.submit({**job, "name": "data-2", "roles": {"worker": {"instances": 4, "memory": 3072}}})
     app = jobs.wait(second)
     assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"]
-    nodes = {a: {line.split("NM ")[1].strip() for text in jobs.container_logs(a).values()
-                 for line in text.splitlines() if line.startswith("SIZE 100000")} for a in (first, second)}
+    nodes = {
+        a: {
+            line.split("NM ")[1].strip()
+            for text in jobs.container_logs(a).values()
+            for line in text.splitlines()
+            if line.startswith("SIZE 100000")
+        }
+        for a in (first, second)
+    }
     assert len(nodes[second]) == 2 and nodes[first] <= nodes[second], nodes
     local_dirs = sorted(Path(minicluster.work_dir).rglob("*localDir-nm-*"))
     assert len(local_dirs) == 2, local_dirs
@@ -144,10 +175,12 @@ def test_public_dataset_is_localized_once_per_node(jobs, melon_hook, minicluster
     assert private == [], private
 
 
-PROGRESS = ("python -c \"import json, os, time\nfor step in range(1, 9):\n"
-            "    p = os.environ['MELON_PROGRESS_FILE']\n"
-            "    json.dump({'step': step, 'loss': 1.0 / step}, open(p + '.t', 'w')); os.replace(p + '.t', p)\n"
-            "    time.sleep(0.6)\ntime.sleep(3)\"")
+PROGRESS = (
+    'python -c "import json, os, time\nfor step in range(1, 9):\n'
+    "    p = os.environ['MELON_PROGRESS_FILE']\n"
+    "    json.dump({'step': step, 'loss': 1.0 / step}, open(p + '.t', 'w')); os.replace(p + '.t', p)\n"
+    '    time.sleep(0.6)\ntime.sleep(3)"'
+)
 
 
 def test_status_carries_what_the_ui_draws(jobs, melon_hook):
@@ -155,9 +188,16 @@ def test_status_carries_what_the_ui_draws(jobs, melon_hook):
     GPU memory, MPS, the step/loss history, and the labels the submitter put in the plan."""
     from airflow_provider_melon.spec import JobSpec
 
-    spec = JobSpec.from_dict({"name": "ui-status", "framework": "generic", "code": str(jobs.code),
-                              "entrypoint": PROGRESS, "env": {"MELON_HEARTBEAT_S": "0.5"},
-                              "roles": {"worker": {"memory": 256, "gpu_memory": "3GiB"}}})
+    spec = JobSpec.from_dict(
+        {
+            "name": "ui-status",
+            "framework": "generic",
+            "code": str(jobs.code),
+            "entrypoint": PROGRESS,
+            "env": {"MELON_HEARTBEAT_S": "0.5"},
+            "roles": {"worker": {"memory": 256, "gpu_memory": "3GiB"}},
+        }
+    )
     labels = {"dag_id": "d", "task_id": "t", "run_id": "manual__2026-01-01T00:00:00+00:00", "map_index": 2}
     app_id = melon_hook.submit(spec, labels=labels)["app_id"]
     jobs.submitted.append(app_id)
@@ -173,17 +213,26 @@ def test_status_carries_what_the_ui_draws(jobs, melon_hook):
     assert jobs.wait(app_id)["finalStatus"] == "SUCCEEDED"
 
 
-REPORTING = ("python -c \"import time\nfrom airflow_provider_melon.runtime import report\n"
-             "for step in range(1, 11):\n"
-             "    report(step=step, total=10, loss=1.0 / step, accuracy=step / 10)\n"
-             "    time.sleep(1.5)\"")
+REPORTING = (
+    'python -c "import time\nfrom airflow_provider_melon.runtime import report\n'
+    "for step in range(1, 11):\n"
+    "    report(step=step, total=10, loss=1.0 / step, accuracy=step / 10)\n"
+    '    time.sleep(1.5)"'
+)
 
 
 def test_reported_progress_moves_the_rm_progress_bar(jobs, melon_hook):
     """``runtime.report(step, total, loss, **metrics)`` from the job's code: the AM reports step/total to YARN, so the
     RM's progress moves while the job runs; the metrics reach /status."""
-    app_id = jobs.submit({"name": "report-progress", "framework": "generic", "entrypoint": REPORTING,
-                          "env": {"MELON_HEARTBEAT_S": "0.5"}, "roles": {"worker": {"memory": 256}}})
+    app_id = jobs.submit(
+        {
+            "name": "report-progress",
+            "framework": "generic",
+            "entrypoint": REPORTING,
+            "env": {"MELON_HEARTBEAT_S": "0.5"},
+            "roles": {"worker": {"memory": 256}},
+        }
+    )
     seen: list[float] = []
     reported = None
     deadline = time.monotonic() + 180
@@ -207,18 +256,32 @@ def test_reported_progress_moves_the_rm_progress_bar(jobs, melon_hook):
 def test_a_parameter_server_gone_for_good_fails_the_job_and_an_optional_one_does_not(jobs):
     """A ps task (untracked) that fails past its restarts used to be only logged: its workers waited for it until
     the job's timeout. Now it fails the job at once, naming the task; ``optional: true`` keeps the old rule."""
-    ps_dies = ("python -c \"import os, sys, time; role = os.environ['MELON_ROLE']; "
-               "(print('ps-is-gone', file=sys.stderr), sys.exit(3)) if role == 'ps' else time.sleep({s})\"")
-    hangs = jobs.submit({
-        "name": "ps-gone", "framework": "generic", "entrypoint": ps_dies.format(s=600),
-        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1},
-                  "ps": {"instances": 1, "memory": 256, "vcores": 1}},
-    })
-    optional = jobs.submit({
-        "name": "ps-optional", "framework": "generic", "entrypoint": ps_dies.format(s=8),
-        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1},
-                  "ps": {"instances": 1, "memory": 256, "vcores": 1, "optional": True}},
-    })
+    ps_dies = (
+        "python -c \"import os, sys, time; role = os.environ['MELON_ROLE']; "
+        "(print('ps-is-gone', file=sys.stderr), sys.exit(3)) if role == 'ps' else time.sleep({s})\""
+    )
+    hangs = jobs.submit(
+        {
+            "name": "ps-gone",
+            "framework": "generic",
+            "entrypoint": ps_dies.format(s=600),
+            "roles": {
+                "worker": {"instances": 1, "memory": 256, "vcores": 1},
+                "ps": {"instances": 1, "memory": 256, "vcores": 1},
+            },
+        }
+    )
+    optional = jobs.submit(
+        {
+            "name": "ps-optional",
+            "framework": "generic",
+            "entrypoint": ps_dies.format(s=8),
+            "roles": {
+                "worker": {"instances": 1, "memory": 256, "vcores": 1},
+                "ps": {"instances": 1, "memory": 256, "vcores": 1, "optional": True},
+            },
+        }
+    )
     app = jobs.wait(hangs, timeout=180)  # the worker sleeps 600 s: only the ps's failure ends it this early
     assert app["finalStatus"] == "FAILED", app
     diag = app["diagnostics"]
@@ -228,25 +291,35 @@ def test_a_parameter_server_gone_for_good_fails_the_job_and_an_optional_one_does
     assert app["finalStatus"] == "SUCCEEDED", app
 
 
-OUT_OF_GPU_MEMORY = ("python -c \"import os, sys; print('GPU_MEMORY', os.environ['MELON_GPU_MEMORY_MB'], file=sys.stderr); "
-                     "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', file=sys.stderr); "
-                     "sys.exit(76)\"")
+OUT_OF_GPU_MEMORY = (
+    "python -c \"import os, sys; print('GPU_MEMORY', os.environ['MELON_GPU_MEMORY_MB'], file=sys.stderr); "
+    "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', file=sys.stderr); "
+    'sys.exit(76)"'
+)
 
 
 def test_an_oom_asks_again_with_more_gpu_memory_then_fails_saying_what_to_set(jobs):
     """Exit 76 (out of GPU memory) in shared mode: the AM asks for the task again with its expected GPU memory grown
     by oom_growth (4096 → 6144 → 9216 MiB, in the container request and MELON_GPU_MEMORY_MB), outside the role's
     restarts (0 here), then fails the job saying what to set."""
-    app_id = jobs.submit({
-        "name": "oom-grows", "framework": "generic", "entrypoint": OUT_OF_GPU_MEMORY,
-        "env": {"MELON_GPU_WAIT_S": "5"},
-        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "4GiB"}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "oom-grows",
+            "framework": "generic",
+            "entrypoint": OUT_OF_GPU_MEMORY,
+            "env": {"MELON_GPU_WAIT_S": "5"},
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "4GiB"}},
+        }
+    )
     app = jobs.wait(app_id)
     assert app["finalStatus"] == "FAILED"
     diag = app["diagnostics"]
     assert diag.startswith("task worker:0 exceeded its expected GPU memory (cap 9216 MiB; peak seen "), diag
     assert "grown 2 of 2 times; raise roles.worker.gpu_memory above 9216 MiB" in diag, diag
-    seen = sorted(int(line.split()[1]) for text in jobs.container_logs(app_id, "stderr").values()
-                  for line in text.splitlines() if line.startswith("GPU_MEMORY "))
+    seen = sorted(
+        int(line.split()[1])
+        for text in jobs.container_logs(app_id, "stderr").values()
+        for line in text.splitlines()
+        if line.startswith("GPU_MEMORY ")
+    )
     assert seen == [4096, 6144, 9216]

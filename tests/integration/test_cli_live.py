@@ -30,15 +30,23 @@ class Melon:
 
     def __init__(self, cluster: mc.ClusterDetails, tmp: Path):
         self.cluster, self.tmp = cluster, tmp
-        self.where = ["--rm", cluster.rm_web_url, "--webhdfs", cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0],
-                      "--user", cluster.user]
+        self.where = [
+            "--rm",
+            cluster.rm_web_url,
+            "--webhdfs",
+            cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0],
+            "--user",
+            cluster.user,
+        ]
         self.submitted: list[str] = []
 
-    def run(self, *args: str, env: dict | None = None, where: bool = True, timeout: float = 600
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, env: dict | None = None, where: bool = True, timeout: float = 600
+    ) -> subprocess.CompletedProcess:
         argv = [*CLI, *args, *(self.where if where else [])]
-        return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})})
+        return subprocess.run(
+            argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+        )
 
     def submit(self, job: dict, *extra: str, where: bool = True, env: dict | None = None) -> dict:
         spec = self.tmp / f"{job['name']}.json"
@@ -72,8 +80,12 @@ def melon(minicluster, yarn_hook, tmp_path):
 
 
 def generic(name: str, entrypoint: str, **roles) -> dict:
-    return {"name": name, "framework": "generic", "entrypoint": entrypoint,
-            "roles": roles or {"worker": {"instances": 1, "memory": 256}}}
+    return {
+        "name": name,
+        "framework": "generic",
+        "entrypoint": entrypoint,
+        "roles": roles or {"worker": {"instances": 1, "memory": 256}},
+    }
 
 
 def test_submit_status_ls_logs_follow_wait(melon, minicluster):
@@ -96,8 +108,10 @@ def test_submit_status_ls_logs_follow_wait(melon, minicluster):
     assert follow.returncode == 0, follow.stderr
     task_lines = [line for line in follow.stdout.splitlines() if line.startswith("[worker:0 stdout] ")]
     assert task_lines == [f"[worker:0 stdout] tick {i}" for i in range(6)] + ["[worker:0 stdout] hi from melon cli"]
-    assert any(line.startswith("[am AppMaster.stdout] ") and "MelonAM: task worker:0 attempt 0 ->" in line
-               for line in follow.stdout.splitlines())
+    assert any(
+        line.startswith("[am AppMaster.stdout] ") and "MelonAM: task worker:0 attempt 0 ->" in line
+        for line in follow.stdout.splitlines()
+    )
 
     waited = melon.run("wait", app_id)
     assert waited.returncode == 0, waited.stderr
@@ -105,7 +119,7 @@ def test_submit_status_ls_logs_follow_wait(melon, minicluster):
 
     logs = melon.run("logs", app_id, "--file", "stdout")
     assert logs.returncode == 0, logs.stderr
-    assert f"==> worker:0 container_{app_id[len('application_'):]}_01_000002" in logs.stdout
+    assert f"==> worker:0 container_{app_id[len('application_') :]}_01_000002" in logs.stdout
     assert logs.stdout.count("hi from melon cli") == 1 and "MelonAM" not in logs.stdout
 
     code, final, _ = melon.json("status", app_id)
@@ -168,13 +182,26 @@ def test_unknown_app_unreachable_cluster_and_bad_input(melon, minicluster):
 def test_airflow_connection_path(melon, minicluster):
     """The cluster named by Airflow connections (environment variables), read by the provider's hooks."""
     conns = mc.airflow_connections(minicluster, sys.executable)
-    env = {"AIRFLOW_CONN_MY_YARN": json.dumps(conns["yarn_default"]),
-           "AIRFLOW_CONN_MY_HDFS": json.dumps(conns["webhdfs_default"])}
+    env = {
+        "AIRFLOW_CONN_MY_YARN": json.dumps(conns["yarn_default"]),
+        "AIRFLOW_CONN_MY_HDFS": json.dumps(conns["webhdfs_default"]),
+    }
     spec = melon.tmp / "conn.yaml"
-    spec.write_text("name: cli-live-conn\nentrypoint: python -c \"print('via a connection')\"\n"
-                    "roles: {worker: {memory: 256}}\n")
-    submitted = melon.run("submit", str(spec), "--conn-id", "my_yarn", "--webhdfs-conn-id", "my_hdfs", "--wait",
-                          "--json", env=env, where=False)
+    spec.write_text(
+        "name: cli-live-conn\nentrypoint: python -c \"print('via a connection')\"\nroles: {worker: {memory: 256}}\n"
+    )
+    submitted = melon.run(
+        "submit",
+        str(spec),
+        "--conn-id",
+        "my_yarn",
+        "--webhdfs-conn-id",
+        "my_hdfs",
+        "--wait",
+        "--json",
+        env=env,
+        where=False,
+    )
     assert submitted.returncode == 0, submitted.stderr
     out = json.loads(submitted.stdout)
     melon.submitted.append(out["app_id"])
@@ -190,7 +217,9 @@ def test_airflow_connection_path(melon, minicluster):
 def test_the_embedded_cluster_is_the_default(melon, minicluster):
     """No --rm, no --conn-id: the mini cluster in --work-dir (URLs, AM classpath, python from its details)."""
     spec = melon.tmp / "embedded.yaml"
-    spec.write_text("name: cli-live-embedded\nentrypoint: python -c \"print('embedded')\"\nroles: {worker: {memory: 256}}\n")
+    spec.write_text(
+        "name: cli-live-embedded\nentrypoint: python -c \"print('embedded')\"\nroles: {worker: {memory: 256}}\n"
+    )
     here = ["--work-dir", str(minicluster.work_dir)]
     submitted = melon.run("submit", str(spec), "--wait", *here, where=False)
     assert submitted.returncode == 0, submitted.stderr
@@ -200,14 +229,15 @@ def test_the_embedded_cluster_is_the_default(melon, minicluster):
     melon.submitted.append(app_id)
     assert f"{app_id} FINISHED/SUCCEEDED" in submitted.stdout
     listed = melon.run("ls", "--state", "FINISHED", *here, where=False)
-    assert listed.returncode == 0 and any(line.split()[0] == app_id and "cli-live-embedded" in line
-                                          for line in listed.stdout.splitlines()[1:])
+    assert listed.returncode == 0 and any(
+        line.split()[0] == app_id and "cli-live-embedded" in line for line in listed.stdout.splitlines()[1:]
+    )
 
 
 # A job that needs 1400 MiB of GPU memory: under a smaller cap it fails as TensorFlow does (the real text of an
 # OOM, tests/unit/test_oom.py captures it from TF), and it reports its peak through MELON_PEAK_FILE as the cap's
 # bootstrap does for TF/PyTorch on a GPU (the mini cluster's GPUs are virtual: no framework sees one).
-OOM_JOB = '''import json, os, sys
+OOM_JOB = """import json, os, sys
 cap = int(os.environ.get("MELON_CAP_MB", "0"))
 with open(os.environ["MELON_PEAK_FILE"], "w") as f:
     json.dump({"peak_mb": min(cap, 1300)}, f)
@@ -217,7 +247,7 @@ if cap < 1400:
           "device:GPU:0 by allocator GPU_0_bfc [Op:Fill]", file=sys.stderr)
     sys.exit(1)
 print("fits under", cap, "MiB")
-'''
+"""
 
 
 def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(melon, melon_hook, tmp_path):
@@ -228,8 +258,13 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     code = tmp_path / "oom"
     code.mkdir()
     (code / "oom_job.py").write_text(OOM_JOB)
-    job = {"name": "oom-learns", "framework": "generic", "code": str(code), "entrypoint": "python oom_job.py",
-           "roles": {"worker": {"instances": 1, "memory": 256, "gpu_memory": "auto:1GiB"}}}
+    job = {
+        "name": "oom-learns",
+        "framework": "generic",
+        "code": str(code),
+        "entrypoint": "python oom_job.py",
+        "roles": {"worker": {"instances": 1, "memory": 256, "gpu_memory": "auto:1GiB"}},
+    }
     key = f"tests/oom-{uuid.uuid4().hex[:8]}"
 
     first = melon.submit(job, "--wait", "--learn-as", key)
@@ -243,8 +278,9 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     # the GPU beside the expected memory (the ledger's figure, which the task registered), not put under the cap
     assert task["gpu_memory_mb"] == 1536 + GPU_CONTEXT_MB_DEFAULT, task
     am_log = "".join(mc.container_logs(melon.cluster.work_dir, first["app_id"], "AppMaster.stdout").values())
-    assert "exceeded its expected GPU memory (cap 1024 MiB; peak seen 1024 MiB): asking again with 1536 MiB" \
-        in am_log, am_log[-3000:]
+    assert (
+        "exceeded its expected GPU memory (cap 1024 MiB; peak seen 1024 MiB): asking again with 1536 MiB" in am_log
+    ), am_log[-3000:]
     history = memory_history.folder(melon_hook.staging_dir, key)
     assert first["memory_history"] == f"{history}/{first['app_id']}.json"
     assert melon_hook.hdfs.status(history)["permission"] == "700"
@@ -255,4 +291,3 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     assert second["final"]["final_status"] == "SUCCEEDED", second
     [task] = melon_hook.final_status(second["app_id"])["tasks"]
     assert (task["initial_gpu_memory_mb"], task["expected_gpu_memory_mb"], task["oom_growths"]) == (1430, 1430, 0)
-

@@ -27,17 +27,37 @@ pytestmark = pytest.mark.integration
 MELON = str(Path(sys.executable).parent / "melon")
 
 
-GREEN = {"resourcemanager": "ok", "resource-types": "ok", "scheduler": "ok", "nodes": "ok", "queue": "ok",
-         "nodemanagers": "ok", "gpu-plugin": "ok", "hdfs": "ok", "datanodes": "ok", "am-jar": "ok", "auth": "ok",
-         "hadoop-java": "ok"}
-SUBMIT_STEPS = ["submit-test:stage", "submit-test:submit", "submit-test:am", "submit-test:containers",
-                "submit-test:output", "submit-test:logs", "submit-test:java", "submit-test:pynvml",
-                "submit-test:framework"]
+GREEN = {
+    "resourcemanager": "ok",
+    "resource-types": "ok",
+    "scheduler": "ok",
+    "nodes": "ok",
+    "queue": "ok",
+    "nodemanagers": "ok",
+    "gpu-plugin": "ok",
+    "hdfs": "ok",
+    "datanodes": "ok",
+    "am-jar": "ok",
+    "auth": "ok",
+    "hadoop-java": "ok",
+}
+SUBMIT_STEPS = [
+    "submit-test:stage",
+    "submit-test:submit",
+    "submit-test:am",
+    "submit-test:containers",
+    "submit-test:output",
+    "submit-test:logs",
+    "submit-test:java",
+    "submit-test:pynvml",
+    "submit-test:framework",
+]
 
 
 def melon_doctor(*args: str, env: dict | None = None, timeout: float = 120) -> tuple[int, dict, str]:
-    result = subprocess.run([MELON, "doctor", "--json", *args], env=env or dict(os.environ), capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run(
+        [MELON, "doctor", "--json", *args], env=env or dict(os.environ), capture_output=True, text=True, timeout=timeout
+    )
     try:
         findings = {f["check"]: f for f in json.loads(result.stdout)}
     except ValueError:
@@ -45,15 +65,18 @@ def melon_doctor(*args: str, env: dict | None = None, timeout: float = 120) -> t
     return result.returncode, findings, result.stderr
 
 
-def doctor(cluster, *args: str, extra: dict | None = None, env: dict | None = None,
-           timeout: float = 120) -> tuple[int, dict]:
+def doctor(
+    cluster, *args: str, extra: dict | None = None, env: dict | None = None, timeout: float = 120
+) -> tuple[int, dict]:
     yarn_extra = {"fs_default_fs": cluster.fs_default_fs, **(extra or {})}
     host, port = cluster.nn_http
     run_env = dict(os.environ, **(env or {}))
-    run_env["AIRFLOW_CONN_YARN_DEFAULT"] = json.dumps({"conn_type": "yarn", "host": cluster.rm_web_url,
-                                                       "login": cluster.user, "extra": yarn_extra})
-    run_env["AIRFLOW_CONN_WEBHDFS_DEFAULT"] = json.dumps({"conn_type": "webhdfs", "host": host, "port": port,
-                                                         "login": cluster.user})
+    run_env["AIRFLOW_CONN_YARN_DEFAULT"] = json.dumps(
+        {"conn_type": "yarn", "host": cluster.rm_web_url, "login": cluster.user, "extra": yarn_extra}
+    )
+    run_env["AIRFLOW_CONN_WEBHDFS_DEFAULT"] = json.dumps(
+        {"conn_type": "webhdfs", "host": host, "port": port, "login": cluster.user}
+    )
     rc, findings, _ = melon_doctor(*args, env=run_env, timeout=timeout)
     return rc, findings
 
@@ -78,10 +101,14 @@ def test_doctor_is_all_green_on_a_melon_cluster(minicluster):
 
 def _java_feature_release() -> int:
     """The feature release of the `java` the launcher runs on (minicluster.py starts it from PATH)."""
-    out = subprocess.run(["java", "-XshowSettings:properties", "-version"], capture_output=True, text=True,
-                         timeout=60).stderr
-    spec = next(line.split("=", 1)[1].strip() for line in out.splitlines()
-                if line.strip().startswith("java.specification.version"))
+    out = subprocess.run(
+        ["java", "-XshowSettings:properties", "-version"], capture_output=True, text=True, timeout=60
+    ).stderr
+    spec = next(
+        line.split("=", 1)[1].strip()
+        for line in out.splitlines()
+        if line.strip().startswith("java.specification.version")
+    )
     return int(spec.split(".")[-1]) if spec.startswith("1.") else int(spec)
 
 
@@ -96,8 +123,9 @@ def _launcher_hadoop_version() -> str:
 def test_doctor_takes_the_job_commands_cluster_options(minicluster):
     """No Airflow connection: --rm/--webhdfs/--user as `melon submit` takes them (fs.defaultFS from the RM)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
-    rc, findings, err = melon_doctor("--rm", minicluster.rm_web_url, "--webhdfs", minicluster.webhdfs_url,
-                                     "--user", minicluster.user, env=env)
+    rc, findings, err = melon_doctor(
+        "--rm", minicluster.rm_web_url, "--webhdfs", minicluster.webhdfs_url, "--user", minicluster.user, env=env
+    )
     assert rc == 0, (findings, err)
     assert {name: f["status"] for name, f in findings.items()} == GREEN
     assert f"writable as {minicluster.user}" in findings["hdfs"]["detail"]
@@ -110,8 +138,9 @@ def test_doctor_reports_an_unreachable_namenode_as_unreachable(minicluster):
     with socket.socket() as s:  # a free loopback port: nothing listens on it once closed
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    rc, findings, err = melon_doctor("--rm", minicluster.rm_web_url, "--webhdfs", f"http://127.0.0.1:{port}",
-                                     "--user", minicluster.user)
+    rc, findings, err = melon_doctor(
+        "--rm", minicluster.rm_web_url, "--webhdfs", f"http://127.0.0.1:{port}", "--user", minicluster.user
+    )
     assert rc == 1, (findings, err)
     hdfs = findings["hdfs"]
     assert hdfs["status"] == "fail"
@@ -176,13 +205,29 @@ def vanilla_yarn():
 
 
 def test_doctor_names_each_misconfiguration(vanilla_yarn):
-    rc, findings = doctor(vanilla_yarn, "--queue", "gpu", extra={"fs_default_fs": None},
-                          env={"AIRFLOW__MELON__AM_JAR": "/nonexistent/melon-appmaster.jar"})
+    rc, findings = doctor(
+        vanilla_yarn,
+        "--queue",
+        "gpu",
+        extra={"fs_default_fs": None},
+        env={"AIRFLOW__MELON__AM_JAR": "/nonexistent/melon-appmaster.jar"},
+    )
     assert rc == 1
     status = {name: f["status"] for name, f in findings.items()}
-    assert status == {"resourcemanager": "ok", "resource-types": "fail", "scheduler": "fail", "nodes": "fail",
-                      "queue": "fail", "nodemanagers": "ok", "gpu-plugin": "ok", "hdfs": "fail", "datanodes": "warn",
-                      "am-jar": "fail", "auth": "ok", "hadoop-java": "warn"}, findings
+    assert status == {
+        "resourcemanager": "ok",
+        "resource-types": "fail",
+        "scheduler": "fail",
+        "nodes": "fail",
+        "queue": "fail",
+        "nodemanagers": "ok",
+        "gpu-plugin": "ok",
+        "hdfs": "fail",
+        "datanodes": "warn",
+        "am-jar": "fail",
+        "auth": "ok",
+        "hadoop-java": "warn",
+    }, findings
     assert "melon.io/gpu-memory" in findings["resource-types"]["detail"]
     assert "resource-types.xml" in findings["resource-types"]["fix"]
     assert "DefaultResourceCalculator" in findings["scheduler"]["detail"]
@@ -196,8 +241,10 @@ def test_doctor_names_each_misconfiguration(vanilla_yarn):
 def test_doctor_names_a_stopped_nodemanager(vanilla_yarn):
     """A NodeManager crashed through the launcher's controls: the RM still lists it RUNNING (it expires later), its
     web port no longer answers; doctor names it (runs last: it spends the vanilla cluster's NodeManager)."""
-    nodes = {n["id"]: n["nodeHTTPAddress"]
-             for n in mc.nodes_ready(vanilla_yarn.rm_web_url, vanilla_yarn.user, 0, require_gpu=False)}
+    nodes = {
+        n["id"]: n["nodeHTTPAddress"]
+        for n in mc.nodes_ready(vanilla_yarn.rm_web_url, vanilla_yarn.user, 0, require_gpu=False)
+    }
     assert len(nodes) == 2, nodes
     mc.control(vanilla_yarn, "nodemanagers/0/crash")
     rc, findings = doctor(vanilla_yarn)

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 GPU_ROLE = {"memory": 256, "vcores": 1, "gpus": 1}
-SLEEP = "python -c \"import time; time.sleep({s})\""
+SLEEP = 'python -c "import time; time.sleep({s})"'
 
 
 def _gang(status: dict | None) -> dict:
@@ -22,32 +22,58 @@ def _gang(status: dict | None) -> dict:
 def _holds(jobs, app_id: str) -> list[float]:
     """The seconds each incomplete hold of ``app_id`` lasted before the AM gave its containers back (its log)."""
     log = "".join(jobs.container_logs(app_id, "AppMaster.stdout").values())
-    return [float(line.split(" for ", 1)[1].split(" s:", 1)[0]) for line in log.splitlines()
-            if "gang incomplete after holding" in line]
+    return [
+        float(line.split(" for ", 1)[1].split(" s:", 1)[0])
+        for line in log.splitlines()
+        if "gang incomplete after holding" in line
+    ]
 
 
 def _grants(jobs, *app_ids: str) -> str:
     """Each app's AM lines on grants and holds (who got which container when): a failure message's story."""
-    return "\n".join(f"{app_id}: {line}" for app_id in app_ids
-                     for line in "".join(jobs.container_logs(app_id, "AppMaster.stdout").values()).splitlines()
-                     if "MelonAM: task" in line or "MelonAM: gang" in line)
+    return "\n".join(
+        f"{app_id}: {line}"
+        for app_id in app_ids
+        for line in "".join(jobs.container_logs(app_id, "AppMaster.stdout").values()).splitlines()
+        if "MelonAM: task" in line or "MelonAM: gang" in line
+    )
 
 
 def test_a_waiting_gang_gives_back_what_it_holds_and_a_small_job_runs_meanwhile(jobs):
     """A holds 3 of the 4 GPUs. B (2 GPUs, hold 4 s) gets the 4th, holds it at most 4 s, gives it back, backs off;
     C (1 GPU), submitted while B waits, gets that GPU in one of B's backoffs and finishes while A still runs
     (without the hold, B would sit on the GPU until A ends, and C behind it). B starts once A is gone."""
-    a = jobs.submit({"name": "gang-a", "framework": "generic", "entrypoint": SLEEP.format(s=600),
-                     "roles": {"worker": {"instances": 3, **GPU_ROLE}}})
+    a = jobs.submit(
+        {
+            "name": "gang-a",
+            "framework": "generic",
+            "entrypoint": SLEEP.format(s=600),
+            "roles": {"worker": {"instances": 3, **GPU_ROLE}},
+        }
+    )
     jobs.wait_status(a, lambda s: _gang(s).get("formed") and all(t["state"] == "REGISTERED" for t in s["tasks"]))
-    b = jobs.submit({"name": "gang-b", "framework": "generic", "entrypoint": SLEEP.format(s=1),
-                     "gang_hold_s": 4, "register_timeout_s": 60,
-                     "roles": {"worker": {"instances": 2, **GPU_ROLE}}})
+    b = jobs.submit(
+        {
+            "name": "gang-b",
+            "framework": "generic",
+            "entrypoint": SLEEP.format(s=1),
+            "gang_hold_s": 4,
+            "register_timeout_s": 60,
+            "roles": {"worker": {"instances": 2, **GPU_ROLE}},
+        }
+    )
     waiting = jobs.wait_status(b, lambda s: _gang(s).get("holds_released", 0) >= 1 and not _gang(s)["formed"])
     assert _gang(waiting)["asked"] == 2 and "waiting for the gang" in _gang(waiting)["message"], waiting["gang"]
     assert all(t["container_id"] is None or t["state"] == "ALLOCATED" for t in waiting["tasks"]), waiting["tasks"]
-    c = jobs.submit({"name": "small-c", "framework": "generic", "entrypoint": SLEEP.format(s=1),
-                     "gang_hold_s": 0, "roles": {"worker": {"instances": 1, **GPU_ROLE}}})
+    c = jobs.submit(
+        {
+            "name": "small-c",
+            "framework": "generic",
+            "entrypoint": SLEEP.format(s=1),
+            "gang_hold_s": 0,
+            "roles": {"worker": {"instances": 1, **GPU_ROLE}},
+        }
+    )
     c_app = jobs.wait(c, timeout=240)
     assert (c_app["state"], c_app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), c_app["diagnostics"]
     assert jobs.app(a)["state"] == "RUNNING", "C ran on the GPU B gave back, while A still held the other three"
@@ -67,12 +93,25 @@ def test_a_waiting_gang_gives_back_what_it_holds_and_a_small_job_runs_meanwhile(
 def test_queue_timeout_fails_a_gang_never_granted_whole_saying_where_it_stood(jobs):
     """5 GPUs are more than the 4 the cluster has... but that is refused before submission; so: 4 GPUs while one is
     held by another job. With queue_timeout_s 12 and hold 4 s, the gang fails by itself, naming what it was granted."""
-    blocker = jobs.submit({"name": "one-gpu", "framework": "generic", "entrypoint": SLEEP.format(s=120),
-                           "roles": {"worker": {"instances": 1, **GPU_ROLE}}})
+    blocker = jobs.submit(
+        {
+            "name": "one-gpu",
+            "framework": "generic",
+            "entrypoint": SLEEP.format(s=120),
+            "roles": {"worker": {"instances": 1, **GPU_ROLE}},
+        }
+    )
     jobs.wait_status(blocker, lambda s: s["tasks"] and s["tasks"][0]["state"] == "REGISTERED")
-    app_id = jobs.submit({"name": "never-whole", "framework": "generic", "entrypoint": SLEEP.format(s=1),
-                          "gang_hold_s": 4, "queue_timeout_s": 12,
-                          "roles": {"worker": {"instances": 4, **GPU_ROLE}}})
+    app_id = jobs.submit(
+        {
+            "name": "never-whole",
+            "framework": "generic",
+            "entrypoint": SLEEP.format(s=1),
+            "gang_hold_s": 4,
+            "queue_timeout_s": 12,
+            "roles": {"worker": {"instances": 4, **GPU_ROLE}},
+        }
+    )
     app = jobs.wait(app_id, timeout=240)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "FAILED"), app
     assert "not granted within queue_timeout_s (12 s)" in app["diagnostics"], app["diagnostics"]
@@ -86,16 +125,17 @@ def test_queue_timeout_fails_a_gang_never_granted_whole_saying_where_it_stood(jo
 # that holds less, so two gangs asking at once get their containers one each in turn. The GPUs are freed one at a
 # time by a blocker whose tasks end when the test says (a file per task: every container runs on this machine).
 
-WAIT_FOR_FILE = ("python -c \"import os, time; p = os.path.join({folder!r}, 'release-' + os.environ['MELON_INDEX']); "
-                 "[time.sleep(0.2) for _ in iter(lambda: os.path.exists(p), True)]\"")
+WAIT_FOR_FILE = (
+    "python -c \"import os, time; p = os.path.join({folder!r}, 'release-' + os.environ['MELON_INDEX']); "
+    '[time.sleep(0.2) for _ in iter(lambda: os.path.exists(p), True)]"'
+)
 
 
 @pytest.fixture(scope="module")
 def fair_cluster():
     from tests.conftest import running_cluster
 
-    yield from running_cluster("MELON_GANG_CLUSTER_DIR", "melon-gang-", "MELON_GANG_PORT_BASE", fair=True,
-                               timeout=240)
+    yield from running_cluster("MELON_GANG_CLUSTER_DIR", "melon-gang-", "MELON_GANG_PORT_BASE", fair=True, timeout=240)
 
 
 @pytest.fixture
@@ -122,12 +162,23 @@ def _grant_events(jobs, *app_ids: str) -> int:
 def _two_gangs_behind_a_blocker(jobs, tmp_path, hold_s: float) -> tuple[str, str]:
     folder = tmp_path / "releases"
     folder.mkdir()
-    blocker = jobs.submit({"name": "blocker", "framework": "generic", "gang_hold_s": 0,
-                           "entrypoint": WAIT_FOR_FILE.format(folder=str(folder)),
-                           "roles": {"worker": {"instances": 4, **GPU_ROLE}}})
+    blocker = jobs.submit(
+        {
+            "name": "blocker",
+            "framework": "generic",
+            "gang_hold_s": 0,
+            "entrypoint": WAIT_FOR_FILE.format(folder=str(folder)),
+            "roles": {"worker": {"instances": 4, **GPU_ROLE}},
+        }
+    )
     jobs.wait_status(blocker, lambda s: all(t["state"] == "REGISTERED" for t in s["tasks"]))
-    gang = {"framework": "generic", "entrypoint": SLEEP.format(s=2), "gang_hold_s": hold_s,
-            "register_timeout_s": 600, "roles": {"worker": {"instances": 3, **GPU_ROLE}}}
+    gang = {
+        "framework": "generic",
+        "entrypoint": SLEEP.format(s=2),
+        "gang_hold_s": hold_s,
+        "register_timeout_s": 600,
+        "roles": {"worker": {"instances": 3, **GPU_ROLE}},
+    }
     a = jobs.submit({"name": "gang-a", **gang})
     b = jobs.submit({"name": "gang-b", **gang})
     for app_id in (a, b):  # both AMs up and asking before any GPU frees
@@ -140,8 +191,9 @@ def _two_gangs_behind_a_blocker(jobs, tmp_path, hold_s: float) -> tuple[str, str
         (folder / f"release-{i}").touch()
         deadline = time.monotonic() + 60
         while _grant_events(jobs, a, b) <= before:
-            assert time.monotonic() < deadline, (f"GPU {i} freed but granted to neither gang\n{jobs.picture(a)}"
-                                                 f"{_grants(jobs, a, b)}")
+            assert time.monotonic() < deadline, (
+                f"GPU {i} freed but granted to neither gang\n{jobs.picture(a)}{_grants(jobs, a, b)}"
+            )
             time.sleep(0.5)
     return a, b
 
@@ -168,8 +220,13 @@ def test_two_gangs_that_would_deadlock_both_finish_with_the_hold(fair_jobs, tmp_
 
 
 def test_four_three_gpu_gangs_at_once_finish_one_after_another(fair_jobs):
-    gang = {"framework": "generic", "entrypoint": SLEEP.format(s=3), "gang_hold_s": 5, "register_timeout_s": 600,
-            "roles": {"worker": {"instances": 3, **GPU_ROLE}}}
+    gang = {
+        "framework": "generic",
+        "entrypoint": SLEEP.format(s=3),
+        "gang_hold_s": 5,
+        "register_timeout_s": 600,
+        "roles": {"worker": {"instances": 3, **GPU_ROLE}},
+    }
     apps = [fair_jobs.submit({"name": f"gang-{i}", **gang}) for i in range(4)]
     holds = []
     for app_id in apps:

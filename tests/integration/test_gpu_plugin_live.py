@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon.dev import minicluster as mc
-from tests.conftest import port_base
 from airflow_provider_melon.cli import melon_hook_for_cluster
+from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.spec import JobSpec
+from tests.conftest import port_base
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def stand_in_nvidia_smi(folder: Path) -> Path:
     """An ``nvidia-smi`` that answers ``-q -x`` with the recorded XML (and logs each call)."""
     script = folder / "nvidia-smi"
     script.write_text(f"""#!/bin/sh
-echo "$*" >> {folder / 'nvidia-smi.calls'}
+echo "$*" >> {folder / "nvidia-smi.calls"}
 case " $* " in *" -q "*) exec cat {RECORDED};; esac
 echo "stand-in nvidia-smi: only -q -x is recorded" >&2
 exit 1
@@ -51,20 +51,29 @@ def plugin_cluster(tmp_path_factory, name: str, allowed: str, offset: int):
     work = tmp_path_factory.mktemp(f"melon-gpu-plugin-{name}")
     smi = stand_in_nvidia_smi(work)
     base = port_base("MELON_TEST_PORT_BASE") + offset
-    details = mc.start(work / "cluster", port_base=base, nodemanagers=1, timeout=420,
-                       yarn_site={PLUGINS: "yarn.io/gpu", ALLOWED: allowed, BINARY: str(smi)})
+    details = mc.start(
+        work / "cluster",
+        port_base=base,
+        nodemanagers=1,
+        timeout=420,
+        yarn_site={PLUGINS: "yarn.io/gpu", ALLOWED: allowed, BINARY: str(smi)},
+    )
     return work, details
 
 
 def doctor(details, container_env: dict | None = None) -> tuple[int, dict]:
     host, port = details.nn_http
-    extra = {"fs_default_fs": details.fs_default_fs,
-             "container_env": {**mc.container_env(details), **(container_env or {})}}
+    extra = {
+        "fs_default_fs": details.fs_default_fs,
+        "container_env": {**mc.container_env(details), **(container_env or {})},
+    }
     env = dict(os.environ)
-    env["AIRFLOW_CONN_YARN_DEFAULT"] = json.dumps({"conn_type": "yarn", "host": details.rm_web_url,
-                                                   "login": details.user, "extra": extra})
-    env["AIRFLOW_CONN_WEBHDFS_DEFAULT"] = json.dumps({"conn_type": "webhdfs", "host": host, "port": port,
-                                                     "login": details.user})
+    env["AIRFLOW_CONN_YARN_DEFAULT"] = json.dumps(
+        {"conn_type": "yarn", "host": details.rm_web_url, "login": details.user, "extra": extra}
+    )
+    env["AIRFLOW_CONN_WEBHDFS_DEFAULT"] = json.dumps(
+        {"conn_type": "webhdfs", "host": host, "port": port, "login": details.user}
+    )
     result = subprocess.run([MELON, "doctor", "--json"], env=env, capture_output=True, text=True, timeout=180)
     try:
         return result.returncode, {f["check"]: f for f in json.loads(result.stdout)}
@@ -78,8 +87,9 @@ def nm_gpu_resource(details) -> dict:
 
     yarn = YarnHook(rm_urls=[details.rm_web_url], user=details.user)
     (node,) = yarn.nodes(["RUNNING"])
-    resp = yarn.get_url(f"http://{node['nodeHTTPAddress']}/ws/v1/node/resources/yarn.io%2Fgpu",
-                        headers={"Accept": "application/json"})
+    resp = yarn.get_url(
+        f"http://{node['nodeHTTPAddress']}/ws/v1/node/resources/yarn.io%2Fgpu", headers={"Accept": "application/json"}
+    )
     assert resp.status_code == 200, resp.text[:500]
     return {"node": node, "info": resp.json()}
 
@@ -135,12 +145,18 @@ def test_the_split_lets_a_shared_task_run_on_melons_gpu(split_cluster):
     hook.container_env["CUDA_VISIBLE_DEVICES"] = "1"
     code = work / "code"
     code.mkdir()
-    (code / "show.py").write_text("import os\nprint('task sees CUDA_VISIBLE_DEVICES=' + "
-                                  "os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'))\n")
-    spec = JobSpec.from_dict({"name": "shared-beside-plugin", "framework": "generic", "code": str(code),
-                              "entrypoint": "python show.py",
-                              "roles": {"worker": {"instances": 1, "memory": "512m", "vcores": 1,
-                                                   "gpu_memory": "4GiB"}}})
+    (code / "show.py").write_text(
+        "import os\nprint('task sees CUDA_VISIBLE_DEVICES=' + os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'))\n"
+    )
+    spec = JobSpec.from_dict(
+        {
+            "name": "shared-beside-plugin",
+            "framework": "generic",
+            "code": str(code),
+            "entrypoint": "python show.py",
+            "roles": {"worker": {"instances": 1, "memory": "512m", "vcores": 1, "gpu_memory": "4GiB"}},
+        }
+    )
     app_id = hook.submit(spec)["app_id"]
     app = wait_until_ended(hook, app_id)
     stdout = "".join(mc.container_logs(details.work_dir, app_id, "stdout").values())
@@ -158,4 +174,6 @@ def wait_until_ended(hook, app_id: str, timeout: float = 300) -> dict:
         if app["state"] in ("FINISHED", "FAILED", "KILLED"):
             return app
         time.sleep(1)
-    raise AssertionError(f"{app_id} not ended after {timeout}s: {json.dumps({k: app.get(k) for k in ('state', 'diagnostics')})}")
+    raise AssertionError(
+        f"{app_id} not ended after {timeout}s: {json.dumps({k: app.get(k) for k in ('state', 'diagnostics')})}"
+    )

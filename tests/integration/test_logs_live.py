@@ -44,8 +44,13 @@ EXPECTED = [f"worker:0 | line {i}" for i in range(30)]
 
 def _job(jobs, name: str, script: str, instances: int = 1) -> dict:
     (jobs.code / f"{name}.py").write_text(script)
-    return {"name": name, "framework": "generic", "code": str(jobs.code), "entrypoint": f"python {name}.py",
-            "roles": {"worker": {"instances": instances, "memory": 256, "vcores": 1}}}
+    return {
+        "name": name,
+        "framework": "generic",
+        "code": str(jobs.code),
+        "entrypoint": f"python {name}.py",
+        "roles": {"worker": {"instances": instances, "memory": 256, "vcores": 1}},
+    }
 
 
 class _Lines(logging.Handler):
@@ -169,12 +174,14 @@ print("trained", flush=True)
 """
 
 #: the task log of a task grown twice, in order: each container's output, then the AM's decision about it
-GROWN = ["worker:0 | running with 1024 MiB",
-         "[melon-am] worker:0 ... asking again with 1536 MiB",
-         "worker:0 | running with 1536 MiB",
-         "[melon-am] worker:0 ... asking again with 2304 MiB",
-         "worker:0 | running with 2304 MiB",
-         "worker:0 | trained"]
+GROWN = [
+    "worker:0 | running with 1024 MiB",
+    "[melon-am] worker:0 ... asking again with 1536 MiB",
+    "worker:0 | running with 1536 MiB",
+    "[melon-am] worker:0 ... asking again with 2304 MiB",
+    "worker:0 | running with 2304 MiB",
+    "worker:0 | trained",
+]
 
 
 def _grower(jobs) -> dict:

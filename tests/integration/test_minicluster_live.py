@@ -30,14 +30,25 @@ def test_port_in_use_fails_fast_with_the_flag_named(tmp_path):
 
 
 def test_cli_status_shows_nodes_with_gpu_resources(minicluster):
-    out = subprocess.run([sys.executable, "-m", "airflow_provider_melon.cli", "minicluster", "status",
-                          "--work-dir", str(minicluster.work_dir)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_melon.cli",
+            "minicluster",
+            "status",
+            "--work-dir",
+            str(minicluster.work_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     status = json.loads(out.stdout)
     assert status["running"] and status["rm_web_url"] == minicluster.rm_web_url
     assert len(status["nodes"]) == 2
-    assert all(n["total"]["yarn.io/gpu"] == 2 and n["total"]["melon.io/gpu-memory"] == 32768
-               for n in status["nodes"])
+    assert all(n["total"]["yarn.io/gpu"] == 2 and n["total"]["melon.io/gpu-memory"] == 32768 for n in status["nodes"])
 
 
 def test_melon_hook_test_connection(melon_hook):
@@ -51,8 +62,9 @@ def test_melon_hook_test_connection_reports_hdfs_down(melon_hook):
 
     from airflow_provider_melon.hooks.melon import MelonHook
 
-    broken = MelonHook(yarn_hook=melon_hook.yarn, hdfs_client=InsecureClient("http://127.0.0.1:9", user="root"),
-                       user="root")
+    broken = MelonHook(
+        yarn_hook=melon_hook.yarn, hdfs_client=InsecureClient("http://127.0.0.1:9", user="root"), user="root"
+    )
     ok, message = broken.test_connection()
     assert not ok and "HDFS" in message
 
@@ -62,8 +74,9 @@ def test_the_embedded_rm_serves_its_web_ui(minicluster, jobs):
     /cluster/cluster), while the NodeManagers' REST API (container logs) keeps working."""
     import urllib.request
 
-    app_id = jobs.submit({"name": "ui-page", "framework": "generic", "entrypoint": "true",
-                          "roles": {"worker": {"memory": 128}}})
+    app_id = jobs.submit(
+        {"name": "ui-page", "framework": "generic", "entrypoint": "true", "roles": {"worker": {"memory": 128}}}
+    )
     jobs.wait(app_id)
     for path in ("/cluster/cluster", f"/cluster/app/{app_id}"):
         with urllib.request.urlopen(minicluster.rm_web_url + path, timeout=30) as resp:
@@ -95,26 +108,44 @@ def test_a_two_gpu_host_gives_each_nodemanager_its_own_gpu(tmp_path, monkeypatch
         port_to_nm = {nm_id.rsplit(":", 1)[1]: i for i, nm_id in enumerate(details.details["nodemanager_ids"])}
         nodes = mc.status(work)["nodes"]
         assert sorted((n["total"]["yarn.io/gpu"], n["total"]["melon.io/gpu-memory"]) for n in nodes) == [
-            (1, 16384), (1, 16384)], nodes
+            (1, 16384),
+            (1, 16384),
+        ], nodes
         hook = melon_hook_for_cluster(work)
-        entry = ("python -c \"import os; print('SEEN', os.environ['NM_PORT'], os.environ['CUDA_VISIBLE_DEVICES'], "
-                 "os.environ['MELON_GPU_INVENTORY'], sep='|')\"")
-        app_id = hook.submit(JobSpec.from_dict({
-            "name": "gpu-split", "framework": "generic", "entrypoint": entry,
-            "roles": {"worker": {"instances": 2, "memory": 256, "vcores": 1, "gpus": 1}}}))["app_id"]
+        entry = (
+            "python -c \"import os; print('SEEN', os.environ['NM_PORT'], os.environ['CUDA_VISIBLE_DEVICES'], "
+            "os.environ['MELON_GPU_INVENTORY'], sep='|')\""
+        )
+        app_id = hook.submit(
+            JobSpec.from_dict(
+                {
+                    "name": "gpu-split",
+                    "framework": "generic",
+                    "entrypoint": entry,
+                    "roles": {"worker": {"instances": 2, "memory": 256, "vcores": 1, "gpus": 1}},
+                }
+            )
+        )["app_id"]
         deadline = time.monotonic() + 240
         while (app := hook.yarn.get_application(app_id))["state"] not in ("FINISHED", "FAILED", "KILLED"):
             if time.monotonic() > deadline:
                 hook.yarn.kill_application(app_id)
-                raise AssertionError(f"{app_id} still {app['state']} after 240 s: {app.get('diagnostics')}\n"
-                                     + mc._log_tail(work))
+                raise AssertionError(
+                    f"{app_id} still {app['state']} after 240 s: {app.get('diagnostics')}\n" + mc._log_tail(work)
+                )
             time.sleep(1)
         assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"]
-        seen = [line.split("|")[1:] for text in mc.container_logs(work, app_id).values()
-                for line in text.splitlines() if line.startswith("SEEN|")]
+        seen = [
+            line.split("|")[1:]
+            for text in mc.container_logs(work, app_id).values()
+            for line in text.splitlines()
+            if line.startswith("SEEN|")
+        ]
         stderr = "\n".join(mc.container_logs(work, app_id, "stderr").values())
         assert sorted((port_to_nm[port], cuda, inventory.rsplit("/", 1)[1]) for port, cuda, inventory in seen) == [
-            (0, "0", "gpu-inventory-nm0.json"), (1, "1", "gpu-inventory-nm1.json")], (seen, stderr)
+            (0, "0", "gpu-inventory-nm0.json"),
+            (1, "1", "gpu-inventory-nm1.json"),
+        ], (seen, stderr)
     finally:
         mc.stop(work)
         shutil.rmtree(work, ignore_errors=True)

@@ -18,13 +18,15 @@ from tests.counting_proxy import CountingProxy
 
 pytestmark = pytest.mark.integration
 
-WRITER = ("python -c \"import os, pathlib\n"
-          "role, index = os.environ['MELON_ROLE'], os.environ['MELON_INDEX']\n"
-          "d = pathlib.Path(os.environ['MELON_OUTPUT_MODEL'])\n"
-          "(d / 'weights.bin').write_bytes(b'w' * 1000)\n"
-          "(d / 'sub').mkdir(); (d / 'sub' / 'who.txt').write_text(role + index)\n"
-          "pathlib.Path(os.environ['MELON_OUTPUT_METRICS'], 'metrics.json').write_text('{\\\"acc\\\": 0.9}')\n"
-          "print('INPUT', open(os.environ['MELON_INPUT_BLOB_TXT']).read())\"")
+WRITER = (
+    'python -c "import os, pathlib\n'
+    "role, index = os.environ['MELON_ROLE'], os.environ['MELON_INDEX']\n"
+    "d = pathlib.Path(os.environ['MELON_OUTPUT_MODEL'])\n"
+    "(d / 'weights.bin').write_bytes(b'w' * 1000)\n"
+    "(d / 'sub').mkdir(); (d / 'sub' / 'who.txt').write_text(role + index)\n"
+    "pathlib.Path(os.environ['MELON_OUTPUT_METRICS'], 'metrics.json').write_text('{\\\"acc\\\": 0.9}')\n"
+    "print('INPUT', open(os.environ['MELON_INPUT_BLOB_TXT']).read())\""
+)
 
 
 @pytest.fixture
@@ -35,10 +37,15 @@ def blob(melon_hook):
 
 
 def _job(root: str, blob: str, **extra) -> dict:
-    return {"name": "outputs", "framework": "generic", "entrypoint": WRITER,
-            "inputs": [{"path": blob, "name": "blob.txt"}],
-            "outputs": {"model": f"hdfs://{root}/model", "metrics": f"{root}/metrics.json"},
-            "roles": {"chief": {"memory": 256}, "worker": {"instances": 2, "memory": 256}}, **extra}
+    return {
+        "name": "outputs",
+        "framework": "generic",
+        "entrypoint": WRITER,
+        "inputs": [{"path": blob, "name": "blob.txt"}],
+        "outputs": {"model": f"hdfs://{root}/model", "metrics": f"{root}/metrics.json"},
+        "roles": {"chief": {"memory": 256}, "worker": {"instances": 2, "memory": 256}},
+        **extra,
+    }
 
 
 def test_outputs_are_published_by_the_output_task(jobs, melon_hook, blob):
@@ -73,8 +80,15 @@ def test_existing_output_is_refused_before_submit_unless_overwrite(jobs, melon_h
 
 def test_a_declared_output_left_empty_fails_naming_it(jobs, melon_hook):
     root = f"/user/root/it-outputs/{uuid.uuid4().hex[:8]}"
-    app_id = jobs.submit({"name": "no-output", "framework": "generic", "entrypoint": "python -c \"print('nothing')\"",
-                          "outputs": {"model": f"{root}/model"}, "roles": {"worker": {"memory": 256}}})
+    app_id = jobs.submit(
+        {
+            "name": "no-output",
+            "framework": "generic",
+            "entrypoint": "python -c \"print('nothing')\"",
+            "outputs": {"model": f"{root}/model"},
+            "roles": {"worker": {"memory": 256}},
+        }
+    )
     app = jobs.wait(app_id)
     assert app["finalStatus"] == "FAILED"
     assert "output 'model': the job wrote nothing to $MELON_OUTPUT_MODEL" in app["diagnostics"], app["diagnostics"]
@@ -83,7 +97,7 @@ def test_a_declared_output_left_empty_fails_naming_it(jobs, melon_hook):
 
 # worker:0, the output task, writes its model only once the AM says the success role (chief:0) exited 0 and the
 # application waits for it: before, the AM ended the job at the chief's exit and killed the worker mid-publish
-PUBLISHER = '''
+PUBLISHER = """
 import hashlib, json, os, sys, time, urllib.request
 
 role, index = os.environ["MELON_ROLE"], int(os.environ["MELON_INDEX"])
@@ -109,14 +123,21 @@ with open(os.path.join(os.environ["MELON_OUTPUT_MODEL"], "weights.bin"), "wb") a
         digest.update(block)
         f.write(block)
 print("SHA256", digest.hexdigest(), flush=True)
-'''
+"""
 
 
 def _publisher_job(tmp_path, root: str, publish: str) -> dict:
     (tmp_path / "publisher.py").write_text(PUBLISHER)
-    return {"name": "late-output", "framework": "generic", "code": str(tmp_path), "entrypoint": "python publisher.py",
-            "env": {"PUBLISH": publish}, "outputs": {"model": f"{root}/model"}, "output_role": "worker",
-            "roles": {"chief": {"memory": 256}, "worker": {"instances": 2, "memory": 256}}}
+    return {
+        "name": "late-output",
+        "framework": "generic",
+        "code": str(tmp_path),
+        "entrypoint": "python publisher.py",
+        "env": {"PUBLISH": publish},
+        "outputs": {"model": f"{root}/model"},
+        "output_role": "worker",
+        "roles": {"chief": {"memory": 256}, "worker": {"instances": 2, "memory": 256}},
+    }
 
 
 def _hdfs_sha256(hdfs, path: str) -> str:
@@ -133,8 +154,9 @@ def test_the_app_succeeds_only_once_an_output_task_other_than_the_chief_has_publ
     app = jobs.wait(app_id)
     stdout = "\n".join(jobs.container_logs(app_id).values())
     assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"] + "\n" + jobs.picture(app_id)
-    assert "task chief:0 succeeded; waited for the output task worker:0, which published the outputs" \
-        in app["diagnostics"], app["diagnostics"]
+    assert (
+        "task chief:0 succeeded; waited for the output task worker:0, which published the outputs" in app["diagnostics"]
+    ), app["diagnostics"]
     written = re.search(r"SHA256 ([0-9a-f]{64})", stdout)
     assert written, f"worker:0 never wrote its model:\n{stdout[-2000:]}\n{jobs.picture(app_id)}"
     status = melon_hook.hdfs.status(f"{root}/model/weights.bin", strict=False)
@@ -144,8 +166,9 @@ def test_the_app_succeeds_only_once_an_output_task_other_than_the_chief_has_publ
     assert melon_hook.hdfs.list(root) == ["model"]  # no upload left beside it
 
 
-def test_an_output_task_that_fails_to_publish_after_the_chief_fails_the_job_naming_the_output(jobs, melon_hook,
-                                                                                              tmp_path):
+def test_an_output_task_that_fails_to_publish_after_the_chief_fails_the_job_naming_the_output(
+    jobs, melon_hook, tmp_path
+):
     root = f"/user/root/it-outputs/{uuid.uuid4().hex[:8]}"
     app = jobs.wait(jobs.submit(_publisher_job(tmp_path, root, "nothing")))
     assert app["finalStatus"] == "FAILED", app["diagnostics"]
@@ -156,7 +179,7 @@ def test_an_output_task_that_fails_to_publish_after_the_chief_fails_the_job_nami
 
 # ---------------------------------------------------------------------------------------- the WebHDFS client
 
-STREAMER = '''
+STREAMER = """
 import hashlib, sys, tracemalloc
 from airflow_provider_melon.runtime.webhdfs import WebHdfs
 
@@ -164,7 +187,7 @@ url, user, local, path = sys.argv[1:5]
 tracemalloc.start()
 WebHdfs(url, user).create(path, local)
 print("PEAK", tracemalloc.get_traced_memory()[1])
-'''
+"""
 
 
 def test_a_large_output_file_is_streamed_with_bounded_memory(minicluster, melon_hook, tmp_path):
@@ -178,8 +201,12 @@ def test_a_large_output_file_is_streamed_with_bounded_memory(minicluster, melon_
             f.write(block)
     path = f"/user/root/it-outputs/{uuid.uuid4().hex[:8]}/checkpoint.bin"
     melon_hook.hdfs.makedirs(path.rsplit("/", 1)[0])
-    run = subprocess.run([sys.executable, "-c", STREAMER, minicluster.webhdfs_url, minicluster.user, str(local), path],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", STREAMER, minicluster.webhdfs_url, minicluster.user, str(local), path],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     peak = int(re.search(r"PEAK (\d+)", run.stdout).group(1))
     assert peak < bound, f"uploading {size >> 20} MiB peaked at {peak >> 20} MiB of Python memory (bound {bound >> 20})"
@@ -214,8 +241,10 @@ def test_a_publish_whose_rename_answer_is_lost_is_decided_from_both_paths(minicl
     root = f"/user/root/it-outputs/{uuid.uuid4().hex[:8]}"
     (tmp_path / outputs.LOCAL_ROOT / "model").mkdir(parents=True)
     (tmp_path / outputs.LOCAL_ROOT / "model" / "weights.bin").write_bytes(b"w" * 1000)
-    env = {"MELON_OUTPUTS_B64": base64.b64encode(json.dumps({"model": f"{root}/model"}).encode()).decode(),
-           "MELON_OUTPUT_ROLE": "chief"}
+    env = {
+        "MELON_OUTPUTS_B64": base64.b64encode(json.dumps({"model": f"{root}/model"}).encode()).decode(),
+        "MELON_OUTPUT_ROLE": "chief",
+    }
     lose, seen = _once("PUT", "RENAME", how)
     with CountingProxy(_nn(minicluster), lose=lose) as proxy:
         published = outputs.publish(env, str(tmp_path), print, client=WebHdfs(proxy.url, minicluster.user))
@@ -253,8 +282,13 @@ def test_a_lost_rename_answer_the_paths_cannot_explain_is_an_error_naming_both(m
             melon_hook.hdfs.delete(f"{root}/.model.tmp", recursive=True)
         return how
 
-    with CountingProxy(_nn(minicluster), lose=vanish) as proxy, pytest.raises(
-            WebHdfsError, match=r"RENAME .*/\.model\.tmp -> .*/model: no answer .* the paths do not tell it was "
-                                r"applied: .*\.model\.tmp absent, .*/model absent"):
+    with (
+        CountingProxy(_nn(minicluster), lose=vanish) as proxy,
+        pytest.raises(
+            WebHdfsError,
+            match=r"RENAME .*/\.model\.tmp -> .*/model: no answer .* the paths do not tell it was "
+            r"applied: .*\.model\.tmp absent, .*/model absent",
+        ),
+    ):
         WebHdfs(proxy.url, minicluster.user).rename(f"{root}/.model.tmp", f"{root}/model")
     assert len(renames) == 1, f"sent once, not again blindly: {renames}"

@@ -38,14 +38,18 @@ def test_build_gives_both_artifacts_at_the_one_version(dist):
 
 def test_setuptools_warns_of_no_ignored_package(dist):
     _, _, log = dist
-    assert "Package would be ignored" not in log, log[log.find("would be ignored") - 2000:][:4000]
+    assert "Package would be ignored" not in log, log[log.find("would be ignored") - 2000 :][:4000]
     assert "is absent from the `packages` configuration" not in log
 
 
 def test_twine_check_passes(dist):
     whl, sdist, _ = dist
-    result = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(whl), str(sdist)],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(whl), str(sdist)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("PASSED") == 2, result.stdout
 
@@ -53,10 +57,12 @@ def test_twine_check_passes(dist):
 def test_the_wheel_holds_the_am_the_ui_plugin_page_and_the_license(dist):
     whl, _, _ = dist
     names = set(zipfile.ZipFile(whl).namelist())
-    for needed in ("airflow_provider_melon/am/melon-appmaster.jar",
-                   "airflow_provider_melon/plugin/static/page.html",
-                   "airflow_provider_melon/plugin/static/melon.js",
-                   f"airflow_provider_melon-{__version__}.dist-info/licenses/LICENSE"):
+    for needed in (
+        "airflow_provider_melon/am/melon-appmaster.jar",
+        "airflow_provider_melon/plugin/static/page.html",
+        "airflow_provider_melon/plugin/static/melon.js",
+        f"airflow_provider_melon-{__version__}.dist-info/licenses/LICENSE",
+    ):
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.startswith(("tests/", "dags/", "docs/"))]
 
@@ -64,9 +70,17 @@ def test_the_wheel_holds_the_am_the_ui_plugin_page_and_the_license(dist):
 def test_the_sdist_holds_the_sources_to_rebuild_everything(dist):
     _, sdist, _ = dist
     root = f"airflow_provider_melon-{__version__}/"
-    names = {n[len(root):] for n in tarfile.open(sdist).getnames()}
-    for needed in ("LICENSE", "CHANGELOG.md", "README.md", "setup.cfg", "setup.py", "appmaster/pom.xml",
-                   "appmaster/build.sh", "airflow_provider_melon/plugin/static/page.html"):
+    names = {n[len(root) :] for n in tarfile.open(sdist).getnames()}
+    for needed in (
+        "LICENSE",
+        "CHANGELOG.md",
+        "README.md",
+        "setup.cfg",
+        "setup.py",
+        "appmaster/pom.xml",
+        "appmaster/build.sh",
+        "airflow_provider_melon/plugin/static/page.html",
+    ):
         assert needed in names, needed
     # the AM (appmaster/am, Java 8) and the mini-cluster launcher (appmaster/launcher) are separate Maven modules
     for module in ("am", "launcher"):

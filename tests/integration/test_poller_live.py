@@ -22,7 +22,7 @@ def _job(seconds: int) -> dict:
     return {
         "name": f"poller-live-{seconds}s",
         "framework": "generic",
-        "entrypoint": f"python -c \"import time; time.sleep({seconds})\"",
+        "entrypoint": f'python -c "import time; time.sleep({seconds})"',
         "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
     }
 

@@ -46,18 +46,32 @@ def test_preflight_refuses_a_role_above_the_largest_gpu_and_submits_nothing(melo
     from airflow.sdk.exceptions import AirflowFailException
 
     (tmp_path / "noop.py").write_text("print('never runs')\n")
-    op = bind(MelonTrainOperator(
-        task_id="too_big", deferrable=False, poll_interval=5,
-        job={"name": "too-big", "framework": "tensorflow", "code": str(tmp_path), "entrypoint": "python noop.py",
-             "roles": {"chief": {"memory": 256, "gpu_memory": "20GiB"},
-                       "worker": {"memory": 256, "gpu_memory": "4GiB"}}}), melon_hook)
+    op = bind(
+        MelonTrainOperator(
+            task_id="too_big",
+            deferrable=False,
+            poll_interval=5,
+            job={
+                "name": "too-big",
+                "framework": "tensorflow",
+                "code": str(tmp_path),
+                "entrypoint": "python noop.py",
+                "roles": {
+                    "chief": {"memory": 256, "gpu_memory": "20GiB"},
+                    "worker": {"memory": 256, "gpu_memory": "4GiB"},
+                },
+            },
+        ),
+        melon_hook,
+    )
     ctx = context("preflight_live", "too_big")
     before = melon_hook.yarn.list_applications()
     with pytest.raises(AirflowFailException) as err:
         op.execute(ctx)
     msg = str(err.value)
-    assert ("role chief: expected GPU memory 20480 MiB per task exceeds the largest GPU of any node, 16384 MiB"
-            in msg), msg
+    assert "role chief: expected GPU memory 20480 MiB per task exceeds the largest GPU of any node, 16384 MiB" in msg, (
+        msg
+    )
     assert "32768 MiB over 2 GPU(s)" in msg and "4 GPU(s) and 65536 MiB of GPU memory in all" in msg
     after = melon_hook.yarn.list_applications()
     assert len(after) == len(before)
@@ -74,14 +88,18 @@ def test_profile_operator_runs_one_task_and_pushes_the_expected_memory(melon_hoo
     dataset = f"/user/{melon_hook.user}/melon-test/profile-{uuid.uuid4().hex[:8]}/mnist.npz"
     melon_hook.hdfs.write(dataset, data=to_npz_bytes(make_dataset()), overwrite=True)
     job = {
-        "name": "mnist-mwms", "framework": "tensorflow", "code": str(MNIST),
+        "name": "mnist-mwms",
+        "framework": "tensorflow",
+        "code": str(MNIST),
         "entrypoint": "python train.py --epochs 2",
         "inputs": [{"path": dataset, "name": "mnist.npz"}],
         "outputs": {"model": f"/user/{melon_hook.user}/melon-test/never-published-{uuid.uuid4().hex[:8]}"},
         "roles": {"chief": {"memory": "2g", "gpu_memory": "2GiB"}, "worker": {"memory": "2g", "gpu_memory": "2GiB"}},
     }
-    op = bind(MelonProfileOperator(task_id="profile", job=job, steps=3, deferrable=False, poll_interval=5,
-                                   timeout=420), melon_hook)
+    op = bind(
+        MelonProfileOperator(task_id="profile", job=job, steps=3, deferrable=False, poll_interval=5, timeout=420),
+        melon_hook,
+    )
     ctx = context("profile_live", "profile")
     result = op.execute(ctx)
 

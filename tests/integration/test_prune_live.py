@@ -33,7 +33,8 @@ def _folder(url: str) -> str:
 
 
 def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses(  # noqa: F811 - the fixture
-        melon, minicluster, jobs, tmp_path):
+    melon, minicluster, jobs, tmp_path
+):
     staging = f"/user/{minicluster.user}/.melon-prune-{uuid.uuid4().hex[:8]}"
     env = {"AIRFLOW__MELON__STAGING_DIR": staging}
     client = jobs.hook.hdfs
@@ -43,15 +44,18 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     (old / "train.py").write_text("print('old code')\n")
     (old / "weights.bin").write_bytes(os.urandom(9 << 20))  # a big file: its own object, found by the index
     release = tmp_path / "release"  # the running job runs until the test is done with it (containers run here)
-    (live / "train.py").write_text(f"import os, time; print('live code', flush=True)\n"
-                                   f"while not os.path.exists({str(release)!r}): time.sleep(0.2)\n")
+    (live / "train.py").write_text(
+        f"import os, time; print('live code', flush=True)\n"
+        f"while not os.path.exists({str(release)!r}): time.sleep(0.2)\n"
+    )
 
     ended = melon.submit(generic("prune-ended", "python train.py") | {"code": str(old)}, "--wait", env=env)
     assert ended["returncode"] == 0, ended
     running = melon.submit(generic("prune-live", "python train.py") | {"code": str(live)}, env=env)
     # its task runs: its files are localized, so setting their times back below cannot fail its localization
-    jobs.wait_status(running["app_id"], lambda s: any(t["state"] in ("RUNNING", "REGISTERED")
-                                                      for t in s.get("tasks") or []))
+    jobs.wait_status(
+        running["app_id"], lambda s: any(t["state"] in ("RUNNING", "REGISTERED") for t in s.get("tasks") or [])
+    )
     _age(client, staging, 2 * 3600 * 1000)
     assert client.list(f"{staging}/cache/by-sample"), "the big file was staged through the by-sample index"
 

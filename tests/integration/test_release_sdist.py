@@ -33,8 +33,12 @@ ROOT = f"airflow_provider_melon-{__version__}"
 def clean_checkout(tmp_path_factory) -> Path:
     """The files git tracks or would (not ignored), as `git clone` gives them: no jar, no appmaster/*/target."""
     src = tmp_path_factory.mktemp("checkout") / "src"
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, check=True).stdout
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
     for name in filter(None, files.decode().split("\0")):
         path = REPO / name
         if path.is_file():
@@ -47,8 +51,12 @@ def clean_checkout(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def sdist(clean_checkout, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sdist")
-    result = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(out),
-                             str(clean_checkout)], capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(out), str(clean_checkout)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     return out / f"{ROOT}.tar.gz"
 
@@ -76,9 +84,23 @@ def test_a_wheel_from_an_sdist_without_the_jar_and_without_maven_says_how_to_bui
         if found:
             (tools / tool).symlink_to(found)
     env = {**os.environ, "PATH": str(tools)}
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
-                             str(tmp_path / "wheels"), str(stripped)], capture_output=True, text=True, env=env,
-                            timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "wheels"),
+            str(stripped),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     log = result.stdout + result.stderr
     assert result.returncode != 0, log[-3000:]
     assert "JDK 17 and Maven" in log and "mvn, javac not found on PATH" in log, log[-4000:]
@@ -91,8 +113,12 @@ def installed(sdist, tmp_path_factory) -> Path:
     no extras (tests/integration/outside.py); returns the venv."""
     root = tmp_path_factory.mktemp("installed")
     wheels = root / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
-                            str(wheels), str(sdist)], capture_output=True, text=True, timeout=900)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(sdist)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
     [wheel] = wheels.glob("*.whl")
     return outside.install(wheel, root).venv
@@ -100,8 +126,14 @@ def installed(sdist, tmp_path_factory) -> Path:
 
 def _melon(venv: Path, *argv: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run([str(venv / "bin" / "melon"), *argv], cwd=venv.parent, capture_output=True, text=True,
-                          env={**clean, **env}, timeout=300)
+    return subprocess.run(
+        [str(venv / "bin" / "melon"), *argv],
+        cwd=venv.parent,
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=300,
+    )
 
 
 def _site_packages(venv: Path) -> Path:

@@ -14,8 +14,8 @@ import requests
 
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
-from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.hooks.kerberos import KerberosError
+from airflow_provider_melon.hooks.yarn import YarnHook
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.integration
@@ -25,8 +25,14 @@ TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
 def _hook(cluster, tmp_path, name="airflow", **kw) -> YarnHook:
     """The hook as a secure yarn connection configures it: Kerberos from ``name``'s keytab, a fresh cache."""
-    args = dict(auth="kerberos", kerberos_principal=cluster.principal(name), kerberos_keytab=cluster.keytab(name),
-                kerberos_ccache=str(tmp_path / f"{name}.ccache"), krb5_conf=cluster.krb5_conf, retries=0)
+    args = dict(
+        auth="kerberos",
+        kerberos_principal=cluster.principal(name),
+        kerberos_keytab=cluster.keytab(name),
+        kerberos_ccache=str(tmp_path / f"{name}.ccache"),
+        krb5_conf=cluster.krb5_conf,
+        retries=0,
+    )
     args.update(kw)
     return YarnHook(rm_urls=[cluster.rm_web_url], **args)
 
@@ -69,17 +75,27 @@ def test_hook_spnego_from_keytab_submit_status_kill(secure_cluster, tmp_path):
     assert ccache.is_file() and ccache.stat().st_size > 0  # the keytab login wrote the ticket cache
     app_id = hook.new_application()["application-id"]
     tag = f"melon-secure-{uuid.uuid4().hex[:8]}"
-    hook.submit_application({
-        "application-id": app_id, "application-name": "melon-secure-it", "application-type": "MELON",
-        "queue": "default", "max-app-attempts": 1, "application-tags": {"tag": [tag]},
-        "am-container-spec": {"commands": {"command": "sleep 120"}}, "resource": {"memory": 256, "vCores": 1},
-    })
+    hook.submit_application(
+        {
+            "application-id": app_id,
+            "application-name": "melon-secure-it",
+            "application-type": "MELON",
+            "queue": "default",
+            "max-app-attempts": 1,
+            "application-tags": {"tag": [tag]},
+            "am-container-spec": {"commands": {"command": "sleep 120"}},
+            "resource": {"memory": 256, "vCores": 1},
+        }
+    )
     try:
         app = hook.get_application(app_id)
         assert app["user"] == "airflow"
         # the NM launched the AM container (an AM that never registers stays ACCEPTED until killed)
         deadline = time.monotonic() + 90
-        while not mc.container_logs(secure_cluster.work_dir, app_id, "launch_container.sh") and time.monotonic() < deadline:
+        while (
+            not mc.container_logs(secure_cluster.work_dir, app_id, "launch_container.sh")
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.5)
         assert mc.container_logs(secure_cluster.work_dir, app_id, "launch_container.sh")
         assert hook.get_state(app_id) == "ACCEPTED"
@@ -94,11 +110,17 @@ def test_hook_spnego_from_keytab_submit_status_kill(secure_cluster, tmp_path):
 def test_tenant_identity_comes_from_its_keytab(secure_cluster, tmp_path):
     hook = _hook(secure_cluster, tmp_path, name="alice")
     app_id = hook.new_application()["application-id"]
-    hook.submit_application({
-        "application-id": app_id, "application-name": "melon-secure-alice", "application-type": "MELON",
-        "queue": "default", "max-app-attempts": 1,
-        "am-container-spec": {"commands": {"command": "true"}}, "resource": {"memory": 256, "vCores": 1},
-    })
+    hook.submit_application(
+        {
+            "application-id": app_id,
+            "application-name": "melon-secure-alice",
+            "application-type": "MELON",
+            "queue": "default",
+            "max-app-attempts": 1,
+            "am-container-spec": {"commands": {"command": "true"}},
+            "resource": {"memory": 256, "vCores": 1},
+        }
+    )
     assert hook.get_application(app_id)["user"] == "alice"
     hook.kill_application(app_id)
 
@@ -115,8 +137,11 @@ def test_webhdfs_with_the_hooks_ticket_and_a_delegation_token(secure_cluster, tm
         assert reader.read() == b"staged under kerberos"
     assert client.status(path)["owner"] == "airflow"
     renewer = secure_cluster.details["rm_principal"].split("/")[0].split("@")[0]
-    resp = requests.get(f"{secure_cluster.webhdfs_url}/?op=GETDELEGATIONTOKEN&renewer={renewer}", timeout=10,
-                        auth=hook._kerberos_tickets().auth())
+    resp = requests.get(
+        f"{secure_cluster.webhdfs_url}/?op=GETDELEGATIONTOKEN&renewer={renewer}",
+        timeout=10,
+        auth=hook._kerberos_tickets().auth(),
+    )
     assert resp.status_code == 200 and resp.json()["Token"]["urlString"]
 
 
@@ -141,9 +166,14 @@ def test_missing_keytab_file_and_missing_principal(secure_cluster, tmp_path, mon
 
 def test_no_keytab_and_an_empty_cache_says_run_airflow_kerberos(secure_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__KERBEROS__KEYTAB", str(tmp_path / "absent.keytab"))
-    hook = YarnHook(rm_urls=[secure_cluster.rm_web_url], auth="kerberos", retries=0,
-                    kerberos_principal=secure_cluster.principal("airflow"),
-                    kerberos_ccache=str(tmp_path / "empty.ccache"), krb5_conf=secure_cluster.krb5_conf)
+    hook = YarnHook(
+        rm_urls=[secure_cluster.rm_web_url],
+        auth="kerberos",
+        retries=0,
+        kerberos_principal=secure_cluster.principal("airflow"),
+        kerberos_ccache=str(tmp_path / "empty.ccache"),
+        krb5_conf=secure_cluster.krb5_conf,
+    )
     with pytest.raises(KerberosError, match=r"no Kerberos ticket in .*empty.ccache: run `airflow kerberos`"):
         hook.cluster_info()
 
@@ -154,15 +184,22 @@ def test_expired_ticket_in_the_cache_fails_with_the_fix(secure_cluster, tmp_path
     from airflow_provider_melon.hooks.kerberos import KerberosSettings, TicketKeeper
 
     short = tmp_path / "krb5.conf"
-    short.write_text(Path(secure_cluster.krb5_conf).read_text().replace(
-        "[libdefaults]\n", "[libdefaults]\n  ticket_lifetime = 6s\n"))
+    short.write_text(
+        Path(secure_cluster.krb5_conf).read_text().replace("[libdefaults]\n", "[libdefaults]\n  ticket_lifetime = 6s\n")
+    )
     ccache = str(tmp_path / "expiring.ccache")
-    TicketKeeper(KerberosSettings(secure_cluster.principal("airflow"), secure_cluster.keytab("airflow"), ccache,
-                                  str(short))).ensure(force=True)
+    TicketKeeper(
+        KerberosSettings(secure_cluster.principal("airflow"), secure_cluster.keytab("airflow"), ccache, str(short))
+    ).ensure(force=True)
     monkeypatch.setenv("AIRFLOW__KERBEROS__KEYTAB", str(tmp_path / "absent.keytab"))
-    hook = YarnHook(rm_urls=[secure_cluster.rm_web_url], auth="kerberos", retries=0,
-                    kerberos_principal=secure_cluster.principal("airflow"), kerberos_ccache=ccache,
-                    krb5_conf=str(short))
+    hook = YarnHook(
+        rm_urls=[secure_cluster.rm_web_url],
+        auth="kerberos",
+        retries=0,
+        kerberos_principal=secure_cluster.principal("airflow"),
+        kerberos_ccache=ccache,
+        krb5_conf=str(short),
+    )
     assert hook.cluster_info()["state"] == "STARTED"  # still valid
     time.sleep(7)
     hook._kerberos_tickets()._next_check = 0  # the hook re-checks every 30 s; do not wait for that here
@@ -202,9 +239,15 @@ def _token_probe_job(folder: Path, name: str, instances: int):
     from airflow_provider_melon.spec import JobSpec
 
     (folder / "probe.py").write_text(TOKEN_PROBE)
-    return JobSpec.from_dict({"name": name, "framework": "generic", "entrypoint": "python probe.py",
-                              "code": str(folder),
-                              "roles": {"worker": {"instances": instances, "memory": 256, "vcores": 1}}})
+    return JobSpec.from_dict(
+        {
+            "name": name,
+            "framework": "generic",
+            "entrypoint": "python probe.py",
+            "code": str(folder),
+            "roles": {"worker": {"instances": instances, "memory": 256, "vcores": 1}},
+        }
+    )
 
 
 def test_job_runs_on_the_secure_cluster_with_an_hdfs_delegation_token(secure_cluster, tmp_path):
@@ -250,8 +293,14 @@ def test_am_secret_travels_in_credentials_and_appears_in_no_log(secure_cluster, 
     app = _wait_terminal(hook.yarn, app_id)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
     work = Path(secure_cluster.work_dir)
-    files = [p for p in work.rglob("*") if p.is_file() and (app_id in str(p) or p.name == "launcher.log")
-             and not p.name.endswith(".tokens") and p.name != "container_tokens"]
+    files = [
+        p
+        for p in work.rglob("*")
+        if p.is_file()
+        and (app_id in str(p) or p.name == "launcher.log")
+        and not p.name.endswith(".tokens")
+        and p.name != "container_tokens"
+    ]
     launch_scripts = [p for p in files if p.name == "launch_container.sh"]
     assert len(launch_scripts) >= 3  # the AM's and both tasks' launch contexts were looked at
     assert any(p.name == "AppMaster.stderr" for p in files) and any(p.name == "stdout" for p in files)
@@ -271,8 +320,7 @@ with open(os.path.join(os.environ["MELON_OUTPUT_MODEL"], "weights.txt"), "w") as
 
 def _webhdfs_status(cluster, path: str, token: str) -> requests.Response:
     """GETFILESTATUS authenticated by a delegation token alone (no SPNEGO, no user.name)."""
-    return requests.get(f"{cluster.webhdfs_url}{path}", params={"op": "GETFILESTATUS", "delegation": token},
-                        timeout=10)
+    return requests.get(f"{cluster.webhdfs_url}{path}", params={"op": "GETFILESTATUS", "delegation": token}, timeout=10)
 
 
 def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_token(secure_cluster, tmp_path):
@@ -281,8 +329,8 @@ def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_to
     (``delegation=``; ``user.name`` gets 401 on this cluster). It succeeds because the RM, the token's renewer,
     renewed it while the app ran (its log shows each renewal for the app); a token nobody renews, taken at the
     same moment, is refused as expired by then."""
-    from airflow_provider_melon.hadoop import delegation
     from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.hadoop import delegation
     from airflow_provider_melon.spec import JobSpec
     from tests.conftest import SECURE_TOKEN_RENEW_S
 
@@ -290,13 +338,21 @@ def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_to
     target = f"/user/airflow/melon-renew-{uuid.uuid4().hex[:8]}/model"
     (tmp_path / "outlive.py").write_text(OUTLIVE)
     hold = 2.5 * SECURE_TOKEN_RENEW_S
-    spec = JobSpec.from_dict({
-        "name": "secure-outlive", "framework": "generic", "entrypoint": "python outlive.py", "code": str(tmp_path),
-        "env": {"HOLD_S": str(hold)}, "outputs": {"model": f"hdfs://{target}"},
-        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    spec = JobSpec.from_dict(
+        {
+            "name": "secure-outlive",
+            "framework": "generic",
+            "entrypoint": "python outlive.py",
+            "code": str(tmp_path),
+            "env": {"HOLD_S": str(hold)},
+            "outputs": {"model": f"hdfs://{target}"},
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
+        }
+    )
     # the control: a token for the same user whose renewer (airflow itself) never renews it
-    unrenewed = delegation.hdfs_delegation_token(hook.yarn, secure_cluster.webhdfs_url, "airflow",
-                                                 secure_cluster.fs_default_fs)
+    unrenewed = delegation.hdfs_delegation_token(
+        hook.yarn, secure_cluster.webhdfs_url, "airflow", secure_cluster.fs_default_fs
+    )
     assert _webhdfs_status(secure_cluster, "/user/airflow", unrenewed).status_code == 200
     started = time.monotonic()
     app_id = hook.submit(spec)["app_id"]
@@ -313,10 +369,12 @@ def test_job_outlives_its_token_renew_interval_and_publishes_outputs_with_the_to
 
     log = (Path(secure_cluster.work_dir) / "launcher.log").read_text(errors="replace")
     renewals = [line for line in log.splitlines() if "Renewed delegation-token=" in line and app_id in line]
-    print(f"\nTOKEN-RENEWAL {app_id}: ran {ran:.0f} s with a {SECURE_TOKEN_RENEW_S} s renew interval; "
-          f"the RM renewed its HDFS token {len(renewals)} time(s):")
+    print(
+        f"\nTOKEN-RENEWAL {app_id}: ran {ran:.0f} s with a {SECURE_TOKEN_RENEW_S} s renew interval; "
+        f"the RM renewed its HDFS token {len(renewals)} time(s):"
+    )
     for line in renewals:
-        print("  " + line[:23] + " ... " + line[line.index("Renewed"):][:60] + " ... " + line[line.index("exp="):])
+        print("  " + line[:23] + " ... " + line[line.index("Renewed") :][:60] + " ... " + line[line.index("exp=") :])
     assert len(renewals) >= 2  # the renewal at submit, then at least one by the RM's timer before expiry
 
     expired = _webhdfs_status(secure_cluster, "/user/airflow", unrenewed)
@@ -342,12 +400,26 @@ def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secu
     yarn = _hook(d, tmp_path, proxy_user="alice")
     nn = d.webhdfs_url.rsplit("/webhdfs/v1", 1)[0]
     webhdfs = yarn._kerberos_tickets().webhdfs_client  # on the YARN hook's ticket
-    hook = MelonHook(yarn_hook=yarn, hdfs_client=webhdfs(nn, proxy="alice"), proxy_user="alice",
-                     admin_acl=" " + t["admin_group"], am_classpath=d.am_classpath, default_python=sys.executable,
-                     container_env=mc.container_env(d), fs_default_fs=d.fs_default_fs)
-    spec = JobSpec.from_dict({"name": "secure-alice", "framework": "generic", "entrypoint": "python alice.py",
-                              "code": str(tmp_path), "queue": t["queues"]["alice"][0],
-                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    hook = MelonHook(
+        yarn_hook=yarn,
+        hdfs_client=webhdfs(nn, proxy="alice"),
+        proxy_user="alice",
+        admin_acl=" " + t["admin_group"],
+        am_classpath=d.am_classpath,
+        default_python=sys.executable,
+        container_env=mc.container_env(d),
+        fs_default_fs=d.fs_default_fs,
+    )
+    spec = JobSpec.from_dict(
+        {
+            "name": "secure-alice",
+            "framework": "generic",
+            "entrypoint": "python alice.py",
+            "code": str(tmp_path),
+            "queue": t["queues"]["alice"][0],
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
+        }
+    )
     app_id = hook.submit(spec)["app_id"]
     app = hook.yarn.get_application(app_id)
     assert (app["user"], app["queue"]) == ("alice", "root.tenant_a")
@@ -374,7 +446,7 @@ def test_airflow_submits_for_alice_and_bob_is_refused_on_the_secure_cluster(secu
     assert "alice private code" in out
     log = (Path(d.work_dir) / "launcher.log").read_text(errors="replace")
     token = [line for line in log.splitlines() if "Renewed delegation-token=" in line and app_id in line]
-    print("alice's HDFS token, as the RM renews it:", token[0][token[0].index("(token for"):][:80] if token else None)
+    print("alice's HDFS token, as the RM renews it:", token[0][token[0].index("(token for") :][:80] if token else None)
     assert token and "(token for alice: HDFS_DELEGATION_TOKEN owner=alice," in token[0], token[:1]
 
 
@@ -388,8 +460,13 @@ def test_doctor_checks_the_hooks_own_ticket(secure_cluster, tmp_path, monkeypatc
     ok = Doctor(MelonHook(yarn_hook=_hook(secure_cluster, tmp_path), user="airflow")).check_auth()
     assert ok.status == "ok" and "airflow.ccache" in ok.detail, ok
     monkeypatch.setenv("AIRFLOW__KERBEROS__KEYTAB", str(tmp_path / "absent.keytab"))
-    empty = YarnHook(rm_urls=[secure_cluster.rm_web_url], auth="kerberos", retries=0,
-                     kerberos_principal=secure_cluster.principal("airflow"),
-                     kerberos_ccache=str(tmp_path / "empty.ccache"), krb5_conf=secure_cluster.krb5_conf)
+    empty = YarnHook(
+        rm_urls=[secure_cluster.rm_web_url],
+        auth="kerberos",
+        retries=0,
+        kerberos_principal=secure_cluster.principal("airflow"),
+        kerberos_ccache=str(tmp_path / "empty.ccache"),
+        krb5_conf=secure_cluster.krb5_conf,
+    )
     failed = Doctor(MelonHook(yarn_hook=empty, user="airflow")).check_auth()
     assert failed.status == "fail" and "empty.ccache: run `airflow kerberos`" in failed.fix, failed

@@ -13,8 +13,14 @@ pytestmark = pytest.mark.integration
 
 
 def _spec(code_dir):
-    return JobSpec.from_dict({"name": "staging", "code": str(code_dir), "entrypoint": "python train.py",
-                              "roles": {"worker": {"instances": 1}}})
+    return JobSpec.from_dict(
+        {
+            "name": "staging",
+            "code": str(code_dir),
+            "entrypoint": "python train.py",
+            "roles": {"worker": {"instances": 1}},
+        }
+    )
 
 
 def test_second_submit_of_unchanged_code_uploads_nothing(melon_hook, tmp_path):
@@ -28,7 +34,8 @@ def test_second_submit_of_unchanged_code_uploads_nothing(melon_hook, tmp_path):
     assert first.files["code"].uploaded_bytes == first.files["code"].size > 0
     assert second.uploaded_bytes == 0
     assert second.files["code"] == first.files["code"].__class__(
-        first.files["code"].url, first.files["code"].size, first.files["code"].timestamp, 0)
+        first.files["code"].url, first.files["code"].size, first.files["code"].timestamp, 0
+    )
     # The local resource carries HDFS's real length and modification time.
     status = melon_hook.hdfs.status(melon_hook.hdfs_path(first.files["code"].url))
     assert status["length"] == first.files["code"].size
@@ -45,8 +52,15 @@ def test_second_submit_of_unchanged_code_uploads_nothing(melon_hook, tmp_path):
 
 def test_missing_hdfs_input_is_a_clear_error(melon_hook, tmp_path):
     (tmp_path / "c").mkdir()
-    spec = JobSpec.from_dict({"name": "x", "code": str(tmp_path / "c"), "entrypoint": "true",
-                              "roles": {"worker": {}}, "inputs": [{"path": "/no/such/data.bin"}]})
+    spec = JobSpec.from_dict(
+        {
+            "name": "x",
+            "code": str(tmp_path / "c"),
+            "entrypoint": "true",
+            "roles": {"worker": {}},
+            "inputs": [{"path": "/no/such/data.bin"}],
+        }
+    )
     with pytest.raises(FileNotFoundError, match="/no/such/data.bin"):
         melon_hook.stage(spec)
 

@@ -17,8 +17,15 @@ MiB = 1 << 20
 
 
 def _spec(code_dir, **extra):
-    return JobSpec.from_dict({"name": "staging-size", "code": str(code_dir), "entrypoint": "python train.py",
-                              "roles": {"worker": {"instances": 1}}, **extra})
+    return JobSpec.from_dict(
+        {
+            "name": "staging-size",
+            "code": str(code_dir),
+            "entrypoint": "python train.py",
+            "roles": {"worker": {"instances": 1}},
+            **extra,
+        }
+    )
 
 
 def _random_file(path, size: int) -> None:
@@ -111,12 +118,20 @@ def test_job_sees_big_and_small_files_at_their_paths_after_a_change(jobs, tmp_pa
     (code / "data" / "small.txt").write_text("small\n")
     (code / "version.txt").write_text("v1\n")
     _random_file(code / "data" / "big.bin", 9 * MiB)
-    digest = {rel: hashlib.sha256((code / rel).read_bytes()).hexdigest()
-              for rel in ("train.py", "data/small.txt", "data/big.bin")}
+    digest = {
+        rel: hashlib.sha256((code / rel).read_bytes()).hexdigest()
+        for rel in ("train.py", "data/small.txt", "data/big.bin")
+    }
 
     def run() -> str:
-        app_id = jobs.submit({"name": "code-files", "code": str(code), "entrypoint": "python train.py",
-                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+        app_id = jobs.submit(
+            {
+                "name": "code-files",
+                "code": str(code),
+                "entrypoint": "python train.py",
+                "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
+            }
+        )
         app = jobs.wait(app_id)
         assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
         (out,) = jobs.container_logs(app_id).values()
@@ -186,4 +201,3 @@ def test_concurrent_stagers_of_a_new_big_file_upload_it_once(minicluster, tmp_pa
         staged = list(pool.map(lambda h: h.stage_file("blob", blob), hooks))
     assert len({s.url for s in staged}) == 1
     assert sorted(s.uploaded_bytes for s in staged) == [0, 0, 12 * MiB]
-

@@ -17,9 +17,9 @@ from hdfs import InsecureClient
 from hdfs.util import HdfsError
 
 from airflow_provider_melon.dev import minicluster as mc
-from airflow_provider_melon.hooks.melon import MelonHook
-from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hadoop.queues import QueueError
+from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.spec import JobSpec
 from tests.conftest import running_cluster
 
@@ -34,8 +34,16 @@ ADMIN_ACL = " " + T["admin_group"]  # a Hadoop ACL: no users, the admin group
 def tenants_cluster():
     # one NodeManager with the 4 GPUs: with two, the scheduler sometimes reserved B's GPU request on the full node
     # while preemption freed a GPU on the other, and B waited for A to end (seen in 1 of 3 runs)
-    yield from running_cluster("MELON_TENANTS_CLUSTER_DIR", "melon-tenants-", "MELON_TENANTS_PORT_BASE",
-                               tenants=True, nodemanagers=1, gpus=4, gpu_memory_mb=65536, timeout=240)
+    yield from running_cluster(
+        "MELON_TENANTS_CLUSTER_DIR",
+        "melon-tenants-",
+        "MELON_TENANTS_PORT_BASE",
+        tenants=True,
+        nodemanagers=1,
+        gpus=4,
+        gpu_memory_mb=65536,
+        timeout=240,
+    )
 
 
 class Tenants:
@@ -56,9 +64,17 @@ class Tenants:
         role = {"instances": instances, "memory": 256, "vcores": 1}
         if gpus:
             role["gpus"] = gpus
-        return JobSpec.from_dict({"name": name, "framework": "generic", "entrypoint": f"sleep {seconds}",
-                                  "queue": queue, "code": str(self.code), "env": {"MELON_GPU_WAIT_S": "5"},
-                                  "roles": {"worker": role}})
+        return JobSpec.from_dict(
+            {
+                "name": name,
+                "framework": "generic",
+                "entrypoint": f"sleep {seconds}",
+                "queue": queue,
+                "code": str(self.code),
+                "env": {"MELON_GPU_WAIT_S": "5"},
+                "roles": {"worker": role},
+            }
+        )
 
     def submit(self, hook: MelonHook, spec: JobSpec) -> dict:
         result = hook.submit(spec)
@@ -146,8 +162,12 @@ def test_tenant_app_is_the_tenants_staged_privately_and_guarded_by_acls(tenants)
     rm = tenants.details.rm_web_url.rstrip("/")
 
     def view(user: str, path: str = "status") -> requests.Response:
-        r = requests.get(f"{rm}/proxy/{app_id}/{path}", params={"user.name": SERVICE, "doAs": user},
-                         allow_redirects=False, timeout=30)
+        r = requests.get(
+            f"{rm}/proxy/{app_id}/{path}",
+            params={"user.name": SERVICE, "doAs": user},
+            allow_redirects=False,
+            timeout=30,
+        )
         print(f"GET /proxy/{app_id}/{path} as {SERVICE} doAs={user}: {r.status_code} {r.text[:300]!r}")
         return r
 
@@ -212,7 +232,8 @@ def test_a_gang_above_the_users_limit_in_the_queue_fails_before_staging(tenants)
     assert f"user {T['admin_user']} may hold at most 1 GPU(s)" in message, message
     assert "yarn.scheduler.capacity.root.default.user-limit-factor" in message
     report = tenants.hook("alice", hdfs_client=_Untouchable()).check_queue(
-        tenants.spec("fits-tenant-a", "tenant_a", instances=3, gpus=1))
+        tenants.spec("fits-tenant-a", "tenant_a", instances=3, gpus=1)
+    )
     assert report.ok and report.user_limit["yarn.io/gpu"] == 4, report.message
 
 
@@ -243,7 +264,9 @@ def test_tenant_b_gets_its_guarantee_back_by_preemption(tenants):
     tenants.wait_tasks(bob, b_id, 1, timeout=240)
     waited = time.monotonic() - start
     a_app = alice.yarn.get_application(a_id)
-    print(f"\nTENANT-B-WAIT {waited:.1f} s (submit -> B's one-GPU task registered), A preempted "
-          f"{a_app.get('numNonAMContainerPreempted')} container(s)")
+    print(
+        f"\nTENANT-B-WAIT {waited:.1f} s (submit -> B's one-GPU task registered), A preempted "
+        f"{a_app.get('numNonAMContainerPreempted')} container(s)"
+    )
     assert int(a_app.get("numNonAMContainerPreempted") or 0) >= 1
     assert a_app["state"] == "RUNNING"  # A lost a task to preemption, not the job

@@ -63,19 +63,34 @@ def tb_job(minicluster, melon_hook, tmp_path_factory):
     (tmp / "code").mkdir()
     (tmp / "code" / "chief.py").write_text(CHIEF)
     stop = tmp / "stop"
-    app_id = jobs.submit({
-        "name": "tensorboard-live", "framework": "tensorflow", "code": str(tmp / "code"),
-        "entrypoint": "python chief.py", "tensorboard": True,
-        "env": {"STOP_FILE": str(stop), "TF_CPP_MIN_LOG_LEVEL": "2"},
-        "roles": {"chief": {"instances": 1, "memory": "2g", "vcores": 1}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "tensorboard-live",
+            "framework": "tensorflow",
+            "code": str(tmp / "code"),
+            "entrypoint": "python chief.py",
+            "tensorboard": True,
+            "env": {"STOP_FILE": str(stop), "TF_CPP_MIN_LOG_LEVEL": "2"},
+            "roles": {"chief": {"instances": 1, "memory": "2g", "vcores": 1}},
+        }
+    )
     http = requests.Session()
     http.trust_env = False
     try:
-        status = jobs.wait_status(app_id, lambda s: (s.get("tensorboard") or {}).get("url")
-                                  or (s.get("tensorboard") or {}).get("error"), timeout=240)
-        yield {"jobs": jobs, "app_id": app_id, "http": http, "stop": stop, "tb": status["tensorboard"], "shots": tmp,
-               "base": f"{minicluster.rm_web_url.rstrip('/')}/proxy/{app_id}/tensorboard/"}
+        status = jobs.wait_status(
+            app_id,
+            lambda s: (s.get("tensorboard") or {}).get("url") or (s.get("tensorboard") or {}).get("error"),
+            timeout=240,
+        )
+        yield {
+            "jobs": jobs,
+            "app_id": app_id,
+            "http": http,
+            "stop": stop,
+            "tb": status["tensorboard"],
+            "shots": tmp,
+            "base": f"{minicluster.rm_web_url.rstrip('/')}/proxy/{app_id}/tensorboard/",
+        }
     finally:
         stop.write_text("stop")
         jobs.kill_all()
@@ -110,6 +125,7 @@ def test_page_and_data_through_the_rm_proxy(tb_job):
     def runs():
         r = http.get(base + "data/runs", timeout=30)
         return r.status_code == 200 and "train" in r.json() and r.json()
+
     print(f"GET {base}data/runs ->", _poll(runs, 90, "the run 'train' in TensorBoard"))
 
     # TensorBoard lists a run as soon as it finds its folder and loads the run's events in a later reload pass:
@@ -117,12 +133,14 @@ def test_page_and_data_through_the_rm_proxy(tb_job):
     def scalars_enabled():
         r = http.get(base + "data/plugins_listing", timeout=30)
         return r.status_code == 200 and r.json()["scalars"]["enabled"] is True
+
     _poll(scalars_enabled, 90, "the scalars plugin enabled (the run's events loaded)")
     print(f"GET {base}data/plugins_listing -> 200 scalars enabled")
 
     def five_steps():
         r = http.get(base + "data/plugin/scalars/scalars", params={"run": "train", "tag": "loss"}, timeout=30)
         return r.status_code == 200 and len(r.json()) == 5 and r
+
     scalars = _poll(five_steps, 90, "the five 'loss' steps in TensorBoard")
     steps = [[point[1], round(point[2], 3)] for point in scalars.json()]
     print(f"GET {base}data/plugin/scalars/scalars?run=train&tag=loss -> {scalars.status_code} {steps}")
@@ -131,13 +149,22 @@ def test_page_and_data_through_the_rm_proxy(tb_job):
     # The dashboards fetch their charts by POST, which Hadoop's RM proxy refuses: the page's post-as-get.js sends
     # them as a GET the AM turns back into the POST.
     form = urlencode({"tag": "loss", "runs": "train"})
-    post = http.post(base + "data/plugin/scalars/scalars_multirun", data=form, timeout=30,
-                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+    post = http.post(
+        base + "data/plugin/scalars/scalars_multirun",
+        data=form,
+        timeout=30,
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     print(f"POST {base}data/plugin/scalars/scalars_multirun -> {post.status_code} (the RM proxy's own answer)")
-    as_get = http.get(f"{base}__melon/post/data/plugin/scalars/scalars_multirun?__melon_form="
-                      + base64.urlsafe_b64encode(form.encode()).decode().rstrip("="), timeout=30)
-    print(f"GET {base}__melon/post/data/plugin/scalars/scalars_multirun?__melon_form=... -> {as_get.status_code} "
-          f"{as_get.text[:100]}")
+    as_get = http.get(
+        f"{base}__melon/post/data/plugin/scalars/scalars_multirun?__melon_form="
+        + base64.urlsafe_b64encode(form.encode()).decode().rstrip("="),
+        timeout=30,
+    )
+    print(
+        f"GET {base}__melon/post/data/plugin/scalars/scalars_multirun?__melon_form=... -> {as_get.status_code} "
+        f"{as_get.text[:100]}"
+    )
     assert as_get.status_code == 200 and [p[1] for p in as_get.json()["train"]] == [0, 1, 2, 3, 4], as_get.text[:500]
 
 
@@ -156,8 +183,13 @@ def test_the_dashboard_draws_in_a_browser(tb_job):
                     seen[r["url"]] = r["status"]
             posts = {u: s for u, s in seen.items() if "/__melon/post/" in u}
             charts = [u for u in posts if "/timeseries/timeSeries" in u or "/scalars/scalars_multirun" in u]
-            return (charts and all(s == 200 for s in posts.values())
-                    and "loss" in driver.execute_script("return document.body.innerText") and posts)
+            return (
+                charts
+                and all(s == 200 for s in posts.values())
+                and "loss" in driver.execute_script("return document.body.innerText")
+                and posts
+            )
+
         try:
             posts = _poll(chart_data, 90, "the dashboard's chart requests")
         except AssertionError:
@@ -189,6 +221,7 @@ def test_tensorboard_is_gone_when_the_job_ends(tb_job):
         except OSError:
             return True
         return False
+
     assert _poll(refused, 30, f"TensorBoard at {tb['url']} stopped")
     after = http.get(base, timeout=30, allow_redirects=False)
     print(f"\nafter the job: GET {base} -> {after.status_code}; {tb['url']} refuses connections")

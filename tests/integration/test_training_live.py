@@ -30,14 +30,23 @@ def dataset(minicluster):
 
 def test_tensorflow_multiworker_trains_and_writes_model_to_hdfs(jobs, minicluster, dataset, melon_hook):
     model_dir = f"/user/root/it-models/mwms-{uuid.uuid4().hex[:8]}"
-    app_id = jobs.submit({
-        "name": "mnist-mwms", "framework": "tensorflow", "code": str(TRAINING),
-        "entrypoint": "python train.py --epochs 2",  # no HDFS code: the model is the job's declared output
-        "inputs": [{"path": dataset, "name": "mnist.npz"}], "outputs": {"model": model_dir},
-        "roles": {"chief": {"memory": "1g", "gpu_memory": "2GiB"}, "worker": {"memory": "1g", "gpu_memory": "2GiB"}},
-    })
-    seen = jobs.wait_status(app_id, lambda s: len(s["tasks"]) == 2
-                            and all(t["state"] == "REGISTERED" for t in s["tasks"]), timeout=180)
+    app_id = jobs.submit(
+        {
+            "name": "mnist-mwms",
+            "framework": "tensorflow",
+            "code": str(TRAINING),
+            "entrypoint": "python train.py --epochs 2",  # no HDFS code: the model is the job's declared output
+            "inputs": [{"path": dataset, "name": "mnist.npz"}],
+            "outputs": {"model": model_dir},
+            "roles": {
+                "chief": {"memory": "1g", "gpu_memory": "2GiB"},
+                "worker": {"memory": "1g", "gpu_memory": "2GiB"},
+            },
+        }
+    )
+    seen = jobs.wait_status(
+        app_id, lambda s: len(s["tasks"]) == 2 and all(t["state"] == "REGISTERED" for t in s["tasks"]), timeout=180
+    )
     assert sorted((t["role"], t["index"]) for t in seen["tasks"]) == [("chief", 0), ("worker", 0)]
     app = jobs.wait(app_id, timeout=300)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
@@ -48,11 +57,15 @@ def test_tensorflow_multiworker_trains_and_writes_model_to_hdfs(jobs, minicluste
 
 
 def test_tensorflow_parameter_server_job_succeeds(jobs):
-    app_id = jobs.submit({
-        "name": "mnist-ps", "framework": "tensorflow", "code": str(TRAINING),
-        "entrypoint": "python train_ps.py --steps 30",
-        "roles": {"chief": {"memory": "1g"}, "worker": {"instances": 2, "memory": "1g"}, "ps": {"memory": "1g"}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "mnist-ps",
+            "framework": "tensorflow",
+            "code": str(TRAINING),
+            "entrypoint": "python train_ps.py --steps 30",
+            "roles": {"chief": {"memory": "1g"}, "worker": {"instances": 2, "memory": "1g"}, "ps": {"memory": "1g"}},
+        }
+    )
     app = jobs.wait(app_id, timeout=300)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
     out = "\n".join(jobs.container_logs(app_id).values())
@@ -64,16 +77,22 @@ def test_packed_virtualenv_archive_is_the_interpreter(jobs, melon_hook, tmp_path
     env_dir = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
     archive = tmp_path / "env.tar.gz"
-    subprocess.run([sys.executable, "-m", "airflow_provider_melon.cli", "pack-env", str(archive),
-                    "--venv", str(env_dir)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "airflow_provider_melon.cli", "pack-env", str(archive), "--venv", str(env_dir)],
+        check=True,
+        capture_output=True,
+    )
     hdfs_path = "/user/root/it-envs/env.tar.gz"
     melon_hook.hdfs.upload(hdfs_path, str(archive), overwrite=True)
-    app_id = jobs.submit({
-        "name": "packed-env", "framework": "generic",
-        "environment": {"archive": hdfs_path, "python": "env/bin/python"},
-        "entrypoint": "python -c \"import sys; print('PREFIX', sys.prefix); import airflow\"",
-        "roles": {"worker": {"memory": 256}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "packed-env",
+            "framework": "generic",
+            "environment": {"archive": hdfs_path, "python": "env/bin/python"},
+            "entrypoint": "python -c \"import sys; print('PREFIX', sys.prefix); import airflow\"",
+            "roles": {"worker": {"memory": 256}},
+        }
+    )
     app = jobs.wait(app_id)
     out = "\n".join(jobs.container_logs(app_id).values())
     err = "\n".join(jobs.container_logs(app_id, "stderr").values())
@@ -86,11 +105,15 @@ def test_packed_virtualenv_archive_is_the_interpreter(jobs, melon_hook, tmp_path
 
 def test_pytorch_ddp_gloo_two_workers(jobs):
     """DDP over gloo between two YARN containers, the env:// rendezvous (MASTER_ADDR/PORT, RANK, WORLD_SIZE)."""
-    app_id = jobs.submit({
-        "name": "ddp", "framework": "pytorch", "code": str(TRAINING.parent / "ddp"),
-        "entrypoint": "python train_ddp.py",
-        "roles": {"worker": {"instances": 2, "memory": "1g"}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "ddp",
+            "framework": "pytorch",
+            "code": str(TRAINING.parent / "ddp"),
+            "entrypoint": "python train_ddp.py",
+            "roles": {"worker": {"instances": 2, "memory": "1g"}},
+        }
+    )
     app = jobs.wait(app_id, timeout=300)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
     out = "\n".join(jobs.container_logs(app_id).values())
@@ -100,11 +123,16 @@ def test_pytorch_ddp_gloo_two_workers(jobs):
 def test_pytorch_torchrun_two_containers(jobs):
     """``launcher: torchrun``: one torchrun agent per container, joined by the c10d rendezvous on the first member's
     registered address and reserved port; torchrun gives each process its RANK and WORLD_SIZE."""
-    app_id = jobs.submit({
-        "name": "ddp-torchrun", "framework": "pytorch", "launcher": "torchrun", "code": str(TRAINING.parent / "ddp"),
-        "entrypoint": "python train_ddp.py --epochs 2",
-        "roles": {"worker": {"instances": 2, "memory": "2g"}},
-    })
+    app_id = jobs.submit(
+        {
+            "name": "ddp-torchrun",
+            "framework": "pytorch",
+            "launcher": "torchrun",
+            "code": str(TRAINING.parent / "ddp"),
+            "entrypoint": "python train_ddp.py --epochs 2",
+            "roles": {"worker": {"instances": 2, "memory": "2g"}},
+        }
+    )
     app = jobs.wait(app_id, timeout=300)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
     logs = jobs.container_logs(app_id)
@@ -113,8 +141,12 @@ def test_pytorch_torchrun_two_containers(jobs):
     assert ranks == ["RANK=0 WORLD_SIZE=2 LOCAL_RANK=0", "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0"], out
     assert out.count("replicas_identical=True") == 2
     # each worker container ran one agent, in the same rendezvous (this application's id, the same endpoint)
-    started = [line for text in jobs.container_logs(app_id, "stderr").values() for line in text.splitlines()
-               if "[melon-executor] starting [" in line]
+    started = [
+        line
+        for text in jobs.container_logs(app_id, "stderr").values()
+        for line in text.splitlines()
+        if "[melon-executor] starting [" in line
+    ]
     assert len(started) == 2 and all("'torch.distributed.run'" in line for line in started), started
     assert all(f"'--rdzv-id={app_id}'" in line and "'--nnodes=2'" in line for line in started), started
     endpoints = {arg for line in started for arg in line.split(", ") if arg.startswith("'--rdzv-endpoint=")}
@@ -135,12 +167,20 @@ def test_operator_result_has_every_tasks_last_report(jobs, melon_hook, dataset):
     role = {"memory": "1g", "gpu_memory": "2GiB"}
     # polls 30 s apart: the last one that sees the job running is (almost always) before its last epochs, so only
     # a result read after the end can hold them
-    op = MelonTrainOperator(task_id="train", deferrable=False, poll_interval=30, job={
-        "name": "mnist-progress", "framework": "tensorflow", "code": str(TRAINING),
-        "entrypoint": "python train.py --epochs 4",
-        "inputs": [{"path": dataset, "name": "mnist.npz"}], "outputs": {"model": model_dir},
-        "roles": {"chief": role, "worker": {**role, "instances": 2}},
-    })
+    op = MelonTrainOperator(
+        task_id="train",
+        deferrable=False,
+        poll_interval=30,
+        job={
+            "name": "mnist-progress",
+            "framework": "tensorflow",
+            "code": str(TRAINING),
+            "entrypoint": "python train.py --epochs 4",
+            "inputs": [{"path": dataset, "name": "mnist.npz"}],
+            "outputs": {"model": model_dir},
+            "roles": {"chief": role, "worker": {**role, "instances": 2}},
+        },
+    )
     op.__dict__["hook"] = melon_hook  # the session's cluster, no Airflow connection
     ti = mock.Mock(dag_id="progress_live", task_id="train", run_id="manual__progress_live", map_index=-1)
     result = op.execute({"ti": ti, "run_id": f"manual__progress_live_{uuid.uuid4().hex[:6]}"})

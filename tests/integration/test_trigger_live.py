@@ -22,7 +22,7 @@ def _job(seconds: float, code: int = 0) -> dict:
     return {
         "name": f"trigger-live-{seconds:g}s-rc{code}",
         "framework": "generic",
-        "entrypoint": f"python -c \"import sys, time; time.sleep({seconds}); sys.exit({code})\"",
+        "entrypoint": f'python -c "import sys, time; time.sleep({seconds}); sys.exit({code})"',
         "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "1GiB"}},
     }
 
@@ -110,6 +110,7 @@ def test_on_kill_respects_cancel_on_kill_false(minicluster, jobs):
     app_id = jobs.submit(_job(60))
     jobs.wait(app_id, timeout=120, states={"RUNNING"})
     with CountingProxy(minicluster.rm_web_url) as proxy:
+
         def through_proxy(**kw):
             trigger = _trigger(minicluster, app_id, **kw)
             trigger._hook = AsyncYarnHook(rm_urls=[proxy.url], user=minicluster.user)

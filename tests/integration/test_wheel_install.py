@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 
-TF_JOB = '''
+TF_JOB = """
 import json, os
 import tensorflow as tf
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -34,7 +34,7 @@ with strategy.scope():
     v = tf.Variable(1.0)
 print("tf-from-wheel", tf.__version__, "replicas", strategy.num_replicas_in_sync,
       json.loads(os.environ["TF_CONFIG"])["task"], flush=True)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,9 @@ def test_the_wheel_with_no_extras_pulls_in_nothing_compiled_on_the_host(wheel):
     assert not compiled, f"compiled on install (need a C compiler and headers): {compiled}"
 
 
-def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(wheel, minicluster, tmp_path_factory,
-                                                                              jobs):
+def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(
+    wheel, minicluster, tmp_path_factory, jobs
+):
     root = tmp_path_factory.mktemp("outside")
     assert REPO not in root.parents
     installed = outside.install(wheel, root)
@@ -79,12 +80,22 @@ def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(whe
     code.mkdir()
     (code / "tf_job.py").write_text(TF_JOB)
     spec = root / "job.json"
-    spec.write_text(json.dumps({
-        "name": "tf-from-wheel", "framework": "tensorflow", "code": str(code), "entrypoint": "python tf_job.py",
-        # the node's interpreter (with TensorFlow), as on a real cluster; the submitting client needs none
-        "environment": {"python": sys.executable},
-        "roles": {"chief": {"memory": "1g", "gpu_memory": "1GiB"}, "worker": {"memory": "1g", "gpu_memory": "1GiB"}},
-    }))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "tf-from-wheel",
+                "framework": "tensorflow",
+                "code": str(code),
+                "entrypoint": "python tf_job.py",
+                # the node's interpreter (with TensorFlow), as on a real cluster; the submitting client needs none
+                "environment": {"python": sys.executable},
+                "roles": {
+                    "chief": {"memory": "1g", "gpu_memory": "1GiB"},
+                    "worker": {"memory": "1g", "gpu_memory": "1GiB"},
+                },
+            }
+        )
+    )
     probe = root / "probe.py"
     probe.write_text(
         "import importlib.util, json, sys\n"
@@ -98,7 +109,8 @@ def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(whe
         "extras_only = ['gssapi', 'krb5', 'spnego', 'requests_kerberos', 'airflow.providers.apache.hdfs']\n"
         "print(json.dumps({'pkg': airflow_provider_melon.__file__, 'jar': str(packaged_am_jar()),\n"
         "                  'airflow': airflow.__version__, 'path': sys.path,\n"
-        "                  'importable': [m for m in extras_only if importable(m)]}))\n")
+        "                  'importable': [m for m in extras_only if importable(m)]}))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
     probed = subprocess.run([str(py), str(probe)], cwd=root, env=env, capture_output=True, text=True, timeout=120)
@@ -111,8 +123,14 @@ def test_wheel_installed_provider_submits_a_tf_job_from_outside_the_checkout(whe
     # the wheel alone: neither the Kerberos libraries nor the HDFS provider (the extras) is there
     assert seen["importable"] == [], seen["importable"]
 
-    result = subprocess.run([str(venv / "bin" / "melon"), "submit", str(spec), "--work-dir", str(minicluster.work_dir),
-                             "--json"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(venv / "bin" / "melon"), "submit", str(spec), "--work-dir", str(minicluster.work_dir), "--json"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     app_id = json.loads(result.stdout)["app_id"]
     app = jobs.wait(app_id, timeout=300)

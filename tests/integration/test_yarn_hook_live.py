@@ -63,8 +63,15 @@ def _tag() -> str:
     return f"melon-it-{uuid.uuid4().hex[:10]}"
 
 
-def _context(app_id: str, command: str, tags: list[str], *, env: dict[str, str] | None = None,
-             memory: int = 256, name: str = "melon-hook-it") -> dict:
+def _context(
+    app_id: str,
+    command: str,
+    tags: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    memory: int = 256,
+    name: str = "melon-hook-it",
+) -> dict:
     spec: dict = {"commands": {"command": command}}
     if env:
         spec["environment"] = {"entry": [{"key": k, "value": v} for k, v in env.items()]}
@@ -179,10 +186,13 @@ def test_sleep_am_runs_to_a_terminal_state_and_is_found_by_tag(yarn_hook):
 def test_trivial_am_finishes(yarn_hook, minicluster):
     tag = _tag()
     app_id = yarn_hook.new_application()["application-id"]
-    command = ("printenv MELON_AM_SRC > TrivialAM.java && {{JAVA_HOME}}/bin/java -Xmx256m -cp $CLASSPATH "
-               "TrivialAM.java 1 trivial-done 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
-    ctx = _context(app_id, command, [tag], memory=512,
-                   env={"CLASSPATH": minicluster.am_classpath, "MELON_AM_SRC": TRIVIAL_AM_SRC})
+    command = (
+        "printenv MELON_AM_SRC > TrivialAM.java && {{JAVA_HOME}}/bin/java -Xmx256m -cp $CLASSPATH "
+        "TrivialAM.java 1 trivial-done 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr"
+    )
+    ctx = _context(
+        app_id, command, [tag], memory=512, env={"CLASSPATH": minicluster.am_classpath, "MELON_AM_SRC": TRIVIAL_AM_SRC}
+    )
     yarn_hook.submit_application(ctx)
     try:
         app = _wait_state(yarn_hook, app_id, TERMINAL, timeout=120)
@@ -194,10 +204,17 @@ def test_trivial_am_finishes(yarn_hook, minicluster):
 
 def test_am_status_through_rm_proxy(yarn_hook, minicluster):
     app_id = yarn_hook.new_application()["application-id"]
-    command = ("printenv MELON_AM_SRC > StatusAM.java && {{JAVA_HOME}}/bin/java -Xmx256m -cp $CLASSPATH "
-               "StatusAM.java 60 status-done 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
-    ctx = _context(app_id, command, [_tag()], memory=512,
-                   env={"CLASSPATH": minicluster.am_classpath, "MELON_AM_SRC": STATUS_AM_SRC})
+    command = (
+        "printenv MELON_AM_SRC > StatusAM.java && {{JAVA_HOME}}/bin/java -Xmx256m -cp $CLASSPATH "
+        "StatusAM.java 60 status-done 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr"
+    )
+    ctx = _context(
+        app_id,
+        command,
+        [_tag()],
+        memory=512,
+        env={"CLASSPATH": minicluster.am_classpath, "MELON_AM_SRC": STATUS_AM_SRC},
+    )
     yarn_hook.submit_application(ctx)
     try:
         assert yarn_hook.am_status(app_id) is None  # not registered yet: the proxy redirects to the app page
@@ -344,8 +361,9 @@ def test_standby_redirect_to_real_rm_is_followed_and_remembered(minicluster, sta
 
 def test_standby_without_active_and_dead_rm_fail_over(minicluster, standby_rm):
     lost, handler = standby_rm(None)
-    hook = YarnHook(rm_urls=[_dead_url(), lost, minicluster.rm_web_url], user=minicluster.user,
-                    timeout=(2, 10), backoff=0)
+    hook = YarnHook(
+        rm_urls=[_dead_url(), lost, minicluster.rm_web_url], user=minicluster.user, timeout=(2, 10), backoff=0
+    )
     assert hook.cluster_metrics()["activeNodes"] == 2
     assert hook.active_rm == minicluster.rm_web_url
     assert len(handler.seen) == 1

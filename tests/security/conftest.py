@@ -24,6 +24,7 @@ import pytest
 
 from tests.evidence import record
 
+
 @dataclass
 class AttackRow:
     attack: str
@@ -53,8 +54,15 @@ def attack(request):
         finally:
             if row.got is None:
                 row.got = "not observed"
-            record("hostile-tenant table", {"attack": row.attack, "expected": row.expected, "got": row.got,
-                                            "refused": "yes" if row.refused else "NO"})
+            record(
+                "hostile-tenant table",
+                {
+                    "attack": row.attack,
+                    "expected": row.expected,
+                    "got": row.got,
+                    "refused": "yes" if row.refused else "NO",
+                },
+            )
         assert row.refused, f"attack {name!r}: expected {expected!r}, got {row.got!r}"
 
     return _attack

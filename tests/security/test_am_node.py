@@ -15,17 +15,17 @@ import http.client
 import json
 import os
 import shutil
-import tempfile
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon.gpu.ledger import Ledger
 from airflow_provider_melon.gpu.devices import DeviceInfo
+from airflow_provider_melon.gpu.ledger import Ledger
 from airflow_provider_melon.spec import JobSpec
 from tests.integration.test_tenants_live import SERVICE, tenants, tenants_cluster  # noqa: F401 - fixtures
 
@@ -73,8 +73,10 @@ def test_bob_reads_alices_am_directly_and_stalls_it(tenants, attack):
     stalled = []
     host, port = am.rsplit(":", 1)
     try:
-        with attack("bob holds 24 half-sent requests open on alice's AM; alice reads it through the RM proxy",
-                    expected="200 with her 2 tasks") as row:
+        with attack(
+            "bob holds 24 half-sent requests open on alice's AM; alice reads it through the RM proxy",
+            expected="200 with her 2 tasks",
+        ) as row:
             for _ in range(24):  # three times the AM's old pool
                 s = socket.create_connection((host, int(port)), timeout=30, source_address=(ATTACKER, 0))
                 s.sendall(b"GET /status HTTP/1.1\r\nHost: am\r\nX-Half: ")
@@ -107,10 +109,16 @@ ATTACKS = {
 
 def _as_nobody(code: str, d: Path) -> str:
     """Run ``code`` (with ``d``) as the OS user nobody; ``done`` or the exception's name."""
-    script = f"import os, sys\nd = sys.argv[1]\ntry:\n    {code}\n    print('done')\nexcept OSError as e:\n" \
-             f"    print(type(e).__name__)\n"
-    out = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c",
-                          script, str(d)], capture_output=True, text=True, timeout=60)
+    script = (
+        f"import os, sys\nd = sys.argv[1]\ntry:\n    {code}\n    print('done')\nexcept OSError as e:\n"
+        f"    print(type(e).__name__)\n"
+    )
+    out = subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c", script, str(d)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return (out.stdout.strip() or out.stderr.strip()[-120:]).splitlines()[-1]
 
 
@@ -144,11 +152,18 @@ def test_another_os_user_cannot_touch_a_ledger_laid_out_as_documented(reachable,
     shared = tmp_path / "tmp"
     shared.mkdir()
     os.chmod(shared, 0o1777)  # like /tmp
-    with attack("nobody pre-creates the ledger directory in a /tmp-like folder; a task uses it",
-                expected="refused: belongs to another user") as row:
+    with attack(
+        "nobody pre-creates the ledger directory in a /tmp-like folder; a task uses it",
+        expected="refused: belongs to another user",
+    ) as row:
         first = shared / "melon-ledger"
-        assert _as_nobody("os.mkdir(os.path.join(d, 'melon-ledger'), 0o777); os.chmod(os.path.join(d, "
-                          "'melon-ledger'), 0o777)", shared) == "done"
+        assert (
+            _as_nobody(
+                "os.mkdir(os.path.join(d, 'melon-ledger'), 0o777); os.chmod(os.path.join(d, 'melon-ledger'), 0o777)",
+                shared,
+            )
+            == "done"
+        )
         try:
             Ledger(str(first)).reserve("alice-task-2", os.getpid(), 1000, [DeviceInfo(0, "v0", "virtual", 16000)])
             row.got = "reserved in nobody's directory"
@@ -164,10 +179,17 @@ def test_the_executor_refuses_a_ledger_others_may_write(tenants, tmp_path, attac
     os.chmod(open_dir, 0o777)
     try:
         alice = tenants.hook("alice")
-        spec = JobSpec.from_dict({
-            "name": "alice-open-ledger", "framework": "generic", "entrypoint": "true", "queue": "tenant_a",
-            "code": str(tenants.code), "env": {"MELON_LEDGER_DIR": str(open_dir)},
-            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "1GiB"}}})
+        spec = JobSpec.from_dict(
+            {
+                "name": "alice-open-ledger",
+                "framework": "generic",
+                "entrypoint": "true",
+                "queue": "tenant_a",
+                "code": str(tenants.code),
+                "env": {"MELON_LEDGER_DIR": str(open_dir)},
+                "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "1GiB"}},
+            }
+        )
         app_id = tenants.submit(alice, spec)["app_id"]
         deadline = time.monotonic() + 180
         app = alice.yarn.get_application(app_id)
@@ -176,11 +198,15 @@ def test_the_executor_refuses_a_ledger_others_may_write(tenants, tmp_path, attac
             app = alice.yarn.get_application(app_id)
         diag = app.get("diagnostics") or ""
         print(f"{app_id}: {app['state']} {app['finalStatus']}: {diag}")
-        with attack("alice's GPU task on a world-writable ledger directory", expected="exited 2, names mode and fix") \
-                as row:
+        with attack(
+            "alice's GPU task on a world-writable ledger directory", expected="exited 2, names mode and fix"
+        ) as row:
             named = f"{open_dir} is writable by others" in diag and "(0777)" in diag and "install -d -m 2770" in diag
-            row.got = ("exited 2, names mode and fix" if "exited 2" in diag and named
-                       else f"{app['finalStatus']}: {diag[-120:]}")
+            row.got = (
+                "exited 2, names mode and fix"
+                if "exited 2" in diag and named
+                else f"{app['finalStatus']}: {diag[-120:]}"
+            )
         assert not (open_dir / "ledger.json").exists(), "nothing was reserved there"
     finally:
         for p in open_dir.iterdir():

@@ -16,9 +16,9 @@ import pytest
 
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.submission import airflow_tags, deployment_id
-from tests.waits import wait_for
 from tests.integration.test_tenants_live import T, _wait_state, tenants, tenants_cluster  # noqa: F401 - fixtures
 from tests.unit.test_operator import FakeStore
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +28,15 @@ ALICE_QUEUE, BOB_QUEUE = T["queues"]["alice"][0], T["queues"]["bob"][0]
 
 def alice_task(tenants, task_id: str, seconds: int = 1) -> MelonTrainOperator:
     spec = tenants.spec("alice-train", ALICE_QUEUE, seconds=seconds)
-    op = MelonTrainOperator(task_id=task_id, job=spec.to_dict(), run_as="alice", deferrable=False, poll_interval=5,
-                            preflight=False, job_logs=False)
+    op = MelonTrainOperator(
+        task_id=task_id,
+        job=spec.to_dict(),
+        run_as="alice",
+        deferrable=False,
+        poll_interval=5,
+        preflight=False,
+        job_logs=False,
+    )
     op.__dict__["hook"] = tenants.hook("alice")  # what run_as="alice" builds from the service user's connection
     return op
 
@@ -48,8 +55,9 @@ def plant(tenants, task_id: str, app_type: str = "MELON") -> str:
     bob = tenants.hook("bob")
     tags = airflow_tags(DAG_ID, task_id, RUN_ID, deployment=deployment_id())
     submit = bob.yarn.submit_application
-    with mock.patch.object(bob.yarn, "submit_application",
-                           side_effect=lambda ctx: submit(dict(ctx, **{"application-type": app_type}))):
+    with mock.patch.object(
+        bob.yarn, "submit_application", side_effect=lambda ctx: submit(dict(ctx, **{"application-type": app_type}))
+    ):
         app_id = bob.submit(tenants.spec("bob-planted", BOB_QUEUE, seconds=1), tags=tags)["app_id"]
     tenants.submitted.append(app_id)
     app = _wait_state(bob, app_id, ("FINISHED", "FAILED", "KILLED"), timeout=240)
@@ -58,13 +66,16 @@ def plant(tenants, task_id: str, app_type: str = "MELON") -> str:
     return app_id
 
 
-@pytest.mark.parametrize("app_type,why", [("MELON", "it belongs to user 'bob', not 'alice'"),
-                                          ("SPARK", "its type is 'SPARK', not MELON")])
+@pytest.mark.parametrize(
+    "app_type,why", [("MELON", "it belongs to user 'bob', not 'alice'"), ("SPARK", "its type is 'SPARK', not MELON")]
+)
 def test_bob_plants_a_succeeded_app_with_alices_tags(tenants, attack, capsys, app_type, why):
     task_id = f"train_{app_type.lower()}"
     planted = plant(tenants, task_id, app_type)
-    with attack(f"bob plants a FINISHED/SUCCEEDED {app_type} app with alice's task instance's tags",
-                expected=f"alice trains her own app; bob's skipped: {why}") as row:
+    with attack(
+        f"bob plants a FINISHED/SUCCEEDED {app_type} app with alice's task instance's tags",
+        expected=f"alice trains her own app; bob's skipped: {why}",
+    ) as row:
         result = alice_task(tenants, task_id).execute(context(task_id))
         tenants.submitted.append(result["app_id"])
         out = capsys.readouterr().out
@@ -78,8 +89,10 @@ def test_bob_plants_a_succeeded_app_with_alices_tags(tenants, attack, capsys, ap
         elif not skipped:
             row.got = f"alice trains her own app; no line says why bob's was skipped: {said}"
         else:
-            row.got = "alice trains her own app; bob's skipped: " + skipped[0].split("found by tags: ", 1)[-1] \
-                .split(" [airflow", 1)[0]
+            row.got = (
+                "alice trains her own app; bob's skipped: "
+                + skipped[0].split("found by tags: ", 1)[-1].split(" [airflow", 1)[0]
+            )
 
 
 def _record(ended: list, fn, *args) -> None:
@@ -102,16 +115,21 @@ def test_an_app_this_task_killed_is_never_reattached_to(tenants, attack, capsys)
     tenants.submitted.append(killed)
     _wait_state(tenants.hook("alice"), killed, ("RUNNING",), timeout=240)
     first.on_kill()  # the user marks the try failed: the worker's on_kill kills its app; the retry starts at once
-    with attack("the next try finds the app the previous try killed (by tags and in the task state store)",
-                expected="a new app of alice's, SUCCEEDED") as row:
+    with attack(
+        "the next try finds the app the previous try killed (by tags and in the task state store)",
+        expected="a new app of alice's, SUCCEEDED",
+    ) as row:
         second = alice_task(tenants, task_id)
         result = second.execute(context(task_id, store))
         tenants.submitted.append(result["app_id"])
         out = capsys.readouterr().out
         own = tenants.hook("alice").yarn.get_application(result["app_id"])
         state = tenants.hook("alice").yarn.get_state(killed)
-        row.got = (f"reattached to the killed {killed} ({state})" if result["app_id"] == killed
-                   else f"a new app of {own['user']}'s, {own['finalStatus']}")
+        row.got = (
+            f"reattached to the killed {killed} ({state})"
+            if result["app_id"] == killed
+            else f"a new app of {own['user']}'s, {own['finalStatus']}"
+        )
     try_one.join(120)
     assert not try_one.is_alive() and ended, "the first try did not end after its app was killed"
     assert store.values["melon_killed_app_ids"] == [killed]

@@ -23,14 +23,13 @@ import pytest
 from hdfs import InsecureClient
 from hdfs.util import HdfsError
 
-from airflow_provider_melon.hadoop import hdfs_io
-from airflow_provider_melon.hadoop import staging_gc
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop import hdfs_io, staging_gc
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hooks import melon as melon_module
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.spec import JobSpec
-from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from tests.integration.test_cli_live import CLI, REPO, generic, melon  # noqa: F401 - the `melon` fixture
 from tests.integration.test_tenants_live import SERVICE, _wait_state, tenants, tenants_cluster  # noqa: F401
 
@@ -53,17 +52,29 @@ def test_alice_runs_with_a_local_env_archive_bob_cannot_read_it(tenants, tmp_pat
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
     (env_dir / "marker.txt").write_text("alice's env\n")
     archive = tmp_path / "alice-env.tar.gz"
-    subprocess.run([sys.executable, "-m", "airflow_provider_melon.cli", "pack-env", str(archive), "--venv",
-                    str(env_dir)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "airflow_provider_melon.cli", "pack-env", str(archive), "--venv", str(env_dir)],
+        check=True,
+        capture_output=True,
+    )
     with tarfile.open(archive) as tar:
         assert "marker.txt" in tar.getnames()
-    check = ("import pathlib, sys; text = (pathlib.Path(sys.prefix) / 'marker.txt').read_text(); "
-             "assert text == \\\"alice's env\\n\\\", text; print('MARKER OK', sys.prefix)")
+    check = (
+        "import pathlib, sys; text = (pathlib.Path(sys.prefix) / 'marker.txt').read_text(); "
+        "assert text == \\\"alice's env\\n\\\", text; print('MARKER OK', sys.prefix)"
+    )
     alice, bob = tenants.hook("alice"), tenants.hook("bob")
-    spec = JobSpec.from_dict({"name": "alice-local-env", "framework": "generic", "queue": "tenant_a",
-                              "entrypoint": f'python -c "{check}"', "code": str(tenants.code),
-                              "environment": {"archive": f"file://{archive}", "python": "env/bin/python"},
-                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}}})
+    spec = JobSpec.from_dict(
+        {
+            "name": "alice-local-env",
+            "framework": "generic",
+            "queue": "tenant_a",
+            "entrypoint": f'python -c "{check}"',
+            "code": str(tenants.code),
+            "environment": {"archive": f"file://{archive}", "python": "env/bin/python"},
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
+        }
+    )
     result = tenants.submit(alice, spec)
     app_id = result["app_id"]
     staged = result["staging"].files["env_archive"]
@@ -96,8 +107,7 @@ def test_alice_runs_with_a_local_env_archive_bob_cannot_read_it(tenants, tmp_pat
 
 
 # ---- a source rewritten between its hash and its upload ------------------------------------------------------
-def test_a_file_rewritten_after_hashing_is_not_stored_under_the_old_digest(melon_hook, monkeypatch, tmp_path,
-                                                                            attack):
+def test_a_file_rewritten_after_hashing_is_not_stored_under_the_old_digest(melon_hook, monkeypatch, tmp_path, attack):
     source = tmp_path / "weights.bin"
     first, second = os.urandom(4096), os.urandom(4096)  # contents no earlier run staged
     source.write_bytes(first)
@@ -110,8 +120,10 @@ def test_a_file_rewritten_after_hashing_is_not_stored_under_the_old_digest(melon
         return digest
 
     monkeypatch.setattr(melon_module, "file_sha256", hash_then_rewrite)
-    with attack("a source rewritten between hash and upload is cached under the old digest",
-                expected="refused: changed while it was staged, nothing under the old digest") as row:
+    with attack(
+        "a source rewritten between hash and upload is cached under the old digest",
+        expected="refused: changed while it was staged, nothing under the old digest",
+    ) as row:
         try:
             staged = melon_hook.stage_file("weights.bin", source)
             row.got = f"staged {staged.url}"
@@ -135,12 +147,14 @@ def test_a_file_rewritten_after_hashing_is_not_stored_under_the_old_digest(melon
 # ---- prune ---------------------------------------------------------------------------------------------------
 def _cli(cluster, user: str, *args: str, env: dict) -> subprocess.CompletedProcess:
     where = ["--rm", cluster.rm_web_url, "--webhdfs", cluster.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], "--user", user]
-    return subprocess.run([*CLI, *args, *where], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [*CLI, *args, *where], cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **env}
+    )
 
 
-def test_prune_refuses_a_cutoff_under_an_hour_and_keeps_an_upload_in_flight(minicluster, melon_hook, attack,
-                                                                              monkeypatch, tmp_path):
+def test_prune_refuses_a_cutoff_under_an_hour_and_keeps_an_upload_in_flight(
+    minicluster, melon_hook, attack, monkeypatch, tmp_path
+):
     staging = f"/user/{minicluster.user}/.melon-inflight-{uuid.uuid4().hex[:8]}"
     env = {"AIRFLOW__MELON__STAGING_DIR": staging}
     client = melon_hook.hdfs
@@ -166,17 +180,21 @@ def test_prune_refuses_a_cutoff_under_an_hour_and_keeps_an_upload_in_flight(mini
         deadline, tmp = time.monotonic() + 60, []
         while not tmp and time.monotonic() < deadline:
             folder = target.rsplit("/", 1)[0]
-            tmp = [n for n in (client.list(folder) if client.status(folder, strict=False) else []) if n.endswith(".tmp")]
+            tmp = [
+                n for n in (client.list(folder) if client.status(folder, strict=False) else []) if n.endswith(".tmp")
+            ]
         assert tmp, f"no .tmp of the upload appeared in {folder}"
         for age in ("0", "59m"):
             with attack(f"prune --older-than {age} during an upload", expected="exit 2 naming --older-than") as row:
                 result = _cli(minicluster, minicluster.user, "prune", "--older-than", age, "--json", env=env)
-                row.got = (f"exit {result.returncode}" + (" naming --older-than" if "--older-than" in result.stderr
-                                                           else f": {result.stdout[:60]}{result.stderr[:60]}"))
+                row.got = f"exit {result.returncode}" + (
+                    " naming --older-than"
+                    if "--older-than" in result.stderr
+                    else f": {result.stdout[:60]}{result.stderr[:60]}"
+                )
         result = _cli(minicluster, minicluster.user, "prune", "--older-than", "1h", "--json", env=env)
         assert result.returncode == 0, result.stderr
-        with attack("prune --older-than 1h deletes an upload in flight or a fresh plan",
-                    expected="both kept") as row:
+        with attack("prune --older-than 1h deletes an upload in flight or a fresh plan", expected="both kept") as row:
             kept = [p for p in (f"{folder}/{tmp[0]}", plan) if client.status(p, strict=False)]
             row.got = "both kept" if len(kept) == 2 else f"kept only {kept}; deleted {json.loads(result.stdout)}"
     finally:
@@ -196,10 +214,15 @@ def test_alice_prune_of_a_shared_staging_folder_keeps_bobs_live_app(minicluster,
     (code / "train.py").write_text("import time; print('bob trains', flush=True); time.sleep(600)\n")
 
     def hook(user: str) -> MelonHook:
-        return MelonHook(yarn_hook=YarnHook(rm_urls=[minicluster.rm_web_url], user=user),
-                         hdfs_client=InsecureClient(nn, user=user), user=user, am_classpath=minicluster.am_classpath,
-                         default_python=sys.executable, container_env=mc.container_env(minicluster),
-                         fs_default_fs=minicluster.fs_default_fs)
+        return MelonHook(
+            yarn_hook=YarnHook(rm_urls=[minicluster.rm_web_url], user=user),
+            hdfs_client=InsecureClient(nn, user=user),
+            user=user,
+            am_classpath=minicluster.am_classpath,
+            default_python=sys.executable,
+            container_env=mc.container_env(minicluster),
+            fs_default_fs=minicluster.fs_default_fs,
+        )
 
     bob, alice = hook("bob"), hook("alice")
     assert bob.staging_dir == alice.staging_dir == staging
@@ -207,13 +230,17 @@ def test_alice_prune_of_a_shared_staging_folder_keeps_bobs_live_app(minicluster,
     app_id = submitted["app_id"]
     try:
         _wait_running_task(bob, app_id)
-        objects = {MelonHook.hdfs_path(f.url).rsplit("/", 1)[0] for k, f in submitted["staging"].files.items()
-                   if k in ("code", "runtime", "am_jar")}
+        objects = {
+            MelonHook.hdfs_path(f.url).rsplit("/", 1)[0]
+            for k, f in submitted["staging"].files.items()
+            if k in ("code", "runtime", "am_jar")
+        }
         plan = f"{staging}/apps/{app_id}"
         # two hours from now: everything bob staged looks unused for 2 h, so only his live app keeps it
         decision = staging_gc.prune(alice, 3600, now_ms=int(time.time() * 1000) + 2 * HOUR_MS)
-        with attack("alice's prune of a shared staging folder deletes bob's live app's plan and objects",
-                    expected="all kept") as row:
+        with attack(
+            "alice's prune of a shared staging folder deletes bob's live app's plan and objects", expected="all kept"
+        ) as row:
             gone = [p for p in sorted(objects | {plan}) if alice.hdfs.status(p, strict=False) is None]
             row.got = "all kept" if not gone else f"deleted {gone}"
         kept = {e.path: why for e, why in decision.kept}
@@ -242,11 +269,17 @@ def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, atta
     her next figure is still the one her own run taught."""
     alice, bob = tenants.hook("alice"), tenants.hook("bob")
     key = "alice_dag/train"
-    auto = JobSpec.from_dict({"name": "alice-learns", "framework": "generic", "queue": "tenant_a",
-                              "entrypoint": "python -c \"print('alice trains')\"", "code": str(tenants.code),
-                              "env": {"MELON_GPU_WAIT_S": "5"},
-                              "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1,
-                                                   "gpu_memory": "auto:3GiB"}}})
+    auto = JobSpec.from_dict(
+        {
+            "name": "alice-learns",
+            "framework": "generic",
+            "queue": "tenant_a",
+            "entrypoint": "python -c \"print('alice trains')\"",
+            "code": str(tenants.code),
+            "env": {"MELON_GPU_WAIT_S": "5"},
+            "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "auto:3GiB"}},
+        }
+    )
     spec, lines = alice.resolve_gpu_memory(auto, key)
     assert spec.roles["worker"].gpu_memory == 3072 and "no history yet" in lines[0], lines
     app_id = tenants.submit(alice, spec)["app_id"]
@@ -263,14 +296,43 @@ def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, atta
     bob_hdfs = InsecureClient(tenants.nn, user=SERVICE, proxy="bob")
     with attack("bob lists alice's learned GPU memory history in HDFS", expected="Permission denied: user=bob") as row:
         row.got = _as_bob(lambda: f"listed {bob_hdfs.list(folder)}")
-    planted = json.dumps({"version": 1, "app_id": "application_1_1", "roles": {"worker": {
-        "role": "worker", "app_id": "application_1_1", "at": int(time.time()), "state": "FAILED", "initial_mb": 40000,
-        "expected_mb": 40000, "peak_mb": 40000, "oom": True, "growths": 0}}})
+    planted = json.dumps(
+        {
+            "version": 1,
+            "app_id": "application_1_1",
+            "roles": {
+                "worker": {
+                    "role": "worker",
+                    "app_id": "application_1_1",
+                    "at": int(time.time()),
+                    "state": "FAILED",
+                    "initial_mb": 40000,
+                    "expected_mb": 40000,
+                    "peak_mb": 40000,
+                    "oom": True,
+                    "growths": 0,
+                }
+            },
+        }
+    )
     with attack("bob plants a record in alice's GPU memory history", expected="Permission denied: user=bob") as row:
         row.got = _as_bob(lambda: bob_hdfs.write(f"{folder}/application_1_1.json", data=planted) or "written")
-    bob_path = bob.record_gpu_memory(key, "application_1_1", {"state": "FAILED", "tasks": [
-        {"role": "worker", "initial_gpu_memory_mb": 40000, "expected_gpu_memory_mb": 40000,
-         "gpu_memory_peak_mb": 40000, "oom": {"peak_mb": 40000}}]})
+    bob_path = bob.record_gpu_memory(
+        key,
+        "application_1_1",
+        {
+            "state": "FAILED",
+            "tasks": [
+                {
+                    "role": "worker",
+                    "initial_gpu_memory_mb": 40000,
+                    "expected_gpu_memory_mb": 40000,
+                    "gpu_memory_peak_mb": 40000,
+                    "oom": {"peak_mb": 40000},
+                }
+            ],
+        },
+    )
     assert bob_path.startswith("/user/bob/.melon/profiles/"), bob_path
     with attack("bob records under alice's DAG/task key: her next figure changes", expected="her own: 3072 MiB") as row:
         again, said = alice.resolve_gpu_memory(auto, key)
@@ -286,9 +348,18 @@ def test_melon_memory_show_and_forget_act_with_the_owners_staging_folder_rights(
 
     alice = tenants.hook("alice")
     key = f"alice_dag/train-{uuid.uuid4().hex[:6]}"
-    record = {"role": "worker", "app_id": "application_1_0007", "at": int(time.time()), "state": "SUCCEEDED",
-              "initial_mb": 4096, "expected_mb": 4096, "peak_mb": 3520, "peak_source": "torch", "oom": False,
-              "growths": 0}
+    record = {
+        "role": "worker",
+        "app_id": "application_1_0007",
+        "at": int(time.time()),
+        "state": "SUCCEEDED",
+        "initial_mb": 4096,
+        "expected_mb": 4096,
+        "peak_mb": 3520,
+        "peak_source": "torch",
+        "oom": False,
+        "growths": 0,
+    }
     path = memory_history.record_run(alice.hdfs, alice.staging_dir, key, "application_1_0007", {"worker": record})
     where = ["--rm", tenants.details.rm_web_url, "--webhdfs", tenants.nn]
 
@@ -301,12 +372,14 @@ def test_melon_memory_show_and_forget_act_with_the_owners_staging_folder_rights(
     assert code == 0, err
     assert "learned now 3872 MiB (learned from the last 1 run(s): peak 3520 MiB × 1.10" in out, out
     assert "application_1_0007" in out and "3520 (torch)" in out, out
-    with attack("bob shows alice's GPU memory history with `melon memory show`",
-                expected="exit 1: Permission denied: user=bob") as row:
+    with attack(
+        "bob shows alice's GPU memory history with `melon memory show`", expected="exit 1: Permission denied: user=bob"
+    ) as row:
         code, out, err = melon("memory", "show", key, "--user", "bob", "--staging-dir", alice.staging_dir)
         row.got = f"exit {code}: " + ("Permission denied: user=bob" if "Permission denied: user=bob" in err else err)
-    with attack("bob forgets alice's GPU memory history with `melon memory forget`",
-                expected="exit 1, her history kept") as row:
+    with attack(
+        "bob forgets alice's GPU memory history with `melon memory forget`", expected="exit 1, her history kept"
+    ) as row:
         code, out, err = melon("memory", "forget", key, "--user", "bob", "--staging-dir", alice.staging_dir)
         kept = tenants.superuser_hdfs().status(path, strict=False) is not None
         row.got = f"exit {code}, her history " + ("kept" if kept else "deleted")
@@ -319,8 +392,7 @@ def test_melon_memory_show_and_forget_act_with_the_owners_staging_folder_rights(
 
 
 # ---- Kerberos: two principals in one process ---------------------------------------------------------------
-def test_two_principals_in_one_process_each_authenticate_as_themselves(secure_cluster, tmp_path, attack,
-                                                                         monkeypatch):
+def test_two_principals_in_one_process_each_authenticate_as_themselves(secure_cluster, tmp_path, attack, monkeypatch):
     """Two yarn connections with two principals (alice's and bob's keytabs) used at the same time from threads of
     one process (a triggerer, an api-server): every call is SPNEGO as its own principal (WebHDFS names the caller's
     home, the RM the submitter), and the process's KRB5CCNAME, here a cache no one has, is never changed."""
@@ -349,18 +421,30 @@ def test_two_principals_in_one_process_each_authenticate_as_themselves(secure_cl
     for t in threads:
         t.join(300)
     print({name: sorted(set(got)) for name, got in seen.items()})
-    with attack("two principals in one process: a call authenticates as the other one or fails",
-                expected="each as its own principal, every call") as row:
+    with attack(
+        "two principals in one process: a call authenticates as the other one or fails",
+        expected="each as its own principal, every call",
+    ) as row:
         odd = {name: sorted({g for g in got if g != f"/user/{name}"}) for name, got in seen.items()}
-        row.got = ("each as its own principal, every call" if all(len(seen[n]) == 15 for n in seen)
-                   and not any(odd.values()) else f"{odd} ({ {n: len(g) for n, g in seen.items()} } calls)")
+        row.got = (
+            "each as its own principal, every call"
+            if all(len(seen[n]) == 15 for n in seen) and not any(odd.values())
+            else f"{odd} ({ {n: len(g) for n, g in seen.items()} } calls)"
+        )
     submitted = {}
     for name, hook in hooks.items():
         app_id = hook.new_application()["application-id"]
-        hook.submit_application({"application-id": app_id, "application-name": f"melon-two-{name}",
-                                 "application-type": "MELON", "queue": "default", "max-app-attempts": 1,
-                                 "am-container-spec": {"commands": {"command": "true"}},
-                                 "resource": {"memory": 256, "vCores": 1}})
+        hook.submit_application(
+            {
+                "application-id": app_id,
+                "application-name": f"melon-two-{name}",
+                "application-type": "MELON",
+                "queue": "default",
+                "max-app-attempts": 1,
+                "am-container-spec": {"commands": {"command": "true"}},
+                "resource": {"memory": 256, "vCores": 1},
+            }
+        )
         submitted[name] = app_id
     users = {name: hooks[name].get_application(app_id)["user"] for name, app_id in submitted.items()}
     for name, app_id in submitted.items():

@@ -40,11 +40,36 @@ from airflow_provider_melon.hadoop.bundle import _SKIP_DIRS, deterministic_zip, 
 
 REPO = Path(__file__).resolve().parents[2]
 
-HOSTILE_NAMES = ["..foo", "...", "-rf", " ", "a b", "a\\b", "~", "$(touch pwned)", "`id`", "é", "日本", "a\nb",
-                 "*", "?", ":", "C:", ".hidden", "__pycache__", ".git", "x.pyc", "code", "melon-work", "'", '"']
-names = st.one_of(st.sampled_from(HOSTILE_NAMES),
-                  st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00/"), min_size=1,
-                          max_size=12)).filter(lambda n: n not in (".", "..") and len(n.encode()) < 60)
+HOSTILE_NAMES = [
+    "..foo",
+    "...",
+    "-rf",
+    " ",
+    "a b",
+    "a\\b",
+    "~",
+    "$(touch pwned)",
+    "`id`",
+    "é",
+    "日本",
+    "a\nb",
+    "*",
+    "?",
+    ":",
+    "C:",
+    ".hidden",
+    "__pycache__",
+    ".git",
+    "x.pyc",
+    "code",
+    "melon-work",
+    "'",
+    '"',
+]
+names = st.one_of(
+    st.sampled_from(HOSTILE_NAMES),
+    st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00/"), min_size=1, max_size=12),
+).filter(lambda n: n not in (".", "..") and len(n.encode()) < 60)
 rel_paths = st.lists(names, min_size=1, max_size=3)
 
 
@@ -52,8 +77,16 @@ rel_paths = st.lists(names, min_size=1, max_size=3)
 def code_trees(draw):
     """(files, links): files as (path parts, content); links as (path parts, target kind, target index)."""
     files = draw(st.lists(st.tuples(rel_paths, st.binary(max_size=32)), min_size=1, max_size=8))
-    links = draw(st.lists(st.tuples(rel_paths, st.sampled_from(
-        ["file-in", "dir-in", "file-out", "dir-out", "loop", "parent", "broken"]), st.integers(0, 7)), max_size=4))
+    links = draw(
+        st.lists(
+            st.tuples(
+                rel_paths,
+                st.sampled_from(["file-in", "dir-in", "file-out", "dir-out", "loop", "parent", "broken"]),
+                st.integers(0, 7),
+            ),
+            max_size=4,
+        )
+    )
     return files, links
 
 
@@ -123,8 +156,11 @@ def test_code_archive_holds_only_regular_files_inside_the_folder(tree):
         files = folder_files(code)
         data = deterministic_zip(files)
         assert deterministic_zip(folder_files(code)) == data  # same folder, same bytes
-        expected = {p.relative_to(code).as_posix(): p.read_bytes() for p in reachable(code)
-                    if p.is_file() and not p.name.endswith((".pyc", ".pyo"))}
+        expected = {
+            p.relative_to(code).as_posix(): p.read_bytes()
+            for p in reachable(code)
+            if p.is_file() and not p.name.endswith((".pyc", ".pyo"))
+        }
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             infos = zf.infolist()
             got = {info.filename: zf.read(info) for info in infos}
@@ -199,18 +235,28 @@ public class MelonUnpack {
 def hadoop_unpack(tmp_path_factory):
     java, javac = shutil.which("java"), shutil.which("javac")
     if not (java and javac and HADOOP_CLASSPATH.is_file()):
-        pytest.skip("needs a JDK and the AM build's Hadoop classpath (appmaster/launcher/target/classpath.txt: make setup or appmaster/build.sh --dev)")
+        pytest.skip(
+            "needs a JDK and the AM build's Hadoop classpath (appmaster/launcher/target/classpath.txt: make setup or appmaster/build.sh --dev)"
+        )
     classpath = HADOOP_CLASSPATH.read_text().strip()
     classes = tmp_path_factory.mktemp("unpack-classes")
     (classes / "MelonUnpack.java").write_text(UNPACK_JAVA)
-    subprocess.run([javac, "-cp", classpath, "-d", str(classes), str(classes / "MelonUnpack.java")], check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [javac, "-cp", classpath, "-d", str(classes), str(classes / "MelonUnpack.java")],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
 
     def run(pairs: list[tuple[Path, Path]]) -> list[str]:
         listing = classes / "pairs.tsv"
         listing.write_text("".join(f"{a}\t{d}\n" for a, d in pairs))
-        proc = subprocess.run([java, "-XX:TieredStopAtLevel=1", "-cp", f"{classes}{os.pathsep}{classpath}",
-                               "MelonUnpack", str(listing)], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [java, "-XX:TieredStopAtLevel=1", "-cp", f"{classes}{os.pathsep}{classpath}", "MelonUnpack", str(listing)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         lines = [line for line in proc.stdout.splitlines() if line.startswith(("OK", "ERROR"))]
         assert proc.returncode == 0 and len(lines) == len(pairs), proc.stderr[-2000:]
         return lines
@@ -253,8 +299,18 @@ def _snapshot(root: Path) -> dict[str, bytes | str]:
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
-@given(picked=st.lists(st.text(st.characters(min_codepoint=48, max_codepoint=122, exclude_characters="\\`:;<>?@[]^"),
-                                min_size=1, max_size=8), min_size=1, max_size=3, unique=True))
+@given(
+    picked=st.lists(
+        st.text(
+            st.characters(min_codepoint=48, max_codepoint=122, exclude_characters="\\`:;<>?@[]^"),
+            min_size=1,
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=3,
+        unique=True,
+    )
+)
 def test_hadoop_unpacking_writes_nothing_outside_the_target(hadoop_unpack, picked):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -265,8 +321,9 @@ def test_hadoop_unpacking_writes_nothing_outside_the_target(hadoop_unpack, picke
         archives.mkdir()
         cases: list[tuple[Path, str]] = []  # (archive, expectation: "refused" | "inside")
         for i, name in enumerate(picked):
-            for j, entry in enumerate([f"../{name}", f"a/../../{name}", f"../outside/{name}",
-                                       f"../../../../../../../../tmp/{name}-melon"]):
+            for j, entry in enumerate(
+                [f"../{name}", f"a/../../{name}", f"../outside/{name}", f"../../../../../../../../tmp/{name}-melon"]
+            ):
                 _zip(archives / f"z{i}-{j}.zip", [entry])
                 _tgz(archives / f"t{i}-{j}.tar.gz", [(entry, "file", "")])
                 cases += [(archives / f"z{i}-{j}.zip", "refused"), (archives / f"t{i}-{j}.tar.gz", "refused")]
@@ -277,9 +334,14 @@ def test_hadoop_unpacking_writes_nothing_outside_the_target(hadoop_unpack, picke
             _tgz(archives / f"rel{i}.tar.gz", [("lnk", "symlink", "../../outside"), (f"lnk/{name}", "file", "")])
             _tgz(archives / f"hard{i}.tar.gz", [(name, "hardlink", str(outside / "secret.txt"))])
             _tgz(archives / f"hardrel{i}.tar.gz", [(name, "hardlink", "../outside/secret.txt")])
-            cases += [(archives / f"abs{i}.zip", "inside"), (archives / f"abs{i}.tar.gz", "inside"),
-                      (archives / f"sym{i}.tar.gz", "refused"), (archives / f"rel{i}.tar.gz", "refused"),
-                      (archives / f"hard{i}.tar.gz", "refused"), (archives / f"hardrel{i}.tar.gz", "refused")]
+            cases += [
+                (archives / f"abs{i}.zip", "inside"),
+                (archives / f"abs{i}.tar.gz", "inside"),
+                (archives / f"sym{i}.tar.gz", "refused"),
+                (archives / f"rel{i}.tar.gz", "refused"),
+                (archives / f"hard{i}.tar.gz", "refused"),
+                (archives / f"hardrel{i}.tar.gz", "refused"),
+            ]
         dests = root / "dests"
         dests.mkdir()
         pairs = [(archive, dests / archive.name) for archive, _ in cases]

@@ -156,13 +156,20 @@ def fake(tmp_path, name, source, extra=None):
 
 
 def fake_tf(tmp_path, source=FAKE_TF):
-    return fake(tmp_path, "tensorflow", source, {"python/__init__.py": "", "python/eager/__init__.py": "",
-                                                 "python/eager/context.py": FAKE_TF_CONTEXT})
+    return fake(
+        tmp_path,
+        "tensorflow",
+        source,
+        {"python/__init__.py": "", "python/eager/__init__.py": "", "python/eager/context.py": FAKE_TF_CONTEXT},
+    )
 
 
 def run_capped(tmp_path, code, expected_mb=4096, total_mb=16384, extra_path=None, env_extra=None, base_extra=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MELON_", "TF_FORCE", "PYTORCH_CUDA"))
-           and k != "PYTHONPATH"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MELON_", "TF_FORCE", "PYTORCH_CUDA")) and k != "PYTHONPATH"
+    }
     env.update(base_extra or {})
     if extra_path:
         env["PYTHONPATH"] = extra_path
@@ -194,6 +201,7 @@ needs_tf = pytest.mark.skipif(not _has("tensorflow"), reason="tensorflow not ins
 
 # ---- the environment -------------------------------------------------------------------------------------------
 
+
 def test_cap_env_contents(tmp_path):
     cap, d = framework.memory_cap_env(4096, 16384, {"PYTHONPATH": "/a:/b"}, directory=str(tmp_path))
     assert cap["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/a:/b"
@@ -207,23 +215,27 @@ def test_cap_env_contents(tmp_path):
 def test_a_users_allow_growth_is_kept(tmp_path):
     cap, _ = framework.memory_cap_env(4096, 16384, {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}, directory=str(tmp_path))
     assert cap["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
-    p, _, _ = run_capped(tmp_path, "import tensorflow", extra_path=fake_tf(tmp_path),
-                         base_extra={"TF_FORCE_GPU_ALLOW_GROWTH": "true"})
+    p, _, _ = run_capped(
+        tmp_path, "import tensorflow", extra_path=fake_tf(tmp_path), base_extra={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    )
     assert p.returncode == 0, p.stderr
-    assert cap_lines(p.stderr) == ["[melon-cap] TensorFlow: /physical_device:GPU:0 capped at 4096 MiB (memory growth "
-                                   "within it)"]
+    assert cap_lines(p.stderr) == [
+        "[melon-cap] TensorFlow: /physical_device:GPU:0 capped at 4096 MiB (memory growth within it)"
+    ]
 
 
 # ---- TensorFlow ------------------------------------------------------------------------------------------------
 
+
 def test_cap_is_applied_when_tensorflow_is_imported(tmp_path):
-    code = ("import sys; print('tensorflow' in sys.modules); import tensorflow as tf; "
-            "print([c.memory_limit for c in tf.config.get_logical_device_configuration(tf.GPU)])")
+    code = (
+        "import sys; print('tensorflow' in sys.modules); import tensorflow as tf; "
+        "print([c.memory_limit for c in tf.config.get_logical_device_configuration(tf.GPU)])"
+    )
     p, _, _ = run_capped(tmp_path, code, extra_path=fake_tf(tmp_path))
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["False", "[4096]"]  # nothing imported at startup; then one 4096 MiB device
-    assert cap_lines(p.stderr) == ["[melon-cap] TensorFlow: /physical_device:GPU:0 capped at 4096 MiB (taken up "
-                                   "front)"]
+    assert cap_lines(p.stderr) == ["[melon-cap] TensorFlow: /physical_device:GPU:0 capped at 4096 MiB (taken up front)"]
 
 
 GUIDE = textwrap.dedent(
@@ -254,18 +266,34 @@ def test_set_memory_growth_runs_under_the_cap_as_the_allocators_growth(tmp_path)
     out = p.stdout.splitlines()
     assert json.loads(out[0]) == {"env": "true", "growth": True, "limits": [4096]}  # capped, growing within it
     assert out[1] == "Physical devices cannot be modified after being initialized"  # as TensorFlow says it
-    assert ("[melon-cap] TensorFlow: memory growth on on /physical_device:GPU:0, within the MeLoN cap of 4096 MiB "
-            "(TF_FORCE_GPU_ALLOW_GROWTH=true)") in cap_lines(p.stderr)
+    assert (
+        "[melon-cap] TensorFlow: memory growth on on /physical_device:GPU:0, within the MeLoN cap of 4096 MiB "
+        "(TF_FORCE_GPU_ALLOW_GROWTH=true)"
+    ) in cap_lines(p.stderr)
 
 
-@pytest.mark.parametrize("limits, kept, said", [
-    ([2048], [2048], "your logical device configuration (2048 MiB in 1 device(s)) fits the MeLoN cap of 4096 MiB: "
-                     "yours is kept"),
-    ([8192], [4096], "the MeLoN cap won: your logical device configuration asks for 8192 MiB, more than the cap of "
-                     "4096 MiB; its memory limits become [4096] MiB"),
-    ([3000, 3000], [2048, 2048], "the MeLoN cap won: your logical device configuration asks for 6000 MiB, more than "
-                                 "the cap of 4096 MiB; its memory limits become [2048, 2048] MiB"),
-])
+@pytest.mark.parametrize(
+    "limits, kept, said",
+    [
+        (
+            [2048],
+            [2048],
+            "your logical device configuration (2048 MiB in 1 device(s)) fits the MeLoN cap of 4096 MiB: yours is kept",
+        ),
+        (
+            [8192],
+            [4096],
+            "the MeLoN cap won: your logical device configuration asks for 8192 MiB, more than the cap of "
+            "4096 MiB; its memory limits become [4096] MiB",
+        ),
+        (
+            [3000, 3000],
+            [2048, 2048],
+            "the MeLoN cap won: your logical device configuration asks for 6000 MiB, more than "
+            "the cap of 4096 MiB; its memory limits become [2048, 2048] MiB",
+        ),
+    ],
+)
 def test_a_users_logical_devices_stay_within_the_cap(tmp_path, limits, kept, said):
     code = textwrap.dedent(
         f"""
@@ -274,7 +302,8 @@ def test_a_users_logical_devices_stay_within_the_cap(tmp_path, limits, kept, sai
         tf.config.set_logical_device_configuration(
             gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in {limits}])
         print([c.memory_limit for c in tf.config.experimental.get_virtual_device_configuration(gpu)])
-        """)
+        """
+    )
     p, _, _ = run_capped(tmp_path, code, extra_path=fake_tf(tmp_path))
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(kept)
@@ -292,11 +321,14 @@ def test_tensorflows_own_errors_still_reach_the_user(tmp_path):
                 call()
             except ValueError as e:
                 print(e)
-        """)
+        """
+    )
     p, _, _ = run_capped(tmp_path, code, extra_path=fake_tf(tmp_path))
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines() == ["Setting memory limit is required for GPU virtual devices",
-                                     "Cannot set memory growth on non-GPU and non-Pluggable devices"]
+    assert p.stdout.splitlines() == [
+        "Setting memory limit is required for GPU virtual devices",
+        "Cannot set memory growth on non-GPU and non-Pluggable devices",
+    ]
 
 
 # The real TensorFlow: its context's checks hold for its CPU device too. The bootstrap's cap goes on the CPU
@@ -332,8 +364,10 @@ def test_real_tensorflow_users_memory_calls_run_under_the_cap(tmp_path):
     assert out[0] == "Cannot set memory growth on device when virtual devices configured"
     assert json.loads(out[1]) == {"env": "true", "growth": True, "logical": 2}
     assert out[2] == "Physical devices cannot be modified after being initialized"
-    assert ("[melon-cap] TensorFlow: memory growth on on /physical_device:CPU:0, within the MeLoN cap of None MiB "
-            "(TF_FORCE_GPU_ALLOW_GROWTH=true)") in cap_lines(p.stderr)
+    assert (
+        "[melon-cap] TensorFlow: memory growth on on /physical_device:CPU:0, within the MeLoN cap of None MiB "
+        "(TF_FORCE_GPU_ALLOW_GROWTH=true)"
+    ) in cap_lines(p.stderr)
 
 
 @needs_tf
@@ -347,27 +381,40 @@ def test_real_tensorflow_on_cpu_says_no_gpu(tmp_path):
 
 # ---- PyTorch ---------------------------------------------------------------------------------------------------
 
+
 def test_torch_cap_waits_for_cuda_init(tmp_path):
     code = "import torch; print(torch.cuda.calls); torch.cuda._lazy_init(); print(torch.cuda.calls)"
-    p, _, _ = run_capped(tmp_path, code, expected_mb=4096, total_mb=16384, extra_path=fake(tmp_path, "torch", FAKE_TORCH))
+    p, _, _ = run_capped(
+        tmp_path, code, expected_mb=4096, total_mb=16384, extra_path=fake(tmp_path, "torch", FAKE_TORCH)
+    )
     assert p.returncode == 0, p.stderr
     before, after = p.stdout.splitlines()
     assert before == "['queued']"  # importing torch did not create a CUDA context
     assert after == "['queued', ['fraction', 0.25, 0]]"
 
 
-@pytest.mark.parametrize("theirs, applied, said", [
-    (0.5, 0.25, "PyTorch: the MeLoN cap won: you asked for 0.5000 of cuda:0, the cap is 0.2500 (4096 MiB)"),
-    (0.1, 0.1, "PyTorch: your memory fraction 0.1000 of cuda:0 is within the MeLoN cap of 0.2500 (4096 MiB): "
-               "yours is kept"),
-])
+@pytest.mark.parametrize(
+    "theirs, applied, said",
+    [
+        (0.5, 0.25, "PyTorch: the MeLoN cap won: you asked for 0.5000 of cuda:0, the cap is 0.2500 (4096 MiB)"),
+        (
+            0.1,
+            0.1,
+            "PyTorch: your memory fraction 0.1000 of cuda:0 is within the MeLoN cap of 0.2500 (4096 MiB): "
+            "yours is kept",
+        ),
+    ],
+)
 def test_a_users_memory_fraction_stays_within_the_cap(tmp_path, theirs, applied, said):
-    code = (f"import torch; torch.cuda.set_per_process_memory_fraction({theirs}); "
-            f"torch.cuda.memory.set_per_process_memory_fraction({theirs}, 'cuda:0'); print(torch.cuda.calls)")
+    code = (
+        f"import torch; torch.cuda.set_per_process_memory_fraction({theirs}); "
+        f"torch.cuda.memory.set_per_process_memory_fraction({theirs}, 'cuda:0'); print(torch.cuda.calls)"
+    )
     p, _, _ = run_capped(tmp_path, code, extra_path=fake(tmp_path, "torch", FAKE_TORCH))
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == str(["queued", ["fraction", 0.25, 0], ["fraction", applied, 0],
-                                    ["fraction", applied, 0]])
+    assert p.stdout.strip() == str(
+        ["queued", ["fraction", 0.25, 0], ["fraction", applied, 0], ["fraction", applied, 0]]
+    )
     assert cap_lines(p.stderr).count("[melon-cap] " + said) == 2
 
 
@@ -380,24 +427,40 @@ def test_torchs_own_errors_still_reach_the_user(tmp_path):
                 torch.cuda.set_per_process_memory_fraction(*args)
             except (TypeError, ValueError) as e:
                 print(e)
-        """)
+        """
+    )
     p, _, _ = run_capped(tmp_path, code, extra_path=fake(tmp_path, "torch", FAKE_TORCH))
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines() == ["Invalid type for fraction argument, must be `float`",
-                                     "Invalid fraction value: 1.5. Allowed range: 0~1"]
+    assert p.stdout.splitlines() == [
+        "Invalid type for fraction argument, must be `float`",
+        "Invalid fraction value: 1.5. Allowed range: 0~1",
+    ]
 
 
-@pytest.mark.parametrize("conf, applied, said", [
-    ("expandable_segments:True", 0.25, "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True kept"),
-    ("expandable_segments:True,per_process_memory_fraction:0.5", 0.25,
-     "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,per_process_memory_fraction:0.5 kept; the MeLoN cap won "
-     "over its per_process_memory_fraction 0.5"),
-    ("per_process_memory_fraction:0.125", 0.125,
-     "; PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:0.125 kept, its per_process_memory_fraction 0.125 is kept"),
-])
+@pytest.mark.parametrize(
+    "conf, applied, said",
+    [
+        ("expandable_segments:True", 0.25, "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True kept"),
+        (
+            "expandable_segments:True,per_process_memory_fraction:0.5",
+            0.25,
+            "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,per_process_memory_fraction:0.5 kept; the MeLoN cap won "
+            "over its per_process_memory_fraction 0.5",
+        ),
+        (
+            "per_process_memory_fraction:0.125",
+            0.125,
+            "; PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:0.125 kept, its per_process_memory_fraction 0.125 is kept",
+        ),
+    ],
+)
 def test_a_users_alloc_conf_runs_under_the_cap(tmp_path, conf, applied, said):
-    p, _, _ = run_capped(tmp_path, "import torch; torch.cuda._lazy_init(); print(torch.cuda.calls)",
-                         extra_path=fake(tmp_path, "torch", FAKE_TORCH), env_extra={"PYTORCH_CUDA_ALLOC_CONF": conf})
+    p, _, _ = run_capped(
+        tmp_path,
+        "import torch; torch.cuda._lazy_init(); print(torch.cuda.calls)",
+        extra_path=fake(tmp_path, "torch", FAKE_TORCH),
+        env_extra={"PYTORCH_CUDA_ALLOC_CONF": conf},
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(["queued", ["fraction", applied, 0]])
     assert cap_lines(p.stderr) == ["[melon-cap] PyTorch: cuda:0 capped at 0.2500 of its memory (4096 MiB)" + said]
@@ -432,14 +495,19 @@ def test_real_torch_runs_under_the_cap_on_a_cpu(tmp_path):
     got = json.loads(p.stdout)
     assert got["wrapped"] == ["sitecustomize", "sitecustomize"] and got["initialized"] is False
     assert json.loads(got["peak"]) == {"source": "torch"} and got["sum"] == 3.0
-    plain = subprocess.run([sys.executable, "-c", REAL_TORCH.replace('open(os.environ["MELON_PEAK_FILE"]).read()',
-                                                                     '"{}"')],
-                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=120)
+    plain = subprocess.run(
+        [sys.executable, "-c", REAL_TORCH.replace('open(os.environ["MELON_PEAK_FILE"]).read()', '"{}"')],
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert got["error"] and got["error"] == json.loads(plain.stdout)["error"]  # torch's own, as without the cap
     assert not peak.exists()  # CUDA never initialised: nothing to say
 
 
 # ---- without frameworks, and the rest of the bootstrap -----------------------------------------------------------
+
 
 def test_cap_never_breaks_user_code_without_frameworks(tmp_path):
     p, _, _ = run_capped(tmp_path, "import json; print('user code ran')")
@@ -471,15 +539,23 @@ def test_oom_is_explained(tmp_path):
 
 # ---- peak GPU memory (MELON_PEAK_FILE) ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("code, rc", [
-    ("import tensorflow", 0),
-    ("import tensorflow\nraise RuntimeError('OOM when allocating tensor')", 1),  # written after a crash too
-])
+
+@pytest.mark.parametrize(
+    "code, rc",
+    [
+        ("import tensorflow", 0),
+        ("import tensorflow\nraise RuntimeError('OOM when allocating tensor')", 1),  # written after a crash too
+    ],
+)
 def test_the_bootstrap_writes_tensorflows_peak_at_exit(tmp_path, code, rc):
     peak = tmp_path / "work" / "melon-peak.json"
     peak.parent.mkdir()
-    p, _, _ = run_capped(tmp_path, code, extra_path=fake_tf(tmp_path),
-                         env_extra={"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(1300 * 2**20 + 1)})
+    p, _, _ = run_capped(
+        tmp_path,
+        code,
+        extra_path=fake_tf(tmp_path),
+        env_extra={"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(1300 * 2**20 + 1)},
+    )
     assert p.returncode == rc, p.stderr
     assert json.loads(peak.read_text()) == {"peak_mb": 1301, "source": "tensorflow"}  # MiB, rounded up
     assert sorted(os.listdir(peak.parent)) == ["melon-peak.json", "melon-peak.json.lock"]  # written beside, renamed
@@ -488,8 +564,12 @@ def test_the_bootstrap_writes_tensorflows_peak_at_exit(tmp_path, code, rc):
 def test_the_bootstrap_announces_the_counter_while_the_process_runs(tmp_path):
     peak = tmp_path / "melon-peak.json"
     code = f"import tensorflow, json; print(open({str(peak)!r}).read())"
-    p, _, _ = run_capped(tmp_path, code, extra_path=fake_tf(tmp_path),
-                         env_extra={"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(2**30)})
+    p, _, _ = run_capped(
+        tmp_path,
+        code,
+        extra_path=fake_tf(tmp_path),
+        env_extra={"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(2**30)},
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == {"source": "tensorflow"}
     assert json.loads(peak.read_text()) == {"peak_mb": 1024, "source": "tensorflow"}
@@ -564,6 +644,7 @@ def test_concurrent_writers_of_the_peak_file_never_lose_the_larger_figure(tmp_pa
     # torchrun's local ranks (and its agent) share MELON_PEAK_FILE and exit together: each one's read-compare-replace
     # runs under an exclusive flock of <file>.lock, so a larger figure a neighbour writes meanwhile is kept.
     import fcntl
+
     peak = tmp_path / "melon-peak.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MELON_", "TF_FORCE")) and k != "PYTHONPATH"}
     env["PYTHONPATH"] = fake_tf(tmp_path)
@@ -571,8 +652,13 @@ def test_concurrent_writers_of_the_peak_file_never_lose_the_larger_figure(tmp_pa
     env.update(cap, MELON_PEAK_FILE=str(peak), FAKE_PEAK_BYTES=str(500 * 2**20))
     with open(str(peak) + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a neighbour in the middle of its own write
-        p = subprocess.Popen([sys.executable, "-c", "import tensorflow"], env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = subprocess.Popen(
+            [sys.executable, "-c", "import tensorflow"],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = time.monotonic() + 60
             while p.pid not in _blocked_flock_pids():

@@ -14,9 +14,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def help_of(command: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "airflow_provider_melon.cli", command, "--help"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO,
-                            env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_melon.cli", command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     return " ".join(result.stdout.split())
 

@@ -38,6 +38,7 @@ def spec_file(tmp_path):
         path = tmp_path / name
         path.write_text(body)
         return str(path)
+
     return write
 
 
@@ -48,8 +49,13 @@ GOOD = "name: hello\nentrypoint: echo hi\nroles: {worker: {memory: 256}}\n"
 def test_help_documents_the_exit_codes(capsys):
     code, out, _ = melon(capsys, "--help")
     assert code == 0
-    for line in ("exit codes", "2    bad usage", "3    the cluster is unreachable", "4    not found",
-                 "124  wait --timeout"):
+    for line in (
+        "exit codes",
+        "2    bad usage",
+        "3    the cluster is unreachable",
+        "4    not found",
+        "124  wait --timeout",
+    ):
         assert line in out
     for command in ("submit", "status", "ls", "logs", "kill", "wait"):
         assert command in out
@@ -57,13 +63,16 @@ def test_help_documents_the_exit_codes(capsys):
     assert code == 0 and "--timeout" in out and "124" in out and "--conn-id" in out and "--rm URL" in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["status", "app_7"], "'app_7' is not a YARN application id"),
-    (["status", APP, "--rm", RM, "--conn-id", "yarn_default"], "either as --conn-id or as --rm, not both"),
-    (["ls", "--state", "RUNNING,DONE", "--rm", "http://127.0.0.1:1"], "--state DONE: YARN states are"),
-    (["ls", "--limit", "-1", "--rm", "http://127.0.0.1:1"], "--limit -1"),
-    (["submit", "nope.yaml", "--rm", RM], "job spec nope.yaml: no such file"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["status", "app_7"], "'app_7' is not a YARN application id"),
+        (["status", APP, "--rm", RM, "--conn-id", "yarn_default"], "either as --conn-id or as --rm, not both"),
+        (["ls", "--state", "RUNNING,DONE", "--rm", "http://127.0.0.1:1"], "--state DONE: YARN states are"),
+        (["ls", "--limit", "-1", "--rm", "http://127.0.0.1:1"], "--limit -1"),
+        (["submit", "nope.yaml", "--rm", RM], "job spec nope.yaml: no such file"),
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(capsys, argv, message):
     code, out, err = melon(capsys, *argv)
     assert code == 2, err
@@ -74,16 +83,30 @@ def test_a_bad_spec_exits_2_naming_the_field(capsys, spec_file):
     path = spec_file("name: hello\nentrypoint: echo hi\nroles: {worker: {instances: 0}}\n")
     code, _, err = melon(capsys, "submit", path, "--rm", "http://127.0.0.1:1", "--webhdfs", "http://127.0.0.1:1")
     assert code == 2 and "roles.worker.instances" in err and path in err and "Traceback" not in err
-    code, _, err = melon(capsys, "submit", spec_file("{name: x, entrypoint: e, roles: {}, gpus: 2}", "j.json"),
-                         "--rm", "http://127.0.0.1:1")
+    code, _, err = melon(
+        capsys,
+        "submit",
+        spec_file("{name: x, entrypoint: e, roles: {}, gpus: 2}", "j.json"),
+        "--rm",
+        "http://127.0.0.1:1",
+    )
     assert code == 2 and "not valid JSON" in err
 
 
 def test_submit_with_rm_urls_needs_webhdfs_and_key_value_env(capsys, spec_file):
     code, _, err = melon(capsys, "submit", spec_file(GOOD), "--rm", "http://127.0.0.1:1")
     assert code == 2 and "--webhdfs URL" in err
-    code, _, err = melon(capsys, "submit", spec_file(GOOD), "--rm", "http://127.0.0.1:1", "--webhdfs",
-                         "http://127.0.0.1:1", "--container-env", "NO_EQUALS_SIGN")
+    code, _, err = melon(
+        capsys,
+        "submit",
+        spec_file(GOOD),
+        "--rm",
+        "http://127.0.0.1:1",
+        "--webhdfs",
+        "http://127.0.0.1:1",
+        "--container-env",
+        "NO_EQUALS_SIGN",
+    )
     assert code == 2 and "KEY=VALUE" in err
 
 
@@ -119,8 +142,9 @@ def test_errors_map_to_exit_codes():
     class Args:
         app_id, spec, verbose = APP, "job.yaml", False
 
-    refused = YarnApiError("ConnectionError: ... [Errno 111] Connection refused", status=None,
-                           url=f"{RM}/ws/v1/cluster/apps/{APP}")
+    refused = YarnApiError(
+        "ConnectionError: ... [Errno 111] Connection refused", status=None, url=f"{RM}/ws/v1/cluster/apps/{APP}"
+    )
     assert classify(refused, Args) == (3, "cannot reach the ResourceManager http://rm1:8088: connection refused")
     code, message = classify(YarnApiError("app not found", status=404, url=RM), Args)
     assert code == 4 and APP in message
@@ -134,10 +158,20 @@ def test_errors_map_to_exit_codes():
 
 # ---- ls formatting and filters (a stub RM client) ---------------------------------------------------------------
 def _app(n: int, state="FINISHED", final="SUCCEEDED", tags=("melon",), started=0, app_type="MELON", **kw):
-    return {"id": f"application_1700000000000_000{n}", "name": f"job-{n}", "user": "alice", "queue": "default",
-            "state": state, "finalStatus": final, "progress": 100.0 if state == "FINISHED" else 40.0,
-            "elapsedTime": 65_000 * n, "startedTime": started, "applicationType": app_type,
-            "applicationTagList": list(tags), **kw}
+    return {
+        "id": f"application_1700000000000_000{n}",
+        "name": f"job-{n}",
+        "user": "alice",
+        "queue": "default",
+        "state": state,
+        "finalStatus": final,
+        "progress": 100.0 if state == "FINISHED" else 40.0,
+        "elapsedTime": 65_000 * n,
+        "startedTime": started,
+        "applicationType": app_type,
+        "applicationTagList": list(tags),
+        **kw,
+    }
 
 
 class StubYarn:
@@ -156,24 +190,33 @@ def stub_cluster(monkeypatch):
         class StubCluster:
             def __init__(self, args):
                 self.yarn = yarn
+
         monkeypatch.setattr(cli_jobs, "Cluster", StubCluster)
         return yarn
+
     return install
 
 
 def test_ls_table_newest_first_with_all_tags_and_limit(capsys, stub_cluster):
-    yarn = stub_cluster(StubYarn([
-        _app(1, tags=("melon", "team-a"), started=100),
-        _app(2, state="RUNNING", final="UNDEFINED", tags=("melon", "team-a", "nightly"), started=300),
-        _app(3, tags=("melon", "nightly"), started=200),
-        _app(4, state="FAILED", final="FAILED", tags=("melon", "team-a", "nightly"), started=250),
-        _app(5, tags=("team-a", "nightly"), started=400, app_type="SPARK"),
-    ]))
+    yarn = stub_cluster(
+        StubYarn(
+            [
+                _app(1, tags=("melon", "team-a"), started=100),
+                _app(2, state="RUNNING", final="UNDEFINED", tags=("melon", "team-a", "nightly"), started=300),
+                _app(3, tags=("melon", "nightly"), started=200),
+                _app(4, state="FAILED", final="FAILED", tags=("melon", "team-a", "nightly"), started=250),
+                _app(5, tags=("team-a", "nightly"), started=400, app_type="SPARK"),
+            ]
+        )
+    )
     code, out, _ = melon(capsys, "ls", "--tag", "Team-A", "--tag", "nightly", "--limit", "5")
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["ID", "NAME", "USER", "STATE", "PROGRESS", "ELAPSED"]
-    assert [line.split()[0] for line in lines[1:]] == ["application_1700000000000_0002", "application_1700000000000_0004"]
+    assert [line.split()[0] for line in lines[1:]] == [
+        "application_1700000000000_0002",
+        "application_1700000000000_0004",
+    ]
     assert lines[1].split()[1:] == ["job-2", "alice", "RUNNING/UNDEFINED", "40%", "2m10s"]
     assert lines[2].split()[3] == "FAILED/FAILED"
     assert yarn.filters["applicationTags"] == ["team-a", "nightly"] and yarn.filters["applicationTypes"] == "MELON"
@@ -194,14 +237,20 @@ def test_wait_rides_out_an_rm_restart_and_reports_the_end(capsys, monkeypatch):
     url = f"{RM}/ws/v1/cluster/apps/{APP}"
     running = {"json": {"app": _app(7, state="RUNNING", final="UNDEFINED") | {"id": APP}}}
     with rm_mock.Mocker() as m:
-        m.get(url, [
-            running, running,  # the first read, then one poll
-            {"exc": requests.ConnectionError("Connection refused")}, {"exc": requests.ConnectionError("refused")},
-            {"status_code": 503, "text": "starting"}, {"status_code": 503, "text": "starting"},
-            {"status_code": 404, "json": {"RemoteException": {"message": f"app with id {APP} not found"}}},
-            running,
-            {"json": {"app": _app(7) | {"id": APP}}},
-        ])
+        m.get(
+            url,
+            [
+                running,
+                running,  # the first read, then one poll
+                {"exc": requests.ConnectionError("Connection refused")},
+                {"exc": requests.ConnectionError("refused")},
+                {"status_code": 503, "text": "starting"},
+                {"status_code": 503, "text": "starting"},
+                {"status_code": 404, "json": {"RemoteException": {"message": f"app with id {APP} not found"}}},
+                running,
+                {"json": {"app": _app(7) | {"id": APP}}},
+            ],
+        )
         code, out, err = melon(capsys, "wait", APP, "--rm", RM, "--interval", "0", "--json")
     assert code == 0, err
     assert json.loads(out)["final_status"] == "SUCCEEDED"
@@ -211,7 +260,9 @@ def test_wait_exits_1_for_a_killed_app_and_124_on_timeout(capsys, monkeypatch):
     monkeypatch.setattr("time.sleep", lambda s: None)
     url = f"{RM}/ws/v1/cluster/apps/{APP}"
     with rm_mock.Mocker() as m:
-        m.get(url, json={"app": _app(7, state="KILLED", final="KILLED", diagnostics="killed by user bob") | {"id": APP}})
+        m.get(
+            url, json={"app": _app(7, state="KILLED", final="KILLED", diagnostics="killed by user bob") | {"id": APP}}
+        )
         code, out, _ = melon(capsys, "wait", APP, "--rm", RM)
         assert code == 1 and "KILLED/KILLED" in out and "killed by user bob" in out
         m.get(url, json={"app": _app(7, state="RUNNING", final="UNDEFINED") | {"id": APP}})
@@ -222,9 +273,13 @@ def test_wait_exits_1_for_a_killed_app_and_124_on_timeout(capsys, monkeypatch):
 # ---- logs: a NodeManager that is gone; the log answer; reading on from an offset ---------------------------------
 def test_logs_with_the_nodemanager_down_exit_3(capsys):
     app = _app(7) | {"id": APP, "logAggregationStatus": "DISABLED"}
-    attempt = {"id": 1, "appAttemptId": "appattempt_1700000000000_0007_000001",
-               "containerId": "container_1700000000000_0007_01_000001", "nodeId": "127.0.0.1:1",
-               "nodeHttpAddress": "127.0.0.1:1"}
+    attempt = {
+        "id": 1,
+        "appAttemptId": "appattempt_1700000000000_0007_000001",
+        "containerId": "container_1700000000000_0007_01_000001",
+        "nodeId": "127.0.0.1:1",
+        "nodeHttpAddress": "127.0.0.1:1",
+    }
     with rm_mock.Mocker(real_http=True) as m:  # the NodeManager's port is really closed
         m.get(f"{RM}/ws/v1/cluster/apps/{APP}", json={"app": app})
         m.get(f"{RM}/ws/v1/cluster/apps/{APP}/appattempts", json={"appAttempts": {"appAttempt": [attempt]}})
@@ -241,11 +296,13 @@ def test_gone_message_says_where_logs_went():
     assert f"yarn logs -applicationId {APP}" in on
 
 
-NM_ANSWER = (b"Container: container_1_0001_01_000002 on node:45454\nLogAggregationType: LOCAL\n"
-             b"====================================================================\nLogType:stdout\n"
-             b"LogLastModifiedTime:Mon Nov 30 19:26:23 +0000 2026\nLogLength:%d\nLogContents:\n%s"
-             b"End of LogType:stdout.This log file belongs to a running container (container_1_0001_01_000002) and "
-             b"so may not be complete.\n*****************\n\n")
+NM_ANSWER = (
+    b"Container: container_1_0001_01_000002 on node:45454\nLogAggregationType: LOCAL\n"
+    b"====================================================================\nLogType:stdout\n"
+    b"LogLastModifiedTime:Mon Nov 30 19:26:23 +0000 2026\nLogLength:%d\nLogContents:\n%s"
+    b"End of LogType:stdout.This log file belongs to a running container (container_1_0001_01_000002) and "
+    b"so may not be complete.\n*****************\n\n"
+)
 
 
 def test_parse_log_answer_takes_exactly_the_bytes_served():
@@ -270,7 +327,7 @@ class GrowingFile:
         self.fetches += 1
         if size is None:
             return len(self.data), self.data
-        return len(self.data), (self.data[:size] if size > 0 else self.data[max(len(self.data) + size, 0):])
+        return len(self.data), (self.data[:size] if size > 0 else self.data[max(len(self.data) + size, 0) :])
 
 
 def test_log_tail_reads_each_byte_once_through_growth_truncation_and_partial_lines():
@@ -298,9 +355,16 @@ def test_containers_are_found_in_the_am_log_with_their_nodemanagers():
         active_rm = "http://rm:8088"
 
         def app_attempts(self, app_id):
-            return [{"id": 2, "containerId": "container_1_0007_02_000001", "nodeId": "n2:1", "nodeHttpAddress": "n2:80",
-                     "appAttemptId": "appattempt_1_0007_000002"},
-                    {"id": 1, "containerId": "container_1_0007_01_000001", "nodeId": "n1:1", "nodeHttpAddress": "n1:80"}]
+            return [
+                {
+                    "id": 2,
+                    "containerId": "container_1_0007_02_000001",
+                    "nodeId": "n2:1",
+                    "nodeHttpAddress": "n2:80",
+                    "appAttemptId": "appattempt_1_0007_000002",
+                },
+                {"id": 1, "containerId": "container_1_0007_01_000001", "nodeId": "n1:1", "nodeHttpAddress": "n1:80"},
+            ]
 
         def nodes(self):
             return [{"id": "n1:1", "nodeHTTPAddress": "n1:80"}, {"id": "n2:1", "nodeHTTPAddress": "n2:80"}]
@@ -310,16 +374,21 @@ def test_containers_are_found_in_the_am_log_with_their_nodemanagers():
 
     am_logs = {
         "container_1_0007_01_000001": b"x MelonAM: task worker:0 attempt 0 -> container_1_0007_01_000002 on n2:1\n"
-                                      b"x MelonAM: task worker:0 attempt 1 -> container_1_0007_01_000003 on n1:1\n",
+        b"x MelonAM: task worker:0 attempt 1 -> container_1_0007_01_000003 on n1:1\n",
         "container_1_0007_02_000001": b"x MelonAM: task chief:0 attempt 0 -> container_1_0007_02_000002 on n1:1\n",
     }
     logs = nm_logs.NodeLogs(Yarn(), "application_1_0007")
-    logs.fetch = lambda ref, name, size=None: (len(am_logs[ref.id]), am_logs[ref.id]) if name == "AppMaster.stdout" else None
+    logs.fetch = lambda ref, name, size=None: (
+        (len(am_logs[ref.id]), am_logs[ref.id]) if name == "AppMaster.stdout" else None
+    )
     found = [(c.id[-9:], c.label, c.nm_url) for c in logs.discover(running=True)]
     assert found == [
-        ("01_000001", "am", "http://n1:80"), ("01_000002", "worker:0", "http://n2:80"),
-        ("01_000003", "worker:0#1", "http://n1:80"), ("02_000001", "am#2", "http://n2:80"),
-        ("02_000002", "chief:0", "http://n1:80"), ("02_000009", "container", "http://n1:80"),
+        ("01_000001", "am", "http://n1:80"),
+        ("01_000002", "worker:0", "http://n2:80"),
+        ("01_000003", "worker:0#1", "http://n1:80"),
+        ("02_000001", "am#2", "http://n2:80"),
+        ("02_000002", "chief:0", "http://n1:80"),
+        ("02_000009", "container", "http://n1:80"),
     ]
 
 
@@ -353,8 +422,11 @@ def test_upload_progress_streams_every_byte_with_its_length():
             self.written = {}
 
         def write(self, path, data=None, overwrite=False):
-            self.written[path] = (len(data), b"".join(iter(lambda: data.read(8192), b""))) if hasattr(data, "read") \
+            self.written[path] = (
+                (len(data), b"".join(iter(lambda: data.read(8192), b"")))
+                if hasattr(data, "read")
                 else (len(data), data)
+            )
 
         def status(self, path, strict=False):
             return {"path": path}
@@ -388,7 +460,8 @@ def test_upload_progress_streams_a_local_file(tmp_path):
     payload.write_bytes(os.urandom(200_000))
     tty, client = Tty(), Client()
     with open(payload, "rb") as body:
-        UploadProgress(client, Progress(tty)).write("/c/abc/.env.tar.gz.0123456789abcdef0123456789abcdef.tmp",
-                                                    data=body, overwrite=False)
+        UploadProgress(client, Progress(tty)).write(
+            "/c/abc/.env.tar.gz.0123456789abcdef0123456789abcdef.tmp", data=body, overwrite=False
+        )
     assert client.length == 200_000 and sum(client.reads) == 200_000 and max(client.reads) == 8192
     assert "100% staging env.tar.gz 0.2/0.2 MiB" in shown(tty)

@@ -25,10 +25,14 @@ def test_memory_needs_an_action(capsys):
 def test_a_refused_folder_is_an_error_not_an_empty_history(capsys):
     """WebHDFS's 403 for a folder one may not traverse: the client's ``status(strict=False)`` would answer None for
     it, which read as "no history" and made `forget` report nothing to forget."""
-    denied = {"RemoteException": {"exception": "AccessControlException", "javaClassName":
-                                  "org.apache.hadoop.security.AccessControlException",
-                                  "message": "Permission denied: user=alice, access=EXECUTE, "
-                                             "inode=\"/user/bob/.melon\":bob:supergroup:drwx------"}}
+    denied = {
+        "RemoteException": {
+            "exception": "AccessControlException",
+            "javaClassName": "org.apache.hadoop.security.AccessControlException",
+            "message": "Permission denied: user=alice, access=EXECUTE, "
+            'inode="/user/bob/.melon":bob:supergroup:drwx------',
+        }
+    }
     with rm_mock.Mocker() as m:
         m.get(rm_mock.ANY, status_code=403, json=denied)
         for action in ("show", "forget"):

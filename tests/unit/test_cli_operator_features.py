@@ -56,13 +56,28 @@ def apps(monkeypatch):
     hour = 3600 * 1000
 
     def app(n, name, user, queue, started_h_ago, state="RUNNING"):
-        return {"id": f"application_1700000000000_000{n}", "name": name, "user": user, "queue": queue,
-                "state": state, "finalStatus": "UNDEFINED", "progress": 10.0, "elapsedTime": 1000,
-                "startedTime": now - started_h_ago * hour, "applicationType": "MELON",
-                "applicationTagList": ["melon"]}
+        return {
+            "id": f"application_1700000000000_000{n}",
+            "name": name,
+            "user": user,
+            "queue": queue,
+            "state": state,
+            "finalStatus": "UNDEFINED",
+            "progress": 10.0,
+            "elapsedTime": 1000,
+            "startedTime": now - started_h_ago * hour,
+            "applicationType": "MELON",
+            "applicationTagList": ["melon"],
+        }
 
-    yarn = RecordingYarn([app(1, "mnist-nightly", "alice", "gpu", 30), app(2, "resnet", "alice", "default", 2),
-                          app(3, "mnist-adhoc", "bob", "gpu", 1), app(4, "bert", "bob", "gpu", 5)])
+    yarn = RecordingYarn(
+        [
+            app(1, "mnist-nightly", "alice", "gpu", 30),
+            app(2, "resnet", "alice", "default", 2),
+            app(3, "mnist-adhoc", "bob", "gpu", 1),
+            app(4, "bert", "bob", "gpu", 5),
+        ]
+    )
 
     class Cluster:
         def __init__(self, args):
@@ -100,10 +115,17 @@ def test_shell_completion_completes_commands_and_options(tmp_path):
 
     def complete(line: str) -> list[str]:
         out = tmp_path / "completions"
-        env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line,
-               "COMP_POINT": str(len(line)), "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}
-        result = subprocess.run([sys.executable, "-m", "airflow_provider_melon.cli"], env=env, capture_output=True,
-                                text=True, timeout=120)
+        env = {
+            **os.environ,
+            "_ARGCOMPLETE": "1",
+            "_ARGCOMPLETE_IFS": "\n",
+            "COMP_LINE": line,
+            "COMP_POINT": str(len(line)),
+            "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", "airflow_provider_melon.cli"], env=env, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         return [c.strip() for c in out.read_text().split("\n")]
 
@@ -117,12 +139,21 @@ def test_json_output_is_only_json_whatever_airflow_logs(tmp_path, argv):
     from the moment it is imported; under --json all of it goes to stderr, and stdout parses."""
     home = tmp_path / "airflow"
     home.mkdir()
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__LOGGING__LOGGING_LEVEL": "DEBUG",
-           "AIRFLOW_CONN_YARN_DEFAULT": json.dumps({"conn_type": "yarn", "host": "http://127.0.0.1:9"}),
-           "AIRFLOW_CONN_WEBHDFS_DEFAULT": json.dumps({"conn_type": "webhdfs", "host": "127.0.0.1", "port": 9})}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "DEBUG",
+        "AIRFLOW_CONN_YARN_DEFAULT": json.dumps({"conn_type": "yarn", "host": "http://127.0.0.1:9"}),
+        "AIRFLOW_CONN_WEBHDFS_DEFAULT": json.dumps({"conn_type": "webhdfs", "host": "127.0.0.1", "port": 9}),
+    }
     env.pop("AIRFLOW__LOGGING__NAMESPACE_LEVELS", None)
-    result = subprocess.run([sys.executable, "-m", "airflow_provider_melon.cli", *argv, "--conn-id", "yarn_default"],
-                            env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_melon.cli", *argv, "--conn-id", "yarn_default"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # Airflow did log, onto stderr: its settings module, by logger name (3.1 on) or by file name (3.0's format)
     assert re.search(r"airflow\.settings|\{settings\.py:\d+\}", result.stderr), result.stderr[-2000:]
     if argv[0] == "doctor":  # its findings (the RM is unreachable) are the JSON

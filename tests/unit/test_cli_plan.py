@@ -16,8 +16,23 @@ def run(*args):
 
 
 def test_melon_plan_prints_the_planners_json():
-    r = run("plan", "--params", "25e6", "--per-sample-ms", "2", "--workers", "4", "--bandwidth-gbps", "10",
-            "--gpu-memory", "16GiB", "--optimizer", "momentum", "--activation-mb", "50")
+    r = run(
+        "plan",
+        "--params",
+        "25e6",
+        "--per-sample-ms",
+        "2",
+        "--workers",
+        "4",
+        "--bandwidth-gbps",
+        "10",
+        "--gpu-memory",
+        "16GiB",
+        "--optimizer",
+        "momentum",
+        "--activation-mb",
+        "50",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     # the hand-worked case of test_planner: batch 304 within 16 GiB, 2 PS keep transfer below compute
@@ -26,11 +41,28 @@ def test_melon_plan_prints_the_planners_json():
 
 
 def test_melon_plan_passes_bad_arguments_and_help_through():
-    bad = run("plan", "--params", "1e6", "--per-sample-ms", "1", "--workers", "1", "--bandwidth-gbps", "1",
-              "--gpu-memory", "lots")
-    assert bad.returncode == 2 and "melon plan:" in bad.stderr and "gpu_memory (--gpu-memory): unparsable size 'lots'" in bad.stderr
+    bad = run(
+        "plan",
+        "--params",
+        "1e6",
+        "--per-sample-ms",
+        "1",
+        "--workers",
+        "1",
+        "--bandwidth-gbps",
+        "1",
+        "--gpu-memory",
+        "lots",
+    )
+    assert (
+        bad.returncode == 2
+        and "melon plan:" in bad.stderr
+        and "gpu_memory (--gpu-memory): unparsable size 'lots'" in bad.stderr
+    )
     helped = run("plan", "--help")
-    assert helped.returncode == 0 and helped.stdout.startswith("usage: melon plan") and "--per-sample-ms" in helped.stdout
+    assert (
+        helped.returncode == 0 and helped.stdout.startswith("usage: melon plan") and "--per-sample-ms" in helped.stdout
+    )
     missing = run("plan", "--workers", "2")
     assert missing.returncode == 2 and "--params" in missing.stderr
 

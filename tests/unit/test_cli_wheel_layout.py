@@ -52,7 +52,9 @@ def _closed_port() -> int:
 
 def test_job_commands_from_a_wheel_default_to_the_yarn_default_connection(capsys, installed, monkeypatch):
     port = _closed_port()
-    monkeypatch.setenv("AIRFLOW_CONN_YARN_DEFAULT", json.dumps({"conn_type": "yarn", "host": f"http://127.0.0.1:{port}"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_YARN_DEFAULT", json.dumps({"conn_type": "yarn", "host": f"http://127.0.0.1:{port}"})
+    )
     code, _, err = melon(capsys, "ls")
     assert code == 3, err  # unreachable: the connection's RM, not "no mini cluster running in site-packages"
     assert f"127.0.0.1:{port}" in err and "mini cluster" not in err, err

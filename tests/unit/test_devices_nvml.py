@@ -12,10 +12,18 @@ import pytest
 from airflow_provider_melon.gpu import devices
 from tests.fake_nvml import fake_nvml
 
-H200 = [{"uuid": "GPU-aaaa", "name": b"NVIDIA H200", "total_mb": 143771, "used_mb": 512, "util": 37,
-         "procs": {101: 4096, 102: 1024}},
-        {"uuid": "GPU-bbbb", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": 0, "util": None},
-        {"uuid": "GPU-cccc", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": 0, "util": 0, "denied": True}]
+H200 = [
+    {
+        "uuid": "GPU-aaaa",
+        "name": b"NVIDIA H200",
+        "total_mb": 143771,
+        "used_mb": 512,
+        "util": 37,
+        "procs": {101: 4096, 102: 1024},
+    },
+    {"uuid": "GPU-bbbb", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": 0, "util": None},
+    {"uuid": "GPU-cccc", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": 0, "util": 0, "denied": True},
+]
 
 
 @pytest.fixture
@@ -24,6 +32,7 @@ def nvml(monkeypatch):
         mod = fake_nvml(gpus, **kw)
         monkeypatch.setattr(devices, "_import_pynvml", lambda: mod)
         return mod
+
     return install
 
 
@@ -32,7 +41,9 @@ def test_nvml_lists_the_devices_it_may_open_and_always_shuts_down(nvml):
     gpus = devices.nvml_gpus(env={})
     assert gpus.source == "nvml"
     assert [(g.index, g.uuid, g.name, g.total_mb, g.used_mb, g.sm_util) for g in gpus] == [
-        (0, "GPU-aaaa", "NVIDIA H200", 143771, 512, 0.37), (1, "GPU-bbbb", "NVIDIA H200", 143771, 0, None)]
+        (0, "GPU-aaaa", "NVIDIA H200", 143771, 512, 0.37),
+        (1, "GPU-bbbb", "NVIDIA H200", 143771, 0, None),
+    ]
     assert mod.calls == {"init": 1, "shutdown": 1}
 
 
@@ -77,8 +88,14 @@ def test_in_a_container_nvmls_pids_are_not_ours_and_the_figure_is_the_devices_ri
     """YARN's Docker runtime: NVML answers with the host's pids, none of which exists in the container's pid
     namespace. The figure is then the device's rise in used memory over the baseline taken when the task started,
     and says so ("nvml-device", neighbours included), instead of a silent None; never the whole GPU's use."""
-    gpu = {"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": 600, "util": 0,
-           "procs": {999999901: 4096}}  # a neighbour's host pid (no such pid here: above the kernel's pid_max)
+    gpu = {
+        "uuid": "GPU-a",
+        "name": "NVIDIA H200",
+        "total_mb": 143771,
+        "driver_mb": 600,
+        "util": 0,
+        "procs": {999999901: 4096},
+    }  # a neighbour's host pid (no such pid here: above the kernel's pid_max)
     nvml([gpu])
     baseline = devices.device_used_mb(0)
     assert baseline == 600 + 4096
@@ -114,8 +131,10 @@ def test_cuda_visible_devices_restricts_the_inventory_too(nvml, tmp_path):
     the inventory's others are not offered, as NVML's are not."""
     nvml(init_error="NVML Shared Library Not Found")  # no driver: the inventory is what the node has
     inventory = tmp_path / "gpus.json"
-    inventory.write_text('{"gpus": [{"index": 0, "total_mb": 16384}, {"index": 1, "total_mb": 8192, "uuid": "G1"},'
-                         ' {"index": 2, "total_mb": 4096}]}')
+    inventory.write_text(
+        '{"gpus": [{"index": 0, "total_mb": 16384}, {"index": 1, "total_mb": 8192, "uuid": "G1"},'
+        ' {"index": 2, "total_mb": 4096}]}'
+    )
     env = {"MELON_GPU_INVENTORY": str(inventory), "CUDA_VISIBLE_DEVICES": "1,2"}
     assert [g.index for g in devices.list_gpus(env=env)] == [1, 2]
     assert [g.index for g in devices.list_gpus(env=dict(env, CUDA_VISIBLE_DEVICES="G1"))] == [1]
@@ -126,8 +145,7 @@ def test_cuda_visible_devices_restricts_the_inventory_too(nvml, tmp_path):
 
 # ---- the embedded cluster splits the host's GPUs between its NodeManagers (minicluster.gpu_layout) -------------
 
-FOUR = [{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "total_mb": 143771 - i, "used_mb": 0, "util": 0}
-        for i in range(4)]
+FOUR = [{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "total_mb": 143771 - i, "used_mb": 0, "util": 0} for i in range(4)]
 
 
 def _seen_by(layout, nm: int) -> list[int]:
@@ -139,9 +157,15 @@ def _seen_by(layout, nm: int) -> list[int]:
     return nvml_view
 
 
-@pytest.mark.parametrize("gpus, nms, want, unused", [
-    (FOUR, 2, [[0, 1], [2, 3]], ""), (FOUR[:2], 2, [[0], [1]], ""), (FOUR[:3], 2, [[0], [1]], "GPU 2 unused"),
-    (FOUR, 1, [[0, 1, 2, 3]], "")])
+@pytest.mark.parametrize(
+    "gpus, nms, want, unused",
+    [
+        (FOUR, 2, [[0, 1], [2, 3]], ""),
+        (FOUR[:2], 2, [[0], [1]], ""),
+        (FOUR[:3], 2, [[0], [1]], "GPU 2 unused"),
+        (FOUR, 1, [[0, 1, 2, 3]], ""),
+    ],
+)
 def test_the_mini_cluster_gives_each_nodemanager_its_own_gpus(nvml, tmp_path, gpus, nms, want, unused):
     from airflow_provider_melon.dev import minicluster as mc
 
@@ -159,15 +183,19 @@ def test_no_gpu_or_too_few_to_split_says_no_gpu_and_hides_the_real_ones(nvml, tm
     nvml(init_error="NVML Shared Library Not Found")
     none = mc.gpu_layout(tmp_path, 2, 2, 32768)
     assert (none.source, none.gpus, none.gpu_memory_mb, none.env) == ("virtual", 2, 32768, [{}, {}])
-    assert none.message == ("no GPU: NVML found no device (NVML Shared Library Not Found); each NodeManager "
-                            "advertises 2 virtual GPU(s), 32768 MiB in all")
+    assert none.message == (
+        "no GPU: NVML found no device (NVML Shared Library Not Found); each NodeManager "
+        "advertises 2 virtual GPU(s), 32768 MiB in all"
+    )
     nvml(FOUR[:1])
     one = mc.gpu_layout(tmp_path, 2, 2, 32768)
     assert one.source == "virtual" and one.message.startswith("no GPU: this host's 1 GPU(s) cannot be split")
     for env in one.env:  # neither NM's containers see the one real GPU (else both would claim it)
         hidden = devices.nvml_gpus(env=env)
-        assert not hidden and hidden.reason == "no GPU: NVML found no device (CUDA_VISIBLE_DEVICES=-1 hides this " \
-                                               "node's 1 device(s))"
+        assert (
+            not hidden
+            and hidden.reason == "no GPU: NVML found no device (CUDA_VISIBLE_DEVICES=-1 hides this node's 1 device(s))"
+        )
 
 
 def test_melon_doctor_refuses_a_gpu_node_in_mig_mode_and_says_nothing_without_a_gpu(nvml):
@@ -176,6 +204,7 @@ def test_melon_doctor_refuses_a_gpu_node_in_mig_mode_and_says_nothing_without_a_
     from types import SimpleNamespace
 
     from airflow_provider_melon.cli.doctor import Doctor
+
     doctor = Doctor(SimpleNamespace(yarn=None))
     nvml([{**H200[0], "mig": 1}, {**H200[1], "mig": 0}])
     found = doctor.check_gpu_mig()
@@ -191,11 +220,20 @@ def test_the_executor_refuses_a_node_whose_gpus_are_all_in_mig_mode(nvml, tmp_pa
     """Exit 75 with the reason (the AM then asks for a container on another node), never "no GPU: run on CPU"."""
     from airflow_provider_melon.runtime import executor
     from airflow_provider_melon.runtime.config import Config, Fatal
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MELON_LEDGER_DIR", str(tmp_path / "ledger"))  # where a MIG GPU would be packed whole
     nvml([{**H200[0], "mig": 1}])
-    cfg = Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1",
-                           "MELON_SECRET": "s", "MELON_ENTRYPOINT": "true", "MELON_GPU_MEMORY_MB": "4096"})
+    cfg = Config.from_env(
+        {
+            "MELON_ROLE": "worker",
+            "MELON_INDEX": "0",
+            "MELON_AM_URL": "http://am:1",
+            "MELON_SECRET": "s",
+            "MELON_ENTRYPOINT": "true",
+            "MELON_GPU_MEMORY_MB": "4096",
+        }
+    )
     with pytest.raises(Fatal) as err:
         executor.Executor(cfg, env={}).choose_gpu()
     assert err.value.code == executor.EXIT_NO_GPU_FITS == 75

@@ -27,10 +27,16 @@ def sphinx_build(src: Path, out: Path) -> subprocess.CompletedProcess:
         import myst_parser  # noqa: F401
         import sphinx  # noqa: F401
     except ImportError as exc:  # not a skip: make test must build the docs
-        pytest.fail(f"{exc}: the docs extra is not installed (scripts/setup.sh installs '.[docs]' with "
-                    "-c constraints.txt)")
-    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src),
-                           str(out)], capture_output=True, text=True, timeout=600, cwd=src)
+        pytest.fail(
+            f"{exc}: the docs extra is not installed (scripts/setup.sh installs '.[docs]' with -c constraints.txt)"
+        )
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=src,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +56,19 @@ def text_of(html_file: Path) -> str:
 
 def test_the_docs_build_without_warnings_and_every_page_is_in_the_toctree(built):
     pages = sorted(p.stem for p in DOCS.glob("*.md"))
-    assert {"index", "connections", "operators", "configuration", "changelog", "security", "internals",
-            "operations", "cluster-configuration", "ledger", "protocol"} <= set(pages)
+    assert {
+        "index",
+        "connections",
+        "operators",
+        "configuration",
+        "changelog",
+        "security",
+        "internals",
+        "operations",
+        "cluster-configuration",
+        "ledger",
+        "protocol",
+    } <= set(pages)
     index = (built / "index.html").read_text(encoding="utf-8")
     for page in pages:
         assert (built / f"{page}.html").is_file(), page
@@ -71,7 +88,8 @@ def test_a_new_page_with_a_warning_fails_the_build(tmp_path):
     docs = copy_of_the_docs(tmp_path)
     (docs / "someones-new-page.md").write_text(
         "# A new page\n\n```{literalinclude} ../dags/melon_mnist_pipeline.py\n"
-        ":start-after: \"[START howto_melon_no_such_marker]\"\n```\n")
+        ':start-after: "[START howto_melon_no_such_marker]"\n```\n'
+    )
     result = sphinx_build(docs, tmp_path / "out")
     assert result.returncode != 0
     assert "someones-new-page" in result.stderr and "howto_melon_no_such_marker" in result.stderr, result.stderr

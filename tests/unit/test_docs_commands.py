@@ -20,8 +20,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 #: where commands are named for people: the README, the docs, the other READMEs, and the package's messages
-SOURCES = ["README.md", "docs/*.md", "docker/README.md", "appmaster/README.md", "benchmarks/README.md",
-           "airflow_provider_melon/**/*.py", "scripts/*.py"]
+SOURCES = [
+    "README.md",
+    "docs/*.md",
+    "docker/README.md",
+    "appmaster/README.md",
+    "benchmarks/README.md",
+    "airflow_provider_melon/**/*.py",
+    "scripts/*.py",
+]
 
 FENCE = re.compile(r"^(```+|~~~+)[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
 SPAN = re.compile(r"`([^`\n]+)`")
@@ -57,8 +64,13 @@ def mentions(text: str, where: str) -> list[Mention]:
 
 @functools.lru_cache(maxsize=None)
 def melon_help(*argv: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "airflow_provider_melon.cli", *argv, "--help"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_melon.cli", *argv, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert result.returncode == 0, f"melon {' '.join(argv)} --help: {result.stderr}"
     return result.stdout
 
@@ -95,12 +107,12 @@ def problems(found: list[Mention], targets: set[str]) -> list[str]:
         if action and usage_choices:
             allowed = {c for group in usage_choices for c in group.split(",")}
             if action.group(1) not in allowed:
-                bad.append(f"{m.where}: `{m.text}`: melon {command} has no {action.group(1)!r} "
-                           f"(one of {sorted(allowed)})")
+                bad.append(
+                    f"{m.where}: `{m.text}`: melon {command} has no {action.group(1)!r} (one of {sorted(allowed)})"
+                )
         for option in OPTION.findall(rest):
             if option not in known:
-                bad.append(f"{m.where}: `{m.text}`: melon {command} has no option {option} "
-                           f"(`melon {command} --help`)")
+                bad.append(f"{m.where}: `{m.text}`: melon {command} has no option {option} (`melon {command} --help`)")
     return bad
 
 
@@ -130,27 +142,36 @@ def test_the_readme_starts_with_the_two_commands():
     assert text.index("```") < text.index("\n## "), "the two commands come before any section"
 
 
-@pytest.mark.parametrize("made_up, says", [
-    ("`melon submit job.yaml --no-such-option 3`", "melon submit has no option --no-such-option"),
-    ("`melon frobnicate --now`", "no melon command 'frobnicate'"),
-    ("```bash\nmelon minicluster explode\n```", "melon minicluster has no 'explode'"),
-    ("```bash\nmelon logs APP \\\n  --follow-forever\n```", "melon logs has no option --follow-forever"),
-    ("Run `make build` first.", "no make target 'build'"),
-    ("`melon ls --state RUNNING | make no-such-target`", "no make target 'no-such-target'"),
-    ("```text\n$ MELON_X=1 melon doctor --no-such-check\n```", "melon doctor has no option --no-such-check"),
-])
+@pytest.mark.parametrize(
+    "made_up, says",
+    [
+        ("`melon submit job.yaml --no-such-option 3`", "melon submit has no option --no-such-option"),
+        ("`melon frobnicate --now`", "no melon command 'frobnicate'"),
+        ("```bash\nmelon minicluster explode\n```", "melon minicluster has no 'explode'"),
+        ("```bash\nmelon logs APP \\\n  --follow-forever\n```", "melon logs has no option --follow-forever"),
+        ("Run `make build` first.", "no make target 'build'"),
+        ("`melon ls --state RUNNING | make no-such-target`", "no make target 'no-such-target'"),
+        ("```text\n$ MELON_X=1 melon doctor --no-such-check\n```", "melon doctor has no option --no-such-check"),
+    ],
+)
 def test_a_made_up_command_option_or_target_is_caught(made_up, says):
     found = mentions(made_up, "made-up.md")
     reported = problems(found, make_targets())
     assert any(says in line for line in reported), (says, reported)
 
 
-@pytest.mark.parametrize("real", [
-    "`melon submit job.yaml --rm http://rm1:8088,http://rm2:8088 --webhdfs http://nn:9870 --user alice --wait`",
-    "```bash\nmelon minicluster start --secure --tenants   # a Kerberos cluster\n```",
-    "`melon plan --params 25e6 --per-sample-ms 2 --workers 4 --bandwidth-gbps 10 --gpu-memory 16GiB`",
-    "`melon logs APP -f`", "`make test-unit`", "`melon.io/gpu-memory`", "`/user/alice/.melon writable`",
-    "`does not make it, the plan keeps`",
-])
+@pytest.mark.parametrize(
+    "real",
+    [
+        "`melon submit job.yaml --rm http://rm1:8088,http://rm2:8088 --webhdfs http://nn:9870 --user alice --wait`",
+        "```bash\nmelon minicluster start --secure --tenants   # a Kerberos cluster\n```",
+        "`melon plan --params 25e6 --per-sample-ms 2 --workers 4 --bandwidth-gbps 10 --gpu-memory 16GiB`",
+        "`melon logs APP -f`",
+        "`make test-unit`",
+        "`melon.io/gpu-memory`",
+        "`/user/alice/.melon writable`",
+        "`does not make it, the plan keeps`",
+    ],
+)
 def test_real_commands_and_lookalikes_pass(real):
     assert problems(mentions(real, "real.md"), make_targets()) == []

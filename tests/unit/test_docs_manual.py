@@ -31,8 +31,9 @@ def test_every_doctor_check_is_on_the_troubleshooting_page():
     doctor = (cli / "doctor.py").read_text(encoding="utf-8")
     submit = (cli / "doctor_submit.py").read_text(encoding="utf-8")
     checks = set(re.findall(r"""_(?:fail|warn)\(\s*["']([\w-]+)["']""", doctor))
-    checks |= {f"submit-test:{s}" for s in re.findall(r"""_step\(\s*["'](?:fail|warn)["'],\s*["']([\w-]+)["']""",
-                                                      submit)}
+    checks |= {
+        f"submit-test:{s}" for s in re.findall(r"""_step\(\s*["'](?:fail|warn)["'],\s*["']([\w-]+)["']""", submit)
+    }
     assert {"resourcemanager", "hdfs", "gpu-mig", "submit-test:pynvml"} <= checks  # the scan works
     text = page("troubleshooting")
     missing = sorted(c for c in checks if f"| `{c}` |" not in text)
@@ -42,14 +43,20 @@ def test_every_doctor_check_is_on_the_troubleshooting_page():
 def test_the_yarn_connection_form_is_written_out_as_provider_info_declares_it():
     [conn] = [c for c in get_provider_info()["connection-types"] if c["connection-type"] == "yarn"]
     rows = {m.group(1): m.group(2).strip() for m in re.finditer(r"^\| `(\w+)` \| ([^|]+)\|", page("connections"), re.M)}
-    wrong = {key: (field["label"], rows.get(key)) for key, field in conn["conn-fields"].items()
-             if rows.get(key) != field["label"]}
+    wrong = {
+        key: (field["label"], rows.get(key))
+        for key, field in conn["conn-fields"].items()
+        if rows.get(key) != field["label"]
+    }
     assert not wrong, f"docs/connections.md's form table differs from provider_info (label, page): {wrong}"
 
 
 def test_no_page_of_the_manual_carries_work_log_words():
     pattern = re.compile(r"\bstop [0-9]+\b|\bissue [0-9]+\b|this session")
-    found = [f"{p.relative_to(REPO)}:{n}: {line.strip()[:80]}"
-             for p in [*sorted(DOCS.glob("*.md")), REPO / "README.md"]
-             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    found = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()[:80]}"
+        for p in [*sorted(DOCS.glob("*.md")), REPO / "README.md"]
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert not found, "work-log words in the manual:\n" + "\n".join(found)

@@ -13,9 +13,13 @@ RUNTIME = StagedFile("hdfs://nn:8020/c/rt.zip", 10, 111)
 
 
 def job(framework="pytorch", **roles):
-    return {"name": "elastic", "framework": framework, "entrypoint": "python train.py",
-            **({"launcher": "torchrun"} if framework == "pytorch" else {}),
-            "roles": roles or {"worker": {"instances": 4, "min_instances": 2}}}
+    return {
+        "name": "elastic",
+        "framework": framework,
+        "entrypoint": "python train.py",
+        **({"launcher": "torchrun"} if framework == "pytorch" else {}),
+        "roles": roles or {"worker": {"instances": 4, "min_instances": 2}},
+    }
 
 
 def test_an_elastic_role_reaches_the_plan_with_its_bounds_and_the_grace():
@@ -35,19 +39,34 @@ def test_a_role_without_bounds_needs_all_its_tasks():
     assert plan["elastic_grace_s"] == 60  # the default
 
 
-@pytest.mark.parametrize("data,message", [
-    (job(worker={"instances": 2, "min_instances": 3}), "roles.worker.min_instances: must be at most instances (2)"),
-    (job(worker={"instances": 2, "min_instances": 0}), "roles.worker.min_instances: Input should be greater than 0"),
-    (job(worker={"instances": 2, "min_instances": "two"}), "roles.worker.min_instances: "),
-    (job("tensorflow", worker={"instances": 3, "min_instances": 2}),
-     "roles.worker.min_instances: tensorflow cannot go on with fewer workers"),
-    (job(master={"instances": 1, "min_instances": 1}, worker={"instances": 2}),
-     "roles.master.min_instances: the master hosts the rendezvous"),
-    (job("generic", worker={"instances": 3, "min_instances": 2}, ps={"untracked": True, "min_instances": 1}),
-     "roles.ps.min_instances: an untracked role cannot be elastic"),
-    ({**job(), "launcher": "python"}, "roles.worker.min_instances: an elastic pytorch role needs launcher: torchrun"),
-    ({**job(), "elastic_grace_s": -1}, "elastic_grace_s: Input should be greater than or equal to 0"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (job(worker={"instances": 2, "min_instances": 3}), "roles.worker.min_instances: must be at most instances (2)"),
+        (
+            job(worker={"instances": 2, "min_instances": 0}),
+            "roles.worker.min_instances: Input should be greater than 0",
+        ),
+        (job(worker={"instances": 2, "min_instances": "two"}), "roles.worker.min_instances: "),
+        (
+            job("tensorflow", worker={"instances": 3, "min_instances": 2}),
+            "roles.worker.min_instances: tensorflow cannot go on with fewer workers",
+        ),
+        (
+            job(master={"instances": 1, "min_instances": 1}, worker={"instances": 2}),
+            "roles.master.min_instances: the master hosts the rendezvous",
+        ),
+        (
+            job("generic", worker={"instances": 3, "min_instances": 2}, ps={"untracked": True, "min_instances": 1}),
+            "roles.ps.min_instances: an untracked role cannot be elastic",
+        ),
+        (
+            {**job(), "launcher": "python"},
+            "roles.worker.min_instances: an elastic pytorch role needs launcher: torchrun",
+        ),
+        ({**job(), "elastic_grace_s": -1}, "elastic_grace_s: Input should be greater than or equal to 0"),
+    ],
+)
 def test_bad_bounds_are_refused_naming_the_field(data, message):
     with pytest.raises(JobSpecError) as err:
         JobSpec.from_dict(data)
@@ -70,6 +89,7 @@ def test_torchrun_gets_the_jobs_elastic_bounds():
     spec = JobSpec.from_dict(job(master={}, worker={"instances": 4, "min_instances": 2}))
     env = submission.build_plan(spec, code=None, runtime=RUNTIME, inputs={})["env"]
     assert (env["MELON_TORCHRUN_NNODES"], env["MELON_TORCHRUN_MAX_RESTARTS"]) == ("3:5", "5")
-    fixed = submission.build_plan(JobSpec.from_dict(job(worker={"instances": 2})), code=None, runtime=RUNTIME,
-                                  inputs={})["env"]
+    fixed = submission.build_plan(
+        JobSpec.from_dict(job(worker={"instances": 2})), code=None, runtime=RUNTIME, inputs={}
+    )["env"]
     assert "MELON_TORCHRUN_NNODES" not in fixed and fixed["MELON_LAUNCHER"] == "torchrun"

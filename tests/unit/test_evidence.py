@@ -21,10 +21,28 @@ def test_row(i):
 
 def test_rows_recorded_on_two_workers_are_all_printed_once_by_the_controller(tmp_path):
     (tmp_path / "test_sample.py").write_text(SAMPLE)
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.evidence",
-                             "-n", "2", "--rootdir", str(tmp_path), str(tmp_path / "test_sample.py")],
-                            capture_output=True, text=True, cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.evidence",
+            "-n",
+            "2",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_sample.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("sample table: 4 rows") == 1, result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("| case-")]

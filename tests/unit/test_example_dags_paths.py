@@ -18,9 +18,17 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 @pytest.fixture
 def carol(monkeypatch):
     """A real Airflow connection (environment variable) whose login is carol."""
-    monkeypatch.setenv("AIRFLOW_CONN_YARN_DEFAULT", json.dumps(
-        {"conn_type": "yarn", "host": "http://127.0.0.1:9", "login": "carol",
-         "extra": {"fs_default_fs": "hdfs://127.0.0.1:9"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_YARN_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "yarn",
+                "host": "http://127.0.0.1:9",
+                "login": "carol",
+                "extra": {"fs_default_fs": "hdfs://127.0.0.1:9"},
+            }
+        ),
+    )
     return "carol"
 
 
@@ -33,8 +41,12 @@ def load(name: str):
 
 def test_hdfs_home_is_the_connections_user(carol, monkeypatch):
     assert hdfs_home() == "/user/carol"
-    monkeypatch.setenv("AIRFLOW_CONN_YARN_TENANT", json.dumps(
-        {"conn_type": "yarn", "host": "http://127.0.0.1:9", "login": "airflow", "extra": {"proxy_user": "alice"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_YARN_TENANT",
+        json.dumps(
+            {"conn_type": "yarn", "host": "http://127.0.0.1:9", "login": "airflow", "extra": {"proxy_user": "alice"}}
+        ),
+    )
     assert hdfs_home("yarn_tenant") == "/user/alice"  # jobs run as the doAs user, so their files go there
 
 
@@ -48,8 +60,10 @@ def test_the_mnist_pipeline_renders_its_paths_under_the_users_home(carol):
     dag = module.dag
     train = dag.get_task("train")
     # the variable is not set: the accessor returns the template's default (Airflow's var.value.get does the same)
-    context = {"var": {"value": types.SimpleNamespace(get=lambda key, default=None: default)},
-               "run_id": "manual__2026-12-01T10:00:00+00:00"}
+    context = {
+        "var": {"value": types.SimpleNamespace(get=lambda key, default=None: default)},
+        "run_id": "manual__2026-12-01T10:00:00+00:00",
+    }
     env = dag.get_template_env()
     model = train.render_template(train.job["outputs"]["model"], context, env)
     assert model.startswith("hdfs:///user/carol/melon-demo/runs/manual__2026-12-01T10_00_00_00_00-"), model

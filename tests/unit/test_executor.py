@@ -20,7 +20,6 @@ from tests.fake_am import SECRET, FakeAM
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-
 @pytest.fixture
 def am_factory():
     made = []
@@ -39,16 +38,19 @@ def am_factory():
 def inventory(tmp_path):
     def write(*totals):
         path = tmp_path / "inventory.json"
-        path.write_text(json.dumps({"gpus": [{"index": i, "total_mb": t, "name": "virtual"}
-                                             for i, t in enumerate(totals)]}))
+        path.write_text(
+            json.dumps({"gpus": [{"index": i, "total_mb": t, "name": "virtual"} for i, t in enumerate(totals)]})
+        )
         return str(path)
 
     return write
 
 
-PRINT_ENV = ("import json, os; print('ENV=' + json.dumps({k: os.environ.get(k) for k in ("
-             "'TF_CONFIG', 'CUDA_VISIBLE_DEVICES', 'MELON_SECRET', 'MELON_CAP_MB', 'MELON_CLUSTER', 'MASTER_ADDR', "
-             "'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'PYTHONPATH', 'MELON_PROGRESS_FILE')}))")
+PRINT_ENV = (
+    "import json, os; print('ENV=' + json.dumps({k: os.environ.get(k) for k in ("
+    "'TF_CONFIG', 'CUDA_VISIBLE_DEVICES', 'MELON_SECRET', 'MELON_CAP_MB', 'MELON_CLUSTER', 'MASTER_ADDR', "
+    "'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'PYTHONPATH', 'MELON_PROGRESS_FILE')}))"
+)
 
 
 def entry(code):
@@ -61,23 +63,39 @@ def exec_env(tmp_path, am, role, index, python=None, **extra):
     no_nvml = tmp_path / "no-nvml"
     no_nvml.mkdir(exist_ok=True)
     (no_nvml / "pynvml.py").write_text('raise ImportError("NVML hidden by the test: virtual GPUs only")\n')
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MELON_", "TF_CONFIG", "CUDA_", "PYTHONPATH"))}
-    env.update({
-        "PYTHONPATH": f"{no_nvml}{os.pathsep}{REPO}",
-        "MELON_ROLE": role, "MELON_INDEX": str(index), "MELON_AM_URL": am.url, "MELON_SECRET": SECRET,
-        "MELON_APP_ID": "application_1_0001", "MELON_TASK_ATTEMPT": "0",
-        "MELON_ENTRYPOINT": entry(PRINT_ENV), "MELON_FRAMEWORK": "generic",
-        "MELON_LEDGER_DIR": str(tmp_path / "ledger"), "MELON_HOST": "127.0.0.1", "MELON_BIND_HOST": "127.0.0.1",
-        "MELON_MPS": "0", "MELON_HEARTBEAT_S": "0.2", "MELON_REGISTER_TIMEOUT_S": "30",
-    })
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MELON_", "TF_CONFIG", "CUDA_", "PYTHONPATH"))}
+    env.update(
+        {
+            "PYTHONPATH": f"{no_nvml}{os.pathsep}{REPO}",
+            "MELON_ROLE": role,
+            "MELON_INDEX": str(index),
+            "MELON_AM_URL": am.url,
+            "MELON_SECRET": SECRET,
+            "MELON_APP_ID": "application_1_0001",
+            "MELON_TASK_ATTEMPT": "0",
+            "MELON_ENTRYPOINT": entry(PRINT_ENV),
+            "MELON_FRAMEWORK": "generic",
+            "MELON_LEDGER_DIR": str(tmp_path / "ledger"),
+            "MELON_HOST": "127.0.0.1",
+            "MELON_BIND_HOST": "127.0.0.1",
+            "MELON_MPS": "0",
+            "MELON_HEARTBEAT_S": "0.2",
+            "MELON_REGISTER_TIMEOUT_S": "30",
+        }
+    )
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
 
 def start(tmp_path, env, cwd=None, python=None):
-    return subprocess.Popen([python or sys.executable, "-m", "airflow_provider_melon.runtime.executor"], env=env,
-                            cwd=cwd or str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [python or sys.executable, "-m", "airflow_provider_melon.runtime.executor"],
+        env=env,
+        cwd=cwd or str(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc, timeout=60):
@@ -94,9 +112,15 @@ def seen_env(out):
 def test_tensorflow_gang_of_two_shares_a_gpu(tmp_path, am_factory, inventory):
     am = am_factory(["chief:0", "worker:0"])
     inv = inventory(16384)
-    procs = {t: start(tmp_path, exec_env(tmp_path, am, t, 0, MELON_FRAMEWORK="tensorflow",
-                                         MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4096))
-             for t in ("chief", "worker")}
+    procs = {
+        t: start(
+            tmp_path,
+            exec_env(
+                tmp_path, am, t, 0, MELON_FRAMEWORK="tensorflow", MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4096
+            ),
+        )
+        for t in ("chief", "worker")
+    }
     results = {t: finish(p) for t, p in procs.items()}
     for t, (rc, out, err) in results.items():
         assert rc == 0, err
@@ -104,8 +128,10 @@ def test_tensorflow_gang_of_two_shares_a_gpu(tmp_path, am_factory, inventory):
     chief_addr, worker_addr = am.addresses["chief:0"], am.addresses["worker:0"]
     for t, (rc, out, err) in results.items():
         env = seen_env(out)
-        assert json.loads(env["TF_CONFIG"]) == {"cluster": {"chief": [chief_addr], "worker": [worker_addr]},
-                                                "task": {"type": t, "index": 0}}
+        assert json.loads(env["TF_CONFIG"]) == {
+            "cluster": {"chief": [chief_addr], "worker": [worker_addr]},
+            "task": {"type": t, "index": 0},
+        }
         assert env["CUDA_VISIBLE_DEVICES"] == "0"  # both on the node's one GPU
         assert env["MELON_SECRET"] is None  # the secret is not handed to user code
         assert env["MELON_CAP_MB"] == "4096" and "melon-cap-" in env["PYTHONPATH"].split(os.pathsep)[0]
@@ -147,8 +173,9 @@ def test_exit_code_heartbeats_and_code_dir(tmp_path, am_factory):
     (tmp_path / "data.bin").symlink_to(cache / "11" / "data.bin")
     am = am_factory(["worker:0", "worker:1"], preregistered={"worker:1": "127.0.0.1:1"})
     # The entrypoint travels base64-encoded (as submission.py sends it), quotes and all.
-    env = exec_env(tmp_path, am, "worker", 0, MELON_ENTRYPOINT_B64=base64.b64encode(
-        b"python train.py --epochs '2 3'").decode())
+    env = exec_env(
+        tmp_path, am, "worker", 0, MELON_ENTRYPOINT_B64=base64.b64encode(b"python train.py --epochs '2 3'").decode()
+    )
     env.pop("MELON_ENTRYPOINT")
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 7, err
@@ -179,8 +206,11 @@ def test_each_report_reaches_the_am_promptly_and_the_last_one_after_the_exit(tmp
     step 3 of 3 with its metrics, the last thing the AM hears."""
     (tmp_path / "reporter.py").write_text(REPORTER)
     am = am_factory(["worker:0"])
-    rc, out, err = finish(start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_HEARTBEAT_S="60",
-                                                   MELON_ENTRYPOINT="python reporter.py")))
+    rc, out, err = finish(
+        start(
+            tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_HEARTBEAT_S="60", MELON_ENTRYPOINT="python reporter.py")
+        )
+    )
     assert rc == 0, err
     prompt = [h for h in am.heartbeats if "message" not in h]
     steps = [h.get("step") for h in prompt]  # step 3 may go out promptly too, before the exit's final beat
@@ -197,7 +227,12 @@ def test_pytorch_env(tmp_path, am_factory):
     assert rc == 0, err
     seen = seen_env(out)
     assert (seen["MASTER_ADDR"], seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"], seen["LOCAL_RANK"]) == (
-        "10.0.0.5", "29500", "1", "2", "0")
+        "10.0.0.5",
+        "29500",
+        "1",
+        "2",
+        "0",
+    )
     assert seen["TF_CONFIG"] is None
     assert seen["CUDA_VISIBLE_DEVICES"] == ""  # no GPU asked for: GPUs hidden from this task
     assert "no GPU requested" in err
@@ -211,8 +246,12 @@ def test_pytorch_env_of_a_member_of_an_elastic_gang_formed_at_its_minimum(tmp_pa
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 0, err
     seen = seen_env(out)
-    assert (seen["MASTER_ADDR"], seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"]) == ("10.0.0.5", "29500", "1",
-                                                                                           "2")
+    assert (seen["MASTER_ADDR"], seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"]) == (
+        "10.0.0.5",
+        "29500",
+        "1",
+        "2",
+    )
 
 
 def test_wrong_secret_is_a_clear_error(tmp_path, am_factory, inventory):
@@ -246,8 +285,10 @@ def test_waiting_for_a_gpu_succeeds_when_one_frees(tmp_path, am_factory, invento
     inv = inventory(8000)
     led = Ledger(str(tmp_path / "ledger"))
     assert led.reserve("someone-else", os.getpid(), 6000, [DeviceInfo(0, "v", "v", 8000)]) == 0
-    proc = start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4000,
-                                    MELON_GPU_WAIT_S=30))
+    proc = start(
+        tmp_path,
+        exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inv, MELON_GPU_MEMORY_MB=4000, MELON_GPU_WAIT_S=30),
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
@@ -267,8 +308,9 @@ def test_waiting_for_a_gpu_succeeds_when_one_frees(tmp_path, am_factory, invento
 
 def test_larger_than_any_gpu_exits_75_at_once(tmp_path, am_factory, inventory):
     am = am_factory(["worker:0"])
-    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=9000,
-                   MELON_GPU_WAIT_S=60)
+    env = exec_env(
+        tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=9000, MELON_GPU_WAIT_S=60
+    )
     t0 = time.monotonic()
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 75 and time.monotonic() - t0 < 30
@@ -320,8 +362,16 @@ def test_sigterm_is_forwarded_and_gpu_released(tmp_path, am_factory, inventory):
     term = tmp_path / "term"
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
-    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=1000,
-                   MELON_ENTRYPOINT=f"python {script}", TERM_FILE=term)
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_GPU_INVENTORY=inventory(8000),
+        MELON_GPU_MEMORY_MB=1000,
+        MELON_ENTRYPOINT=f"python {script}",
+        TERM_FILE=term,
+    )
     proc = start(tmp_path, env)
     deadline = time.monotonic() + 30
     while not os.path.exists(str(term) + ".started") and time.monotonic() < deadline:
@@ -361,8 +411,13 @@ def test_gang_timeout(tmp_path, am_factory):
 def test_missing_environment(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MELON_")}
     env["PYTHONPATH"] = REPO
-    p = subprocess.run([sys.executable, "-m", "airflow_provider_melon.runtime.executor"], env=env,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_melon.runtime.executor"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert "[melon-executor] ERROR: missing environment: MELON_ROLE" in p.stderr
 
@@ -381,8 +436,11 @@ def test_runs_in_a_bare_venv_without_airflow(tmp_path, am_factory, inventory):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py = str(venv / "bin" / "python")
     check = subprocess.run(
-        [py, "-c", textwrap.dedent(
-            """
+        [
+            py,
+            "-c",
+            textwrap.dedent(
+                """
             import importlib.util, sys
             assert importlib.util.find_spec("airflow") is None, "the bare venv must not see Airflow"
             import airflow_provider_melon.runtime.executor, airflow_provider_melon.runtime.framework
@@ -390,15 +448,30 @@ def test_runs_in_a_bare_venv_without_airflow(tmp_path, am_factory, inventory):
             bad = sorted(m for m in sys.modules if m.split(".")[0] in
                          ("airflow", "requests", "pydantic", "pynvml", "yaml", "tenacity"))
             print("BAD", bad)
-            """)],
-        env={"PYTHONPATH": REPO, "PATH": os.environ.get("PATH", "")}, capture_output=True, text=True, timeout=60)
+            """
+            ),
+        ],
+        env={"PYTHONPATH": REPO, "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stderr
     assert check.stdout.strip() == "BAD []"
     am = am_factory(["worker:0"])
-    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(8000), MELON_GPU_MEMORY_MB=1000,
-                   MELON_FRAMEWORK="tensorflow",
-                   MELON_ENTRYPOINT=entry("import sys, os; print('ENV=' + __import__('json').dumps("
-                                          "{'exe': sys.executable, 'TF_CONFIG': os.environ['TF_CONFIG']}))"))
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_GPU_INVENTORY=inventory(8000),
+        MELON_GPU_MEMORY_MB=1000,
+        MELON_FRAMEWORK="tensorflow",
+        MELON_ENTRYPOINT=entry(
+            "import sys, os; print('ENV=' + __import__('json').dumps("
+            "{'exe': sys.executable, 'TF_CONFIG': os.environ['TF_CONFIG']}))"
+        ),
+    )
     rc, out, err = finish(start(tmp_path, env, python=py))
     assert rc == 0, err
     seen = seen_env(out)
@@ -407,8 +480,13 @@ def test_runs_in_a_bare_venv_without_airflow(tmp_path, am_factory, inventory):
 
 
 def test_large_flag_from_env():
-    base = {"MELON_ROLE": "chief", "MELON_INDEX": "0", "MELON_AM_URL": "http://x:1", "MELON_SECRET": "s",
-            "MELON_ENTRYPOINT": "python t.py"}
+    base = {
+        "MELON_ROLE": "chief",
+        "MELON_INDEX": "0",
+        "MELON_AM_URL": "http://x:1",
+        "MELON_SECRET": "s",
+        "MELON_ENTRYPOINT": "python t.py",
+    }
     assert not executor.Config.from_env(base).large
     assert executor.Config.from_env({**base, "MELON_LARGE": "1"}).large
     assert executor.Config.from_env({**base, "MELON_LARGE_ROLES": "ps, chief"}).large
@@ -418,15 +496,21 @@ def test_large_flag_from_env():
 
 
 @pytest.mark.parametrize("mps, expected_gpu", [("0", "1"), ("1", "0")])
-def test_small_task_avoids_a_gpu_with_large_and_small_without_mps(tmp_path, am_factory, inventory, mps,
-                                                                   expected_gpu):
+def test_small_task_avoids_a_gpu_with_large_and_small_without_mps(tmp_path, am_factory, inventory, mps, expected_gpu):
     am = am_factory(["worker:0"])
     led = Ledger(str(tmp_path / "ledger"))
     devs = [DeviceInfo(0, "v0", "v", 141000), DeviceInfo(1, "v1", "v", 141000)]
     assert led.reserve("r50", os.getpid(), 5000, devs, large=True) == 0
     assert led.reserve("r18", os.getpid(), 1600, devs[:1]) == 0  # beside the large one (GPU 1 is not offered)
-    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(141000, 141000),
-                   MELON_GPU_MEMORY_MB=1600, MELON_MPS=mps)
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_GPU_INVENTORY=inventory(141000, 141000),
+        MELON_GPU_MEMORY_MB=1600,
+        MELON_MPS=mps,
+    )
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 0, err
     assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == expected_gpu
@@ -436,8 +520,9 @@ def test_malformed_inventory_is_a_config_error(tmp_path, am_factory):
     am = am_factory(["worker:0"])
     bad = tmp_path / "inv.json"
     bad.write_text('{"gpus": [{"index": 0}]}')
-    rc, out, err = finish(start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=bad,
-                                                   MELON_GPU_MEMORY_MB=1000)))
+    rc, out, err = finish(
+        start(tmp_path, exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=bad, MELON_GPU_MEMORY_MB=1000))
+    )
     assert rc == executor.EXIT_CONFIG
     assert "[melon-executor] ERROR: cannot read the GPU inventory" in err and "malformed" in err
     assert "Traceback" not in err
@@ -486,8 +571,15 @@ def test_a_ledger_directory_others_may_write_is_refused_before_the_task_starts(t
     open_dir = tmp_path / "open-ledger"
     open_dir.mkdir()
     os.chmod(open_dir, 0o777)
-    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=1024,
-                   MELON_LEDGER_DIR=str(open_dir))
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=1024,
+        MELON_LEDGER_DIR=str(open_dir),
+    )
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 2, err
     assert f"ERROR: refusing the GPU ledger: GPU ledger directory {open_dir} is writable by others (owner " in err
@@ -501,8 +593,15 @@ def test_a_node_that_hides_its_gpus_keeps_them_hidden_from_the_job(tmp_path, am_
     """The embedded cluster on a host whose GPUs it cannot split gives every container CUDA_VISIBLE_DEVICES=-1
     (minicluster.gpu_layout): the task reserves a virtual GPU, and the user's process still sees no real one."""
     am = am_factory(["worker:0"])
-    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=4096,
-                   CUDA_VISIBLE_DEVICES="-1")
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=4096,
+        CUDA_VISIBLE_DEVICES="-1",
+    )
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 0, err
     assert seen_env(out)["CUDA_VISIBLE_DEVICES"] == "-1"
@@ -513,15 +612,29 @@ def test_the_cuda_context_is_reserved_beside_the_capped_memory(tmp_path, am_fact
     """MELON_GPU_CONTEXT_MB (issue 26): the ledger holds and the AM hears the expected memory plus the context's,
     while the process is capped at the expected memory; a GPU that cannot hold both does not fit (exit 75)."""
     am = am_factory(["worker:0"])
-    env = exec_env(tmp_path, am, "worker", 0, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=4096,
-                   MELON_GPU_CONTEXT_MB=400)
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=4096,
+        MELON_GPU_CONTEXT_MB=400,
+    )
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 0, err
     assert seen_env(out)["MELON_CAP_MB"] == "4096"
     assert {r["gpu_memory_mb"] for r in am.registrations} == {4496}
     assert "reserved for worker:0: 4496 MiB (4096 + 400 for the CUDA context)" in err
-    env = exec_env(tmp_path, am_factory(["worker:0"]), "worker", 0, MELON_GPU_INVENTORY=inventory(16384),
-                   MELON_GPU_MEMORY_MB=16000, MELON_GPU_CONTEXT_MB=400)
+    env = exec_env(
+        tmp_path,
+        am_factory(["worker:0"]),
+        "worker",
+        0,
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=16000,
+        MELON_GPU_CONTEXT_MB=400,
+    )
     rc, out, err = finish(start(tmp_path, env))
     assert rc == executor.EXIT_NO_GPU_FITS, err
     assert "no GPU fits: 16400 MiB (16000 + 400 for the CUDA context) wanted, the largest GPU here has 16384" in err

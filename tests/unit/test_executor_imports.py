@@ -41,8 +41,10 @@ def test_the_executor_imports_only_what_its_start_needs():
 
 
 def test_the_lazily_imported_paths_still_import_what_they_use():
-    loaded = _modules_after("from airflow_provider_melon.runtime import outputs, tensorboard; "
-                            "import airflow_provider_melon.runtime.amclient as a; "
-                            "outputs.publish({'MELON_OUTPUTS_B64': ''}, '.', print); tensorboard.missing(); "
-                            "a.AmClient('http://127.0.0.1:1', 's').post('/register', {})")
+    loaded = _modules_after(
+        "from airflow_provider_melon.runtime import outputs, tensorboard; "
+        "import airflow_provider_melon.runtime.amclient as a; "
+        "outputs.publish({'MELON_OUTPUTS_B64': ''}, '.', print); tensorboard.missing(); "
+        "a.AmClient('http://127.0.0.1:1', 's').post('/register', {})"
+    )
     assert {"importlib.util", "http.client", "airflow_provider_melon.runtime.webhdfs"} <= loaded

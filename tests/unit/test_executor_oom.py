@@ -43,16 +43,30 @@ USER = textwrap.dedent(
 def oom_env(tmp_path, am, text, code=1, **extra):
     (tmp_path / "user.py").write_text(USER)
     (tmp_path / "user-stderr.txt").write_text(text)
-    return exec_env(tmp_path, am, "worker", 0, MELON_ENTRYPOINT=f"python {tmp_path / 'user.py'}",
-                    USER_STDERR=tmp_path / "user-stderr.txt", USER_EXIT=code, **extra)
+    return exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_ENTRYPOINT=f"python {tmp_path / 'user.py'}",
+        USER_STDERR=tmp_path / "user-stderr.txt",
+        USER_EXIT=code,
+        **extra,
+    )
 
 
 def start_logged(tmp_path, env):
     """The executor with its stderr a regular file opened for writing only (as YARN's launch script's ``2>``)."""
     log = open(tmp_path / "stderr", "w")
     try:
-        return subprocess.Popen([sys.executable, "-m", "airflow_provider_melon.runtime.executor"], env=env,
-                                cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=log, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_melon.runtime.executor"],
+            env=env,
+            cwd=str(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     finally:
         log.close()
 
@@ -64,8 +78,14 @@ def run_logged(tmp_path, env):
 
 def test_a_tensorflow_oom_in_shared_mode_exits_76_and_tells_the_am(tmp_path, am_factory, inventory):
     am = am_factory(["worker:0"])
-    env = oom_env(tmp_path, am, oom_texts.TF_GPU_OOM_STDERR, MELON_FRAMEWORK="tensorflow",
-                  MELON_GPU_INVENTORY=inventory(8192, 16384), MELON_GPU_MEMORY_MB=1024)
+    env = oom_env(
+        tmp_path,
+        am,
+        oom_texts.TF_GPU_OOM_STDERR,
+        MELON_FRAMEWORK="tensorflow",
+        MELON_GPU_INVENTORY=inventory(8192, 16384),
+        MELON_GPU_MEMORY_MB=1024,
+    )
     rc, out, err = run_logged(tmp_path, env)
     assert rc == executor.EXIT_GPU_OOM == 76, err
     assert f"PEAK_FILE={tmp_path / 'melon-peak.json'}" in out  # absolute, in the container's directory
@@ -73,28 +93,42 @@ def test_a_tensorflow_oom_in_shared_mode_exits_76_and_tells_the_am(tmp_path, am_
     assert last["message"] == "user process exited 1"  # the final heartbeat's message is unchanged
     signature = last["oom"].pop("signature")
     assert last["oom"] == {"cap_mb": 1024, "peak_mb": 1300, "largest_gpu_mb": 16384}
-    assert signature.startswith("ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and "
-                                "type float on /job:localhost/replica:0/task:0/device:GPU:0") and len(signature) <= 200
+    assert (
+        signature.startswith(
+            "ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and "
+            "type float on /job:localhost/replica:0/task:0/device:GPU:0"
+        )
+        and len(signature) <= 200
+    )
     assert last["gpu_memory_peak_mb"] == 1300
     # the periodic heartbeats carried the peak while the process ran; none of them an "oom"
     periodic = [h for h in am.heartbeats[:-1] if "message" not in h]
     assert any(h.get("gpu_memory_peak_mb") == 1300 for h in periodic), am.heartbeats
     assert not any("oom" in h for h in am.heartbeats[:-1])
-    assert ("[melon-executor] the user's process ran out of GPU memory (cap 1024 MiB; peak seen 1300 MiB): "
-            + signature) in err
+    assert (
+        "[melon-executor] the user's process ran out of GPU memory (cap 1024 MiB; peak seen 1300 MiB): " + signature
+    ) in err
     assert "ResourceExhaustedError" in err  # the user's stderr is still the container's
     assert Ledger(str(tmp_path / "ledger")).entries() == []
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ({"MELON_GPUS": 1}, {"cap_mb": None, "largest_gpu_mb": 16384}),  # exclusive: no cap
-    ({"MELON_GPU_MEMORY_MB": 4096, "MELON_GPU_INVENTORY": None}, {"cap_mb": None, "largest_gpu_mb": None}),  # CPU
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ({"MELON_GPUS": 1}, {"cap_mb": None, "largest_gpu_mb": 16384}),  # exclusive: no cap
+        ({"MELON_GPU_MEMORY_MB": 4096, "MELON_GPU_INVENTORY": None}, {"cap_mb": None, "largest_gpu_mb": None}),  # CPU
+    ],
+)
 def test_a_pytorch_oom_without_a_cap(tmp_path, am_factory, inventory, mode, expected):
     am = am_factory(["worker:0"])
     extra = {"MELON_GPU_INVENTORY": inventory(16384, 16384), **mode}
-    env = oom_env(tmp_path, am, oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE), MELON_FRAMEWORK="pytorch",
-                  **{k: v for k, v in extra.items() if v is not None})
+    env = oom_env(
+        tmp_path,
+        am,
+        oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE),
+        MELON_FRAMEWORK="pytorch",
+        **{k: v for k, v in extra.items() if v is not None},
+    )
     rc, out, err = run_logged(tmp_path, env)
     assert rc == 76, err
     oom = am.heartbeats[-1]["oom"]
@@ -104,10 +138,13 @@ def test_a_pytorch_oom_without_a_cap(tmp_path, am_factory, inventory, mode, expe
     assert f"ran out of GPU memory (cap {cap}; peak seen 1300 MiB): torch.OutOfMemoryError" in err
 
 
-@pytest.mark.parametrize("text, code", [
-    (oom_texts.traceback_of("ValueError: shapes (3,4) and (5,6) not aligned"), 3),  # a plain crash
-    (oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE).replace("Traceback", "recovered from"), 0),  # exit 0
-])
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        (oom_texts.traceback_of("ValueError: shapes (3,4) and (5,6) not aligned"), 3),  # a plain crash
+        (oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE).replace("Traceback", "recovered from"), 0),  # exit 0
+    ],
+)
 def test_other_exits_keep_their_code_and_carry_no_oom(tmp_path, am_factory, inventory, text, code):
     am = am_factory(["worker:0"])
     env = oom_env(tmp_path, am, text, code=code, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=1024)
@@ -122,8 +159,9 @@ def test_other_exits_keep_their_code_and_carry_no_oom(tmp_path, am_factory, inve
 def test_without_a_stderr_file_there_is_no_tail(tmp_path, am_factory, inventory):
     """The executor's stderr a pipe (started by hand, or piped by a test): no tail to read, so no OOM is named."""
     am = am_factory(["worker:0"])
-    env = oom_env(tmp_path, am, oom_texts.TF_GPU_OOM_STDERR, MELON_GPU_INVENTORY=inventory(16384),
-                  MELON_GPU_MEMORY_MB=1024)
+    env = oom_env(
+        tmp_path, am, oom_texts.TF_GPU_OOM_STDERR, MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=1024
+    )
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 1 and "ResourceExhaustedError" in err, err
     assert not any("oom" in h for h in am.heartbeats)
@@ -132,8 +170,14 @@ def test_without_a_stderr_file_there_is_no_tail(tmp_path, am_factory, inventory)
 def test_a_terminated_task_exits_143_whatever_its_stderr_says(tmp_path, am_factory, inventory):
     am = am_factory(["worker:0"])
     ready = tmp_path / "ready"
-    env = oom_env(tmp_path, am, oom_texts.TF_GPU_OOM_STDERR, MELON_GPU_INVENTORY=inventory(16384),
-                  MELON_GPU_MEMORY_MB=1024, USER_WAIT_FOR_TERM=ready)
+    env = oom_env(
+        tmp_path,
+        am,
+        oom_texts.TF_GPU_OOM_STDERR,
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=1024,
+        USER_WAIT_FOR_TERM=ready,
+    )
     proc = start_logged(tmp_path, env)
     deadline = time.monotonic() + 60
     while not ready.exists():
@@ -150,8 +194,14 @@ def test_a_host_memory_oom_keeps_its_exit_code(tmp_path, am_factory, inventory):
     """TensorFlow's real OOM text from this CPU-only machine names the host's allocator: that task needs no more GPU
     memory, so it is no exit 76 (the AM would grow its GPU memory for nothing) and carries no ``oom``."""
     am = am_factory(["worker:0"])
-    env = oom_env(tmp_path, am, oom_texts.TF_OOM_STDERR, MELON_FRAMEWORK="tensorflow",
-                  MELON_GPU_INVENTORY=inventory(16384), MELON_GPU_MEMORY_MB=1024)
+    env = oom_env(
+        tmp_path,
+        am,
+        oom_texts.TF_OOM_STDERR,
+        MELON_FRAMEWORK="tensorflow",
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=1024,
+    )
     rc, out, err = run_logged(tmp_path, env)
     assert rc == 1, err
     assert not any("oom" in h for h in am.heartbeats)
@@ -165,10 +215,19 @@ def victim_executor(tmp_path, monkeypatch, neighbour_pid, neighbour_used_mb, not
     from airflow_provider_melon.runtime import oom as oom_mod
     from airflow_provider_melon.runtime.config import Config
     from tests.fake_nvml import fake_nvml
+
     monkeypatch.chdir(tmp_path)
-    cfg = Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1",
-                           "MELON_SECRET": "s", "MELON_ENTRYPOINT": "true", "MELON_GPU_MEMORY_MB": "3500",
-                           "MELON_GPU_CONTEXT_MB": "1000"})
+    cfg = Config.from_env(
+        {
+            "MELON_ROLE": "worker",
+            "MELON_INDEX": "0",
+            "MELON_AM_URL": "http://am:1",
+            "MELON_SECRET": "s",
+            "MELON_ENTRYPOINT": "true",
+            "MELON_GPU_MEMORY_MB": "3500",
+            "MELON_GPU_CONTEXT_MB": "1000",
+        }
+    )
     ex = executor.Executor(cfg, env={})
     ex.ledger = Ledger(str(tmp_path / "ledger"))
     procs = {neighbour_pid: neighbour_used_mb, **(notebook or {})}
@@ -178,8 +237,9 @@ def victim_executor(tmp_path, monkeypatch, neighbour_pid, neighbour_used_mb, not
     assert ex.ledger.reserve("neighbour-task", neighbour_pid, 4500, gpus) == 0
     assert ex.ledger.reserve(cfg.task_id, os.getpid(), cfg.reserve_mb, gpus) == 0
     ex.gpu_indices, ex.gpu_source, ex.gpu_total_mb, ex.largest_gpu_mb = [0], "nvml", 16384, 16384
-    monkeypatch.setattr(oom_mod, "stderr_tail", lambda fd, since=None: oom_texts.traceback_of("RuntimeError: CUDA "
-                                                                                            "error: out of memory"))
+    monkeypatch.setattr(
+        oom_mod, "stderr_tail", lambda fd, since=None: oom_texts.traceback_of("RuntimeError: CUDA error: out of memory")
+    )
     return ex
 
 
@@ -229,14 +289,28 @@ def test_a_heartbeat_in_a_container_sends_the_devices_rise_and_its_peak_says_dev
             return 200, {}
 
     monkeypatch.chdir(tmp_path)
-    cfg = Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1",
-                           "MELON_SECRET": "s", "MELON_ENTRYPOINT": "true", "MELON_GPU_MEMORY_MB": "4096",
-                           "MELON_GPU_CONTEXT_MB": "1024"})
+    cfg = Config.from_env(
+        {
+            "MELON_ROLE": "worker",
+            "MELON_INDEX": "0",
+            "MELON_AM_URL": "http://am:1",
+            "MELON_SECRET": "s",
+            "MELON_ENTRYPOINT": "true",
+            "MELON_GPU_MEMORY_MB": "4096",
+            "MELON_GPU_CONTEXT_MB": "1024",
+        }
+    )
     ex = executor.Executor(cfg, env={})
     ex.am = Recorder()
     ex.gpu_indices, ex.gpu_source, ex.gpu_total_mb = [0], "nvml", 143771
-    gpu = {"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": 618, "util": 0,
-           "procs": {999999911: 5000}}  # a neighbour, by its host pid: none is this namespace's
+    gpu = {
+        "uuid": "GPU-a",
+        "name": "NVIDIA H200",
+        "total_mb": 143771,
+        "driver_mb": 618,
+        "util": 0,
+        "procs": {999999911: 5000},
+    }  # a neighbour, by its host pid: none is this namespace's
     monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([gpu]))
     ex.note_device_baseline()  # the executor takes it right before it starts the user's process
     ex.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -248,5 +322,7 @@ def test_a_heartbeat_in_a_container_sends_the_devices_rise_and_its_peak_says_dev
         ex.child.wait()
     body = ex.am.bodies[-1]
     assert (body["gpu_memory_used_mb"], body["gpu_memory_used_source"]) == (3000, "nvml-device"), body
-    assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (3000 - MEASURED_CONTEXT_MB,
-                                                                            "nvml-device"), body
+    assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (
+        3000 - MEASURED_CONTEXT_MB,
+        "nvml-device",
+    ), body

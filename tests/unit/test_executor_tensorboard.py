@@ -42,8 +42,10 @@ FAKE_MAIN = textwrap.dedent("""\
     """)
 
 # The user's process: reports its log dir, then lives until the executor's TensorBoard registered (or failed).
-USER = ("import os, time, json; print('LOGDIR=' + os.environ['MELON_TENSORBOARD_LOG_DIR'], flush=True); "
-        "[time.sleep(0.1) for _ in range(100) if not os.path.exists(os.environ['FAKE_TB_RECORD'] + '.seen')]")
+USER = (
+    "import os, time, json; print('LOGDIR=' + os.environ['MELON_TENSORBOARD_LOG_DIR'], flush=True); "
+    "[time.sleep(0.1) for _ in range(100) if not os.path.exists(os.environ['FAKE_TB_RECORD'] + '.seen')]"
+)
 
 
 @pytest.fixture
@@ -56,8 +58,16 @@ def fake_tb(tmp_path):
 
 
 def tb_env(tmp_path, am, role, fake_tb, **extra):
-    env = exec_env(tmp_path, am, role, 0, MELON_ENTRYPOINT=entry(USER), MELON_TENSORBOARD_TASK="chief:0",
-                   FAKE_TB_RECORD=str(tmp_path / "record.json"), **extra)
+    env = exec_env(
+        tmp_path,
+        am,
+        role,
+        0,
+        MELON_ENTRYPOINT=entry(USER),
+        MELON_TENSORBOARD_TASK="chief:0",
+        FAKE_TB_RECORD=str(tmp_path / "record.json"),
+        **extra,
+    )
     env["PYTHONPATH"] = f"{fake_tb}:{env['PYTHONPATH']}"
     return env
 
@@ -93,8 +103,7 @@ def test_the_tensorboard_task_starts_registers_and_stops_it(tmp_path, am_factory
     logdir = str(tmp_path / "tensorboard")
     assert f"LOGDIR={logdir}" in out  # true: a folder of the container, made before TensorBoard starts
     record = json.loads((tmp_path / "record.json").read_text())
-    assert record["argv"] == ["--logdir", logdir, "--host", "127.0.0.1", "--port", "0", "--path_prefix",
-                              "/tensorboard"]
+    assert record["argv"] == ["--logdir", logdir, "--host", "127.0.0.1", "--port", "0", "--path_prefix", "/tensorboard"]
     assert record["cuda"] == "" and record["secret"] is None  # no GPU, no secret for TensorBoard
     assert "[tensorboard] noise before the serving line" in err  # its output lands in the task's log
     assert "TensorBoard serving" in err and "TensorBoard stopped" in err
@@ -134,8 +143,10 @@ def test_a_tensorboard_that_fails_is_reported_and_training_goes_on(tmp_path, am_
     (tmp_path / "record.json.seen").write_text("")
     rc, out, err = finish(proc)
     assert rc == 0, err
-    assert beat["tensorboard_error"] == "TensorBoard not started: TensorBoard exited 3 before serving (its " \
-                                        "output is above)"
+    assert (
+        beat["tensorboard_error"] == "TensorBoard not started: TensorBoard exited 3 before serving (its "
+        "output is above)"
+    )
     assert "[tensorboard] fake TensorBoard: cannot load plugins" in err
     assert "TensorBoard not started" in err and "training continues" in err
     assert not any(h.get("tensorboard_url") for h in am.heartbeats)
@@ -148,12 +159,15 @@ def test_missing_tensorboard_says_how_to_get_it(monkeypatch):
     assert "has no tensorboard module" in why and "install tensorboard" in why
 
 
-@pytest.mark.parametrize("line, port", [
-    ("TensorBoard 2.21.0 at http://127.0.0.1:42739/tensorboard/ (Press CTRL+C to quit)", 42739),
-    ("TensorBoard 2.21.0 at http://node-1.example.com:6006/tensorboard/ (Press CTRL+C to quit)", 6006),
-    ("TensorBoard 2.21.0 at http://[::1]:7000/tensorboard/ (Press CTRL+C to quit)", 7000),
-    ("TensorBoard 2.21.0 at http://127.0.0.1:42739/ (Press CTRL+C to quit)", None),  # no prefix: not ours
-    ("W1130 TensorBoard at http://x:1/tensorboard/", None),
-])
+@pytest.mark.parametrize(
+    "line, port",
+    [
+        ("TensorBoard 2.21.0 at http://127.0.0.1:42739/tensorboard/ (Press CTRL+C to quit)", 42739),
+        ("TensorBoard 2.21.0 at http://node-1.example.com:6006/tensorboard/ (Press CTRL+C to quit)", 6006),
+        ("TensorBoard 2.21.0 at http://[::1]:7000/tensorboard/ (Press CTRL+C to quit)", 7000),
+        ("TensorBoard 2.21.0 at http://127.0.0.1:42739/ (Press CTRL+C to quit)", None),  # no prefix: not ours
+        ("W1130 TensorBoard at http://x:1/tensorboard/", None),
+    ],
+)
 def test_serving_port(line, port):
     assert tensorboard.serving_port(line) == port

@@ -43,21 +43,38 @@ DDP = textwrap.dedent(
 def test_torchrun_launcher_runs_nproc_per_node_gloo_processes(tmp_path, am_factory):
     am = am_factory(["worker:0"])
     (tmp_path / "ddp.py").write_text(DDP)
-    env = exec_env(tmp_path, am, "worker", 0, MELON_FRAMEWORK="pytorch", MELON_LAUNCHER="torchrun",
-                   MELON_NPROC_PER_NODE=2, MELON_ENTRYPOINT=f"python {tmp_path / 'ddp.py'}")
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_FRAMEWORK="pytorch",
+        MELON_LAUNCHER="torchrun",
+        MELON_NPROC_PER_NODE=2,
+        MELON_ENTRYPOINT=f"python {tmp_path / 'ddp.py'}",
+    )
     rc, out, err = finish(start(tmp_path, env), timeout=120)
     assert rc == 0, err
     # found anywhere in the output: the processes share the container's stdout, and their lines may interleave
     ranks = sorted(re.findall(r"RANKS rank=\d+ world=\d+ local_rank=\d+ local_world=\d+ sum=\d+", out))
-    assert ranks == ["RANKS rank=0 world=2 local_rank=0 local_world=2 sum=1",
-                     "RANKS rank=1 world=2 local_rank=1 local_world=2 sum=1"], out + err
+    assert ranks == [
+        "RANKS rank=0 world=2 local_rank=0 local_world=2 sum=1",
+        "RANKS rank=1 world=2 local_rank=1 local_world=2 sum=1",
+    ], out + err
     # the agent ran on the registered address and port (the c10d rendezvous endpoint), for this application
     started = [line for line in err.splitlines() if "starting [" in line]
     assert len(started) == 1, err
     address = am.addresses["worker:0"]
-    for arg in ("'-m', 'torch.distributed.run'", "'--nnodes=1'", "'--nproc-per-node=2'", "'--rdzv-backend=c10d'",
-                f"'--rdzv-endpoint={address}'", "'--rdzv-id=application_1_0001'", "'--rdzv-conf=is_host=1'",
-                f"'{tmp_path / 'ddp.py'}'"):
+    for arg in (
+        "'-m', 'torch.distributed.run'",
+        "'--nnodes=1'",
+        "'--nproc-per-node=2'",
+        "'--rdzv-backend=c10d'",
+        f"'--rdzv-endpoint={address}'",
+        "'--rdzv-id=application_1_0001'",
+        "'--rdzv-conf=is_host=1'",
+        f"'{tmp_path / 'ddp.py'}'",
+    ):
         assert arg in started[0], started[0]
 
 
@@ -92,10 +109,17 @@ def test_every_process_of_a_torchrun_agent_is_in_the_tasks_process_tree(tmp_path
     port = sock.getsockname()[1]
     sock.close()
     env = framework.torch_env({"worker": [f"127.0.0.1:{port}"]}, "worker", 0)
-    argv = framework.torchrun_argv(sys.executable, ["python", str(tmp_path / "hold.py"), str(tmp_path)], env, 3,
-                                   "tree-test", local_addr="127.0.0.1")
-    agent = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
+    argv = framework.torchrun_argv(
+        sys.executable,
+        ["python", str(tmp_path / "hold.py"), str(tmp_path)],
+        env,
+        3,
+        "tree-test",
+        local_addr="127.0.0.1",
+    )
+    agent = subprocess.Popen(
+        argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         deadline = time.monotonic() + 90
         pids = []
@@ -130,8 +154,16 @@ TORCH_HOST_OOM = "import torch; torch.empty(2 ** 50, dtype=torch.uint8)"
 def test_a_real_torch_out_of_memory_error_exits_76(tmp_path, am_factory, inventory):
     am = am_factory(["worker:0"])
     (tmp_path / "oom.py").write_text(TORCH_OOM)
-    env = exec_env(tmp_path, am, "worker", 0, MELON_FRAMEWORK="pytorch", MELON_GPUS=1,
-                   MELON_GPU_INVENTORY=inventory(16384), MELON_ENTRYPOINT=f"python {tmp_path / 'oom.py'}")
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_FRAMEWORK="pytorch",
+        MELON_GPUS=1,
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_ENTRYPOINT=f"python {tmp_path / 'oom.py'}",
+    )
     rc, _, err = run_logged(tmp_path, env)
     assert rc == executor.EXIT_GPU_OOM == 76, err
     oom = am.heartbeats[-1]["oom"]
@@ -142,26 +174,44 @@ def test_a_real_torch_out_of_memory_error_exits_76(tmp_path, am_factory, invento
 def test_a_real_torch_host_allocation_failure_keeps_its_exit_code(tmp_path, am_factory, inventory):
     am = am_factory(["worker:0"])
     (tmp_path / "host.py").write_text(TORCH_HOST_OOM)
-    env = exec_env(tmp_path, am, "worker", 0, MELON_FRAMEWORK="pytorch", MELON_GPUS=1,
-                   MELON_GPU_INVENTORY=inventory(16384), MELON_ENTRYPOINT=f"python {tmp_path / 'host.py'}")
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_FRAMEWORK="pytorch",
+        MELON_GPUS=1,
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_ENTRYPOINT=f"python {tmp_path / 'host.py'}",
+    )
     rc, _, err = run_logged(tmp_path, env)
     assert rc == 1, err
     assert "DefaultCPUAllocator" in err  # torch's own message, as the user sees it
     assert "oom" not in am.heartbeats[-1]
 
 
-@pytest.mark.parametrize("argv, expected_tail", [
-    (["python", "train.py", "--lr", "0.1"], ["/env/bin/python", "train.py", "--lr", "0.1"]),
-    (["python3", "-m", "pkg.train", "x"], ["/env/bin/python", "-m", "pkg.train", "x"]),
-    ([sys.executable, "train.py"], ["/env/bin/python", "train.py"]),
-    (["bash", "run.sh"], ["bash", "run.sh"]),
-])
+@pytest.mark.parametrize(
+    "argv, expected_tail",
+    [
+        (["python", "train.py", "--lr", "0.1"], ["/env/bin/python", "train.py", "--lr", "0.1"]),
+        (["python3", "-m", "pkg.train", "x"], ["/env/bin/python", "-m", "pkg.train", "x"]),
+        ([sys.executable, "train.py"], ["/env/bin/python", "train.py"]),
+        (["bash", "run.sh"], ["bash", "run.sh"]),
+    ],
+)
 def test_torchrun_argv_keeps_the_users_command(argv, expected_tail):
     env = framework.torch_env({"master": ["m0:4000"], "worker": ["w0:4001"]}, "worker", 0)
     got = framework.torchrun_argv("/env/bin/python", argv, env, 1, "app_1", local_addr="w0")
     assert got[:3] == ["/env/bin/python", "-m", "torch.distributed.run"]
-    assert got[3:10] == ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-endpoint=m0:4000",
-                         "--rdzv-id=app_1", "--rdzv-conf=is_host=0", "--local-addr=w0"]
+    assert got[3:10] == [
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=m0:4000",
+        "--rdzv-id=app_1",
+        "--rdzv-conf=is_host=0",
+        "--local-addr=w0",
+    ]
     # every worker starts through the shim that binds it to its agent (runtime/worker.py)
     assert got[10:13] == ["--no-python", "/env/bin/python", framework.WORKER_SHIM]
     assert got[13:] == expected_tail
@@ -170,8 +220,12 @@ def test_torchrun_argv_keeps_the_users_command(argv, expected_tail):
 def test_torchrun_argv_hosts_the_store_on_rank_0_and_takes_elastic_bounds():
     env = framework.torch_env({"worker": ["[::1]:4000", "h1:4001"]}, "worker", 0)
     got = framework.torchrun_argv("py", ["python", "t.py"], env, 4, "app_2", local_addr="::1", nnodes="1:2")
-    assert {"--nnodes=1:2", "--nproc-per-node=4", "--rdzv-endpoint=[::1]:4000",
-            f"--rdzv-conf=is_host=1,{framework.ELASTIC_RDZV_CONF}"} <= set(got)
+    assert {
+        "--nnodes=1:2",
+        "--nproc-per-node=4",
+        "--rdzv-endpoint=[::1]:4000",
+        f"--rdzv-conf=is_host=1,{framework.ELASTIC_RDZV_CONF}",
+    } <= set(got)
     with pytest.raises(ValueError, match="nproc_per_node must be >= 1"):
         framework.torchrun_argv("py", ["python", "t.py"], env, 0, "a", local_addr="h")
     with pytest.raises(ValueError, match="script or -m module after python"):

@@ -42,8 +42,15 @@ def test_tf_config_drops_empty_roles_and_rejects_unknown_tasks():
 def test_torch_env_ranks_chief_first():
     chief = framework.torch_env(CLUSTER, "chief", 0)
     w1 = framework.torch_env(CLUSTER, "worker", 1)
-    assert chief == {"MASTER_ADDR": "c0", "MASTER_PORT": "2000", "WORLD_SIZE": "3", "RANK": "0",
-                     "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0"}
+    assert chief == {
+        "MASTER_ADDR": "c0",
+        "MASTER_PORT": "2000",
+        "WORLD_SIZE": "3",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": "0",
+    }
     assert (w1["RANK"], w1["WORLD_SIZE"], w1["MASTER_ADDR"], w1["MASTER_PORT"]) == ("2", "3", "c0", "2000")
     ps = framework.torch_env(CLUSTER, "ps", 0)
     assert "RANK" not in ps and ps["MASTER_ADDR"] == "c0"
@@ -63,7 +70,11 @@ def test_torch_env_ranks_the_master_role_first():
     master = framework.torch_env(cluster, "master", 0)
     w1 = framework.torch_env(cluster, "worker", 1)
     assert (master["RANK"], master["WORLD_SIZE"], master["MASTER_ADDR"], master["MASTER_PORT"]) == (
-        "0", "3", "m0", "4000")
+        "0",
+        "3",
+        "m0",
+        "4000",
+    )
     assert (w1["RANK"], w1["WORLD_SIZE"], w1["MASTER_ADDR"]) == ("2", "3", "m0")
 
 

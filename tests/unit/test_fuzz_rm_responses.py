@@ -18,9 +18,9 @@ import requests_mock as rm_mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_melon.hadoop.app_state import progress_line, task_summary
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
-from airflow_provider_melon.hadoop.app_state import progress_line, task_summary
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 
 RM = "http://127.0.0.1:18088"
@@ -28,54 +28,161 @@ WS = "/ws/v1/cluster"
 APP = "application_1700000000000_0001"
 ATTEMPT = "appattempt_1700000000000_0001_000001"
 
-RESOURCE = {"memory": 8192, "vCores": 8, "resourceInformations": {"resourceInformation": [
-    {"name": "memory-mb", "value": 8192, "units": "Mi"}, {"name": "vcores", "value": 8},
-    {"name": "yarn.io/gpu", "value": 2}, {"name": "melon.io/gpu-memory", "value": 16, "units": "Gi"}]}}
-APP_JSON = {"id": APP, "state": "RUNNING", "finalStatus": "UNDEFINED", "diagnostics": "", "startedTime": 1,
-            "elapsedTime": 5, "applicationTags": "melon,airflow-task:train", "trackingUrl": RM + "/proxy/x/"}
+RESOURCE = {
+    "memory": 8192,
+    "vCores": 8,
+    "resourceInformations": {
+        "resourceInformation": [
+            {"name": "memory-mb", "value": 8192, "units": "Mi"},
+            {"name": "vcores", "value": 8},
+            {"name": "yarn.io/gpu", "value": 2},
+            {"name": "melon.io/gpu-memory", "value": 16, "units": "Gi"},
+        ]
+    },
+}
+APP_JSON = {
+    "id": APP,
+    "state": "RUNNING",
+    "finalStatus": "UNDEFINED",
+    "diagnostics": "",
+    "startedTime": 1,
+    "elapsedTime": 5,
+    "applicationTags": "melon,airflow-task:train",
+    "trackingUrl": RM + "/proxy/x/",
+}
 #: realistic answers per call: the skeletons the generated bodies cut short or bend out of shape
 CALLS = {
-    "cluster_info": ("GET", WS + "/info", lambda h: h.cluster_info(), dict,
-                     {"clusterInfo": {"state": "STARTED", "haState": "ACTIVE"}}),
-    "cluster_metrics": ("GET", WS + "/metrics", lambda h: h.cluster_metrics(), dict,
-                        {"clusterMetrics": {"appsRunning": 1}}),
-    "scheduler": ("GET", WS + "/scheduler", lambda h: h.scheduler(), dict,
-                  {"scheduler": {"schedulerInfo": {"type": "capacityScheduler"}}}),
-    "nodes": ("GET", WS + "/nodes", lambda h: h.nodes(), list,
-              {"nodes": {"node": [{"id": "n1:1", "state": "RUNNING", "totalResource": RESOURCE,
-                                   "usedResource": RESOURCE, "usedMemoryMB": 1, "availMemoryMB": 2}]}}),
-    "node_gpu_summary": ("GET", WS + "/nodes", lambda h: h.node_gpu_summary(), dict,
-                         {"nodes": {"node": {"id": "n1:1", "totalResource": RESOURCE}}}),
-    "new_application": ("POST", WS + "/apps/new-application", lambda h: h.new_application(), dict,
-                        {"application-id": APP, "maximum-resource-capability": RESOURCE}),
+    "cluster_info": (
+        "GET",
+        WS + "/info",
+        lambda h: h.cluster_info(),
+        dict,
+        {"clusterInfo": {"state": "STARTED", "haState": "ACTIVE"}},
+    ),
+    "cluster_metrics": (
+        "GET",
+        WS + "/metrics",
+        lambda h: h.cluster_metrics(),
+        dict,
+        {"clusterMetrics": {"appsRunning": 1}},
+    ),
+    "scheduler": (
+        "GET",
+        WS + "/scheduler",
+        lambda h: h.scheduler(),
+        dict,
+        {"scheduler": {"schedulerInfo": {"type": "capacityScheduler"}}},
+    ),
+    "nodes": (
+        "GET",
+        WS + "/nodes",
+        lambda h: h.nodes(),
+        list,
+        {
+            "nodes": {
+                "node": [
+                    {
+                        "id": "n1:1",
+                        "state": "RUNNING",
+                        "totalResource": RESOURCE,
+                        "usedResource": RESOURCE,
+                        "usedMemoryMB": 1,
+                        "availMemoryMB": 2,
+                    }
+                ]
+            }
+        },
+    ),
+    "node_gpu_summary": (
+        "GET",
+        WS + "/nodes",
+        lambda h: h.node_gpu_summary(),
+        dict,
+        {"nodes": {"node": {"id": "n1:1", "totalResource": RESOURCE}}},
+    ),
+    "new_application": (
+        "POST",
+        WS + "/apps/new-application",
+        lambda h: h.new_application(),
+        dict,
+        {"application-id": APP, "maximum-resource-capability": RESOURCE},
+    ),
     "submit_application": ("POST", WS + "/apps", lambda h: h.submit_application({"queue": "default"}), str, {}),
     "get_application": ("GET", WS + f"/apps/{APP}", lambda h: h.get_application(APP), dict, {"app": APP_JSON}),
     "get_state": ("GET", WS + f"/apps/{APP}/state", lambda h: h.get_state(APP), str, {"state": "RUNNING"}),
-    "kill_application": ("PUT", WS + f"/apps/{APP}/state", lambda h: h.kill_application(APP), dict,
-                         {"state": "KILLED"}),
-    "app_attempts": ("GET", WS + f"/apps/{APP}/appattempts", lambda h: h.app_attempts(APP), list,
-                     {"appAttempts": {"appAttempt": [{"id": 1, "containerId": "c1"}]}}),
-    "app_containers": ("GET", WS + f"/apps/{APP}/appattempts/{ATTEMPT}/containers",
-                       lambda h: h.app_containers(APP, ATTEMPT), list, {"containers": {"container": [{"id": "c"}]}}),
-    "list_applications": ("GET", WS + "/apps", lambda h: h.list_applications(states=["RUNNING"]), list,
-                          {"apps": {"app": [APP_JSON]}}),
-    "find_applications": ("GET", WS + "/apps", lambda h: h.find_applications(["melon"]), list,
-                          {"apps": {"app": [APP_JSON, dict(APP_JSON, startedTime="x")]}}),
-    "rm_conf": ("GET", "/conf", lambda h: h.rm_conf("yarn.resourcemanager.ha.enabled"), (str, type(None)),
-                {"property": {"name": "x", "value": "true"}}),
-    "am_status": ("GET", f"/proxy/{APP}/status", lambda h: h.am_status(APP), (dict, type(None)),
-                  {"state": "RUNNING", "tasks": [{"role": "worker", "index": 0, "step": 5, "loss": 0.5}]}),
-    "application_logs_url": ("GET", WS + f"/apps/{APP}", lambda h: h.application_logs_url(APP), str,
-                             {"app": dict(APP_JSON, amContainerLogs="http://nm:8042/logs")}),
+    "kill_application": (
+        "PUT",
+        WS + f"/apps/{APP}/state",
+        lambda h: h.kill_application(APP),
+        dict,
+        {"state": "KILLED"},
+    ),
+    "app_attempts": (
+        "GET",
+        WS + f"/apps/{APP}/appattempts",
+        lambda h: h.app_attempts(APP),
+        list,
+        {"appAttempts": {"appAttempt": [{"id": 1, "containerId": "c1"}]}},
+    ),
+    "app_containers": (
+        "GET",
+        WS + f"/apps/{APP}/appattempts/{ATTEMPT}/containers",
+        lambda h: h.app_containers(APP, ATTEMPT),
+        list,
+        {"containers": {"container": [{"id": "c"}]}},
+    ),
+    "list_applications": (
+        "GET",
+        WS + "/apps",
+        lambda h: h.list_applications(states=["RUNNING"]),
+        list,
+        {"apps": {"app": [APP_JSON]}},
+    ),
+    "find_applications": (
+        "GET",
+        WS + "/apps",
+        lambda h: h.find_applications(["melon"]),
+        list,
+        {"apps": {"app": [APP_JSON, dict(APP_JSON, startedTime="x")]}},
+    ),
+    "rm_conf": (
+        "GET",
+        "/conf",
+        lambda h: h.rm_conf("yarn.resourcemanager.ha.enabled"),
+        (str, type(None)),
+        {"property": {"name": "x", "value": "true"}},
+    ),
+    "am_status": (
+        "GET",
+        f"/proxy/{APP}/status",
+        lambda h: h.am_status(APP),
+        (dict, type(None)),
+        {"state": "RUNNING", "tasks": [{"role": "worker", "index": 0, "step": 5, "loss": 0.5}]},
+    ),
+    "application_logs_url": (
+        "GET",
+        WS + f"/apps/{APP}",
+        lambda h: h.application_logs_url(APP),
+        str,
+        {"app": dict(APP_JSON, amContainerLogs="http://nm:8042/logs")},
+    ),
 }
 
 PROXY_PAGES = [
     "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center>"
     "<hr><center>nginx</center></body></html>",
-    "<!DOCTYPE html>\n<html><body><form action=\"/login\">Sign in to continue</form></body></html>\n",
+    '<!DOCTYPE html>\n<html><body><form action="/login">Sign in to continue</form></body></html>\n',
     "<html><body><h2>HTTP ERROR 500</h2>\n<pre>java.lang.NullPointerException\n\tat org.apache.hadoop.Foo"
     ".bar(Foo.java:1)\n\tat org.apache.hadoop.Baz</pre></body></html>",
-    "Service Unavailable", "", "   \n", "\x00\x01\x02", "null", "[]", "\"RUNNING\"", "42", "true",
+    "Service Unavailable",
+    "",
+    "   \n",
+    "\x00\x01\x02",
+    "null",
+    "[]",
+    '"RUNNING"',
+    "42",
+    "true",
     "[" * 50_000 + "]" * 50_000,  # deeper than Python's json recurses
     '{"app": ' * 3000 + "{}" + "}" * 3000,
     '{"app": {"state": "RUNNING", "startedTime": 1e400, "elapsedTime": NaN, "progress": Infinity}}',
@@ -83,10 +190,19 @@ PROXY_PAGES = [
     "<html>" + "x" * 200_000 + "</html>",
 ]
 
-json_leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=2**63),
-                        st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20))
-json_values = st.recursive(json_leaves, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)), max_leaves=12)
+json_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=2**63),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+)
+json_values = st.recursive(
+    json_leaves,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -98,8 +214,7 @@ def bent(draw, obj):
             choice = draw(st.sampled_from(["keep", "keep", "recurse", "drop", "replace"]))
             if choice == "drop":
                 continue
-            out[key] = (value if choice == "keep" else draw(json_values) if choice == "replace"
-                        else draw(bent(value)))
+            out[key] = value if choice == "keep" else draw(json_values) if choice == "replace" else draw(bent(value))
         return out
     if isinstance(obj, list):
         return [draw(bent(v)) for v in obj] + draw(st.lists(json_values, max_size=2))
@@ -114,21 +229,43 @@ def answers(draw, skeleton):
         body = draw(st.sampled_from(PROXY_PAGES)).encode()
     elif kind == "truncated":
         text = json.dumps(draw(bent(skeleton)) if draw(st.booleans()) else skeleton)
-        body = text[:draw(st.integers(0, max(0, len(text) - 1)))].encode()
+        body = text[: draw(st.integers(0, max(0, len(text) - 1)))].encode()
     elif kind == "bent":
         body = json.dumps(draw(bent(skeleton))).encode()
     elif kind == "random-json":
         body = json.dumps(draw(json_values)).encode()
     else:
         body = draw(st.binary(max_size=64))
-    status = draw(st.sampled_from([200, 200, 200, 200, 201, 202, 204, 301, 302, 307, 400, 401, 403, 404, 500, 502,
-                                   503]))
-    headers = {"Content-Type": draw(st.sampled_from(["application/json", "application/json; charset=utf-8",
-                                                     "text/html", "text/plain", "application/octet-stream"]))}
+    status = draw(
+        st.sampled_from([200, 200, 200, 200, 201, 202, 204, 301, 302, 307, 400, 401, 403, 404, 500, 502, 503])
+    )
+    headers = {
+        "Content-Type": draw(
+            st.sampled_from(
+                [
+                    "application/json",
+                    "application/json; charset=utf-8",
+                    "text/html",
+                    "text/plain",
+                    "application/octet-stream",
+                ]
+            )
+        )
+    }
     if status in (301, 302, 307) and draw(st.booleans()):
-        headers["Location"] = draw(st.sampled_from([
-            "http://[::1", "http://127.0.0.1:notaport/x", "javascript:alert(1)", "", "/login",
-            "ftp://127.0.0.1/x", "http://127.0.0.1:18088" + WS + "/info"]))
+        headers["Location"] = draw(
+            st.sampled_from(
+                [
+                    "http://[::1",
+                    "http://127.0.0.1:notaport/x",
+                    "javascript:alert(1)",
+                    "",
+                    "/login",
+                    "ftp://127.0.0.1/x",
+                    "http://127.0.0.1:18088" + WS + "/info",
+                ]
+            )
+        )
     return status, headers, body
 
 
@@ -180,12 +317,17 @@ def test_async_hook_raises_only_yarn_api_error_on_malformed_answers(data, name):
         check_outcome(name, lambda h: asyncio.run(CALLS[name][2](h)), hook)
 
 
-@pytest.mark.parametrize("exc", [requests.exceptions.ContentDecodingError("bad gzip"),
-                                 requests.exceptions.InvalidHeader("bad header"),
-                                 requests.exceptions.ChunkedEncodingError("cut"),
-                                 requests.exceptions.ConnectionError("reset"),
-                                 requests.exceptions.ReadTimeout("slow"),
-                                 requests.exceptions.InvalidURL("bad url")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        requests.exceptions.ContentDecodingError("bad gzip"),
+        requests.exceptions.InvalidHeader("bad header"),
+        requests.exceptions.ChunkedEncodingError("cut"),
+        requests.exceptions.ConnectionError("reset"),
+        requests.exceptions.ReadTimeout("slow"),
+        requests.exceptions.InvalidURL("bad url"),
+    ],
+)
 def test_transport_failures_become_yarn_api_error(exc):
     with rm_mock.Mocker() as m:
         m.get(RM + WS + f"/apps/{APP}", exc=exc)
@@ -202,8 +344,18 @@ def test_html_page_with_200_names_what_came_back():
             make_hook().get_application(APP)
 
 
-@pytest.mark.parametrize("body", [{}, {"app": {}}, {"app": {"id": APP}}, {"app": {"state": None}},
-                                  {"app": {"state": ["RUNNING"]}}, {"app": "RUNNING"}, []])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"app": {}},
+        {"app": {"id": APP}},
+        {"app": {"state": None}},
+        {"app": {"state": ["RUNNING"]}},
+        {"app": "RUNNING"},
+        [],
+    ],
+)
 def test_application_without_a_state_is_an_error_not_an_empty_answer(body):
     with rm_mock.Mocker() as m:
         m.get(RM + WS + f"/apps/{APP}", json=body)
@@ -211,11 +363,18 @@ def test_application_without_a_state_is_an_error_not_an_empty_answer(body):
             make_hook().get_application(APP)
 
 
-@pytest.mark.parametrize("status,location,message", [
-    (307, "http://[::1", "YARN RM answer unreadable for .*: ValueError: Invalid IPv6 URL$"),  # requests parses it
-    (302, "http://[::1", "YARN RM answer unreadable for .*: ValueError: Invalid IPv6 URL$"),
-    (307, "http://127.0.0.1:port/x", "YARN RM returned 307 .*: unusable redirect Location 'http://127.0.0.1:port/x'"),
-])
+@pytest.mark.parametrize(
+    "status,location,message",
+    [
+        (307, "http://[::1", "YARN RM answer unreadable for .*: ValueError: Invalid IPv6 URL$"),  # requests parses it
+        (302, "http://[::1", "YARN RM answer unreadable for .*: ValueError: Invalid IPv6 URL$"),
+        (
+            307,
+            "http://127.0.0.1:port/x",
+            "YARN RM returned 307 .*: unusable redirect Location 'http://127.0.0.1:port/x'",
+        ),
+    ],
+)
 def test_unusable_redirect_is_an_error(status, location, message):
     with rm_mock.Mocker() as m:
         m.get(RM + WS + "/info", status_code=status, headers={"Location": location})
@@ -239,10 +398,14 @@ def test_huge_error_page_gives_a_bounded_message():
 
 
 def test_resource_units_of_another_type_or_absurd_values_do_not_break_nodes():
-    odd = {"memory": 1, "resourceInformations": [
-        {"name": "melon.io/gpu-memory", "value": 10**400, "units": "M"},
-        {"name": "yarn.io/gpu", "value": 1, "units": ["Gi"]},
-        {"name": "x", "value": {"v": 1}, "units": {"u": 1}}]}
+    odd = {
+        "memory": 1,
+        "resourceInformations": [
+            {"name": "melon.io/gpu-memory", "value": 10**400, "units": "M"},
+            {"name": "yarn.io/gpu", "value": 1, "units": ["Gi"]},
+            {"name": "x", "value": {"v": 1}, "units": {"u": 1}},
+        ],
+    }
     with rm_mock.Mocker() as m:
         m.get(RM + WS + "/nodes", json={"nodes": {"node": [{"id": "n", "totalResource": odd}]}})
         nodes = make_hook().nodes()
@@ -277,12 +440,27 @@ MALFORMED_APP_PAGES = [p for p in PROXY_PAGES if '"state"' not in p]
 
 def malformed_app_answer():
     return st.one_of(
-        st.tuples(st.sampled_from([200, 200, 404, 500, 502, 503]),
-                  st.sampled_from([{"Content-Type": "text/html"}, {"Content-Type": "application/json"}]),
-                  st.sampled_from(MALFORMED_APP_PAGES).map(str.encode)),
-        st.tuples(st.just(200), st.just({"Content-Type": "application/json"}),
-                  st.sampled_from(['{"app": {"state": ', '{"app"', "{", '{"app": {}}', '{"app": []}', "[]",
-                                   '{"app": {"state": null}}', '{"app": {"state": 7}}']).map(str.encode)),
+        st.tuples(
+            st.sampled_from([200, 200, 404, 500, 502, 503]),
+            st.sampled_from([{"Content-Type": "text/html"}, {"Content-Type": "application/json"}]),
+            st.sampled_from(MALFORMED_APP_PAGES).map(str.encode),
+        ),
+        st.tuples(
+            st.just(200),
+            st.just({"Content-Type": "application/json"}),
+            st.sampled_from(
+                [
+                    '{"app": {"state": ',
+                    '{"app"',
+                    "{",
+                    '{"app": {}}',
+                    '{"app": []}',
+                    "[]",
+                    '{"app": {"state": null}}',
+                    '{"app": {"state": 7}}',
+                ]
+            ).map(str.encode),
+        ),
     )
 
 
@@ -309,15 +487,31 @@ def test_trigger_survives_odd_fields_in_usable_answers(data):
     """An application with a state, but everything else bent; the AM's status bent too: one event, no raise."""
     running = data.draw(bent(dict(APP_JSON, state="RUNNING")).map(lambda a: dict(a, state="RUNNING")), label="running")
     end = data.draw(st.sampled_from(["FINISHED", "FAILED", "KILLED"]), label="end")
-    final = data.draw(bent(dict(APP_JSON, state=end, finalStatus="SUCCEEDED", diagnostics="done")).map(
-        lambda a: dict(a, state=end)), label="final")
-    status_body = data.draw(st.one_of(bent(CALLS["am_status"][4]).map(json.dumps), st.sampled_from(
-        ['{"tasks": 5}', '{"tasks": {"a": 1}}', '{"tasks": [{"step": Infinity, "loss": NaN, "attempt": 1e999}]}',
-         '{"tasks": [{"step": "1e400", "exit_code": [1]}]}', "[]", "<html>"])), label="status")
+    final = data.draw(
+        bent(dict(APP_JSON, state=end, finalStatus="SUCCEEDED", diagnostics="done")).map(lambda a: dict(a, state=end)),
+        label="final",
+    )
+    status_body = data.draw(
+        st.one_of(
+            bent(CALLS["am_status"][4]).map(json.dumps),
+            st.sampled_from(
+                [
+                    '{"tasks": 5}',
+                    '{"tasks": {"a": 1}}',
+                    '{"tasks": [{"step": Infinity, "loss": NaN, "attempt": 1e999}]}',
+                    '{"tasks": [{"step": "1e400", "exit_code": [1]}]}',
+                    "[]",
+                    "<html>",
+                ]
+            ),
+        ),
+        label="status",
+    )
     trig = make_trigger(max_consecutive_failures=1, log_every_n=1)
     with rm_mock.Mocker() as m:
-        m.get(RM + WS + f"/apps/{APP}", [{"json": {"app": running}}, {"json": {"app": running}},
-                                           {"json": {"app": final}}])
+        m.get(
+            RM + WS + f"/apps/{APP}", [{"json": {"app": running}}, {"json": {"app": running}}, {"json": {"app": final}}]
+        )
         m.get(RM + f"/proxy/{APP}/status", text=status_body, headers={"Content-Type": "application/json"})
         events = run_trigger(trig)
     assert len(events) == 1
@@ -328,8 +522,17 @@ def test_trigger_survives_odd_fields_in_usable_answers(data):
     json.dumps(event)
 
 
-@pytest.mark.parametrize("tasks", [5, "abc", {"role": "w"}, [{"step": float("inf"), "loss": float("nan")}],
-                                   [{"step": "1e400", "attempt": float("inf"), "exit_code": {"x": 1}}], None])
+@pytest.mark.parametrize(
+    "tasks",
+    [
+        5,
+        "abc",
+        {"role": "w"},
+        [{"step": float("inf"), "loss": float("nan")}],
+        [{"step": "1e400", "attempt": float("inf"), "exit_code": {"x": 1}}],
+        None,
+    ],
+)
 def test_progress_helpers_read_what_they_can(tasks):
     summary = task_summary(tasks)
     for entry in summary.values():

@@ -108,8 +108,13 @@ def spec_with(**fields) -> JobSpec:
 def bash_reads(encoded: str, workdir: Path, env: dict[str, str] | None = None) -> str:
     """What bash makes of ``export V="<encoded, after YARN's replacements>"``."""
     script = f'export V="{yarn_expand(encoded, "/logs")}"\nprintf %s "$V"\n'
-    proc = subprocess.run([BASH, "-c", script], cwd=workdir, capture_output=True, timeout=30,
-                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})})
+    proc = subprocess.run(
+        [BASH, "-c", script],
+        cwd=workdir,
+        capture_output=True,
+        timeout=30,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.decode("utf-8")
 
@@ -131,7 +136,7 @@ def test_expanding_values_without_references_come_out_unchanged(value):
 
 
 def test_expanding_values_keep_documented_references_live(tmp_path):
-    value = "$HOME/a:${HOME}/b:{{HOME}}/c<CPS>d;$(touch pwned);`touch pwned2`;$$;${HOME:-x};\"q\""
+    value = '$HOME/a:${HOME}/b:{{HOME}}/c<CPS>d;$(touch pwned);`touch pwned2`;$$;${HOME:-x};"q"'
     got = bash_reads(yarn_shell_value(value, expand=True), tmp_path, env={"HOME": "/home/u"})
     assert got == '/home/u/a:/home/u/b:/home/u/c:d;$(touch pwned);`touch pwned2`;$$;${HOME:-x};"q"'
     no_stray_files(tmp_path)
@@ -146,21 +151,29 @@ def test_nul_cannot_be_encoded():
 
 
 @settings(max_examples=40)
-@given(folder=nasty_text(min_size=1, max_parts=4).filter(
-           lambda t: "/" not in t and t not in (".", "..") and len(t.encode()) < 120),
-       # a prefix: bash itself owns some names (UID, RANDOM, SHELLOPTS...), whatever YARN is given
-       env=st.dictionaries(env_names.map(lambda k: "J_" + k), literal_text, max_size=5),
-       outputs=st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,6}", fullmatch=True),
-                               nasty_text().filter(str.strip), max_size=2),
-       tensorboard=nasty_text(),
-       args=st.lists(nasty_text(), max_size=4))
+@given(
+    folder=nasty_text(min_size=1, max_parts=4).filter(
+        lambda t: "/" not in t and t not in (".", "..") and len(t.encode()) < 120
+    ),
+    # a prefix: bash itself owns some names (UID, RANDOM, SHELLOPTS...), whatever YARN is given
+    env=st.dictionaries(env_names.map(lambda k: "J_" + k), literal_text, max_size=5),
+    outputs=st.dictionaries(
+        st.from_regex(r"[A-Z][A-Z0-9_]{0,6}", fullmatch=True), nasty_text().filter(str.strip), max_size=2
+    ),
+    tensorboard=nasty_text(),
+    args=st.lists(nasty_text(), max_size=4),
+)
 def test_plan_env_and_command_reach_the_container_verbatim(folder, env, outputs, tensorboard, args):
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         probe = write_probe(workdir / "interp" / folder)
-        spec = spec_with(env=env, outputs=outputs, tensorboard_log_dir=tensorboard or None,
-                         entrypoint=shlex.join(["python", "train.py", *args]),
-                         environment={"python": str(probe)})
+        spec = spec_with(
+            env=env,
+            outputs=outputs,
+            tensorboard_log_dir=tensorboard or None,
+            entrypoint=shlex.join(["python", "train.py", *args]),
+            environment={"python": str(probe)},
+        )
         plan = submission.build_plan(spec, code=None, runtime=RUNTIME, inputs={})
         _, out = run_launch_script(plan, workdir, {"MELON_ROLE": "worker"})
         seen = json.loads(out)
@@ -175,19 +188,26 @@ def test_plan_env_and_command_reach_the_container_verbatim(folder, env, outputs,
         assert seen["env"]["MELON_JOB_NAME"] == "probe"
         assert seen["env"]["PYTHONPATH"] == "./melon_runtime"
         # the entrypoint, as the executor reads it: its own argv once split
-        cfg = executor.Config.from_env({**seen["env"], "MELON_INDEX": "0", "MELON_AM_URL": "http://127.0.0.1:1",
-                                        "MELON_SECRET": "s"})
+        cfg = executor.Config.from_env(
+            {**seen["env"], "MELON_INDEX": "0", "MELON_AM_URL": "http://127.0.0.1:1", "MELON_SECRET": "s"}
+        )
         assert shlex.split(cfg.entrypoint) == ["python", "train.py", *args]
         no_stray_files(workdir)
 
 
 def test_variable_references_in_job_env_still_expand(tmp_path):
     probe = write_probe(tmp_path / "bin")
-    spec = spec_with(env={"DATA": "$HOME/data:{{HOME}}/more<CPS>${HOME}", "PYTHONPATH": "$HOME/lib",
-                          "NOT_A_REF": "$(touch pwned)`touch pwned`\"$HOME\""},
-                     environment={"python": str(probe)})
-    plan = submission.build_plan(spec, code=None, runtime=RUNTIME, inputs={},
-                                 container_env={"FROM_CONNECTION": "{{HOME}}/x"})
+    spec = spec_with(
+        env={
+            "DATA": "$HOME/data:{{HOME}}/more<CPS>${HOME}",
+            "PYTHONPATH": "$HOME/lib",
+            "NOT_A_REF": '$(touch pwned)`touch pwned`"$HOME"',
+        },
+        environment={"python": str(probe)},
+    )
+    plan = submission.build_plan(
+        spec, code=None, runtime=RUNTIME, inputs={}, container_env={"FROM_CONNECTION": "{{HOME}}/x"}
+    )
     _, out = run_launch_script(plan, tmp_path)
     env = json.loads(out)["env"]
     assert env["DATA"] == "/home/fuzz/data:/home/fuzz/more:/home/fuzz"
@@ -214,8 +234,15 @@ def test_executor_starts_the_entrypoint_with_exactly_the_spec_arguments(args):
     env_b64 = base64.b64encode(spec.entrypoint.encode()).decode()
     with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
         Path("probe.py").write_text("import json, sys\njson.dump(sys.argv[1:], open('argv.json', 'w'))\n")
-        cfg = executor.Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_SECRET": "s",
-                                        "MELON_AM_URL": "http://127.0.0.1:1", "MELON_ENTRYPOINT_B64": env_b64})
+        cfg = executor.Config.from_env(
+            {
+                "MELON_ROLE": "worker",
+                "MELON_INDEX": "0",
+                "MELON_SECRET": "s",
+                "MELON_AM_URL": "http://127.0.0.1:1",
+                "MELON_ENTRYPOINT_B64": env_b64,
+            }
+        )
         child = executor.Executor(cfg, env={}).start_child({"PATH": os.environ.get("PATH", "")})
         assert child.wait(timeout=60) == 0
         assert json.loads(Path("argv.json").read_text()) == args
@@ -223,8 +250,15 @@ def test_executor_starts_the_entrypoint_with_exactly_the_spec_arguments(args):
 
 
 def test_executor_refuses_an_unsplittable_entrypoint_as_a_config_error():
-    cfg = executor.Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_SECRET": "s",
-                                    "MELON_AM_URL": "http://127.0.0.1:1", "MELON_ENTRYPOINT": "python 'open"})
+    cfg = executor.Config.from_env(
+        {
+            "MELON_ROLE": "worker",
+            "MELON_INDEX": "0",
+            "MELON_SECRET": "s",
+            "MELON_AM_URL": "http://127.0.0.1:1",
+            "MELON_ENTRYPOINT": "python 'open",
+        }
+    )
     with pytest.raises(executor.Fatal) as err:
         executor.Executor(cfg, env={}).start_child({})
     assert err.value.code == executor.EXIT_CONFIG and "cannot be split" in str(err.value)
@@ -244,22 +278,33 @@ def test_every_metacharacter_reaches_the_training_process_inert(tmp_path):
     (tmp_path / "melon_runtime").mkdir()
     (tmp_path / "melon_runtime" / "airflow_provider_melon").symlink_to(REPO / "airflow_provider_melon")
     (tmp_path / "train.py").write_text(
-        "import json, os, sys\n"
-        "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, open('seen.json', 'w'))\n")
+        "import json, os, sys\njson.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, open('seen.json', 'w'))\n"
+    )
     interp_dir = tmp_path / "py; $(touch pwned) `touch pwned` 'q' \"dq\" {{HOME}} <CPS> & | *"
     interp_dir.mkdir()
     (interp_dir / "python").symlink_to(sys.executable)
-    spec = spec_with(entrypoint=shlex.join(["python", "train.py", *args]), env=env,
-                     environment={"python": str(interp_dir / "python")})
+    spec = spec_with(
+        entrypoint=shlex.join(["python", "train.py", *args]),
+        env=env,
+        environment={"python": str(interp_dir / "python")},
+    )
     plan = submission.build_plan(spec, code=None, runtime=RUNTIME, inputs={})
     am = FakeAM(["worker:0"], secret="s3cret")
     try:
         container = {  # what the AM adds per task (MelonApplicationMaster.launchContext)
-            "MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_TASK_ATTEMPT": "0", "MELON_AM_URL": am.url,
-            "MELON_SECRET": "s3cret", "MELON_APP_ID": "application_1_0001", "MELON_CONTAINER_ID": "c_1",
-            "MELON_GPUS": "0", "MELON_GPU_MEMORY_MB": "0",
+            "MELON_ROLE": "worker",
+            "MELON_INDEX": "0",
+            "MELON_TASK_ATTEMPT": "0",
+            "MELON_AM_URL": am.url,
+            "MELON_SECRET": "s3cret",
+            "MELON_APP_ID": "application_1_0001",
+            "MELON_CONTAINER_ID": "c_1",
+            "MELON_GPUS": "0",
+            "MELON_GPU_MEMORY_MB": "0",
             # this machine, not a node: loopback only, and a ledger of its own
-            "MELON_HOST": "127.0.0.1", "MELON_BIND_HOST": "127.0.0.1", "MELON_LEDGER_DIR": str(tmp_path / "ledger"),
+            "MELON_HOST": "127.0.0.1",
+            "MELON_BIND_HOST": "127.0.0.1",
+            "MELON_LEDGER_DIR": str(tmp_path / "ledger"),
         }
         run_launch_script(plan, tmp_path, container)
     finally:

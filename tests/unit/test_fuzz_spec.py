@@ -36,10 +36,12 @@ def no_network():
         attempts.append(args)
         raise NetworkTouched(f"network use: {args!r}")
 
-    with mock.patch.object(socket.socket, "connect", refuse), \
-            mock.patch.object(socket.socket, "connect_ex", refuse), \
-            mock.patch.object(socket, "create_connection", refuse), \
-            mock.patch.object(socket, "getaddrinfo", refuse):
+    with (
+        mock.patch.object(socket.socket, "connect", refuse),
+        mock.patch.object(socket.socket, "connect_ex", refuse),
+        mock.patch.object(socket, "create_connection", refuse),
+        mock.patch.object(socket, "getaddrinfo", refuse),
+    ):
         yield attempts
 
 
@@ -53,13 +55,21 @@ bad_job_names = st.one_of(
     job_names.map(lambda n: n + "; touch pwned"),
 )
 bad_sizes = st.one_of(
-    st.integers(max_value=0), st.integers(min_value=INT32_MAX + 1),
-    st.sampled_from(["two gigs", "", "-4g", "0", "0g", "1e3", "nan", "inf", "4 GiB extra", "4x", "$(echo 4)g",
-                     "4g\x00"]),
-    st.just(float("nan")), st.just(float("inf")), st.just(-1.0), st.just(True), st.just([4]), st.just({"g": 4}),
+    st.integers(max_value=0),
+    st.integers(min_value=INT32_MAX + 1),
+    st.sampled_from(
+        ["two gigs", "", "-4g", "0", "0g", "1e3", "nan", "inf", "4 GiB extra", "4x", "$(echo 4)g", "4g\x00"]
+    ),
+    st.just(float("nan")),
+    st.just(float("inf")),
+    st.just(-1.0),
+    st.just(True),
+    st.just([4]),
+    st.just({"g": 4}),
 )
-bad_counts = st.one_of(st.integers(max_value=0), st.integers(min_value=INT32_MAX + 1),
-                       st.sampled_from(["many", "1.5", "", None, [1], 1.5]))
+bad_counts = st.one_of(
+    st.integers(max_value=0), st.integers(min_value=INT32_MAX + 1), st.sampled_from(["many", "1.5", "", None, [1], 1.5])
+)
 with_nul = nasty_text().map(lambda t: t + "\x00" + t)
 unbalanced = st.one_of(
     nasty_text().map(lambda t: "python 'unterminated " + t.replace("'", "")),
@@ -90,6 +100,7 @@ def _role_field(name, values):
         role = _role(job)
         job["roles"][role][name] = draw(values)
         return f"roles.{role}.{name}"
+
     return breaker
 
 
@@ -117,30 +128,50 @@ def _env_value(draw, job):
 
 
 def _tags(draw, job):
-    bad = draw(st.one_of(st.text(min_size=101, max_size=120).filter(str.isascii),
-                         st.text(min_size=1).filter(lambda t: not t.isascii()), st.sampled_from(["", "   "])))
+    bad = draw(
+        st.one_of(
+            st.text(min_size=101, max_size=120).filter(str.isascii),
+            st.text(min_size=1).filter(lambda t: not t.isascii()),
+            st.sampled_from(["", "   "]),
+        )
+    )
     good = draw(st.lists(ascii_tags, max_size=2))
     job["tags"] = [*good, bad]
     return f"tags.{len(good)}"
 
 
 def _input_path(draw, job):
-    job["inputs"] = [{"path": draw(st.text(max_size=20).filter(lambda p: not p.startswith(("/", "hdfs://"))
-                                                                and "\x00" not in p))}]
+    job["inputs"] = [
+        {"path": draw(st.text(max_size=20).filter(lambda p: not p.startswith(("/", "hdfs://")) and "\x00" not in p))}
+    ]
     return "inputs.0.path"
 
 
 def _input_name(draw, job):
-    name = draw(st.one_of(st.sampled_from(RESERVED_LINKS), st.sampled_from(["", ".", "..", "-rf", ".hidden"]),
-                          st.sampled_from([s for s in SHELL_SPECIALS if s.strip()]).map(lambda s: "data" + s),
-                          st.just("a/b"), st.just("../../etc/passwd")))
+    name = draw(
+        st.one_of(
+            st.sampled_from(RESERVED_LINKS),
+            st.sampled_from(["", ".", "..", "-rf", ".hidden"]),
+            st.sampled_from([s for s in SHELL_SPECIALS if s.strip()]).map(lambda s: "data" + s),
+            st.just("a/b"),
+            st.just("../../etc/passwd"),
+        )
+    )
     job["inputs"] = [{"path": "hdfs:///data/x.npz", "name": name}]
     return "inputs.0.name"
 
 
 def _input_derived_name(draw, job):
-    last = draw(st.one_of(st.sampled_from(RESERVED_LINKS), st.just("a b"), st.just('a"b'), st.just("$(id)"),
-                          st.just(".."), st.just("x;y")))
+    last = draw(
+        st.one_of(
+            st.sampled_from(RESERVED_LINKS),
+            st.just("a b"),
+            st.just('a"b'),
+            st.just("$(id)"),
+            st.just(".."),
+            st.just("x;y"),
+        )
+    )
     job["inputs"] = [{"path": "hdfs:///data/" + last}]
     return "inputs.0.path"
 
@@ -165,8 +196,17 @@ def _outputs(draw, job):
 
 
 def _archive_python(draw, job):
-    python = draw(st.one_of(st.just(None), st.just(""), st.just("/usr/bin/python3"), st.just("python"),
-                            st.just("../env/bin/python"), st.just("code/bin/python"), st.just("a b/bin/python")))
+    python = draw(
+        st.one_of(
+            st.just(None),
+            st.just(""),
+            st.just("/usr/bin/python3"),
+            st.just("python"),
+            st.just("../env/bin/python"),
+            st.just("code/bin/python"),
+            st.just("a b/bin/python"),
+        )
+    )
     env = {"archive": "hdfs:///envs/e.tar.gz"}
     if python is not None:
         env["python"] = python
@@ -175,14 +215,19 @@ def _archive_python(draw, job):
 
 
 def _archive_path(draw, job):
-    job["environment"] = {"archive": draw(st.sampled_from(["envs/e.tar.gz", "file://host/e.tar.gz", "e.tgz", "http://x/e.tgz"])),
-                          "python": "env/bin/python"}
+    job["environment"] = {
+        "archive": draw(st.sampled_from(["envs/e.tar.gz", "file://host/e.tar.gz", "e.tgz", "http://x/e.tgz"])),
+        "python": "env/bin/python",
+    }
     return "environment.archive"
 
 
 def _docker_image(draw, job):
-    job["environment"] = {"docker_image": draw(st.sampled_from(
-        ["tf:2.21; rm -rf /", "$(id)", "tf 2.21", "", "-tf", "tf\n:2", 'a"b', "`id`"]))}
+    job["environment"] = {
+        "docker_image": draw(
+            st.sampled_from(["tf:2.21; rm -rf /", "$(id)", "tf 2.21", "", "-tf", "tf\n:2", 'a"b', "`id`"])
+        )
+    }
     return "environment.docker_image"
 
 
@@ -195,28 +240,49 @@ def _unknown_key(draw, job):
 _BREAKERS = {
     "name": lambda draw, job: _set(job, "name", draw(bad_job_names)) or "name",
     "name-type": lambda draw, job: _set(job, "name", draw(st.sampled_from([None, 3, ["a"], {"a": 1}]))) or "name",
-    "framework": lambda draw, job: _set(job, "framework", draw(st.text(max_size=10).filter(
-        lambda t: t not in ("tensorflow", "pytorch", "generic")))) or "framework",
-    "entrypoint-empty": lambda draw, job: _set(job, "entrypoint", draw(st.sampled_from(["", " ", "\n\t"])))
-    or "entrypoint",
+    "framework": lambda draw, job: (
+        _set(
+            job, "framework", draw(st.text(max_size=10).filter(lambda t: t not in ("tensorflow", "pytorch", "generic")))
+        )
+        or "framework"
+    ),
+    "entrypoint-empty": lambda draw, job: (
+        _set(job, "entrypoint", draw(st.sampled_from(["", " ", "\n\t"]))) or "entrypoint"
+    ),
     "entrypoint-unbalanced": lambda draw, job: _set(job, "entrypoint", draw(unbalanced)) or "entrypoint",
     "entrypoint-nul": lambda draw, job: _set(job, "entrypoint", "python " + draw(with_nul)) or "entrypoint",
     "entrypoint-surrogate": lambda draw, job: _set(job, "entrypoint", "python \ud800x") or "entrypoint",
     "env-key": _env_key,
     "env-value": _env_value,
-    "env-type": lambda draw, job: _set(job, "env", draw(st.sampled_from([["A=1"], "A=1", {"A": 1}, {"A": None}])))
-    or "env",
+    "env-type": lambda draw, job: (
+        _set(job, "env", draw(st.sampled_from([["A=1"], "A=1", {"A": 1}, {"A": None}]))) or "env"
+    ),
     "queue": lambda draw, job: _set(job, "queue", draw(st.one_of(st.sampled_from(["", "  "]), with_nul))) or "queue",
-    "priority": lambda draw, job: _set(job, "priority", draw(st.one_of(
-        st.integers(min_value=INT32_MAX + 1), st.integers(max_value=-INT32_MAX - 1), st.just("high")))) or "priority",
+    "priority": lambda draw, job: (
+        _set(
+            job,
+            "priority",
+            draw(
+                st.one_of(st.integers(min_value=INT32_MAX + 1), st.integers(max_value=-INT32_MAX - 1), st.just("high"))
+            ),
+        )
+        or "priority"
+    ),
     "max_attempts": lambda draw, job: _set(job, "max_attempts", draw(bad_counts)) or "max_attempts",
     "register_timeout_s": lambda draw, job: _set(job, "register_timeout_s", draw(bad_counts)) or "register_timeout_s",
     "tags": _tags,
     "roles-empty": lambda draw, job: _set(job, "roles", draw(st.sampled_from([{}, [], "worker", None]))) or "roles",
-    "role-name": lambda draw, job: _set(job, "roles", {draw(st.text(max_size=12).filter(
-        lambda t: not _NAME_RE.fullmatch(t) and "\x00" not in t)): {}}) or "roles",
-    "role-type": lambda draw, job: _set(job, "roles", {_role(job): draw(st.sampled_from([3, "big", [1]]))})
-    or f"roles.{_role(job)}",
+    "role-name": lambda draw, job: (
+        _set(
+            job,
+            "roles",
+            {draw(st.text(max_size=12).filter(lambda t: not _NAME_RE.fullmatch(t) and "\x00" not in t)): {}},
+        )
+        or "roles"
+    ),
+    "role-type": lambda draw, job: (
+        _set(job, "roles", {_role(job): draw(st.sampled_from([3, "big", [1]]))}) or f"roles.{_role(job)}"
+    ),
     "instances": _role_field("instances", bad_counts),
     "vcores": _role_field("vcores", bad_counts),
     "gpus": _role_field("gpus", st.one_of(st.integers(max_value=0), st.integers(min_value=INT32_MAX + 1))),
@@ -224,8 +290,9 @@ _BREAKERS = {
     "memory": _role_field("memory", bad_sizes),
     "gpu_memory": _role_field("gpu_memory", bad_sizes),
     "role-unknown-key": lambda draw, job: job["roles"][_role(job)].update(gpu=1) or f"roles.{_role(job)}.gpu",
-    "gpus-and-gpu-memory": lambda draw, job: job["roles"][_role(job)].update(gpus=1, gpu_memory="4g")
-    or f"roles.{_role(job)}",
+    "gpus-and-gpu-memory": lambda draw, job: (
+        job["roles"][_role(job)].update(gpus=1, gpu_memory="4g") or f"roles.{_role(job)}"
+    ),
     "tf-two-chiefs": _tf_two_chiefs,
     "torch-two-masters": _torch_two_masters,
     "input-path": _input_path,
@@ -236,8 +303,10 @@ _BREAKERS = {
     "outputs": _outputs,
     "archive-python": _archive_python,
     "archive-path": _archive_path,
-    "archive-and-docker": lambda draw, job: _set(job, "environment", {
-        "archive": "hdfs:///e.tgz", "python": "env/bin/python", "docker_image": "tf"}) or "environment",
+    "archive-and-docker": lambda draw, job: (
+        _set(job, "environment", {"archive": "hdfs:///e.tgz", "python": "env/bin/python", "docker_image": "tf"})
+        or "environment"
+    ),
     "docker-image": _docker_image,
     "tensorboard_log_dir": lambda draw, job: _set(job, "tensorboard_log_dir", draw(with_nul)) or "tensorboard_log_dir",
     "unknown-key": _unknown_key,
@@ -318,8 +387,9 @@ RM = "http://127.0.0.1:9"  # loopback discard port; the guard refuses the connec
 @pytest.fixture
 def fuzz_conns(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_YARN_FUZZ", json.dumps({"conn_type": "yarn", "host": RM, "login": "alice"}))
-    monkeypatch.setenv("AIRFLOW_CONN_WEBHDFS_FUZZ", json.dumps({"conn_type": "webhdfs", "host": "127.0.0.1",
-                                                                 "port": 9}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_WEBHDFS_FUZZ", json.dumps({"conn_type": "webhdfs", "host": "127.0.0.1", "port": 9})
+    )
 
 
 def _context():
@@ -330,8 +400,9 @@ def _context():
 def _operator(job, **kw):
     from airflow_provider_melon.operators.train import MelonTrainOperator
 
-    return MelonTrainOperator(task_id="train", job=job, yarn_conn_id="yarn_fuzz", webhdfs_conn_id="webhdfs_fuzz",
-                              poll_interval=5, **kw)
+    return MelonTrainOperator(
+        task_id="train", job=job, yarn_conn_id="yarn_fuzz", webhdfs_conn_id="webhdfs_fuzz", poll_interval=5, **kw
+    )
 
 
 FIXTURE_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]  # fuzz_conns only sets env variables

@@ -4,9 +4,9 @@
 import pytest
 
 from airflow_provider_melon import submission
+from airflow_provider_melon.hadoop.app_state import progress_line
 from airflow_provider_melon.spec import JobSpec, JobSpecError
 from airflow_provider_melon.submission import StagedFile
-from airflow_provider_melon.hadoop.app_state import progress_line
 
 JOB = {"name": "g", "entrypoint": "python t.py", "roles": {"worker": {"instances": 3, "gpus": 1}}}
 
@@ -30,9 +30,11 @@ def test_bad_gang_settings_name_the_field(field, value):
 
 
 def test_the_progress_line_says_where_gang_formation_stands_until_it_has_formed():
-    waiting = {"state": "RUNNING", "gang": {"hold_s": 60, "formed": False,
-                                            "message": "waiting for the gang: 1 of 3 containers granted"},
-               "tasks": [{"role": "worker", "index": 0, "state": "ALLOCATED"}]}
+    waiting = {
+        "state": "RUNNING",
+        "gang": {"hold_s": 60, "formed": False, "message": "waiting for the gang: 1 of 3 containers granted"},
+        "tasks": [{"role": "worker", "index": 0, "state": "ALLOCATED"}],
+    }
     assert "(waiting for the gang: 1 of 3 containers granted)" in progress_line(waiting)
     formed = {**waiting, "gang": {**waiting["gang"], "formed": True, "message": "gang granted"}}
     assert "gang" not in progress_line(formed)

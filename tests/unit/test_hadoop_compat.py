@@ -60,20 +60,47 @@ def test_a_non_class_file_named_class_is_an_error(tmp_path):
         hc.jar_class_majors(jar)
 
 
-@pytest.mark.parametrize("spec, major", [("1.8", 8), ("1.8.0_392", 8), ("11", 11), ("11.0.13", 11), ("17", 17),
-                                         ("17.0.15", 17), (21, 21), ("", None), (None, None), ("java", None)])
+@pytest.mark.parametrize(
+    "spec, major",
+    [
+        ("1.8", 8),
+        ("1.8.0_392", 8),
+        ("11", 11),
+        ("11.0.13", 11),
+        ("17", 17),
+        ("17.0.15", 17),
+        (21, 21),
+        ("", None),
+        (None, None),
+        ("java", None),
+    ],
+)
 def test_java_major(spec, major):
     assert hc.java_major(spec) == major
 
 
 def test_java_from_jmx_reads_the_runtime_bean():
     # the shape of Hadoop's JMXJsonServlet answer (/jmx?qry=java.lang:type=Runtime), trimmed
-    body = {"beans": [{"name": "java.lang:type=Runtime", "modelerType": "sun.management.RuntimeImpl",
-                       "SpecVersion": "1.8", "VmVersion": "25.392-b08",
-                       "SystemProperties": [{"key": "java.version", "value": "1.8.0_392"}]}]}
+    body = {
+        "beans": [
+            {
+                "name": "java.lang:type=Runtime",
+                "modelerType": "sun.management.RuntimeImpl",
+                "SpecVersion": "1.8",
+                "VmVersion": "25.392-b08",
+                "SystemProperties": [{"key": "java.version", "value": "1.8.0_392"}],
+            }
+        ]
+    }
     assert hc.java_from_jmx(body) == 8
-    no_spec = {"beans": [{"name": "java.lang:type=Runtime",
-                          "SystemProperties": [{"key": "java.specification.version", "value": "11"}]}]}
+    no_spec = {
+        "beans": [
+            {
+                "name": "java.lang:type=Runtime",
+                "SystemProperties": [{"key": "java.specification.version", "value": "11"}],
+            }
+        ]
+    }
     assert hc.java_from_jmx(no_spec) == 11
     assert hc.java_from_jmx({"beans": []}) is None
     assert hc.java_from_jmx({"beans": [{"name": "java.lang:type=Memory", "SpecVersion": "17"}]}) is None
@@ -114,17 +141,22 @@ def _doctor(tmp_path, jar_major: int, node_java: dict[str, object], version: str
             raise spec
         return _Resp(200, {"beans": [{"name": "java.lang:type=Runtime", "SpecVersion": spec}]})
 
-    yarn = SimpleNamespace(cluster_info=lambda: {"hadoopVersion": version, "resourceManagerVersion": version},
-                           nodes=lambda states=None: nodes, get_url=get_url,
-                           node_base_url=lambda http: f"http://{http}")
+    yarn = SimpleNamespace(
+        cluster_info=lambda: {"hadoopVersion": version, "resourceManagerVersion": version},
+        nodes=lambda states=None: nodes,
+        get_url=get_url,
+        node_base_url=lambda http: f"http://{http}",
+    )
     return Doctor(SimpleNamespace(yarn=yarn, am_jar=jar))
 
 
 def test_doctor_hadoop_java_ok_fail_and_unknown(tmp_path):
     ok = _doctor(tmp_path, 52, {"nm1": "1.8", "nm2": "11"}).check_hadoop_java()
     assert ok.status == "ok", ok
-    assert ok.detail == ("Hadoop 3.3.6; NodeManagers on Java 8, 11 (2 of 2 read from their /jmx); the AM jar is "
-                         "Java 8 bytecode (class major 52): runs there")
+    assert ok.detail == (
+        "Hadoop 3.3.6; NodeManagers on Java 8, 11 (2 of 2 read from their /jmx); the AM jar is "
+        "Java 8 bytecode (class major 52): runs there"
+    )
 
     bad = _doctor(tmp_path, 61, {"nm1": "1.8", "nm2": "17"}, version="3.4.2").check_hadoop_java()
     assert bad.status == "fail" and "does not load on nm1:1" in bad.detail and "Java 17 bytecode" in bad.detail

@@ -5,14 +5,22 @@ from hdfs.util import HdfsError
 
 from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, hdfs_errors, put_once, quiet_client_logs, run_slug
 
-JAVA_TRACE = ("Cannot create file/user/root/x. Name node is in safe mode.\n"
-              "\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.checkNameNodeSafeMode(FSNamesystem.java:1570)\n"
-              "\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.startFile(FSNamesystem.java:2531)\n")
+JAVA_TRACE = (
+    "Cannot create file/user/root/x. Name node is in safe mode.\n"
+    "\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.checkNameNodeSafeMode(FSNamesystem.java:1570)\n"
+    "\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.startFile(FSNamesystem.java:2531)\n"
+)
 
 
-@pytest.mark.parametrize("run_id", [
-    "manual__2026-11-30T14:57:19.941365+00:00", "scheduled__2026-01-01T00:00:00+00:00", "a:b", "a b/c",
-])
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "manual__2026-11-30T14:57:19.941365+00:00",
+        "scheduled__2026-01-01T00:00:00+00:00",
+        "a:b",
+        "a b/c",
+    ],
+)
 def test_run_slug_is_a_safe_hdfs_name(run_id):
     slug = run_slug(run_id)
     assert slug and all(c.isalnum() or c in "._-" for c in slug), slug
@@ -95,14 +103,17 @@ def test_losing_the_rename_race_counts_as_cached_and_cleans_up():
     assert any(p.endswith(".tmp") for p in client.deleted) and "/c/abc/.code.zip.lock" in client.deleted
 
 
-@pytest.mark.parametrize("exc, retriable", [
-    (HdfsError(JAVA_TRACE, exception="SafeModeException"), True),
-    (HdfsError("Failed to find datanode, suggest to check cluster health.", exception="IOException"), True),
-    (HdfsError("End of File Exception between local host ...; java.io.EOFException"), True),
-    (ConnectionRefusedError("[Errno 111] Connection refused"), True),
-    (HdfsError("Permission denied: user=bob, access=WRITE", exception="AccessControlException"), False),
-    (HdfsError("File /x already exists", exception="FileAlreadyExistsException"), False),
-])
+@pytest.mark.parametrize(
+    "exc, retriable",
+    [
+        (HdfsError(JAVA_TRACE, exception="SafeModeException"), True),
+        (HdfsError("Failed to find datanode, suggest to check cluster health.", exception="IOException"), True),
+        (HdfsError("End of File Exception between local host ...; java.io.EOFException"), True),
+        (ConnectionRefusedError("[Errno 111] Connection refused"), True),
+        (HdfsError("Permission denied: user=bob, access=WRITE", exception="AccessControlException"), False),
+        (HdfsError("File /x already exists", exception="FileAlreadyExistsException"), False),
+    ],
+)
 def test_transient_causes_are_retriable_and_others_are_not(exc, retriable):
     with pytest.raises(MelonHdfsError) as info:
         with hdfs_errors("write", "/x"):

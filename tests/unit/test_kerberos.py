@@ -31,13 +31,15 @@ def test_two_principals_on_one_cache_file_are_refused(keytab, tmp_path):
     shared = str(tmp_path / "shared.ccache")
     TicketKeeper(KerberosSettings("alice@R", keytab, shared))
     TicketKeeper(KerberosSettings("alice@R", keytab, shared))  # the same principal again: fine
-    with pytest.raises(KerberosError, match=r"kerberos_ccache .*shared.ccache already holds the tickets of "
-                                            r"'alice@R'.*give 'bob@R' its own cache"):
+    with pytest.raises(
+        KerberosError,
+        match=r"kerberos_ccache .*shared.ccache already holds the tickets of "
+        r"'alice@R'.*give 'bob@R' its own cache",
+    ):
         TicketKeeper(KerberosSettings("bob@R", keytab, shared))
 
 
-def test_the_auth_object_carries_the_keepers_cache_and_the_environment_is_left_alone(keytab, tmp_path,
-                                                                                      monkeypatch):
+def test_the_auth_object_carries_the_keepers_cache_and_the_environment_is_left_alone(keytab, tmp_path, monkeypatch):
     import spnego
     from requests_kerberos import HTTPKerberosAuth
 
@@ -64,20 +66,27 @@ def test_the_webhdfs_client_of_a_kerberos_hook_uses_the_yarn_hooks_cache(keytab,
     from airflow_provider_melon.hooks.melon import MelonHook
     from airflow_provider_melon.hooks.yarn import YarnHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_WEBHDFS_DEFAULT", json.dumps({"conn_type": "webhdfs", "host": "nn.example",
-                                                                   "port": 9870}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_WEBHDFS_DEFAULT", json.dumps({"conn_type": "webhdfs", "host": "nn.example", "port": 9870})
+    )
     monkeypatch.delenv("AIRFLOW__CORE__SECURITY", raising=False)
     ensured = []
     monkeypatch.setattr(TicketKeeper, "ensure", lambda self, force=False: ensured.append(self.s.principal))
-    yarn = YarnHook(rm_urls=["http://rm.example:8088"], auth="kerberos", kerberos_principal="erin/host.example@R",
-                    kerberos_keytab=keytab, kerberos_ccache=str(tmp_path / "erin.ccache"))
+    yarn = YarnHook(
+        rm_urls=["http://rm.example:8088"],
+        auth="kerberos",
+        kerberos_principal="erin/host.example@R",
+        kerberos_keytab=keytab,
+        kerberos_ccache=str(tmp_path / "erin.ccache"),
+    )
     hook = MelonHook(yarn_hook=yarn)
     assert hook.user == "erin" and hook.staging_dir == "/user/erin/.melon"  # not the OS user's home
     client = hook.hdfs
     assert isinstance(client, KerberosClient) and client.url == "http://nn.example:9870"
     assert ensured == ["erin/host.example@R"]  # the ticket came first
-    assert client._session.auth.principal == spnego.KerberosCCache(ccache=f"FILE:{tmp_path / 'erin.ccache'}",
-                                                                    principal="erin/host.example@R")
+    assert client._session.auth.principal == spnego.KerberosCCache(
+        ccache=f"FILE:{tmp_path / 'erin.ccache'}", principal="erin/host.example@R"
+    )
 
 
 @pytest.mark.parametrize("missing", ["requests_kerberos", "gssapi", "spnego"])
@@ -91,10 +100,22 @@ def test_a_kerberos_connection_without_the_extra_fails_at_once_naming_it(missing
     from airflow_provider_melon.hooks.yarn import YarnHook
 
     monkeypatch.setitem(sys.modules, missing, None)
-    monkeypatch.setenv("AIRFLOW_CONN_YARN_KRB", json.dumps({
-        "conn_type": "yarn", "host": "rm.invalid", "port": 8088,
-        "extra": {"auth": "kerberos", "kerberos_principal": "frank@R", "kerberos_keytab": keytab,
-                  "kerberos_ccache": str(tmp_path / "frank.ccache")}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_YARN_KRB",
+        json.dumps(
+            {
+                "conn_type": "yarn",
+                "host": "rm.invalid",
+                "port": 8088,
+                "extra": {
+                    "auth": "kerberos",
+                    "kerberos_principal": "frank@R",
+                    "kerberos_keytab": keytab,
+                    "kerberos_ccache": str(tmp_path / "frank.ccache"),
+                },
+            }
+        ),
+    )
     hook = YarnHook(yarn_conn_id="yarn_krb")
     with pytest.raises(KerberosError) as err:
         hook.get_conn()

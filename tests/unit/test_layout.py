@@ -29,12 +29,24 @@ NAME = "airflow_provider_melon"
 
 #: layer of each top-level part of the package (a module imports from its layer or lower ones only)
 LAYERS = {
-    "runtime": 0, "gpu": 0, "am": 0,
+    "runtime": 0,
+    "gpu": 0,
+    "am": 0,
     "hadoop": 1,
-    "spec": 2, "submission": 2, "planner": 2, "provider_info": 2,
-    "version_compat": 3, "hooks": 3,
-    "links": 4, "operators": 4, "sensors": 4, "triggers": 4, "plugin": 4, "hdfs_io": 4,
-    "cli": 5, "dev": 5,
+    "spec": 2,
+    "submission": 2,
+    "planner": 2,
+    "provider_info": 2,
+    "version_compat": 3,
+    "hooks": 3,
+    "links": 4,
+    "operators": 4,
+    "sensors": 4,
+    "triggers": 4,
+    "plugin": 4,
+    "hdfs_io": 4,
+    "cli": 5,
+    "dev": 5,
 }
 AIRFLOW_FREE = ("runtime", "gpu", "hadoop")
 NOT_FROM_HADOOP = ("runtime", "gpu")
@@ -56,15 +68,16 @@ MODULES = _modules()
 
 def _part(module: str) -> str:
     """The top-level part of the package a module belongs to ('' for the package's own __init__)."""
-    rest = module[len(NAME) + 1:] if module != NAME else ""
+    rest = module[len(NAME) + 1 :] if module != NAME else ""
     return rest.split(".", 1)[0]
 
 
 def _type_checking(node: ast.AST) -> bool:
     """``if TYPE_CHECKING:``: its imports never run (still an arrow for the layers, not for import cycles)."""
     test = getattr(node, "test", None) if isinstance(node, ast.If) else None
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(path: Path, module: str) -> list[tuple[str, bool]]:
@@ -75,8 +88,11 @@ def _imports(path: Path, module: str) -> list[tuple[str, bool]]:
 
     def visit(node: ast.AST, top: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+            inner = (
+                top
+                and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                 and not _type_checking(child)
+            )
             if isinstance(child, ast.Import):
                 found.extend((alias.name, top) for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -115,15 +131,25 @@ def test_layers_point_down():
 
 @pytest.mark.parametrize("part", AIRFLOW_FREE)
 def test_airflow_free_parts_import_no_airflow(part):
-    bad = [f"{m} -> {n}" for m, imports in GRAPH.items() if _part(m) == part
-           for n, _top in imports if n == "airflow" or n.startswith("airflow.")]
+    bad = [
+        f"{m} -> {n}"
+        for m, imports in GRAPH.items()
+        if _part(m) == part
+        for n, _top in imports
+        if n == "airflow" or n.startswith("airflow.")
+    ]
     assert not bad, bad
 
 
 @pytest.mark.parametrize("part", NOT_FROM_HADOOP)
 def test_the_container_payload_imports_nothing_from_hadoop(part):
-    bad = [f"{m} -> {n}" for m, imports in GRAPH.items() if _part(m) == part
-           for n, _top in imports if _part(n) == "hadoop" and n.startswith(NAME)]
+    bad = [
+        f"{m} -> {n}"
+        for m, imports in GRAPH.items()
+        if _part(m) == part
+        for n, _top in imports
+        if _part(n) == "hadoop" and n.startswith(NAME)
+    ]
     assert not bad, bad
 
 
@@ -137,7 +163,7 @@ def test_no_import_cycle():
             if nxt.startswith(node + "."):
                 continue  # a package importing its own submodule is not a cycle
             if state.get(nxt) == "open":
-                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(path[path.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 walk(nxt, path + [nxt])
         state[node] = "done"
@@ -177,9 +203,11 @@ def test_no_module_getattr_and_no_meta_path_finder():
 
 
 def test_importing_the_package_leaves_the_import_system_alone():
-    code = ("import sys\nbefore = list(sys.meta_path)\nimport airflow_provider_melon\n"
-            "assert sys.meta_path == before, [type(f).__name__ for f in sys.meta_path if f not in before]\n"
-            "assert not hasattr(airflow_provider_melon, '__getattr__')\n")
+    code = (
+        "import sys\nbefore = list(sys.meta_path)\nimport airflow_provider_melon\n"
+        "assert sys.meta_path == before, [type(f).__name__ for f in sys.meta_path if f not in before]\n"
+        "assert not hasattr(airflow_provider_melon, '__getattr__')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG.parent)
     assert done.returncode == 0, done.stderr[-2000:]
 

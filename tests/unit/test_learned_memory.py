@@ -65,29 +65,62 @@ def test_learned_figure_rules():
 
 def test_run_record_from_the_am_final_status():
     tasks = [
-        {"role": "worker", "index": 0, "initial_gpu_memory_mb": 1024, "expected_gpu_memory_mb": 1536,
-         "gpu_memory_peak_mb": None, "oom_growths": 1, "oom": {"cap_mb": 1024, "peak_mb": 1100}},
-        {"role": "worker", "index": 1, "initial_gpu_memory_mb": 1024, "expected_gpu_memory_mb": 1024,
-         "gpu_memory_peak_mb": 900, "oom_growths": 0, "oom": None},
+        {
+            "role": "worker",
+            "index": 0,
+            "initial_gpu_memory_mb": 1024,
+            "expected_gpu_memory_mb": 1536,
+            "gpu_memory_peak_mb": None,
+            "oom_growths": 1,
+            "oom": {"cap_mb": 1024, "peak_mb": 1100},
+        },
+        {
+            "role": "worker",
+            "index": 1,
+            "initial_gpu_memory_mb": 1024,
+            "expected_gpu_memory_mb": 1024,
+            "gpu_memory_peak_mb": 900,
+            "oom_growths": 0,
+            "oom": None,
+        },
         {"role": "ps", "index": 0},
     ]
-    rec = learned.run_record("worker", tasks, app_id="application_1_0001", state="SUCCEEDED", at=5.5,
-                             planned_mb=1024)
-    assert rec == {"role": "worker", "app_id": "application_1_0001", "at": 5, "state": "SUCCEEDED",
-                   "initial_mb": 1024, "expected_mb": 1536, "peak_mb": 1100, "peak_source": None, "oom": True,
-                   "growths": 1}
+    rec = learned.run_record("worker", tasks, app_id="application_1_0001", state="SUCCEEDED", at=5.5, planned_mb=1024)
+    assert rec == {
+        "role": "worker",
+        "app_id": "application_1_0001",
+        "at": 5,
+        "state": "SUCCEEDED",
+        "initial_mb": 1024,
+        "expected_mb": 1536,
+        "peak_mb": 1100,
+        "peak_source": None,
+        "oom": True,
+        "growths": 1,
+    }
 
 
 def test_resolve_names_its_source_and_the_field():
-    roles = JobSpec.from_dict({"name": "j", "entrypoint": "x", "roles": {
-        "chief": {"gpu_memory": "auto:1g"}, "worker": {"gpu_memory": "auto"}, "ps": {"gpu_memory": "512m"}}}).roles
+    roles = JobSpec.from_dict(
+        {
+            "name": "j",
+            "entrypoint": "x",
+            "roles": {
+                "chief": {"gpu_memory": "auto:1g"},
+                "worker": {"gpu_memory": "auto"},
+                "ps": {"gpu_memory": "512m"},
+            },
+        }
+    ).roles
     history = {"worker": [run("application_1_0001", expected=1536)]}
     figures, lines = memory_history.resolve(lambda r: history.get(r, []), roles)
     assert figures == {"chief": 1024, "worker": 1536}
-    assert lines == ["roles.chief.gpu_memory auto: 1024 MiB (no history yet: the first run's figure, auto:<size> "
-                     "or the operator's gpu_memory)",
-                     "roles.worker.gpu_memory auto: 1536 MiB (learned from the last 1 run(s): succeeded at 1536 MiB "
-                     "in run application_1_0001)"]
+    assert lines == [
+        "roles.chief.gpu_memory auto: 1024 MiB (no history yet: the first run's figure, auto:<size> "
+        "or the operator's gpu_memory)",
+        "roles.worker.gpu_memory auto: 1536 MiB (learned from the last 1 run(s): succeeded at 1536 MiB "
+        "in run application_1_0001)",
+    ]
     with pytest.raises(ValueError, match=r"roles\.worker\.gpu_memory: 'auto' has no history"):
         memory_history.resolve(lambda r: [], roles)
 
@@ -109,8 +142,17 @@ def test_a_peak_that_fills_its_cap_does_not_ratchet_the_figure():
     teach cap × 1.1 each time (4096 → 4506 → 4957 → ...): a successful run says the cap sufficed."""
     runs, figure = [], 4096
     for night in range(12):
-        runs.append({"app_id": f"application_1_{night:04d}", "state": "SUCCEEDED", "initial_mb": figure,
-                     "expected_mb": figure, "peak_mb": figure, "peak_source": "nvml-process", "oom": False})
+        runs.append(
+            {
+                "app_id": f"application_1_{night:04d}",
+                "state": "SUCCEEDED",
+                "initial_mb": figure,
+                "expected_mb": figure,
+                "peak_mb": figure,
+                "peak_source": "nvml-process",
+                "oom": False,
+            }
+        )
         figure, why = learned.learned_mb(runs)
     assert figure == 4096, why
     assert "reached its cap" in why
@@ -130,10 +172,26 @@ def test_a_device_wide_peak_only_bounds_the_figure():
 
 def test_run_record_carries_the_peaks_source_and_prefers_a_process_peak():
     tasks = [
-        {"role": "worker", "index": 0, "initial_gpu_memory_mb": 4096, "expected_gpu_memory_mb": 4096,
-         "gpu_memory_peak_mb": 3400, "gpu_memory_peak_source": "tensorflow", "oom_growths": 0, "oom": None},
-        {"role": "worker", "index": 1, "initial_gpu_memory_mb": 4096, "expected_gpu_memory_mb": 4096,
-         "gpu_memory_peak_mb": 9000, "gpu_memory_peak_source": "nvml-device", "oom_growths": 0, "oom": None},
+        {
+            "role": "worker",
+            "index": 0,
+            "initial_gpu_memory_mb": 4096,
+            "expected_gpu_memory_mb": 4096,
+            "gpu_memory_peak_mb": 3400,
+            "gpu_memory_peak_source": "tensorflow",
+            "oom_growths": 0,
+            "oom": None,
+        },
+        {
+            "role": "worker",
+            "index": 1,
+            "initial_gpu_memory_mb": 4096,
+            "expected_gpu_memory_mb": 4096,
+            "gpu_memory_peak_mb": 9000,
+            "gpu_memory_peak_source": "nvml-device",
+            "oom_growths": 0,
+            "oom": None,
+        },
     ]
     rec = learned.run_record("worker", tasks, app_id="application_1_0002", state="SUCCEEDED", at=1, planned_mb=4096)
     assert (rec["peak_mb"], rec["peak_source"]) == (3400, "tensorflow")
@@ -163,17 +221,38 @@ def test_the_hook_caps_the_learned_figure_at_the_clusters_largest_gpu(monkeypatc
     from airflow_provider_melon.hooks.melon import MelonHook
     from airflow_provider_melon.hooks.yarn import YarnHook
 
-    nodes = [{"id": "gpu1:8041", "state": "RUNNING",
-              "totalResource": {"resources": {"yarn.io/gpu": 8, "melon.io/gpu-memory": 8 * 81559}}},
-             {"id": "gpu2:8041", "state": "RUNNING",
-              "totalResource": {"resources": {"yarn.io/gpu": 4, "melon.io/gpu-memory": 4 * 40960}}}]
-    top = {"role": "worker", "app_id": "application_1_0009", "state": "FAILED", "expected_mb": 81000, "oom": True,
-           "peak_mb": 81000, "peak_source": "torch"}
-    hook = MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=object(),
-                     fs_default_fs="hdfs://nn:8020", gpu_context_mb=400)
+    nodes = [
+        {
+            "id": "gpu1:8041",
+            "state": "RUNNING",
+            "totalResource": {"resources": {"yarn.io/gpu": 8, "melon.io/gpu-memory": 8 * 81559}},
+        },
+        {
+            "id": "gpu2:8041",
+            "state": "RUNNING",
+            "totalResource": {"resources": {"yarn.io/gpu": 4, "melon.io/gpu-memory": 4 * 40960}},
+        },
+    ]
+    top = {
+        "role": "worker",
+        "app_id": "application_1_0009",
+        "state": "FAILED",
+        "expected_mb": 81000,
+        "oom": True,
+        "peak_mb": 81000,
+        "peak_source": "torch",
+    }
+    hook = MelonHook(
+        yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"),
+        hdfs_client=object(),
+        fs_default_fs="hdfs://nn:8020",
+        gpu_context_mb=400,
+    )
     spec = JobSpec.from_dict(_job(gpu_memory="auto:8GiB"))
-    with mock.patch.object(YarnHook, "nodes", autospec=True, return_value=nodes), \
-            mock.patch.object(memory_history, "read_runs", return_value=[top]):
+    with (
+        mock.patch.object(YarnHook, "nodes", autospec=True, return_value=nodes),
+        mock.patch.object(memory_history, "read_runs", return_value=[top]),
+    ):
         resolved, lines = hook.resolve_gpu_memory(spec, "dag/task")
     assert resolved.roles["worker"].gpu_memory_mb == 81559 - 400, lines
     assert "capped at the largest GPU (81559 MiB less 400 MiB for the CUDA context)" in lines[0]

@@ -101,8 +101,11 @@ def test_the_ledger_places_by_the_default_policy(led):
     assert led.reserve("s2", me, 35000, devs) == 1  # best fit would stack it on GPU 0
     assert led.reserve("l1", me, 70000, devs, large=True) == 2
     assert led.reserve("l2", me, 70000, devs, large=True) == 2  # beside s1 or s2 would shut out small tasks
-    pgs = [ledger.policy.Gpu(0, 141000, 35000, [("s1", 35000, False)]), ledger.policy.Gpu(1, 141000, 35000,
-           [("s2", 35000, False)]), ledger.policy.Gpu(2, 141000, 140000, [("l1", 70000, True), ("l2", 70000, True)])]
+    pgs = [
+        ledger.policy.Gpu(0, 141000, 35000, [("s1", 35000, False)]),
+        ledger.policy.Gpu(1, 141000, 35000, [("s2", 35000, False)]),
+        ledger.policy.Gpu(2, 141000, 140000, [("l1", 70000, True), ("l2", 70000, True)]),
+    ]
     assert led.reserve("s3", me, 35000, devs) == ledger.policy.place_default(pgs, 35000) == 0
 
 
@@ -184,8 +187,10 @@ def test_concurrent_reservations_never_overcommit(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER.format(repo=REPO))
     n = 12  # capacity: 3 x 3000 MiB per 10000 MiB GPU, 2 GPUs -> exactly 6 fit
-    procs = [subprocess.Popen([sys.executable, str(script), d, go, f"t{i}"], stdout=subprocess.PIPE, text=True)
-             for i in range(n)]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), d, go, f"t{i}"], stdout=subprocess.PIPE, text=True)
+        for i in range(n)
+    ]
     try:
         # a ready barrier: every worker has imported and is spinning on the go file before it exists
         assert [p.stdout.readline().strip() for p in procs] == ["ready"] * n
@@ -210,9 +215,11 @@ def test_concurrent_reservations_never_overcommit(tmp_path):
 
 # ---- devices ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def no_nvml(monkeypatch):
     """pynvml fails to import, as on a host without the NVIDIA driver (so these run the same on a GPU host)."""
+
     def hidden():
         raise ImportError("NVML hidden by the test")
 
@@ -221,13 +228,23 @@ def no_nvml(monkeypatch):
 
 def test_inventory_source(tmp_path, no_nvml):
     inv = tmp_path / "inv.json"
-    inv.write_text(json.dumps({"gpus": [{"index": 0, "total_mb": 16384, "name": "virtual"},
-                                        {"index": 1, "total_mb": 8192, "used_mb": 100}]}))
+    inv.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {"index": 0, "total_mb": 16384, "name": "virtual"},
+                    {"index": 1, "total_mb": 8192, "used_mb": 100},
+                ]
+            }
+        )
+    )
     env = {"MELON_GPU_INVENTORY": str(inv)}
     found = devices.list_gpus(env)
     assert found.source == "inventory"
-    assert [(g.index, g.total_mb, g.used_mb, g.name) for g in found] == [(0, 16384, 0, "virtual"),
-                                                                          (1, 8192, 100, "virtual")]
+    assert [(g.index, g.total_mb, g.used_mb, g.name) for g in found] == [
+        (0, 16384, 0, "virtual"),
+        (1, 8192, 100, "virtual"),
+    ]
 
 
 def test_no_gpu_reason(tmp_path, no_nvml):
@@ -270,6 +287,7 @@ def test_default_dir_per_nodemanager():
 
 
 # ---- the ledger directory's rule (gpu.ledger.check_directory) ---------------------------------------------
+
 
 @pytest.fixture
 def shared(tmp_path):
@@ -347,11 +365,18 @@ def test_a_process_the_ledger_does_not_know_counts_even_below_melons_reservation
     as NVML (the fake: tests/fake_nvml.py, NVML's documented semantics) reports them. A notebook's 4000 MiB count
     although MeLoN's 8000 MiB of reservations are more than NVML's whole used memory."""
     from tests.fake_nvml import fake_nvml
+
     task = sleeper()  # a MeLoN task's process, holding its reservation
     notebook = sleeper()  # another user's process: visible in /proc, in no reservation
     try:
-        device = {"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 16384, "driver_mb": 500, "util": 0,
-                  "procs": {task.pid: 3000}}
+        device = {
+            "uuid": "GPU-a",
+            "name": "NVIDIA H200",
+            "total_mb": 16384,
+            "driver_mb": 500,
+            "util": 0,
+            "procs": {task.pid: 3000},
+        }
         monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([device]))
         led = Ledger(str(tmp_path / "ledger"))
         assert led.reserve("melon-a", task.pid, 8000, devices.nvml_gpus(env={})) == 0
@@ -370,9 +395,17 @@ def test_a_process_the_ledger_does_not_know_counts_even_below_melons_reservation
 def test_a_tasks_own_process_tree_is_not_foreign(tmp_path):
     """NVML lists the user's process, a child of the executor that holds the reservation: it is MeLoN's, counted by
     its reservation (and by its use where that is larger), never twice."""
-    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-                               "print(c.pid, flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            "print(c.pid, flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         child = int(parent.stdout.readline())
         led = Ledger(str(tmp_path / "ledger"))
@@ -393,12 +426,15 @@ def test_the_reserve_default_covers_the_context_measured_on_the_h200():
     minus torch's max_memory_reserved is 618 MiB of the device's plus 768 MiB per process. The default must cover
     the per-process figure, and gpu/context.py's measured figure is the data's."""
     from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
+
     sys.path.insert(0, REPO)
     from benchmarks import bench_ledger_replay as replay
+
     context, driver, residual = replay.fit_context(replay.load("h200-colocate.json"))
     assert residual < 5 and 500 < driver < 700, (context, driver, residual)
     assert GPU_CONTEXT_MB_DEFAULT >= context, (GPU_CONTEXT_MB_DEFAULT, context)
     from airflow_provider_melon.gpu.context import CONTEXT_MB, MEASURED_CONTEXT_MB, context_mb_default
+
     assert abs(MEASURED_CONTEXT_MB - context) < 1
     assert min(CONTEXT_MB.values()) >= context and context_mb_default("pytorch") == CONTEXT_MB["pytorch"]
     assert context_mb_default("jax") == CONTEXT_MB["generic"]
@@ -410,8 +446,10 @@ def test_replaying_the_recorded_co_locations_through_the_ledger_never_oversubscr
     true use (allocator peak + measured context, + the device's own) exceeds the GPU, nor any task its reservation.
     The old 400 MiB reserve fails the same replay."""
     from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
+
     sys.path.insert(0, REPO)
     from benchmarks import bench_ledger_replay as replay
+
     fit, *rows = replay.run([400, GPU_CONTEXT_MB_DEFAULT])
     names = {r["scenario"] for r in rows}
     assert {"8 x R18", "8 x R50", "mix r50+3r18", "R50 until full"} <= names, names

@@ -25,14 +25,27 @@ APP = "application_1700000000000_0042"
 
 @pytest.fixture
 def operator(tmp_path, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_YARN_LINEAGE", json.dumps({
-        "conn_type": "yarn", "host": "http://rm.example:8088",
-        "extra": {"fs_default_fs": "hdfs://nn.example:8020", "web_ui_url": "http://rm-ui.example:8088"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_YARN_LINEAGE",
+        json.dumps(
+            {
+                "conn_type": "yarn",
+                "host": "http://rm.example:8088",
+                "extra": {"fs_default_fs": "hdfs://nn.example:8020", "web_ui_url": "http://rm-ui.example:8088"},
+            }
+        ),
+    )
     (tmp_path / "code").mkdir()
-    job = {"name": "mnist", "framework": "tensorflow", "code": str(tmp_path / "code"), "entrypoint": "python t.py",
-           "queue": "gpu", "roles": {"chief": {"gpu_memory": "4GiB"}},
-           "inputs": [{"path": "hdfs:///data/mnist.npz"}, {"path": "hdfs://other-nn:9000/shared/vocab.txt"}],
-           "outputs": {"model": "hdfs:///models/mnist", "metrics": "/models/mnist-metrics"}}
+    job = {
+        "name": "mnist",
+        "framework": "tensorflow",
+        "code": str(tmp_path / "code"),
+        "entrypoint": "python t.py",
+        "queue": "gpu",
+        "roles": {"chief": {"gpu_memory": "4GiB"}},
+        "inputs": [{"path": "hdfs:///data/mnist.npz"}, {"path": "hdfs://other-nn:9000/shared/vocab.txt"}],
+        "outputs": {"model": "hdfs:///models/mnist", "metrics": "/models/mnist-metrics"},
+    }
     op = MelonTrainOperator(task_id="train", job=job, yarn_conn_id="yarn_lineage")
     # as a successful run leaves the operator: the job loaded, the application known
     op._spec = op.load_spec()
@@ -40,31 +53,50 @@ def operator(tmp_path, monkeypatch):
     return op
 
 
-def test_the_openlineage_provider_emits_the_hdfs_datasets_and_the_yarn_application(operator, tmp_path,
-                                                                                  monkeypatch):
+def test_the_openlineage_provider_emits_the_hdfs_datasets_and_the_yarn_application(operator, tmp_path, monkeypatch):
     events = tmp_path / "events.jsonl"
-    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT",
-                       json.dumps({"type": "file", "log_file_path": str(events), "append": True}))
-    ti = types.SimpleNamespace(task=operator, dag_id="train_dag", task_id="train", run_id="manual__1",
-                               try_number=1, map_index=-1)
-    lineage = ExtractorManager().extract_metadata(dagrun=types.SimpleNamespace(run_id="manual__1"), task=operator,
-                                                  task_instance_state=TaskInstanceState.SUCCESS,
-                                                  task_instance=ti)
+    monkeypatch.setenv(
+        "AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps({"type": "file", "log_file_path": str(events), "append": True})
+    )
+    ti = types.SimpleNamespace(
+        task=operator, dag_id="train_dag", task_id="train", run_id="manual__1", try_number=1, map_index=-1
+    )
+    lineage = ExtractorManager().extract_metadata(
+        dagrun=types.SimpleNamespace(run_id="manual__1"),
+        task=operator,
+        task_instance_state=TaskInstanceState.SUCCESS,
+        task_instance=ti,
+    )
     OpenLineageAdapter().complete_task(
-        run_id="01936b7a-0000-7000-8000-000000000001", job_name="train_dag.train",
-        end_time=datetime.now(timezone.utc).isoformat(), task=lineage, nominal_start_time=None,
-        nominal_end_time=None, owners=["airflow"], tags=[], job_description=None)
+        run_id="01936b7a-0000-7000-8000-000000000001",
+        job_name="train_dag.train",
+        end_time=datetime.now(timezone.utc).isoformat(),
+        task=lineage,
+        nominal_start_time=None,
+        nominal_end_time=None,
+        owners=["airflow"],
+        tags=[],
+        job_description=None,
+    )
 
     [line] = [line for line in events.read_text().splitlines() if line.strip()]
     event = json.loads(line)
     assert event["eventType"] == "COMPLETE"
     assert sorted((d["namespace"], d["name"]) for d in event["inputs"]) == [
-        ("hdfs://nn.example:8020", "/data/mnist.npz"), ("hdfs://other-nn:9000", "/shared/vocab.txt")]
+        ("hdfs://nn.example:8020", "/data/mnist.npz"),
+        ("hdfs://other-nn:9000", "/shared/vocab.txt"),
+    ]
     assert sorted((d["namespace"], d["name"]) for d in event["outputs"]) == [
-        ("hdfs://nn.example:8020", "/models/mnist"), ("hdfs://nn.example:8020", "/models/mnist-metrics")]
+        ("hdfs://nn.example:8020", "/models/mnist"),
+        ("hdfs://nn.example:8020", "/models/mnist-metrics"),
+    ]
     app = event["job"]["facets"]["melon_yarnApplication"]
-    assert (app["name"], app["applicationType"], app["queue"], app["framework"]) == ("mnist", "MELON", "gpu",
-                                                                                      "tensorflow")
+    assert (app["name"], app["applicationType"], app["queue"], app["framework"]) == (
+        "mnist",
+        "MELON",
+        "gpu",
+        "tensorflow",
+    )
     assert event["job"]["facets"]["jobType"]["integration"] == "AIRFLOW"  # the provider's own job type facet
     run = event["run"]["facets"]["melon_yarnApplication"]
     assert run["applicationId"] == APP

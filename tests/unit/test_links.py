@@ -26,13 +26,16 @@ def test_url_builders():
     assert MelonAmStatusLink.url("http://rm:8088", APP) == f"http://rm:8088/proxy/{APP}/"
 
 
-@pytest.mark.parametrize("base,logdir,expected", [
-    ("http://tb:6006", "hdfs://nn:8020/tb/run 1", "http://tb:6006?logdir=hdfs://nn:8020/tb/run%201"),
-    ("http://tb/open?x=1", "/tb/a", "http://tb/open?x=1&logdir=/tb/a"),
-    ("http://tb:6006/#scalars&logdir={logdir}", "/tb/a", "http://tb:6006/#scalars&logdir=/tb/a"),
-    (None, "/tb/a", None),
-    ("http://tb:6006", None, None),
-])
+@pytest.mark.parametrize(
+    "base,logdir,expected",
+    [
+        ("http://tb:6006", "hdfs://nn:8020/tb/run 1", "http://tb:6006?logdir=hdfs://nn:8020/tb/run%201"),
+        ("http://tb/open?x=1", "/tb/a", "http://tb/open?x=1&logdir=/tb/a"),
+        ("http://tb:6006/#scalars&logdir={logdir}", "/tb/a", "http://tb:6006/#scalars&logdir=/tb/a"),
+        (None, "/tb/a", None),
+        ("http://tb:6006", None, None),
+    ],
+)
 def test_tensorboard_url(base, logdir, expected):
     assert tensorboard_url(base, logdir) == expected
     assert TensorBoardLink.url(base, logdir) == expected
@@ -60,11 +63,14 @@ def test_persist_without_url_pushes_nothing():
 @pytest.mark.parametrize("link", LINKS)
 def test_get_link_reads_the_url_from_xcom(link):
     ti_key = mock.Mock(dag_id="d", task_id="t", run_id="r", map_index=-1)
-    store = {YarnApplicationLink.xcom_key: f"http://rm:8088/cluster/app/{APP}",
-             MelonAmStatusLink.xcom_key: f"http://rm:8088/proxy/{APP}/",
-             TensorBoardLink.xcom_key: "http://tb:6006?logdir=/tb"}
-    with mock.patch("airflow_provider_melon.links.XCom.get_value",
-                    side_effect=lambda *, ti_key, key: store.get(key)) as get_value:
+    store = {
+        YarnApplicationLink.xcom_key: f"http://rm:8088/cluster/app/{APP}",
+        MelonAmStatusLink.xcom_key: f"http://rm:8088/proxy/{APP}/",
+        TensorBoardLink.xcom_key: "http://tb:6006?logdir=/tb",
+    }
+    with mock.patch(
+        "airflow_provider_melon.links.XCom.get_value", side_effect=lambda *, ti_key, key: store.get(key)
+    ) as get_value:
         assert link().get_link(operator=mock.Mock(), ti_key=ti_key) == store[link.xcom_key]
     get_value.assert_called_once_with(ti_key=ti_key, key=link.xcom_key)
 
@@ -86,7 +92,8 @@ def test_operator_links_serialize_with_their_xcom_keys():
     from airflow_provider_melon.operators.train import MelonTrainOperator
 
     with DAG("links_dag"):
-        op = MelonTrainOperator(task_id="train", job={"name": "x", "entrypoint": "python a.py",
-                                                      "roles": {"worker": {}}}, poll_interval=5)
+        op = MelonTrainOperator(
+            task_id="train", job={"name": "x", "entrypoint": "python a.py", "roles": {"worker": {}}}, poll_interval=5
+        )
     encoded = OperatorSerialization.serialize_operator(op)["_operator_extra_links"]
     assert encoded == {link.name: link.xcom_key for link in LINKS}

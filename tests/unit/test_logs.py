@@ -18,9 +18,9 @@ import pytest
 import requests
 import requests_mock as rm_mock
 
+from airflow_provider_melon.hadoop.log_follower import FETCH_WINDOW, RESUME_TAIL_BYTES, SLACK, LogFollower, chief_of
 from airflow_provider_melon.hadoop.nodemanager import parse_container_log
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
-from airflow_provider_melon.hadoop.log_follower import FETCH_WINDOW, RESUME_TAIL_BYTES, SLACK, LogFollower, chief_of
 from airflow_provider_melon.triggers.yarn import FINAL_LOGS_KEY
 from airflow_provider_melon.version_compat import XCom
 
@@ -45,8 +45,14 @@ class FakeNM:
         self.attempts: list[tuple[str, str]] = []  # asked, answered or not
         self.down: set[str] = set()
         m.get(LOG_URL, content=self._answer)
-        m.get(f"{RM}/ws/v1/cluster/nodes", json={"nodes": {"node": [
-            {"id": nid, "nodeHTTPAddress": http, "state": "RUNNING"} for nid, http in NODES.items()]}})
+        m.get(
+            f"{RM}/ws/v1/cluster/nodes",
+            json={
+                "nodes": {
+                    "node": [{"id": nid, "nodeHTTPAddress": http, "state": "RUNNING"} for nid, http in NODES.items()]
+                }
+            },
+        )
 
     def write(self, cid: str, file: str, data: str | bytes) -> None:
         self.files.setdefault((cid, file), bytearray()).extend(data.encode() if isinstance(data, str) else data)
@@ -68,11 +74,15 @@ class FakeNM:
             context.status_code = 404
             return b"HTTP 404 Not Found"
         length = len(data)
-        part = bytes(data) if size is None else bytes(data[:size] if size >= 0 else data[max(0, length + size):])
-        head = (f"Container: {cid} on {host}:45454\nLogAggregationType: LOCAL\n{'=' * 68}\nLogType:{file}\n"
-                f"LogLastModifiedTime:Mon Nov 30 19:27:34 +0000 2026\nLogLength:{length}\nLogContents:\n").encode()
-        foot = (f"End of LogType:{file}.This log file belongs to a running container ({cid}) and so may not be "
-                f"complete.\n{'*' * 71}\n\n").encode()
+        part = bytes(data) if size is None else bytes(data[:size] if size >= 0 else data[max(0, length + size) :])
+        head = (
+            f"Container: {cid} on {host}:45454\nLogAggregationType: LOCAL\n{'=' * 68}\nLogType:{file}\n"
+            f"LogLastModifiedTime:Mon Nov 30 19:27:34 +0000 2026\nLogLength:{length}\nLogContents:\n"
+        ).encode()
+        foot = (
+            f"End of LogType:{file}.This log file belongs to a running container ({cid}) and so may not be "
+            f"complete.\n{'*' * 71}\n\n"
+        ).encode()
         context.headers["Content-Type"] = "text/plain;charset=utf-8"
         return head + part + foot
 
@@ -89,14 +99,31 @@ def hook():
 
 
 def app(state="RUNNING", final="UNDEFINED", diagnostics="", aggregation="DISABLED"):
-    return {"id": APP, "user": "alice", "state": state, "finalStatus": final, "diagnostics": diagnostics,
-            "trackingUrl": f"{RM}/proxy/{APP}/", "logAggregationStatus": aggregation,
-            "amContainerLogs": "http://nm1:8042/node/containerlogs/container_1700000000000_0042_01_000001/alice"}
+    return {
+        "id": APP,
+        "user": "alice",
+        "state": state,
+        "finalStatus": final,
+        "diagnostics": diagnostics,
+        "trackingUrl": f"{RM}/proxy/{APP}/",
+        "logAggregationStatus": aggregation,
+        "amContainerLogs": "http://nm1:8042/node/containerlogs/container_1700000000000_0042_01_000001/alice",
+    }
 
 
 def task(role, index, state="RUNNING", cid=None, node="nm1:45454", **kw):
-    return dict({"role": role, "index": index, "state": state, "container_id": cid, "node_id": node,
-                 "attempt": 0, "exit_code": None}, **kw)
+    return dict(
+        {
+            "role": role,
+            "index": index,
+            "state": state,
+            "container_id": cid,
+            "node_id": node,
+            "attempt": 0,
+            "exit_code": None,
+        },
+        **kw,
+    )
 
 
 def status(*tasks):
@@ -107,7 +134,7 @@ RUNNING = status(task("chief", 0, cid=CHIEF_CID), task("worker", 0, cid=WORKER_C
 
 
 def job_lines(lines: list[str], prefix: str) -> list[str]:
-    return [line[len(prefix):] for line in lines if line.startswith(prefix)]
+    return [line[len(prefix) :] for line in lines if line.startswith(prefix)]
 
 
 # ---------------------------------------------------------------------------------------------- offsets
@@ -120,8 +147,11 @@ def test_lines_once_in_order_and_a_partial_line_waits_for_its_newline(nm, hook):
     assert f.poll(hook, RUNNING, app=app()) == []  # "Epoch 2" has no newline yet
     nm.write(CHIEF_CID, "stdout", "/4\nEpoch 3/4\n")
     nm.write(CHIEF_CID, "stderr", "W0101 warning\n")
-    assert f.poll(hook, RUNNING, app=app()) == ["chief:0 | Epoch 2/4", "chief:0 | Epoch 3/4",
-                                                "chief:0 stderr | W0101 warning"]
+    assert f.poll(hook, RUNNING, app=app()) == [
+        "chief:0 | Epoch 2/4",
+        "chief:0 | Epoch 3/4",
+        "chief:0 stderr | W0101 warning",
+    ]
     nm.write(CHIEF_CID, "stdout", "done, no newline at the end")
     lines = f.poll(hook, None, app=app("FINISHED", "SUCCEEDED"), final=True)  # after the end: read once, all
     assert lines == ["chief:0 | done, no newline at the end"]
@@ -154,8 +184,10 @@ def test_carriage_returns_show_what_a_terminal_shows_and_bad_utf8_does_not_break
 
 
 def test_parse_locates_the_bytes_by_length_not_by_the_footer():
-    body = (b"Container: c on n\nLogAggregationType: LOCAL\n===\nLogType:stdout\nLogLastModifiedTime:x\n"
-            b"LogLength:100\nLogContents:\nEnd of LogType:stdout is printed by the job\nEnd of LogType:stdout.\n")
+    body = (
+        b"Container: c on n\nLogAggregationType: LOCAL\n===\nLogType:stdout\nLogLastModifiedTime:x\n"
+        b"LogLength:100\nLogContents:\nEnd of LogType:stdout is printed by the job\nEnd of LogType:stdout.\n"
+    )
     chunk = parse_container_log(body, -42)
     assert chunk.length == 100 and chunk.start == 58
     assert chunk.data == b"End of LogType:stdout is printed by the job"[:42]
@@ -173,9 +205,11 @@ def test_per_poll_cap_keeps_the_newest_lines_with_a_truncation_line_and_shares_f
     lines = f.poll(hook, RUNNING, app=app())
     link = f"http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice/stdout/?start=0"
     # 10 lines: the small file keeps its 2, the big one shows its newest 8 after the truncation line
-    assert lines == ([f"chief:0 | ... 22 lines skipped (more than 10 lines per poll); full log: {link}"]
-                     + [f"chief:0 | out {i}" for i in range(22, 30)]
-                     + ["chief:0 stderr | err 0", "chief:0 stderr | err 1"])
+    assert lines == (
+        [f"chief:0 | ... 22 lines skipped (more than 10 lines per poll); full log: {link}"]
+        + [f"chief:0 | out {i}" for i in range(22, 30)]
+        + ["chief:0 stderr | err 0", "chief:0 stderr | err 1"]
+    )
     nm.write(CHIEF_CID, "stdout", "out 30\n")
     assert f.poll(hook, RUNNING, app=app()) == ["chief:0 | out 30"]  # skipped lines are not shown later
 
@@ -185,9 +219,11 @@ def test_total_cap_says_truncated_with_the_links_and_stops_reading(nm, hook):
     nm.write(CHIEF_CID, "stdout", "".join(f"line {i:02d} ...........\n" for i in range(10)))  # 20 bytes a line
     lines = f.poll(hook, RUNNING, app=app())
     assert job_lines(lines, "chief:0 | ") == [f"line {i:02d} ..........." for i in range(5)]
-    assert lines[-1] == ("... job log truncated: 100 bytes shown, the limit for this task is 100 bytes "
-                         "(job_log_max_bytes); full log: "
-                         f"chief:0: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice")
+    assert lines[-1] == (
+        "... job log truncated: 100 bytes shown, the limit for this task is 100 bytes "
+        "(job_log_max_bytes); full log: "
+        f"chief:0: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice"
+    )
     assert f.emitted_bytes == 100 and f.state()["capped"] is True
     asked = len(nm.requests)
     nm.write(CHIEF_CID, "stdout", "more\n")
@@ -233,8 +269,10 @@ def test_reattached_without_offsets_starts_at_the_tail_at_a_line_start_and_says_
     shown = job_lines(lines, "chief:0 | old line ")
     assert shown[-1] == "01999" and len(shown) == RESUME_TAIL_BYTES // len("old line 00000\n")
     skipped = len(old) - len(shown) * len("old line 00000\n")
-    assert lines[0] == (f"chief:0 | ... {skipped} earlier bytes not shown (reattached to a running application); "
-                        f"full log: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice/stdout/?start=0")
+    assert lines[0] == (
+        f"chief:0 | ... {skipped} earlier bytes not shown (reattached to a running application); "
+        f"full log: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice/stdout/?start=0"
+    )
     assert "chief:0 stderr | short" in lines  # a file within the tail is shown whole
     # a container that starts after the reattach (the chief restarted) is read from its first byte
     new_cid = "container_1700000000000_0042_01_000009"
@@ -266,6 +304,7 @@ def _trigger(nm, script, ti=None, **kw):
             trig.hung.set()
             await asyncio.Event().wait()
         return answer
+
     trig._hook.get_application = get_application
     run = trig.run
 
@@ -275,6 +314,7 @@ def _trigger(nm, script, ti=None, **kw):
             if event.payload.get(FINAL_LOGS_KEY):
                 _resume(event.payload, trig._log)
             yield event
+
     trig.run = run_then_resume
     return trig
 
@@ -284,12 +324,17 @@ def _resume(payload: dict, log: mock.Mock) -> None:
     ``log``; the RM says the application has ended."""
     from airflow_provider_melon.operators.train import MelonTrainOperator
 
-    op = MelonTrainOperator(task_id="train", yarn_conn_id="yarn_test",
-                            job={"name": "j", "entrypoint": "python t.py", "roles": {"chief": {}, "worker": {}}})
+    op = MelonTrainOperator(
+        task_id="train",
+        yarn_conn_id="yarn_test",
+        job={"name": "j", "entrypoint": "python t.py", "roles": {"chief": {}, "worker": {}}},
+    )
     conn = json.dumps({"conn_type": "yarn", "host": RM, "login": "alice"})
-    with mock.patch.dict("os.environ", {"AIRFLOW_CONN_YARN_TEST": conn}), \
-            mock.patch.object(YarnHook, "get_application", lambda self, app_id: app("FINISHED", "SUCCEEDED")), \
-            mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=log):
+    with (
+        mock.patch.dict("os.environ", {"AIRFLOW_CONN_YARN_TEST": conn}),
+        mock.patch.object(YarnHook, "get_application", lambda self, app_id: app("FINISHED", "SUCCEEDED")),
+        mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=log),
+    ):
         op._final_job_logs(payload)
 
 
@@ -302,14 +347,21 @@ async def _run_until_hung(trig):
 
 
 def _shown(*triggers) -> list[str]:
-    return job_lines([c.args[1] for t in triggers for c in t._log.info.call_args_list if c.args[0] == "%s"],
-                     "chief:0 | ")
+    return job_lines(
+        [c.args[1] for t in triggers for c in t._log.info.call_args_list if c.args[0] == "%s"], "chief:0 | "
+    )
 
 
 def test_trigger_serialize_carries_the_offsets_and_a_recreated_trigger_goes_on(nm):
     async def scenario():
-        first = _trigger(nm, [("a 0\na 1\n", app()), ("a 2\n", app()), ("", None)], app_id=APP, poll_interval=5,
-                         job_logs=True, log_chief="chief:0")
+        first = _trigger(
+            nm,
+            [("a 0\na 1\n", app()), ("a 2\n", app()), ("", None)],
+            app_id=APP,
+            poll_interval=5,
+            job_logs=True,
+            log_chief="chief:0",
+        )
         await _run_until_hung(first)
         classpath, kwargs = first.serialize()  # ... and starts it again from its serialized kwargs
         second = _trigger(nm, [("a 3\n", app("FINISHED", "SUCCEEDED"))], **json.loads(json.dumps(kwargs)))
@@ -355,6 +407,7 @@ def test_a_crashed_triggerer_recreates_the_trigger_from_its_deferral_kwargs_and_
             first.hung.set()
             await asyncio.Event().wait()
         return await real_get(app_id)
+
     first._hook.get_application = get_application
 
     async def scenario():
@@ -369,7 +422,9 @@ def test_a_crashed_triggerer_recreates_the_trigger_from_its_deferral_kwargs_and_
     assert _shown(first) and _shown(second), "each trigger showed part of the output"
     # the batch the first trigger logged last comes again, marked (a reader drops it by its marks): nothing else
     again = [line for line in _shown(second) if line.startswith("... re-shown from")]
-    assert again and [line for line in _shown(first, second) if line not in again] == [f"a {i}" for i in range(last + 1)]
+    assert again and [line for line in _shown(first, second) if line not in again] == [
+        f"a {i}" for i in range(last + 1)
+    ]
     saved = xcoms[(LOG_STATE_XCOM_KEY, "d", "train", "r1", -1)]
     assert saved["app_id"] == APP and saved["state"]["seq"] > 0
     # a trigger of another application (a new try that submitted again) ignores it
@@ -391,7 +446,9 @@ def test_the_floor_is_two_batches_behind_even_for_a_container_read_to_its_end(nm
     successor = LogFollower("chief:0", state=json.loads(json.dumps(f.floor())))
     assert successor.poll(hook, None, app=app("FINISHED", "SUCCEEDED"), final=True) == [
         f"chief:0 | ... re-shown from {CHIEF_CID}/stdout@4 after a triggerer restart",
-        "chief:0 [re-shown @4] | 2", "chief:0 [re-shown @6] | 3"]
+        "chief:0 [re-shown @4] | 2",
+        "chief:0 [re-shown @6] | 3",
+    ]
     assert successor.state()["reshow"] == {} and successor.state()["done"] == [CHIEF_CID]
 
 
@@ -426,6 +483,7 @@ def test_lines_logged_just_before_a_triggerer_crash_are_shown_again_marked_never
             first.hung.set()  # the triggerer dies now: what it logged in the last poll never reaches the log
             await asyncio.Event().wait()
         return await real_get(app_id)
+
     first._hook.get_application = get_application
 
     async def scenario():
@@ -437,17 +495,17 @@ def test_lines_logged_just_before_a_triggerer_crash_are_shown_again_marked_never
 
     with mock.patch.object(XCom, "aset", aset), mock.patch.object(XCom, "aget_one", aget_one):
         last, second = asyncio.run(scenario())
-    written = _shown(first)[:batches[-2]]  # the log of the first trigger, less its last batch
+    written = _shown(first)[: batches[-2]]  # the log of the first trigger, less its last batch
     again = [c.args[1] for c in second._log.info.call_args_list if c.args[0] == "%s"]
     plain = job_lines(again, "chief:0 | ")
     marked = [m.groups() for m in map(re.compile(r"chief:0 \[re-shown @(\d+)\] \| (.*)").fullmatch, again) if m]
     lost = [f"a {i}" for i in range(last + 1) if f"a {i}" not in written + plain + [t for _, t in marked]]
     assert not lost, f"lines lost across the triggerer crash: {lost}"
-    assert [t for _, t in marked] == _shown(first)[batches[-3]:], "the last two batches, shown again and marked"
+    assert [t for _, t in marked] == _shown(first)[batches[-3] :], "the last two batches, shown again and marked"
     offsets = [int(o) for o, _ in marked]
     assert offsets == [len("".join(f"a {i}\n" for i in range(n))) for n in range(batches[-3], batches[-1])]
     assert plain[0] == f"... re-shown from {CHIEF_CID}/stdout@{offsets[0]} after a triggerer restart"
-    assert _shown(first)[:batches[-3]] + [t for _, t in marked] + plain[1:] == [f"a {i}" for i in range(last + 1)]
+    assert _shown(first)[: batches[-3]] + [t for _, t in marked] + plain[1:] == [f"a {i}" for i in range(last + 1)]
 
 
 def _crash_then_successor(nm, monkeypatch, *, graceful: bool):
@@ -483,6 +541,7 @@ def _crash_then_successor(nm, monkeypatch, *, graceful: bool):
             first.hung.set()
             await asyncio.Event().wait()
         return await real_get(app_id)
+
     first._hook.get_application = get_application
 
     async def scenario():
@@ -502,7 +561,8 @@ def _crash_then_successor(nm, monkeypatch, *, graceful: bool):
 
 @needs_async_xcom
 def test_remote_logging_a_successor_goes_on_from_what_the_task_log_holds_not_what_the_dead_trigger_printed(
-        nm, monkeypatch):
+    nm, monkeypatch
+):
     """With remote logging Airflow uploads a trigger's log when it ends: a trigger killed unended leaves nothing in
     the task log the user reads. The successor goes on from the offsets the task log is known to hold (here: the
     deferral's, none), so every line reaches the log the user reads, those the dead trigger got to marked."""
@@ -528,8 +588,9 @@ def test_remote_logging_a_trigger_that_ends_saves_its_offsets_as_held_by_the_tas
     again = [c.args[1] for c in second._log.info.call_args_list if c.args[0] == "%s"]
     marked = [m.group(1) for m in map(re.compile(r"chief:0 \[re-shown @\d+\] \| (.*)").fullmatch, again) if m]
     assert marked and len(marked) < len(_shown(first)), (marked, _shown(first))
-    assert (_shown(first)[:len(_shown(first)) - len(marked)] + marked + job_lines(again, "chief:0 | ")[1:]
-            == [f"a {i}" for i in range(last + 1)])
+    assert _shown(first)[: len(_shown(first)) - len(marked)] + marked + job_lines(again, "chief:0 | ")[1:] == [
+        f"a {i}" for i in range(last + 1)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- failures
@@ -540,15 +601,22 @@ def test_failing_task_output_follows_and_a_replaced_container_is_read_to_its_end
     nm.write(CHIEF_CID, "stdout", "chief working\n")
     f.poll(hook, RUNNING, app=app())
     nm.write(WORKER_CID, "stderr", "Traceback (most recent call last):\nValueError: bad shard\n")
-    failed = status(task("chief", 0, cid=CHIEF_CID),
-                    task("worker", 0, state="FAILED", cid=WORKER_CID, node="nm2:45454", exit_code=3))
+    failed = status(
+        task("chief", 0, cid=CHIEF_CID),
+        task("worker", 0, state="FAILED", cid=WORKER_CID, node="nm2:45454", exit_code=3),
+    )
     lines = f.poll(hook, failed, app=app())
-    assert lines == ["worker:0 failed (exit 3); its output follows",
-                     "worker:0 stderr | Traceback (most recent call last):", "worker:0 stderr | ValueError: bad shard"]
+    assert lines == [
+        "worker:0 failed (exit 3); its output follows",
+        "worker:0 stderr | Traceback (most recent call last):",
+        "worker:0 stderr | ValueError: bad shard",
+    ]
     # a restart: the AM reports a new container for worker:0; the old one's last words are shown once
     nm.write(WORKER_CID, "stdout", "late line\n")
-    again = status(task("chief", 0, cid=CHIEF_CID),
-                   task("worker", 0, cid="container_1700000000000_0042_01_000007", node="nm1:45454", attempt=1))
+    again = status(
+        task("chief", 0, cid=CHIEF_CID),
+        task("worker", 0, cid="container_1700000000000_0042_01_000007", node="nm1:45454", attempt=1),
+    )
     assert f.poll(hook, again, app=app()) == []  # already read to its end when it failed
     g = LogFollower("chief:0")
     g.poll(hook, RUNNING, app=app())
@@ -564,20 +632,26 @@ def test_after_a_failed_end_the_task_the_diagnostics_name_is_shown(nm, hook):
     nm.write(WORKER_CID, "stderr", "CUDA error: out of memory\n")
     ended = app("FINISHED", "FAILED", diagnostics="task worker:0 on nm2 exited 1: CUDA error: out of memory")
     lines = f.poll(hook, None, app=ended, final=True)
-    assert lines == ["worker:0 failed the application; its output follows",
-                     "worker:0 stderr | CUDA error: out of memory"]
+    assert lines == [
+        "worker:0 failed the application; its output follows",
+        "worker:0 stderr | CUDA error: out of memory",
+    ]
 
 
 def test_a_dead_node_gives_one_line_never_an_exception_and_the_rest_streams_on(nm, hook):
     nm.down.add("nm2")
     nm.write(CHIEF_CID, "stdout", "c0\n")
     f = LogFollower("chief:0")
-    failed = status(task("chief", 0, cid=CHIEF_CID),
-                    task("worker", 1, state="FAILED", cid=WORKER_CID, node="nm2:45454", exit_code=137))
+    failed = status(
+        task("chief", 0, cid=CHIEF_CID),
+        task("worker", 1, state="FAILED", cid=WORKER_CID, node="nm2:45454", exit_code=137),
+    )
     lines = f.poll(hook, failed, app=app())
     unavailable = [line for line in lines if line.startswith("logs of worker:1 unavailable")]
-    assert unavailable == [f"logs of worker:1 unavailable: node nm2:45454 unreachable (ConnectionError); full log: "
-                           f"http://nm2:8042/node/containerlogs/{WORKER_CID}/alice"]
+    assert unavailable == [
+        f"logs of worker:1 unavailable: node nm2:45454 unreachable (ConnectionError); full log: "
+        f"http://nm2:8042/node/containerlogs/{WORKER_CID}/alice"
+    ]
     assert "chief:0 | c0" in lines
     assert nm.attempts.count(("nm2", WORKER_CID)) == 1  # its stderr is not tried right after its stdout failed
     for i in range(1, 8):
@@ -606,8 +680,10 @@ def test_404_while_running_is_quiet_and_after_the_end_one_line_names_log_aggrega
     f = LogFollower("chief:0")
     assert f.poll(hook, RUNNING, app=app()) == []  # the files do not exist yet
     lines = f.poll(hook, None, app=app("FINISHED", "SUCCEEDED", aggregation="SUCCEEDED"), final=True)
-    assert lines == ["logs of chief:0 are no longer on its node: log aggregation is on (SUCCEEDED), the aggregated "
-                     f"log: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice"]
+    assert lines == [
+        "logs of chief:0 are no longer on its node: log aggregation is on (SUCCEEDED), the aggregated "
+        f"log: http://nm1:8042/node/containerlogs/{CHIEF_CID}/alice"
+    ]
 
 
 def test_chief_rules():
@@ -616,8 +692,11 @@ def test_chief_rules():
     assert chief_of([("ps", True), ("worker", False), ("evaluator", False)]) == "worker:0"
     assert chief_of([("ps", True)]) is None
     f = LogFollower()  # no chief given: the AM's task list decides, ps untracked
-    f.poll(mock.Mock(spec=YarnHook, nodes=mock.Mock(return_value=[])),
-           status(task("ps", 0, cid="c_ps"), task("worker", 0, cid="c_w0")), app=app())
+    f.poll(
+        mock.Mock(spec=YarnHook, nodes=mock.Mock(return_value=[])),
+        status(task("ps", 0, cid="c_ps"), task("worker", 0, cid="c_w0")),
+        app=app(),
+    )
     assert f.chief == "worker:0"
 
 
@@ -628,8 +707,10 @@ C1, C2, C3 = (f"container_1700000000000_0042_01_00001{i}" for i in (1, 2, 3))
 
 def ran(*containers):
     """The AM's container history of a task: (container, node, exit code) in order."""
-    return [{"container_id": cid, "node_id": node, "attempt": n, "exit_code": code}
-            for n, (cid, node, code) in enumerate(containers)]
+    return [
+        {"container_id": cid, "node_id": node, "attempt": n, "exit_code": code}
+        for n, (cid, node, code) in enumerate(containers)
+    ]
 
 
 def event(seq, cid, text, name="worker:0"):
@@ -653,17 +734,30 @@ def test_a_task_grown_twice_shows_each_containers_output_and_the_ams_decision_be
         nm.write(cid, "stdout", f"running with {mb} MiB\n")
         nm.write(cid, "stderr", "torch.OutOfMemoryError: CUDA out of memory\n")
     nm.write(C3, "stdout", "running with 2304 MiB\ntrained\n")
-    seen = f.poll(hook, grown("RUNNING", C2, [(C1, "nm1:45454", 76), (C2, "nm2:45454", None)],
-                              [event(1, C1, GROW_1)]), app=app())
-    seen += f.poll(hook, grown("SUCCEEDED", C3, [(C1, "nm1:45454", 76), (C2, "nm2:45454", 76),
-                                                 (C3, "nm1:45454", 0)],
-                               [event(1, C1, GROW_1), event(2, C2, GROW_2)]),
-                   app=app("FINISHED", "SUCCEEDED"), final=True)
-    assert seen == ["worker:0 | running with 1024 MiB", "worker:0 stderr | torch.OutOfMemoryError: CUDA out of memory",
-                    f"[melon-am] worker:0 {GROW_1}",
-                    "worker:0 | running with 1536 MiB", "worker:0 stderr | torch.OutOfMemoryError: CUDA out of memory",
-                    f"[melon-am] worker:0 {GROW_2}",
-                    "worker:0 | running with 2304 MiB", "worker:0 | trained"]
+    seen = f.poll(
+        hook, grown("RUNNING", C2, [(C1, "nm1:45454", 76), (C2, "nm2:45454", None)], [event(1, C1, GROW_1)]), app=app()
+    )
+    seen += f.poll(
+        hook,
+        grown(
+            "SUCCEEDED",
+            C3,
+            [(C1, "nm1:45454", 76), (C2, "nm2:45454", 76), (C3, "nm1:45454", 0)],
+            [event(1, C1, GROW_1), event(2, C2, GROW_2)],
+        ),
+        app=app("FINISHED", "SUCCEEDED"),
+        final=True,
+    )
+    assert seen == [
+        "worker:0 | running with 1024 MiB",
+        "worker:0 stderr | torch.OutOfMemoryError: CUDA out of memory",
+        f"[melon-am] worker:0 {GROW_1}",
+        "worker:0 | running with 1536 MiB",
+        "worker:0 stderr | torch.OutOfMemoryError: CUDA out of memory",
+        f"[melon-am] worker:0 {GROW_2}",
+        "worker:0 | running with 2304 MiB",
+        "worker:0 | trained",
+    ]
 
 
 def test_a_later_container_waits_until_the_one_before_it_is_read_to_its_end(nm, hook):
@@ -673,16 +767,24 @@ def test_a_later_container_waits_until_the_one_before_it_is_read_to_its_end(nm, 
     nm.write(C1, "stdout", "first\n")
     nm.write(C2, "stdout", "second\n")
     nm.down.add("nm2")
-    restarted = grown("RUNNING", C2, [(C1, "nm2:45454", 1), (C2, "nm1:45454", None)],
-                      [event(1, C1, "exited 1, restart 1/1 of role worker")])
+    restarted = grown(
+        "RUNNING",
+        C2,
+        [(C1, "nm2:45454", 1), (C2, "nm1:45454", None)],
+        [event(1, C1, "exited 1, restart 1/1 of role worker")],
+    )
     lines = f.poll(hook, restarted, app=app())
     assert lines[0].startswith("logs of worker:0 unavailable: node nm2:45454 unreachable")
     assert lines[1:] == ["[melon-am] worker:0 exited 1, restart 1/1 of role worker", "worker:0 | second"]
     nm.down.clear()
     nm.write(C2, "stdout", "third\n")
     assert f.poll(hook, restarted, app=app()) == ["worker:0 | third"]  # the unreachable one waits for its retry
-    lines = f.poll(hook, dict(restarted, tasks=[dict(restarted["tasks"][0], state="SUCCEEDED")]),
-                   app=app("FINISHED", "SUCCEEDED"), final=True)
+    lines = f.poll(
+        hook,
+        dict(restarted, tasks=[dict(restarted["tasks"][0], state="SUCCEEDED")]),
+        app=app("FINISHED", "SUCCEEDED"),
+        final=True,
+    )
     assert lines == ["worker:0 | first"]
 
 
@@ -693,21 +795,31 @@ def test_a_restart_and_a_replacement_of_another_task_reach_the_log_too(nm, hook)
     nm.write(C1, "stdout", "epoch 1\n")
     nm.write(C1, "stderr", "RuntimeError: NCCL timeout\n")
     nm.write(C2, "stdout", "epoch 1 again\n")
-    st = dict(status(task("worker", 0, cid=C2, attempt=1, containers=ran((C1, "nm1:45454", 1), (C2, "nm1:45454",
-                                                                                                  None))),
-                     task("worker", 1, cid=None, state="PENDING", node=None)),
-              events=[event(1, C1, "exited 1, restart 1/2 of role worker"),
-                      event(2, None, "lost with its node: asking for a replacement", name="worker:1")])
+    st = dict(
+        status(
+            task("worker", 0, cid=C2, attempt=1, containers=ran((C1, "nm1:45454", 1), (C2, "nm1:45454", None))),
+            task("worker", 1, cid=None, state="PENDING", node=None),
+        ),
+        events=[
+            event(1, C1, "exited 1, restart 1/2 of role worker"),
+            event(2, None, "lost with its node: asking for a replacement", name="worker:1"),
+        ],
+    )
     assert f.poll(hook, st, app=app()) == [
-        "worker:0 | epoch 1", "worker:0 stderr | RuntimeError: NCCL timeout",
+        "worker:0 | epoch 1",
+        "worker:0 stderr | RuntimeError: NCCL timeout",
         "[melon-am] worker:0 exited 1, restart 1/2 of role worker",
         "[melon-am] worker:1 lost with its node: asking for a replacement",
-        "worker:0 | epoch 1 again"]
+        "worker:0 | epoch 1 again",
+    ]
     assert f.poll(hook, st, app=app()) == [], "each decision once"
-    failed = dict(st, events=st["events"] + [event(3, None, "failed: on nm1 exited 3: Traceback\nValueError: x",
-                                                   name="worker:1")])
-    assert f.poll(hook, failed, app=app()) == ["[melon-am] worker:1 failed: on nm1 exited 3: Traceback",
-                                               "[melon-am] worker:1 | ValueError: x"]
+    failed = dict(
+        st, events=st["events"] + [event(3, None, "failed: on nm1 exited 3: Traceback\nValueError: x", name="worker:1")]
+    )
+    assert f.poll(hook, failed, app=app()) == [
+        "[melon-am] worker:1 failed: on nm1 exited 3: Traceback",
+        "[melon-am] worker:1 | ValueError: x",
+    ]
 
 
 def test_the_checkpoint_names_the_container_so_a_successor_goes_on_in_the_next_one(nm, hook):
@@ -717,17 +829,27 @@ def test_the_checkpoint_names_the_container_so_a_successor_goes_on_in_the_next_o
     nm.write(C1, "stdout", "running with 1024 MiB\n")
     nm.write(C2, "stdout", "running with 1536 MiB\n")
     first = grown("RUNNING", C2, [(C1, "nm1:45454", 76), (C2, "nm1:45454", None)], [event(1, C1, GROW_1)])
-    assert f.poll(hook, first, app=app()) == ["worker:0 | running with 1024 MiB", f"[melon-am] worker:0 {GROW_1}",
-                                              "worker:0 | running with 1536 MiB"]
+    assert f.poll(hook, first, app=app()) == [
+        "worker:0 | running with 1024 MiB",
+        f"[melon-am] worker:0 {GROW_1}",
+        "worker:0 | running with 1536 MiB",
+    ]
     state = json.loads(json.dumps(f.state()))
     assert C1 in state["done"] and state["follow"][C2]["offsets"] == {"stdout": 22}
     g = LogFollower("worker:0", state=state)
     nm.write(C2, "stdout", "step 1\n")
     nm.write(C3, "stdout", "running with 2304 MiB\n")
-    lines = g.poll(hook, grown("SUCCEEDED", C3, [(C1, "nm1:45454", 76), (C2, "nm1:45454", 76),
-                                                 (C3, "nm1:45454", 0)],
-                               [event(1, C1, GROW_1), event(2, C2, GROW_2)]),
-                   app=app("FINISHED", "SUCCEEDED"), final=True)
+    lines = g.poll(
+        hook,
+        grown(
+            "SUCCEEDED",
+            C3,
+            [(C1, "nm1:45454", 76), (C2, "nm1:45454", 76), (C3, "nm1:45454", 0)],
+            [event(1, C1, GROW_1), event(2, C2, GROW_2)],
+        ),
+        app=app("FINISHED", "SUCCEEDED"),
+        final=True,
+    )
     assert lines == ["worker:0 | step 1", f"[melon-am] worker:0 {GROW_2}", "worker:0 | running with 2304 MiB"]
 
 
@@ -757,22 +879,31 @@ def test_operator_sync_loop_streams_job_logs_and_reads_the_rest_at_the_end(nm, m
         nm.write(CHIEF_CID, "stdout", next(steps))
         return next(apps)
 
-    op = MelonTrainOperator(task_id="train", yarn_conn_id="yarn_test", poll_interval=5, deferrable=False,
-                            job={"name": "j", "entrypoint": "python t.py",
-                                 "roles": {"ps": {}, "worker": {"instances": 2}}})
+    op = MelonTrainOperator(
+        task_id="train",
+        yarn_conn_id="yarn_test",
+        poll_interval=5,
+        deferrable=False,
+        job={"name": "j", "entrypoint": "python t.py", "roles": {"ps": {}, "worker": {"instances": 2}}},
+    )
     op._spec = op.load_spec()
     op._announced.add(APP)
     fake_log = mock.Mock()
-    with mock.patch.object(YarnHook, "get_application", get_application), \
-            mock.patch.object(MelonHook, "am_status", return_value=status(task("worker", 0, cid=CHIEF_CID))) as am, \
-            mock.patch.object(MelonTrainOperator, "_sleep"), \
-            mock.patch.object(MelonTrainOperator, "_complete", return_value={"ok": True}), \
-            mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=fake_log):
+    with (
+        mock.patch.object(YarnHook, "get_application", get_application),
+        mock.patch.object(MelonHook, "am_status", return_value=status(task("worker", 0, cid=CHIEF_CID))) as am,
+        mock.patch.object(MelonTrainOperator, "_sleep"),
+        mock.patch.object(MelonTrainOperator, "_complete", return_value={"ok": True}),
+        mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=fake_log),
+    ):
         assert op.poll_until_complete(APP, {"ti": mock.Mock()}) == {"ok": True}
     logged = [c.args[0] % c.args[1:] for c in fake_log.info.call_args_list]
     assert am.call_count == 2  # every running poll (the containers), not only every log_every_n
     assert [line for line in logged if line.startswith("worker:0 |")] == [
-        "worker:0 | Epoch 1/2", "worker:0 | Epoch 2/2", "worker:0 | saved model"]
+        "worker:0 | Epoch 1/2",
+        "worker:0 | Epoch 2/2",
+        "worker:0 | saved model",
+    ]
     # not submitted by this process (a reattach): the follower was told no offsets are known
     assert op._initial_log_state(APP) == {"resume": True}
     op._submitted.add(APP)

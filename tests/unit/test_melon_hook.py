@@ -46,12 +46,21 @@ def test_explicit_yarn_hook_reads_no_airflow_connection():
 
 
 def test_connection_extras_configure_the_hook():
-    conn = mock.Mock(extra_dejson={"fs_default_fs": "hdfs://nn:9000", "python": "/opt/py/bin/python",
-                                   "am_classpath": "/conf:/jars/*", "container_env": {"A": "1"}})
+    conn = mock.Mock(
+        extra_dejson={
+            "fs_default_fs": "hdfs://nn:9000",
+            "python": "/opt/py/bin/python",
+            "am_classpath": "/conf:/jars/*",
+            "container_env": {"A": "1"},
+        }
+    )
     with mock.patch.object(YarnHook, "get_connection", return_value=conn):
         hook = MelonHook(yarn_hook=YarnHook("my_yarn"), hdfs_client=object(), user="bob")
     assert (hook.fs_default_fs, hook.default_python, hook.am_classpath) == (
-        "hdfs://nn:9000", "/opt/py/bin/python", "/conf:/jars/*")
+        "hdfs://nn:9000",
+        "/opt/py/bin/python",
+        "/conf:/jars/*",
+    )
     assert hook.container_env == {"A": "1"}
 
 
@@ -61,8 +70,13 @@ def test_staging_user_is_the_yarn_connections_login(monkeypatch):
     from airflow.sdk import Connection
 
     monkeypatch.setenv("USER", "root")
-    conn = Connection(conn_id="yarn_x", conn_type="yarn", host="http://rm:8088", login="airflow",
-                      extra='{"fs_default_fs": "hdfs://nn:8020"}')
+    conn = Connection(
+        conn_id="yarn_x",
+        conn_type="yarn",
+        host="http://rm:8088",
+        login="airflow",
+        extra='{"fs_default_fs": "hdfs://nn:8020"}',
+    )
     with mock.patch.object(YarnHook, "get_connection", return_value=conn):
         hook = MelonHook(yarn_hook=YarnHook("yarn_x"), hdfs_client=object())
     assert hook.user == "airflow" and hook.cache_dir == "/user/airflow/.melon/cache"

@@ -18,8 +18,11 @@ def _auto_job():
 
 def _first_figures(self, spec, key):
     """What resolve_gpu_memory does without history: each auto role at its first-run figure."""
-    roles = {name: role.model_copy(update={"gpu_memory": role.gpu_memory_first_mb})
-             for name, role in spec.roles.items() if role.gpu_memory_auto}
+    roles = {
+        name: role.model_copy(update={"gpu_memory": role.gpu_memory_first_mb})
+        for name, role in spec.roles.items()
+        if role.gpu_memory_auto
+    }
     return spec.model_copy(update={"roles": spec.roles | roles}), []
 
 
@@ -27,9 +30,10 @@ def _first_figures(self, spec, key):
 def keys(hooks):  # noqa: F811 - the fixture imported above
     """The history keys the task resolved (before submitting) and recorded (after the end) under."""
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
-    with mock.patch.object(MelonHook, "resolve_gpu_memory", autospec=True,
-                           side_effect=_first_figures) as resolve, \
-            mock.patch.object(MelonHook, "record_gpu_memory", autospec=True, return_value=None) as record:
+    with (
+        mock.patch.object(MelonHook, "resolve_gpu_memory", autospec=True, side_effect=_first_figures) as resolve,
+        mock.patch.object(MelonHook, "record_gpu_memory", autospec=True, return_value=None) as record,
+    ):
         yield lambda: ([c.args[2] for c in resolve.call_args_list], [c.args[1] for c in record.call_args_list])
 
 

@@ -18,16 +18,29 @@ MI = 2**20  # parameters chosen so that fp32 weights are exactly 4 MiB
 def test_hand_worked_adam_fp32():
     # 2**20 fp32 params with Adam: weights 4 MiB, gradients 4 MiB, 2 slots x 4 MiB = 8 MiB -> 16 MiB fixed
     # by parameters; activations 1 MiB/sample; W = 64, F = 300.
-    m = MemoryModel(params=MI, bytes_per_param=4, optimizer_slots=2, activation_bytes_per_sample=MI,
-                    workspace_mb=64, framework_overhead_mb=300)
+    m = MemoryModel(
+        params=MI,
+        bytes_per_param=4,
+        optimizer_slots=2,
+        activation_bytes_per_sample=MI,
+        workspace_mb=64,
+        framework_overhead_mb=300,
+    )
     assert m.weights_mb == 4
     assert m.gradients_mb == 4
     assert m.optimizer_mb == 8
     assert m.fixed_mb == 16 + 64 + 300  # 380
     assert m.total_mb(0) == 380
     assert m.total_mb(32) == 412  # 380 + 32 x 1
-    assert m.breakdown(32) == {"weights": 4, "gradients": 4, "optimizer": 8, "activations": 32,
-                               "workspace": 64, "framework": 300, "total": 412}
+    assert m.breakdown(32) == {
+        "weights": 4,
+        "gradients": 4,
+        "optimizer": 8,
+        "activations": 32,
+        "workspace": 64,
+        "framework": 300,
+        "total": 412,
+    }
     # inverse: (1024 - 380) / 1 = 644 samples
     assert m.max_batch(1024) == 644
     assert m.max_batch(379) == 0  # the fixed part alone does not fit
@@ -44,8 +57,15 @@ def test_hand_worked_sgd_bf16_with_frozen_params():
     # 10 Mi params in bf16 (2 B), of which 4 Mi trainable, momentum SGD (1 slot):
     # weights 10Mi x 2 = 20 MiB; grads 4Mi x 2 = 8 MiB; slots 4Mi x 1 x 2 = 8 MiB -> 36 MiB.
     # activations 0.5 MiB/sample at B = 100 -> 50 MiB; W = 0, F = 0 -> 86 MiB.
-    m = MemoryModel.for_optimizer(10 * MI, "momentum", "bfloat16", trainable_params=4 * MI,
-                                  activation_bytes_per_sample=MI / 2, workspace_mb=0, framework_overhead_mb=0)
+    m = MemoryModel.for_optimizer(
+        10 * MI,
+        "momentum",
+        "bfloat16",
+        trainable_params=4 * MI,
+        activation_bytes_per_sample=MI / 2,
+        workspace_mb=0,
+        framework_overhead_mb=0,
+    )
     assert (m.weights_mb, m.gradients_mb, m.optimizer_mb) == (20, 8, 8)
     assert m.total_mb(100) == 86
     assert m.max_batch(86) == 100
@@ -73,8 +93,14 @@ def test_inverse_consistency(a_bytes, budget):
 
 
 def test_optimizer_slots_and_dtypes():
-    assert [mm.optimizer_slots(n) for n in ("sgd", "momentum", "adam", "AdamW", "rmsprop", "adagrad")] == \
-        [0, 1, 2, 2, 1, 1]
+    assert [mm.optimizer_slots(n) for n in ("sgd", "momentum", "adam", "AdamW", "rmsprop", "adagrad")] == [
+        0,
+        1,
+        2,
+        2,
+        1,
+        1,
+    ]
     assert mm.optimizer_slots(None) == 0
     with pytest.raises(ValueError):
         mm.optimizer_slots("nosuchopt")
@@ -106,9 +132,11 @@ def test_roundtrip_dict_and_validation():
 
 def test_module_imports_no_framework():
     # gpu/ runs in YARN containers: importing the model must not pull TF/torch/Airflow in.
-    code = ("import sys; import airflow_provider_melon.gpu.memory_model as m; "
-            "bad = [x for x in ('tensorflow', 'torch', 'airflow', 'keras', 'tf_keras') if x in sys.modules]; "
-            "print(bad); assert not bad")
+    code = (
+        "import sys; import airflow_provider_melon.gpu.memory_model as m; "
+        "bad = [x for x in ('tensorflow', 'torch', 'airflow', 'keras', 'tf_keras') if x in sys.modules]; "
+        "print(bad); assert not bad"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
@@ -134,8 +162,11 @@ def test_keras_model_known_parameter_count():
         f = from_keras_model(frozen, optimizer="sgd")
         print(json.dumps({"m": m.to_dict(), "f": f.to_dict(), "total": m.total_mb(32)}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True,
-                         timeout=300).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     import json
 
     got = json.loads(out)
@@ -146,8 +177,9 @@ def test_keras_model_known_parameter_count():
     # activations: (64 + 10) outputs x 4 B x backward factor 2 = 592 B per sample
     assert m["activation_bytes_per_sample"] == 592
     model = MemoryModel.from_dict(m)
-    assert got["total"] == pytest.approx(50890 * 4 * 4 / MI + 32 * 592 / MI + mm.DEFAULT_WORKSPACE_MB
-                                         + MEASURED_CONTEXT_MB)
+    assert got["total"] == pytest.approx(
+        50890 * 4 * 4 / MI + 32 * 592 / MI + mm.DEFAULT_WORKSPACE_MB + MEASURED_CONTEXT_MB
+    )
     assert model.total_mb(32) == pytest.approx(got["total"])
     # first Dense frozen: only 650 trainable params; SGD no slots
     assert f["params"] == 50890 and f["trainable_params"] == 650 and f["optimizer_slots"] == 0

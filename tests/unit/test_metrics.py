@@ -19,10 +19,14 @@ pytest.importorskip("statsd", reason="Airflow's StatsD backend (apache-airflow[s
 
 #: the RM's report of an ended application and its AM's final /status (the fields metrics.py reads)
 APP = {"id": "application_1700000000000_0007", "startedTime": 1_700_000_000_000, "launchTime": 1_700_000_004_500}
-FINAL = {"gang": {"formed": True, "waiting_s": 2.25},
-         "tasks": [{"role": "chief", "gpu_memory_mb": 6144, "gpu_memory_peak_mb": 5000, "oom_growths": 1},
-                   {"role": "worker", "gpu_memory_mb": 4096, "gpu_memory_peak_mb": 3500, "oom_growths": 0},
-                   {"role": "ps", "gpu_memory_mb": None, "gpu_memory_peak_mb": None, "oom_growths": 0}]}
+FINAL = {
+    "gang": {"formed": True, "waiting_s": 2.25},
+    "tasks": [
+        {"role": "chief", "gpu_memory_mb": 6144, "gpu_memory_peak_mb": 5000, "oom_growths": 1},
+        {"role": "worker", "gpu_memory_mb": 4096, "gpu_memory_peak_mb": 3500, "oom_growths": 0},
+        {"role": "ps", "gpu_memory_mb": None, "gpu_memory_peak_mb": None, "oom_growths": 0},
+    ],
+}
 
 SENDER = """
 import json, sys
@@ -34,9 +38,13 @@ reattached(tags={"dag_id": "d", "task_id": "t"})
 
 
 def test_job_metrics_reads_the_reports():
-    assert job_metrics(APP, FINAL) == {"melon.queue_wait": 4500.0, "melon.submit_to_gang": 6750.0,
-                                       "melon.gpu_memory.reserved": 10240.0, "melon.gpu_memory.used": 8500.0,
-                                       "melon.oom_growths": 1.0}
+    assert job_metrics(APP, FINAL) == {
+        "melon.queue_wait": 4500.0,
+        "melon.submit_to_gang": 6750.0,
+        "melon.gpu_memory.reserved": 10240.0,
+        "melon.gpu_memory.used": 8500.0,
+        "melon.oom_growths": 1.0,
+    }
     # a gang not formed, an RM without launchTime: those figures are left out, not guessed
     assert job_metrics({"startedTime": 1}, {"gang": {"formed": False, "waiting_s": 9}}) == {}
 
@@ -46,11 +54,21 @@ def test_metrics_reach_a_statsd_listener(tmp_path):
         listener.bind(("127.0.0.1", 0))
         listener.settimeout(30)
         port = listener.getsockname()[1]
-        env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__METRICS__STATSD_ON": "True",
-               "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1", "AIRFLOW__METRICS__STATSD_PORT": str(port),
-               "AIRFLOW__METRICS__STATSD_PREFIX": "airflow"}
-        sent = subprocess.run([sys.executable, "-c", SENDER, json.dumps(APP), json.dumps(FINAL)], env=env,
-                              capture_output=True, text=True, timeout=120)
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(tmp_path),
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+        }
+        sent = subprocess.run(
+            [sys.executable, "-c", SENDER, json.dumps(APP), json.dumps(FINAL)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert sent.returncode == 0, sent.stderr[-3000:]
         packets: list[str] = []  # ours; Airflow sends its own metrics (airflow.serde...) too
         deadline = time.monotonic() + 30
@@ -61,9 +79,14 @@ def test_metrics_reach_a_statsd_listener(tmp_path):
         name, _, rest = packet.partition(":")
         value, _, kind = rest.partition("|")
         got[name] = (float(value), kind.split("|")[0])
-    assert got == {"airflow.melon.queue_wait": (4500.0, "ms"), "airflow.melon.submit_to_gang": (6750.0, "ms"),
-                   "airflow.melon.gpu_memory.reserved": (10240.0, "g"), "airflow.melon.gpu_memory.used": (8500.0, "g"),
-                   "airflow.melon.oom_growths": (1.0, "c"), "airflow.melon.reattaches": (1.0, "c")}, packets
+    assert got == {
+        "airflow.melon.queue_wait": (4500.0, "ms"),
+        "airflow.melon.submit_to_gang": (6750.0, "ms"),
+        "airflow.melon.gpu_memory.reserved": (10240.0, "g"),
+        "airflow.melon.gpu_memory.used": (8500.0, "g"),
+        "airflow.melon.oom_growths": (1.0, "c"),
+        "airflow.melon.reattaches": (1.0, "c"),
+    }, packets
     assert {name.removeprefix("airflow.") for name in got} == set(METRICS)
 
 
@@ -94,16 +117,29 @@ def test_a_train_task_sends_its_metrics_when_its_application_ends_and_counts_a_r
         listener.bind(("127.0.0.1", 0))
         listener.settimeout(30)
         port = listener.getsockname()[1]
-        env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__METRICS__STATSD_ON": "True",
-               "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1", "AIRFLOW__METRICS__STATSD_PORT": str(port),
-               "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-               "AIRFLOW_CONN_YARN_METRICS": json.dumps({"conn_type": "yarn", "host": "http://rm.invalid:8088"})}
-        ran = subprocess.run([sys.executable, "-c", OPERATOR, json.dumps(APP), json.dumps(FINAL),
-                              str(tmp_path / "code")], env=env, capture_output=True, text=True, timeout=120)
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(tmp_path),
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            "AIRFLOW_CONN_YARN_METRICS": json.dumps({"conn_type": "yarn", "host": "http://rm.invalid:8088"}),
+        }
+        ran = subprocess.run(
+            [sys.executable, "-c", OPERATOR, json.dumps(APP), json.dumps(FINAL), str(tmp_path / "code")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert ran.returncode == 0, ran.stderr[-3000:]
         names: list[str] = []
         deadline = time.monotonic() + 30
         while len(names) < 6 and time.monotonic() < deadline:
-            names += [p.partition(":")[0] for p in listener.recv(65535).decode().splitlines()
-                      if p.startswith("airflow.melon.")]
+            names += [
+                p.partition(":")[0]
+                for p in listener.recv(65535).decode().splitlines()
+                if p.startswith("airflow.melon.")
+            ]
     assert sorted(names) == sorted(f"airflow.{name}" for name in METRICS), names

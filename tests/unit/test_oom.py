@@ -42,15 +42,19 @@ def test_real_tensorflow_oom_is_recognised(tf_oom):
     signature = oom.recognise(rc, err)
     assert signature is not None and len(signature) <= oom.SIGNATURE_CHARS
     # the exception's line (the last one that names it), without TF's {{function_node ...}} noise
-    assert signature.startswith("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
-                                "allocating tensor with shape[70368744177664] and type float"), signature
+    assert signature.startswith(
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
+        "allocating tensor with shape[70368744177664] and type float"
+    ), signature
     assert oom.recognise(0, err) is None  # only a failure can be an out-of-memory failure
 
 
 def test_recorded_tensorflow_oom_is_recognised():
     signature = oom.recognise(1, oom_texts.TF_OOM_STDERR)
-    assert signature.startswith("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
-                                "allocating tensor with shape[70368744177664]"), signature
+    assert signature.startswith(
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
+        "allocating tensor with shape[70368744177664]"
+    ), signature
     assert signature.endswith("…") and len(signature) == oom.SIGNATURE_CHARS
     # without the exception's line (a tail cut short), TF's own log lines still name it
     head = oom_texts.TF_OOM_STDERR.split("Traceback")[0]
@@ -59,11 +63,14 @@ def test_recorded_tensorflow_oom_is_recognised():
     assert allocator and oom.recognise(1, allocator[0]) is None  # a warning, not an out-of-memory failure
 
 
-@pytest.mark.parametrize("line, start", [
-    (oom_texts.TORCH_OOM_LINE, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0"),
-    (oom_texts.TORCH_CUDA_OOM_LINE, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB"),
-    (oom_texts.TORCH_1_OOM_LINE, "RuntimeError: CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0; 10.92 GiB"),
-])
+@pytest.mark.parametrize(
+    "line, start",
+    [
+        (oom_texts.TORCH_OOM_LINE, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0"),
+        (oom_texts.TORCH_CUDA_OOM_LINE, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB"),
+        (oom_texts.TORCH_1_OOM_LINE, "RuntimeError: CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0; 10.92 GiB"),
+    ],
+)
 def test_pytorch_oom_is_recognised(line, start):
     text = "epoch 1 loss 0.93\n" + oom_texts.traceback_of(line)
     signature = oom.recognise(1, text)
@@ -79,9 +86,18 @@ def test_the_cap_bootstraps_own_hint_is_recognised(tmp_path):
     cap, d = framework.memory_cap_env(2048, 16384, env)
     env.update(cap)
     try:
-        p = subprocess.run([sys.executable, "-c", "class OutOfMemoryError(Exception): pass\n"
-                                                  "raise OutOfMemoryError('an allocator we do not know gave up')"],
-                           env=env, capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "class OutOfMemoryError(Exception): pass\n"
+                "raise OutOfMemoryError('an allocator we do not know gave up')",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         shutil.rmtree(d, ignore_errors=True)
     hint = [l for l in p.stderr.splitlines() if l.startswith("[melon-cap]")]
@@ -90,19 +106,22 @@ def test_the_cap_bootstraps_own_hint_is_recognised(tmp_path):
     assert hint[0].startswith("[melon-cap] this task ran out of GPU memory under its MeLoN cap of 2048 MiB")
 
 
-@pytest.mark.parametrize("text", [
-    oom_texts.traceback_of("ValueError: shapes (3,4) and (5,6) not aligned"),
-    oom_texts.traceback_of("RuntimeError: CUDA error: device-side assert triggered"),
-    oom_texts.traceback_of("MemoryError"),  # the host's memory, not the GPU's
-    oom_texts.traceback_of("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 8.00 TiB for an array"),
-    'Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',
-    "checking the layout of memory-mapped shards\nWithoutOfMemoryErrors=1\nKilled",
-    "Hint: If you want to see a list of allocated tensors when OOM happens, add report_tensor_allocations_upon_oom",
-    # the executor's own lines (they may quote a signature) are never taken for the user's
-    "[melon-executor] the user's process ran out of GPU memory (cap 1024 MiB; peak seen 1300 MiB): "
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        oom_texts.traceback_of("ValueError: shapes (3,4) and (5,6) not aligned"),
+        oom_texts.traceback_of("RuntimeError: CUDA error: device-side assert triggered"),
+        oom_texts.traceback_of("MemoryError"),  # the host's memory, not the GPU's
+        oom_texts.traceback_of("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 8.00 TiB for an array"),
+        'Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',
+        "checking the layout of memory-mapped shards\nWithoutOfMemoryErrors=1\nKilled",
+        "Hint: If you want to see a list of allocated tensors when OOM happens, add report_tensor_allocations_upon_oom",
+        # the executor's own lines (they may quote a signature) are never taken for the user's
+        "[melon-executor] the user's process ran out of GPU memory (cap 1024 MiB; peak seen 1300 MiB): "
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "",
+    ],
+)
 def test_other_failures_are_not_out_of_memory(text):
     assert oom.recognise(1, text) is None
 
@@ -114,8 +133,10 @@ def test_exit_0_is_never_out_of_memory_and_no_tail_is_nothing():
 
 
 def test_the_last_oom_line_wins_and_a_long_line_keeps_its_match():
-    text = ("[melon-cap] this task ran out of GPU memory under its MeLoN cap of 1024 MiB: ...\n"
-            + oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE))
+    text = (
+        "[melon-cap] this task ran out of GPU memory under its MeLoN cap of 1024 MiB: ...\n"
+        + oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE)
+    )
     assert oom.recognise(1, text).startswith("torch.OutOfMemoryError: CUDA out of memory.")
     long = "x" * 300 + " CUDA out of memory. Tried to allocate 2.00 GiB" + " y" * 100
     signature = oom.recognise(1, long)
@@ -137,7 +158,7 @@ def test_stderr_tail_reads_a_write_only_file_and_nothing_of_a_pipe(tmp_path):
         later = oom.stderr_size(fd)
         os.write(fd, b"short\n")
         assert oom.stderr_tail(fd, since=later) == "short\n"
-        assert oom.stderr_tail(fd, since=10 ** 9) == ""
+        assert oom.stderr_tail(fd, since=10**9) == ""
     finally:
         os.close(fd)
     r, w = os.pipe()
@@ -162,8 +183,11 @@ def test_host_memory_is_told_from_gpu_memory(tf_oom):
     assert not oom.host_memory(1, torch) and not oom.host_memory(0, oom_texts.TF_OOM_STDERR)
 
 
-@pytest.mark.parametrize("line, source", oom_texts.GPU_OOM_CORPUS, ids=[s.split(" (")[0] + f"#{i}" for i, (_, s) in
-                                                                       enumerate(oom_texts.GPU_OOM_CORPUS)])
+@pytest.mark.parametrize(
+    "line, source",
+    oom_texts.GPU_OOM_CORPUS,
+    ids=[s.split(" (")[0] + f"#{i}" for i, (_, s) in enumerate(oom_texts.GPU_OOM_CORPUS)],
+)
 def test_the_frameworks_gpu_oom_corpus_is_recognised(line, source):
     """Every GPU out-of-memory line of the corpus (each with the file that emits it) names an OOM, of the GPU."""
     text = "epoch 3 loss 0.41\n" + oom_texts.traceback_of(line)
@@ -181,14 +205,20 @@ def test_host_memory_failures_are_not_gpu_out_of_memory(line, source):
 
 def test_numpys_real_array_memory_error_is_the_hosts():
     """numpy's _ArrayMemoryError captured live (the venv's numpy): the host's memory, never a GPU OOM."""
-    p = subprocess.run([sys.executable, "-c", "import numpy as np; np.empty((2**40, 2**10))"], capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", "import numpy as np; np.empty((2**40, 2**10))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 1 and "_ArrayMemoryError" in p.stderr, p.stderr[-2000:]
     assert oom.recognise(p.returncode, p.stderr) is None
 
 
 def test_recorded_tensorflow_gpu_oom_names_the_exception_of_the_gpu():
     signature = oom.recognise(1, oom_texts.TF_GPU_OOM_STDERR)
-    assert signature.startswith("ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and "
-                                "type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc")
+    assert signature.startswith(
+        "ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and "
+        "type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+    )
     assert not oom.host_memory(1, oom_texts.TF_GPU_OOM_STDERR)

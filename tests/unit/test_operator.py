@@ -16,14 +16,13 @@ from unittest import mock
 import pytest
 import requests_mock as rm_mock
 
-from airflow_provider_melon.hooks.melon import MelonHook
+from airflow_provider_melon.hadoop.hdfs_io import hdfs_asset_uri
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.links import MelonAmStatusLink, TensorBoardLink, YarnApplicationLink
-from airflow_provider_melon.hadoop.hdfs_io import hdfs_asset_uri
 from airflow_provider_melon.operators.train import MelonTrainOperator
-from airflow_provider_melon.spec import JobSpec, JobSpecError
-from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX
+from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX, JobSpec, JobSpecError
 from airflow_provider_melon.submission import airflow_tags, deployment_id
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 from airflow_provider_melon.version_compat import RESUMABLE_JOBS, AirflowException
@@ -40,7 +39,9 @@ IDENTITY = [t for t in TAGS if t.startswith(IDENTITY_TAG_PREFIX)]  # the one tag
 
 def job(**over):
     spec = {
-        "name": "mnist", "framework": "tensorflow", "entrypoint": "python train.py",
+        "name": "mnist",
+        "framework": "tensorflow",
+        "entrypoint": "python train.py",
         "roles": {
             "chief": {"instances": 1, "memory": "2g", "gpu_memory": "4GiB"},
             "worker": {"instances": 2, "memory": "2g", "gpu_memory": "4GiB"},
@@ -53,11 +54,20 @@ def job(**over):
     return spec
 
 
-def app(state, final="UNDEFINED", app_id=APP, diagnostics="", started=1_000, user="alice", type_="MELON",
-        tags=TAGS):
-    out = {"id": app_id, "state": state, "finalStatus": final, "diagnostics": diagnostics, "startedTime": started,
-           "trackingUrl": f"{RM}/proxy/{app_id}/", "elapsedTime": 0, "finishedTime": 0, "user": user,
-           "applicationType": type_, "applicationTagList": [t.lower() for t in tags]}
+def app(state, final="UNDEFINED", app_id=APP, diagnostics="", started=1_000, user="alice", type_="MELON", tags=TAGS):
+    out = {
+        "id": app_id,
+        "state": state,
+        "finalStatus": final,
+        "diagnostics": diagnostics,
+        "startedTime": started,
+        "trackingUrl": f"{RM}/proxy/{app_id}/",
+        "elapsedTime": 0,
+        "finishedTime": 0,
+        "user": user,
+        "applicationType": type_,
+        "applicationTagList": [t.lower() for t in tags],
+    }
     if state in ("FINISHED", "FAILED", "KILLED"):
         out.update(elapsedTime=61_000, finishedTime=started + 61_000)
     return out
@@ -65,10 +75,20 @@ def app(state, final="UNDEFINED", app_id=APP, diagnostics="", started=1_000, use
 
 @pytest.fixture(autouse=True)
 def yarn_conn(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_YARN_TEST", json.dumps({
-        "conn_type": "yarn", "host": RM, "login": "alice",
-        "extra": {"fs_default_fs": "hdfs://nn:8020", "tensorboard_url": "http://tb:6006/#scalars&logdir={logdir}"},
-    }))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_YARN_TEST",
+        json.dumps(
+            {
+                "conn_type": "yarn",
+                "host": RM,
+                "login": "alice",
+                "extra": {
+                    "fs_default_fs": "hdfs://nn:8020",
+                    "tensorboard_url": "http://tb:6006/#scalars&logdir={logdir}",
+                },
+            }
+        ),
+    )
 
 
 class FakeStore:
@@ -111,20 +131,31 @@ REAL_SLEEP = MelonTrainOperator._sleep  # the product's poll sleep, before the f
 @pytest.fixture
 def hooks():
     """Public hook methods mocked (autospec: a wrong signature fails the test)."""
-    with mock.patch.object(MelonHook, "submit", autospec=True, return_value={"app_id": APP, "staging": None,
-                                                                            "plan": {}}) as submit, \
-            mock.patch.object(MelonHook, "am_status", autospec=True, return_value=None) as am_status, \
-            mock.patch.object(MelonHook, "final_status", autospec=True, return_value=None) as final_status, \
-            mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]) as find, \
-            mock.patch.object(YarnHook, "get_application", autospec=True) as get_app, \
-            mock.patch.object(YarnHook, "kill_application", autospec=True, return_value={}) as kill, \
-            mock.patch.object(YarnHook, "get_state", autospec=True, return_value="KILLED") as get_state, \
-            mock.patch.object(YarnHook, "nodes", autospec=True, return_value=[]), \
-            mock.patch.object(MelonHook, "file_status", autospec=True,
-                              return_value={"type": "DIRECTORY"}) as file_status, \
-            mock.patch.object(MelonTrainOperator, "_sleep", autospec=True) as sleep:
-        yield mock.Mock(submit=submit, am_status=am_status, final_status=final_status, find=find, get_app=get_app, kill=kill, sleep=sleep,
-                        file_status=file_status, get_state=get_state)
+    with (
+        mock.patch.object(
+            MelonHook, "submit", autospec=True, return_value={"app_id": APP, "staging": None, "plan": {}}
+        ) as submit,
+        mock.patch.object(MelonHook, "am_status", autospec=True, return_value=None) as am_status,
+        mock.patch.object(MelonHook, "final_status", autospec=True, return_value=None) as final_status,
+        mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]) as find,
+        mock.patch.object(YarnHook, "get_application", autospec=True) as get_app,
+        mock.patch.object(YarnHook, "kill_application", autospec=True, return_value={}) as kill,
+        mock.patch.object(YarnHook, "get_state", autospec=True, return_value="KILLED") as get_state,
+        mock.patch.object(YarnHook, "nodes", autospec=True, return_value=[]),
+        mock.patch.object(MelonHook, "file_status", autospec=True, return_value={"type": "DIRECTORY"}) as file_status,
+        mock.patch.object(MelonTrainOperator, "_sleep", autospec=True) as sleep,
+    ):
+        yield mock.Mock(
+            submit=submit,
+            am_status=am_status,
+            final_status=final_status,
+            find=find,
+            get_app=get_app,
+            kill=kill,
+            sleep=sleep,
+            file_status=file_status,
+            get_state=get_state,
+        )
 
 
 # ---------------------------------------------------------------------------------------------- construction
@@ -140,8 +171,7 @@ def test_defaults_and_template_fields():
     assert op.template_fields == ("job", "gpu_memory", "run_as", "yarn_queue", "memory_key")
     assert op.cancel_on_kill is True and op.stream_logs is True
     assert op.deferrable is False
-    assert {type(link) for link in op.operator_extra_links} == {YarnApplicationLink, MelonAmStatusLink,
-                                                                 TensorBoardLink}
+    assert {type(link) for link in op.operator_extra_links} == {YarnApplicationLink, MelonAmStatusLink, TensorBoardLink}
     # a literal job's fully qualified hdfs:// outputs are outlets from parse time on
     assert [a.uri for a in op.outlets] == ["hdfs://nn:8020/models/mnist"]
 
@@ -164,12 +194,15 @@ def test_deferrable_default_follows_config(monkeypatch):
 # ---------------------------------------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize("bad_job,field", [
-    (job(roles={"chief": {"instances": 0}}), "roles.chief.instances"),
-    (job(roles={"chief": {"gpus": 1, "gpu_memory": "2g"}}), "roles.chief"),
-    (job(roles={"master": {"instances": 1}}), "roles"),
-    ({k: v for k, v in job().items() if k != "entrypoint"}, "entrypoint"),
-])
+@pytest.mark.parametrize(
+    "bad_job,field",
+    [
+        (job(roles={"chief": {"instances": 0}}), "roles.chief.instances"),
+        (job(roles={"chief": {"gpus": 1, "gpu_memory": "2g"}}), "roles.chief"),
+        (job(roles={"master": {"instances": 1}}), "roles"),
+        ({k: v for k, v in job().items() if k != "entrypoint"}, "entrypoint"),
+    ],
+)
 def test_invalid_spec_fails_before_any_http_call(bad_job, field):
     op = make_op(job=bad_job)
     with rm_mock.Mocker() as m:  # no URL registered: any HTTP call would raise NoMockAddress
@@ -210,14 +243,16 @@ def test_yaml_path_relative_to_the_dag_folder(tmp_path, hooks):
 
     (tmp_path / "training" / "mnist").mkdir(parents=True)
     (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "mnist.yaml").write_text(textwrap.dedent("""\
+    (tmp_path / "jobs" / "mnist.yaml").write_text(
+        textwrap.dedent("""\
         name: mnist
         framework: tensorflow
         code: training/mnist
         entrypoint: python train.py
         roles:
           worker: {instances: 2, gpu_memory: 2g}
-        """))
+        """)
+    )
     dag_file = tmp_path / "dag.py"
     dag_file.write_text("# the DAG file\n")
     with DAG("d") as dag:
@@ -252,8 +287,12 @@ def test_deferrable_submit_pushes_xcom_and_links_then_defers(hooks):
     hooks.submit.assert_called_once()
     assert hooks.submit.call_args.kwargs["tags"] == TAGS
     # the task instance rides along in the plan, for the UI plugin (the AM echoes it in /status)
-    assert hooks.submit.call_args.kwargs["labels"] == {"dag_id": DAG_ID, "task_id": TASK_ID, "run_id": RUN_ID,
-                                                       "map_index": -1}
+    assert hooks.submit.call_args.kwargs["labels"] == {
+        "dag_id": DAG_ID,
+        "task_id": TASK_ID,
+        "run_id": RUN_ID,
+        "map_index": -1,
+    }
     hooks.find.assert_called_once_with(mock.ANY, IDENTITY, match_all=True)
     xcom = pushed(ctx)
     assert xcom["app_id"] == APP
@@ -293,8 +332,10 @@ def test_deferrable_checks_state_before_deferring(hooks):
 def test_live_app_found_by_tags_is_attached_not_submitted(hooks):
     from airflow_provider_melon.version_compat import TaskDeferred
 
-    hooks.find.return_value = [app("RUNNING", app_id="application_1_0009", started=9_000),
-                               app("FAILED", "FAILED", app_id="application_1_0003", started=3_000)]
+    hooks.find.return_value = [
+        app("RUNNING", app_id="application_1_0009", started=9_000),
+        app("FAILED", "FAILED", app_id="application_1_0003", started=3_000),
+    ]
     ctx = make_context()
     with pytest.raises(TaskDeferred) as deferred:
         make_op(deferrable=True).execute(ctx)
@@ -342,7 +383,8 @@ def test_map_index_is_part_of_the_identity(hooks):
 def on_cluster(hooks, *apps):
     """The RM's tag filter over ``apps`` (what YarnHook.find_applications answers: every tag, lower-cased)."""
     hooks.find.side_effect = lambda self, tags, states=None, match_all=False, application_type=None: [
-        a for a in apps if {t.lower() for t in tags} <= set(a["applicationTagList"])]
+        a for a in apps if {t.lower() for t in tags} <= set(a["applicationTagList"])
+    ]
 
 
 def context_for(task_id, run_id=RUN_ID, store=None):
@@ -354,11 +396,14 @@ def context_for(task_id, run_id=RUN_ID, store=None):
 LONG = "section_" * 11  # 88 characters: task-group ids that share them get the same cut airflow-task: tag
 
 
-@pytest.mark.parametrize("first,second", [(LONG + "prepare.train", LONG + "evaluate.train"),
-                                          ("Train", "train")])
+@pytest.mark.parametrize("first,second", [(LONG + "prepare.train", LONG + "evaluate.train"), ("Train", "train")])
 def test_other_task_with_the_same_readable_tags_is_not_reattached_to(hooks, first, second):
-    other = app("FINISHED", "SUCCEEDED", app_id="application_1_0001",
-                tags=airflow_tags(DAG_ID, first, RUN_ID, deployment=deployment_id()))
+    other = app(
+        "FINISHED",
+        "SUCCEEDED",
+        app_id="application_1_0001",
+        tags=airflow_tags(DAG_ID, first, RUN_ID, deployment=deployment_id()),
+    )
     assert set(other["applicationTagList"]) >= {t.lower() for t in airflow_tags(DAG_ID, second, RUN_ID)[2:]}
     on_cluster(hooks, other)
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
@@ -380,10 +425,16 @@ def test_the_same_task_instance_of_another_deployment_is_not_reattached_to(hooks
     assert hooks.submit.call_args.kwargs["tags"][1] != prod["applicationTagList"][1]
 
 
-@pytest.mark.parametrize("planted,why", [
-    (app("FINISHED", "SUCCEEDED", app_id="application_1_0001", user="bob"), "it belongs to user 'bob', not 'alice'"),
-    (app("RUNNING", app_id="application_1_0001", type_="MAPREDUCE"), "its type is 'MAPREDUCE', not MELON"),
-])
+@pytest.mark.parametrize(
+    "planted,why",
+    [
+        (
+            app("FINISHED", "SUCCEEDED", app_id="application_1_0001", user="bob"),
+            "it belongs to user 'bob', not 'alice'",
+        ),
+        (app("RUNNING", app_id="application_1_0001", type_="MAPREDUCE"), "its type is 'MAPREDUCE', not MELON"),
+    ],
+)
 def test_an_app_with_the_tags_but_not_ours_is_not_reattached_to(hooks, capsys, planted, why):
     on_cluster(hooks, planted)
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
@@ -391,13 +442,19 @@ def test_an_app_with_the_tags_but_not_ours_is_not_reattached_to(hooks, capsys, p
     hooks.submit.assert_called_once()
     shown = capsys.readouterr()  # the task SDK's log goes to stdout; Airflow 3.0's logging handler writes stderr
     said = [line for line in (shown.out + shown.err).splitlines() if "application_1_0001" in line]
-    assert any(f"Not reattaching to YARN application application_1_0001 ({planted['state']}/"
-               f"{planted['finalStatus']}) found by tags: {why}" in line for line in said), said
+    assert any(
+        f"Not reattaching to YARN application application_1_0001 ({planted['state']}/"
+        f"{planted['finalStatus']}) found by tags: {why}" in line
+        for line in said
+    ), said
 
 
 def test_run_as_tenant_is_the_user_an_app_must_belong_to(hooks):
-    on_cluster(hooks, app("RUNNING", app_id="application_1_0001", user="alice"),
-               app("RUNNING", app_id="application_1_0002", user="carol", started=500))
+    on_cluster(
+        hooks,
+        app("RUNNING", app_id="application_1_0001", user="alice"),
+        app("RUNNING", app_id="application_1_0002", user="carol", started=500),
+    )
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED", app_id="application_1_0002")
     assert make_op(run_as="carol").execute(make_context())["app_id"] == "application_1_0002"
     hooks.submit.assert_not_called()
@@ -423,8 +480,10 @@ def test_an_app_this_task_killed_is_not_reattached_to_while_the_rm_shows_it_runn
     assert make_op(durable=False).execute(make_context(store))["app_id"] == APP
     hooks.submit.assert_called_once()
     shown = capsys.readouterr()  # stdout (task SDK log), stderr on Airflow 3.0
-    assert ("application_1_0001 (RUNNING/UNDEFINED) found by tags: an earlier try of this task killed it"
-            in shown.out + shown.err)
+    assert (
+        "application_1_0001 (RUNNING/UNDEFINED) found by tags: an earlier try of this task killed it"
+        in shown.out + shown.err
+    )
 
 
 @needs_state_store
@@ -434,8 +493,10 @@ def test_a_stored_app_this_task_killed_is_not_reconnected_to(hooks, capsys):
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
     assert make_op().execute(make_context(store))["app_id"] == APP
     hooks.submit.assert_called_once()
-    assert "Not reconnecting to YARN application application_1_0001: an earlier try of this task killed it" \
+    assert (
+        "Not reconnecting to YARN application application_1_0001: an earlier try of this task killed it"
         in capsys.readouterr().out
+    )
 
 
 # ---------------------------------------------------------------------------------------------- ResumableJobMixin
@@ -454,9 +515,11 @@ def test_state_store_gets_the_app_id_before_polling(hooks):
 @needs_state_store
 def test_state_store_live_app_reconnects_without_lookup_or_submit(hooks):
     store = FakeStore(melon_yarn_app_id="application_1_0077")
-    hooks.get_app.side_effect = [app("RUNNING", app_id="application_1_0077"),
-                                 app("RUNNING", app_id="application_1_0077"),
-                                 app("FINISHED", "SUCCEEDED", app_id="application_1_0077")]
+    hooks.get_app.side_effect = [
+        app("RUNNING", app_id="application_1_0077"),
+        app("RUNNING", app_id="application_1_0077"),
+        app("FINISHED", "SUCCEEDED", app_id="application_1_0077"),
+    ]
     ctx = make_context(store)
     result = make_op().execute(ctx)
     hooks.submit.assert_not_called()
@@ -477,8 +540,11 @@ def test_state_store_succeeded_app_returns_result(hooks):
 @needs_state_store
 def test_state_store_failed_app_submits_fresh(hooks):
     store = FakeStore(melon_yarn_app_id="application_1_0077")
-    hooks.get_app.side_effect = [app("FINISHED", "FAILED", app_id="application_1_0077"), app("RUNNING"),
-                                 app("FINISHED", "SUCCEEDED")]
+    hooks.get_app.side_effect = [
+        app("FINISHED", "FAILED", app_id="application_1_0077"),
+        app("RUNNING"),
+        app("FINISHED", "SUCCEEDED"),
+    ]
     result = make_op().execute(make_context(store))
     hooks.submit.assert_called_once()
     assert result["app_id"] == APP and store.values["melon_yarn_app_id"] == APP
@@ -503,8 +569,17 @@ AM_TASKS = [
 
 
 def event(status="success", final="SUCCEEDED", state="FINISHED", **kw):
-    out = {"status": status, "app_id": APP, "state": state, "final_status": final, "diagnostics": "",
-           "duration_s": 61.0, "message": f"app {status}", "tracking_url": f"{RM}/proxy/{APP}/", "tasks": None}
+    out = {
+        "status": status,
+        "app_id": APP,
+        "state": state,
+        "final_status": final,
+        "diagnostics": "",
+        "duration_s": 61.0,
+        "message": f"app {status}",
+        "tracking_url": f"{RM}/proxy/{APP}/",
+        "tasks": None,
+    }
     out.update(kw)
     return out
 
@@ -516,17 +591,29 @@ def test_execute_complete_success_result_outlets_and_xcom(hooks, monkeypatch):
     monkeypatch.setattr(version_compat, "RUNTIME_OUTLETS", True)
     op = make_op()
     ctx = make_context()
-    result = op.execute_complete(ctx, event(tasks=AM_TASKS),
-                                 outputs=job()["outputs"], roles={"chief": 1, "worker": 2, "ps": 1},
-                                 fs_default_fs="hdfs://nn:8020")
+    result = op.execute_complete(
+        ctx,
+        event(tasks=AM_TASKS),
+        outputs=job()["outputs"],
+        roles={"chief": 1, "worker": 2, "ps": 1},
+        fs_default_fs="hdfs://nn:8020",
+    )
     assert result["app_id"] == APP and result["final_status"] == "SUCCEEDED"
     assert result["duration_s"] == 61.0
     assert result["task_source"] == "am-last-seen"
     assert result["tasks"]["worker"]["states"] == {"SUCCEEDED": 1, "RUNNING": 1}
     assert result["tasks"]["worker"]["restarts"] == 1
     assert result["tasks"]["chief"]["step"] == 500
-    assert result["tasks"]["ps"] == {"instances": 1, "states": {}, "step": None, "total": None, "loss": None,
-                                     "metrics": {}, "restarts": 0, "failed_exit_codes": []}
+    assert result["tasks"]["ps"] == {
+        "instances": 1,
+        "states": {},
+        "step": None,
+        "total": None,
+        "loss": None,
+        "metrics": {},
+        "restarts": 0,
+        "failed_exit_codes": [],
+    }
     assert result["outputs"] == job()["outputs"]
     assert sorted(a.uri for a in op.outlets) == ["hdfs://nn:8020/models/mnist", "hdfs://nn:8020/user/alice/metrics"]
     xcom = pushed(ctx)
@@ -537,8 +624,11 @@ def test_a_declared_output_missing_after_success_fails_naming_it_and_pushes_no_o
     """(The live twin, against the mini cluster's HDFS: tests/security/test_outputs.py.)"""
     hooks.file_status.side_effect = lambda hook, path: None if path == "/models/mnist" else {"type": "FILE"}
     ctx = make_context()
-    with pytest.raises(AirflowException, match=r"output\(s\) 'model' \(hdfs://nn:8020/models/mnist\) are not in "
-                                               r"HDFS; no asset is declared"):
+    with pytest.raises(
+        AirflowException,
+        match=r"output\(s\) 'model' \(hdfs://nn:8020/models/mnist\) are not in "
+        r"HDFS; no asset is declared",
+    ):
         make_op().execute_complete(ctx, event(), outputs=job()["outputs"], roles={"chief": 1})
     assert sorted(c.args[1] for c in hooks.file_status.call_args_list) == ["/models/mnist", "/user/alice/metrics"]
     assert "outputs" not in pushed(ctx)
@@ -546,10 +636,14 @@ def test_a_declared_output_missing_after_success_fails_naming_it_and_pushes_no_o
 
 def test_an_output_that_cannot_be_checked_fails_naming_it(hooks):
     hooks.file_status.side_effect = ConnectionError("namenode down")
-    with pytest.raises(AirflowException, match=r"output 'model' \(hdfs://nn:8020/models/mnist\) could not be "
-                                               r"checked in HDFS: namenode down"):
-        make_op().execute_complete(make_context(), event(), outputs={"model": "hdfs://nn:8020/models/mnist"},
-                                   roles={"chief": 1})
+    with pytest.raises(
+        AirflowException,
+        match=r"output 'model' \(hdfs://nn:8020/models/mnist\) could not be "
+        r"checked in HDFS: namenode down",
+    ):
+        make_op().execute_complete(
+            make_context(), event(), outputs={"model": "hdfs://nn:8020/models/mnist"}, roles={"chief": 1}
+        )
 
 
 @pytest.mark.parametrize("ev", [event(tasks=AM_TASKS), event("error", "FAILED", diagnostics="exited 1")])
@@ -575,12 +669,30 @@ def test_result_prefers_live_am_status_then_rm(hooks):
 def test_result_is_read_from_the_ams_final_status_after_the_end(hooks):
     """The AM's final /status (HDFS, written before it unregistered) wins over the last poll's picture: each task's
     last report, not the one seen a poll earlier (issue 21: chief step null, worker 2 of 4, metrics {})."""
-    last_seen = [{"role": "chief", "index": 0, "state": "RUNNING", "step": None, "metrics": {}},
-                 {"role": "worker", "index": 0, "state": "RUNNING", "step": 2, "total": 4, "metrics": {}}]
-    final = [{"role": "chief", "index": 0, "state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.25,
-              "metrics": {"accuracy": 0.9}},
-             {"role": "worker", "index": 0, "state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.5,
-              "metrics": {"accuracy": 0.8}}]
+    last_seen = [
+        {"role": "chief", "index": 0, "state": "RUNNING", "step": None, "metrics": {}},
+        {"role": "worker", "index": 0, "state": "RUNNING", "step": 2, "total": 4, "metrics": {}},
+    ]
+    final = [
+        {
+            "role": "chief",
+            "index": 0,
+            "state": "SUCCEEDED",
+            "step": 4,
+            "total": 4,
+            "loss": 0.25,
+            "metrics": {"accuracy": 0.9},
+        },
+        {
+            "role": "worker",
+            "index": 0,
+            "state": "SUCCEEDED",
+            "step": 4,
+            "total": 4,
+            "loss": 0.5,
+            "metrics": {"accuracy": 0.8},
+        },
+    ]
     hooks.final_status.return_value = {"state": "SUCCEEDED", "tasks": final}
     hooks.am_status.return_value = {"state": "RUNNING", "tasks": last_seen}
     result = make_op().execute_complete(make_context(), event(tasks=last_seen), roles={"chief": 1, "worker": 1})
@@ -588,7 +700,8 @@ def test_result_is_read_from_the_ams_final_status_after_the_end(hooks):
     assert result["task_source"] == "am-final"
     assert result["progress"] == {
         "chief:0": {"state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.25, "metrics": {"accuracy": 0.9}},
-        "worker:0": {"state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.5, "metrics": {"accuracy": 0.8}}}
+        "worker:0": {"state": "SUCCEEDED", "step": 4, "total": 4, "loss": 0.5, "metrics": {"accuracy": 0.8}},
+    }
     assert result["tasks"]["worker"]["step"] == 4 and result["tasks"]["chief"]["metrics"] == {"accuracy": 0.9}
     hooks.final_status.return_value = None  # no final status (an AM that died): the last one seen, as before
     hooks.am_status.return_value = None
@@ -596,13 +709,25 @@ def test_result_is_read_from_the_ams_final_status_after_the_end(hooks):
     assert result["task_source"] == "am-last-seen" and result["progress"]["worker:0"]["step"] == 2
 
 
-@pytest.mark.parametrize("ev", [
-    event("error", "FAILED", diagnostics="task worker:1 on nm2 exited 1: OOM",
-          message="YARN application x ended FINISHED/FAILED: task worker:1 on nm2 exited 1: OOM"),
-    event("error", "KILLED", state="KILLED", diagnostics="task worker:1 on nm2 exited 1: OOM",
-          message="YARN application x ended KILLED/KILLED: task worker:1 on nm2 exited 1: OOM"),
-    event("success", "UNDEFINED", diagnostics="task worker:1 on nm2 exited 1: OOM"),
-])
+@pytest.mark.parametrize(
+    "ev",
+    [
+        event(
+            "error",
+            "FAILED",
+            diagnostics="task worker:1 on nm2 exited 1: OOM",
+            message="YARN application x ended FINISHED/FAILED: task worker:1 on nm2 exited 1: OOM",
+        ),
+        event(
+            "error",
+            "KILLED",
+            state="KILLED",
+            diagnostics="task worker:1 on nm2 exited 1: OOM",
+            message="YARN application x ended KILLED/KILLED: task worker:1 on nm2 exited 1: OOM",
+        ),
+        event("success", "UNDEFINED", diagnostics="task worker:1 on nm2 exited 1: OOM"),
+    ],
+)
 def test_execute_complete_failure_raises_with_diagnostics(hooks, ev):
     with pytest.raises(AirflowException, match="task worker:1 on nm2 exited 1: OOM"):
         make_op().execute_complete(make_context(), ev)
@@ -612,9 +737,9 @@ def test_execute_complete_failure_raises_with_diagnostics(hooks, ev):
 @pytest.mark.parametrize("cancel,kills", [(True, 1), (False, 0)])
 def test_execute_complete_timeout_kills_if_cancel_on_kill(hooks, cancel, kills):
     with pytest.raises(AirflowException, match="timeout"):
-        make_op(cancel_on_kill=cancel).execute_complete(make_context(), event("timeout", "UNDEFINED", "RUNNING",
-                                                                              message="did not finish before the "
-                                                                                      "task's timeout"))
+        make_op(cancel_on_kill=cancel).execute_complete(
+            make_context(), event("timeout", "UNDEFINED", "RUNNING", message="did not finish before the task's timeout")
+        )
     assert hooks.kill.call_count == kills
     if kills:
         assert hooks.kill.call_args.args[1] == APP
@@ -734,6 +859,11 @@ def test_on_airflow_3_0_outputs_known_only_at_run_time_are_not_added_as_outlets(
     monkeypatch.setattr(version_compat, "RUNTIME_OUTLETS", False)
     op = make_op()
     before = [a.uri for a in op.outlets]
-    op.execute_complete(make_context(), event(tasks=AM_TASKS), outputs=job()["outputs"],
-                        roles={"chief": 1, "worker": 2, "ps": 1}, fs_default_fs="hdfs://nn:8020")
+    op.execute_complete(
+        make_context(),
+        event(tasks=AM_TASKS),
+        outputs=job()["outputs"],
+        roles={"chief": 1, "worker": 2, "ps": 1},
+        fs_default_fs="hdfs://nn:8020",
+    )
     assert [a.uri for a in op.outlets] == before == ["hdfs://nn:8020/models/mnist"]  # the parse-time one only

@@ -19,8 +19,8 @@ from airflow_provider_melon.runtime import executor, peak
 from airflow_provider_melon.runtime.config import Config
 from tests.fake_nvml import fake_nvml
 
-
 # ---- the rule ---------------------------------------------------------------------------------------------------
+
 
 def test_the_frameworks_counter_wins_over_nvml():
     # TensorFlow preallocated its whole 4096 MiB cap; NVML shows that plus a 500 MiB context; its allocator's peak
@@ -72,7 +72,7 @@ def test_the_ams_sources_are_runtime_peaks():
     assert declared and counters, "TaskBook.java no longer declares PEAK_SOURCES / PEAK_COUNTERS as this test reads"
     sources = tuple(re.findall(r'"([^"]+)"', declared.group(1)))
     assert sources == peak.SOURCES
-    assert sources[:int(counters.group(1))] == peak.COUNTERS
+    assert sources[: int(counters.group(1))] == peak.COUNTERS
 
 
 def test_a_tensorflow_job_converges_instead_of_ratcheting():
@@ -80,20 +80,23 @@ def test_a_tensorflow_job_converges_instead_of_ratcheting():
     assert learned_after(12, None, 500, 4096) == 4096  # no counter: the figure it ran at stays
 
 
-@pytest.mark.parametrize("content, expected", [
-    ('{"peak_mb": 1300}', (1300, "user")),
-    ('{"peak_mb": 1299.2, "source": "torch"}', (1300, "torch")),
-    ('{"source": "tensorflow"}', (None, "tensorflow")),  # announced, not written yet
-    ('{"source": "nvml-process", "peak_mb": 5}', (5, "user")),  # only counters come from the file
-    ('{"source": "user"}', None),
-    ('{"peak_mb": 0}', (0, "user")),
-    ('{"peak_mb": -5}', None),
-    ('{"peak_mb": 1e999}', None),
-    ('{"peak_mb": true}', None),
-    ('{"peak_mb": "1300"}', None),
-    ('[1300]', None),
-    ('{"peak_mb": 13', None),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ('{"peak_mb": 1300}', (1300, "user")),
+        ('{"peak_mb": 1299.2, "source": "torch"}', (1300, "torch")),
+        ('{"source": "tensorflow"}', (None, "tensorflow")),  # announced, not written yet
+        ('{"source": "nvml-process", "peak_mb": 5}', (5, "user")),  # only counters come from the file
+        ('{"source": "user"}', None),
+        ('{"peak_mb": 0}', (0, "user")),
+        ('{"peak_mb": -5}', None),
+        ('{"peak_mb": 1e999}', None),
+        ('{"peak_mb": true}', None),
+        ('{"peak_mb": "1300"}', None),
+        ("[1300]", None),
+        ('{"peak_mb": 13', None),
+    ],
+)
 def test_read_file(tmp_path, content, expected):
     path = tmp_path / "melon-peak.json"
     path.write_text(content)
@@ -102,6 +105,7 @@ def test_read_file(tmp_path, content, expected):
 
 
 # ---- the executor's heartbeats ----------------------------------------------------------------------------------
+
 
 class Recorder:
     def __init__(self):
@@ -116,16 +120,37 @@ def capped_executor(tmp_path, monkeypatch, used_mb, cap_mb=4096, context_mb=500)
     """An executor in shared mode on GPU 0, its user's process a real child that NVML (the fake) sees using
     ``used_mb`` MiB; its heartbeats recorded."""
     monkeypatch.chdir(tmp_path)
-    cfg = Config.from_env({"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1",
-                           "MELON_SECRET": "s", "MELON_ENTRYPOINT": "true", "MELON_GPU_MEMORY_MB": str(cap_mb),
-                           "MELON_GPU_CONTEXT_MB": str(context_mb)})
+    cfg = Config.from_env(
+        {
+            "MELON_ROLE": "worker",
+            "MELON_INDEX": "0",
+            "MELON_AM_URL": "http://am:1",
+            "MELON_SECRET": "s",
+            "MELON_ENTRYPOINT": "true",
+            "MELON_GPU_MEMORY_MB": str(cap_mb),
+            "MELON_GPU_CONTEXT_MB": str(context_mb),
+        }
+    )
     ex = executor.Executor(cfg, env={})
     ex.am = Recorder()
     ex.gpu_indices, ex.gpu_source, ex.gpu_total_mb = [0], "nvml", 16384
     ex.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml(
-        [{"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": used_mb, "util": 0,
-          "procs": {ex.child.pid: used_mb}}]))
+    monkeypatch.setattr(
+        devices,
+        "_import_pynvml",
+        lambda: fake_nvml(
+            [
+                {
+                    "uuid": "GPU-a",
+                    "name": "NVIDIA H200",
+                    "total_mb": 143771,
+                    "used_mb": used_mb,
+                    "util": 0,
+                    "procs": {ex.child.pid: used_mb},
+                }
+            ]
+        ),
+    )
     return ex
 
 
@@ -143,7 +168,9 @@ def test_heartbeats_count_a_preallocating_tensorflow_run_by_its_counter(tmp_path
         (tmp_path / "melon-peak.json").write_text(json.dumps({"peak_mb": 1300, "source": "tensorflow"}))
         ex.heartbeat()
         assert (ex.am.bodies[-1]["gpu_memory_peak_mb"], ex.am.bodies[-1]["gpu_memory_peak_source"]) == (
-            1300, "tensorflow")
+            1300,
+            "tensorflow",
+        )
     finally:
         end(ex)
 
@@ -164,7 +191,9 @@ def test_heartbeats_take_the_measured_context_out_of_nvml_and_wait_for_an_announ
         end(ex)  # it died without writing it (SIGKILL): the final heartbeat falls back to NVML's samples
         ex.heartbeat("user process exited -9")
         assert (ex.am.bodies[-1]["gpu_memory_peak_mb"], ex.am.bodies[-1]["gpu_memory_peak_source"]) == (
-            own, "nvml-process")
+            own,
+            "nvml-process",
+        )
     finally:
         end(ex)
 
@@ -175,7 +204,9 @@ def test_a_whole_gpu_tasks_nvml_peak_is_without_the_context_too(tmp_path, monkey
     try:
         ex.heartbeat()
         body = ex.am.bodies[-1]
-        assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (3708 - MEASURED_CONTEXT_MB,
-                                                                                "nvml-process")
+        assert (body["gpu_memory_peak_mb"], body["gpu_memory_peak_source"]) == (
+            3708 - MEASURED_CONTEXT_MB,
+            "nvml-process",
+        )
     finally:
         end(ex)

@@ -19,20 +19,33 @@ CODE = StagedFile("hdfs://nn:8020/c/code.zip", 20, 222)
 
 def _plan(tmp_path) -> dict:
     (tmp_path / "code").mkdir()
-    spec = JobSpec.from_dict({
-        "name": "mnist", "framework": "tensorflow", "code": str(tmp_path / "code"), "entrypoint": "python t.py",
-        "outputs": {"model": "hdfs:///models/mnist"}, "inputs": [{"path": "hdfs:///data/mnist.npz"}],
-        "roles": {"chief": {"gpu_memory": "4g"}, "worker": {"instances": 2}, "ps": {}},
-    })
-    return submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE},
-                                 labels={"dag_id": "d", "map_index": -1}, staged_urls=[RUNTIME.url, CODE.url],
-                                 status_file="hdfs://nn:8020/user/u/.melon/apps/a/melon-status.json")
+    spec = JobSpec.from_dict(
+        {
+            "name": "mnist",
+            "framework": "tensorflow",
+            "code": str(tmp_path / "code"),
+            "entrypoint": "python t.py",
+            "outputs": {"model": "hdfs:///models/mnist"},
+            "inputs": [{"path": "hdfs:///data/mnist.npz"}],
+            "roles": {"chief": {"gpu_memory": "4g"}, "worker": {"instances": 2}, "ps": {}},
+        }
+    )
+    return submission.build_plan(
+        spec,
+        code=CODE,
+        runtime=RUNTIME,
+        inputs={"hdfs:///data/mnist.npz": CODE},
+        labels={"dag_id": "d", "map_index": -1},
+        staged_urls=[RUNTIME.url, CODE.url],
+        status_file="hdfs://nn:8020/user/u/.melon/apps/a/melon-status.json",
+    )
 
 
 def test_the_committed_schema_is_the_models():
     committed = submission.PLAN_SCHEMA_PATH.read_text()
     assert committed == submission.plan_schema_text(), (
-        "am/plan.schema.json is stale: python -m airflow_provider_melon.submission --write-plan-schema")
+        "am/plan.schema.json is stale: python -m airflow_provider_melon.submission --write-plan-schema"
+    )
 
 
 def test_every_field_of_the_schema_is_written(tmp_path):
@@ -48,14 +61,17 @@ def test_every_field_of_the_schema_is_written(tmp_path):
     assert plan["status_file"].endswith("/melon-status.json")
 
 
-@pytest.mark.parametrize("path,value,field", [
-    (("roles", 0, "instances"), 0, "roles.0.instances"),
-    (("local_resources", 0, "visibility"), "WORLD", "local_resources.0.visibility"),
-    (("gang_hold_s",), -1, "gang_hold_s"),
-    (("roles", 0, "oom_growth"), 0.5, "roles.0.oom_growth"),
-    (("roles", 0, "oom_max_growths"), -1, "roles.0.oom_max_growths"),
-    (("surprise",), 1, "surprise"),
-])
+@pytest.mark.parametrize(
+    "path,value,field",
+    [
+        (("roles", 0, "instances"), 0, "roles.0.instances"),
+        (("local_resources", 0, "visibility"), "WORLD", "local_resources.0.visibility"),
+        (("gang_hold_s",), -1, "gang_hold_s"),
+        (("roles", 0, "oom_growth"), 0.5, "roles.0.oom_growth"),
+        (("roles", 0, "oom_max_growths"), -1, "roles.0.oom_max_growths"),
+        (("surprise",), 1, "surprise"),
+    ],
+)
 def test_a_plan_that_breaks_the_contract_is_refused_naming_the_field(tmp_path, path, value, field):
     plan = _plan(tmp_path)
     node = plan

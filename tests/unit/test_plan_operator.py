@@ -13,8 +13,9 @@ from airflow_provider_melon.version_compat import AirflowFailException
 
 # The planner's own hand-worked case (tests/unit/test_planner.py): 25M float32 params, 4 workers, 10 Gbit/s,
 # 2 ms/sample, batch capped at 64 -> compute 0.128 s; transfer with k PS = 2*25e6*4*4/(k*1.25e9) = 0.64/k s.
-CASE = dict(model_params="25e6", per_sample_ms="2", workers="4", bandwidth_gbps="10", gpu_memory="16GiB",
-            max_batch="64")
+CASE = dict(
+    model_params="25e6", per_sample_ms="2", workers="4", bandwidth_gbps="10", gpu_memory="16GiB", max_batch="64"
+)
 
 
 def run(**kw):
@@ -41,13 +42,16 @@ def test_compute_bound_case_picks_the_fewest_ps():
     assert result["communication_bound"] is False and result["step_transfer_s"] == pytest.approx(0.32)
 
 
-@pytest.mark.parametrize("field,value,words", [
-    ("workers", "0", "workers"),
-    ("per_sample_ms", "-1", "per_sample_ms"),
-    ("gpu_memory", "lots", "gpu_memory"),
-    ("dtype", "float7", "dtype"),
-    ("model_params", "None", "model_params"),
-])
+@pytest.mark.parametrize(
+    "field,value,words",
+    [
+        ("workers", "0", "workers"),
+        ("per_sample_ms", "-1", "per_sample_ms"),
+        ("gpu_memory", "lots", "gpu_memory"),
+        ("dtype", "float7", "dtype"),
+        ("model_params", "None", "model_params"),
+    ],
+)
 def test_bad_input_fails_naming_the_field(field, value, words):
     with pytest.raises(AirflowFailException) as err:
         run(**{**CASE, field: value})
@@ -60,5 +64,13 @@ def test_a_model_that_does_not_fit_fails_with_the_numbers():
 
 
 def test_templated_fields_cover_every_input():
-    assert set(MelonPlanOperator.template_fields) >= {"model_params", "per_sample_ms", "workers", "bandwidth_gbps",
-                                                      "gpu_memory", "activation_mb", "max_batch", "max_ps"}
+    assert set(MelonPlanOperator.template_fields) >= {
+        "model_params",
+        "per_sample_ms",
+        "workers",
+        "bandwidth_gbps",
+        "gpu_memory",
+        "activation_mb",
+        "max_batch",
+        "max_ps",
+    }

@@ -1,9 +1,9 @@
 """planner: batch size from the shared memory model, PS count from transfer <= compute (Zou et al.)."""
 
 import json
+import os
 import subprocess
 import sys
-import os
 
 import pytest
 
@@ -17,13 +17,22 @@ MIB = 2**20
 def _r50(**kw):
     # 25e6 fp32 params, momentum SGD (1 slot), 50 MiB of activations per sample, W 128 + F 400 MiB (the worked
     # example's F; the default is gpu.context.MEASURED_CONTEXT_MB).
-    args = dict(model_params=25e6, bytes_per_param=4, per_sample_compute_s=0.002, workers=4, bandwidth_gbps=10,
-                gpu_memory_mb=16384)
+    args = dict(
+        model_params=25e6,
+        bytes_per_param=4,
+        per_sample_compute_s=0.002,
+        workers=4,
+        bandwidth_gbps=10,
+        gpu_memory_mb=16384,
+    )
     activation = kw.pop("activation_bytes_per_sample", 50 * MIB)
     args.update(kw)
-    args.setdefault("memory_model", MemoryModel.for_optimizer(25_000_000, "momentum", workspace_mb=128,
-                                                              activation_bytes_per_sample=activation,
-                                                              framework_overhead_mb=400))
+    args.setdefault(
+        "memory_model",
+        MemoryModel.for_optimizer(
+            25_000_000, "momentum", workspace_mb=128, activation_bytes_per_sample=activation, framework_overhead_mb=400
+        ),
+    )
     return planner.plan(**args)
 
 
@@ -107,29 +116,81 @@ def test_parse_size():
     # count memory, so the same spec value is the same size in the plan as in the submission
     assert planner.parse_size_mb("141GB") == 141 * 1024
     from airflow_provider_melon.spec import parse_size_mb
+
     assert planner.parse_size_mb is parse_size_mb
     with pytest.raises(ValueError):
         planner.parse_size_mb("lots")
 
 
 def test_cli_prints_json(capsys):
-    rc = planner.plan_main(["--params", "25e6", "--per-sample-ms", "2", "--workers", "4", "--bandwidth-gbps", "10",
-                            "--gpu-memory", "16GiB", "--optimizer", "momentum", "--activation-mb", "50"])
+    rc = planner.plan_main(
+        [
+            "--params",
+            "25e6",
+            "--per-sample-ms",
+            "2",
+            "--workers",
+            "4",
+            "--bandwidth-gbps",
+            "10",
+            "--gpu-memory",
+            "16GiB",
+            "--optimizer",
+            "momentum",
+            "--activation-mb",
+            "50",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and (out["batch_size"], out["ps"], out["workers"]) == (304, 2, 4)
 
 
 def test_cli_as_in_the_issue_in_a_subprocess():
     # no activation size: batch capped at 1024 -> compute 2.048 s, one PS (0.64 s) suffices.
-    r = subprocess.run([sys.executable, "-c", "import sys; from airflow_provider_melon.planner import plan_main; "
-                        "sys.exit(plan_main(sys.argv[1:]))", "--params", "25e6", "--per-sample-ms", "2",
-                        "--workers", "4", "--bandwidth-gbps", "10", "--gpu-memory", "16GiB"],
-                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from airflow_provider_melon.planner import plan_main; sys.exit(plan_main(sys.argv[1:]))",
+            "--params",
+            "25e6",
+            "--per-sample-ms",
+            "2",
+            "--workers",
+            "4",
+            "--bandwidth-gbps",
+            "10",
+            "--gpu-memory",
+            "16GiB",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert (out["batch_size"], out["ps"]) == (1024, 1)
     assert out["reasons"][0].startswith("no activation_mb (--activation-mb)")
-    bad = subprocess.run([sys.executable, "-m", "airflow_provider_melon.planner", "--params", "1e6",
-                          "--per-sample-ms", "1", "--workers", "1", "--bandwidth-gbps", "1", "--gpu-memory", "lots"],
-                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_melon.planner",
+            "--params",
+            "1e6",
+            "--per-sample-ms",
+            "1",
+            "--workers",
+            "1",
+            "--bandwidth-gbps",
+            "1",
+            "--gpu-memory",
+            "lots",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "gpu_memory (--gpu-memory): unparsable size 'lots'" in bad.stderr

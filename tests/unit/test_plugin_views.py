@@ -2,42 +2,88 @@
 
 import pytest
 
-from airflow_provider_melon.plugin import views
 from airflow_provider_melon.hadoop.rm_json import normalise_node
+from airflow_provider_melon.plugin import views
 
 
 def node(node_id, gpus=2, gpu_mem=32768, used_mem=0, used_gpus=0):
     def res(mem, vcores, g, gm):
-        return {"memory": mem, "vCores": vcores, "resourceInformations": {"resourceInformation": [
-            {"name": "memory-mb", "value": mem, "units": "Mi"}, {"name": "vcores", "value": vcores},
-            {"name": "yarn.io/gpu", "value": g}, {"name": "melon.io/gpu-memory", "value": gm, "units": "Mi"}]}}
-    return normalise_node({"id": node_id, "nodeHostName": node_id.split(":")[0], "state": "RUNNING",
-                           "totalResource": res(8192, 8, gpus, gpu_mem),
-                           "usedResource": res(1024, 1, used_gpus, used_mem)})
+        return {
+            "memory": mem,
+            "vCores": vcores,
+            "resourceInformations": {
+                "resourceInformation": [
+                    {"name": "memory-mb", "value": mem, "units": "Mi"},
+                    {"name": "vcores", "value": vcores},
+                    {"name": "yarn.io/gpu", "value": g},
+                    {"name": "melon.io/gpu-memory", "value": gm, "units": "Mi"},
+                ]
+            },
+        }
+
+    return normalise_node(
+        {
+            "id": node_id,
+            "nodeHostName": node_id.split(":")[0],
+            "state": "RUNNING",
+            "totalResource": res(8192, 8, gpus, gpu_mem),
+            "usedResource": res(1024, 1, used_gpus, used_mem),
+        }
+    )
 
 
-APP = {"id": "application_1_0001", "name": "hpo-trial-0", "user": "root", "queue": "default", "state": "RUNNING",
-       "finalStatus": "UNDEFINED", "progress": 50.0, "startedTime": 1000, "elapsedTime": 42000,
-       "applicationTags": "melon,airflow-dag:melon_hpo_fanout,airflow-task:trial,airflow-run:abc,airflow-map:0",
-       "amContainerLogs": "http://nm1:8042/node/containerlogs/c1/root"}
-LABELS = {"dag_id": "melon_hpo_fanout", "task_id": "trial", "run_id": "manual__2026-01-01T00:00:00+00:00",
-          "map_index": 0}
+APP = {
+    "id": "application_1_0001",
+    "name": "hpo-trial-0",
+    "user": "root",
+    "queue": "default",
+    "state": "RUNNING",
+    "finalStatus": "UNDEFINED",
+    "progress": 50.0,
+    "startedTime": 1000,
+    "elapsedTime": 42000,
+    "applicationTags": "melon,airflow-dag:melon_hpo_fanout,airflow-task:trial,airflow-run:abc,airflow-map:0",
+    "amContainerLogs": "http://nm1:8042/node/containerlogs/c1/root",
+}
+LABELS = {
+    "dag_id": "melon_hpo_fanout",
+    "task_id": "trial",
+    "run_id": "manual__2026-01-01T00:00:00+00:00",
+    "map_index": 0,
+}
 
 
 def task(role, index, gpu, node_id, expected=6144, used=None, state="REGISTERED", gpus=0, mps=False, history=()):
-    return {"role": role, "index": index, "state": state, "gpu": gpu, "node_id": node_id, "host": "nm1",
-            "gpu_memory_mb": expected, "expected_gpu_memory_mb": expected, "gpu_memory_used_mb": used,
-            "gpus": gpus, "mps": mps, "step": 7, "loss": 0.5, "attempt": 0, "history": [list(h) for h in history]}
+    return {
+        "role": role,
+        "index": index,
+        "state": state,
+        "gpu": gpu,
+        "node_id": node_id,
+        "host": "nm1",
+        "gpu_memory_mb": expected,
+        "expected_gpu_memory_mb": expected,
+        "gpu_memory_used_mb": used,
+        "gpus": gpus,
+        "mps": mps,
+        "step": 7,
+        "loss": 0.5,
+        "attempt": 0,
+        "history": [list(h) for h in history],
+    }
 
 
 def test_gpu_view_places_tasks_on_their_node_and_gpu():
     nodes = [node("localhost:1"), node("localhost:2", used_mem=12288)]
-    status = {"labels": LABELS, "tasks": [
-        task("worker", 0, "1", "localhost:2", used=2100, mps=True),
-        task("worker", 1, "1", "localhost:2"),
-        task("worker", 2, None, "localhost:1", state="ALLOCATED"),
-        task("chief", 0, "0", "localhost:1", state="SUCCEEDED"),  # done: not on a GPU any more
-    ]}
+    status = {
+        "labels": LABELS,
+        "tasks": [
+            task("worker", 0, "1", "localhost:2", used=2100, mps=True),
+            task("worker", 1, "1", "localhost:2"),
+            task("worker", 2, None, "localhost:1", state="ALLOCATED"),
+            task("chief", 0, "0", "localhost:1", state="SUCCEEDED"),  # done: not on a GPU any more
+        ],
+    }
     view = views.gpu_view(nodes, [APP], {APP["id"]: status}, tis={APP["id"]: LABELS})
     n1, n2 = view["nodes"]
     assert [g["total_mb"] for g in n2["gpus"]] == [16384, 16384]
@@ -59,25 +105,49 @@ def test_an_exclusive_task_fills_its_gpus():
 
 
 def test_queue_headroom():
-    queue = {"queuePath": "root.default", "state": "RUNNING",
-             "maxEffectiveCapacity": {"resourceInformations": {"resourceInformation": [
-                 {"name": "melon.io/gpu-memory", "value": 65536, "units": "Mi"}, {"name": "yarn.io/gpu", "value": 4}]}},
-             "resourcesUsed": {"resourceInformations": {"resourceInformation": [
-                 {"name": "melon.io/gpu-memory", "value": 18432, "units": "Mi"}]}}}
+    queue = {
+        "queuePath": "root.default",
+        "state": "RUNNING",
+        "maxEffectiveCapacity": {
+            "resourceInformations": {
+                "resourceInformation": [
+                    {"name": "melon.io/gpu-memory", "value": 65536, "units": "Mi"},
+                    {"name": "yarn.io/gpu", "value": 4},
+                ]
+            }
+        },
+        "resourcesUsed": {
+            "resourceInformations": {
+                "resourceInformation": [{"name": "melon.io/gpu-memory", "value": 18432, "units": "Mi"}]
+            }
+        },
+    }
     [q] = views.gpu_view([], [], {}, [queue])["queues"]
     assert (q["gpu_memory_headroom_mb"], q["gpus"], q["gpus_used"]) == (65536 - 18432, 4, 0)
 
 
 def test_job_view_links_history_and_airflow_identity():
-    status = {"labels": {**LABELS, "tensorboard": "http://tb/?logdir=x"},
-              "tasks": [task("worker", 0, "1", "localhost:2", history=[(1, 1, 2.0), (2, 5, 1.0), (3, 9, None)])]}
+    status = {
+        "labels": {**LABELS, "tensorboard": "http://tb/?logdir=x"},
+        "tasks": [task("worker", 0, "1", "localhost:2", history=[(1, 1, 2.0), (2, 5, 1.0), (3, 9, None)])],
+    }
     job = views.job_view(APP, status, "http://127.0.0.1:28088/", ti=LABELS)
-    assert job["links"] == {"YARN application": "http://127.0.0.1:28088/cluster/app/application_1_0001",
-                            "ApplicationMaster": "http://127.0.0.1:28088/proxy/application_1_0001/",
-                            "AM logs": "api/jobs/application_1_0001/logs", "TensorBoard": "http://tb/?logdir=x"}
-    assert job["series"] == [{"task": "worker:0", "points": [{"t": 1, "step": 1, "loss": 2.0},
-                                                             {"t": 2, "step": 5, "loss": 1.0},
-                                                             {"t": 3, "step": 9, "loss": None}]}]
+    assert job["links"] == {
+        "YARN application": "http://127.0.0.1:28088/cluster/app/application_1_0001",
+        "ApplicationMaster": "http://127.0.0.1:28088/proxy/application_1_0001/",
+        "AM logs": "api/jobs/application_1_0001/logs",
+        "TensorBoard": "http://tb/?logdir=x",
+    }
+    assert job["series"] == [
+        {
+            "task": "worker:0",
+            "points": [
+                {"t": 1, "step": 1, "loss": 2.0},
+                {"t": 2, "step": 5, "loss": 1.0},
+                {"t": 3, "step": 9, "loss": None},
+            ],
+        }
+    ]
     assert (job["dag_id"], job["task_id"], job["map_index"], job["elapsed_s"]) == ("melon_hpo_fanout", "trial", 0, 42.0)
     ended = views.job_view({**APP, "state": "FINISHED"}, None, "http://rm:8088", ti=LABELS)
     assert "ApplicationMaster" not in ended["links"] and ended["tasks"] == []
@@ -88,10 +158,16 @@ def test_with_a_web_ui_url_no_link_names_a_nodemanagers_internal_host():
     """The RM's ``amContainerLogs`` names the AM's NodeManager by its cluster-internal name (the docker/ stack's
     ``nodemanager-1:8042``), which a browser outside the cluster's network cannot open: the AM logs link goes
     through the plugin (the api-server reads the NodeManager), the RM's pages through ``web_ui_url``."""
-    app = {**APP, "amContainerLogs": "http://nodemanager-1:8042/node/containerlogs/container_1_0001_01_000001/airflow",
-           "amHostHttpAddress": "nodemanager-1:8042"}
-    status = {"labels": {}, "tasks": [{**task("worker", 0, "0", "nodemanager-1:45454"), "host": "nodemanager-1"}],
-              "tensorboard": {"url": "http://nodemanager-1:41234/"}}
+    app = {
+        **APP,
+        "amContainerLogs": "http://nodemanager-1:8042/node/containerlogs/container_1_0001_01_000001/airflow",
+        "amHostHttpAddress": "nodemanager-1:8042",
+    }
+    status = {
+        "labels": {},
+        "tasks": [{**task("worker", 0, "0", "nodemanager-1:45454"), "host": "nodemanager-1"}],
+        "tensorboard": {"url": "http://nodemanager-1:41234/"},
+    }
     for state in ("RUNNING", "FINISHED"):
         job = views.job_view({**app, "state": state}, status, "http://127.0.0.1:28088", ti=LABELS)
         assert "AM logs" in job["links"], job["links"]
@@ -100,8 +176,12 @@ def test_with_a_web_ui_url_no_link_names_a_nodemanagers_internal_host():
             assert url.startswith("http://127.0.0.1:28088/") or url == views.am_logs_link(APP["id"]), (name, url)
     assert views.am_logs_link(APP["id"]) == "api/jobs/application_1_0001/logs"
     # no AM logs link where the RM shows the connection's user none (another tenant's app under view ACLs)
-    assert "AM logs" not in views.job_view({k: v for k, v in app.items() if k != "amContainerLogs"}, status,
-                                           "http://127.0.0.1:28088")["links"]
+    assert (
+        "AM logs"
+        not in views.job_view(
+            {k: v for k, v in app.items() if k != "amContainerLogs"}, status, "http://127.0.0.1:28088"
+        )["links"]
+    )
 
 
 def test_job_view_says_where_gang_formation_stands_until_the_gang_has_formed():
@@ -137,12 +217,35 @@ XSS = '<img src=x onerror="window.__pwned=1">'
 
 
 def hostile_status():
-    return {"labels": {"dag_id": XSS, "task_id": XSS, "run_id": XSS, "map_index": XSS,
-                       "tensorboard": "javascript:window.__pwned=1"},
-            "tasks": [{"role": XSS, "index": XSS, "state": XSS, "gpu": "0", "node_id": "localhost:1", "host": XSS,
-                       "gpu_memory_mb": "6144<b>", "expected_gpu_memory_mb": XSS, "gpu_memory_used_mb": "lots",
-                       "gpus": "two", "mps": XSS, "step": XSS, "loss": "0.5<script>", "attempt": XSS,
-                       "exit_code": XSS, "history": [[XSS, XSS, XSS], [1, 2, 0.5]]}]}
+    return {
+        "labels": {
+            "dag_id": XSS,
+            "task_id": XSS,
+            "run_id": XSS,
+            "map_index": XSS,
+            "tensorboard": "javascript:window.__pwned=1",
+        },
+        "tasks": [
+            {
+                "role": XSS,
+                "index": XSS,
+                "state": XSS,
+                "gpu": "0",
+                "node_id": "localhost:1",
+                "host": XSS,
+                "gpu_memory_mb": "6144<b>",
+                "expected_gpu_memory_mb": XSS,
+                "gpu_memory_used_mb": "lots",
+                "gpus": "two",
+                "mps": XSS,
+                "step": XSS,
+                "loss": "0.5<script>",
+                "attempt": XSS,
+                "exit_code": XSS,
+                "history": [[XSS, XSS, XSS], [1, 2, 0.5]],
+            }
+        ],
+    }
 
 
 def test_hostile_numbers_are_coerced_and_links_that_are_not_http_are_dropped():
@@ -171,13 +274,31 @@ def test_gpu_view_survives_strings_where_numbers_go_and_hides_what_the_viewer_ma
     view = views.gpu_view([node("localhost:1")], [APP], {APP["id"]: status})  # raised TypeError before
     gpu0 = view["nodes"][0]["gpus"][0]
     [ref] = gpu0["tasks"]
-    assert (ref["expected_mb"], ref["used_mb"], gpu0["used_mb"], ref["ti_url"], ref["dag_id"]) == (0, None, None,
-                                                                                                  None, None)
+    assert (ref["expected_mb"], ref["used_mb"], gpu0["used_mb"], ref["ti_url"], ref["dag_id"]) == (
+        0,
+        None,
+        None,
+        None,
+        None,
+    )
     anonymous = views.gpu_view([node("localhost:1")], [APP], {APP["id"]: task_status()}, visible=set())
     [ref] = anonymous["nodes"][0]["gpus"][0]["tasks"]
-    assert ref == {"anonymous": True, "task": None, "state": None, "app_id": None, "app_name": None, "user": None,
-                   "expected_mb": 6144, "used_mb": 100, "exclusive_gpus": 0, "dag_id": None, "task_id": None,
-                   "run_id": None, "map_index": None, "ti_url": None}
+    assert ref == {
+        "anonymous": True,
+        "task": None,
+        "state": None,
+        "app_id": None,
+        "app_name": None,
+        "user": None,
+        "expected_mb": 6144,
+        "used_mb": 100,
+        "exclusive_gpus": 0,
+        "dag_id": None,
+        "task_id": None,
+        "run_id": None,
+        "map_index": None,
+        "ti_url": None,
+    }
     assert anonymous["totals"]["reserved_mb"] == 6144
 
 
@@ -211,12 +332,19 @@ def test_the_api_takes_only_its_documented_query_parameters():
     from airflow_provider_melon.plugin.app import create_app
 
     paths = create_app().openapi()["paths"]
-    query = {path: sorted(p["name"] for p in op["get"].get("parameters", []) if p["in"] == "query")
-             for path, op in paths.items()}
-    assert query == {"/api/gpus": ["conn_id"], "/api/jobs": ["conn_id"], "/api/jobs/{app_id}": ["conn_id"],
-                     "/api/jobs/{app_id}/logs": ["conn_id"], "/api/jobs/{app_id}/logs/{file}": ["conn_id"],
-                     "/api/ti": ["conn_id", "dag_id", "map_index", "run_id", "task_id"],
-                     "/api/fit": ["conn_id", "gpu_memory", "gpus", "instances"]}
+    query = {
+        path: sorted(p["name"] for p in op["get"].get("parameters", []) if p["in"] == "query")
+        for path, op in paths.items()
+    }
+    assert query == {
+        "/api/gpus": ["conn_id"],
+        "/api/jobs": ["conn_id"],
+        "/api/jobs/{app_id}": ["conn_id"],
+        "/api/jobs/{app_id}/logs": ["conn_id"],
+        "/api/jobs/{app_id}/logs/{file}": ["conn_id"],
+        "/api/ti": ["conn_id", "dag_id", "map_index", "run_id", "task_id"],
+        "/api/fit": ["conn_id", "gpu_memory", "gpus", "instances"],
+    }
 
 
 def test_only_a_browser_opening_a_page_is_sent_to_the_login_page():
@@ -227,8 +355,15 @@ def test_only_a_browser_opening_a_page_is_sent_to_the_login_page():
     from airflow_provider_melon.plugin.app import wants_html
 
     def request(method="GET", **headers):
-        return Request({"type": "http", "method": method, "path": "/melon/jobs", "query_string": b"",
-                        "headers": [(k.lower().replace("_", "-").encode(), v.encode()) for k, v in headers.items()]})
+        return Request(
+            {
+                "type": "http",
+                "method": method,
+                "path": "/melon/jobs",
+                "query_string": b"",
+                "headers": [(k.lower().replace("_", "-").encode(), v.encode()) for k, v in headers.items()],
+            }
+        )
 
     chromium = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
     assert wants_html(request(Accept=chromium))
@@ -243,8 +378,15 @@ def test_job_view_shows_learned_gpu_memory_and_growths_only_for_a_proven_task():
     """gpu_memory: auto (issue 26): the job page says where the figure came from (the operator's label) and how a
     task grew after running out of GPU memory; a label on an app not proven to be the task's is not shown."""
     note = "roles.worker.gpu_memory auto: 1430 MiB (learned from the last 1 run(s): peak 1300 MiB × 1.10 in run x)"
-    grown = {"role": "worker", "index": 0, "state": "RUNNING", "expected_gpu_memory_mb": 1536,
-             "initial_gpu_memory_mb": 1024, "gpu_memory_peak_mb": 1300, "oom_growths": 1}
+    grown = {
+        "role": "worker",
+        "index": 0,
+        "state": "RUNNING",
+        "expected_gpu_memory_mb": 1536,
+        "initial_gpu_memory_mb": 1024,
+        "gpu_memory_peak_mb": 1300,
+        "oom_growths": 1,
+    }
     status = {"tasks": [grown], "labels": {**LABELS, "gpu_memory": note}}
     job = views.job_view(APP, status, "http://rm:8088", ti=LABELS)
     assert job["gpu_memory_note"] == note
@@ -254,8 +396,9 @@ def test_job_view_shows_learned_gpu_memory_and_growths_only_for_a_proven_task():
 
 
 @pytest.mark.parametrize("all_admins", ["False", "True"])
-def test_the_login_redirect_names_the_page_as_the_return_url_with_this_airflows_simple_auth_manager(monkeypatch,
-                                                                                                    all_admins):
+def test_the_login_redirect_names_the_page_as_the_return_url_with_this_airflows_simple_auth_manager(
+    monkeypatch, all_admins
+):
     """The installed Airflow's own SimpleAuthManager (whose ``get_url_login`` ignores ``next_url`` below 3.3): the
     browser is sent to its login page with ``next`` = the page it asked for, exactly once: its login form sends the
     browser back there (the all-admins token login of 3.0–3.2 does not read it: it goes to the UI's base URL)."""
@@ -270,8 +413,18 @@ def test_the_login_redirect_names_the_page_as_the_return_url_with_this_airflows_
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", all_admins)
     monkeypatch.setattr(airflow_app, "get_auth_manager", lambda: SimpleAuthManager())
     page = b"dag_id=melon_ui_probe&run_id=manual__2026-01-01T00:00:00+00:00&task_id=train&map_index=-1"
-    request = Request({"type": "http", "method": "GET", "scheme": "http", "server": ("127.0.0.1", 8080),
-                       "root_path": "/melon", "path": "/melon/ti", "query_string": page, "headers": []})
+    request = Request(
+        {
+            "type": "http",
+            "method": "GET",
+            "scheme": "http",
+            "server": ("127.0.0.1", 8080),
+            "root_path": "/melon",
+            "path": "/melon/ti",
+            "query_string": page,
+            "headers": [],
+        }
+    )
     response = login_redirect(request)
     assert response.status_code == 307
     location = urlsplit(response.headers["location"])
@@ -293,8 +446,18 @@ def test_the_login_redirect_keeps_a_return_url_the_auth_manager_put_there(monkey
             return "http://127.0.0.1:8080/auth/login/?" + urlencode({"next": kwargs["next_url"]})
 
     monkeypatch.setattr(airflow_app, "get_auth_manager", Fab)
-    request = Request({"type": "http", "method": "GET", "scheme": "http", "server": ("127.0.0.1", 8080),
-                       "root_path": "/melon", "path": "/melon/jobs", "query_string": b"", "headers": []})
+    request = Request(
+        {
+            "type": "http",
+            "method": "GET",
+            "scheme": "http",
+            "server": ("127.0.0.1", 8080),
+            "root_path": "/melon",
+            "path": "/melon/jobs",
+            "query_string": b"",
+            "headers": [],
+        }
+    )
     location = urlsplit(login_redirect(request).headers["location"])
     assert (location.netloc, location.path) == ("127.0.0.1:8080", "/auth/login/")
     assert parse_qs(location.query) == {"next": ["http://127.0.0.1:8080/melon/jobs"]}
@@ -336,7 +499,10 @@ def test_a_page_is_served_to_the_login_cookie_a_browser_sends(monkeypatch):
     assert client.get("/jobs", cookies={"_token": "forged"}).status_code == 403
     assert client.get("/jobs").status_code == 401
     asked.clear()
-    assert client.get("/jobs", cookies={"_token": "forged"}, headers={"Authorization": "Bearer alice's"}).status_code == 200
+    assert (
+        client.get("/jobs", cookies={"_token": "forged"}, headers={"Authorization": "Bearer alice's"}).status_code
+        == 200
+    )
     assert asked == ["alice's"]
 
 
@@ -380,12 +546,17 @@ def test_the_yarn_job_tab_asks_for_the_run_its_url_names(monkeypatch):
     app = plugin_app.create_app()
     app.dependency_overrides[plugin_app.checked_conn_id] = lambda: "yarn_default"
     answer = TestClient(app).get(
-        "/api/ti", params={"dag_id": "d", "run_id": page_reads, "task_id": "train", "map_index": "-1"},
-        headers={"Authorization": "Bearer t"})
+        "/api/ti",
+        params={"dag_id": "d", "run_id": page_reads, "task_id": "train", "map_index": "-1"},
+        headers={"Authorization": "Bearer t"},
+    )
     assert answer.status_code == 200, answer.text
     assert answer.json()["run_id"] == run_id
-    assert asked == [sorted(t for t in airflow_tags("d", "train", run_id, -1)
-                            if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX))]
+    assert asked == [
+        sorted(
+            t for t in airflow_tags("d", "train", run_id, -1) if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX)
+        )
+    ]
 
 
 def test_the_3_0_login_dependency_takes_the_bearer_header_else_the_cookie(monkeypatch):
@@ -405,8 +576,15 @@ def test_the_3_0_login_dependency_takes_the_bearer_header_else_the_cookie(monkey
     monkeypatch.setattr(security, "get_user", get_user)
 
     def call(headers):
-        request = Request({"type": "http", "method": "GET", "path": "/melon/jobs", "query_string": b"",
-                           "headers": [(k.encode(), v.encode()) for k, v in headers.items()]})
+        request = Request(
+            {
+                "type": "http",
+                "method": "GET",
+                "path": "/melon/jobs",
+                "query_string": b"",
+                "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+            }
+        )
         return asyncio.run(user_from_bearer_or_cookie(request))
 
     assert call({"cookie": "_token=from-cookie"}) == "user of from-cookie"

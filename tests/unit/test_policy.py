@@ -164,14 +164,17 @@ def _gpu(i, *tasks):
 
 
 def _place(gpus, large=False, pays=None, **kw):
-    return policy.place_where_it_pays(gpus, 5653 if large else 2076, large=large,
-                                      pays=(not large) if pays is None else pays, rates=_rates, **kw)
+    return policy.place_where_it_pays(
+        gpus, 5653 if large else 2076, large=large, pays=(not large) if pays is None else pays, rates=_rates, **kw
+    )
 
 
 def test_marginal_gain_and_fairness_from_the_rates():
     assert policy.marginal_gain(_rates, 0, 0, large=False) == pytest.approx(1.0)  # an idle GPU
     assert policy.marginal_gain(_rates, 0, 3, large=False) == pytest.approx(3.52 - 2.67)
-    assert policy.marginal_gain(_rates, 0, 4, large=False) == pytest.approx((3.71 - 3.52) / 4)  # 0.05 (k=5 interpolated)
+    assert policy.marginal_gain(_rates, 0, 4, large=False) == pytest.approx(
+        (3.71 - 3.52) / 4
+    )  # 0.05 (k=5 interpolated)
     assert policy.marginal_gain(_rates, 1, 0, large=False) == pytest.approx(0.93 + 0.96 - 1.0)
     assert policy.fair_mix(_rates, 1, 1) and policy.fair_mix(_rates, 2, 0)  # 0.93/0.96; 2 x R50 at 0.595
     assert not policy.fair_mix(_rates, 1, 3)  # R50 at 0.38 < 1/2

@@ -20,6 +20,7 @@ def test_anchor_rates_are_the_measured_h200_speeds():
     for every mix the rules can form and the neighbours they are compared with."""
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     import simulator as sim
+
     model = sim.SpeedModel.from_data()
     for nl, ns in itertools.product(range(3), range(9)):
         a, m = policy.ANCHOR_RATES(nl, ns), model.rates(nl, ns)

@@ -15,9 +15,9 @@ import time
 import pytest
 import requests_mock as rm_mock
 
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
-from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.triggers.poller import RmPoller
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 
@@ -26,8 +26,13 @@ APPS = RM + "/ws/v1/cluster/apps"
 
 
 def app(n: int, state: str = "RUNNING", final: str = "UNDEFINED") -> dict:
-    return {"id": f"application_1700000000000_{n:04d}", "state": state, "finalStatus": final,
-            "applicationTags": "melon", "diagnostics": ""}
+    return {
+        "id": f"application_1700000000000_{n:04d}",
+        "state": state,
+        "finalStatus": final,
+        "applicationTags": "melon",
+        "diagnostics": "",
+    }
 
 
 def aid(n: int) -> str:
@@ -71,10 +76,13 @@ async def test_apps_missing_from_the_list_get_their_own_get():
         m.get(f"{APPS}/{aid(3)}", json={"app": {**app(3, "ACCEPTED"), "applicationTags": "external"}})
         poller = RmPoller.for_hook(hook())
         one, two, three = await asyncio.gather(*(poller.report(aid(n), 5) for n in (1, 2, 3)))
-    assert (one["state"], two["state"], two["finalStatus"], three["state"]) == \
-        ("RUNNING", "FINISHED", "SUCCEEDED", "ACCEPTED")
-    assert len(list_calls(m)) == 1 and sorted(r.path.rsplit("/", 1)[1] for r in single_calls(m)) == \
-        [aid(2), aid(3)]
+    assert (one["state"], two["state"], two["finalStatus"], three["state"]) == (
+        "RUNNING",
+        "FINISHED",
+        "SUCCEEDED",
+        "ACCEPTED",
+    )
+    assert len(list_calls(m)) == 1 and sorted(r.path.rsplit("/", 1)[1] for r in single_calls(m)) == [aid(2), aid(3)]
 
 
 async def test_a_single_app_is_one_get_not_a_list():
@@ -215,8 +223,15 @@ async def test_triggers_share_the_poller_and_fire_on_completion(monkeypatch):
     monkeypatch.setattr(RmPoller, "for_hook", classmethod(spy))
     with rm_mock.Mocker() as m:
         running = {"json": {"apps": {"app": [app(n) for n in range(5)]}}}
-        m.get(APPS, [running, running, {"json": {"apps": {"app": [app(n) for n in range(1, 5)]}}},
-                     {"json": {"apps": {"app": []}}}])
+        m.get(
+            APPS,
+            [
+                running,
+                running,
+                {"json": {"apps": {"app": [app(n) for n in range(1, 5)]}}},
+                {"json": {"apps": {"app": []}}},
+            ],
+        )
         m.get(f"{APPS}/{ids[0]}", json={"app": app(0, "FINISHED", "SUCCEEDED")})
         for n in range(1, 5):
             m.get(f"{APPS}/{ids[n]}", json={"app": app(n, "KILLED", "KILLED")})

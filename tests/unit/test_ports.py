@@ -1,5 +1,6 @@
 """The framework's port comes from outside the kernel's ephemeral range (runtime/ports.py): an outgoing connection
 on the node can never be handed it between the executor's release and the framework's bind (the PS race)."""
+
 import random
 import socket
 
@@ -93,8 +94,7 @@ def test_the_executor_takes_its_port_from_melon_port_range(tmp_path, am_factory)
     port = free.getsockname()[1]
     free.close()
     am = am_factory(["worker:0"])
-    env = exec_env(tmp_path, am, "worker", 0, MELON_PORT_RANGE=f"{port}-{port}",
-                   MELON_ENTRYPOINT=entry("print('ok')"))
+    env = exec_env(tmp_path, am, "worker", 0, MELON_PORT_RANGE=f"{port}-{port}", MELON_ENTRYPOINT=entry("print('ok')"))
     rc, out, err = finish(start(tmp_path, env))
     assert rc == 0, err
     assert int(am.registrations[0]["port"]) == port

@@ -10,9 +10,14 @@ from airflow_provider_melon.spec import JobSpec
 
 def node(name, gpus, gpu_mem_mb, state="RUNNING"):
     """A node as YarnHook.nodes() returns it (normalised resources)."""
-    return {"id": f"{name}:45454", "nodeHostName": name, "state": state,
-            "totalResource": {"resources": {"memory-mb": 8192, "vcores": 8, "yarn.io/gpu": gpus,
-                                            "melon.io/gpu-memory": gpu_mem_mb}}}
+    return {
+        "id": f"{name}:45454",
+        "nodeHostName": name,
+        "state": state,
+        "totalResource": {
+            "resources": {"memory-mb": 8192, "vcores": 8, "yarn.io/gpu": gpus, "melon.io/gpu-memory": gpu_mem_mb}
+        },
+    }
 
 
 #: The mini cluster: 2 NMs x 2 GPUs x 16 GiB.
@@ -41,7 +46,8 @@ def test_shared_role_above_the_largest_gpu_fails_with_the_numbers():
     assert not report.ok
     assert report.problems == [
         "role chief: expected GPU memory 20480 MiB per task exceeds the largest GPU of any node, 16384 MiB "
-        "(node nm1:45454: 32768 MiB over 2 GPU(s))"]
+        "(node nm1:45454: 32768 MiB over 2 GPU(s))"
+    ]
     assert "largest GPU 16384 MiB" in report.message and "4 GPU(s) and 65536 MiB" in report.message
 
 
@@ -49,8 +55,9 @@ def test_largest_gpu_is_over_all_nodes_not_the_first():
     nodes = [node("small", 4, 4 * 16384), node("big", 1, 81920)]
     assert check(nodes, roles(worker={"gpu_memory": "80GiB"})).ok
     report = check(nodes, roles(worker={"gpu_memory": 81921}))
-    assert "exceeds the largest GPU of any node, 81920 MiB (node big:45454: 81920 MiB over 1 GPU(s))" \
-        in report.problems[0]
+    assert (
+        "exceeds the largest GPU of any node, 81920 MiB (node big:45454: 81920 MiB over 1 GPU(s))" in report.problems[0]
+    )
 
 
 def test_exactly_one_gpu_of_memory_fits():
@@ -71,8 +78,9 @@ def test_total_exclusive_gpus_above_the_cluster_fails_even_when_each_task_fits_a
 def test_total_shared_memory_above_the_cluster_fails():
     # 5 tasks x 14 GiB = 71680 MiB > 65536 MiB, each fits one 16 GiB GPU
     report = check(MINI, roles(worker={"instances": 5, "gpu_memory": "14GiB"}))
-    assert report.problems == ["the job's shared tasks expect 71680 MiB of GPU memory in all (worker 5x14336 MiB), "
-                               "the cluster has 65536 MiB"]
+    assert report.problems == [
+        "the job's shared tasks expect 71680 MiB of GPU memory in all (worker 5x14336 MiB), the cluster has 65536 MiB"
+    ]
     assert check(MINI, roles(worker={"instances": 4, "gpu_memory": "16GiB"})).ok
 
 
@@ -85,7 +93,8 @@ def test_exclusive_gpus_leave_the_rest_for_shared_tasks_counted_as_the_smallest(
     report = check(nodes, bad)
     assert report.problems == [
         "the job's shared tasks expect 92160 MiB of GPU memory in all (worker 3x30720 MiB), the cluster has "
-        "90112 MiB left after the 1 exclusive GPU(s) (counted as the smallest)"]
+        "90112 MiB left after the 1 exclusive GPU(s) (counted as the smallest)"
+    ]
 
 
 def test_several_problems_are_all_reported_and_ensure_fits_raises_them():
@@ -106,8 +115,10 @@ def test_cpu_only_job_and_cluster_without_running_nodes_are_not_checked():
 
 def test_gpu_job_on_a_cluster_without_gpus_fails():
     report = check([node("cpu", 0, 0)], roles(worker={"gpu_memory": "1GiB"}, ps={"gpus": 1}))
-    assert report.problems[0] == ("role worker: expected GPU memory 1024 MiB per task exceeds the largest GPU of any "
-                                  "node, 0 MiB (no node advertises melon.io/gpu-memory)")
+    assert report.problems[0] == (
+        "role worker: expected GPU memory 1024 MiB per task exceeds the largest GPU of any "
+        "node, 0 MiB (no node advertises melon.io/gpu-memory)"
+    )
     assert "role ps: 1 GPU(s) per task, but no node has more than 0" in report.problems
 
 
@@ -129,14 +140,22 @@ def op_env(monkeypatch):
     from airflow_provider_melon.hooks.melon import MelonHook
     from airflow_provider_melon.hooks.yarn import YarnHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_YARN_TEST", json.dumps({"conn_type": "yarn", "host": "http://rm:8088",
-                                                             "login": "alice"}))
-    with mock.patch.object(MelonHook, "submit", autospec=True,
-                           return_value={"app_id": "application_1_0001", "staging": None, "plan": {}}) as submit, \
-            mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]), \
-            mock.patch.object(YarnHook, "get_application", autospec=True,
-                              return_value={"id": "application_1_0001", "state": "ACCEPTED"}), \
-            mock.patch.object(YarnHook, "nodes", autospec=True, return_value=MINI) as nodes:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_YARN_TEST", json.dumps({"conn_type": "yarn", "host": "http://rm:8088", "login": "alice"})
+    )
+    with (
+        mock.patch.object(
+            MelonHook,
+            "submit",
+            autospec=True,
+            return_value={"app_id": "application_1_0001", "staging": None, "plan": {}},
+        ) as submit,
+        mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]),
+        mock.patch.object(
+            YarnHook, "get_application", autospec=True, return_value={"id": "application_1_0001", "state": "ACCEPTED"}
+        ),
+        mock.patch.object(YarnHook, "nodes", autospec=True, return_value=MINI) as nodes,
+    ):
         yield mock.Mock(submit=submit, nodes=nodes)
 
 
@@ -145,9 +164,19 @@ def _op_and_ctx(gpu_memory, **kw):
 
     from airflow_provider_melon.operators.train import MelonTrainOperator
 
-    op = MelonTrainOperator(task_id="train", yarn_conn_id="yarn_test", deferrable=False, poll_interval=5, job={
-        "name": "big", "framework": "tensorflow", "entrypoint": "python train.py",
-        "roles": {"chief": {"gpu_memory": gpu_memory}, "worker": {"instances": 2, "gpu_memory": "4GiB"}}}, **kw)
+    op = MelonTrainOperator(
+        task_id="train",
+        yarn_conn_id="yarn_test",
+        deferrable=False,
+        poll_interval=5,
+        job={
+            "name": "big",
+            "framework": "tensorflow",
+            "entrypoint": "python train.py",
+            "roles": {"chief": {"gpu_memory": gpu_memory}, "worker": {"instances": 2, "gpu_memory": "4GiB"}},
+        },
+        **kw,
+    )
     ti = mock.Mock(dag_id="d", task_id="train", run_id="r", map_index=-1, stats_tags={})
     return op, {"ti": ti, "run_id": "r"}
 
@@ -159,9 +188,11 @@ def test_operator_fails_before_submission_with_the_numbers(op_env):
     op, ctx = _op_and_ctx("20GiB")
     with pytest.raises(AirflowFailException) as err:
         op.submit_job(ctx)
-    assert str(err.value).startswith("big: the job cannot run on this cluster: role chief: expected GPU memory "
-                                     f"20480 MiB per task + {GPU_CONTEXT_MB_DEFAULT} MiB for the CUDA context exceeds "
-                                     "the largest GPU of any node, 16384 MiB")  # [melon] gpu_context_mb's default
+    assert str(err.value).startswith(
+        "big: the job cannot run on this cluster: role chief: expected GPU memory "
+        f"20480 MiB per task + {GPU_CONTEXT_MB_DEFAULT} MiB for the CUDA context exceeds "
+        "the largest GPU of any node, 16384 MiB"
+    )  # [melon] gpu_context_mb's default
     op_env.nodes.assert_called_once()
     op_env.submit.assert_not_called()
 
@@ -190,5 +221,7 @@ def test_the_cuda_context_counts_against_the_largest_gpu():
     nodes = [node("n1", 2, 32768)]
     assert check(nodes, {"w": {"gpu_memory_mb": 16384}}).ok
     report = check(nodes, {"w": {"gpu_memory_mb": 16384}}, context_mb=400)
-    assert not report.ok and "16384 MiB per task + 400 MiB for the CUDA context exceeds the largest GPU" in report.message
+    assert (
+        not report.ok and "16384 MiB per task + 400 MiB for the CUDA context exceeds the largest GPU" in report.message
+    )
     assert check(nodes, {"w": {"gpu_memory_mb": 15984}}, context_mb=400).ok

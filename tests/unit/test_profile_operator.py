@@ -33,19 +33,29 @@ from airflow_provider_melon.version_compat import AirflowException
 REPO = Path(__file__).resolve().parents[2]
 APP = "application_1700000000000_0007"
 DAG_ID, TASK_ID, RUN_ID = "pipe", "profile", "manual__2026-01-01T00:00:00+00:00"
-MINI_NODES = [{"id": f"nm{i}:1", "state": "RUNNING",
-               "totalResource": {"resources": {"yarn.io/gpu": 2, "melon.io/gpu-memory": 32768}}} for i in (1, 2)]
+MINI_NODES = [
+    {
+        "id": f"nm{i}:1",
+        "state": "RUNNING",
+        "totalResource": {"resources": {"yarn.io/gpu": 2, "melon.io/gpu-memory": 32768}},
+    }
+    for i in (1, 2)
+]
 
 
 def train_job(**over):
     job = {
-        "name": "mnist-mwms", "framework": "tensorflow", "entrypoint": "python train.py --epochs 2 --batch-size 64",
+        "name": "mnist-mwms",
+        "framework": "tensorflow",
+        "entrypoint": "python train.py --epochs 2 --batch-size 64",
         "env": {"A": "1"},
         "inputs": [{"path": "/data/mnist.npz", "name": "mnist.npz"}],
         "outputs": {"model": "hdfs://nn:8020/models/m"},
         "tensorboard_log_dir": "hdfs://nn:8020/tb",
-        "roles": {"chief": {"memory": "2g", "vcores": 2, "gpu_memory": "2GiB", "restarts": 3},
-                  "worker": {"instances": 3, "memory": "2g", "gpu_memory": "2GiB"}},
+        "roles": {
+            "chief": {"memory": "2g", "vcores": 2, "gpu_memory": "2GiB", "restarts": 3},
+            "worker": {"instances": 3, "memory": "2g", "gpu_memory": "2GiB"},
+        },
     }
     job.update(over)
     return job
@@ -53,8 +63,9 @@ def train_job(**over):
 
 @pytest.fixture(autouse=True)
 def yarn_conn(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_YARN_TEST", json.dumps({"conn_type": "yarn", "host": "http://rm:8088",
-                                                             "login": "alice"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_YARN_TEST", json.dumps({"conn_type": "yarn", "host": "http://rm:8088", "login": "alice"})
+    )
 
 
 def make_op(**kw):
@@ -86,19 +97,47 @@ def argv_of(spec: JobSpec) -> list[str]:
 
 def test_profile_job_is_one_task_of_the_success_role_on_a_whole_gpu():
     op = make_op()
-    spec = op.profile_spec(JobSpec.from_dict(train_job()), "/user/alice/.melon/profiles/x/profile.json",
-                           gpu_size_mb=16384, webhdfs_url="http://nn:9870", user="alice")
+    spec = op.profile_spec(
+        JobSpec.from_dict(train_job()),
+        "/user/alice/.melon/profiles/x/profile.json",
+        gpu_size_mb=16384,
+        webhdfs_url="http://nn:9870",
+        user="alice",
+    )
     assert spec.name == "mnist-mwms-profile"
     assert spec.framework == "tensorflow"  # a chief alone is a valid TF job: the script sees a one-task TF_CONFIG
     assert list(spec.roles) == ["chief"]
     chief = spec.roles["chief"]
-    assert (chief.instances, chief.gpus, chief.gpu_memory, chief.restarts, chief.memory_mb, chief.vcores) == \
-        (1, 1, None, 0, 2048, 2)
+    assert (chief.instances, chief.gpus, chief.gpu_memory, chief.restarts, chief.memory_mb, chief.vcores) == (
+        1,
+        1,
+        None,
+        0,
+        2048,
+        2,
+    )
     assert argv_of(spec) == [
-        "python", "-m", "airflow_provider_melon.gpu.profiler", "--steps", "5",
-        "--output", "/user/alice/.melon/profiles/x/profile.json", "--webhdfs", "http://nn:9870",
-        "--hdfs-user", "alice", "--gpu-memory-mb", "16384", "--",
-        "python", "train.py", "--epochs", "2", "--batch-size", "64"]
+        "python",
+        "-m",
+        "airflow_provider_melon.gpu.profiler",
+        "--steps",
+        "5",
+        "--output",
+        "/user/alice/.melon/profiles/x/profile.json",
+        "--webhdfs",
+        "http://nn:9870",
+        "--hdfs-user",
+        "alice",
+        "--gpu-memory-mb",
+        "16384",
+        "--",
+        "python",
+        "train.py",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+    ]
     # same env (plus the steps), inputs; no outputs, no TensorBoard
     assert spec.env == {"A": "1", "MELON_PROFILE_STEPS": "5"}
     assert [i.path for i in spec.inputs] == ["/data/mnist.npz"]
@@ -113,8 +152,9 @@ def test_role_choice_framework_and_gpu_mode():
     ps = make_op(role="ps").profile_spec(JobSpec.from_dict(ps_job), "/p")
     assert ps.framework == "generic" and ps.roles["ps"].gpus is None and not ps.roles["ps"].untracked
     assert make_op().profile_spec(JobSpec.from_dict(ps_job), "/p").roles["worker"].gpus == 2  # first role; 2 kept
-    torch_job = train_job(framework="pytorch", roles={"worker": {"instances": 4, "gpu_memory": "3GiB"},
-                                                      "master": {"gpu_memory": "3GiB"}})
+    torch_job = train_job(
+        framework="pytorch", roles={"worker": {"instances": 4, "gpu_memory": "3GiB"}, "master": {"gpu_memory": "3GiB"}}
+    )
     t = make_op().profile_spec(JobSpec.from_dict(torch_job), "/p")
     assert t.framework == "pytorch" and list(t.roles) == ["master"]
     with pytest.raises(JobSpecError, match=r"role: 'evaluator' is not a role of the job \(chief, worker\)"):
@@ -153,9 +193,21 @@ class FakeHdfs:
 
 
 def profile_doc(**over):
-    doc = {"method": "analytic", "reason": "no GPU: NVML did not initialise (NVML Shared Library Not Found)",
-           "peak_mb": 528.8, "mean_sm_util": None, "step_time_s": 0.0075, "expected_mb": 838, "packing_pays": True,
-           "gpu_memory_mb": 16384, "steps": 5, "returncode": 0, "notes": [], "app_id": APP, "container_id": "c1"}
+    doc = {
+        "method": "analytic",
+        "reason": "no GPU: NVML did not initialise (NVML Shared Library Not Found)",
+        "peak_mb": 528.8,
+        "mean_sm_util": None,
+        "step_time_s": 0.0075,
+        "expected_mb": 838,
+        "packing_pays": True,
+        "gpu_memory_mb": 16384,
+        "steps": 5,
+        "returncode": 0,
+        "notes": [],
+        "app_id": APP,
+        "container_id": "c1",
+    }
     doc.update(over)
     return doc
 
@@ -163,16 +215,27 @@ def profile_doc(**over):
 @pytest.fixture
 def hooks():
     hdfs = FakeHdfs()
-    finished = {"id": APP, "state": "FINISHED", "finalStatus": "SUCCEEDED", "diagnostics": "", "startedTime": 1,
-                "finishedTime": 9001, "elapsedTime": 9000, "trackingUrl": f"http://rm:8088/proxy/{APP}/"}
-    with mock.patch.object(MelonHook, "submit", autospec=True,
-                           return_value={"app_id": APP, "staging": None, "plan": {}}) as submit, \
-            mock.patch.object(MelonHook, "am_status", autospec=True, return_value=None), \
-            mock.patch.object(MelonHook, "hdfs", new_callable=mock.PropertyMock, return_value=hdfs), \
-            mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]), \
-            mock.patch.object(YarnHook, "get_application", autospec=True, return_value=finished), \
-            mock.patch.object(YarnHook, "nodes", autospec=True, return_value=MINI_NODES) as nodes, \
-            mock.patch.object(MelonTrainOperator, "_sleep", autospec=True):
+    finished = {
+        "id": APP,
+        "state": "FINISHED",
+        "finalStatus": "SUCCEEDED",
+        "diagnostics": "",
+        "startedTime": 1,
+        "finishedTime": 9001,
+        "elapsedTime": 9000,
+        "trackingUrl": f"http://rm:8088/proxy/{APP}/",
+    }
+    with (
+        mock.patch.object(
+            MelonHook, "submit", autospec=True, return_value={"app_id": APP, "staging": None, "plan": {}}
+        ) as submit,
+        mock.patch.object(MelonHook, "am_status", autospec=True, return_value=None),
+        mock.patch.object(MelonHook, "hdfs", new_callable=mock.PropertyMock, return_value=hdfs),
+        mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]),
+        mock.patch.object(YarnHook, "get_application", autospec=True, return_value=finished),
+        mock.patch.object(YarnHook, "nodes", autospec=True, return_value=MINI_NODES) as nodes,
+        mock.patch.object(MelonTrainOperator, "_sleep", autospec=True),
+    ):
         yield mock.Mock(submit=submit, hdfs=hdfs, nodes=nodes)
 
 
@@ -213,8 +276,9 @@ def test_execute_submits_the_profile_job_reads_the_json_and_pushes_xcoms(hooks, 
 def test_nvml_profile_is_logged_as_measured(hooks, log):
     op = make_op()
     ctx = make_context()
-    hooks.hdfs.files[op.profile_path_for(ctx)] = json.dumps(profile_doc(
-        method="nvml", reason="", peak_mb=3000.0, mean_sm_util=0.93, expected_mb=3556, packing_pays=False)).encode()
+    hooks.hdfs.files[op.profile_path_for(ctx)] = json.dumps(
+        profile_doc(method="nvml", reason="", peak_mb=3000.0, mean_sm_util=0.93, expected_mb=3556, packing_pays=False)
+    ).encode()
     result = op.execute(ctx)
     assert pushed(ctx)["expected_gpu_memory"] == "3556MiB" and pushed(ctx)["packing_pays"] is False
     assert result["mean_sm_util"] == 0.93
@@ -225,9 +289,15 @@ def test_nvml_profile_is_logged_as_measured(hooks, log):
 def test_no_estimate_pushes_none_and_the_train_task_keeps_its_declared_memory(hooks, log):
     op = make_op()
     ctx = make_context()
-    hooks.hdfs.files[op.profile_path_for(ctx)] = json.dumps(profile_doc(
-        method="none", expected_mb=None, packing_pays=None, peak_mb=None,
-        reason="no GPU: NVML found 0 devices and the script reported no memory model")).encode()
+    hooks.hdfs.files[op.profile_path_for(ctx)] = json.dumps(
+        profile_doc(
+            method="none",
+            expected_mb=None,
+            packing_pays=None,
+            peak_mb=None,
+            reason="no GPU: NVML found 0 devices and the script reported no memory model",
+        )
+    ).encode()
     result = op.execute(ctx)
     assert result["method"] == "none" and pushed(ctx)["expected_gpu_memory"] is None
     warned = " ".join(str(c.args) for c in log.warning.call_args_list)
@@ -279,10 +349,17 @@ class FakeWebHdfs:
                 outer.requests.append((parts.path, query, len(body)))
                 if parts.path.startswith("/webhdfs/v1/"):
                     if standby:
-                        self._answer(403, {"RemoteException": {
-                            "exception": "StandbyException", "message": "Operation category WRITE is not supported"}})
+                        self._answer(
+                            403,
+                            {
+                                "RemoteException": {
+                                    "exception": "StandbyException",
+                                    "message": "Operation category WRITE is not supported",
+                                }
+                            },
+                        )
                         return
-                    rest = parts.path[len("/webhdfs/v1"):]
+                    rest = parts.path[len("/webhdfs/v1") :]
                     loc = f"http://127.0.0.1:{outer.port}/dn{rest}?user={query.get('user.name')}"
                     if noredirect:
                         self._answer(200, {"Location": loc})
@@ -292,7 +369,7 @@ class FakeWebHdfs:
                         self.send_header("Content-Length", "0")
                         self.end_headers()
                 elif parts.path.startswith("/dn/"):
-                    outer.files[parts.path[len("/dn"):]] = (body, query.get("user"))
+                    outer.files[parts.path[len("/dn") :]] = (body, query.get("user"))
                     self.send_response(201)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
@@ -333,8 +410,9 @@ def webhdfs():
 @pytest.mark.parametrize("noredirect", [False, True])
 def test_write_webhdfs_urllib_fallback_follows_the_create_redirect(webhdfs, noredirect):
     nn = webhdfs(noredirect=noredirect)
-    profiler.write_webhdfs(nn.url, "hdfs://nn:8020/user/alice/p/profile.json", b'{"x": 1}', "alice",
-                           use_hdfs_package=False)
+    profiler.write_webhdfs(
+        nn.url, "hdfs://nn:8020/user/alice/p/profile.json", b'{"x": 1}', "alice", use_hdfs_package=False
+    )
     assert nn.files == {"/user/alice/p/profile.json": (b'{"x": 1}', "alice")}
     create = nn.requests[0]
     assert create[0] == "/webhdfs/v1/user/alice/p/profile.json" and create[2] == 0
@@ -359,7 +437,8 @@ def test_write_webhdfs_with_the_hdfs_package(webhdfs):
 
 def _reporting_script(tmp_path) -> str:
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, sys
         from airflow_provider_melon.gpu import profiler
         from airflow_provider_melon.gpu.memory_model import MemoryModel
@@ -368,17 +447,37 @@ def _reporting_script(tmp_path) -> str:
         profiler.report(memory_model=MemoryModel(params=2**20, optimizer_slots=2,
                         activation_bytes_per_sample=2**20, workspace_mb=64, framework_overhead_mb=300), batch=32,
                         step_time_s=0.25)
-    """))
+    """)
+    )
     return str(script)
 
 
 def test_profiler_cli_output_to_webhdfs_carries_the_app_id(webhdfs, tmp_path):
     nn = webhdfs()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "MELON_APP_ID": APP, "CONTAINER_ID": "container_9"}
-    r = subprocess.run([sys.executable, "-m", "airflow_provider_melon.gpu.profiler", "--steps", "3",
-                        "--output", "hdfs://nn:8020/user/alice/prof.json", "--webhdfs", nn.url, "--hdfs-user", "alice",
-                        "--", "python", _reporting_script(tmp_path)],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_melon.gpu.profiler",
+            "--steps",
+            "3",
+            "--output",
+            "hdfs://nn:8020/user/alice/prof.json",
+            "--webhdfs",
+            nn.url,
+            "--hdfs-user",
+            "alice",
+            "--",
+            "python",
+            _reporting_script(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert f"python is {sys.executable}" in r.stderr  # a leading `python` runs under the profiler's interpreter
     body, user = nn.files["/user/alice/prof.json"]
@@ -396,17 +495,22 @@ def test_profiler_cli_output_without_estimate_exits_0_and_failed_write_exits_1(t
     out = tmp_path / "p.json"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     base = [sys.executable, "-m", "airflow_provider_melon.gpu.profiler", "--steps", "1"]
-    r = subprocess.run(base + ["--output", str(out), "--", "python", str(script)], env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        base + ["--output", str(out), "--", "python", str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
     doc = json.loads(out.read_text())
     if doc["method"] == "none":  # no GPU here: still a document, exit 0 (without --output it would be 2)
         assert r.returncode == 0 and doc["reason"].startswith("no GPU:") and doc["expected_mb"] is None
-        r2 = subprocess.run(base + ["--", "python", str(script)], env=env, capture_output=True, text=True,
-                            timeout=120)
+        r2 = subprocess.run(base + ["--", "python", str(script)], env=env, capture_output=True, text=True, timeout=120)
         assert r2.returncode == 2
     standby = webhdfs(standby=True)
-    r3 = subprocess.run(base + ["--output", "/p.json", "--webhdfs", standby.url, "--", "python", str(script)],
-                        env=env, capture_output=True, text=True, timeout=120)
+    r3 = subprocess.run(
+        base + ["--output", "/p.json", "--webhdfs", standby.url, "--", "python", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r3.returncode == 1 and "could not write the profile to /p.json" in r3.stderr
 
 
@@ -417,8 +521,14 @@ def test_deferred_resume_on_a_fresh_operator_reads_the_same_path(hooks):
     ctx = make_context()
     path = make_op().profile_path_for(ctx)
     hooks.hdfs.files[path] = json.dumps(profile_doc(expected_mb=1200)).encode()
-    app = {"id": APP, "state": "FINISHED", "finalStatus": "SUCCEEDED", "startedTime": 1, "finishedTime": 2,
-           "elapsedTime": 1}
+    app = {
+        "id": APP,
+        "state": "FINISHED",
+        "finalStatus": "SUCCEEDED",
+        "startedTime": 1,
+        "finishedTime": 2,
+        "elapsedTime": 1,
+    }
     result = make_op(deferrable=True).execute_complete(ctx, make_event_payload("success", APP, app, "done"))
     assert result["path"] == path and pushed(ctx)["expected_gpu_memory"] == "1200MiB"
     hooks.submit.assert_not_called()

@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
 from airflow_provider_melon.gpu import profiler
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
 from airflow_provider_melon.gpu.memory_model import MemoryModel
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -155,8 +155,9 @@ def test_profile_command_runs_subprocess_with_steps_no_gpu_no_model(tmp_path, ca
 
 
 def test_profile_command_no_gpu_uses_the_reported_model(tmp_path):
-    prof = profiler.profile_command([sys.executable, _script(tmp_path), "0", "model"], 3,
-                                    sampler_factory=_no_gpu_factory, gpu_memory_mb=16384)
+    prof = profiler.profile_command(
+        [sys.executable, _script(tmp_path), "0", "model"], 3, sampler_factory=_no_gpu_factory, gpu_memory_mb=16384
+    )
     # memory model: 16 + 32 + 64 + 300 = 412 MiB, of which the allocator's 112 (the 300 MiB CUDA context is reserved
     # beside the cap, gpu_context_mb) -> expected ceil(112 x 1.1 + 256) = 380
     assert prof.method == "analytic" and prof.peak_mb == 112 and prof.expected_mb == 380
@@ -169,8 +170,12 @@ def test_profile_command_nvml_path_with_fake(tmp_path):
     holder = {}
 
     def factory():
-        fake = FakeNvml(total_mib=143771, used=[[0, 1800]], util=[[20]],  # 1500 MiB + the measured 768 MiB context
-                        procs=lambda: [(holder["s"].pid, 1500 + 768)] if holder["s"].pid else [])
+        fake = FakeNvml(
+            total_mib=143771,
+            used=[[0, 1800]],
+            util=[[20]],  # 1500 MiB + the measured 768 MiB context
+            procs=lambda: [(holder["s"].pid, 1500 + 768)] if holder["s"].pid else [],
+        )
         holder["s"] = profiler.NvmlSampler(nvml=fake, interval_s=0.02)
         return holder["s"]
 
@@ -192,8 +197,9 @@ def test_the_nvml_peak_is_without_the_measured_context_not_the_reserve(tmp_path)
     script.write_text("import time; time.sleep(0.4)\n")
     env = {k: v for k, v in os.environ.items() if k != "MELON_PEAK_FILE"}
     env["MELON_GPU_CONTEXT_MB"] = "1024"
-    prof = profiler.profile_command([sys.executable, str(script)], 5, env=env,
-                                    sampler_factory=nvml_sampler(1500 + MEASURED_CONTEXT_MB))
+    prof = profiler.profile_command(
+        [sys.executable, str(script)], 5, env=env, sampler_factory=nvml_sampler(1500 + MEASURED_CONTEXT_MB)
+    )
     assert (prof.peak_mb, prof.peak_source) == (1500, "nvml-process"), prof.notes
 
 
@@ -202,10 +208,15 @@ def nvml_sampler(process_mib):
     holder = {}
 
     def factory():
-        fake = FakeNvml(total_mib=143771, used=[[0, process_mib]], util=[[20]],
-                        procs=lambda: [(holder["s"].pid, process_mib)] if holder["s"].pid else [])
+        fake = FakeNvml(
+            total_mib=143771,
+            used=[[0, process_mib]],
+            util=[[20]],
+            procs=lambda: [(holder["s"].pid, process_mib)] if holder["s"].pid else [],
+        )
         holder["s"] = profiler.NvmlSampler(nvml=fake, interval_s=0.02)
         return holder["s"]
+
     return factory
 
 
@@ -213,16 +224,22 @@ def test_the_frameworks_counter_wins_over_sampling(tmp_path):
     """The recorded ResNet-18 run on the H200 (benchmarks/data/h200-colocate.json, k=1): NVML's sampled peak was
     1653.9 MiB, torch's own max_memory_reserved 3208 MiB: the sampling missed the peak."""
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import json, os, time
         path = os.environ["MELON_PEAK_FILE"]
         with open(path + ".tmp", "w") as f:
             json.dump({"peak_mb": 3208, "source": "torch"}, f)
         os.replace(path + ".tmp", path)
         time.sleep(0.2)
-        """))
-    prof = profiler.profile_command([sys.executable, str(script)], 5, sampler_factory=nvml_sampler(1654),
-                                    env={k: v for k, v in os.environ.items() if k != "MELON_PEAK_FILE"})
+        """)
+    )
+    prof = profiler.profile_command(
+        [sys.executable, str(script)],
+        5,
+        sampler_factory=nvml_sampler(1654),
+        env={k: v for k, v in os.environ.items() if k != "MELON_PEAK_FILE"},
+    )
     assert (prof.method, prof.peak_mb, prof.peak_source) == ("nvml", 3208, "torch"), prof.notes
     assert prof.expected_mb == profiler.expected_mb(3208)
     assert "peak 3208 MiB from PyTorch's caching allocator (max_memory_reserved)" in prof.notes
@@ -232,12 +249,14 @@ def test_the_profiled_command_writes_its_frameworks_counter_without_a_cap(tmp_pa
     """No cap in a profile job (it has whole GPUs): the bootstrap only writes the peak. torch is the fake that follows
     torch/cuda's semantics (tests/unit/test_cap_bootstrap.py)."""
     from tests.unit.test_cap_bootstrap import FAKE_TORCH, fake
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("MELON_") and k != "PYTHONPATH"}
     env.update(PYTHONPATH=fake(tmp_path, "torch", FAKE_TORCH), FAKE_PEAK_BYTES=str(3208 * MIB))
     out = tmp_path / "calls.txt"
     code = f"import torch; torch.cuda._lazy_init(); open({str(out)!r}, 'w').write(repr(torch.cuda.calls))"
-    prof = profiler.profile_command([sys.executable, "-c", code], 5, env=env, sampler_factory=nvml_sampler(1654),
-                                    context_mb=768)
+    prof = profiler.profile_command(
+        [sys.executable, "-c", code], 5, env=env, sampler_factory=nvml_sampler(1654), context_mb=768
+    )
     assert (prof.peak_mb, prof.peak_source) == (3208, "torch"), prof.notes
     assert out.read_text() == "[]"  # nothing capped: the profile job has its GPUs whole
 
@@ -270,9 +289,24 @@ def test_report_is_a_noop_without_the_env(monkeypatch, tmp_path):
 
 def test_main_cli_prints_json_last_line(tmp_path):
     # real process, real pynvml-or-not: on a GPU-less machine it must say "no GPU"; with a GPU it measures
-    r = subprocess.run([sys.executable, "-m", "airflow_provider_melon.gpu.profiler", "--steps", "2", "--",
-                        sys.executable, _script(tmp_path), "0", "model"],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_melon.gpu.profiler",
+            "--steps",
+            "2",
+            "--",
+            sys.executable,
+            _script(tmp_path),
+            "0",
+            "model",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     last = json.loads(r.stdout.strip().splitlines()[-1])
     assert "trained 2 steps" in r.stderr  # the command's output goes to stderr, stdout stays parseable
     assert r.returncode == 0
@@ -282,6 +316,8 @@ def test_main_cli_prints_json_last_line(tmp_path):
 
 
 def test_profiler_module_imports_no_framework():
-    code = ("import sys; import airflow_provider_melon.gpu.profiler; "
-            "bad = [x for x in ('tensorflow', 'torch', 'airflow', 'pynvml') if x in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys; import airflow_provider_melon.gpu.profiler; "
+        "bad = [x for x in ('tensorflow', 'torch', 'airflow', 'pynvml') if x in sys.modules]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

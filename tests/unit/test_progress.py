@@ -21,8 +21,9 @@ def test_report_outside_melon_is_a_no_op(monkeypatch):
     assert report(step=1, total=2) is False
 
 
-@pytest.mark.parametrize("kwargs, field", [({"step": "three"}, "step"), ({"loss": [1]}, "loss"),
-                                           ({"accuracy": "high"}, "accuracy")])
+@pytest.mark.parametrize(
+    "kwargs, field", [({"step": "three"}, "step"), ({"loss": [1]}, "loss"), ({"accuracy": "high"}, "accuracy")]
+)
 def test_bad_values_name_the_field(kwargs, field, monkeypatch, tmp_path):
     monkeypatch.setenv("MELON_PROGRESS_FILE", str(tmp_path / "p.json"))
     with pytest.raises(TypeError, match=f"report\\(\\): {field} must be a number"):

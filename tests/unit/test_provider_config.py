@@ -16,8 +16,10 @@ from airflow_provider_melon.provider_info import STAGING_RETRY_S_DEFAULT, get_pr
 PACKAGE = Path(__file__).resolve().parents[2] / "airflow_provider_melon"
 
 #: conf.get("melon", "x") / conf.getint("melon", "x") / conf.getfloat(...) anywhere, and MelonHook's _conf("x")
-READS = [re.compile(r"""conf\.get\w*\(\s*["']melon["']\s*,\s*["'](\w+)["']"""),
-         re.compile(r"""\b_conf\(\s*["'](\w+)["']\s*\)""")]
+READS = [
+    re.compile(r"""conf\.get\w*\(\s*["']melon["']\s*,\s*["'](\w+)["']"""),
+    re.compile(r"""\b_conf\(\s*["'](\w+)["']\s*\)"""),
+]
 
 
 def options_read() -> dict[str, list[str]]:
@@ -62,8 +64,11 @@ def test_no_option_was_added_in_a_version_after_the_package():
     def release(text):
         return tuple(int(part) for part in text.split("."))
 
-    later = {key: option["version_added"] for key, option in declared().items()
-             if release(option["version_added"]) > release(__version__)}
+    later = {
+        key: option["version_added"]
+        for key, option in declared().items()
+        if release(option["version_added"]) > release(__version__)
+    }
     assert not later, f"[melon] options 'added' after {__version__}, the package's own version: {later}"
 
 
@@ -78,16 +83,38 @@ def test_staging_retry_s_has_one_default_for_airflow_and_melon_submit(tmp_path, 
     monkeypatch.setattr(cli_jobs, "cmd_submit", fake_submit)
     spec = tmp_path / "job.yaml"
     spec.write_text("name: x\nentrypoint: echo\nroles: {worker: {memory: 256}}\n")
-    base = ["submit", str(spec), "--rm", "http://127.0.0.1:9", "--webhdfs", "http://127.0.0.1:9",
-            "--fs-default-fs", "hdfs://127.0.0.1:9", "--user", "alice"]
+    base = [
+        "submit",
+        str(spec),
+        "--rm",
+        "http://127.0.0.1:9",
+        "--webhdfs",
+        "http://127.0.0.1:9",
+        "--fs-default-fs",
+        "hdfs://127.0.0.1:9",
+        "--user",
+        "alice",
+    ]
     assert cli.main(base) == 0
     assert seen["hook"].staging_retry_s == STAGING_RETRY_S_DEFAULT
     assert cli.main(base + ["--staging-retry-s", "7"]) == 0
     assert seen["hook"].staging_retry_s == 7
 
 
-COMMANDS = ["submit", "status", "ls", "logs", "kill", "prune", "wait", "minicluster", "up", "doctor", "pack-env",
-            "plan"]
+COMMANDS = [
+    "submit",
+    "status",
+    "ls",
+    "logs",
+    "kill",
+    "prune",
+    "wait",
+    "minicluster",
+    "up",
+    "doctor",
+    "pack-env",
+    "plan",
+]
 
 
 @pytest.mark.parametrize("argv", [[]] + [[c] for c in COMMANDS], ids=lambda a: " ".join(a) or "melon")

@@ -20,8 +20,10 @@ def app(state, final="UNDEFINED", app_id=APP, diagnostics=""):
 
 @pytest.fixture
 def rm():
-    with mock.patch.object(YarnHook, "get_application", autospec=True) as get_app, \
-            mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]) as find:
+    with (
+        mock.patch.object(YarnHook, "get_application", autospec=True) as get_app,
+        mock.patch.object(YarnHook, "find_applications", autospec=True, return_value=[]) as find,
+    ):
         yield mock.Mock(get_app=get_app, find=find)
 
 
@@ -68,11 +70,14 @@ def test_by_id_waits_until_finished(rm):
     context["ti"].xcom_push.assert_called_once_with(key="app_id", value=APP)
 
 
-@pytest.mark.parametrize("failed", [
-    app("FAILED", "FAILED", diagnostics="AM container exited 1"),
-    app("KILLED", "KILLED", diagnostics="AM container exited 1"),
-    app("FINISHED", "FAILED", diagnostics="AM container exited 1"),
-])
+@pytest.mark.parametrize(
+    "failed",
+    [
+        app("FAILED", "FAILED", diagnostics="AM container exited 1"),
+        app("KILLED", "KILLED", diagnostics="AM container exited 1"),
+        app("FINISHED", "FAILED", diagnostics="AM container exited 1"),
+    ],
+)
 def test_by_id_failure_states_raise_with_diagnostics(rm, failed):
     rm.get_app.return_value = failed
     with pytest.raises(AirflowException, match="AM container exited 1"):
@@ -107,8 +112,10 @@ def test_by_tags_waits_for_an_app_then_uses_the_newest(rm):
     rm.find.side_effect = [
         [],
         [app("RUNNING", app_id="application_1_0009"), app("FINISHED", "FAILED", app_id="application_1_0002")],
-        [app("FINISHED", "SUCCEEDED", app_id="application_1_0009"), app("FINISHED", "FAILED",
-                                                                        app_id="application_1_0002")],
+        [
+            app("FINISHED", "SUCCEEDED", app_id="application_1_0009"),
+            app("FINISHED", "FAILED", app_id="application_1_0002"),
+        ],
     ]
     context = ctx()
     assert s.poke(context) is False  # none yet
@@ -132,8 +139,14 @@ def test_deferrable_defers_with_the_shared_trigger(rm):
     from airflow_provider_melon.version_compat import TaskDeferred
 
     rm.find.return_value = []
-    s = sensor(tags=["airflow-run:abc"], deferrable=True, poll_interval=20, timeout=600,
-               target_states=("RUNNING",), failure_states=("FAILED", "KILLED"))
+    s = sensor(
+        tags=["airflow-run:abc"],
+        deferrable=True,
+        poll_interval=20,
+        timeout=600,
+        target_states=("RUNNING",),
+        failure_states=("FAILED", "KILLED"),
+    )
     with mock.patch("airflow_provider_melon.sensors.yarn.time.time", return_value=1000.0):
         with pytest.raises(TaskDeferred) as deferred:
             s.execute(ctx())
@@ -158,7 +171,9 @@ def test_execute_complete_events():
     s.execute_complete(context, {"status": "success", "app_id": APP, "message": "ok"})
     context["ti"].xcom_push.assert_called_once_with(key="app_id", value=APP)
     with pytest.raises(AirflowException, match="ended FINISHED/FAILED: boom"):
-        s.execute_complete(context, {"status": "error", "app_id": APP,
-                                     "message": f"YARN application {APP} ended FINISHED/FAILED: boom"})
+        s.execute_complete(
+            context,
+            {"status": "error", "app_id": APP, "message": f"YARN application {APP} ended FINISHED/FAILED: boom"},
+        )
     with pytest.raises(AirflowSensorTimeout, match="timeout"):
         s.execute_complete(context, {"status": "timeout", "app_id": APP, "message": "hit the timeout"})

@@ -44,8 +44,13 @@ def test_ledger_policy_places_like_the_real_ledger(tmp_path, model):
 
 
 def test_companions_counts_the_jobs_on_one_gpu():
-    entries = [{"gpu": 0, "large": True}, {"gpu": 0, "large": False}, {"gpu": 1, "large": False},
-               {"gpu": 0, "large": False}, {"gpu": 1}]
+    entries = [
+        {"gpu": 0, "large": True},
+        {"gpu": 0, "large": False},
+        {"gpu": 1, "large": False},
+        {"gpu": 0, "large": False},
+        {"gpu": 1},
+    ]
     assert sim_job.companions(entries, 0) == (1, 2)
     assert sim_job.companions(entries, 1) == (0, 2)
     assert sim_job.companions(entries, 2) == (0, 0)

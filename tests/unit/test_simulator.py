@@ -165,6 +165,7 @@ def test_job_pays_from_policy(model):
 def test_pays_is_the_product_rule(model, monkeypatch):
     # the simulator's (c) is policy.place_where_it_pays, not a copy: break the product rule, (c) breaks with it
     from airflow_provider_melon.gpu import policy
+
     assert sim.place("pays", small("s1"), [[small("s0")], []], sim.H200_MB, model) == 1  # idle GPU gains most
     monkeypatch.setattr(policy, "place_where_it_pays", lambda *a, **k: None)
     assert sim.place("pays", small("s1"), [[small("s0")], []], sim.H200_MB, model) is None
@@ -238,8 +239,9 @@ def test_pays_learned_pairs_large_jobs_but_keeps_the_critical_one_alone(model):
     assert r.max_concurrency == 2 and r.worst_slowdown <= sim.FAIRNESS_BOUND
     assert {r.gpu[n] for n in ("l1", "l2", "l3")} == {1 - r.gpu["l0"]}
     # without estimates nothing is critical: a large job may join the long one
-    plain = sim.simulate([large("l0", 8 * W), large("l1"), large("l2"), large("l3")], 2, sim.H200_MB,
-                         "pays_learned", model)
+    plain = sim.simulate(
+        [large("l0", 8 * W), large("l1"), large("l2"), large("l3")], 2, sim.H200_MB, "pays_learned", model
+    )
     assert plain.slowdown["l0"] > 1.0
 
 

@@ -23,16 +23,29 @@ def _job(tmp_path, **over):
 
 @pytest.mark.parametrize(
     "text,mb",
-    [("2g", 2048), ("2G", 2048), ("2GiB", 2048), ("512m", 512), ("512Mi", 512), ("6GB", 6144), (1024, 1024),
-     ("1.5g", 1536), ("1t", 1024 * 1024)],
+    [
+        ("2g", 2048),
+        ("2G", 2048),
+        ("2GiB", 2048),
+        ("512m", 512),
+        ("512Mi", 512),
+        ("6GB", 6144),
+        (1024, 1024),
+        ("1.5g", 1536),
+        ("1t", 1024 * 1024),
+    ],
 )
 def test_sizes(text, mb):
     assert parse_size_mb(text) == mb
 
 
 def test_valid_spec_normalises_sizes_and_defaults(tmp_path):
-    spec = JobSpec.from_dict(_job(tmp_path, roles={
-        "chief": {"memory": "2g", "gpu_memory": "4GiB"}, "worker": {"instances": 2}, "ps": {"instances": 1}}))
+    spec = JobSpec.from_dict(
+        _job(
+            tmp_path,
+            roles={"chief": {"memory": "2g", "gpu_memory": "4GiB"}, "worker": {"instances": 2}, "ps": {"instances": 1}},
+        )
+    )
     assert spec.roles["chief"].memory_mb == 2048
     assert spec.roles["chief"].gpu_memory_mb == 4096
     assert spec.roles["ps"].untracked is True
@@ -94,8 +107,9 @@ def test_relative_code_resolves_against_base_dir(tmp_path):
 
 
 def test_round_trips(tmp_path):
-    spec = JobSpec.from_dict(_job(tmp_path, tags=["team-a"], env={"A": "1"},
-                                  inputs=[{"path": "hdfs:///data/mnist.npz"}]))
+    spec = JobSpec.from_dict(
+        _job(tmp_path, tags=["team-a"], env={"A": "1"}, inputs=[{"path": "hdfs:///data/mnist.npz"}])
+    )
     assert JobSpec.from_dict(spec.to_dict()) == spec
     assert JobSpec.from_json(spec.to_json()) == spec
     assert JobSpec.from_yaml(spec.to_yaml()) == spec

@@ -16,26 +16,57 @@ PLAN = StagedFile("hdfs://nn:8020/a/plan.json", 40, 444)
 @pytest.fixture
 def spec(tmp_path):
     (tmp_path / "code").mkdir()
-    return JobSpec.from_dict({
-        "name": "mnist", "framework": "tensorflow", "code": str(tmp_path / "code"),
-        "entrypoint": "python train.py --epochs 2", "queue": "gpu", "priority": 3, "max_attempts": 2,
-        "tags": ["Team-A"], "env": {"A": "1"}, "outputs": {"model": "hdfs:///models/mnist"},
-        "inputs": [{"path": "hdfs:///data/mnist.npz"}],
-        "roles": {"chief": {"memory": "2g", "gpu_memory": "4g", "large": True},
-                  "worker": {"instances": 2, "gpus": 1, "restarts": 2},
-                  "ps": {"memory": 1024}},
-    })
+    return JobSpec.from_dict(
+        {
+            "name": "mnist",
+            "framework": "tensorflow",
+            "code": str(tmp_path / "code"),
+            "entrypoint": "python train.py --epochs 2",
+            "queue": "gpu",
+            "priority": 3,
+            "max_attempts": 2,
+            "tags": ["Team-A"],
+            "env": {"A": "1"},
+            "outputs": {"model": "hdfs:///models/mnist"},
+            "inputs": [{"path": "hdfs:///data/mnist.npz"}],
+            "roles": {
+                "chief": {"memory": "2g", "gpu_memory": "4g", "large": True},
+                "worker": {"instances": 2, "gpus": 1, "restarts": 2},
+                "ps": {"memory": 1024},
+            },
+        }
+    )
 
 
 def test_plan_roles_resources_and_env(spec):
     data = StagedFile("hdfs://nn:8020/data/mnist.npz", 50, 555)
-    plan = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": data},
-                                 default_python="/opt/py/bin/python", container_env={"MELON_GPU_INVENTORY": "/x"},
-                                 webhdfs_url="http://nn:9870", hdfs_user="alice", gpu_context_mb=400)
+    plan = submission.build_plan(
+        spec,
+        code=CODE,
+        runtime=RUNTIME,
+        inputs={"hdfs:///data/mnist.npz": data},
+        default_python="/opt/py/bin/python",
+        container_env={"MELON_GPU_INVENTORY": "/x"},
+        webhdfs_url="http://nn:9870",
+        hdfs_user="alice",
+        gpu_context_mb=400,
+    )
     roles = {r["name"]: r for r in plan["roles"]}
-    assert roles["chief"] == {"name": "chief", "instances": 1, "memory_mb": 2048, "vcores": 1, "gpus": 0,
-                              "gpu_memory_mb": 4096, "restarts": 0, "min_instances": 1, "tracked": True,
-                              "optional": False, "oom_growth": 1.5, "oom_max_growths": 2, "gpu_context_mb": 400}
+    assert roles["chief"] == {
+        "name": "chief",
+        "instances": 1,
+        "memory_mb": 2048,
+        "vcores": 1,
+        "gpus": 0,
+        "gpu_memory_mb": 4096,
+        "restarts": 0,
+        "min_instances": 1,
+        "tracked": True,
+        "optional": False,
+        "oom_growth": 1.5,
+        "oom_max_growths": 2,
+        "gpu_context_mb": 400,
+    }
     assert roles["worker"]["gpus"] == 1 and roles["worker"]["gpu_memory_mb"] == 0 and roles["worker"]["restarts"] == 2
     assert roles["worker"]["gpu_context_mb"] == roles["ps"]["gpu_context_mb"] == 0  # only shared roles reserve it
     assert roles["ps"]["tracked"] is False
@@ -55,8 +86,14 @@ def test_plan_roles_resources_and_env(spec):
     assert (env["MELON_WEBHDFS_URL"], env["MELON_HDFS_USER"]) == ("http://nn:9870", "alice")
     assert env["MELON_INPUTS"] == "mnist.npz"
     local = {r["name"]: r for r in plan["local_resources"]}
-    assert local["code"] == {"name": "code", "url": CODE.url, "type": "ARCHIVE", "visibility": "APPLICATION",
-                             "size": 20, "timestamp": 222}
+    assert local["code"] == {
+        "name": "code",
+        "url": CODE.url,
+        "type": "ARCHIVE",
+        "visibility": "APPLICATION",
+        "size": 20,
+        "timestamp": 222,
+    }
     assert local["mnist.npz"]["visibility"] == "PUBLIC" and local["mnist.npz"]["size"] == 50
     json.dumps(plan)  # serialisable as written to HDFS
 
@@ -66,35 +103,50 @@ def test_plan_roles_carry_the_oom_growth_of_their_spec_role(spec):
     data["roles"]["chief"].update(gpu_memory="2GiB", oom_growth=2, oom_retry=False)
     data["roles"]["worker"].pop("gpus")
     data["roles"]["worker"].update(gpu_memory="1GiB", oom_max_growths=3)
-    plan = submission.build_plan(JobSpec.from_dict(data), code=CODE, runtime=RUNTIME,
-                                 inputs={"hdfs:///data/mnist.npz": CODE})
+    plan = submission.build_plan(
+        JobSpec.from_dict(data), code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE}
+    )
     by_name = {r["name"]: r for r in plan["roles"]}
     assert (by_name["chief"]["oom_growth"], by_name["chief"]["oom_max_growths"]) == (2.0, 0)  # oom_retry: false
     assert (by_name["worker"]["oom_growth"], by_name["worker"]["oom_max_growths"]) == (1.5, 3)
     data["roles"]["worker"].pop("gpu_memory")
     data["roles"]["worker"]["gpus"] = 1
-    plan = submission.build_plan(JobSpec.from_dict(data), code=CODE, runtime=RUNTIME,
-                                 inputs={"hdfs:///data/mnist.npz": CODE})
+    plan = submission.build_plan(
+        JobSpec.from_dict(data), code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE}
+    )
     assert {r["name"]: r for r in plan["roles"]}["worker"]["oom_max_growths"] == 0  # whole GPUs: never grown
     data["roles"]["worker"]["gpu_memory"] = "auto"
     data["roles"]["worker"].pop("gpus")
     with pytest.raises(ValueError, match="not resolved yet"):  # auto is resolved before any plan is built
-        submission.build_plan(JobSpec.from_dict(data), code=CODE, runtime=RUNTIME,
-                              inputs={"hdfs:///data/mnist.npz": CODE})
+        submission.build_plan(
+            JobSpec.from_dict(data), code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE}
+        )
 
 
 def test_env_archive_and_docker(tmp_path, spec):
-    archived = spec.model_copy(update={"environment": spec.environment.model_validate(
-        {"archive": "hdfs:///envs/e.tar.gz", "python": "env/bin/python"})})
+    archived = spec.model_copy(
+        update={
+            "environment": spec.environment.model_validate(
+                {"archive": "hdfs:///envs/e.tar.gz", "python": "env/bin/python"}
+            )
+        }
+    )
     env_file = StagedFile("hdfs://nn:8020/envs/e.tar.gz", 60, 666)
-    plan = submission.build_plan(archived, code=CODE, runtime=RUNTIME,
-                                 inputs={"hdfs:///data/mnist.npz": CODE}, env_archive=env_file)
+    plan = submission.build_plan(
+        archived, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE}, env_archive=env_file
+    )
     assert plan["command"].startswith("./env/bin/python -m ")
     env_res = [r for r in plan["local_resources"] if r["name"] == "env"][0]
     assert env_res["type"] == "ARCHIVE" and env_res["visibility"] == "PUBLIC"
     # one staged into the private (0700) staging folder: YARN may localize it for the application only
-    private = submission.build_plan(archived, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE},
-                                    env_archive=env_file, env_archive_visibility="APPLICATION")
+    private = submission.build_plan(
+        archived,
+        code=CODE,
+        runtime=RUNTIME,
+        inputs={"hdfs:///data/mnist.npz": CODE},
+        env_archive=env_file,
+        env_archive_visibility="APPLICATION",
+    )
     assert [r["visibility"] for r in private["local_resources"] if r["name"] == "env"] == ["APPLICATION"]
 
     docker = spec.model_copy(update={"environment": spec.environment.model_validate({"docker_image": "tf:2.21"})})
@@ -104,9 +156,15 @@ def test_env_archive_and_docker(tmp_path, spec):
 
 
 def test_submission_context(spec):
-    ctx = submission.build_submission(spec, app_id="application_1_0001", am_jar=JAR, plan=PLAN, secret="s3cr3t",
-                                      tags=submission.airflow_tags("dag", "train", "manual__1", 3),
-                                      am_classpath="/conf:/jars/*")
+    ctx = submission.build_submission(
+        spec,
+        app_id="application_1_0001",
+        am_jar=JAR,
+        plan=PLAN,
+        secret="s3cr3t",
+        tags=submission.airflow_tags("dag", "train", "manual__1", 3),
+        am_classpath="/conf:/jars/*",
+    )
     assert ctx["application-id"] == "application_1_0001"
     assert ctx["queue"] == "gpu" and ctx["priority"] == 3 and ctx["max-app-attempts"] == 2
     assert ctx["application-type"] == "MELON"
@@ -115,8 +173,13 @@ def test_submission_context(spec):
     assert any(t.startswith("airflow-run:") for t in tags)
     spec_am = ctx["am-container-spec"]
     entries = {e["key"]: e["value"] for e in spec_am["local-resources"]["entry"]}
-    assert entries["melon-appmaster.jar"] == {"resource": JAR.url, "type": "FILE", "visibility": "APPLICATION",
-                                              "size": 30, "timestamp": 333}
+    assert entries["melon-appmaster.jar"] == {
+        "resource": JAR.url,
+        "type": "FILE",
+        "visibility": "APPLICATION",
+        "size": 30,
+        "timestamp": 333,
+    }
     env = {e["key"]: e["value"] for e in spec_am["environment"]["entry"]}
     assert env["CLASSPATH"] == "./melon-appmaster.jar<CPS>/conf:/jars/*"
     # the secret travels as a credentials secret, never in the (launch-script-visible) environment
@@ -147,7 +210,8 @@ def test_the_am_gets_the_view_acl_for_its_own_pages_only_when_acls_are_set(spec)
 
 def test_run_tag_is_stable_and_short():
     assert submission.run_tag("scheduled__2026-01-01T00:00:00+00:00") == submission.run_tag(
-        "scheduled__2026-01-01T00:00:00+00:00")
+        "scheduled__2026-01-01T00:00:00+00:00"
+    )
     assert submission.run_tag("a") != submission.run_tag("b")
     assert len(submission.run_tag("x" * 500)) < 100
 
@@ -155,11 +219,22 @@ def test_run_tag_is_stable_and_short():
 def test_code_files_are_localized_beside_the_archive_and_mapped_for_the_executor(spec):
     big = StagedFile("hdfs://nn:8020/c/9f/code-file", 70, 777)
     other = StagedFile("hdfs://nn:8020/c/aa/code-file", 80, 888)
-    plan = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={"hdfs:///data/mnist.npz": CODE},
-                                 code_files={"weights/init.pt": big, "data/train.bin": other})
+    plan = submission.build_plan(
+        spec,
+        code=CODE,
+        runtime=RUNTIME,
+        inputs={"hdfs:///data/mnist.npz": CODE},
+        code_files={"weights/init.pt": big, "data/train.bin": other},
+    )
     local = {r["name"]: r for r in plan["local_resources"]}
-    assert local["melon-code-file-0"] == {"name": "melon-code-file-0", "url": other.url, "type": "FILE",
-                                          "visibility": "APPLICATION", "size": 80, "timestamp": 888}
+    assert local["melon-code-file-0"] == {
+        "name": "melon-code-file-0",
+        "url": other.url,
+        "type": "FILE",
+        "visibility": "APPLICATION",
+        "size": 80,
+        "timestamp": 888,
+    }
     assert local["melon-code-file-1"]["url"] == big.url
     mapping = json.loads(base64.b64decode(plan["env"]["MELON_CODE_FILES_B64"]))
     assert mapping == {"melon-code-file-0": "data/train.bin", "melon-code-file-1": "weights/init.pt"}

@@ -10,8 +10,8 @@ import requests_mock as rm_mock
 from airflow_provider_melon import submission
 from airflow_provider_melon.hadoop import queues
 from airflow_provider_melon.hadoop.hdfs_io import describe
-from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnHook
 from airflow_provider_melon.spec import JobSpec
 
@@ -20,20 +20,43 @@ WS = "/ws/v1/cluster"
 
 
 def _res(gpus: int, mem: int) -> dict:
-    return {"memory": 8192, "vCores": 16, "resourceInformations": {"resourceInformation": [
-        {"name": "memory-mb", "value": 8192, "units": "Mi"}, {"name": "vcores", "value": 16},
-        {"name": "yarn.io/gpu", "value": gpus}, {"name": "melon.io/gpu-memory", "value": mem, "units": "Mi"}]}}
+    return {
+        "memory": 8192,
+        "vCores": 16,
+        "resourceInformations": {
+            "resourceInformation": [
+                {"name": "memory-mb", "value": 8192, "units": "Mi"},
+                {"name": "vcores", "value": 16},
+                {"name": "yarn.io/gpu", "value": gpus},
+                {"name": "melon.io/gpu-memory", "value": mem, "units": "Mi"},
+            ]
+        },
+    }
 
 
 def _leaf(name: str, max_gpus: int, max_mem: int, used_gpus: int = 0, state: str = "RUNNING") -> dict:
-    return {"queueName": name, "queuePath": f"root.{name}", "state": state,
-            "maxEffectiveCapacity": _res(max_gpus, max_mem), "minEffectiveCapacity": _res(1, 16384),
-            "resourcesUsed": _res(used_gpus, 0)}
+    return {
+        "queueName": name,
+        "queuePath": f"root.{name}",
+        "state": state,
+        "maxEffectiveCapacity": _res(max_gpus, max_mem),
+        "minEffectiveCapacity": _res(1, 16384),
+        "resourcesUsed": _res(used_gpus, 0),
+    }
 
 
-SCHEDULER = {"type": "capacityScheduler", "queueName": "root", "queues": {"queue": [
-    _leaf("default", 4, 65536), _leaf("tenant_a", 4, 65536, used_gpus=4), _leaf("tenant_b", 2, 32768),
-    _leaf("closed", 4, 65536, state="STOPPED")]}}
+SCHEDULER = {
+    "type": "capacityScheduler",
+    "queueName": "root",
+    "queues": {
+        "queue": [
+            _leaf("default", 4, 65536),
+            _leaf("tenant_a", 4, 65536, used_gpus=4),
+            _leaf("tenant_b", 2, 32768),
+            _leaf("closed", 4, 65536, state="STOPPED"),
+        ]
+    },
+}
 
 
 def _roles(instances: int, gpus: int = 0, gpu_memory: int = 0) -> dict:
@@ -99,8 +122,10 @@ def test_melon_hook_acts_for_the_proxy_user_and_sets_application_acls():
     yarn = YarnHook(rm_urls=[RM], user="airflow")
     hook = MelonHook(yarn_hook=yarn, hdfs_client=object(), proxy_user="alice", admin_acl=" melon-admins")
     assert yarn.proxy_user == "alice" and hook.user == "alice" and hook.staging_dir == "/user/alice/.melon"
-    assert submission.application_acls("alice", " melon-admins") == {"VIEW_APP": "alice melon-admins",
-                                                                    "MODIFY_APP": "alice melon-admins"}
+    assert submission.application_acls("alice", " melon-admins") == {
+        "VIEW_APP": "alice melon-admins",
+        "MODIFY_APP": "alice melon-admins",
+    }
     assert submission.application_acls("alice", "ops,alice admins")["MODIFY_APP"] == "alice,ops admins"
 
 
@@ -111,8 +136,9 @@ def test_submission_carries_application_acls_only_when_asked():
     plain = submission.build_submission(spec, **kw)
     assert "application-acls" not in plain["am-container-spec"]
     acls = submission.build_submission(spec, acls={"VIEW_APP": "alice g", "MODIFY_APP": "alice g"}, **kw)
-    assert acls["am-container-spec"]["application-acls"] == {"entry": [
-        {"key": "MODIFY_APP", "value": "alice g"}, {"key": "VIEW_APP", "value": "alice g"}]}
+    assert acls["am-container-spec"]["application-acls"] == {
+        "entry": [{"key": "MODIFY_APP", "value": "alice g"}, {"key": "VIEW_APP", "value": "alice g"}]
+    }
 
 
 def test_operator_runs_as_run_as_or_the_owner_when_the_connection_says_so_and_overrides_the_queue():
@@ -128,7 +154,9 @@ def test_operator_runs_as_run_as_or_the_owner_when_the_connection_says_so_and_ov
     conn = mock.Mock(extra_dejson={"run_as_owner": True})
     with mock.patch("airflow_provider_melon.hooks.yarn.BaseHook.get_connection", return_value=conn):
         assert op.tenant() == "bob"
-    with mock.patch("airflow_provider_melon.hooks.yarn.BaseHook.get_connection", return_value=mock.Mock(extra_dejson={})):
+    with mock.patch(
+        "airflow_provider_melon.hooks.yarn.BaseHook.get_connection", return_value=mock.Mock(extra_dejson={})
+    ):
         assert op.tenant() is None
     assert op.load_spec().queue == "default"
 
@@ -137,23 +165,50 @@ def test_operator_runs_as_run_as_or_the_owner_when_the_connection_says_so_and_ov
 # The leaf queues as the tenants mini cluster's RM reports them (2 NMs x 2 GPUs, 16 GiB, 32 vcores, 64 GiB of GPU
 # memory): default 20 % (max 100 %, user-limit-factor 1, YARN's default), tenant_a 40 % (max 100 %, factor 2.5).
 def _res_of(memory: int, vcores: int, gpus: int, gpu_mem: int) -> dict:
-    return {"memory": memory, "vCores": vcores, "resourceInformations": {"resourceInformation": [
-        {"name": "memory-mb", "value": memory, "units": "Mi"}, {"name": "vcores", "value": vcores},
-        {"name": "melon.io/gpu-memory", "value": gpu_mem, "units": "Mi"}, {"name": "yarn.io/gpu", "value": gpus}]}}
+    return {
+        "memory": memory,
+        "vCores": vcores,
+        "resourceInformations": {
+            "resourceInformation": [
+                {"name": "memory-mb", "value": memory, "units": "Mi"},
+                {"name": "vcores", "value": vcores},
+                {"name": "melon.io/gpu-memory", "value": gpu_mem, "units": "Mi"},
+                {"name": "yarn.io/gpu", "value": gpus},
+            ]
+        },
+    }
 
 
 def _real_leaf(name: str, capacity: float, factor: float, am_memory: int = 8192) -> dict:
-    return {"queueName": name, "queuePath": f"root.{name}", "state": "RUNNING", "absoluteCapacity": capacity,
-            "absoluteMaxCapacity": 100.0, "userLimit": 100.0, "userLimitFactor": factor,
-            "maxEffectiveCapacity": _res_of(16384, 32, 4, 65536),
-            "minEffectiveCapacity": _res_of(int(16384 * capacity / 100), 6, int(4 * capacity / 100),
-                                            int(65536 * capacity / 100)),
-            "resourcesUsed": _res_of(0, 0, 0, 0), "userAMResourceLimit": _res_of(am_memory, 16, 2, 32768)}
+    return {
+        "queueName": name,
+        "queuePath": f"root.{name}",
+        "state": "RUNNING",
+        "absoluteCapacity": capacity,
+        "absoluteMaxCapacity": 100.0,
+        "userLimit": 100.0,
+        "userLimitFactor": factor,
+        "maxEffectiveCapacity": _res_of(16384, 32, 4, 65536),
+        "minEffectiveCapacity": _res_of(
+            int(16384 * capacity / 100), 6, int(4 * capacity / 100), int(65536 * capacity / 100)
+        ),
+        "resourcesUsed": _res_of(0, 0, 0, 0),
+        "userAMResourceLimit": _res_of(am_memory, 16, 2, 32768),
+    }
 
 
-REAL = {"type": "capacityScheduler", "queueName": "root", "queues": {"queue": [
-    _real_leaf("default", 20.0, 1.0), _real_leaf("tenant_a", 40.0, 2.5), _real_leaf("open", 20.0, -1.0),
-    _real_leaf("tiny_am", 40.0, 2.5, am_memory=256)]}}
+REAL = {
+    "type": "capacityScheduler",
+    "queueName": "root",
+    "queues": {
+        "queue": [
+            _real_leaf("default", 20.0, 1.0),
+            _real_leaf("tenant_a", 40.0, 2.5),
+            _real_leaf("open", 20.0, -1.0),
+            _real_leaf("tiny_am", 40.0, 2.5, am_memory=256),
+        ]
+    },
+}
 
 
 def _gang(workers: int, gpus: int = 0, gpu_memory: int = 0) -> dict:

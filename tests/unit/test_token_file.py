@@ -50,8 +50,13 @@ def test_bad_files_raise_token_file_error():
 def test_executor_takes_the_secret_from_the_token_file(tmp_path):
     path = tmp_path / "container_tokens"
     path.write_bytes(token_file({"melon.am.secret": b"f00d"}))
-    env = {"MELON_ROLE": "worker", "MELON_INDEX": "0", "MELON_AM_URL": "http://am:1", "MELON_ENTRYPOINT": "true",
-           "HADOOP_TOKEN_FILE_LOCATION": str(path)}
+    env = {
+        "MELON_ROLE": "worker",
+        "MELON_INDEX": "0",
+        "MELON_AM_URL": "http://am:1",
+        "MELON_ENTRYPOINT": "true",
+        "HADOOP_TOKEN_FILE_LOCATION": str(path),
+    }
     assert Config.from_env(env).secret == "f00d"
     path.write_bytes(token_file({}))
     with pytest.raises(Fatal, match="MELON_SECRET"):

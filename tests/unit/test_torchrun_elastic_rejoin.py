@@ -67,13 +67,25 @@ class Group:
         falls to the pids, which wrap.)"""
         members = [f"127.0.0.1:{self.port}", "127.0.0.1:1", "127.0.0.1:2"]  # the first: the rendezvous' address
         env = framework.torch_env({"worker": members}, "worker", (index - self.host) % 3)
-        argv = framework.torchrun_argv(sys.executable, ["python", "train.py", str(self.tmp), str(self.steps)], env, 1,
-                                       "rejoin", local_addr=f"127.0.0.{index + 1}", nnodes="2:3",
-                                       max_restarts=3)
+        argv = framework.torchrun_argv(
+            sys.executable,
+            ["python", "train.py", str(self.tmp), str(self.steps)],
+            env,
+            1,
+            "rejoin",
+            local_addr=f"127.0.0.{index + 1}",
+            nnodes="2:3",
+            max_restarts=3,
+        )
         log = open(self.tmp / f"{name}.log", "wb")
         self.agents[name] = subprocess.Popen(
-            argv, env={**os.environ, **env, **framework.torchrun_env("2:3")}, cwd=self.tmp, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            argv,
+            env={**os.environ, **env, **framework.torchrun_env("2:3")},
+            cwd=self.tmp,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
 
     def lines(self) -> list[tuple[int, int, int]]:
@@ -115,8 +127,14 @@ def test_a_replacement_joins_the_running_group_which_goes_on_at_three(tmp_path, 
         for i in range(3):
             group.start(f"a{i}", i)
         group.wait_for("the group at 3, step 4", lambda: any(s >= 4 and w == 3 for s, w, _ in group.lines()), 90)
-        victim = next((n for n in ("a0", "a1", "a2") if n != f"a{group.host}"
-                       and (group.node_rank(n) == 0) == (lose == "node rank 0")), None)
+        victim = next(
+            (
+                n
+                for n in ("a0", "a1", "a2")
+                if n != f"a{group.host}" and (group.node_rank(n) == 0) == (lose == "node rank 0")
+            ),
+            None,
+        )
         assert victim is not None, {n: group.node_rank(n) for n in group.agents}  # task 0 (a0) is node rank 0
         group.kill(victim)
         killed_at = group.lines()[-1][0]

@@ -33,11 +33,18 @@ def test_a_worker_dies_when_its_agents_process_group_is_sigkilled(tmp_path):
     port = sock.getsockname()[1]
     sock.close()
     env = framework.torch_env({"worker": [f"127.0.0.1:{port}"]}, "worker", 0)
-    argv = framework.torchrun_argv(sys.executable, ["python", str(tmp_path / "hold.py"), str(tmp_path)], env, 1,
-                                   "bound-test", local_addr="127.0.0.1")
+    argv = framework.torchrun_argv(
+        sys.executable,
+        ["python", str(tmp_path / "hold.py"), str(tmp_path)],
+        env,
+        1,
+        "bound-test",
+        local_addr="127.0.0.1",
+    )
     # the agent in a group of its own, as the NodeManager starts a container's command (setsid)
-    agent = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.STDOUT)
+    agent = subprocess.Popen(
+        argv, env={**os.environ, **env}, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
     pid_file = tmp_path / "pid"
     try:
         deadline = time.monotonic() + 90
@@ -60,9 +67,20 @@ def test_a_worker_dies_when_its_agents_process_group_is_sigkilled(tmp_path):
 
 
 def test_the_shim_execs_the_program_bound_to_its_parent(tmp_path):
-    out = subprocess.run([sys.executable, worker.__file__, sys.executable, "-c",
-                          "import ctypes, sys; sig = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(sig));"
-                          " print(sig.value, sys.argv[1:])", "a b"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            worker.__file__,
+            sys.executable,
+            "-c",
+            "import ctypes, sys; sig = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(sig));"
+            " print(sig.value, sys.argv[1:])",
+            "a b",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split(" ", 1) == [str(int(signal.SIGKILL)), "['a b']\n"]  # PR_GET_PDEATHSIG: SIGKILL
     assert subprocess.run([sys.executable, worker.__file__], capture_output=True, text=True).returncode == 2

@@ -13,9 +13,9 @@ from unittest import mock
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import classify, duration_s, progress_line, task_summary
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
-from airflow_provider_melon.hadoop.app_state import classify, duration_s, progress_line, task_summary
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 from airflow_provider_melon.version_compat import trigger_has_on_kill
 
@@ -23,9 +23,16 @@ APP = "application_1700000000000_0007"
 
 
 def app(state, final="UNDEFINED", diagnostics="", **kw):
-    out = {"id": APP, "state": state, "finalStatus": final, "diagnostics": diagnostics,
-           "trackingUrl": f"http://rm:8088/proxy/{APP}/", "startedTime": 1_000_000, "finishedTime": 0,
-           "elapsedTime": 0}
+    out = {
+        "id": APP,
+        "state": state,
+        "finalStatus": final,
+        "diagnostics": diagnostics,
+        "trackingUrl": f"http://rm:8088/proxy/{APP}/",
+        "startedTime": 1_000_000,
+        "finishedTime": 0,
+        "elapsedTime": 0,
+    }
     if state in ("FINISHED", "FAILED", "KILLED"):
         out.update(finishedTime=1_042_500, elapsedTime=42_500)
     out.update(kw)
@@ -77,8 +84,9 @@ def make_trigger(responses=None, *, clock=None, am_status=None, **kw):
     trig = YarnApplicationTrigger(**kw)
     hook = mock.AsyncMock(spec=AsyncYarnHook)
     # the AM status callable (absent from AsyncYarnHook today: the trigger then uses MelonHook in a thread)
-    hook.am_status = mock.AsyncMock(side_effect=am_status) if am_status is not None else mock.AsyncMock(
-        return_value=None)
+    hook.am_status = (
+        mock.AsyncMock(side_effect=am_status) if am_status is not None else mock.AsyncMock(return_value=None)
+    )
     if responses is not None:
         hook.get_application.side_effect = list(responses)
     trig._hook = hook
@@ -107,20 +115,48 @@ async def collect(trig):
 
 
 def test_serialize_round_trip_keeps_all_state():
-    trig = YarnApplicationTrigger(app_id=APP, yarn_conn_id="yarn_x", poll_interval=7, deadline=1_700_000_123.5,
-                                  cancel_on_kill=False, max_consecutive_failures=9, log_every_n=3,
-                                  last_state="RUNNING", consecutive_failures=2, stream_progress=False,
-                                  target_states=("RUNNING",), failure_states=("KILLED",), job_logs=True,
-                                  log_chief="chief:0", log_lines_per_poll=50, log_max_bytes=4096,
-                                  log_state={"resume": True}, proxy_user="alice")
+    trig = YarnApplicationTrigger(
+        app_id=APP,
+        yarn_conn_id="yarn_x",
+        poll_interval=7,
+        deadline=1_700_000_123.5,
+        cancel_on_kill=False,
+        max_consecutive_failures=9,
+        log_every_n=3,
+        last_state="RUNNING",
+        consecutive_failures=2,
+        stream_progress=False,
+        target_states=("RUNNING",),
+        failure_states=("KILLED",),
+        job_logs=True,
+        log_chief="chief:0",
+        log_lines_per_poll=50,
+        log_max_bytes=4096,
+        log_state={"resume": True},
+        proxy_user="alice",
+    )
     classpath, kwargs = trig.serialize()
     assert classpath == "airflow_provider_melon.triggers.yarn.YarnApplicationTrigger"
     assert kwargs == {
-        "app_id": APP, "yarn_conn_id": "yarn_x", "poll_interval": 7.0, "deadline": 1_700_000_123.5,
-        "cancel_on_kill": False, "max_consecutive_failures": 9, "log_every_n": 3, "last_state": "RUNNING",
-        "consecutive_failures": 2, "tags": None, "target_states": ["RUNNING"], "failure_states": ["KILLED"],
-        "stream_progress": False, "job_logs": True, "log_chief": "chief:0", "log_lines_per_poll": 50,
-        "log_max_bytes": 4096, "log_state": {"resume": True}, "proxy_user": "alice",
+        "app_id": APP,
+        "yarn_conn_id": "yarn_x",
+        "poll_interval": 7.0,
+        "deadline": 1_700_000_123.5,
+        "cancel_on_kill": False,
+        "max_consecutive_failures": 9,
+        "log_every_n": 3,
+        "last_state": "RUNNING",
+        "consecutive_failures": 2,
+        "tags": None,
+        "target_states": ["RUNNING"],
+        "failure_states": ["KILLED"],
+        "stream_progress": False,
+        "job_logs": True,
+        "log_chief": "chief:0",
+        "log_lines_per_poll": 50,
+        "log_max_bytes": 4096,
+        "log_state": {"resume": True},
+        "proxy_user": "alice",
     }
     module, name = classpath.rsplit(".", 1)
     clone = getattr(importlib.import_module(module), name)(**kwargs)
@@ -172,11 +208,14 @@ async def test_success_event():
     hook.kill_application.assert_not_awaited()
 
 
-@pytest.mark.parametrize("final_app", [
-    app("FINISHED", "FAILED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
-    app("FAILED", "FAILED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
-    app("KILLED", "KILLED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
-])
+@pytest.mark.parametrize(
+    "final_app",
+    [
+        app("FINISHED", "FAILED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
+        app("FAILED", "FAILED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
+        app("KILLED", "KILLED", "task worker:1 on nm1 exited 3: Traceback ... ValueError"),
+    ],
+)
 async def test_failure_event_carries_diagnostics(final_app):
     trig, _ = make_trigger([app("RUNNING"), final_app])
     [event] = await collect(trig)
@@ -223,8 +262,9 @@ def outage(n):
 
 
 async def test_outage_within_budget_recovers():
-    trig, hook = make_trigger([app("RUNNING"), *outage(3), app("RUNNING"), app("FINISHED", "SUCCEEDED")],
-                              max_consecutive_failures=3)
+    trig, hook = make_trigger(
+        [app("RUNNING"), *outage(3), app("RUNNING"), app("FINISHED", "SUCCEEDED")], max_consecutive_failures=3
+    )
     [event] = await collect(trig)
     assert event.payload["status"] == "success"
     assert hook.get_application.await_count == 6
@@ -233,15 +273,15 @@ async def test_outage_within_budget_recovers():
 
 
 async def test_budget_counts_consecutive_failures_only():
-    trig, _ = make_trigger([*outage(2), app("RUNNING"), *outage(2), app("FINISHED", "SUCCEEDED")],
-                           max_consecutive_failures=2)
+    trig, _ = make_trigger(
+        [*outage(2), app("RUNNING"), *outage(2), app("FINISHED", "SUCCEEDED")], max_consecutive_failures=2
+    )
     [event] = await collect(trig)
     assert event.payload["status"] == "success"
 
 
 async def test_outage_beyond_budget_is_an_error_event():
-    trig, hook = make_trigger([app("RUNNING"), *outage(4), app("FINISHED", "SUCCEEDED")],
-                              max_consecutive_failures=3)
+    trig, hook = make_trigger([app("RUNNING"), *outage(4), app("FINISHED", "SUCCEEDED")], max_consecutive_failures=3)
     [event] = await collect(trig)
     assert event.payload["status"] == "error"
     assert "unreachable for 4 polls in a row" in event.payload["message"]
@@ -339,16 +379,20 @@ def _task_in_state(monkeypatch, trig, state):
         if isinstance(state, Exception):
             raise state
         return {"r1": {"train": state}}
+
     monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(get_task_states))
     return calls
 
 
 @pytest.mark.skipif(not trigger_has_on_kill(), reason="Airflow < 3.3: the triggerer calls no BaseTrigger.on_kill()")
-@pytest.mark.parametrize("state,killed", [("failed", True), ("success", True), (None, True), ("deferred", False),
-                                          (RuntimeError("api down"), True)],
-                         ids=["marked-failed", "marked-success", "cleared", "handed-over", "state-unknown"])
-async def test_on_kill_leaves_the_app_to_the_next_triggerer_while_the_task_is_still_deferred(monkeypatch, state,
-                                                                                           killed):
+@pytest.mark.parametrize(
+    "state,killed",
+    [("failed", True), ("success", True), (None, True), ("deferred", False), (RuntimeError("api down"), True)],
+    ids=["marked-failed", "marked-success", "cleared", "handed-over", "state-unknown"],
+)
+async def test_on_kill_leaves_the_app_to_the_next_triggerer_while_the_task_is_still_deferred(
+    monkeypatch, state, killed
+):
     """Airflow 3.3 calls on_kill() also for a trigger it handed to another triggerer after a heartbeat lapse
     (apache/airflow#73454): the task is still deferred then, and the other trigger follows the app."""
     from airflow_provider_melon.version_compat import TRIGGER_ON_KILL_ALSO_ON_HANDOVER
@@ -363,9 +407,11 @@ async def test_on_kill_leaves_the_app_to_the_next_triggerer_while_the_task_is_st
         assert any("still deferred" in line for line in logged(trig)), logged(trig)
 
 
-@pytest.mark.parametrize("state,killed", [("failed", True), (None, True), ("deferred", False),
-                                          (RuntimeError("api down"), False)],
-                         ids=["marked-failed", "cleared", "triggerer-stops", "state-unknown"])
+@pytest.mark.parametrize(
+    "state,killed",
+    [("failed", True), (None, True), ("deferred", False), (RuntimeError("api down"), False)],
+    ids=["marked-failed", "cleared", "triggerer-stops", "state-unknown"],
+)
 async def test_below_3_3_a_cancelled_trigger_kills_once_the_task_left_deferred(monkeypatch, state, killed):
     """Airflow 3.0–3.2 cancel a trigger the same way for a user's kill and a triggerer stop, with no on_kill():
     the cancellation path asks the task's state (a clear leaves it None: that is a kill too)."""
@@ -380,6 +426,7 @@ async def test_below_3_3_a_cancelled_trigger_kills_once_the_task_left_deferred(m
             await asyncio.Event().wait()
         polled.set()
         return app("RUNNING")
+
     hook.get_application.side_effect = get_application
     _task_in_state(monkeypatch, trig, state)
     task = asyncio.ensure_future(collect(trig))
@@ -409,18 +456,33 @@ async def test_tags_mode_follows_newest_app_once_it_appears():
 
 # ---------------------------------------------------------------------------------------------- logging / progress
 
-AM_STATUS = {"app_id": APP, "state": "RUNNING", "tasks": [
-    {"role": "chief", "index": 0, "state": "RUNNING", "step": 120, "total": 400, "loss": 0.3125, "attempt": 0,
-     "metrics": {"accuracy": 0.875}},
-    {"role": "worker", "index": 0, "state": "RUNNING", "step": 118, "loss": 0.33, "attempt": 0},
-    {"role": "worker", "index": 1, "state": "RUNNING", "step": 119, "loss": 0.32, "attempt": 1},
-]}
+AM_STATUS = {
+    "app_id": APP,
+    "state": "RUNNING",
+    "tasks": [
+        {
+            "role": "chief",
+            "index": 0,
+            "state": "RUNNING",
+            "step": 120,
+            "total": 400,
+            "loss": 0.3125,
+            "attempt": 0,
+            "metrics": {"accuracy": 0.875},
+        },
+        {"role": "worker", "index": 0, "state": "RUNNING", "step": 118, "loss": 0.33, "attempt": 0},
+        {"role": "worker", "index": 1, "state": "RUNNING", "step": 119, "loss": 0.32, "attempt": 1},
+    ],
+}
 
 
 async def test_progress_streamed_every_n_polls_and_last_tasks_in_event():
     running = [app("RUNNING")] * 7
-    statuses = [dict(AM_STATUS), dict(AM_STATUS, tasks=[dict(t, step=t["step"] + 100) for t in AM_STATUS["tasks"]]),
-                None]
+    statuses = [
+        dict(AM_STATUS),
+        dict(AM_STATUS, tasks=[dict(t, step=t["step"] + 100) for t in AM_STATUS["tasks"]]),
+        None,
+    ]
     trig, hook = make_trigger([*running, app("FINISHED", "SUCCEEDED")], am_status=statuses, log_every_n=3)
     [event] = await collect(trig)
     # asked on running polls 1, 4 and 7; the third time the AM is unreachable (None): nothing logged
@@ -434,8 +496,9 @@ async def test_progress_streamed_every_n_polls_and_last_tasks_in_event():
 
 
 async def test_state_changes_and_heartbeat_logged():
-    trig, _ = make_trigger([app("ACCEPTED"), *[app("RUNNING")] * 6, app("FINISHED", "SUCCEEDED")], log_every_n=3,
-                           stream_progress=False)
+    trig, _ = make_trigger(
+        [app("ACCEPTED"), *[app("RUNNING")] * 6, app("FINISHED", "SUCCEEDED")], log_every_n=3, stream_progress=False
+    )
     await collect(trig)
     lines = logged(trig)
     assert any("- -> ACCEPTED" in line for line in lines)
@@ -446,8 +509,9 @@ async def test_state_changes_and_heartbeat_logged():
 
 
 async def test_no_am_progress_when_stream_progress_off():
-    trig, hook = make_trigger([app("RUNNING"), app("FINISHED", "SUCCEEDED")], am_status=[AM_STATUS],
-                              stream_progress=False)
+    trig, hook = make_trigger(
+        [app("RUNNING"), app("FINISHED", "SUCCEEDED")], am_status=[AM_STATUS], stream_progress=False
+    )
     await collect(trig)
     hook.am_status.assert_not_awaited()
 
@@ -455,8 +519,10 @@ async def test_no_am_progress_when_stream_progress_off():
 async def test_am_status_falls_back_to_melon_hook_in_a_thread():
     trig, hook = make_trigger()
     del hook.am_status  # an AsyncYarnHook without am_status
-    with mock.patch("airflow_provider_melon.hooks.melon.MelonHook.am_status", return_value=AM_STATUS) as fetch, \
-            mock.patch("airflow_provider_melon.hooks.melon.MelonHook.__init__", return_value=None):
+    with (
+        mock.patch("airflow_provider_melon.hooks.melon.MelonHook.am_status", return_value=AM_STATUS) as fetch,
+        mock.patch("airflow_provider_melon.hooks.melon.MelonHook.__init__", return_value=None),
+    ):
         assert await trig.am_status() == AM_STATUS
     fetch.assert_called_once_with(APP)
 
@@ -464,15 +530,18 @@ async def test_am_status_falls_back_to_melon_hook_in_a_thread():
 # ---------------------------------------------------------------------------------------------- pure helpers
 
 
-@pytest.mark.parametrize("state,final,expected", [
-    ("RUNNING", "UNDEFINED", None),
-    ("ACCEPTED", "UNDEFINED", None),
-    ("FINISHED", "SUCCEEDED", "success"),
-    ("FINISHED", "FAILED", "error"),
-    ("FINISHED", "KILLED", "error"),
-    ("FAILED", "FAILED", "error"),
-    ("KILLED", "KILLED", "error"),
-])
+@pytest.mark.parametrize(
+    "state,final,expected",
+    [
+        ("RUNNING", "UNDEFINED", None),
+        ("ACCEPTED", "UNDEFINED", None),
+        ("FINISHED", "SUCCEEDED", "success"),
+        ("FINISHED", "FAILED", "error"),
+        ("FINISHED", "KILLED", "error"),
+        ("FAILED", "FAILED", "error"),
+        ("KILLED", "KILLED", "error"),
+    ],
+)
 def test_classify_defaults(state, final, expected):
     assert classify({"state": state, "finalStatus": final}) == expected
 
@@ -481,12 +550,25 @@ def test_duration_and_summary_helpers():
     assert duration_s({"elapsedTime": 1500}) == 1.5
     assert duration_s({"startedTime": 1000, "finishedTime": 4000, "elapsedTime": 0}) == 3.0
     assert duration_s({}) is None
-    summary = task_summary(AM_STATUS["tasks"] + [{"role": "worker", "index": 2, "state": "FAILED", "exit_code": 3}],
-                           {"chief": 1, "worker": 3, "ps": 1})
-    assert summary["worker"] == {"instances": 3, "states": {"RUNNING": 2, "FAILED": 1}, "step": 119, "total": None,
-                                 "loss": 0.32, "metrics": {}, "restarts": 1, "failed_exit_codes": [3]}
+    summary = task_summary(
+        AM_STATUS["tasks"] + [{"role": "worker", "index": 2, "state": "FAILED", "exit_code": 3}],
+        {"chief": 1, "worker": 3, "ps": 1},
+    )
+    assert summary["worker"] == {
+        "instances": 3,
+        "states": {"RUNNING": 2, "FAILED": 1},
+        "step": 119,
+        "total": None,
+        "loss": 0.32,
+        "metrics": {},
+        "restarts": 1,
+        "failed_exit_codes": [3],
+    }
     assert (summary["chief"]["step"], summary["chief"]["total"], summary["chief"]["metrics"]) == (
-        120, 400, {"accuracy": 0.875})
+        120,
+        400,
+        {"accuracy": 0.875},
+    )
     assert "chief[1] RUNNING=1 step=120/400 loss=0.3125 accuracy=0.875" in progress_line(AM_STATUS)
     assert summary["ps"]["states"] == {}
     assert progress_line(None) is None

@@ -47,10 +47,23 @@ def test_a_proxy_user_is_acted_for_by_the_connections_login(monkeypatch):
 def test_ssl_verify_client_certificate_headers_and_basic_auth(monkeypatch):
     """The connection's extras as the HDFS provider's hook reads them: ``use_ssl`` (https), ``verify`` (a CA bundle
     path or true/false, default false), ``cert``/``key`` (mTLS), ``headers``, ``cookies``; a password: basic auth."""
-    client = _hook(monkeypatch, {
-        "host": "nn.example", "port": 9871, "login": "svc", "password": "pw",
-        "extra": {"use_ssl": "true", "verify": "/etc/ssl/hadoop-ca.pem", "cert": "/c.pem", "key": "/k.pem",
-                  "headers": {"X-Tenant": "a"}, "cookies": {"hadoop.auth": "t"}}}).hdfs
+    client = _hook(
+        monkeypatch,
+        {
+            "host": "nn.example",
+            "port": 9871,
+            "login": "svc",
+            "password": "pw",
+            "extra": {
+                "use_ssl": "true",
+                "verify": "/etc/ssl/hadoop-ca.pem",
+                "cert": "/c.pem",
+                "key": "/k.pem",
+                "headers": {"X-Tenant": "a"},
+                "cookies": {"hadoop.auth": "t"},
+            },
+        },
+    ).hdfs
     session = client._session
     assert client.url == "https://nn.example:9871"
     assert session.verify == "/etc/ssl/hadoop-ca.pem" and session.cert == ("/c.pem", "/k.pem")
@@ -58,10 +71,14 @@ def test_ssl_verify_client_certificate_headers_and_basic_auth(monkeypatch):
     assert session.auth == ("svc", "pw")
     plain = _hook(monkeypatch, {"host": "nn.example", "port": 9871, "extra": {"use_ssl": True}}).hdfs
     assert plain.url == "https://nn.example:9871" and plain._session.verify is False
-    assert _hook(monkeypatch, {"host": "nn.example", "extra": {"use_ssl": True, "verify": "True"}}) \
-        .hdfs._session.verify is True
-    assert _hook(monkeypatch, {"host": "nn.example", "port": 9870, "extra": {"use_ssl": "false"}}) \
-        .hdfs.url == "http://nn.example:9870"
+    assert (
+        _hook(monkeypatch, {"host": "nn.example", "extra": {"use_ssl": True, "verify": "True"}}).hdfs._session.verify
+        is True
+    )
+    assert (
+        _hook(monkeypatch, {"host": "nn.example", "port": 9870, "extra": {"use_ssl": "false"}}).hdfs.url
+        == "http://nn.example:9870"
+    )
 
 
 class _NameNode(BaseHTTPRequestHandler):
@@ -69,9 +86,13 @@ class _NameNode(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 - http.server's name
         if self.standby:
-            body = {"RemoteException": {"exception": "StandbyException",
-                                        "javaClassName": "org.apache.hadoop.ipc.StandbyException",
-                                        "message": "Operation category READ is not supported in state standby"}}
+            body = {
+                "RemoteException": {
+                    "exception": "StandbyException",
+                    "javaClassName": "org.apache.hadoop.ipc.StandbyException",
+                    "message": "Operation category READ is not supported in state standby",
+                }
+            }
             status = 403
         else:
             body = {"FileStatus": {"type": "DIRECTORY", "length": 0, "modificationTime": 0, "permission": "755"}}

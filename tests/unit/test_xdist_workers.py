@@ -34,14 +34,21 @@ REACH = {var: 8589 if var == "MELON_TEST_PORT_BASE" else 189 for var in PORT_BAS
 def _pytest(*args: str) -> subprocess.CompletedProcess:
     # none of the bases set: the defaults (this suite's own worker, if any, has them set and shifted)
     env = {k: v for k, v in os.environ.items() if k not in PORT_BASES and not k.startswith("PYTEST_XDIST")}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], capture_output=True,
-                          text=True, cwd=REPO, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_two_workers_take_ports_9000_apart_and_no_port_twice(tmp_path):
     for name in ("a", "b"):
         (tmp_path / f"test_probe_{name}.py").write_text(
-            PROBE.format(name=name, vars=sorted(PORT_BASES), out=str(tmp_path / f"{name}.json")))
+            PROBE.format(name=name, vars=sorted(PORT_BASES), out=str(tmp_path / f"{name}.json"))
+        )
     result = _pytest("-p", "tests.conftest", "-n", "2", "--dist", "loadgroup", str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     seen = {s["worker"]: s["ports"] for s in (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab")}

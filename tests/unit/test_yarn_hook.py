@@ -52,7 +52,11 @@ def test_connection_fields_parsed():
     from airflow.sdk import Connection
 
     conn = Connection(
-        conn_id="yarn_x", conn_type="yarn", host="rm1,http://rm2:8090", port=8032, login="bob",
+        conn_id="yarn_x",
+        conn_type="yarn",
+        host="rm1,http://rm2:8090",
+        port=8032,
+        login="bob",
         extra=json.dumps({"connect_timeout": 2, "read_timeout": "7.5", "retries": 1, "verify": "false"}),
     )
     with mock.patch.object(YarnHook, "get_connection", return_value=conn) as get_conn:
@@ -72,8 +76,12 @@ def test_connection_fields_parsed():
 def test_web_ui_url_is_what_links_use():
     from airflow.sdk import Connection
 
-    conn = Connection(conn_id="yarn_x", conn_type="yarn", host="http://resourcemanager:8088",
-                      extra=json.dumps({"web_ui_url": "https://gateway.example.com/yarn/"}))
+    conn = Connection(
+        conn_id="yarn_x",
+        conn_type="yarn",
+        host="http://resourcemanager:8088",
+        extra=json.dumps({"web_ui_url": "https://gateway.example.com/yarn/"}),
+    )
     with mock.patch.object(YarnHook, "get_connection", return_value=conn):
         hook = YarnHook("yarn_x")
         assert hook.active_rm == "http://resourcemanager:8088"  # REST calls stay on the RM
@@ -84,8 +92,12 @@ def test_connection_kerberos_extra():
     from airflow.sdk import Connection
     from requests_kerberos import HTTPKerberosAuth
 
-    conn = Connection(conn_id="k", conn_type="yarn", host="http://rm1:8088",
-                      extra=json.dumps({"auth": "kerberos", "kerberos_principal": "airflow@EXAMPLE.COM"}))
+    conn = Connection(
+        conn_id="k",
+        conn_type="yarn",
+        host="http://rm1:8088",
+        extra=json.dumps({"auth": "kerberos", "kerberos_principal": "airflow@EXAMPLE.COM"}),
+    )
     with mock.patch.object(YarnHook, "get_connection", return_value=conn):
         hook = YarnHook("k")
         session = hook.get_conn()
@@ -99,8 +111,14 @@ def test_bad_auth_mode():
 
 
 def test_form_declarations():
-    assert set(CONN_FORM_FIELDS) >= {"auth", "kerberos_principal", "connect_timeout", "read_timeout", "retries",
-                                "verify"}
+    assert set(CONN_FORM_FIELDS) >= {
+        "auth",
+        "kerberos_principal",
+        "connect_timeout",
+        "read_timeout",
+        "retries",
+        "verify",
+    }
     for spec in CONN_FORM_FIELDS.values():
         assert spec["label"] and "type" in spec["schema"]
     assert "password" in YARN_UI_FIELD_BEHAVIOUR["hidden-fields"]
@@ -122,9 +140,13 @@ def test_form_declarations_validate_against_airflow_schema():
 
     schema_text = importlib.resources.files("airflow").joinpath("provider.yaml.schema.json").read_text()
     item = json.loads(schema_text)["properties"]["connection-types"]["items"]
-    doc = {"connection-type": "yarn", "hook-class-name": "airflow_provider_melon.hooks.yarn.YarnHook",
-           "hook-name": "YARN ResourceManager", "conn-fields": CONN_FORM_FIELDS,
-           "ui-field-behaviour": YARN_UI_FIELD_BEHAVIOUR}
+    doc = {
+        "connection-type": "yarn",
+        "hook-class-name": "airflow_provider_melon.hooks.yarn.YarnHook",
+        "hook-name": "YARN ResourceManager",
+        "conn-fields": CONN_FORM_FIELDS,
+        "ui-field-behaviour": YARN_UI_FIELD_BEHAVIOUR,
+    }
     jsonschema.validate(doc, item)
 
 
@@ -139,8 +161,22 @@ def test_500_then_success_is_retried(m):
 
 
 def test_persistent_500_gives_up(m):
-    m.get(RM1 + WS + "/info", [{"status_code": 500, "json": {"RemoteException": {
-        "exception": "WebApplicationException", "message": "internal trouble", "javaClassName": "x"}}}] * 5)
+    m.get(
+        RM1 + WS + "/info",
+        [
+            {
+                "status_code": 500,
+                "json": {
+                    "RemoteException": {
+                        "exception": "WebApplicationException",
+                        "message": "internal trouble",
+                        "javaClassName": "x",
+                    }
+                },
+            }
+        ]
+        * 5,
+    )
     hook = make_hook(retries=4)
     with pytest.raises(YarnApiError) as exc:
         hook.cluster_info()
@@ -151,8 +187,7 @@ def test_persistent_500_gives_up(m):
 
 
 def test_401_raises_at_once_without_retry(m):
-    m.get(RM1 + WS + "/apps/" + APP_ID, status_code=401,
-          text="<html><body>Authentication required</body></html>")
+    m.get(RM1 + WS + "/apps/" + APP_ID, status_code=401, text="<html><body>Authentication required</body></html>")
     with pytest.raises(YarnApiError) as exc:
         make_hook().get_application(APP_ID)
     assert exc.value.status == 401
@@ -167,9 +202,16 @@ def test_errors_are_one_line_with_the_fix(m):
     with pytest.raises(YarnApiError, match="fix: the RM wants Kerberos .* auth=kerberos") as exc:
         make_hook(rm_urls=[RM1]).get_application(APP_ID)
     assert "\n" not in str(exc.value)
-    m.get(RM1 + WS + "/info", status_code=403, json={"RemoteException": {
-        "exception": "ForbiddenException",
-        "message": "User bob cannot perform operation.\n\tat org.apache.hadoop.yarn.server.X.y(X.java:1)"}})
+    m.get(
+        RM1 + WS + "/info",
+        status_code=403,
+        json={
+            "RemoteException": {
+                "exception": "ForbiddenException",
+                "message": "User bob cannot perform operation.\n\tat org.apache.hadoop.yarn.server.X.y(X.java:1)",
+            }
+        },
+    )
     with pytest.raises(YarnApiError) as exc:
         make_hook(rm_urls=[RM1]).cluster_info()
     assert exc.value.message == "User bob cannot perform operation."
@@ -180,11 +222,21 @@ def test_errors_are_one_line_with_the_fix(m):
 
 
 def test_400_from_submit_carries_remote_exception(m):
-    msg = ("Invalid resource request, requested resource type=[memory-mb] < 0 or greater than maximum "
-           "allowed allocation. Requested resource=<memory:999999, vCores:1>")
-    m.post(RM1 + WS + "/apps", status_code=400, json={"RemoteException": {
-        "exception": "BadRequestException", "message": msg,
-        "javaClassName": "org.apache.hadoop.yarn.webapp.BadRequestException"}})
+    msg = (
+        "Invalid resource request, requested resource type=[memory-mb] < 0 or greater than maximum "
+        "allowed allocation. Requested resource=<memory:999999, vCores:1>"
+    )
+    m.post(
+        RM1 + WS + "/apps",
+        status_code=400,
+        json={
+            "RemoteException": {
+                "exception": "BadRequestException",
+                "message": msg,
+                "javaClassName": "org.apache.hadoop.yarn.webapp.BadRequestException",
+            }
+        },
+    )
     with pytest.raises(YarnApiError) as exc:
         make_hook().submit_application({"application-id": APP_ID, "resource": {"memory": 999999, "vCores": 1}})
     assert exc.value.status == 400
@@ -217,9 +269,12 @@ def test_all_rms_down_tries_each_per_attempt(m):
 
 
 def test_standby_307_followed_and_remembered(m):
-    m.get(RM1 + WS + "/apps/" + APP_ID + "/state", status_code=307,
-          headers={"Location": RM2 + WS + "/apps/" + APP_ID + "/state"},
-          text="This is standby RM. The redirect url is: " + RM2)
+    m.get(
+        RM1 + WS + "/apps/" + APP_ID + "/state",
+        status_code=307,
+        headers={"Location": RM2 + WS + "/apps/" + APP_ID + "/state"},
+        text="This is standby RM. The redirect url is: " + RM2,
+    )
     m.get(RM2 + WS + "/apps/" + APP_ID + "/state", json={"state": "RUNNING"})
     hook = make_hook()
     assert hook.get_state(APP_ID) == "RUNNING"
@@ -232,8 +287,7 @@ def test_standby_307_followed_and_remembered(m):
 
 
 def test_307_location_query_kept(m):
-    m.get(RM1 + WS + "/apps", status_code=307,
-          headers={"Location": RM2 + WS + "/apps?states=RUNNING&user.name=alice"})
+    m.get(RM1 + WS + "/apps", status_code=307, headers={"Location": RM2 + WS + "/apps?states=RUNNING&user.name=alice"})
     m.get(RM2 + WS + "/apps", json={"apps": {"app": [{"id": APP_ID, "state": "RUNNING"}]}})
     apps = make_hook().list_applications(states=["RUNNING"])
     assert [a["id"] for a in apps] == [APP_ID]
@@ -242,8 +296,12 @@ def test_307_location_query_kept(m):
 
 
 def test_307_without_location_tries_next_rm(m):
-    m.get(RM1 + WS + "/metrics", status_code=307, headers={"Refresh": "3;url=" + RM1 + WS + "/metrics"},
-          text="This is standby RM. Redirecting to the current active RM")
+    m.get(
+        RM1 + WS + "/metrics",
+        status_code=307,
+        headers={"Refresh": "3;url=" + RM1 + WS + "/metrics"},
+        text="This is standby RM. Redirecting to the current active RM",
+    )
     m.get(RM2 + WS + "/metrics", json={"clusterMetrics": {"activeNodes": 2}})
     hook = make_hook()
     assert hook.cluster_metrics() == {"activeNodes": 2}
@@ -343,26 +401,41 @@ def test_custom_auth_object_applied(m):
 
 
 def test_new_application_and_submit(m):
-    m.post(RM1 + WS + "/apps/new-application", json={
-        "application-id": APP_ID,
-        "maximum-resource-capability": {"memory": 8192, "vCores": 4, "resourceInformations": {
-            "resourceInformation": [
-                {"name": "memory-mb", "value": 8192, "units": "Mi"},
-                {"name": "vcores", "value": 4},
-                {"name": "yarn.io/gpu", "value": 2},
-                {"name": "melon.io/gpu-memory", "value": 32, "units": "Gi"},
-            ]}}})
+    m.post(
+        RM1 + WS + "/apps/new-application",
+        json={
+            "application-id": APP_ID,
+            "maximum-resource-capability": {
+                "memory": 8192,
+                "vCores": 4,
+                "resourceInformations": {
+                    "resourceInformation": [
+                        {"name": "memory-mb", "value": 8192, "units": "Mi"},
+                        {"name": "vcores", "value": 4},
+                        {"name": "yarn.io/gpu", "value": 2},
+                        {"name": "melon.io/gpu-memory", "value": 32, "units": "Gi"},
+                    ]
+                },
+            },
+        },
+    )
     m.post(RM1 + WS + "/apps", status_code=202, headers={"Location": RM1 + WS + "/apps/" + APP_ID})
     hook = make_hook()
     new = hook.new_application()
     assert new["application-id"] == APP_ID
     cap = new["maximum-resource-capability"]["resources"]
     assert cap == {"memory-mb": 8192, "vcores": 4, "yarn.io/gpu": 2, "melon.io/gpu-memory": 32768}
-    ctx = {"application-id": APP_ID, "application-name": "t", "queue": "default", "priority": 3,
-           "max-app-attempts": 1, "application-type": "MELON",
-           "application-tags": {"tag": ["melon-run-1"]},
-           "am-container-spec": {"commands": {"command": "sleep 5"}},
-           "resource": {"memory": 256, "vCores": 1}}
+    ctx = {
+        "application-id": APP_ID,
+        "application-name": "t",
+        "queue": "default",
+        "priority": 3,
+        "max-app-attempts": 1,
+        "application-type": "MELON",
+        "application-tags": {"tag": ["melon-run-1"]},
+        "am-container-spec": {"commands": {"command": "sleep 5"}},
+        "resource": {"memory": 256, "vCores": 1},
+    }
     assert hook.submit_application(ctx) == APP_ID
     sent = m.request_history[-1]
     assert sent.json() == ctx
@@ -381,8 +454,13 @@ def test_new_application_without_id_is_an_error(m):
 
 
 def test_get_application_and_logs_url(m):
-    app = {"id": APP_ID, "state": "RUNNING", "finalStatus": "UNDEFINED", "applicationTags": "A,b",
-           "amContainerLogs": "http://nm1:8042/node/containerlogs/container_1/alice"}
+    app = {
+        "id": APP_ID,
+        "state": "RUNNING",
+        "finalStatus": "UNDEFINED",
+        "applicationTags": "A,b",
+        "amContainerLogs": "http://nm1:8042/node/containerlogs/container_1/alice",
+    }
     m.get(RM1 + WS + "/apps/" + APP_ID, json={"app": app})
     hook = make_hook()
     got = hook.get_application(APP_ID)
@@ -400,31 +478,40 @@ def test_kill_accepts_200_and_202(m, status):
 
 
 def test_kill_of_finished_app_is_400(m):
-    m.put(RM1 + WS + f"/apps/{APP_ID}/state", status_code=400, json={"RemoteException": {
-        "exception": "BadRequestException", "message": "Only 'KILLED' is allowed"}})
+    m.put(
+        RM1 + WS + f"/apps/{APP_ID}/state",
+        status_code=400,
+        json={"RemoteException": {"exception": "BadRequestException", "message": "Only 'KILLED' is allowed"}},
+    )
     with pytest.raises(YarnApiError, match="Only 'KILLED'"):
         make_hook().kill_application(APP_ID)
 
 
-@pytest.mark.parametrize("body,expected", [
-    ({"appAttempts": {"appAttempt": [{"id": 1}, {"id": 2}]}}, [{"id": 1}, {"id": 2}]),
-    ({"appAttempts": {"appAttempt": {"id": 1}}}, [{"id": 1}]),
-    ({"appAttempts": ""}, []),
-    ({"appAttempts": None}, []),
-    ({}, []),
-])
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ({"appAttempts": {"appAttempt": [{"id": 1}, {"id": 2}]}}, [{"id": 1}, {"id": 2}]),
+        ({"appAttempts": {"appAttempt": {"id": 1}}}, [{"id": 1}]),
+        ({"appAttempts": ""}, []),
+        ({"appAttempts": None}, []),
+        ({}, []),
+    ],
+)
 def test_attempts_parsing(m, body, expected):
     m.get(RM1 + WS + f"/apps/{APP_ID}/appattempts", json=body)
     assert make_hook().app_attempts(APP_ID) == expected
 
 
-@pytest.mark.parametrize("body,expected", [
-    ({"containers": {"container": [{"containerId": "c1"}]}}, [{"containerId": "c1"}]),
-    ({"container": [{"containerId": "c1"}, {"containerId": "c2"}]}, [{"containerId": "c1"}, {"containerId": "c2"}]),
-    ({"container": {"containerId": "c1"}}, [{"containerId": "c1"}]),
-    ({"containers": ""}, []),
-    ({}, []),
-])
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ({"containers": {"container": [{"containerId": "c1"}]}}, [{"containerId": "c1"}]),
+        ({"container": [{"containerId": "c1"}, {"containerId": "c2"}]}, [{"containerId": "c1"}, {"containerId": "c2"}]),
+        ({"container": {"containerId": "c1"}}, [{"containerId": "c1"}]),
+        ({"containers": ""}, []),
+        ({}, []),
+    ],
+)
 def test_containers_parsing(m, body, expected):
     att = "appattempt_1700000000000_0001_000001"
     m.get(RM1 + WS + f"/apps/{APP_ID}/appattempts/{att}/containers", json=body)
@@ -438,11 +525,18 @@ def test_empty_body_containers(m):
 
 
 def test_find_applications_by_tag(m):
-    m.get(RM1 + WS + "/apps", json={"apps": {"app": [
-        {"id": "application_1_0001", "applicationTags": "melon-run-x,other", "startedTime": 10},
-        {"id": "application_1_0002", "applicationTags": "melon-run-x", "startedTime": 20},
-        {"id": "application_1_0003", "applicationTags": "unrelated", "startedTime": 30},
-    ]}})
+    m.get(
+        RM1 + WS + "/apps",
+        json={
+            "apps": {
+                "app": [
+                    {"id": "application_1_0001", "applicationTags": "melon-run-x,other", "startedTime": 10},
+                    {"id": "application_1_0002", "applicationTags": "melon-run-x", "startedTime": 20},
+                    {"id": "application_1_0003", "applicationTags": "unrelated", "startedTime": 30},
+                ]
+            }
+        },
+    )
     found = make_hook().find_applications(["Melon-Run-X"], states=["RUNNING", "ACCEPTED"])
     assert [a["id"] for a in found] == ["application_1_0002", "application_1_0001"]
     req = m.request_history[0]
@@ -477,18 +571,57 @@ def test_test_connection(m):
 
 
 def ri(name, value, units=""):
-    return {"name": name, "value": value, "units": units, "resourceType": "COUNTABLE",
-            "minimumAllocation": 0, "maximumAllocation": 9999}
+    return {
+        "name": name,
+        "value": value,
+        "units": units,
+        "resourceType": "COUNTABLE",
+        "minimumAllocation": 0,
+        "maximumAllocation": 9999,
+    }
 
 
 NODE_FULL = {
-    "id": "nm1:4545", "state": "RUNNING", "nodeHostName": "nm1", "nodeHTTPAddress": "nm1:8042",
-    "totalResource": {"memory": 4096, "vCores": 8, "resourceInformations": {"resourceInformation": [
-        ri("memory-mb", 4096, "Mi"), ri("vcores", 8), ri("yarn.io/gpu", 2), ri("melon.io/gpu-memory", 32768, "Mi")]}},
-    "usedResource": {"memory": 1024, "vCores": 1, "resourceInformations": {"resourceInformation": [
-        ri("memory-mb", 1024, "Mi"), ri("vcores", 1), ri("yarn.io/gpu", 0), ri("melon.io/gpu-memory", 4096, "Mi")]}},
-    "availableResource": {"memory": 3072, "vCores": 7, "resourceInformations": {"resourceInformation": [
-        ri("memory-mb", 3072, "Mi"), ri("vcores", 7), ri("yarn.io/gpu", 2), ri("melon.io/gpu-memory", 28672, "Mi")]}},
+    "id": "nm1:4545",
+    "state": "RUNNING",
+    "nodeHostName": "nm1",
+    "nodeHTTPAddress": "nm1:8042",
+    "totalResource": {
+        "memory": 4096,
+        "vCores": 8,
+        "resourceInformations": {
+            "resourceInformation": [
+                ri("memory-mb", 4096, "Mi"),
+                ri("vcores", 8),
+                ri("yarn.io/gpu", 2),
+                ri("melon.io/gpu-memory", 32768, "Mi"),
+            ]
+        },
+    },
+    "usedResource": {
+        "memory": 1024,
+        "vCores": 1,
+        "resourceInformations": {
+            "resourceInformation": [
+                ri("memory-mb", 1024, "Mi"),
+                ri("vcores", 1),
+                ri("yarn.io/gpu", 0),
+                ri("melon.io/gpu-memory", 4096, "Mi"),
+            ]
+        },
+    },
+    "availableResource": {
+        "memory": 3072,
+        "vCores": 7,
+        "resourceInformations": {
+            "resourceInformation": [
+                ri("memory-mb", 3072, "Mi"),
+                ri("vcores", 7),
+                ri("yarn.io/gpu", 2),
+                ri("melon.io/gpu-memory", 28672, "Mi"),
+            ]
+        },
+    },
 }
 
 
@@ -496,20 +629,35 @@ def test_nodes_with_resource_information_list(m):
     m.get(RM1 + WS + "/nodes", json={"nodes": {"node": [NODE_FULL]}})
     (node,) = make_hook().nodes()
     assert node["totalResource"]["resources"] == {
-        "memory-mb": 4096, "vcores": 8, "yarn.io/gpu": 2, "melon.io/gpu-memory": 32768}
+        "memory-mb": 4096,
+        "vcores": 8,
+        "yarn.io/gpu": 2,
+        "melon.io/gpu-memory": 32768,
+    }
     assert node["usedResource"]["resources"]["melon.io/gpu-memory"] == 4096
     assert node["availableResource"]["resources"]["melon.io/gpu-memory"] == 28672
     assert node["totalResource"]["memory"] == 4096  # original fields kept
 
 
 def test_nodes_single_object_instead_of_list(m):
-    node = {"id": "nm1:1", "state": "RUNNING", "totalResource": {
-        "memory": 2048, "vCores": 2, "resourceInformations": {"resourceInformation": ri("yarn.io/gpu", 2)}},
-        "usedResource": {"memory": 0, "vCores": 0}}
+    node = {
+        "id": "nm1:1",
+        "state": "RUNNING",
+        "totalResource": {
+            "memory": 2048,
+            "vCores": 2,
+            "resourceInformations": {"resourceInformation": ri("yarn.io/gpu", 2)},
+        },
+        "usedResource": {"memory": 0, "vCores": 0},
+    }
     m.get(RM1 + WS + "/nodes", json={"nodes": {"node": node}})  # one node, not a list
     (n,) = make_hook().nodes()
     assert n["totalResource"]["resources"] == {
-        "memory-mb": 2048, "vcores": 2, "yarn.io/gpu": 2, "melon.io/gpu-memory": 0}
+        "memory-mb": 2048,
+        "vcores": 2,
+        "yarn.io/gpu": 2,
+        "melon.io/gpu-memory": 0,
+    }
     assert n["availableResource"]["resources"]["yarn.io/gpu"] == 2  # derived by subtraction
     assert n["availableResource"]["resources"]["memory-mb"] == 2048
 
@@ -520,23 +668,35 @@ def test_nodes_empty_or_missing_resource_informations(infos):
     if infos != "missing":
         total["resourceInformations"] = infos
     n = normalise_node({"id": "x", "totalResource": total, "usedResource": "", "availableResource": None})
-    assert n["totalResource"]["resources"] == {"memory-mb": 1024, "vcores": 2, "yarn.io/gpu": 0,
-                                               "melon.io/gpu-memory": 0}
+    assert n["totalResource"]["resources"] == {
+        "memory-mb": 1024,
+        "vcores": 2,
+        "yarn.io/gpu": 0,
+        "melon.io/gpu-memory": 0,
+    }
     assert n["usedResource"]["resources"]["memory-mb"] == 0
     assert n["availableResource"]["resources"]["memory-mb"] == 1024
 
 
 def test_resource_informations_as_bare_list_and_string_values():
-    r = parse_resource({"resourceInformations": [{"name": "yarn.io/gpu", "value": "3"},
-                                                 {"name": "melon.io/gpu-memory", "value": 2097152, "units": "Ki"},
-                                                 {"value": 1}, "junk"]})
+    r = parse_resource(
+        {
+            "resourceInformations": [
+                {"name": "yarn.io/gpu", "value": "3"},
+                {"name": "melon.io/gpu-memory", "value": 2097152, "units": "Ki"},
+                {"value": 1},
+                "junk",
+            ]
+        }
+    )
     assert r["resources"]["yarn.io/gpu"] == 3
     assert r["resources"]["melon.io/gpu-memory"] == 2048
 
 
 def test_nodes_legacy_flat_fields():
-    n = normalise_node({"id": "x", "usedMemoryMB": 512, "availMemoryMB": 1536, "usedVirtualCores": 1,
-                        "availableVirtualCores": 3})
+    n = normalise_node(
+        {"id": "x", "usedMemoryMB": 512, "availMemoryMB": 1536, "usedVirtualCores": 1, "availableVirtualCores": 3}
+    )
     assert n["totalResource"]["resources"]["memory-mb"] == 2048
     assert n["totalResource"]["resources"]["vcores"] == 4
     assert n["availableResource"]["resources"]["memory-mb"] == 1536
@@ -625,12 +785,18 @@ def test_am_status_through_proxy(m):
     assert m.request_history[0].qs["user.name"] == ["alice"]
 
 
-@pytest.mark.parametrize("response", [
-    {"status_code": 302, "headers": {"Location": RM1 + f"/cluster/app/{APP_ID}"}},  # AM not registered / gone
-    {"status_code": 200, "text": "<html>WARNING: The following page may not be safe!</html>",
-     "headers": {"Content-Type": "text/html"}},
-    {"status_code": 500, "text": "proxy could not reach the AM"},
-])
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"status_code": 302, "headers": {"Location": RM1 + f"/cluster/app/{APP_ID}"}},  # AM not registered / gone
+        {
+            "status_code": 200,
+            "text": "<html>WARNING: The following page may not be safe!</html>",
+            "headers": {"Content-Type": "text/html"},
+        },
+        {"status_code": 500, "text": "proxy could not reach the AM"},
+    ],
+)
 def test_am_status_none_when_not_serving(m, response):
     m.get(RM1 + f"/proxy/{APP_ID}/status", **response)
     hook = make_hook()

@@ -35,8 +35,13 @@ def make_hook(**kw) -> AsyncYarnHook:
 
 
 def test_same_public_api_and_signatures():
-    public = {n for n, v in vars(YarnHook).items() if callable(v) and not n.startswith("_")
-              and n not in ("get_conn", "close", "get_ui_field_behaviour", "get_connection_form_widgets")}
+    public = {
+        n
+        for n, v in vars(YarnHook).items()
+        if callable(v)
+        and not n.startswith("_")
+        and n not in ("get_conn", "close", "get_ui_field_behaviour", "get_connection_form_widgets")
+    }
     for name in public:
         amethod = getattr(AsyncYarnHook, name, None)
         assert amethod is not None, name
@@ -110,8 +115,11 @@ async def test_5xx_gives_up(m):
 
 @pytest.mark.asyncio
 async def test_4xx_at_once(m):
-    m.get(RM1 + WS + f"/apps/{APP_ID}", status_code=404, json={"RemoteException": {
-        "exception": "NotFoundException", "message": f"app with id: {APP_ID} not found"}})
+    m.get(
+        RM1 + WS + f"/apps/{APP_ID}",
+        status_code=404,
+        json={"RemoteException": {"exception": "NotFoundException", "message": f"app with id: {APP_ID} not found"}},
+    )
     with pytest.raises(YarnApiError) as exc:
         await make_hook().get_application(APP_ID)
     assert exc.value.status == 404
@@ -133,8 +141,12 @@ async def test_standby_redirect_remembered(m):
 @pytest.mark.asyncio
 async def test_connection_error_fails_over(m):
     m.get(RM1 + WS + "/nodes", exc=requests.exceptions.ConnectionError("refused"))
-    m.get(RM2 + WS + "/nodes", json={"nodes": {"node": {"id": "nm1:1", "totalResource": {
-        "memory": 1, "vCores": 1, "resourceInformations": ""}}}})
+    m.get(
+        RM2 + WS + "/nodes",
+        json={
+            "nodes": {"node": {"id": "nm1:1", "totalResource": {"memory": 1, "vCores": 1, "resourceInformations": ""}}}
+        },
+    )
     nodes = await make_hook().nodes()
     assert nodes[0]["totalResource"]["resources"]["memory-mb"] == 1
 

@@ -9,7 +9,6 @@ import json
 import os
 
 import torch
-
 from data import TEST_SEED, build_model, make
 
 

@@ -13,9 +13,8 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
 from data import TRAIN_SEED, build_model, make
+from torch.nn.parallel import DistributedDataParallel
 
 
 def main() -> int:
@@ -29,8 +28,7 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
-    print(f"[ddp] RANK={os.environ['RANK']} WORLD_SIZE={os.environ['WORLD_SIZE']} LOCAL_RANK={local_rank}",
-          flush=True)
+    print(f"[ddp] RANK={os.environ['RANK']} WORLD_SIZE={os.environ['WORLD_SIZE']} LOCAL_RANK={local_rank}", flush=True)
     torch.manual_seed(0)
     model = DistributedDataParallel(build_model().to(device), device_ids=[local_rank] if use_cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

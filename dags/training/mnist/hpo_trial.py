@@ -24,8 +24,11 @@ def main() -> int:
     parser.add_argument("--lr", type=float, required=True)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--data", default="mnist.npz")
-    parser.add_argument("--metrics", default=os.path.join(os.environ.get("MELON_OUTPUT_METRICS", "."), "metrics.json"),
-                        help="where to write the result (MeLoN publishes $MELON_OUTPUT_METRICS to HDFS)")
+    parser.add_argument(
+        "--metrics",
+        default=os.path.join(os.environ.get("MELON_OUTPUT_METRICS", "."), "metrics.json"),
+        help="where to write the result (MeLoN publishes $MELON_OUTPUT_METRICS to HDFS)",
+    )
     args = parser.parse_args()
     with np.load(args.data) as d:
         x, y = d["x_train"].reshape(len(d["x_train"]), -1), d["y_train"]

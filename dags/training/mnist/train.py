@@ -72,18 +72,26 @@ def report_profile(model, batch_size: int, timer: StepTimer) -> None:
         return
     memory_model = from_keras_model(model)
     if profiler.report(memory_model=memory_model, batch=batch_size, step_time_s=timer.step_time_s):
-        print(f"[train] profile: {memory_model.total_mb(batch_size):.1f} MiB at batch {batch_size} (memory model), "
-              f"step {timer.step_time_s}", flush=True)
+        print(
+            f"[train] profile: {memory_model.total_mb(batch_size):.1f} MiB at batch {batch_size} (memory model), "
+            f"step {timer.step_time_s}",
+            flush=True,
+        )
 
 
 def build_model(num_classes: int, input_dim: int) -> keras.Model:
-    model = keras.Sequential([
-        keras.layers.Input(shape=(input_dim,)),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(num_classes),
-    ])
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model = keras.Sequential(
+        [
+            keras.layers.Input(shape=(input_dim,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(num_classes),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     return model
 
 
@@ -92,8 +100,11 @@ def main() -> int:
     parser.add_argument("--data", default="mnist.npz")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--model-dir", default=os.environ.get("MELON_OUTPUT_MODEL"),
-                        help="local folder for the SavedModel (default $MELON_OUTPUT_MODEL)")
+    parser.add_argument(
+        "--model-dir",
+        default=os.environ.get("MELON_OUTPUT_MODEL"),
+        help="local folder for the SavedModel (default $MELON_OUTPUT_MODEL)",
+    )
     args = parser.parse_args()
 
     tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
@@ -114,16 +125,23 @@ def main() -> int:
     with strategy.scope():
         model = build_model(num_classes, x.shape[1])
     timer = StepTimer()
-    model.fit(dataset, epochs=1 if steps else args.epochs, steps_per_epoch=steps_per_epoch, verbose=2,
-              callbacks=progress_callbacks() + [timer])
+    model.fit(
+        dataset,
+        epochs=1 if steps else args.epochs,
+        steps_per_epoch=steps_per_epoch,
+        verbose=2,
+        callbacks=progress_callbacks() + [timer],
+    )
     if steps:
         report_profile(model, args.batch_size, timer)
 
     # Every worker must take part in saving (collective ops); MeLoN publishes the chief's folder only.
     if not steps and args.model_dir:
         model.save(args.model_dir)
-        print(f"[train] model saved to {args.model_dir}" + (" (published by MeLoN)" if is_chief(tf_config) else ""),
-              flush=True)
+        print(
+            f"[train] model saved to {args.model_dir}" + (" (published by MeLoN)" if is_chief(tf_config) else ""),
+            flush=True,
+        )
     return 0
 
 

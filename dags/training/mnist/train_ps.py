@@ -17,8 +17,9 @@ import tensorflow as tf  # noqa: E402
 
 
 def serve(resolver) -> None:
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
-                                  task_index=resolver.task_id, protocol="grpc", start=True)
+    server = tf.distribute.Server(
+        resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id, protocol="grpc", start=True
+    )
     print(f"[ps-train] {resolver.task_type}:{resolver.task_id} serving", flush=True)
     server.join()
 
@@ -35,8 +36,11 @@ def main() -> int:
         return 0
 
     spec = resolver.cluster_spec().as_dict()
-    print(f"[ps-train] batch {args.batch_size} per worker; {len(spec.get('worker', []))} worker(s), "
-          f"{len(spec.get('ps', []))} ps", flush=True)
+    print(
+        f"[ps-train] batch {args.batch_size} per worker; {len(spec.get('worker', []))} worker(s), "
+        f"{len(spec.get('ps', []))} ps",
+        flush=True,
+    )
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
@@ -78,7 +82,7 @@ def main() -> int:
             with open(progress + ".tmp", "w") as fh:
                 json.dump({"step": i + 1, "loss": float(loss.fetch())}, fh)
             os.replace(progress + ".tmp", progress)
-    mean = float(np.mean(times[len(times) // 4:]))  # skip warm-up steps
+    mean = float(np.mean(times[len(times) // 4 :]))  # skip warm-up steps
     print(f"[ps-train] final loss {float(loss.fetch()):.4f}", flush=True)
     print(f"STEP_TIME_S {mean:.6f}", flush=True)
     return 0

@@ -29,8 +29,9 @@ def train(task_id: str) -> MelonTrainOperator:
     )
 
 
-with DAG(dag_id="melon_e2e_long_ids", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False) as dag:
+with DAG(
+    dag_id="melon_e2e_long_ids", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False
+) as dag:
     with TaskGroup(GROUP):
         train("train_a") >> train("train_b")
     train("Train_case") >> train("train_case")

@@ -11,8 +11,13 @@ from airflow.sdk import DAG
 
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
-with DAG(dag_id="melon_fault_probe", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, params={"lines": 60, "per_second": 1, "hurry_file": ""}) as dag:
+with DAG(
+    dag_id="melon_fault_probe",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={"lines": 60, "per_second": 1, "hurry_file": ""},
+) as dag:
     MelonTrainOperator(
         task_id="train",
         deferrable=True,
@@ -21,9 +26,9 @@ with DAG(dag_id="melon_fault_probe", schedule=None, start_date=pendulum.datetime
             "name": "fault-probe",
             "framework": "generic",
             "entrypoint": "python -c \"import os, time\nhurry = '{{ params.hurry_file }}'\n"
-                          "for i in range({{ params.lines }}): print('probe', i, flush=True); "
-                          "time.sleep(0 if hurry and os.path.exists(hurry) else 1 / {{ params.per_second }})\n"
-                          "print('probe done')\"",
+            "for i in range({{ params.lines }}): print('probe', i, flush=True); "
+            "time.sleep(0 if hurry and os.path.exists(hurry) else 1 / {{ params.per_second }})\n"
+            "print('probe done')\"",
             "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1}},
         },
     )

@@ -10,8 +10,13 @@ from airflow.sdk import DAG
 
 from airflow_provider_melon.operators.train import MelonTrainOperator
 
-with DAG(dag_id="melon_ui_probe", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
-         params={"seconds": 150}) as dag:
+with DAG(
+    dag_id="melon_ui_probe",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={"seconds": 150},
+) as dag:
     MelonTrainOperator(
         task_id="train",
         deferrable=True,
