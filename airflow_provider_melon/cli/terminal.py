@@ -10,9 +10,13 @@ import os
 import re
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 
 def _duration(seconds: float) -> str:
@@ -106,7 +110,7 @@ def json_only_stdout(enabled: bool = True):
     finally:
         _json_out.flush()
         sys.stdout, _json_out = out, None
-        if saved is not None:
+        if saved is not None and fd is not None:  # both or neither: saved is dup(fd)
             sys.stderr.flush()
             os.dup2(saved, fd)
             os.close(saved)
@@ -153,8 +157,7 @@ class Progress:
     def __init__(self, stream=None, enabled: Optional[bool] = None):
         self.stream = stream or sys.stderr
         self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
-        self._bar = None
-        self._task = None
+        self._bar: Optional[tuple[RichProgress, TaskID]] = None  # the rich progress and its one task
         self._last = 0.0
 
     def update(self, fraction: Optional[float], text: str, force: bool = False) -> None:
@@ -168,7 +171,7 @@ class Progress:
             from rich.progress import BarColumn, TaskProgressColumn, TextColumn
             from rich.progress import Progress as RichProgress
 
-            self._bar = RichProgress(
+            bar = RichProgress(
                 BarColumn(bar_width=24),
                 TaskProgressColumn(),
                 TextColumn("{task.description}"),
@@ -176,16 +179,17 @@ class Progress:
                 transient=True,
                 auto_refresh=False,
             )
-            self._bar.start()
-            self._task = self._bar.add_task(text, total=None if fraction is None else 1.0)
+            bar.start()
+            self._bar = bar, bar.add_task(text, total=None if fraction is None else 1.0)
+        bar, task = self._bar
         frac = None if fraction is None else min(max(fraction, 0.0), 1.0)
-        self._bar.update(self._task, description=text, completed=frac or 0.0, total=None if frac is None else 1.0)
-        self._bar.refresh()
+        bar.update(task, description=text, completed=frac or 0.0, total=None if frac is None else 1.0)
+        bar.refresh()
 
     def clear(self) -> None:
         if self._bar is not None:
-            self._bar.stop()  # transient: the bar's line is erased
-            self._bar, self._task = None, None
+            self._bar[0].stop()  # transient: the bar's line is erased
+            self._bar = None
 
 
 class _ReadProgress:
