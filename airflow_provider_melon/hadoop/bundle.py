@@ -107,9 +107,12 @@ def runtime_files() -> list[tuple[str, Path]]:
 CODE_SPLIT_BYTES = 8 << 20
 
 
-def split_code_files(files: list[tuple[str, Path]], threshold: int) -> tuple[list, list]:
+def split_code_files(
+    files: list[tuple[str, Path]], threshold: int
+) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
     """``files`` → (those for the code archive, those of at least ``threshold`` bytes staged on their own)."""
-    small, large = [], []
+    small: list[tuple[str, Path]] = []
+    large: list[tuple[str, Path]] = []
     for name, path in files:
         (large if path.stat().st_size >= threshold else small).append((name, path))
     return small, sorted(large)

@@ -42,7 +42,7 @@ def parse_version(text: Any) -> Optional[tuple[int, ...]]:
     return tuple(int(g) for g in m.groups() if g is not None)
 
 
-def hadoop_version(cluster_info: dict) -> Optional[str]:
+def hadoop_version(cluster_info: dict[str, Any]) -> Optional[str]:
     """The RM's Hadoop version from its ``/ws/v1/cluster/info`` body (``clusterInfo`` or its content)."""
     info = cluster_info.get("clusterInfo", cluster_info) if isinstance(cluster_info, dict) else {}
     for key in ("hadoopVersion", "resourceManagerVersion"):
@@ -54,7 +54,7 @@ def hadoop_version(cluster_info: dict) -> Optional[str]:
 
 def line_of(version: Optional[str]) -> Optional[HadoopLine]:
     v = parse_version(version)
-    return HADOOP_LINES.get(v[:2]) if v and len(v) >= 2 else None
+    return HADOOP_LINES.get((v[0], v[1])) if v and len(v) >= 2 else None
 
 
 def java_major(spec: Any) -> Optional[int]:
@@ -66,7 +66,7 @@ def java_major(spec: Any) -> Optional[int]:
     return v[1] if v[0] == 1 and len(v) > 1 else v[0]
 
 
-def java_from_jmx(body: dict) -> Optional[int]:
+def java_from_jmx(body: dict[str, Any]) -> Optional[int]:
     """The JVM's Java feature release from a daemon's ``/jmx?qry=java.lang:type=Runtime`` answer
     (``SpecVersion``, else ``java.specification.version``/``java.version`` in ``SystemProperties``)."""
     beans = body.get("beans") if isinstance(body, dict) else None
@@ -93,7 +93,8 @@ def class_major(data: bytes) -> int:
     """The class-file major version of a ``.class`` file's bytes."""
     if len(data) < 8 or data[:4] != b"\xca\xfe\xba\xbe":
         raise ValueError("not a class file")
-    return struct.unpack(">H", data[6:8])[0]
+    major: int = struct.unpack(">H", data[6:8])[0]
+    return major
 
 
 def jar_class_majors(jar: Path) -> dict[str, int]:

@@ -24,7 +24,7 @@ def short_name(principal: str | None) -> str | None:
     return str(principal).split("@", 1)[0].split("/", 1)[0] or None
 
 
-def rm_renewer(yarn: Any, extras: dict | None = None) -> str:
+def rm_renewer(yarn: Any, extras: dict[str, Any] | None = None) -> str:
     """The RM's Kerberos short name: the yarn connection's ``rm_principal`` extra, else the RM's own
     ``yarn.resourcemanager.principal`` (its ``/conf``)."""
     principal = (extras or {}).get("rm_principal") or yarn.rm_conf("yarn.resourcemanager.principal")
@@ -56,16 +56,16 @@ def hdfs_delegation_token(yarn: Any, webhdfs_url: str, renewer: str, fs_default_
         raise RuntimeError(
             f"WebHDFS refused a delegation token (HTTP {resp.status_code}, renewer {renewer}): {resp.text[:300]}"
         )
-    token = ((resp.json() or {}).get("Token") or {}).get("urlString")
+    token: str | None = ((resp.json() or {}).get("Token") or {}).get("urlString")
     if not token:
         raise RuntimeError(f"WebHDFS answered no delegation token: {resp.text[:300]}")
     return token
 
 
-def credentials(tokens: dict[str, str], secrets: dict[str, str] | None = None) -> dict:
+def credentials(tokens: dict[str, str], secrets: dict[str, str] | None = None) -> dict[str, Any]:
     """``am-container-spec.credentials`` of the RM REST submission: token alias → URL-safe token string, secret
     alias → base64 value."""
-    out: dict = {"tokens": {"entry": [{"key": k, "value": v} for k, v in tokens.items()]}}
+    out: dict[str, Any] = {"tokens": {"entry": [{"key": k, "value": v} for k, v in tokens.items()]}}
     if secrets:
         out["secrets"] = {"entry": [{"key": k, "value": v} for k, v in secrets.items()]}
     return out

@@ -21,7 +21,7 @@ GPU_MEMORY_RESOURCE = "melon.io/gpu-memory"
 KNOWN_RESOURCES = ("memory-mb", "vcores", GPU_RESOURCE, GPU_MEMORY_RESOURCE)
 
 
-def as_list(value: Any, key: str | None = None) -> list:
+def as_list(value: Any, key: str | None = None) -> list[Any]:
     """A JSON list that may arrive as ``null``, ``""``, ``{}``, a bare object, or wrapped as ``{key: [...]}``."""
     if value is None or value == "" or value == {}:
         return []
@@ -32,7 +32,7 @@ def as_list(value: Any, key: str | None = None) -> list:
     return [value]
 
 
-def as_dict(value: Any) -> dict:
+def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -252,7 +252,7 @@ def extract_rm_message(resp: requests.Response) -> tuple[str, str | None]:
     return text or (resp.reason or f"HTTP {resp.status_code}"), None
 
 
-def gpu_summary(nodes: Iterable[dict]) -> dict[str, Any]:
+def gpu_summary(nodes: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """GPU count and GPU memory (MiB) per node and in total, of normalised nodes: ``{"nodes": [...], "total": {...}}``."""
     rows = []
     for n in nodes:
