@@ -26,11 +26,13 @@ from .gpu.memory_model import (
 )
 from .spec import parse_size_mb  # one meaning of a size everywhere: "16GB" is 16 GiB, as in the job spec
 
-__all__ = ["Plan", "plan", "plan_request", "transfer_time_s", "parse_size_mb", "plan_main"]
+__all__ = ["PsPlan", "plan", "plan_request", "transfer_time_s", "parse_size_mb", "plan_main"]
 
 
 @dataclass
-class Plan:
+class PsPlan:
+    """The planner's answer for a parameter-server job (the AM's plan contract is ``submission.Plan``)."""
+
     batch_size: int
     ps: int
     workers: int
@@ -66,7 +68,7 @@ def plan(
     activation_bytes_per_sample: float = 0.0,
     max_batch: Optional[int] = None,
     batch_multiple: int = 8,
-) -> Plan:
+) -> PsPlan:
     """Recommend batch size, PS count and workers (rules in the module docstring).
 
     ``memory_model`` defaults to ``MemoryModel(P, b, optimizer_slots(optimizer), activation_bytes_per_sample)``
@@ -101,7 +103,7 @@ def plan(
             f"the model does not fit: {mm.total_mb(1):.0f} MiB at batch 1 > {gpu_memory_mb:.0f} MiB "
             f"(fixed part {mm.fixed_mb:.0f} MiB)"
         )
-        return Plan(0, 0, n, 0.0, transfer_time_s(P, b, n, max_ps, W), True, mm.total_mb(1), reasons)
+        return PsPlan(0, 0, n, 0.0, transfer_time_s(P, b, n, max_ps, W), True, mm.total_mb(1), reasons)
     batch = fit
     if batch_multiple > 1 and fit >= batch_multiple:
         batch = fit - fit % batch_multiple
@@ -128,7 +130,7 @@ def plan(
                 f"{k} PS: transfer {tr:.4g} s = max(2*P*b*n/(k*W), 2*P*b/W) <= compute {compute:.4g} s"
                 + ("" if k == 1 else f" ({k - 1} PS would take {transfer_time_s(P, b, n, k - 1, W):.4g} s)")
             )
-            return Plan(batch, k, n, compute, tr, False, mm.total_mb(batch), reasons)
+            return PsPlan(batch, k, n, compute, tr, False, mm.total_mb(batch), reasons)
 
     # 3. communication-bound
     tr = transfer_time_s(P, b, n, max_ps, W)
@@ -140,13 +142,15 @@ def plan(
             f"be compute-bound but only {fit} fits in GPU memory; use a faster network, gradient "
             f"compression or all-reduce"
         )
-        return Plan(batch, max_ps, 1, compute, transfer_time_s(P, b, 1, max_ps, W), True, mm.total_mb(batch), reasons)
+        return PsPlan(batch, max_ps, 1, compute, transfer_time_s(P, b, 1, max_ps, W), True, mm.total_mb(batch), reasons)
     n_ok = max(1, int(math.floor(max_ps * W * compute / (2.0 * P * b) + 1e-9)))
     reasons.append(
         f"recommend {n_ok} workers (from {n}): with {max_ps} PS the transfer is "
         f"{transfer_time_s(P, b, n_ok, max_ps, W):.4g} s <= compute; or allow more PS or a larger batch"
     )
-    return Plan(batch, max_ps, n_ok, compute, transfer_time_s(P, b, n_ok, max_ps, W), True, mm.total_mb(batch), reasons)
+    return PsPlan(
+        batch, max_ps, n_ok, compute, transfer_time_s(P, b, n_ok, max_ps, W), True, mm.total_mb(batch), reasons
+    )
 
 
 def _gpu_memory_mb(value: Union[str, float]) -> float:
@@ -171,7 +175,7 @@ def plan_request(
     batch_multiple: int = 8,
     workspace_mb: float = DEFAULT_WORKSPACE_MB,
     overhead_mb: float = MEASURED_CONTEXT_MB,
-) -> Plan:
+) -> PsPlan:
     """:func:`plan` from the units people write (``melon plan`` and ``MelonPlanOperator``): milliseconds per
     sample, a GPU memory size such as ``"16GiB"``, activation MiB per sample, a dtype and an optimizer name.
     Without ``activation_mb`` the memory bounds only the parameters' part, so the batch is capped at 1024 unless
