@@ -59,7 +59,7 @@ def _cause(message: str) -> str:
     return _first_line(message, 200)
 
 
-def classify(exc: BaseException, args=None) -> tuple[int, str]:
+def exit_code_for(exc: BaseException, args=None) -> tuple[int, str]:
     """An exception → (exit code, one-line message)."""
     from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError
     from airflow_provider_melon.hadoop.nodemanager import NodeManagerError
@@ -109,5 +109,5 @@ __all__ = [
     "NotFound",
     "Unreachable",
     "UsageError",
-    "classify",
+    "exit_code_for",
 ]

@@ -28,7 +28,7 @@ from airflow_provider_melon.cli.exit_codes import (
     NotFound,
     Unreachable,
     UsageError,
-    classify,
+    exit_code_for,
 )
 from airflow_provider_melon.cli.terminal import (
     Progress,
@@ -723,7 +723,7 @@ def run(args) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
-        code, message = classify(exc, args)
+        code, message = exit_code_for(exc, args)
         print(f"error: {message}", file=sys.stderr)
         if args.verbose and not isinstance(exc, CliError):
             import traceback

@@ -15,7 +15,7 @@ import requests_mock as rm_mock
 
 from airflow_provider_melon import cli
 from airflow_provider_melon.cli import jobs as cli_jobs
-from airflow_provider_melon.cli.exit_codes import classify
+from airflow_provider_melon.cli.exit_codes import exit_code_for
 from airflow_provider_melon.cli.terminal import Progress, UploadProgress, app_exit_code
 
 APP = "application_1700000000000_0007"
@@ -145,14 +145,17 @@ def test_errors_map_to_exit_codes():
     refused = YarnApiError(
         "ConnectionError: ... [Errno 111] Connection refused", status=None, url=f"{RM}/ws/v1/cluster/apps/{APP}"
     )
-    assert classify(refused, Args) == (3, "cannot reach the ResourceManager http://rm1:8088: connection refused")
-    code, message = classify(YarnApiError("app not found", status=404, url=RM), Args)
+    assert exit_code_for(refused, Args) == (3, "cannot reach the ResourceManager http://rm1:8088: connection refused")
+    code, message = exit_code_for(YarnApiError("app not found", status=404, url=RM), Args)
     assert code == 4 and APP in message
-    assert classify(YarnApiError("no ACL", status=403, url=RM), Args)[0] == 1
-    assert classify(MelonHdfsError("write", "/x", "Connection refused", retriable=True), Args)[0] == 3
-    assert classify(MelonHdfsError("write", "/x", "AccessControlException"), Args)[0] == 1
-    assert classify(JobSpecError("invalid job spec: name: bad"), Args) == (2, "job.yaml: invalid job spec: name: bad")
-    code, message = classify(RuntimeError("boom\nsecond line"), Args)
+    assert exit_code_for(YarnApiError("no ACL", status=403, url=RM), Args)[0] == 1
+    assert exit_code_for(MelonHdfsError("write", "/x", "Connection refused", retriable=True), Args)[0] == 3
+    assert exit_code_for(MelonHdfsError("write", "/x", "AccessControlException"), Args)[0] == 1
+    assert exit_code_for(JobSpecError("invalid job spec: name: bad"), Args) == (
+        2,
+        "job.yaml: invalid job spec: name: bad",
+    )
+    code, message = exit_code_for(RuntimeError("boom\nsecond line"), Args)
     assert code == 1 and message == "RuntimeError: boom (-v for the traceback)"
 
 
