@@ -17,7 +17,7 @@ import re
 import socket
 import time
 import uuid
-from typing import Any, Iterator, Optional, Union
+from typing import Any, BinaryIO, Iterator, Optional, Union
 from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
@@ -177,9 +177,10 @@ def _split(path: str) -> tuple[str, str]:
     return parent or "/", name
 
 
-def _status(client: Any, path: str) -> Optional[dict]:
+def _status(client: Any, path: str) -> Optional[dict[str, Any]]:
     with hdfs_errors("status", path):
-        return client.status(path, strict=False)
+        status: Optional[dict[str, Any]] = client.status(path, strict=False)
+        return status
 
 
 def _already_exists(exc: BaseException) -> bool:
@@ -210,7 +211,7 @@ def _delete_quietly(client: Any, path: str) -> None:
 
 
 #: what :func:`put_once` publishes: the bytes themselves, or a local file streamed from disk (never read whole)
-Source = Union[bytes, os.PathLike]
+Source = Union[bytes, os.PathLike[str]]
 
 
 def source_size(data: Source) -> int:
@@ -227,7 +228,7 @@ class BlockReader:
     read, whatever block size the client asks for (urllib3 asks for 16 KiB: 64 times the Python-level work per
     GiB on a CPU the upload shares). ``hashing``: SHA-256 of what was read, in :attr:`sha256`."""
 
-    def __init__(self, handle, size: int, hashing: bool = False):
+    def __init__(self, handle: BinaryIO, size: int, hashing: bool = False):
         self._handle, self._size = handle, size
         self.sha256 = hashlib.sha256() if hashing else None
         self._rewound = False
@@ -289,7 +290,7 @@ def _write_beside_and_rename(client: Any, path: str, data: Source, sha256: Optio
         sent = getattr(body, "sha256", None)
         if sha256 is not None and sent is not None and sent.hexdigest() != sha256:
             raise SourceChangedError(
-                f"{os.fspath(data)} changed while it was staged (sha256 {sha256[:16]}… when hashed, "
+                f"{os.fsdecode(data)} changed while it was staged (sha256 {sha256[:16]}… when hashed, "
                 f"{sent.hexdigest()[:16]}… as uploaded): nothing was stored under {path}; stage it again once it "
                 "no longer changes"
             )
@@ -308,7 +309,7 @@ def _write_beside_and_rename(client: Any, path: str, data: Source, sha256: Optio
 
 def put_once(
     client: Any, path: str, data: Source, *, lock_wait: Optional[float] = None, sha256: Optional[str] = None
-) -> tuple[dict, bool]:
+) -> tuple[dict[str, Any], bool]:
     """Make ``path`` hold ``data`` (an immutable, e.g. content-addressed, object: bytes, or a local file's path,
     streamed from disk). Returns ``(status, uploaded)``. ``sha256``: the digest ``path`` is named by; a local file
     whose uploaded bytes have another one is not published (:class:`SourceChangedError`).
@@ -362,7 +363,7 @@ def put_once(
 _SAMPLE_BYTES = 1 << 20
 
 
-def sample_key(path: os.PathLike) -> str:
+def sample_key(path: os.PathLike[str]) -> str:
     """A cheap key of a local file's content: its size and SHA-256 of its first, middle and last MiB. Equal
     contents always give equal keys, so a key that was never seen is content never staged."""
     size = os.stat(path).st_size
@@ -374,7 +375,7 @@ def sample_key(path: os.PathLike) -> str:
     return digest.hexdigest()[:32]
 
 
-def file_sha256(path: os.PathLike) -> str:
+def file_sha256(path: os.PathLike[str]) -> str:
     """SHA-256 of a local file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -384,8 +385,8 @@ def file_sha256(path: os.PathLike) -> str:
 
 
 def put_file_hashing(
-    client: Any, cache_dir: str, name: str, local: os.PathLike, *, lock_wait: Optional[float] = None
-) -> tuple[str, dict, bool]:
+    client: Any, cache_dir: str, name: str, local: os.PathLike[str], *, lock_wait: Optional[float] = None
+) -> tuple[str, dict[str, Any], bool]:
     """Publish a big local file at ``<cache_dir>/<sha256>/<name>`` reading it once when it is new. Returns
     ``(path, status, uploaded)``.
 
@@ -426,7 +427,9 @@ def put_file_hashing(
             _delete_quietly(client, lock)
 
 
-def _put_known(client, cache_dir, name, local, index, digests) -> tuple[str, dict, bool]:
+def _put_known(
+    client: Any, cache_dir: str, name: str, local: os.PathLike[str], index: str, digests: set[str]
+) -> tuple[str, dict[str, Any], bool]:
     digest = file_sha256(local)
     path = f"{cache_dir}/{digest}/{name}"
     status, uploaded = put_once(client, path, local, sha256=digest)
@@ -436,7 +439,9 @@ def _put_known(client, cache_dir, name, local, index, digests) -> tuple[str, dic
     return path, status, uploaded
 
 
-def _upload_hashing(client, cache_dir, name, local, index, size) -> tuple[str, dict, bool]:
+def _upload_hashing(
+    client: Any, cache_dir: str, name: str, local: os.PathLike[str], index: str, size: int
+) -> tuple[str, dict[str, Any], bool]:
     tmp = f"{index}/.{uuid.uuid4().hex}.tmp"
     try:
         with hdfs_errors("write", tmp), open_source(local, hashing=True) as body:
