@@ -5,7 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import urllib.parse
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 
 class AmClient:
@@ -23,7 +23,7 @@ class AmClient:
         self._netloc = url.netloc
         self._prefix = url.path.rstrip("/")
 
-    def post(self, path: str, body: dict) -> Tuple[Optional[int], object]:
+    def post(self, path: str, body: dict[str, Any]) -> Tuple[Optional[int], object]:
         """``(status, parsed JSON or text)``; status None when the AM could not be reached."""
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = cls(self._netloc, timeout=self.timeout)
@@ -42,7 +42,7 @@ class AmClient:
             conn.close()
 
 
-def _parse(raw: bytes):
+def _parse(raw: bytes) -> object:
     text = raw.decode(errors="replace")
     try:
         return json.loads(text) if text.strip() else {}

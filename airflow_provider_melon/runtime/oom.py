@@ -113,9 +113,10 @@ def stderr_tail(fd: int = 2, since: Optional[int] = None, limit: int = TAIL_BYTE
     try:
         data = os.pread(fd, end - begin, begin)
     except OSError:  # EBADF: opened for writing only (a shell's 2>file); read the same file anew
-        data = _pread_reopened(fd, st, end - begin, begin)
-        if data is None:
+        reopened = _pread_reopened(fd, st, end - begin, begin)
+        if reopened is None:
             return None
+        data = reopened
     return data.decode("utf-8", errors="replace")
 
 

@@ -19,7 +19,7 @@ COUNTERS = ("tensorflow", "torch", "user")
 Counter = Union[None, int, float, Tuple[Optional[float], str]]
 
 
-def _mib(value) -> Optional[int]:
+def _mib(value: object) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return None
     return int(math.ceil(value))

@@ -42,9 +42,9 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _reserved(text: Optional[str]) -> frozenset:
+def _reserved(text: Optional[str]) -> frozenset[int]:
     """``ip_local_reserved_ports``: ``"8080,9000-9010"`` → the set of ports."""
-    out = set()
+    out: set[int] = set()
     for part in (text or "").replace("\n", ",").split(","):
         part = part.strip()
         if not part:
@@ -54,7 +54,7 @@ def _reserved(text: Optional[str]) -> frozenset:
     return frozenset(out)
 
 
-def listen_range(chosen: Optional[PortRange], proc: str = PROC_NET) -> Tuple[Optional[PortRange], frozenset, str]:
+def listen_range(chosen: Optional[PortRange], proc: str = PROC_NET) -> Tuple[Optional[PortRange], frozenset[int], str]:
     """``(range or None, ports to skip, why)``: where the executor picks its port (see the module docstring);
     ``chosen``: ``MELON_PORT_RANGE`` as :func:`parse_range` read it (None: not set)."""
     if chosen:

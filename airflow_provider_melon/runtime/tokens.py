@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Mapping
+from typing import TypedDict
 
 #: the alias of the AM's shared secret in the application's credentials (MelonApplicationMaster reads the same)
 AM_SECRET_ALIAS = "melon.am.secret"
@@ -21,6 +23,15 @@ HDFS_TOKEN_KIND = "HDFS_DELEGATION_TOKEN"
 
 class TokenFileError(ValueError):
     pass
+
+
+class Token(TypedDict):
+    """One token of the file, as :func:`read_token_file` returns it."""
+
+    identifier: bytes
+    password: bytes
+    kind: str
+    service: str
 
 
 class _Reader:
@@ -47,7 +58,7 @@ class _Reader:
         return self.take(self.vint())
 
 
-def read_token_file(data: bytes) -> tuple[dict[str, dict], dict[str, bytes]]:
+def read_token_file(data: bytes) -> tuple[dict[str, Token], dict[str, bytes]]:
     """``(tokens, secrets)``: alias → ``{kind, service, identifier, password}``, alias → secret bytes."""
     r = _Reader(data)
     if r.take(4) != b"HDTS":
@@ -55,7 +66,7 @@ def read_token_file(data: bytes) -> tuple[dict[str, dict], dict[str, bytes]]:
     version = r.take(1)[0]
     if version != 0:
         raise TokenFileError(f"token storage format {version} is not supported (only the WRITABLE format 0)")
-    tokens: dict[str, dict] = {}
+    tokens: dict[str, Token] = {}
     for _ in range(r.vint()):
         alias = r.blob().decode()
         ident, password = r.blob(), r.blob()
@@ -68,7 +79,7 @@ def read_token_file(data: bytes) -> tuple[dict[str, dict], dict[str, bytes]]:
     return tokens, secrets
 
 
-def _container_credentials(env: dict | None) -> tuple[dict[str, dict], dict[str, bytes]]:
+def _container_credentials(env: Mapping[str, str] | None) -> tuple[dict[str, Token], dict[str, bytes]]:
     """:func:`read_token_file` of this container's ``HADOOP_TOKEN_FILE_LOCATION``; empty without one."""
     path = (env if env is not None else os.environ).get("HADOOP_TOKEN_FILE_LOCATION")
     if not path or not os.path.isfile(path):
@@ -77,7 +88,7 @@ def _container_credentials(env: dict | None) -> tuple[dict[str, dict], dict[str,
         return read_token_file(f.read())
 
 
-def container_secret(alias: str = AM_SECRET_ALIAS, env: dict | None = None) -> str | None:
+def container_secret(alias: str = AM_SECRET_ALIAS, env: Mapping[str, str] | None = None) -> str | None:
     """The secret ``alias`` from this container's token file, or None (no file, or no such secret)."""
     value = _container_credentials(env)[1].get(alias)
     return value.decode() if value is not None else None
@@ -91,7 +102,7 @@ def _write_vint(n: int) -> bytes:
     return (-112 - size).to_bytes(1, "big", signed=True) + n.to_bytes(size, "big")
 
 
-def url_string(token: dict) -> str:
+def url_string(token: Token) -> str:
     """A token as ``Token.encodeToUrlString`` writes it (what WebHDFS's ``delegation=`` takes): the token's
     Writable form (vint-length identifier and password, Text kind and service) in unpadded URL-safe base64."""
     raw = b"".join(
@@ -101,7 +112,7 @@ def url_string(token: dict) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def container_hdfs_token(env: dict | None = None) -> str | None:
+def container_hdfs_token(env: Mapping[str, str] | None = None) -> str | None:
     """This container's HDFS delegation token as a ``delegation=`` string, or None (no token file: a cluster
     without Kerberos, where WebHDFS takes ``user.name``). The token is the submission's (see
     :mod:`airflow_provider_melon.delegation`), handed on by the AM; the RM renews it while the app runs, so it

@@ -12,7 +12,7 @@ WORKDIR = "melon-work"
 _YARN_FILES = ("launch_container.sh", "container_tokens", "default_container_executor", "tmp")
 
 
-def code_files(env: Mapping[str, str]) -> dict:
+def code_files(env: Mapping[str, str]) -> dict[str, str]:
     """``MELON_CODE_FILES_B64``: the code folder's big files, localized one by one (link name → path in the
     folder); {} without it. A path that could leave the working folder is a ``ValueError`` (the executor
     exits 2 with it)."""
@@ -20,7 +20,7 @@ def code_files(env: Mapping[str, str]) -> dict:
     if not raw:
         return {}
     try:
-        links = json.loads(base64.b64decode(raw, validate=True).decode("utf-8"))
+        links: dict[str, str] = json.loads(base64.b64decode(raw, validate=True).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"MELON_CODE_FILES_B64 is not base64 of a JSON object: {exc}") from None
     for link, rel in links.items():

@@ -21,7 +21,8 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent exits; False where prctl is not available."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+        rc: int = libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)  # ctypes: a C int
+        return rc == 0
     except (OSError, AttributeError):
         return False
 
