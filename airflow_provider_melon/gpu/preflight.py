@@ -19,7 +19,7 @@ __all__ = [
     "PreflightError",
     "node_gpus",
     "check",
-    "ensure_fits",
+    "ensure_gpus_fit",
 ]
 
 GPU_RESOURCE = "yarn.io/gpu"
@@ -185,7 +185,7 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_
     return report
 
 
-def ensure_fits(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_mb: int = 0) -> Report:
+def ensure_gpus_fit(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_mb: int = 0) -> Report:
     """:func:`check`, raising :class:`PreflightError` with ``report.message`` when a rule fails."""
     report = check(nodes, roles, context_mb)
     if not report.ok:

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 from airflow_provider_melon.gpu.preflight import GPU_MEMORY_RESOURCE, GPU_RESOURCE, _role_numbers
 from airflow_provider_melon.hadoop.rm_json import as_dict, as_list, parse_resource
 
-__all__ = ["AM_RESOURCE", "QueueError", "QueueReport", "leaf_queues", "check", "ensure_fits", "user_limit"]
+__all__ = ["AM_RESOURCE", "QueueError", "QueueReport", "leaf_queues", "check", "ensure_queue_fits", "user_limit"]
 
 
 class QueueError(ValueError):
@@ -27,13 +27,13 @@ class QueueReport:
     queue: str
     checked: bool = True
     state: str = "RUNNING"
-    maximum: dict = field(default_factory=dict)
-    used: dict = field(default_factory=dict)
-    guaranteed: dict = field(default_factory=dict)
-    demand: dict = field(default_factory=dict)
-    problems: list = field(default_factory=list)
+    maximum: dict[str, float] = field(default_factory=dict)
+    used: dict[str, float] = field(default_factory=dict)
+    guaranteed: dict[str, float] = field(default_factory=dict)
+    demand: dict[str, float] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
     #: what one user may hold of the queue, per resource (None: not known)
-    user_limit: Optional[dict] = None
+    user_limit: Optional[dict[str, float]] = None
 
     @property
     def ok(self) -> bool:
@@ -63,9 +63,9 @@ class QueueReport:
         return f"queue {self.queue!r}: the job fits ({shares}){wait}"
 
 
-def leaf_queues(scheduler: Mapping[str, Any]) -> dict[str, dict]:
+def leaf_queues(scheduler: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Leaf queues by name and by path (``tenant_a`` and ``root.tenant_a``)."""
-    found: dict[str, dict] = {}
+    found: dict[str, dict[str, Any]] = {}
 
     def walk(queue: Mapping[str, Any]) -> None:
         children = [c for c in as_list(as_dict(queue.get("queues")).get("queue")) if isinstance(c, dict)]
@@ -80,7 +80,7 @@ def leaf_queues(scheduler: Mapping[str, Any]) -> dict[str, dict]:
     return found
 
 
-def _resources(value: Any) -> dict:
+def _resources(value: Any) -> dict[str, float]:
     return dict(parse_resource(value)["resources"]) if value else {}
 
 
@@ -103,9 +103,9 @@ def _num(value: Any) -> float:
         return 0.0
 
 
-def _containers(roles: Mapping[str, Any], am: Mapping[str, int]) -> list[dict]:
+def _containers(roles: Mapping[str, Any], am: Mapping[str, int]) -> list[dict[str, float]]:
     """One resource dict per container of the gang, the AM first (role dicts: sizes in MiB)."""
-    out = [dict(am)]
+    out: list[dict[str, float]] = [dict(am)]
     for role in roles.values():
         instances, gpus, gpu_mb = _role_numbers(role)
         if isinstance(role, Mapping):
@@ -116,7 +116,7 @@ def _containers(roles: Mapping[str, Any], am: Mapping[str, int]) -> list[dict]:
     return out
 
 
-def user_limit(info: Mapping[str, Any]) -> Optional[dict]:
+def user_limit(info: Mapping[str, Any]) -> Optional[dict[str, float]]:
     """What one user may ever hold of the leaf queue ``info`` (its scheduler JSON), per resource; None where the
     answer does not say (no user-limit-factor, no absolute capacities)."""
     factor = info.get("userLimitFactor")
@@ -125,7 +125,7 @@ def user_limit(info: Mapping[str, Any]) -> Optional[dict]:
     if factor is None or not maximum or abs_max <= 0:
         return None
     factor = _num(factor)
-    limit = {}
+    limit: dict[str, float] = {}
     for resource, most in maximum.items():
         if factor == -1 or abs_cap <= 0:
             limit[resource] = float(most)
@@ -231,7 +231,7 @@ def _check_user_limit(
         )
 
 
-def ensure_fits(
+def ensure_queue_fits(
     scheduler: Mapping[str, Any],
     queue: str,
     roles: Mapping[str, Any],

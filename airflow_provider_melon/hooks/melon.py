@@ -513,7 +513,9 @@ class MelonHook:
                 raise
             log.warning("queue check skipped: could not read the scheduler: %s", exc)
             return None
-        report = _queues.ensure_fits(scheduler, spec.queue, spec.roles, user=self.user, context_mb=self.gpu_context_mb)
+        report = _queues.ensure_queue_fits(
+            scheduler, spec.queue, spec.roles, user=self.user, context_mb=self.gpu_context_mb
+        )
         log.info("%s: %s", spec.name, report.message)
         return report
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_melon.gpu.preflight import NodeGpus, PreflightError, check, ensure_fits, node_gpus
+from airflow_provider_melon.gpu.preflight import NodeGpus, PreflightError, check, ensure_gpus_fit, node_gpus
 from airflow_provider_melon.spec import JobSpec
 
 
@@ -100,7 +100,7 @@ def test_exclusive_gpus_leave_the_rest_for_shared_tasks_counted_as_the_smallest(
 def test_several_problems_are_all_reported_and_ensure_fits_raises_them():
     bad = roles(chief={"gpu_memory": "20GiB"}, worker={"instances": 3, "gpus": 2})
     with pytest.raises(PreflightError) as err:
-        ensure_fits(MINI, bad)
+        ensure_gpus_fit(MINI, bad)
     msg = str(err.value)
     assert msg.startswith("the job cannot run on this cluster: role chief: expected GPU memory 20480 MiB")
     assert "the job needs 6 whole GPU(s) (worker 3x2), the cluster has 4" in msg

@@ -65,7 +65,7 @@ def _roles(instances: int, gpus: int = 0, gpu_memory: int = 0) -> dict:
 
 def test_unknown_queue_names_the_field_and_lists_the_leaf_queues():
     with pytest.raises(queues.QueueError) as err:
-        queues.ensure_fits(SCHEDULER, "tenant_zz", _roles(1))
+        queues.ensure_queue_fits(SCHEDULER, "tenant_zz", _roles(1))
     text = str(err.value)
     assert "'tenant_zz'" in text and "`queue`" in text and "root.default, root.tenant_a" in text
     assert "refreshQueues" in text
@@ -225,7 +225,7 @@ def test_a_gang_above_the_users_limit_is_refused_naming_user_limit_factor():
     assert "yarn.scheduler.capacity.root.default.user-limit-factor (to at least 2" in text
     assert report.user_limit["yarn.io/gpu"] == 1
     with pytest.raises(queues.QueueError, match="user-limit-factor"):
-        queues.ensure_fits(REAL, "default", _gang(2, gpus=1), user="ops")
+        queues.ensure_queue_fits(REAL, "default", _gang(2, gpus=1), user="ops")
 
 
 def test_the_same_gang_fits_a_queue_with_a_larger_factor_and_one_container_past_the_limit_is_allowed():
