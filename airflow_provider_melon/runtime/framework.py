@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     "TF_ROLES",
@@ -36,7 +36,7 @@ def _check_task(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> 
         raise ValueError(f"task {role}:{index} is not in the cluster spec {dict(cluster)}")
 
 
-def tf_config(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> dict:
+def tf_config(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> dict[str, Any]:
     """TF_CONFIG for task ``role:index``.
 
     Per TensorFlow's rules the ``evaluator`` is a side task: it is left out of ``cluster`` (a strategy that

@@ -59,7 +59,7 @@ def report(
     return True
 
 
-def read_progress(path: str) -> dict:
+def read_progress(path: str) -> dict[str, Any]:
     """``{"step", "total", "loss", "metrics"}`` from the user's progress file (what
     :func:`airflow_provider_melon.runtime.report` writes; a missing/half-written file -> {})."""
     try:
@@ -70,10 +70,10 @@ def read_progress(path: str) -> dict:
     if not isinstance(data, dict):
         return {}
 
-    def number(v) -> bool:
+    def number(v: object) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    out: dict = {}
+    out: dict[str, Any] = {}
     if number(data.get("step")):
         out["step"] = int(data["step"])
     if number(data.get("total")) and data["total"] > 0:
@@ -99,7 +99,7 @@ class StepReporter:
             report(step=self.count, total=self.total, loss=loss, **metrics)
 
 
-def keras_callback(total_epochs: Optional[int] = None):
+def keras_callback(total_epochs: Optional[int] = None) -> Any:
     """A Keras callback reporting each epoch's end (imports Keras only when called: tf_keras if
     ``TF_USE_LEGACY_KERAS`` is set, else keras)."""
     if os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True"):
@@ -107,8 +107,8 @@ def keras_callback(total_epochs: Optional[int] = None):
     else:
         import keras  # noqa: PLC0415
 
-    class MelonProgress(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
+    class MelonProgress(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped here
+        def on_epoch_end(self, epoch: int, logs: Optional[dict[str, Any]] = None) -> None:
             logs = dict(logs or {})
             total = total_epochs or (self.params or {}).get("epochs")
             loss = logs.pop("loss", None)

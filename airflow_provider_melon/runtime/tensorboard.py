@@ -84,7 +84,7 @@ class TensorBoard:
         self.env = dict(env)
         self.log = log
         self.start_timeout_s = start_timeout_s
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self._port: Optional[int] = None
         self._port_seen = threading.Event()
         self._stopping = threading.Event()
