@@ -102,7 +102,7 @@ def read_container_log(
     filename: str = "stdout",
     size: Optional[int] = None,
     *,
-    params: Optional[dict] = None,
+    params: Optional[dict[str, Any]] = None,
     timeout: Any = None,
 ) -> ContainerLogChunk:
     """Part of a container's log file (``GET /ws/v1/node/containers/{id}/logs/{file}?size=``, Hadoop 3.5: ``size``
@@ -136,7 +136,7 @@ class ContainerRef:
     nm_url: Optional[str] = None
 
     @property
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[int, int]:
         parts = self.id.split("_")  # container_[e<epoch>_]<cluster ts>_<app>_<attempt>_<seq>
         try:
             return int(parts[-2]), int(parts[-1])
@@ -227,14 +227,14 @@ class NodeLogs:
 
     # ---- what ----------------------------------------------------------------------------------------------
     def _get(
-        self, ref: ContainerRef, path: str, params: Optional[dict] = None, accept: str = "application/json"
+        self, ref: ContainerRef, path: str, params: Optional[dict[str, Any]] = None, accept: str = "application/json"
     ) -> Optional[requests.Response]:
         """GET a container's log resource from its NodeManager; None when it does not serve it (404) or is down."""
         if not ref.nm_url:
             return None
         url = f"{ref.nm_url}/ws/v1/node/containers/{quote(ref.id, safe='')}/logs{path}"
         try:
-            resp = self.yarn.get_url(url, params, headers={"Accept": accept})
+            resp: requests.Response = self.yarn.get_url(url, params, headers={"Accept": accept})
         except requests.RequestException as exc:
             if ref.nm_url not in self.unreachable:
                 log.warning("NodeManager %s unreachable: %s", ref.nm_url, type(exc).__name__)
@@ -278,7 +278,7 @@ class NodeLogs:
         return None if resp is None else parse_log_answer(resp.content, size)
 
 
-def _log_infos(body) -> Iterable[dict]:
+def _log_infos(body: Any) -> Iterable[dict[str, Any]]:
     """The ``containerLogsInfo`` objects of a NodeManager's answer (one, or a list: local and aggregated)."""
     if isinstance(body, list):
         for item in body:
@@ -345,7 +345,7 @@ def wanted_file(name: str, only: Optional[Iterable[str]]) -> bool:
     return name in set(only) if only else name not in BOILERPLATE
 
 
-def gone_message(app_id: str, app: dict) -> str:
+def gone_message(app_id: str, app: dict[str, Any]) -> str:
     """Why no NodeManager serves an ended app's logs, and where they may be instead."""
     aggregation = str(app.get("logAggregationStatus") or "").upper()
     if aggregation in ("", "DISABLED", "NOT_START"):
