@@ -161,7 +161,7 @@ def gpu_view(
                 continue
             for i in indices:
                 placed.setdefault((node_id, i), []).append(ref)
-    out_nodes = []
+    out_nodes: list[dict[str, Any]] = []
     for node in nodes:
         node_id = str(node.get("id"))
         total = node["totalResource"]["resources"]
@@ -169,7 +169,7 @@ def gpu_view(
         count = int(total.get(GPU_RESOURCE, 0) or 0)
         memory = int(total.get(GPU_MEMORY_RESOURCE, 0) or 0)
         per_gpu = memory // count if count else memory
-        gpus = []
+        gpus: list[dict[str, Any]] = []
         for i in range(count if count else (1 if memory else 0)):
             tasks = placed.get((node_id, i), [])
             reserved = sum(per_gpu if t["exclusive_gpus"] else t["expected_mb"] for t in tasks)
