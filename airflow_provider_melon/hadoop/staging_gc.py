@@ -13,7 +13,7 @@ import logging
 import posixpath
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hadoop.hdfs_io import hdfs_errors
@@ -51,7 +51,7 @@ class Decision:
     def freed_bytes(self) -> int:
         return sum(e.bytes for e in self.delete)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "delete": [asdict(e) for e in self.delete],
             "freed_bytes": self.freed_bytes,
@@ -89,16 +89,19 @@ def decide(entries: Iterable[Entry], *, live_apps: Iterable[str], in_use: dict[s
     return out
 
 
-def _last_used(st: dict) -> int:
+def _last_used(st: dict[str, Any]) -> int:
     return max(int(st.get("modificationTime") or 0), int(st.get("accessTime") or 0))
 
 
-def _listing(client, path: str) -> list[tuple[str, dict]]:
+def _listing(client: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
     with hdfs_errors("list", path):
-        return client.list(path, status=True) if client.status(path, strict=False) else []
+        listing: list[tuple[str, dict[str, Any]]] = (
+            client.list(path, status=True) if client.status(path, strict=False) else []
+        )
+        return listing
 
 
-def collect(client, staging_dir: str) -> list[Entry]:
+def collect(client: Any, staging_dir: str) -> list[Entry]:
     """The staging folder's prunable entries (one listing per cache object: a prune is rare, and exact)."""
     cache, apps = f"{staging_dir}/cache", f"{staging_dir}/apps"
     entries: list[Entry] = []
@@ -124,14 +127,14 @@ def collect(client, staging_dir: str) -> list[Entry]:
     return entries
 
 
-def staged_paths(plan: dict, hdfs_path) -> set[str]:
+def staged_paths(plan: dict[str, Any], hdfs_path: Callable[[str], str]) -> set[str]:
     """The HDFS paths a plan's application localizes: its ``local_resources`` and ``staged`` (the AM jar too)."""
     urls = [r.get("url") for r in plan.get("local_resources") or [] if isinstance(r, dict)]
     urls += list(plan.get("staged") or [])
     return {hdfs_path(u) for u in urls if isinstance(u, str) and u}
 
 
-def in_use(client, staging_dir: str, live_apps: Iterable[str], hdfs_path) -> dict[str, str]:
+def in_use(client: Any, staging_dir: str, live_apps: Iterable[str], hdfs_path: Callable[[str], str]) -> dict[str, str]:
     """staged path → a live application that uses it, read from the live applications' plans. A live application
     (of any user) whose plan is in this folder but cannot be read stops the prune (what it uses is unknown; nothing
     is deleted)."""
@@ -149,7 +152,7 @@ def in_use(client, staging_dir: str, live_apps: Iterable[str], hdfs_path) -> dic
     return used
 
 
-def prune(hook, older_than_s: float, *, dry_run: bool = False, now_ms: Optional[int] = None) -> Decision:
+def prune(hook: Any, older_than_s: float, *, dry_run: bool = False, now_ms: Optional[int] = None) -> Decision:
     """Delete what :func:`decide` says, through ``hook`` (a :class:`~airflow_provider_melon.hooks.melon.MelonHook`:
     its HDFS client, staging folder and YARN hook). ``dry_run``: decide only."""
     check_age(older_than_s)
