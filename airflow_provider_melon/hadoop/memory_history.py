@@ -15,7 +15,7 @@ import json
 import logging
 import posixpath
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.hadoop.hdfs_io import _write_beside_and_rename, hdfs_errors
@@ -73,7 +73,7 @@ def _exists(client: Any, path: str) -> bool:
     return True
 
 
-def read_history(client: Any, staging_dir: str, key: str) -> list[dict]:
+def read_history(client: Any, staging_dir: str, key: str) -> list[dict[str, Any]]:
     """Every kept run file of the task, oldest first: ``{"version", "app_id", "roles": {role: record}}`` each (files
     that cannot be read or parsed are skipped with a warning; no folder yet is no history)."""
     where = folder(staging_dir, key)
@@ -81,7 +81,7 @@ def read_history(client: Any, staging_dir: str, key: str) -> list[dict]:
         return []
     with hdfs_errors("list", where):
         names = sorted((n for n in client.list(where) if _APP.fullmatch(n)), key=_order)
-    docs = []
+    docs: list[dict[str, Any]] = []
     for name in names[-learned.KEEP :]:
         try:
             with hdfs_errors("read", f"{where}/{name}"), client.read(f"{where}/{name}") as reader:
@@ -94,7 +94,7 @@ def read_history(client: Any, staging_dir: str, key: str) -> list[dict]:
     return docs
 
 
-def read_runs(client: Any, staging_dir: str, key: str, role: str) -> list[dict]:
+def read_runs(client: Any, staging_dir: str, key: str, role: str) -> list[dict[str, Any]]:
     """The role's records, oldest first (:func:`read_history`)."""
     return [
         doc["roles"][role] for doc in read_history(client, staging_dir, key) if isinstance(doc["roles"].get(role), dict)
@@ -114,7 +114,7 @@ def forget(client: Any, staging_dir: str, key: str) -> int:
     return count
 
 
-def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Mapping[str, Mapping]) -> str:
+def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Mapping[str, Mapping[str, Any]]) -> str:
     """Write one run's records (role → record) and drop the oldest files past ``learned.KEEP``; returns the path."""
     where = folder(staging_dir, key)
     with hdfs_errors("mkdir", where):
@@ -138,14 +138,18 @@ def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Ma
 
 
 def resolve(
-    runs_of, roles: Mapping[str, Any], largest_gpu_mb: Optional[int] = None, context_mb: int = 0
+    runs_of: Callable[[str], Sequence[Mapping[str, Any]]],
+    roles: Mapping[str, Any],
+    largest_gpu_mb: Optional[int] = None,
+    context_mb: int = 0,
 ) -> tuple[dict[str, int], list[str]]:
     """The figure of each ``gpu_memory: auto`` role of ``roles`` (name → RoleSpec) and one line per role saying
     where it came from: learned (``runs_of(role)`` → its records, oldest first; at most ``largest_gpu_mb`` less
     ``context_mb``, when the cluster's largest GPU is known), else the role's first-run figure (``auto:<size>``,
     which the operator's ``gpu_memory``, a profile step's, sets). ValueError naming the field when neither
     exists."""
-    figures, lines = {}, []
+    figures: dict[str, int] = {}
+    lines: list[str] = []
     for name, role in roles.items():
         if not getattr(role, "gpu_memory_auto", False):
             continue
