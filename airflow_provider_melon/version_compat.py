@@ -46,8 +46,8 @@ try:
 except ImportError:  # pragma: no cover
     from airflow.providers.common.compat.sdk import Asset  # type: ignore[no-redef]
 
-try:
-    from airflow.sdk import XCom
+try:  # the task SDK's XCom: ``airflow.sdk`` exports none (3.0–3.3), the compat provider maps it from here too
+    from airflow.sdk.execution_time.xcom import XCom
 except ImportError:  # pragma: no cover
     from airflow.providers.common.compat.sdk import XCom  # type: ignore[no-redef]
 
