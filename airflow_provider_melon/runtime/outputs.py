@@ -74,7 +74,7 @@ def publish(
     from airflow_provider_melon.runtime.tokens import container_hdfs_token
     from airflow_provider_melon.runtime.webhdfs import WebHdfs, WebHdfsError
 
-    outputs = {n: t for n, t in declared(env).items() if hdfs_path(t) is not None}
+    outputs = {n: (t, p) for n, t in declared(env).items() if (p := hdfs_path(t)) is not None}
     if not outputs:
         return {}
     if client is None:
@@ -84,8 +84,8 @@ def publish(
         client = WebHdfs(url, user, delegation=container_hdfs_token(dict(env)))
     overwrite = env.get("MELON_OUTPUT_OVERWRITE", "0") in ("1", "true", "True")
     published = {}
-    for name, target in outputs.items():
-        path = hdfs_path(target).rstrip("/") or "/"
+    for name, (target, hdfs) in outputs.items():
+        path = hdfs.rstrip("/") or "/"
         local = os.path.join(workdir, LOCAL_ROOT, name)
         items = os.listdir(local) if os.path.isdir(local) else []
         if not items:
@@ -104,7 +104,9 @@ def publish(
     return published
 
 
-def _publish_one(client: WebHdfs, source: str, path: str, overwrite: bool, log, name: str) -> str:
+def _publish_one(
+    client: WebHdfs, source: str, path: str, overwrite: bool, log: Callable[[str], None], name: str
+) -> str:
     import uuid
 
     from airflow_provider_melon.runtime.webhdfs import WebHdfsError
@@ -137,7 +139,7 @@ def _publish_one(client: WebHdfs, source: str, path: str, overwrite: bool, log, 
     return path
 
 
-def _delete_quietly(client: WebHdfs, path: str, log) -> None:
+def _delete_quietly(client: WebHdfs, path: str, log: Callable[[str], None]) -> None:
     from airflow_provider_melon.runtime.webhdfs import WebHdfsError
 
     try:

@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 TIMEOUT_S = 60
 RETRIES = 4
@@ -83,7 +83,7 @@ class WebHdfs:
             time.sleep(min(8.0, 0.5 * 2**attempt))
         raise last
 
-    def status(self, path: str) -> Optional[dict]:
+    def status(self, path: str) -> Optional[dict[str, Any]]:
         code, body = self._call("GET", path, "GETFILESTATUS")
         return None if code == 404 else json.loads(body)["FileStatus"]
 
@@ -96,7 +96,7 @@ class WebHdfs:
         location = json.loads(body)["Location"]
         with open(local_file, "rb") as f:
 
-            def rewound():
+            def rewound() -> BinaryIO:
                 f.seek(0)
                 return f
 
@@ -165,7 +165,7 @@ class WebHdfs:
         return count
 
 
-def _held(status: Optional[dict], source: dict) -> str:
+def _held(status: Optional[dict[str, Any]], source: dict[str, Any]) -> str:
     if status is None:
         return "absent"
     return "holds the source" if status.get("fileId") == source.get("fileId") else "holds something else"
