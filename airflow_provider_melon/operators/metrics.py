@@ -49,14 +49,14 @@ def job_metrics(app: Optional[dict], final_status: Optional[dict]) -> dict[str, 
     if queue_wait is not None:
         out[f"{PREFIX}.queue_wait"] = queue_wait
     status = final_status if isinstance(final_status, dict) else {}
-    gang = status.get("gang") if isinstance(status.get("gang"), dict) else {}
+    gang_report = status.get("gang")
+    gang: dict[str, Any] = gang_report if isinstance(gang_report, dict) else {}
     gang_wait = _number(gang.get("waiting_s"))
     if queue_wait is not None and gang.get("formed") is True and gang_wait is not None:
         out[f"{PREFIX}.submit_to_gang"] = queue_wait + gang_wait * 1000
     tasks = [t for t in status.get("tasks") or [] if isinstance(t, dict)]
     for name, key in (("reserved", "gpu_memory_mb"), ("used", "gpu_memory_peak_mb")):
-        figures = [_number(t.get(key)) for t in tasks]
-        figures = [f for f in figures if f is not None]
+        figures = [f for f in (_number(t.get(key)) for t in tasks) if f is not None]
         if figures:
             out[f"{PREFIX}.gpu_memory.{name}"] = sum(figures)
     growths = [_number(t.get("oom_growths")) for t in tasks]
