@@ -227,7 +227,10 @@ class TicketKeeper:
         import gssapi
 
         name = gssapi.Name(self.s.principal, gssapi.NameType.kerberos_principal) if self.s.principal else None
-        store = {"ccache": _ccache_name(self.s.ccache)} if self.s.ccache else None
+        # gssapi types a credential store as dict[bytes | str, bytes | str] (a dict is invariant: say so here)
+        store: dict[bytes | str, bytes | str] | None = (
+            {"ccache": _ccache_name(self.s.ccache)} if self.s.ccache else None
+        )
         try:
             creds = (
                 gssapi.Credentials(name=name, usage="initiate", store=store)
@@ -247,7 +250,10 @@ class TicketKeeper:
         s = self.s
         # with a keytab and a cache named, GSSAPI obtains the ticket (AS exchange) and writes it into the cache,
         # where the auth objects of this keeper (self.auth, self.credential) read it
-        store = {"client_keytab": str(s.keytab), "ccache": _ccache_name(s.ccache or default_ccache(s.principal))}
+        store: dict[bytes | str, bytes | str] = {
+            "client_keytab": str(s.keytab),
+            "ccache": _ccache_name(s.ccache or default_ccache(s.principal)),
+        }
         name = gssapi.Name(s.principal, gssapi.NameType.kerberos_principal)
         try:
             gssapi.Credentials(name=name, usage="initiate", store=store)
