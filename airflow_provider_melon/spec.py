@@ -129,10 +129,8 @@ def override_gpu_memory(data: Any, override: Union[int, str]) -> list[str]:
     """Set ``gpu_memory`` of every role of the job ``data`` (a dict) that declares one to ``override`` (the
     operator's, e.g. a profile step's figure); an ``auto`` role keeps learning and takes it as its first run's
     figure (``auto:<override>``). Returns those roles' names."""
-    roles = data.get("roles") if isinstance(data, dict) else None
-    shared = [
-        name for name, role in (roles or {}).items() if isinstance(role, dict) and role.get("gpu_memory") is not None
-    ]
+    roles: dict[str, Any] = (data.get("roles") if isinstance(data, dict) else None) or {}
+    shared = [name for name, role in roles.items() if isinstance(role, dict) and role.get("gpu_memory") is not None]
     for name in shared:
         auto = str(roles[name]["gpu_memory"]).strip().lower().startswith(AUTO)
         roles[name]["gpu_memory"] = f"{AUTO}:{override}" if auto else override
@@ -169,19 +167,19 @@ class RoleSpec(BaseModel):
 
     @field_validator("memory", "gpu_memory", mode="before")
     @classmethod
-    def _not_bool(cls, value):
+    def _not_bool(cls, value: Any) -> Any:
         if isinstance(value, bool):  # pydantic would take True for 1 (MiB) before parse_size_mb sees it
             raise ValueError(f"not a size: {value!r}")
         return value
 
     @field_validator("memory")
     @classmethod
-    def _size(cls, value):
+    def _size(cls, value: Union[int, str]) -> int:
         return parse_size_mb(value)
 
     @field_validator("gpu_memory")
     @classmethod
-    def _gpu_size(cls, value):
+    def _gpu_size(cls, value: Optional[Union[int, str]]) -> Optional[Union[int, str]]:
         if isinstance(value, str) and value.strip().lower().startswith(AUTO):
             head, sep, first = value.strip().partition(":")
             if head.lower() != AUTO or (sep and not first.strip()):
@@ -192,7 +190,7 @@ class RoleSpec(BaseModel):
         return None if value is None else parse_size_mb(value)
 
     @model_validator(mode="after")
-    def _one_gpu_mode(self):
+    def _one_gpu_mode(self) -> RoleSpec:
         if self.gpus is not None and self.gpu_memory is not None:
             raise ValueError("give either gpus (exclusive) or gpu_memory (shared), not both")
         if self.min_instances is not None and self.min_instances > self.instances:
@@ -218,7 +216,8 @@ class RoleSpec(BaseModel):
     @property
     def gpu_memory_first_mb(self) -> Optional[int]:
         """The figure after ``auto:`` (the first run's, without history), else None."""
-        return int(self.gpu_memory.split(":")[1]) if self.gpu_memory_auto and ":" in self.gpu_memory else None
+        value = self.gpu_memory  # a str exactly when gpu_memory_auto
+        return int(value.split(":")[1]) if isinstance(value, str) and ":" in value else None
 
     @property
     def gpu_memory_mb(self) -> int:
@@ -260,7 +259,7 @@ class InputSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _derived_link(self):
+    def _derived_link(self) -> InputSpec:
         problem = None if self.name is not None else check_link_name(self.link_name)
         if problem:
             raise _FieldError("path", f"its last part is the file's name in the container: {problem}; set name")
@@ -288,7 +287,7 @@ class EnvironmentSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self):
+    def _consistent(self) -> EnvironmentSpec:
         if self.archive and self.docker_image:
             raise ValueError("give either archive or docker_image, not both")
         if self.archive:
@@ -443,7 +442,7 @@ class JobSpec(BaseModel):
         return roles
 
     @model_validator(mode="after")
-    def _framework_rules(self):
+    def _framework_rules(self) -> JobSpec:
         roles = self.roles
         if self.framework == "tensorflow":
             unknown = sorted(set(roles) - set(TF_ROLES))
@@ -476,7 +475,8 @@ class JobSpec(BaseModel):
         if self.output_role is not None and self.output_role not in roles:
             raise ValueError(f"output_role: {self.output_role!r} is not a role of the job ({', '.join(roles)})")
         # every localized file gets one name in the container: YARN keeps only one resource per name
-        seen = {self.environment.python.split("/", 1)[0]: "environment.python"} if self.environment.archive else {}
+        env = self.environment  # an archive always has its python (EnvironmentSpec)
+        seen = {env.python.split("/", 1)[0]: "environment.python"} if env.archive and env.python else {}
         for i, item in enumerate(self.inputs):
             link = item.link_name
             if link in seen:
@@ -594,10 +594,11 @@ class JobSpec(BaseModel):
     def to_yaml(self) -> str:
         import yaml
 
-        return yaml.safe_dump(self.to_dict(), sort_keys=True)
+        text: str = yaml.safe_dump(self.to_dict(), sort_keys=True)
+        return text
 
     @classmethod
-    def from_dict(cls, data: dict, *, base_dir: Union[str, Path, None] = None) -> "JobSpec":
+    def from_dict(cls, data: dict[str, Any], *, base_dir: Union[str, Path, None] = None) -> "JobSpec":
         if not isinstance(data, dict):
             raise JobSpecError(f"job: expected a mapping, got {type(data).__name__}")
         try:
@@ -606,7 +607,7 @@ class JobSpec(BaseModel):
             raise JobSpecError(_format_errors(exc)) from None
 
     @classmethod
-    def from_json(cls, text: str, *, base_dir=None) -> "JobSpec":
+    def from_json(cls, text: str, *, base_dir: Union[str, Path, None] = None) -> "JobSpec":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -614,7 +615,7 @@ class JobSpec(BaseModel):
         return cls.from_dict(data, base_dir=base_dir)
 
     @classmethod
-    def from_yaml(cls, text: str, *, base_dir=None) -> "JobSpec":
+    def from_yaml(cls, text: str, *, base_dir: Union[str, Path, None] = None) -> "JobSpec":
         import yaml
 
         try:
@@ -624,7 +625,9 @@ class JobSpec(BaseModel):
         return cls.from_dict(data, base_dir=base_dir)
 
     @classmethod
-    def load(cls, job: Union["JobSpec", dict, str, Path], *, base_dir=None) -> "JobSpec":
+    def load(
+        cls, job: Union["JobSpec", dict[str, Any], str, Path], *, base_dir: Union[str, Path, None] = None
+    ) -> "JobSpec":
         """A spec from a JobSpec, a dict, a path to a .yaml/.yml/.json file, or YAML/JSON text."""
         if isinstance(job, JobSpec):
             return job
