@@ -62,6 +62,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
 from airflow_provider_melon.hadoop.bundle import folder_files, split_code_files, write_deterministic_zip  # noqa: E402
+from airflow_provider_melon.runtime.outputs import hdfs_path  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 MiB = 1 << 20
@@ -182,7 +183,7 @@ def main(argv=None) -> int:
 
     def drop(urls) -> None:  # the cache objects a first stage made, and the index: the next one uploads again
         for url in urls:
-            client.delete(hook.hdfs_path(url).rsplit("/", 1)[0], recursive=True)
+            client.delete(hdfs_path(url).rsplit("/", 1)[0], recursive=True)
         client.delete(f"{hook.cache_dir}/by-sample", recursive=True)
 
     results: dict = {"runs": args.runs, "env_mb": args.env_mb, "code_mb": args.code_mb, "rows": {}}

@@ -76,14 +76,14 @@ def copy_out(details, result: dict, run_id: str) -> Path:
     from hdfs import InsecureClient
 
     from airflow_provider_melon.hadoop.hdfs_io import quiet_client_logs, run_slug
-    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.runtime.outputs import hdfs_path
 
     quiet_client_logs()
     client = InsecureClient(details.webhdfs_url.rsplit("/webhdfs/v1", 1)[0], user=details.user)
     target = REPO / "demo-results" / run_slug(run_id)
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    model = MelonHook.hdfs_path(result["published"])
+    model = hdfs_path(result["published"])
     client.download(model, str(target / "model"), n_threads=1)
     (target / "result.json").write_text(json.dumps(result, indent=1))
     return target

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from airflow_provider_melon.runtime import framework as _framework
+from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.runtime import peak as _peak
 
 from . import context as _context
@@ -543,14 +544,6 @@ _PEAK_SOURCES = {
 }
 
 
-def _hdfs_path(path: str) -> str:
-    """``hdfs://nn:8020/a/b`` -> ``/a/b`` (WebHDFS paths carry no authority); ``/a/b`` unchanged."""
-    if path.startswith("hdfs://"):
-        rest = path[len("hdfs://") :]
-        return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-    return path
-
-
 def write_webhdfs(
     base_url: str,
     path: str,
@@ -570,7 +563,10 @@ def write_webhdfs(
     ``,``: each is tried in turn (a standby refuses with 403 StandbyException). Simple authentication only.
     Raises ``OSError`` on failure.
     """
-    path = _hdfs_path(path)
+    hdfs_path = _outputs.hdfs_path(path)
+    if hdfs_path is None:
+        raise OSError(f"{path!r} is not in HDFS: give an hdfs:// URI or an absolute HDFS path")
+    path = hdfs_path
     urls = [u.strip().rstrip("/") for u in base_url.replace(",", ";").split(";") if u.strip()]
     if not urls:
         raise OSError("no WebHDFS URL given")

@@ -13,10 +13,11 @@ import logging
 import posixpath
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hadoop.hdfs_io import hdfs_errors
+from airflow_provider_melon.runtime.outputs import hdfs_path
 
 log = logging.getLogger(__name__)
 
@@ -127,14 +128,14 @@ def collect(client: Any, staging_dir: str) -> list[Entry]:
     return entries
 
 
-def staged_paths(plan: dict[str, Any], hdfs_path: Callable[[str], str]) -> set[str]:
+def staged_paths(plan: dict[str, Any]) -> set[str]:
     """The HDFS paths a plan's application localizes: its ``local_resources`` and ``staged`` (the AM jar too)."""
     urls = [r.get("url") for r in plan.get("local_resources") or [] if isinstance(r, dict)]
     urls += list(plan.get("staged") or [])
-    return {hdfs_path(u) for u in urls if isinstance(u, str) and u}
+    return {path for u in urls if isinstance(u, str) and (path := hdfs_path(u))}
 
 
-def in_use(client: Any, staging_dir: str, live_apps: Iterable[str], hdfs_path: Callable[[str], str]) -> dict[str, str]:
+def in_use(client: Any, staging_dir: str, live_apps: Iterable[str]) -> dict[str, str]:
     """staged path → a live application that uses it, read from the live applications' plans. A live application
     (of any user) whose plan is in this folder but cannot be read stops the prune (what it uses is unknown; nothing
     is deleted)."""
@@ -147,7 +148,7 @@ def in_use(client: Any, staging_dir: str, live_apps: Iterable[str], hdfs_path: C
             continue  # not staged from this folder (another tool's app, or another staging_dir)
         with hdfs_errors("read", path), client.read(path) as reader:
             plan = json.loads(reader.read())
-        for staged in staged_paths(plan, hdfs_path):
+        for staged in staged_paths(plan):
             used.setdefault(staged, app_id)
     return used
 
@@ -165,7 +166,7 @@ def prune(hook: Any, older_than_s: float, *, dry_run: bool = False, now_ms: Opti
     decision = decide(
         entries,
         live_apps=live,
-        in_use=in_use(client, staging, [a for a in live if a in planned], hook.hdfs_path),
+        in_use=in_use(client, staging, [a for a in live if a in planned]),
         cutoff_ms=now_ms - int(older_than_s * 1000),
     )
     if dry_run:

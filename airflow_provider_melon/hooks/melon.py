@@ -248,21 +248,14 @@ class MelonHook:
             raise ValueError("fs_default_fs is unknown: set it in the YARN connection extra ('fs_default_fs')")
         return self.fs_default_fs.rstrip("/") + path
 
-    @staticmethod
-    def hdfs_path(uri: str) -> str:
-        """``hdfs://nn:8020/a/b`` → ``/a/b`` (WebHDFS paths carry no authority)."""
-        if uri.startswith("hdfs://"):
-            rest = uri[len("hdfs://") :]
-            return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-        return uri
-
     def in_staging_dir(self, uri: str) -> bool:
         """``uri`` lies in the (0700, private) staging folder: YARN may localize it for the application only."""
-        return self.hdfs_path(uri).startswith(self.staging_dir + "/")
+        return (_outputs.hdfs_path(uri) or "").startswith(self.staging_dir + "/")
 
     def file_status(self, path: str) -> Optional[dict]:
+        hdfs_path = _in_hdfs(path)
         with hdfs_errors("status", path):
-            return self.hdfs.status(self.hdfs_path(path), strict=False)
+            return self.hdfs.status(hdfs_path, strict=False)
 
     def stat_file(self, path: str, *, folder_ok: bool = False) -> StagedFile:
         """Size and time of an HDFS file (``folder_ok``: or folder: YARN localizes a folder whole) for a
@@ -270,7 +263,7 @@ class MelonHook:
         st = self.file_status(path)
         if not st or st.get("type") not in (("FILE", "DIRECTORY") if folder_ok else ("FILE",)):
             raise FileNotFoundError(f"{path} is not a file{' or folder' if folder_ok else ''} in HDFS")
-        return StagedFile(self.hdfs_uri(self.hdfs_path(path)), int(st["length"]), int(st["modificationTime"]))
+        return StagedFile(self.hdfs_uri(_in_hdfs(path)), int(st["length"]), int(st["modificationTime"]))
 
     def put_bytes(self, path: str, data: Source, *, cached: bool = True, sha256: Optional[str] = None) -> StagedFile:
         """Put ``data`` (bytes, or a local file's path: streamed from disk, never read whole) at ``path``.
@@ -317,7 +310,7 @@ class MelonHook:
         a NameNode with access times off (``dfs.namenode.accesstime.precision`` 0) refuses, and prune then goes
         by upload time, costing at most a re-upload."""
         try:
-            self.hdfs.set_times(self.hdfs_path(path), access_time=int(time.time() * 1000))
+            self.hdfs.set_times(_in_hdfs(path), access_time=int(time.time() * 1000))
         except Exception as exc:  # noqa: BLE001 - the submission goes on either way
             log.debug("could not set the access time of %s: %s", path, exc)
 
@@ -607,6 +600,15 @@ class MelonHook:
         except Exception as exc:  # noqa: BLE001 - the AM may be starting or gone; status is best effort
             log.debug("AM status of %s unavailable: %s", app_id, exc)
             return None
+
+
+def _in_hdfs(uri: str) -> str:
+    """``uri``'s HDFS path (:func:`~airflow_provider_melon.runtime.outputs.hdfs_path`); a ValueError naming it when
+    it lies elsewhere (the job spec admits only HDFS paths where the hook looks, so this guards misuse)."""
+    path = _outputs.hdfs_path(uri)
+    if path is None:
+        raise ValueError(f"{uri!r} is not in HDFS: give an hdfs:// URI or an absolute HDFS path")
+    return path
 
 
 def _core_security() -> Optional[str]:

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from airflow_provider_melon.runtime.outputs import hdfs_path
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -25,7 +27,7 @@ def test_mnist_pipeline(airflow, melon_hook):
     assert result.returncode == 0, out[-5000:]
     published = _marker(out, "MELON_RESULT")
     assert published["accuracy"] >= published["threshold"]
-    path = melon_hook.hdfs_path(published["published"])
+    path = hdfs_path(published["published"])
     assert "saved_model.pb" in melon_hook.hdfs.list(path)
     # train and evaluate ran as YARN applications tagged with this DAG, in this run (not an earlier one)
     apps = [
@@ -48,7 +50,7 @@ def test_pytorch_pipeline(airflow, melon_hook):
     assert result.returncode == 0, out[-5000:]
     report = _marker(out, "MELON_RESULT")
     assert report["accuracy"] >= report["threshold"]
-    assert "model.pt" in melon_hook.hdfs.list(melon_hook.hdfs_path(report["model"]))
+    assert "model.pt" in melon_hook.hdfs.list(hdfs_path(report["model"]))
     apps = {
         a["name"]: a
         for a in melon_hook.yarn.find_applications(["airflow-dag:melon_pytorch_pipeline"])

@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hadoop.hdfs_io import run_slug
+from airflow_provider_melon.runtime.outputs import hdfs_path
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import run_tag
 
@@ -161,7 +162,7 @@ def test_mnist_pipeline_triggered_like_the_ui(runs, airflow_stack, melon_hook):
     assert result["accuracy"] >= result["threshold"], result
     # the run's folder is named from its run id, and the published model is there
     assert result["published"].endswith(f"/models/mnist/{run_slug(run_id)}"), result
-    assert "saved_model.pb" in melon_hook.hdfs.list(melon_hook.hdfs_path(result["published"]))
+    assert "saved_model.pb" in melon_hook.hdfs.list(hdfs_path(result["published"]))
     apps = melon_hook.yarn.find_applications(["airflow-dag:melon_mnist_pipeline", run_tag(run_id)], match_all=True)
     assert {a["name"]: a["finalStatus"] for a in apps if a["name"] != "mnist-mwms-profile"} == {
         "mnist-mwms": "SUCCEEDED",

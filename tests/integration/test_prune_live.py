@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from airflow_provider_melon.hooks.melon import MelonHook
+from airflow_provider_melon.runtime.outputs import hdfs_path
 from tests.integration.test_cli_live import generic, melon  # noqa: F401 - the `melon` fixture
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ def _age(client, root: str, ms: int) -> None:
 
 def _folder(url: str) -> str:
     """hdfs://nn:port/a/b/c/name → /a/b/c (a cache object's folder)."""
-    return posixpath.dirname(MelonHook.hdfs_path(url))
+    return posixpath.dirname(hdfs_path(url))
 
 
 def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses(  # noqa: F811 - the fixture
@@ -100,7 +100,7 @@ def test_a_cached_object_records_its_use_and_a_recent_one_stays(melon, miniclust
     (tmp_path / "train.py").write_text("print('hi')\n")
     job = generic("prune-touch", "python train.py") | {"code": str(tmp_path)}
     first = melon.submit(job, "--wait", env=env)
-    code = MelonHook.hdfs_path(first["staged"]["code"]["url"])
+    code = hdfs_path(first["staged"]["code"]["url"])
     uploaded = client.status(code)
     time.sleep(1.5)
     second = melon.submit(job, "--wait", env=env)

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from airflow_provider_melon.runtime.outputs import hdfs_path
 from airflow_provider_melon.spec import JobSpec
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ def test_second_submit_of_unchanged_code_uploads_nothing(melon_hook, tmp_path):
         first.files["code"].url, first.files["code"].size, first.files["code"].timestamp, 0
     )
     # The local resource carries HDFS's real length and modification time.
-    status = melon_hook.hdfs.status(melon_hook.hdfs_path(first.files["code"].url))
+    status = melon_hook.hdfs.status(hdfs_path(first.files["code"].url))
     assert status["length"] == first.files["code"].size
     assert status["modificationTime"] == first.files["code"].timestamp
     assert "/.melon/cache/" in first.files["code"].url
@@ -71,7 +72,7 @@ def test_empty_code_folder_stages_no_archive(melon_hook, tmp_path):
 
 
 def _cache_listing(hook, url: str) -> list[str]:
-    parent = hook.hdfs_path(url).rsplit("/", 1)[0]
+    parent = hdfs_path(url).rsplit("/", 1)[0]
     return sorted(hook.hdfs.list(parent))
 
 

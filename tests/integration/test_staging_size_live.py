@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from airflow_provider_melon.hooks.melon import CODE_FILE_KEY
+from airflow_provider_melon.runtime.outputs import hdfs_path
 from airflow_provider_melon.spec import JobSpec
 
 pytestmark = pytest.mark.integration
@@ -176,7 +177,7 @@ def test_new_big_file_is_hashed_while_it_uploads_and_a_sample_collision_is_still
     assert first.uploaded_bytes == 9 * MiB and first.url.endswith(f"/cache/{digest}/blob")
     index = f"{melon_hook.cache_dir}/by-sample/{sample_key(one)}"
     assert melon_hook.hdfs.list(index) == [digest]  # lock and temporary file gone, digest recorded
-    with melon_hook.hdfs.read(melon_hook.hdfs_path(first.url)) as remote:
+    with melon_hook.hdfs.read(hdfs_path(first.url)) as remote:
         assert hashlib.sha256(remote.read()).hexdigest() == digest
     assert melon_hook.stage_file("blob", one).uploaded_bytes == 0
 

@@ -20,6 +20,7 @@ from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hadoop.queues import QueueError
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.melon import MelonHook
+from airflow_provider_melon.runtime.outputs import hdfs_path
 from airflow_provider_melon.spec import JobSpec
 from tests.conftest import running_cluster
 
@@ -138,7 +139,7 @@ def test_tenant_app_is_the_tenants_staged_privately_and_guarded_by_acls(tenants)
 
     # staging: in alice's home, every folder 0700 and hers
     code_url = result["staging"].files["code"].url
-    code_path = MelonHook.hdfs_path(code_url)
+    code_path = hdfs_path(code_url)
     assert code_path.startswith("/user/alice/.melon/cache/")
     su = tenants.superuser_hdfs()
     for folder in ("/user/alice", "/user/alice/.melon", "/user/alice/.melon/cache", "/user/alice/.melon/apps"):

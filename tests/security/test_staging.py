@@ -29,6 +29,7 @@ from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hooks import melon as melon_module
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.runtime.outputs import hdfs_path
 from airflow_provider_melon.spec import JobSpec
 from tests.integration.test_cli_live import CLI, REPO, generic, melon  # noqa: F401 - the `melon` fixture
 from tests.integration.test_tenants_live import SERVICE, _wait_state, tenants, tenants_cluster  # noqa: F401
@@ -78,7 +79,7 @@ def test_alice_runs_with_a_local_env_archive_bob_cannot_read_it(tenants, tmp_pat
     result = tenants.submit(alice, spec)
     app_id = result["app_id"]
     staged = result["staging"].files["env_archive"]
-    env_path = MelonHook.hdfs_path(staged.url)
+    env_path = hdfs_path(staged.url)
     assert env_path.startswith("/user/alice/.melon/cache/"), staged
 
     # The RM lists every user's applications to anyone (what prune relies on): bob sees alice's live app, its
@@ -140,7 +141,7 @@ def test_a_file_rewritten_after_hashing_is_not_stored_under_the_old_digest(melon
     # staged again once it no longer changes: stored under the digest of what it holds now
     staged = melon_hook.stage_file("weights.bin", source)
     assert staged.url.endswith(f"/{real_sha256(source)}/weights.bin") and real_sha256(source) != hashed[0]
-    with melon_hook.hdfs.read(MelonHook.hdfs_path(staged.url)) as reader:
+    with melon_hook.hdfs.read(hdfs_path(staged.url)) as reader:
         assert reader.read() == second
 
 
@@ -231,7 +232,7 @@ def test_alice_prune_of_a_shared_staging_folder_keeps_bobs_live_app(minicluster,
     try:
         _wait_running_task(bob, app_id)
         objects = {
-            MelonHook.hdfs_path(f.url).rsplit("/", 1)[0]
+            hdfs_path(f.url).rsplit("/", 1)[0]
             for k, f in submitted["staging"].files.items()
             if k in ("code", "runtime", "am_jar")
         }

@@ -4,9 +4,12 @@ import time
 import zipfile
 from unittest import mock
 
+import pytest
+
 from airflow_provider_melon.hadoop.bundle import deterministic_zip, folder_files, runtime_files
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnHook
+from airflow_provider_melon.runtime.outputs import hdfs_path
 
 
 def test_zip_is_deterministic_across_mtimes_and_skips_caches(tmp_path):
@@ -31,10 +34,23 @@ def test_runtime_archive_holds_only_what_containers_import():
     assert not any(n.startswith(("airflow_provider_melon/hooks", "airflow_provider_melon/operators")) for n in names)
 
 
-def test_hdfs_path_strips_the_authority():
-    assert MelonHook.hdfs_path("hdfs://nn:8020/a/b") == "/a/b"
-    assert MelonHook.hdfs_path("hdfs:///a/b") == "/a/b"
-    assert MelonHook.hdfs_path("/a/b") == "/a/b"
+def test_hdfs_path_strips_the_authority_and_is_none_outside_hdfs():
+    assert hdfs_path("hdfs://nn:8020/a/b") == "/a/b"
+    assert hdfs_path("hdfs:///a/b") == "/a/b"
+    assert hdfs_path("hdfs://nn:8020") == "/"
+    assert hdfs_path("/a/b") == "/a/b"
+    for elsewhere in ("file:///a/b", "s3a://bucket/a/b", "a/b"):
+        assert hdfs_path(elsewhere) is None
+
+
+def test_the_hook_refuses_a_path_outside_hdfs_before_asking_hdfs():
+    client = mock.Mock()
+    hook = MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=client)
+    for elsewhere in ("s3a://bucket/env.tar.gz", "envs/env.tar.gz"):
+        with pytest.raises(ValueError, match=f"{elsewhere!r} is not in HDFS"):
+            hook.file_status(elsewhere)
+    assert not hook.in_staging_dir("s3a://bucket/x")
+    client.status.assert_not_called()
 
 
 def test_explicit_yarn_hook_reads_no_airflow_connection():

@@ -427,6 +427,14 @@ def test_write_webhdfs_tries_the_next_namenode_after_a_standby_and_says_why_when
         profiler.write_webhdfs(standby.url, "/a.json", b"1", "bob", use_hdfs_package=False)
 
 
+def test_write_webhdfs_refuses_a_path_outside_hdfs_before_any_request(webhdfs):
+    nn = webhdfs()
+    for elsewhere in ("file:///tmp/p.json", "p.json"):
+        with pytest.raises(OSError, match=f"{elsewhere!r} is not in HDFS"):
+            profiler.write_webhdfs(nn.url, elsewhere, b"1", "bob", use_hdfs_package=False)
+    assert nn.requests == []
+
+
 def test_write_webhdfs_with_the_hdfs_package(webhdfs):
     pytest.importorskip("hdfs")
     nn = webhdfs()

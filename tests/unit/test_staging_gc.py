@@ -65,10 +65,9 @@ def test_a_live_index_entry_keeps_its_folder():
 def test_staged_paths_reads_local_resources_and_the_staged_list():
     plan = {
         "local_resources": [{"url": "hdfs://nn:8020/s/cache/x/code.zip"}, {"name": "no url"}],
-        "staged": ["hdfs://nn:8020/s/cache/y/melon-appmaster.jar"],
+        "staged": ["hdfs://nn:8020/s/cache/y/melon-appmaster.jar", "s3a://bucket/elsewhere.zip"],
     }
-    strip = lambda u: "/" + u.split("://", 1)[1].split("/", 1)[1]  # noqa: E731
-    assert staged_paths(plan, strip) == {"/s/cache/x/code.zip", "/s/cache/y/melon-appmaster.jar"}
+    assert staged_paths(plan) == {"/s/cache/x/code.zip", "/s/cache/y/melon-appmaster.jar"}
 
 
 @pytest.mark.parametrize(
