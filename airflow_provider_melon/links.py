@@ -14,8 +14,8 @@ from urllib.parse import quote
 
 from airflow_provider_melon.version_compat import BaseOperatorLink, XCom
 
-if TYPE_CHECKING:
-    from airflow.models.taskinstancekey import TaskInstanceKey
+if TYPE_CHECKING:  # the key BaseOperatorLink.get_link names (3.3's task SDK; 3.0/3.1: airflow.models' twin)
+    from airflow.sdk.types import TaskInstanceKey
 
 
 def yarn_application_url(rm_url: str, app_id: str) -> str:
