@@ -61,12 +61,15 @@ _YARN_EXPANDING = re.compile(
 )
 
 
-def _yarn_token(match: re.Match) -> str:
-    if match.group("split"):
-        return match.group("split") + '""'
-    if match.group("escape"):
-        return "\\" + match.group("escape")
-    return match.group("ref")
+def _yarn_token(match: re.Match[str]) -> str:
+    split: Optional[str] = match.group("split")
+    if split:
+        return split + '""'
+    escape: Optional[str] = match.group("escape")
+    if escape:
+        return "\\" + escape
+    ref: str = match.group("ref")  # only _YARN_EXPANDING has it, and then it matched
+    return ref
 
 
 def yarn_shell_value(value: str, *, expand: bool = False) -> str:
@@ -94,7 +97,7 @@ class StagedFile:
     timestamp: int
     uploaded_bytes: int = 0
 
-    def local_resource(self, type_: str = "FILE", visibility: str = "APPLICATION") -> dict:
+    def local_resource(self, type_: str = "FILE", visibility: str = "APPLICATION") -> dict[str, Any]:
         return {
             "resource": self.url,
             "type": type_,
@@ -138,7 +141,7 @@ def airflow_tags(
     ]
 
 
-def not_reattachable(app: dict, user: Optional[str], killed: set[str]) -> Optional[str]:
+def not_reattachable(app: dict[str, Any], user: Optional[str], killed: set[str]) -> Optional[str]:
     """Why an application found by a task instance's identity tag must not be reattached to, or None. Tags are
     not proof: any YARN user may put any tags on an application; ``killed``: those an earlier try killed."""
     if app.get("id") in killed:
@@ -150,7 +153,7 @@ def not_reattachable(app: dict, user: Optional[str], killed: set[str]) -> Option
     return None
 
 
-def reattach_choice(apps: list[dict]) -> Optional[dict]:
+def reattach_choice(apps: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """Of a task instance's applications that may be reattached to (newest first): a live one, else the newest if it
     SUCCEEDED, else None (a failed or killed one means a fresh submit)."""
     live = [a for a in apps if a.get("state") in LIVE_STATES]
@@ -313,7 +316,7 @@ def build_plan(
     staged_urls: Optional[list[str]] = None,
     status_file: Optional[str] = None,
     gpu_context_mb: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
     submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
     staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``.
@@ -341,9 +344,10 @@ def build_plan(
                 timestamp=code.timestamp,
             )
         )
-    code_links = {f"{CODE_FILE_LINK}{i}": rel for i, rel in enumerate(sorted(code_files or {}))}
+    staged_code = code_files or {}
+    code_links = {f"{CODE_FILE_LINK}{i}": rel for i, rel in enumerate(sorted(staged_code))}
     for link, rel in code_links.items():
-        staged = code_files[rel]
+        staged = staged_code[rel]
         local.append(
             dict(
                 name=link,
@@ -369,7 +373,10 @@ def build_plan(
     if spec.environment.archive:
         if env_archive is None:
             raise ValueError("environment.archive given but not staged")
-        link = spec.environment.python.split("/", 1)[0]
+        archive_python = spec.environment.python
+        if archive_python is None:  # EnvironmentSpec refuses an archive without it
+            raise ValueError("environment.archive given without environment.python")
+        link = archive_python.split("/", 1)[0]
         local.append(
             dict(
                 name=link,
@@ -480,7 +487,7 @@ def build_submission(
     am_memory_mb: int = 512,
     am_java_opts: str = "-Xmx256m",
     acls: Optional[dict[str, str]] = None,
-) -> dict:
+) -> dict[str, Any]:
     """The RM REST ``ApplicationSubmissionContext`` that starts our AM. ``acls``: application ACLs
     (``VIEW_APP``/``MODIFY_APP`` → a Hadoop ACL string, ``"users groups"``), see :func:`application_acls`; the
     ``VIEW_APP`` one also goes to the AM (``MELON_VIEW_ACL``), which checks it for the users the RM web proxy
