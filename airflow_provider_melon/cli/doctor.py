@@ -14,10 +14,10 @@ import uuid
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Optional
-from urllib.parse import urlsplit
 
 from airflow_provider_melon.cli.doctor_submit import SubmitTest
 from airflow_provider_melon.cli.findings import Finding, _fail, _ok, _one_line, _warn
+from airflow_provider_melon.hadoop.nodemanager import nm_base_url
 from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list
 
 DRC = "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
@@ -265,11 +265,7 @@ class Doctor:
 
     # ---- NodeManagers: reachable from here, YARN's own GPU plugin ------------------------------------------
     def _nm_url(self, node: dict) -> Optional[str]:
-        address = node.get("nodeHTTPAddress")
-        if not address:
-            return None
-        scheme = urlsplit(self.yarn.active_rm).scheme or "http"
-        return f"{scheme}://{address}"
+        return nm_base_url(node.get("nodeHTTPAddress"), self.yarn.active_rm)
 
     def check_nodemanagers(self) -> Finding:
         """Every RUNNING NodeManager's web port answers from here: Airflow's workers and triggerer read the job's
