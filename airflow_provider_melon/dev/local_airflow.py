@@ -162,7 +162,7 @@ class AirflowApi:
         """Trigger a run as the UI's Trigger button does (no logical date; ``run_id``: the form's "Run id"
         field, else Airflow's own); returns its ``dag_run_id``."""
         self.wait_dag(dag_id)
-        body = {"logical_date": None, "conf": conf or {}}
+        body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}
         if run_id:
             body["dag_run_id"] = run_id
         run = self.api("POST", f"/dags/{quote(dag_id)}/dagRuns", body)

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 from airflow_provider_melon.gpu.ledger import pid_alive
 from airflow_provider_melon.hadoop.rm_json import GPU_RESOURCE, parse_resource
@@ -88,9 +89,17 @@ class ClusterDetails:
         return host, int(port)
 
 
+class Tenants(TypedDict):
+    service_user: str
+    queues: dict[str, tuple[str, int, int]]  # tenant user -> (queue, guaranteed %, maximum %)
+    admin_user: str
+    admin_group: str
+    proxy_group: str
+
+
 #: What ``start(tenants=True)`` sets up (the launcher's tenantsConf): the service user that submits on behalf of
 #: others (doAs), tenant user → queue (guaranteed %, maximum %), the admin user and its group.
-TENANTS = {
+TENANTS: Tenants = {
     "service_user": "airflow",
     "queues": {"alice": ("tenant_a", 40, 100), "bob": ("tenant_b", 40, 50)},
     "admin_user": "ops",
@@ -260,7 +269,9 @@ def gpu_layout(work_dir: Path, nodemanagers: int, gpus: int, gpu_memory_mb: int,
             )
         )
         message = f"{why}; each NodeManager advertises {gpus} virtual GPU(s), {gpu_memory_mb} MiB in all"
-        env = [{"CUDA_VISIBLE_DEVICES": HIDDEN_GPUS}] * nodemanagers if found else [{}] * nodemanagers
+        env: list[dict[str, str]] = (
+            [{"CUDA_VISIBLE_DEVICES": HIDDEN_GPUS}] * nodemanagers if found else [{}] * nodemanagers
+        )
         return GpuLayout(
             "virtual",
             gpus,
@@ -269,7 +280,8 @@ def gpu_layout(work_dir: Path, nodemanagers: int, gpus: int, gpu_memory_mb: int,
             env=list(env),
         )
     smallest = min(g.total_mb for g in found)
-    nodes, env = [], []
+    nodes: list[dict[str, Any]] = []
+    env = []
     for i in range(nodemanagers):
         mine = list(found)[i * per : (i + 1) * per]
         inventory = Path(work_dir) / f"gpu-inventory-nm{i}.json"
