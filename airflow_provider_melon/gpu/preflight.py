@@ -8,6 +8,7 @@ never fit, instead of leaving an application that waits in ACCEPTED or a gang th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
@@ -17,6 +18,7 @@ __all__ = [
     "NodeGpus",
     "Report",
     "PreflightError",
+    "as_number",
     "node_gpus",
     "check",
     "ensure_gpus_fit",
@@ -97,11 +99,13 @@ class Report:
         return "the job cannot run on this cluster: " + "; ".join(self.problems) + ". Cluster: " + self.capacity()
 
 
-def _int(value: Any) -> int:
+def as_number(value: Any) -> float:
+    """A number from a JSON value (an RM report, a role dict): 0 for a missing, unreadable or non-finite one."""
     try:
-        return int(float(value))
+        number = float(value or 0)
     except (TypeError, ValueError):
-        return 0
+        return 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 def node_gpus(node: Mapping[str, Any]) -> Optional[NodeGpus]:
@@ -114,18 +118,22 @@ def node_gpus(node: Mapping[str, Any]) -> Optional[NodeGpus]:
     if not isinstance(resources, Mapping):
         resources = {}
     name = str(node.get("id") or node.get("nodeHostName") or node.get("name") or "node")
-    return NodeGpus(name, max(0, _int(resources.get(GPU_RESOURCE))), max(0, _int(resources.get(GPU_MEMORY_RESOURCE))))
+    return NodeGpus(
+        name,
+        max(0, int(as_number(resources.get(GPU_RESOURCE)))),
+        max(0, int(as_number(resources.get(GPU_MEMORY_RESOURCE)))),
+    )
 
 
 def _role_numbers(role: Any) -> tuple[int, int, int]:
     """``(instances, gpus, gpu_memory_mb)`` of a RoleSpec or a plain dict (sizes in dicts are MiB)."""
     if isinstance(role, Mapping):
-        instances = _int(role.get("instances", 1)) or 1
-        gpus = _int(role.get("gpus") or 0)
+        instances = int(as_number(role.get("instances", 1))) or 1
+        gpus = int(as_number(role.get("gpus")))
         mem = role.get("gpu_memory_mb", role.get("gpu_memory")) or 0
         if isinstance(mem, str) and not mem.strip().replace(".", "", 1).isdigit():
             raise ValueError(f"role gpu_memory {mem!r}: give MiB as a number here (or pass the JobSpec's roles)")
-        return instances, gpus, _int(mem)
+        return instances, gpus, int(as_number(mem))
     return int(role.instances), int(role.gpus or 0), int(role.gpu_memory_mb)
 
 

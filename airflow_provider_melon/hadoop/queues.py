@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from airflow_provider_melon.gpu.preflight import GPU_MEMORY_RESOURCE, GPU_RESOURCE, _role_numbers
+from airflow_provider_melon.gpu.preflight import GPU_MEMORY_RESOURCE, GPU_RESOURCE, _role_numbers, as_number
 from airflow_provider_melon.hadoop.rm_json import as_dict, as_list, parse_resource
 
 __all__ = ["AM_RESOURCE", "QueueError", "QueueReport", "leaf_queues", "check", "ensure_queue_fits", "user_limit"]
@@ -96,20 +96,13 @@ _UNITS = {
 }
 
 
-def _num(value: Any) -> float:
-    try:
-        return float(value or 0)
-    except (TypeError, ValueError):
-        return 0.0
-
-
 def _containers(roles: Mapping[str, Any], am: Mapping[str, int]) -> list[dict[str, float]]:
     """One resource dict per container of the gang, the AM first (role dicts: sizes in MiB)."""
     out: list[dict[str, float]] = [dict(am)]
     for role in roles.values():
         instances, gpus, gpu_mb = _role_numbers(role)
         if isinstance(role, Mapping):
-            memory, vcores = _num(role.get("memory_mb", role.get("memory", 0))), _num(role.get("vcores", 1))
+            memory, vcores = as_number(role.get("memory_mb", role.get("memory", 0))), as_number(role.get("vcores", 1))
         else:
             memory, vcores = role.memory_mb, role.vcores
         out += [{"memory-mb": memory, "vcores": vcores, GPU_RESOURCE: gpus, GPU_MEMORY_RESOURCE: gpu_mb}] * instances
@@ -120,11 +113,11 @@ def user_limit(info: Mapping[str, Any]) -> Optional[dict[str, float]]:
     """What one user may ever hold of the leaf queue ``info`` (its scheduler JSON), per resource; None where the
     answer does not say (no user-limit-factor, no absolute capacities)."""
     factor = info.get("userLimitFactor")
-    abs_cap, abs_max = _num(info.get("absoluteCapacity")), _num(info.get("absoluteMaxCapacity"))
+    abs_cap, abs_max = as_number(info.get("absoluteCapacity")), as_number(info.get("absoluteMaxCapacity"))
     maximum = _resources(info.get("maxEffectiveCapacity"))
     if factor is None or not maximum or abs_max <= 0:
         return None
-    factor = _num(factor)
+    factor = as_number(factor)
     limit: dict[str, float] = {}
     for resource, most in maximum.items():
         if factor == -1 or abs_cap <= 0:
@@ -211,7 +204,7 @@ def _check_user_limit(
         return
     report.user_limit = limit
     containers = _containers(roles, am)
-    factor = _num(info.get("userLimitFactor"))
+    factor = as_number(info.get("userLimitFactor"))
     for resource, unit in _UNITS.items():
         total = sum(c.get(resource, 0) for c in containers)
         largest = max(c.get(resource, 0) for c in containers)
@@ -222,7 +215,7 @@ def _check_user_limit(
         need = (total - largest) / capacity if capacity > 0 else float("inf")
         report.problems.append(
             f"{who} may hold at most {ceiling:g} {unit} of this queue (capacity "
-            f"{_num(info.get('absoluteCapacity')):g} % x user-limit-factor {factor:g}), and YARN grants one "
+            f"{as_number(info.get('absoluteCapacity')):g} % x user-limit-factor {factor:g}), and YARN grants one "
             f"container past that at most: the gang needs {total:g} {unit} at once (the AM and {len(containers) - 1} "
             f"task(s)), so its last tasks would never be granted while the first ones hold their containers; fix: "
             "submit to a queue where you may hold more, ask for fewer or smaller tasks, or ask the admin to raise "

@@ -41,6 +41,13 @@ def test_node_with_memory_but_no_gpu_count_is_one_gpu_and_non_running_nodes_are_
     assert node_gpus({"yarn.io/gpu": 2, "melon.io/gpu-memory": 32768}).per_gpu_mb == 16384
 
 
+def test_unreadable_or_non_finite_resource_numbers_count_as_none():
+    # json.loads reads Infinity and NaN as floats: a node reporting them offers no GPU rather than failing
+    for junk in (float("inf"), float("nan"), "Infinity", "many", None, ""):
+        assert node_gpus(node("odd", junk, junk)) == NodeGpus("odd:45454", 0, 0)
+    assert node_gpus(node("str", "2", "32768.0")) == NodeGpus("str:45454", 2, 32768)
+
+
 def test_shared_role_above_the_largest_gpu_fails_with_the_numbers():
     report = check(MINI, roles(chief={"gpu_memory": "20GiB"}, worker={"instances": 2, "gpu_memory": "4GiB"}))
     assert not report.ok
