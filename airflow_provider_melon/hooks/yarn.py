@@ -13,16 +13,11 @@ import getpass
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypedDict
 from urllib.parse import parse_qsl, quote, urljoin, urlsplit
 
 import requests
 import tenacity
-
-try:  # Airflow 3.x task SDK
-    from airflow.sdk import BaseHook
-except ImportError:  # pragma: no cover - Airflow 2 fallback, not a supported target
-    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
 
 from airflow_provider_melon.hadoop.nodemanager import ContainerLogChunk, nm_base_url, read_container_log
 from airflow_provider_melon.hadoop.rm_json import (
@@ -41,7 +36,7 @@ from airflow_provider_melon.hadoop.rm_json import (
 # CONN_FORM_FIELDS is the whole form (the RM client's fields and MelonHook's): Airflow 3.0/3.1 take the form from
 # get_connection_form_widgets only (version_compat.py), so it must list MelonHook's fields too.
 from airflow_provider_melon.provider_info import CONN_FORM_FIELDS, YARN_UI_FIELD_BEHAVIOUR
-from airflow_provider_melon.version_compat import connection_form_widgets, run_in_thread
+from airflow_provider_melon.version_compat import BaseHook, connection_form_widgets, run_in_thread
 
 if TYPE_CHECKING:
     from requests.auth import AuthBase
@@ -152,6 +147,19 @@ def _normalise_app(app: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------------
 
 
+class _ExplicitArgs(TypedDict):
+    """The hook's own arguments, which ``_configure`` weighs against its connection's."""
+
+    rm_urls: Sequence[str] | str | None
+    user: str | None
+    auth: str | AuthBase | None
+    timeout: tuple[float, float] | float | None
+    retries: int | None
+    verify: bool | str | None
+    kerberos_principal: str | None
+    proxy_user: str | None
+
+
 class YarnHook(BaseHook):
     """Sync client for the YARN ResourceManager REST API (``/ws/v1/cluster``).
 
@@ -202,7 +210,7 @@ class YarnHook(BaseHook):
         self.yarn_conn_id = yarn_conn_id
         #: False when built from explicit ``rm_urls`` (CLI, tests): no Airflow connection is read.
         self.from_connection = rm_urls is None
-        self._explicit = {
+        self._explicit: _ExplicitArgs = {
             "rm_urls": rm_urls,
             "user": user,
             "auth": auth,
