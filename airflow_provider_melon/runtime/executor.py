@@ -21,7 +21,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import List, Mapping, Optional, Tuple
+from types import FrameType
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from airflow_provider_melon.gpu import devices as _devices
 from airflow_provider_melon.gpu import ledger as _ledger
@@ -73,7 +74,7 @@ class Executor:
         self.gpu_total_mb = 0
         self.gpu_source = "none"
         self.mps = False  # a CUDA MPS control daemon serves this node (reported to the AM at registration)
-        self.child: Optional[subprocess.Popen] = None
+        self.child: Optional[subprocess.Popen[bytes]] = None
         self.terminating = threading.Event()
         self.cap_dir: Optional[str] = None
         self.peak_file = os.path.join(self.workdir, "melon-peak.json")  # MELON_PEAK_FILE (runtime/peak.py)
@@ -85,7 +86,7 @@ class Executor:
         self._peak_lock = threading.Lock()
         self.largest_gpu_mb: Optional[int] = None  # the largest GPU of this node's list
         self.stderr_mark: Optional[int] = None  # where fd 2's file ended when the user's process started
-        self.oom: Optional[dict] = None  # the final heartbeat's "oom", once one is recognised
+        self.oom: Optional[dict[str, Any]] = None  # the final heartbeat's "oom", once one is recognised
         self.port_sock: Optional[socket.socket] = None
         self._starting = False  # between "about to Popen" and "self.child is set": never raise from a signal
         self.host = ""  # the address registered with the AM
@@ -99,7 +100,7 @@ class Executor:
         self._tensorboard_closed = False  # stop_tensorboard ran: start none
 
     # ---- signals -----------------------------------------------------------------------------------------
-    def _on_signal(self, signum, frame):
+    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         first = not self.terminating.is_set()
         self.terminating.set()
         child = self.child
@@ -225,7 +226,7 @@ class Executor:
             self.port_sock.close()
             self.port_sock = None
 
-    def register(self, host: str, port: int) -> dict:
+    def register(self, host: str, port: int) -> dict[str, Any]:
         cfg = self.cfg
         body = {
             "role": cfg.role,
@@ -245,8 +246,9 @@ class Executor:
         while True:
             status, data = self.am.post("/register", body)
             if status == 200 and isinstance(data, dict) and isinstance(data.get("cluster"), dict):
-                log(f"gang complete: {json.dumps(data['cluster'], sort_keys=True)}")
-                return data["cluster"]
+                cluster: dict[str, Any] = data["cluster"]
+                log(f"gang complete: {json.dumps(cluster, sort_keys=True)}")
+                return cluster
             if status == 403:
                 raise Fatal(
                     EXIT_AM_REFUSED,
@@ -271,7 +273,7 @@ class Executor:
             self._sleep(0.5 if status == 202 else 1.0)
 
     # ---- user process ------------------------------------------------------------------------------------
-    def child_env(self, cluster: Mapping) -> dict:
+    def child_env(self, cluster: Mapping[str, Sequence[str]]) -> dict[str, str]:
         cfg = self.cfg
         env = dict(self.env)
         env.pop("MELON_SECRET", None)  # least privilege: the user's code does not talk to the AM
@@ -303,7 +305,7 @@ class Executor:
                 log("no GPU: memory cap not applied")
         return env
 
-    def start_child(self, env: Mapping) -> subprocess.Popen:
+    def start_child(self, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         try:
             argv = resolve_python(shlex.split(self.cfg.entrypoint))
         except ValueError as exc:  # unbalanced quotes: the spec refuses them, a hand-set variable may not
@@ -408,7 +410,7 @@ class Executor:
             )
             self.peak_mb, self.peak_source = got if got is not None else (None, None)
 
-    def gpu_oom(self, code: int) -> Optional[dict]:
+    def gpu_oom(self, code: int) -> Optional[dict[str, Any]]:
         """The ``oom`` object of the final heartbeat when the user's process died of a GPU out-of-memory error
         (recognised in its stderr's tail, ``runtime/oom.py``), else None."""
         tail = _oom.stderr_tail(2, since=self.stderr_mark)
@@ -438,7 +440,7 @@ class Executor:
             )
         return self.oom
 
-    def _oversubscription(self) -> Optional[dict]:
+    def _oversubscription(self) -> Optional[dict[str, Any]]:
         """:func:`gpu.ledger.overrun` on this task's GPU now (NVML's processes against the ledger), None when the
         GPU holds nobody beyond their reservation or NVML cannot say."""
         if self.gpu_source != "nvml" or not self.gpu_indices:
@@ -469,6 +471,7 @@ class Executor:
             if mark == sent_mark and time.monotonic() - last_beat < self.cfg.heartbeat_s:
                 continue
             last_beat = time.monotonic()
+            status: int | str | None
             try:
                 status = self.heartbeat()
             except Exception as exc:  # never let heartbeats kill the task
@@ -485,6 +488,7 @@ class Executor:
         periodic loop has stopped (joined), so nothing older can reach the AM after it. A few tries: it is what the
         AM keeps for the application's final status."""
         for attempt in range(1, FINAL_HEARTBEAT_TRIES + 1):
+            status: int | str | None
             try:
                 status = self.heartbeat(message=message)
             except Exception as exc:  # noqa: BLE001 - reported below, never fatal
