@@ -19,7 +19,12 @@ from urllib.parse import parse_qsl, quote, urljoin, urlsplit
 import requests
 import tenacity
 
-from airflow_provider_melon.hadoop.nodemanager import ContainerLogChunk, nm_base_url, read_container_log
+from airflow_provider_melon.hadoop.nodemanager import (
+    ContainerLogChunk,
+    NodeManagerError,
+    nm_base_url,
+    read_container_log,
+)
 from airflow_provider_melon.hadoop.rm_json import (
     YarnApiError,
     as_dict,
@@ -732,12 +737,16 @@ class YarnHook(BaseHook):
 
     # ---------------------------------------------------------------- NodeManagers (container logs)
 
-    def node_base_url(self, node_http: str) -> str:
-        """``http(s)://<node http address>``: the RM's ``nodeHTTPAddress`` carries no scheme; the NMs use the RM's."""
-        return nm_base_url(str(node_http), self.active_rm)
+    def node_base_url(self, node_http: str | None) -> str:
+        """``http(s)://<node http address>``: the RM's ``nodeHTTPAddress`` carries no scheme; the NMs use the RM's.
+        Raises :class:`NodeManagerError` when there is no address (a node the RM lists without one)."""
+        base = nm_base_url(node_http, self.active_rm)
+        if base is None:
+            raise NodeManagerError(f"no NodeManager address (nodeHTTPAddress {node_http!r}) to reach")
+        return base
 
     def container_log(
-        self, node_http: str, container_id: str, filename: str = "stdout", size: int | None = None
+        self, node_http: str | None, container_id: str, filename: str = "stdout", size: int | None = None
     ) -> ContainerLogChunk:
         """Part of a container's log file, from its NodeManager (:func:`~airflow_provider_melon.hadoop.nodemanager.
         read_container_log`), through the hook's session (its auth), with a short timeout and no retries.
@@ -747,7 +756,7 @@ class YarnHook(BaseHook):
         return read_container_log(
             self.get_conn(),
             self.node_base_url(node_http),
-            node_http,
+            str(node_http),
             container_id,
             filename,
             size,
@@ -897,11 +906,11 @@ class AsyncYarnHook:
     async def get_url(self, url: str, params: dict[str, Any] | None = None, **kw: Any) -> requests.Response:
         return await self._call("get_url", url, params, **kw)
 
-    async def node_base_url(self, node_http: str) -> str:
+    async def node_base_url(self, node_http: str | None) -> str:
         return await self._call("node_base_url", node_http)
 
     async def container_log(
-        self, node_http: str, container_id: str, filename: str = "stdout", size: int | None = None
+        self, node_http: str | None, container_id: str, filename: str = "stdout", size: int | None = None
     ) -> ContainerLogChunk:
         return await self._call("container_log", node_http, container_id, filename, size)
 

@@ -844,3 +844,16 @@ def test_get_url_reaches_another_daemon_with_the_hooks_auth_and_no_redirects(m):
     assert hook.get_url("http://nm1:8042/moved").status_code == 307  # not followed
     m.get("http://nm1:8042/missing", status_code=404)
     assert hook.get_url("http://nm1:8042/missing").status_code == 404  # no YarnApiError: the caller decides
+
+
+def test_container_log_without_a_node_address_says_so_and_calls_nothing(m):
+    """The RM may list a node without a ``nodeHTTPAddress``: there is no NodeManager to ask (never ``http://None``)."""
+    from airflow_provider_melon.hadoop.nodemanager import NodeManagerError
+
+    hook = make_hook()
+    for missing in (None, ""):
+        with pytest.raises(NodeManagerError, match="no NodeManager address"):
+            hook.container_log(missing, "container_1700000000000_0001_01_000002")
+        with pytest.raises(NodeManagerError, match="no NodeManager address"):
+            hook.node_base_url(missing)
+    assert m.request_history == []
