@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO))
 
 from airflow_provider_melon.cli import melon_hook_for_cluster  # noqa: E402
 from airflow_provider_melon.dev import minicluster as mc  # noqa: E402
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
 TRAINING = REPO / "dags" / "training" / "mnist"
@@ -84,7 +85,7 @@ def main() -> int:
                 marks.setdefault("all task containers allocated", now)
             if len(tasks) == n_tasks and all(t["state"] in ("REGISTERED", "SUCCEEDED") for t in tasks):
                 marks.setdefault("gang registered (executors up, cluster spec out)", now)
-        if app["state"] in ("FINISHED", "FAILED", "KILLED"):
+        if app["state"] in TERMINAL_STATES:
             marks["finished: " + app["finalStatus"]] = now
             break
         time.sleep(0.2)

@@ -31,6 +31,7 @@ import pytest
 from airflow_provider_melon.cli.jobs import QUIETED_LOGGERS
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.dev.local_airflow import LocalAirflow
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.spec import JobSpec
 
 #: the fault and hostile-tenant tables, printed at the end of a run on any number of xdist workers
@@ -39,7 +40,6 @@ pytest_plugins = ["tests.evidence"]
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
-TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
 try:
     from hypothesis import HealthCheck, settings
@@ -267,7 +267,7 @@ class Jobs:
     def app(self, app_id: str) -> dict:
         return self.hook.yarn.get_application(app_id)
 
-    def wait(self, app_id: str, timeout: float = 240, states=TERMINAL) -> dict:
+    def wait(self, app_id: str, timeout: float = 240, states=TERMINAL_STATES) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             app = self.app(app_id)
@@ -288,7 +288,7 @@ class Jobs:
             last = self.status(app_id)
             if last and predicate(last):
                 return last
-            if last is None and self.app(app_id)["state"] in TERMINAL:
+            if last is None and self.app(app_id)["state"] in TERMINAL_STATES:
                 raise AssertionError(f"{app_id} ended with no AM status to match\n{self.picture(app_id)}")
             time.sleep(1)
         raise AssertionError(
@@ -312,7 +312,7 @@ class Jobs:
     def kill_all(self):
         for app_id in self.submitted:
             try:
-                if self.app(app_id)["state"] not in TERMINAL:
+                if self.app(app_id)["state"] not in TERMINAL_STATES:
                     self.hook.yarn.kill_application(app_id)
             except Exception:  # noqa: BLE001 - best effort clean-up
                 pass

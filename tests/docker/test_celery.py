@@ -18,13 +18,13 @@ import time
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.submission import identity_tag
 from tests.docker.conftest import CELERY_WORKERS, NN_URL, http_json
 
 pytestmark = pytest.mark.docker
 
 DAG_ID = "melon_celery_probe"
-LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
 
 
 def _wait(what: str, timeout: float, check, picture):
@@ -93,7 +93,7 @@ def test_a_dead_worker_s_retry_reattaches_and_a_deferred_task_survives_a_trigger
         stack.compose("kill", "-s", "KILL", victim)
         stack.compose("kill", "-s", "KILL", "triggerer")
         stack.compose("start", "triggerer")
-        assert stack.rm(f"/ws/v1/cluster/apps/{sync_app['id']}")["app"]["state"] in LIVE  # YARN's app lives on
+        assert stack.rm(f"/ws/v1/cluster/apps/{sync_app['id']}")["app"]["state"] in LIVE_STATES  # YARN's app lives on
 
         # 3. the retry runs on the other worker and follows the same application
         retry = _wait(f"train_sync's retry running on {survivor}", 420,

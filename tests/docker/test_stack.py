@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from tests.docker.conftest import HADOOP_VERSION, NN_URL, RM_URL, http_json
 
 pytestmark = pytest.mark.docker
@@ -206,7 +207,7 @@ def test_a_task_that_finds_no_gpu_on_a_node_is_placed_on_another(stack):
             except Exception:  # noqa: BLE001 - the AM is gone once the app ends
                 pass
             app = stack.rm(f"/ws/v1/cluster/apps/{probe}")["app"]
-            return app if app["state"] in ("FINISHED", "FAILED", "KILLED") else None
+            return app if app["state"] in TERMINAL_STATES else None
 
         app = _wait(finished, 240, "the probe to finish")
         assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"]

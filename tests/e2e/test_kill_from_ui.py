@@ -15,6 +15,7 @@ import re
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.submission import run_tag
 from airflow_provider_melon.version_compat import AIRFLOW_VERSION, trigger_has_on_kill
 from tests.waits import airflow_cause, causes, rm_cause, wait_for
@@ -22,7 +23,6 @@ from tests.waits import airflow_cause, causes, rm_cause, wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DAG_ID = "melon_e2e_kill"
-LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def kill_run(airflow_stack, melon_hook_module):
     run_id = airflow_stack.trigger(DAG_ID)
     yield run_id
     for app in melon_hook_module.yarn.find_applications([f"airflow-dag:{DAG_ID}", run_tag(run_id)], match_all=True):
-        if app["state"] in LIVE:  # a test that failed leaves no 10-minute job behind
+        if app["state"] in LIVE_STATES:  # a test that failed leaves no 10-minute job behind
             try:
                 melon_hook_module.yarn.kill_application(app["id"])
             except Exception:  # noqa: BLE001 - best effort
@@ -60,7 +60,7 @@ def _mark_failed_and_wait_killed(stack, hook, run_id: str, task_id: str, app_id:
     stack.set_task_state(DAG_ID, run_id, task_id, "failed")
     assert _ti(stack, run_id, task_id)["state"] == "failed"
     app = wait_for(
-        lambda: (lambda a: a if a["state"] not in LIVE else None)(hook.yarn.get_application(app_id)),
+        lambda: (lambda a: a if a["state"] not in LIVE_STATES else None)(hook.yarn.get_application(app_id)),
         120,
         f"YARN application {app_id} of {task_id} to end after the task was marked failed",
         cause=cause,
@@ -105,7 +105,7 @@ def test_marking_a_deferred_train_task_failed_kills_its_app(kill_run, airflow_st
         lambda: (
             lambda text: (
                 f"Killing YARN application {app['id']}" in text
-                and any(s not in LIVE for s in re.findall(ended_re, text))
+                and any(s not in LIVE_STATES for s in re.findall(ended_re, text))
             )
         )(trigger_log.read_text()),
         60,
@@ -120,7 +120,7 @@ def test_marking_a_deferred_train_task_failed_kills_its_app(kill_run, airflow_st
         assert "the task is no longer deferred (it is failed)" in said, (AIRFLOW_VERSION, said[-3000:])
     # the kill waited until the RM no longer showed the app live (KILLED, or FINAL_SAVING on its way there)
     ended = re.findall(ended_re, said)
-    assert ended and ended[-1] not in LIVE, (ended, said[-3000:])
+    assert ended and ended[-1] not in LIVE_STATES, (ended, said[-3000:])
     # the state check before the kill (a trigger handed to another triggerer is not killed) read the real state
     assert "Could not read the state of task" not in said, said[-3000:]
 

@@ -8,12 +8,11 @@ import signal
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.version_compat import RESUMABLE_JOBS
 from tests.waits import causes, rm_cause, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
 
 
 def _log_tail(path, lines: int = 30):
@@ -49,7 +48,7 @@ def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path, 
             lambda: [
                 a
                 for a in melon_hook.yarn.find_applications(["airflow-dag:melon_e2e_probe"])
-                if a["id"] not in before and a["state"] in LIVE
+                if a["id"] not in before and a["state"] in LIVE_STATES
             ],
             120,
             "the first submission",
@@ -67,7 +66,7 @@ def test_retry_after_a_crashed_worker_reattaches(airflow, melon_hook, tmp_path, 
         # The worker dies without running on_kill (SIGKILL): the YARN application lives on.
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
-        assert melon_hook.yarn.get_application(app["id"])["state"] in LIVE
+        assert melon_hook.yarn.get_application(app["id"])["state"] in LIVE_STATES
 
         second = airflow.popen("tasks", "test", "melon_e2e_probe", task_id, date, *params, log=second_log)
         wait_for(

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.submission import run_tag
 from airflow_provider_melon.triggers.yarn import LOG_STATE_XCOM_KEY
 from tests.waits import airflow_cause, causes, rm_cause, wait_for
@@ -124,7 +125,7 @@ def _run_with_kills(stack, melon_hook, rng: random.Random, most: int, row, hurry
         return (json.loads(value) if isinstance(value, str) else value)["state"]["seq"]
 
     def ended() -> bool:
-        return melon_hook.yarn.get_application(app["id"])["state"] in ("FINISHED", "FAILED", "KILLED")
+        return melon_hook.yarn.get_application(app["id"])["state"] in TERMINAL_STATES
 
     killed: list[tuple[str, int, float]] = []
     triggerer = ti["triggerer_job"]["id"]

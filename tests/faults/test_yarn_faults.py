@@ -14,6 +14,7 @@ from unittest import mock
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
@@ -22,8 +23,6 @@ from tests.waits import rm_cause, wait_for
 from .conftest import app_containers_prefix, container_group, sigkill_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
 
 
 def all_registered(status: dict, n: int) -> bool:
@@ -96,7 +95,7 @@ def _rm_restart(fault_jobs, fault_hook, fault_cluster, row, caplog, tmp_path, ou
         cause=rm_cause(fault_hook, app_id, fault_cluster),
     )
     recovered_s = row.recovered()
-    assert back["state"] in LIVE | {"FINISHED"}, back
+    assert back["state"] in (*LIVE_STATES, "FINISHED"), back
     final = fault_jobs.wait(app_id, timeout=240)
     for f in followers:
         f.join(timeout=120)

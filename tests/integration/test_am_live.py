@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
+
 pytestmark = pytest.mark.integration
 
 SLEEP_PRINT = (
@@ -243,7 +245,7 @@ def test_reported_progress_moves_the_rm_progress_bar(jobs, melon_hook):
             status = jobs.status(app_id) if reported is None else None
             if status and status["tasks"] and status["tasks"][0].get("metrics"):
                 reported = status["tasks"][0]
-        if app["state"] in ("FINISHED", "FAILED", "KILLED"):
+        if app["state"] in TERMINAL_STATES:
             break
         time.sleep(1)
     status_seen = [p for p in seen if 0 < p < 100]

@@ -16,13 +16,13 @@ import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hadoop import memory_history
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "airflow_provider_melon.cli"]
-TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
 
 class Melon:
@@ -73,7 +73,7 @@ def melon(minicluster, yarn_hook, tmp_path):
     yield m
     for app_id in m.submitted:
         try:
-            if yarn_hook.get_application(app_id)["state"] not in TERMINAL:
+            if yarn_hook.get_application(app_id)["state"] not in TERMINAL_STATES:
                 yarn_hook.kill_application(app_id)
         except Exception:  # noqa: BLE001 - best-effort clean-up
             pass

@@ -22,6 +22,7 @@ import pytest
 
 from airflow_provider_melon.cli import melon_hook_for_cluster
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.spec import JobSpec
 from tests.conftest import port_base
 
@@ -171,7 +172,7 @@ def wait_until_ended(hook, app_id: str, timeout: float = 300) -> dict:
     app = {}
     while time.monotonic() < deadline:
         app = hook.yarn.get_application(app_id)
-        if app["state"] in ("FINISHED", "FAILED", "KILLED"):
+        if app["state"] in TERMINAL_STATES:
             return app
         time.sleep(1)
     raise AssertionError(

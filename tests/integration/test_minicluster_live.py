@@ -11,6 +11,7 @@ import time
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from tests.conftest import port_base
 
 pytestmark = pytest.mark.integration
@@ -127,7 +128,7 @@ def test_a_two_gpu_host_gives_each_nodemanager_its_own_gpu(tmp_path, monkeypatch
             )
         )["app_id"]
         deadline = time.monotonic() + 240
-        while (app := hook.yarn.get_application(app_id))["state"] not in ("FINISHED", "FAILED", "KILLED"):
+        while (app := hook.yarn.get_application(app_id))["state"] not in TERMINAL_STATES:
             if time.monotonic() > deadline:
                 hook.yarn.kill_application(app_id)
                 raise AssertionError(

@@ -13,14 +13,13 @@ import pytest
 import requests
 
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.kerberos import KerberosError
 from airflow_provider_melon.hooks.yarn import YarnHook
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.integration
-
-TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
 
 def _hook(cluster, tmp_path, name="airflow", **kw) -> YarnHook:
@@ -228,7 +227,7 @@ print("TOKEN-PROBE", "HDFS_DELEGATION_TOKEN" if b"HDFS_DELEGATION_TOKEN" in data
 def _wait_terminal(yarn, app_id, timeout=240):
     deadline = time.monotonic() + timeout
     app = yarn.get_application(app_id)
-    while app["state"] not in TERMINAL and time.monotonic() < deadline:
+    while app["state"] not in TERMINAL_STATES and time.monotonic() < deadline:
         time.sleep(1)
         app = yarn.get_application(app_id)
     return app

@@ -17,6 +17,7 @@ from hdfs import InsecureClient
 from hdfs.util import HdfsError
 
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.hadoop.queues import QueueError
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.melon import MelonHook
@@ -97,7 +98,7 @@ class Tenants:
         admin = self.hook(T["admin_user"])
         for app_id in self.submitted:
             try:
-                if admin.yarn.get_state(app_id) not in ("FINISHED", "FAILED", "KILLED"):
+                if admin.yarn.get_state(app_id) not in TERMINAL_STATES:
                     admin.yarn.kill_application(app_id)
             except Exception:  # noqa: BLE001 - best effort clean-up
                 pass

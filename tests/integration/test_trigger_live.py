@@ -9,13 +9,12 @@ import time
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 from tests.counting_proxy import CountingProxy
 
 pytestmark = pytest.mark.integration
-
-LIVE = {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"}
 
 
 def _job(seconds: float, code: int = 0) -> dict:
@@ -73,7 +72,7 @@ def test_timeout_event_leaves_the_app_to_the_operator(minicluster, jobs):
     app_id = jobs.submit(_job(120))
     event = asyncio.run(_first_event(_trigger(minicluster, app_id, deadline=time.time() + 8), timeout=60))
     assert event.payload["status"] == "timeout" and event.payload["app_id"] == app_id
-    assert jobs.app(app_id)["state"] in LIVE
+    assert jobs.app(app_id)["state"] in LIVE_STATES
 
 
 def test_cancel_then_cleanup_keeps_the_app_and_on_kill_kills_it(minicluster, jobs):

@@ -18,12 +18,12 @@ import uuid
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
 
 pytestmark = pytest.mark.integration
 
-TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 
 # No double quotes and no '$' in the source: the NM writes env values inside double quotes in launch_container.sh.
 TRIVIAL_AM_SRC = (
@@ -88,7 +88,7 @@ def _context(
     }
 
 
-def _wait_state(hook: YarnHook, app_id: str, states: set[str], timeout: float) -> dict:
+def _wait_state(hook: YarnHook, app_id: str, states: tuple[str, ...] | set[str], timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     app = hook.get_application(app_id)
     while app.get("state") not in states and time.monotonic() < deadline:
@@ -108,7 +108,7 @@ def _wait_for(fn, timeout: float, interval: float = 0.5):
 
 def _kill_quietly(hook: YarnHook, app_id: str) -> None:
     try:
-        if hook.get_state(app_id) not in TERMINAL:
+        if hook.get_state(app_id) not in TERMINAL_STATES:
             hook.kill_application(app_id)
     except YarnApiError:
         pass
@@ -160,7 +160,7 @@ def test_sleep_am_runs_to_a_terminal_state_and_is_found_by_tag(yarn_hook):
     tag = _tag()
     app_id = yarn_hook.new_application()["application-id"]
     assert yarn_hook.submit_application(_context(app_id, "sleep 5", [tag.upper(), "melon-it"])) == app_id
-    app = _wait_state(yarn_hook, app_id, TERMINAL, timeout=90)
+    app = _wait_state(yarn_hook, app_id, TERMINAL_STATES, timeout=90)
     # An AM that never registers fails its attempt when its container exits (see the module docstring).
     assert app["state"] == "FAILED", app
     assert "exitCode: 0" in app["diagnostics"]
@@ -195,7 +195,7 @@ def test_trivial_am_finishes(yarn_hook, minicluster):
     )
     yarn_hook.submit_application(ctx)
     try:
-        app = _wait_state(yarn_hook, app_id, TERMINAL, timeout=120)
+        app = _wait_state(yarn_hook, app_id, TERMINAL_STATES, timeout=120)
     finally:
         _kill_quietly(yarn_hook, app_id)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
@@ -218,7 +218,7 @@ def test_am_status_through_rm_proxy(yarn_hook, minicluster):
     yarn_hook.submit_application(ctx)
     try:
         assert yarn_hook.am_status(app_id) is None  # not registered yet: the proxy redirects to the app page
-        app = _wait_state(yarn_hook, app_id, {"RUNNING", *TERMINAL}, timeout=120)
+        app = _wait_state(yarn_hook, app_id, {"RUNNING", *TERMINAL_STATES}, timeout=120)
         assert app["state"] == "RUNNING", app.get("diagnostics")
         assert app["trackingUrl"].rstrip("/").endswith(f"/proxy/{app_id}")
         assert _wait_for(lambda: yarn_hook.am_status(app_id), timeout=20) == {"ok": True}
@@ -245,7 +245,7 @@ def test_kill_running_app(yarn_hook):
         t0 = time.monotonic()
         yarn_hook.kill_application(app_id)
         yarn_hook.kill_application(app_id)  # repeated kill is fine (200)
-        state = _wait_for(lambda: (s := yarn_hook.get_state(app_id)) in TERMINAL and s, timeout=10)
+        state = _wait_for(lambda: (s := yarn_hook.get_state(app_id)) in TERMINAL_STATES and s, timeout=10)
         assert state == "KILLED", f"not KILLED within 10 s: {yarn_hook.get_state(app_id)}"
         assert time.monotonic() - t0 <= 10.5
     finally:

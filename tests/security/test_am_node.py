@@ -26,6 +26,7 @@ import pytest
 
 from airflow_provider_melon.gpu.devices import DeviceInfo
 from airflow_provider_melon.gpu.ledger import Ledger
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.spec import JobSpec
 from tests.integration.test_tenants_live import SERVICE, tenants, tenants_cluster  # noqa: F401 - fixtures
 
@@ -91,7 +92,7 @@ def test_bob_reads_alices_am_directly_and_stalls_it(tenants, attack):
     # alice's own read through the proxy, and her job, are untouched
     deadline = time.monotonic() + 180
     app = alice.yarn.get_application(app_id)
-    while app["state"] not in ("FINISHED", "FAILED", "KILLED") and time.monotonic() < deadline:
+    while app["state"] not in TERMINAL_STATES and time.monotonic() < deadline:
         time.sleep(1)
         app = alice.yarn.get_application(app_id)
     assert app["finalStatus"] == "SUCCEEDED", app
@@ -193,7 +194,7 @@ def test_the_executor_refuses_a_ledger_others_may_write(tenants, tmp_path, attac
         app_id = tenants.submit(alice, spec)["app_id"]
         deadline = time.monotonic() + 180
         app = alice.yarn.get_application(app_id)
-        while app["state"] not in ("FINISHED", "FAILED", "KILLED") and time.monotonic() < deadline:
+        while app["state"] not in TERMINAL_STATES and time.monotonic() < deadline:
             time.sleep(1)
             app = alice.yarn.get_application(app_id)
         diag = app.get("diagnostics") or ""

@@ -14,6 +14,7 @@ from unittest import mock
 
 import pytest
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.submission import airflow_tags, deployment_id
 from tests.integration.test_tenants_live import T, _wait_state, tenants, tenants_cluster  # noqa: F401 - fixtures
@@ -60,7 +61,7 @@ def plant(tenants, task_id: str, app_type: str = "MELON") -> str:
     ):
         app_id = bob.submit(tenants.spec("bob-planted", BOB_QUEUE, seconds=1), tags=tags)["app_id"]
     tenants.submitted.append(app_id)
-    app = _wait_state(bob, app_id, ("FINISHED", "FAILED", "KILLED"), timeout=240)
+    app = _wait_state(bob, app_id, TERMINAL_STATES, timeout=240)
     assert (app["user"], app["applicationType"], app["finalStatus"]) == ("bob", app_type, "SUCCEEDED"), app
     assert set(tags) <= set(app["applicationTagList"]), app
     return app_id

@@ -25,7 +25,7 @@ from hdfs.util import HdfsError
 
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.hadoop import hdfs_io, staging_gc
-from airflow_provider_melon.hadoop.app_state import LIVE_STATES
+from airflow_provider_melon.hadoop.app_state import LIVE_STATES, TERMINAL_STATES
 from airflow_provider_melon.hooks import melon as melon_module
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.hooks.yarn import YarnHook
@@ -88,7 +88,7 @@ def test_alice_runs_with_a_local_env_archive_bob_cannot_read_it(tenants, tmp_pat
     print(f"bob's listing of live apps: {json.dumps(listed.get(app_id))[:400]}")
     assert listed[app_id]["user"] == "alice" and not listed[app_id].get("amContainerLogs"), listed.get(app_id)
 
-    app = _wait_state(alice, app_id, ("FINISHED", "FAILED", "KILLED"), timeout=300)
+    app = _wait_state(alice, app_id, TERMINAL_STATES, timeout=300)
     print(f"{app_id}: {app['state']}/{app.get('finalStatus')}: {app.get('diagnostics', '')[:600]}")
     assert "not publicly accessible" not in (app.get("diagnostics") or "")
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
@@ -284,7 +284,7 @@ def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, atta
     spec, lines = alice.resolve_gpu_memory(auto, key)
     assert spec.roles["worker"].gpu_memory == 3072 and "no history yet" in lines[0], lines
     app_id = tenants.submit(alice, spec)["app_id"]
-    app = _wait_state(alice, app_id, ("FINISHED", "FAILED", "KILLED"), timeout=300)
+    app = _wait_state(alice, app_id, TERMINAL_STATES, timeout=300)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
     path = alice.record_gpu_memory(key, app_id, alice.final_status(app_id))
     folder = path.rsplit("/", 1)[0]

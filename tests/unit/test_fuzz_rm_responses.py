@@ -18,7 +18,7 @@ import requests_mock as rm_mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_melon.hadoop.app_state import progress_line, task_summary
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES, progress_line, task_summary
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
@@ -486,7 +486,7 @@ def test_trigger_turns_malformed_answers_into_failed_polls_then_an_error_event(a
 def test_trigger_survives_odd_fields_in_usable_answers(data):
     """An application with a state, but everything else bent; the AM's status bent too: one event, no raise."""
     running = data.draw(bent(dict(APP_JSON, state="RUNNING")).map(lambda a: dict(a, state="RUNNING")), label="running")
-    end = data.draw(st.sampled_from(["FINISHED", "FAILED", "KILLED"]), label="end")
+    end = data.draw(st.sampled_from(TERMINAL_STATES), label="end")
     final = data.draw(
         bent(dict(APP_JSON, state=end, finalStatus="SUCCEEDED", diagnostics="done")).map(lambda a: dict(a, state=end)),
         label="final",

@@ -16,6 +16,7 @@ from unittest import mock
 import pytest
 import requests_mock as rm_mock
 
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.hadoop.hdfs_io import hdfs_asset_uri
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.melon import MelonHook
@@ -68,7 +69,7 @@ def app(state, final="UNDEFINED", app_id=APP, diagnostics="", started=1_000, use
         "applicationType": type_,
         "applicationTagList": [t.lower() for t in tags],
     }
-    if state in ("FINISHED", "FAILED", "KILLED"):
+    if state in TERMINAL_STATES:
         out.update(elapsedTime=61_000, finishedTime=started + 61_000)
     return out
 

@@ -13,7 +13,7 @@ from unittest import mock
 
 import pytest
 
-from airflow_provider_melon.hadoop.app_state import classify, duration_s, progress_line, task_summary
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES, classify, duration_s, progress_line, task_summary
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
@@ -33,7 +33,7 @@ def app(state, final="UNDEFINED", diagnostics="", **kw):
         "finishedTime": 0,
         "elapsedTime": 0,
     }
-    if state in ("FINISHED", "FAILED", "KILLED"):
+    if state in TERMINAL_STATES:
         out.update(finishedTime=1_042_500, elapsedTime=42_500)
     out.update(kw)
     return out
