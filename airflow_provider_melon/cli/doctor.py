@@ -13,7 +13,7 @@ import socket
 import uuid
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from airflow_provider_melon.cli.doctor_submit import SubmitTest
 from airflow_provider_melon.cli.findings import Finding, _fail, _ok, _one_line, _warn
@@ -26,6 +26,10 @@ PLUGINS_KEY = "yarn.nodemanager.resource-plugins"
 ALLOWED_GPUS_KEY = "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices"
 EXECUTOR_KEY = "yarn.nodemanager.container-executor.class"
 NN_INFO_BEAN = "Hadoop:service=NameNode,name=NameNodeInfo"
+
+
+#: what a check returns: a finding, or None where it does not apply (gpu-mig on a host without GPUs)
+_R = TypeVar("_R", bound=Optional[Finding])
 
 
 class Doctor:
@@ -92,7 +96,7 @@ class Doctor:
         return findings
 
     @staticmethod
-    def _guard(name: str, fn: Callable[[], Finding]) -> Finding:
+    def _guard(name: str, fn: Callable[[], _R]) -> _R | Finding:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - a check that breaks is a finding, not a crash
