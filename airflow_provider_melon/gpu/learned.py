@@ -8,7 +8,7 @@ HDFS, and :func:`learned_mb` turns a role's recent records into the figure for i
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 __all__ = ["MARGIN", "RECENT", "KEEP", "DEVICE_WIDE", "learned_mb", "run_record"]
 
@@ -26,13 +26,13 @@ def _ceil(value: float) -> int:
     return int(math.ceil(value - 1e-9))  # 1300 × 1.1 is 1430.0000000000002 in floating point
 
 
-def _int(value) -> Optional[int]:
+def _int(value: object) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         return None
     return int(math.ceil(value))
 
 
-def _candidates(run: Mapping, growth: float) -> list[tuple[int, str]]:
+def _candidates(run: Mapping[str, Any], growth: float) -> list[tuple[int, str]]:
     """What one run teaches: ``(MiB, why)`` each."""
     peak, expected = _int(run.get("peak_mb")), _int(run.get("expected_mb"))
     succeeded = run.get("state") == "SUCCEEDED"
@@ -73,7 +73,7 @@ def _candidates(run: Mapping, growth: float) -> list[tuple[int, str]]:
 
 
 def learned_mb(
-    runs: Sequence[Mapping],
+    runs: Sequence[Mapping[str, Any]],
     *,
     growth: float = 1.5,
     recent: int = RECENT,
@@ -101,8 +101,8 @@ def learned_mb(
 
 
 def run_record(
-    role: str, tasks: Iterable[Mapping], *, app_id: str, state: Optional[str], at: float, planned_mb: int
-) -> dict:
+    role: str, tasks: Iterable[Mapping[str, Any]], *, app_id: str, state: Optional[str], at: float, planned_mb: int
+) -> dict[str, Any]:
     """One role's record of a finished run from the AM's final status ``tasks`` (``expected_gpu_memory_mb``,
     ``initial_gpu_memory_mb``, ``gpu_memory_peak_mb`` with ``gpu_memory_peak_source`` when the AM carries it,
     ``oom_growths``, ``oom`` per task). The peak is the largest of the tasks' own peaks; a device-wide one only
@@ -111,7 +111,8 @@ def run_record(
     peaks = []  # (MiB, source)
     for t in mine:
         source = t.get("gpu_memory_peak_source") if isinstance(t.get("gpu_memory_peak_source"), str) else None
-        oom = t.get("oom") if isinstance(t.get("oom"), Mapping) else {}
+        raw_oom = t.get("oom")
+        oom: Mapping[str, Any] = raw_oom if isinstance(raw_oom, Mapping) else {}
         oom_source = oom.get("peak_source") if isinstance(oom.get("peak_source"), str) else source
         for mb, src in ((_int(t.get("gpu_memory_peak_mb")), source), (_int(oom.get("peak_mb")), oom_source)):
             if mb is not None:

@@ -60,7 +60,7 @@ class Report:
     checked: bool
     nodes: List[NodeGpus] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
-    demand: dict = field(default_factory=dict)
+    demand: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
