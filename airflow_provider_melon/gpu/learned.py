@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from airflow_provider_melon.runtime.peak import mib
+
 __all__ = ["MARGIN", "RECENT", "KEEP", "DEVICE_WIDE", "learned_mb", "run_record"]
 
 #: headroom over a measured peak (the profiler's SAFETY_MARGIN)
@@ -26,15 +28,9 @@ def _ceil(value: float) -> int:
     return int(math.ceil(value - 1e-9))  # 1300 × 1.1 is 1430.0000000000002 in floating point
 
 
-def _int(value: object) -> Optional[int]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        return None
-    return int(math.ceil(value))
-
-
 def _candidates(run: Mapping[str, Any], growth: float) -> list[tuple[int, str]]:
     """What one run teaches: ``(MiB, why)`` each."""
-    peak, expected = _int(run.get("peak_mb")), _int(run.get("expected_mb"))
+    peak, expected = mib(run.get("peak_mb")) or None, mib(run.get("expected_mb")) or None  # 0 measured nothing
     succeeded = run.get("state") == "SUCCEEDED"
     out = []
     if run.get("oom") and not succeeded and expected is not None:
@@ -114,12 +110,12 @@ def run_record(
         raw_oom = t.get("oom")
         oom: Mapping[str, Any] = raw_oom if isinstance(raw_oom, Mapping) else {}
         oom_source = oom.get("peak_source") if isinstance(oom.get("peak_source"), str) else source
-        for mb, src in ((_int(t.get("gpu_memory_peak_mb")), source), (_int(oom.get("peak_mb")), oom_source)):
-            if mb is not None:
+        for mb, src in ((mib(t.get("gpu_memory_peak_mb")), source), (mib(oom.get("peak_mb")), oom_source)):
+            if mb:  # a peak of 0 measured nothing
                 peaks.append((mb, src))
     own = [p for p in peaks if p[1] != DEVICE_WIDE]
     peak = max(own or peaks, key=lambda p: p[0], default=(None, None))
-    expected = [e for e in (_int(t.get("expected_gpu_memory_mb")) for t in mine) if e is not None]
+    expected = [e for e in (mib(t.get("expected_gpu_memory_mb")) for t in mine) if e]
     return {
         "role": role,
         "app_id": app_id,

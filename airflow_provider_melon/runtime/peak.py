@@ -9,7 +9,7 @@ import json
 import math
 from typing import Optional, Tuple, Union
 
-__all__ = ["SOURCES", "COUNTERS", "task_peak", "read_file"]
+__all__ = ["SOURCES", "COUNTERS", "mib", "task_peak", "read_file"]
 
 #: where a peak figure came from (the heartbeat's ``gpu_memory_peak_source``)
 SOURCES = ("tensorflow", "torch", "user", "nvml-process", "nvml-device")
@@ -19,7 +19,8 @@ COUNTERS = ("tensorflow", "torch", "user")
 Counter = Union[None, int, float, Tuple[Optional[float], str]]
 
 
-def _mib(value: object) -> Optional[int]:
+def mib(value: object) -> Optional[int]:
+    """A MiB figure from a JSON value: a finite number >= 0, rounded up; None for anything else."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return None
     return int(math.ceil(value))
@@ -47,11 +48,11 @@ def task_peak(
         mb, source = (counter, "user") if not isinstance(counter, tuple) else counter
         if source not in COUNTERS:
             raise ValueError(f"counter source must be one of {COUNTERS}, got {source!r}")
-        mb = _mib(mb)
+        mb = mib(mb)
         if mb is not None:
             return mb, source
     for reading, source in ((process_mb, "nvml-process"), (device_mb, "nvml-device")):
-        mb = _mib(reading)
+        mb = mib(reading)
         if mb is None:
             continue
         if cap_mb is not None and mb >= cap_mb:
@@ -78,5 +79,5 @@ def read_file(path: Optional[str]) -> Optional[Tuple[Optional[int], str]]:
         source = "user"
     if "peak_mb" not in data:
         return (None, source) if source != "user" else None
-    mb = _mib(data.get("peak_mb"))
+    mb = mib(data.get("peak_mb"))
     return None if mb is None else (mb, source)

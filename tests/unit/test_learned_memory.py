@@ -63,6 +63,13 @@ def test_learned_figure_rules():
     assert learned.learned_mb([run("a", peak=90000)], largest_gpu_mb=81920)[0] == 81920
 
 
+def test_a_record_with_no_usable_peak_teaches_the_figure_it_ran_at():
+    # the history is JSON read back from HDFS: json.loads gives inf and nan for Infinity and NaN
+    for junk in (float("inf"), float("nan"), 0, -5, True, "1300"):
+        mb, why = learned.learned_mb([run("a", expected=1536, peak=junk)])
+        assert mb == 1536 and "succeeded at 1536 MiB in run a" in why, junk
+
+
 def test_run_record_from_the_am_final_status():
     tasks = [
         {
