@@ -11,7 +11,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Annotated, Any, Iterable, Optional
+from typing import Annotated, Any, Callable, Iterable, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -347,7 +347,8 @@ async def user_from_bearer_or_cookie(request: Request):
     token = (bearer.credentials if bearer else None) or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
     if not token:
         raise HTTPException(401, "Not authenticated")
-    return await get_user(token)
+    # Airflow 3.0's get_user(token_str) (this runs only there); mypy reads 3.1+'s get_user(request, ...)
+    return await get_user(token)  # type: ignore[arg-type]
 
 
 def create_app() -> FastAPI:
@@ -355,10 +356,11 @@ def create_app() -> FastAPI:
 
     from airflow_provider_melon.version_compat import API_SERVER_READS_THE_LOGIN_COOKIE, tab_run_id
 
+    current_user: Callable[..., Any]
     if API_SERVER_READS_THE_LOGIN_COOKIE:
-        authenticated = requires_authenticated()
+        authenticated, current_user = requires_authenticated(), get_user
     else:  # Airflow 3.0: its get_user reads no cookie
-        authenticated = get_user = user_from_bearer_or_cookie
+        authenticated = current_user = user_from_bearer_or_cookie
     app = FastAPI(
         title="MeLoN",
         description=__doc__,
@@ -366,7 +368,7 @@ def create_app() -> FastAPI:
         exception_handlers={StarletteHTTPException: login_or_error},
     )
 
-    def viewer(user=Depends(get_user)) -> Viewer:  # noqa: B008 - FastAPI's dependency idiom
+    def viewer(user=Depends(current_user)) -> Viewer:  # noqa: B008 - FastAPI's dependency idiom
         return _viewer(user)
 
     ViewerDep = Depends(viewer)
@@ -404,13 +406,13 @@ def create_app() -> FastAPI:
         if not who.may_read(dag_id):
             raise Refused(f"dag_id: you may not read DAG {dag_id!r}")
         # the UI leaves "{MAP_INDEX}" unreplaced on a task that is not mapped
-        map_index = int(map_index) if map_index.lstrip("-").isdigit() else -1
+        index = int(map_index) if map_index.lstrip("-").isdigit() else -1
         run_id = tab_run_id(run_id)  # Airflow 3.1's tab URL: a "+" read as a space
         hook = _hook(conn_id)
-        ti = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
+        ti = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": index}
         tags = [
             t
-            for t in airflow_tags(dag_id, task_id, run_id, map_index)
+            for t in airflow_tags(dag_id, task_id, run_id, index)
             if t != "melon" and not t.startswith(IDENTITY_TAG_PREFIX)
         ]
         apps = hook.find_applications(tags, match_all=True, application_type=APPLICATION_TYPE)
