@@ -47,6 +47,7 @@ import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.api.records.URL;
 import org.apache.hadoop.yarn.api.records.UpdatedContainer;
+import org.apache.hadoop.yarn.client.api.AMRMClient;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
@@ -106,6 +107,11 @@ public final class MelonApplicationMaster {
   public static void main(String[] args) {
     try {
       JsonNode plan = JSON.readTree(new File(args.length > 0 ? args[0] : "melon-plan.json"));
+      List<String> bad = PlanFields.violations(plan);
+      if (!bad.isEmpty()) {
+        refuse("bad plan: " + String.join("; ", bad));
+        System.exit(0);
+      }
       int rc = new MelonApplicationMaster(plan).run();
       System.exit(rc);
     } catch (Throwable t) {
@@ -113,6 +119,18 @@ public final class MelonApplicationMaster {
       t.printStackTrace();
       System.exit(1);
     }
+  }
+
+  /** A plan that breaks plan.schema.json: register only to unregister FAILED with {@code diagnostics} (YARN's
+   * diagnostics of the application), so that no further attempt starts on the same plan. */
+  static void refuse(String diagnostics) throws Exception {
+    log(diagnostics);
+    AMRMClient<ContainerRequest> rm = AMRMClient.createAMRMClient();
+    rm.init(new YarnConfiguration());
+    rm.start();
+    rm.registerApplicationMaster("", 0, "");
+    rm.unregisterApplicationMaster(FinalApplicationStatus.FAILED, diagnostics, null);
+    rm.stop();
   }
 
   int run() throws Exception {

@@ -16,7 +16,7 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 
 /**
- * Every class that goes into the AM jar (target/classes: the jar holds exactly these, no shaded dependencies) is
+ * Every AM class (target/classes; the jar adds the shaded JSON Schema validator and its Jackson) is
  * Java 8 bytecode (class-file major 52), so the AM starts on a Hadoop 3.3/3.4 cluster's Java 8 or 11 NodeManagers
  * instead of dying with UnsupportedClassVersionError before its first log line. The shipped jar itself is checked
  * the same way by tests/unit/test_hadoop_compat.py (and by {@code melon doctor}).

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.lang.reflect.Field;
 import java.lang.reflect.Modifier;
@@ -69,6 +70,30 @@ class PlanSchemaTest {
     assertFalse(properties(schema, "RES_SURPRISE").has("surprise"));
     assertTrue(properties(schema, "ROLE_GPUS").has("gpus"));
     assertFalse(properties(schema, "GPUS").has("gpus"), "a role field is not a top-level field");
+  }
+
+  /** A plan as build_plan writes it (every required field). */
+  static final String VALID = "{app_name: 'job', roles: [{name: 'worker', instances: 2, memory_mb: 256, vcores: 1,"
+      + " gpus: 0, gpu_memory_mb: 0, restarts: 0, min_instances: 2, tracked: true}], success_role: null,"
+      + " output_role: null, command: 'run', env: {}, local_resources: [], register_timeout_s: 300, gang_hold_s: 0,"
+      + " queue_timeout_s: 0, elastic_grace_s: 60, labels: {}}";
+
+  @Test
+  void aPlanAsPythonWritesItPassesTheAmsCheck() {
+    assertEquals(List.of(), PlanFields.violations(Fixtures.json(VALID)));
+  }
+
+  @Test
+  void aPlanBreakingTheSchemaIsRefusedNamingEachField() {
+    ObjectNode plan = (ObjectNode) Fixtures.json(VALID);
+    ((ObjectNode) plan.path("roles").get(0)).put("oom_growth", 0.5);
+    plan.remove("command");
+    plan.put("surprise", 1);
+    String found = String.join("; ", PlanFields.violations(plan));
+    assertTrue(found.contains("/roles/0/oom_growth: must have a minimum value of") && found.contains("(is 0.5)"),
+        found);
+    assertTrue(found.contains("command"), found);
+    assertTrue(found.contains("surprise"), found);
   }
 
   @Test
