@@ -11,7 +11,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar
 
 __all__ = [
     "DeviceInfo",
@@ -31,6 +31,10 @@ __all__ = [
 DEFAULT_MPS_PIPE_DIR = "/tmp/nvidia-mps"
 MIB = 1024 * 1024
 MPS_COMM = "nvidia-cuda-mps-control"[:15]
+
+#: the ``pynvml`` module and its device handles: nvidia-ml-py ships no type hints
+Nvml = Any
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,12 @@ class GpuReading(NamedTuple):
     source: str
 
 
-class GpuList(list):
+class GpuList(list[DeviceInfo]):
     """A list of :class:`DeviceInfo` that also says where it came from (``source``) and why it is empty."""
 
-    def __init__(self, gpus=(), source: str = "none", reason: str = "", mig=()):
+    def __init__(
+        self, gpus: Iterable[DeviceInfo] = (), source: str = "none", reason: str = "", mig: Iterable[int] = ()
+    ) -> None:
         super().__init__(gpus)
         self.source = source
         self.reason = reason
@@ -72,18 +78,18 @@ class GpuList(list):
         return f"GpuList(source={self.source!r}, reason={self.reason!r}, gpus={list.__repr__(self)})"
 
 
-def _s(value) -> str:
+def _s(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _visible_filter(env) -> Optional[set]:
+def _visible_filter(env: Mapping[str, str]) -> Optional[set[str]]:
     raw = env.get("CUDA_VISIBLE_DEVICES")
     if raw is None or raw.strip() == "":
         return None
     return {p.strip() for p in raw.split(",") if p.strip()}
 
 
-def _import_pynvml():
+def _import_pynvml() -> Nvml:
     """pynvml (from nvidia-ml-py, or the deprecated ``pynvml`` wrapper, whose FutureWarning is silenced)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
@@ -91,16 +97,16 @@ def _import_pynvml():
     return pynvml
 
 
-def _mig_enabled(pynvml, h) -> bool:
+def _mig_enabled(pynvml: Nvml, h: Any) -> bool:
     """Is the device in MIG mode now (``nvmlDeviceGetMigMode``'s current mode)? False on a GPU without MIG."""
     try:
         current = pynvml.nvmlDeviceGetMigMode(h)[0]
     except Exception:  # NVML_ERROR_NOT_SUPPORTED: a GPU without MIG; or a pynvml without the call
         return False
-    return current == getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1)
+    return bool(current == getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
 
 
-def _processes(pynvml, h) -> Optional[Tuple[Tuple[int, int], ...]]:
+def _processes(pynvml: Nvml, h: Any) -> Optional[Tuple[Tuple[int, int], ...]]:
     """(pid, MiB) of the device's compute processes; None when NVML does not give every process's memory."""
     try:
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
@@ -114,7 +120,7 @@ def _processes(pynvml, h) -> Optional[Tuple[Tuple[int, int], ...]]:
     return tuple(out)
 
 
-def nvml_gpus(env=None) -> GpuList:
+def nvml_gpus(env: Optional[Mapping[str, str]] = None) -> GpuList:
     """GPUs as NVML sees them; empty with a reason when pynvml or the driver is missing."""
     env = os.environ if env is None else env
     try:
@@ -200,7 +206,7 @@ def inventory_gpus(path: str) -> GpuList:
     return GpuList(gpus, source="inventory")
 
 
-def list_gpus(env=None) -> GpuList:
+def list_gpus(env: Optional[Mapping[str, str]] = None) -> GpuList:
     """This node's GPUs: NVML, else ``$MELON_GPU_INVENTORY``, else an empty list (``source == "none"``)."""
     env = os.environ if env is None else env
     found = nvml_gpus(env)
@@ -227,7 +233,7 @@ def list_gpus(env=None) -> GpuList:
     return found
 
 
-def mps_active(env=None, proc_root: str = "/proc") -> bool:
+def mps_active(env: Optional[Mapping[str, str]] = None, proc_root: str = "/proc") -> bool:
     """Is a CUDA MPS control daemon running for this node?
 
     ``MELON_MPS=0|1`` overrides detection. Otherwise: the daemon's ``control`` pipe in
@@ -259,7 +265,7 @@ def mps_active(env=None, proc_root: str = "/proc") -> bool:
 def process_tree(pid: int, proc_root: str = "/proc") -> List[int]:
     """``pid`` and its descendants, from ``<proc_root>/*/stat`` (the parent pid is the field after the state); just
     ``[pid]`` where there is no ``/proc``."""
-    children: dict = {}
+    children: dict[int, list[int]] = {}
     try:
         entries = os.listdir(proc_root)
     except OSError:
@@ -291,7 +297,7 @@ def _visible(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
-def _nvml_call(read):
+def _nvml_call(read: Callable[[Nvml], _T]) -> Optional[_T]:
     """``read(pynvml)`` between nvmlInit and nvmlShutdown; None when NVML cannot be loaded or initialised, or the
     call fails."""
     try:
@@ -320,7 +326,7 @@ def device_used_mb(gpu_index: int) -> Optional[int]:
     )
 
 
-def process_memory(gpu_index: int, pids, baseline_mb: Optional[int] = None) -> Optional[GpuReading]:
+def process_memory(gpu_index: int, pids: Iterable[int], baseline_mb: Optional[int] = None) -> Optional[GpuReading]:
     """GPU memory (MiB) used on ``gpu_index`` by the given pids, by NVML (``nvml-process``); None when NVML is
     unavailable or lists none of them while the pids it lists are this pid namespace's too (the process has no
     context there yet). When none of NVML's pids exists here, NVML's pids are not this container's (YARN's Docker
@@ -329,7 +335,7 @@ def process_memory(gpu_index: int, pids, baseline_mb: Optional[int] = None) -> O
     whole device's use; None without a baseline."""
     pids = set(pids)
 
-    def read(pynvml) -> Optional[GpuReading]:
+    def read(pynvml: Nvml) -> Optional[GpuReading]:
         h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))
         procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(h))
         total, matched = 0, False
