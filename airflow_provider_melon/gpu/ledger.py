@@ -18,7 +18,7 @@ import pwd
 import stat
 import tempfile
 import time
-from typing import Iterable, List, Optional
+from typing import Any, Container, Iterable, Iterator, List, Mapping, Optional
 
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.gpu.devices import DeviceInfo
@@ -43,7 +43,7 @@ DEFAULT_DIR = "/var/lib/melon/ledger"
 DEFAULT_IDLE_MB = 1024
 
 
-def default_dir(env=None) -> str:
+def default_dir(env: Optional[Mapping[str, str]] = None) -> str:
     """``$MELON_LEDGER_DIR`` (default ``/var/lib/melon/ledger``).
 
     ``{nm}`` in it is replaced by ``<NM_HOST>_<NM_PORT>`` (YARN sets both in every container): the mini cluster
@@ -202,11 +202,12 @@ def _ppid(pid: int) -> Optional[int]:
 FOREIGN = 0
 
 
-def holder_of(pid: int, holders) -> Optional[int]:
+def holder_of(pid: int, holders: Container[int]) -> Optional[int]:
     """The pid in ``holders`` that ``pid`` is or descends from (an executor holds the reservation, its user's process
     is what NVML lists); :data:`FOREIGN` for a process of this pid namespace that holds none; None when ``pid`` is
     not visible here (NVML's host pids seen from a container's namespace: whose it is cannot be told)."""
-    seen, p = 0, int(pid)
+    seen = 0
+    p: Optional[int] = int(pid)
     if not os.path.exists(f"/proc/{p}"):
         return None
     while p and p > 1 and seen < 64:
@@ -216,7 +217,7 @@ def holder_of(pid: int, holders) -> Optional[int]:
     return FOREIGN
 
 
-def taken_mb(reserved_mb: int, device: DeviceInfo, holders: set) -> int:
+def taken_mb(reserved_mb: int, device: DeviceInfo, holders: set[int]) -> int:
     """Memory of ``device`` no new reservation may have, MiB: ``reserved_mb`` (MeLoN's reservations on it) or
     what MeLoN's processes use where that is more, plus what processes the ledger does not know use, plus the
     driver's own (NVML's used beyond every process's). ``holders``: the pids holding reservations.
@@ -238,7 +239,7 @@ def taken_mb(reserved_mb: int, device: DeviceInfo, holders: set) -> int:
     return max(reserved_mb, ours) + foreign + driver
 
 
-def overrun(device: DeviceInfo, entries: Iterable[dict], own_task: str) -> Optional[dict]:
+def overrun(device: DeviceInfo, entries: Iterable[dict[str, Any]], own_task: str) -> Optional[dict[str, Any]]:
     """Who holds memory of ``device`` beyond what the ledger gave them, seen by the task ``own_task`` that has just
     run out of GPU memory there: ``{"oversubscribed": True, "culprit": <text>, "excess_mb": N}`` when a neighbour's
     processes use more than its reservation or a process the ledger does not know uses any (the culprit named is
@@ -247,7 +248,7 @@ def overrun(device: DeviceInfo, entries: Iterable[dict], own_task: str) -> Optio
     if device.processes is None:
         return None
     mine = {int(r["pid"]): r for r in entries if r["gpu"] == device.index}
-    use: dict = {}
+    use: dict[int, int] = {}
     culprits = []
     for pid, mb in device.processes:
         holder = holder_of(pid, mine)
@@ -287,7 +288,7 @@ class Ledger:
             self._checked = True
 
     @contextlib.contextmanager
-    def _locked(self, write: bool = True):
+    def _locked(self, write: bool = True) -> Iterator[dict[str, Any]]:
         self._ensure_dir()
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o660)
         with contextlib.suppress(OSError):  # past the umask, for the group (another user's file: not ours to set)
@@ -302,7 +303,7 @@ class Ledger:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
-    def _load(self) -> dict:
+    def _load(self) -> dict[str, Any]:
         try:
             with open(self.path, encoding="utf-8") as f:
                 state = json.load(f)
@@ -315,7 +316,7 @@ class Ledger:
             # Unreadable ledger: start afresh (NVML's used memory still protects running tasks on real GPUs).
             return {"version": 1, "reservations": []}
 
-    def _store(self, state: dict) -> None:
+    def _store(self, state: dict[str, Any]) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".ledger-", dir=self.directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -332,15 +333,16 @@ class Ledger:
 
     # ---- policy inputs -----------------------------------------------------------------------------------
     @staticmethod
-    def _reclaim(state: dict) -> List[dict]:
-        keep, dropped = [], []
+    def _reclaim(state: dict[str, Any]) -> List[dict[str, Any]]:
+        keep: List[dict[str, Any]] = []
+        dropped: List[dict[str, Any]] = []
         for r in state["reservations"]:
             (keep if pid_alive(r["pid"], r.get("pid_start")) else dropped).append(r)
         state["reservations"] = keep
         return dropped
 
     @staticmethod
-    def _policy_gpus(state: dict, gpus: Iterable[DeviceInfo]) -> List[policy.Gpu]:
+    def _policy_gpus(state: dict[str, Any], gpus: Iterable[DeviceInfo]) -> List[policy.Gpu]:
         out = []
         holders = {int(r["pid"]) for r in state["reservations"]}
         for d in gpus:
@@ -429,7 +431,7 @@ class Ledger:
             state["reservations"] = [r for r in state["reservations"] if r["task_id"] != task_id]
             return before - len(state["reservations"])
 
-    def entries(self, reclaim: bool = False) -> List[dict]:
+    def entries(self, reclaim: bool = False) -> List[dict[str, Any]]:
         """Current reservations (after dropping stale ones when ``reclaim``)."""
         with self._locked(write=reclaim) as state:
             if reclaim:
@@ -437,17 +439,36 @@ class Ledger:
             return [dict(r) for r in state["reservations"]]
 
 
-def reserve(task_id, pid, expected_mb, gpus, exclusive=False, large=False, mps=False, directory=None):
+def reserve(
+    task_id: str,
+    pid: int,
+    expected_mb: int,
+    gpus: Iterable[DeviceInfo],
+    exclusive: bool = False,
+    large: bool = False,
+    mps: bool = False,
+    directory: Optional[str] = None,
+) -> Optional[int]:
     """Module-level shortcut for :meth:`Ledger.reserve` on the default ledger."""
     return Ledger(directory).reserve(task_id, pid, expected_mb, gpus, exclusive=exclusive, large=large, mps=mps)
 
 
-def reserve_many(task_id, pid, expected_mb, gpus, count=1, exclusive=True, large=False, mps=False, directory=None):
+def reserve_many(
+    task_id: str,
+    pid: int,
+    expected_mb: int,
+    gpus: Iterable[DeviceInfo],
+    count: int = 1,
+    exclusive: bool = True,
+    large: bool = False,
+    mps: bool = False,
+    directory: Optional[str] = None,
+) -> Optional[List[int]]:
     return Ledger(directory).reserve_many(
         task_id, pid, expected_mb, gpus, count=count, exclusive=exclusive, large=large, mps=mps
     )
 
 
-def release(task_id, directory=None) -> int:
+def release(task_id: str, directory: Optional[str] = None) -> int:
     """Module-level shortcut for :meth:`Ledger.release` on the default ledger."""
     return Ledger(directory).release(task_id)
