@@ -175,6 +175,11 @@ class MelonHook:
             self._hdfs = self._webhdfs_client()
         return self._hdfs
 
+    @hdfs.setter
+    def hdfs(self, client) -> None:
+        """Use ``client`` (an ``hdfs.Client``, or a wrapper of one: the CLI's upload progress) for HDFS."""
+        self._hdfs = client
+
     def _webhdfs_client(self):
         """The ``hdfs`` package's WebHDFS client for the ``webhdfs`` connection, built from its fields as the HDFS
         provider's ``WebHDFSHook`` reads them (that provider need not be installed): Host (several, comma-separated:
@@ -236,11 +241,6 @@ class MelonHook:
             retriable=True,
         )
 
-    @hdfs.setter
-    def hdfs(self, client) -> None:
-        """Use ``client`` (an ``hdfs.Client``, or a wrapper of one: the CLI's upload progress) for HDFS."""
-        self._hdfs = client
-
     def hdfs_uri(self, path: str) -> str:
         if path.startswith("hdfs://"):
             return path
@@ -276,7 +276,10 @@ class MelonHook:
                 return put_once(self.hdfs, path, data, sha256=sha256)
             with hdfs_errors("write", path), open_source(data) as body:
                 self.hdfs.write(path, data=body, overwrite=True)
-            return self.file_status(path), True
+            st = self.file_status(path)
+            if st is None:  # deleted by someone else since
+                raise MelonHdfsError("status", path, "gone right after it was written")
+            return st, True
 
         st, fresh = self._retrying(path, put)
         return self._staged(path, st, source_size(data) if fresh else 0)
@@ -290,7 +293,7 @@ class MelonHook:
             before_sleep=lambda rs: log.warning(
                 "staging %s: %s; retrying (attempt %d, up to %.0f s)",
                 what,
-                rs.outcome.exception(),
+                rs.outcome.exception() if rs.outcome else None,  # set before any sleep
                 rs.attempt_number,
                 self.staging_retry_s,
             ),
@@ -578,10 +581,15 @@ class MelonHook:
         """Add the ended run ``app_id`` (its AM's final status ``final``) to the history under ``key``, one record
         per shared-mode role (tasks with an ``initial_gpu_memory_mb``); returns the file's path, or None when there
         is nothing to record (no final status: an AM that died; no shared role)."""
-        tasks = (final or {}).get("tasks")
+        final = final or {}
+        tasks = final.get("tasks")
         if not isinstance(tasks, list):
             return None
-        planned = {t.get("role"): t.get("initial_gpu_memory_mb") for t in tasks if isinstance(t, dict)}
+        planned = {
+            t["role"]: t.get("initial_gpu_memory_mb")
+            for t in tasks
+            if isinstance(t, dict) and isinstance(t.get("role"), str)
+        }
         records = {
             role: learned.run_record(
                 role, tasks, app_id=app_id, state=final.get("state"), at=time.time(), planned_mb=int(mb)

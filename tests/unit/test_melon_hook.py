@@ -132,3 +132,36 @@ def test_split_code_files_by_size(tmp_path):
     small, large = split_code_files(folder_files(tmp_path), 100)
     assert sorted(n for n, _ in small) == ["data/edge.bin", "train.py"]
     assert [n for n, _ in large] == ["data/big.bin"]
+
+
+def _hook_on(client) -> MelonHook:
+    return MelonHook(
+        yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=client, fs_default_fs="hdfs://nn:8020"
+    )
+
+
+def test_a_file_gone_right_after_its_write_is_an_hdfs_error_naming_it():
+    """HDFS answers no status for a file just written (someone deleted it meanwhile; a real NameNode cannot be made
+    to do this on demand, hence the stand-in client): a one-line HDFS error naming the path, not a TypeError."""
+    from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError
+
+    client = mock.Mock()
+    client.status.return_value = None
+    with pytest.raises(MelonHdfsError, match="HDFS status /user/alice/run/spec.json failed: gone right after"):
+        _hook_on(client).put_bytes("/user/alice/run/spec.json", b"{}", cached=False)
+    client.write.assert_called_once()
+
+
+def test_gpu_memory_records_only_the_tasks_that_name_their_role():
+    """An AM final status whose task names no role: no record under a ``null`` role in the memory history."""
+    final = {
+        "state": "FINISHED",
+        "tasks": [
+            {"role": "worker", "initial_gpu_memory_mb": 1024, "gpu_memory_peak_mb": 900},
+            {"initial_gpu_memory_mb": 2048, "gpu_memory_peak_mb": 1500},
+        ],
+    }
+    with mock.patch("airflow_provider_melon.hadoop.memory_history.record_run", return_value="/h/app.json") as record:
+        assert _hook_on(mock.Mock()).record_gpu_memory("k", "application_1_0001", final) == "/h/app.json"
+    records = record.call_args.args[4]
+    assert list(records) == ["worker"] and records["worker"]["peak_mb"] == 900
