@@ -95,7 +95,9 @@ class YarnApplicationSensor(BaseSensorOperator):
         return YarnHook(self.yarn_conn_id)
 
     def _find(self) -> Optional[dict]:
-        if self.application_id:
+        if self.tags is None:
+            if not self.application_id:  # a templated id (an upstream XCom, say) that rendered empty
+                raise ValueError(f"application_id is empty after rendering ({self.application_id!r}): no application")
             return self.hook.get_application(self.application_id)
         apps = self.hook.find_applications(self.tags, match_all=True)
         if not apps:
@@ -107,7 +109,7 @@ class YarnApplicationSensor(BaseSensorOperator):
         app = self._find()
         if app is None:
             return False
-        app_id = app.get("id") or self.application_id
+        app_id = str(app.get("id") or self.application_id)  # the RM's apps carry their id
         verdict = classify(app, self.target_states, self.failure_states)
         self.log.info("YARN application %s: %s (final status %s)", app_id, app.get("state"), app.get("finalStatus"))
         if verdict == "error":

@@ -56,6 +56,18 @@ def test_state_in_both_lists_rejected():
         sensor(application_id=APP, target_states=("FINISHED", "KILLED"))
 
 
+@pytest.mark.parametrize("rendered", ["", None])
+def test_an_application_id_rendered_empty_is_refused_naming_the_field(rm, rendered):
+    """A templated id (an upstream XCom) that renders empty: the sensor says so, never looks anything up (before:
+    ``TypeError: can only join an iterable`` from the tags path)."""
+    s = sensor(application_id="{{ ti.xcom_pull(task_ids='submit', key='app_id') }}")
+    s.application_id = rendered  # what template rendering left
+    with pytest.raises(ValueError, match="application_id"):
+        s.poke(ctx())
+    rm.get_app.assert_not_called()
+    rm.find.assert_not_called()
+
+
 # ---------------------------------------------------------------------------------------------- by id
 
 
