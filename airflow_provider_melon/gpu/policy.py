@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "Task",
@@ -76,9 +76,9 @@ class Gpu:
     index: int
     total_mb: int
     reserved_mb: int = 0
-    tasks: list = field(default_factory=list)
+    tasks: Sequence[Union[Task, Tuple[str, int], Tuple[str, int, bool]]] = field(default_factory=list)
 
-    def task_tuples(self) -> list:
+    def task_tuples(self) -> List[Task]:
         return [Task(*t) if not isinstance(t, Task) else t for t in self.tasks]
 
 
@@ -163,7 +163,7 @@ def exclusive(gpus: Iterable[Gpu], *, idle_mb: int = 0) -> Optional[int]:
     return chosen[0] if chosen else None
 
 
-def exclusive_set(gpus: Iterable[Gpu], count: int, *, idle_mb: int = 0) -> Optional[list]:
+def exclusive_set(gpus: Iterable[Gpu], count: int, *, idle_mb: int = 0) -> Optional[List[int]]:
     """``count`` free GPUs (see :func:`exclusive`) by ascending index, or ``None`` if fewer are free."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
@@ -214,7 +214,7 @@ def packing_pays(sm_util: float, mem_fraction: float, *, min_gain: float = DEFAU
     return predicted_gain(sm_util, mem_fraction) >= min_gain
 
 
-Curve = Union[Mapping[Union[int, float], float], Sequence[Tuple[Union[int, float], float]]]
+Curve = Union[Mapping[int, float], Mapping[float, float], Sequence[Tuple[float, float]]]
 
 
 def colocation_speedup(curve: Curve, k: float) -> float:
@@ -239,7 +239,7 @@ def colocation_speedup(curve: Curve, k: float) -> float:
     return float(points[xs[-1]])
 
 
-def curve_from_records(records: Iterable[Mapping], workload: str, mode: str = "plain") -> dict:
+def curve_from_records(records: Iterable[Mapping[str, Any]], workload: str, mode: str = "plain") -> dict[int, float]:
     """Extract ``{k: speedup_vs_1}`` for one workload from h200-colocate.json-shaped records."""
     curve = {
         int(r["k"]): float(r["speedup_vs_1"])
@@ -407,7 +407,7 @@ def place_where_it_pays(
     """
     gpus = list(gpus)
     keep = set(keep_alone)
-    reserved: set = set()
+    reserved: set[int] = set()
     if queued_whole is not None:
         running_whole = sum(1 for g in gpus if _mix(g)[0])
         quota = whole_gpu_quota(
@@ -487,7 +487,7 @@ def place_where_it_pays(
 CRITICAL_FRACTION = 0.5
 
 
-def critical_tasks(estimates: Mapping[str, float], n_gpus: int, *, fraction: float = CRITICAL_FRACTION) -> set:
+def critical_tasks(estimates: Mapping[str, float], n_gpus: int, *, fraction: float = CRITICAL_FRACTION) -> set[str]:
     """Names of the tasks (running or queued: ``estimates`` maps each to its estimated solo work, any unit) whose
     work alone reaches ``fraction`` of the even share ``sum(estimates) / n_gpus``: slowing one of them by sharing
     lengthens the whole schedule, so :func:`place_where_it_pays` keeps them alone (``keep_alone`` / ``alone``).
@@ -500,7 +500,7 @@ def critical_tasks(estimates: Mapping[str, float], n_gpus: int, *, fraction: flo
     return {name for name, w in estimates.items() if w > 0 and w >= share}
 
 
-def longest_first(estimates: Mapping[str, float]) -> list:
+def longest_first(estimates: Mapping[str, float]) -> List[str]:
     """Queue order by estimated solo work, longest first (LPT), names without an estimate last in their given order.
 
     The classic makespan order (Graham's LPT); with durations learned from a task's earlier runs it is what an
@@ -576,7 +576,8 @@ def placements(node: NodeFree, task: Demand) -> List[Tuple[int, ...]]:
     if not _holds(node, task):
         return []
     if task.share > 0:
-        seen, out = set(), []
+        seen: set[float] = set()
+        out: List[Tuple[int, ...]] = []
         for i, f in enumerate(node.gpu_free):
             if f >= task.share - 1e-9 and round(f, 6) not in seen:
                 seen.add(round(f, 6))
@@ -587,13 +588,17 @@ def placements(node: NodeFree, task: Demand) -> List[Tuple[int, ...]]:
     return [()]
 
 
+#: how :func:`best_on_node` ranks a placement: (fragmentation added, free GPU left, dominant share used)
+_Key = Tuple[float, float, float]
+
+
 def best_on_node(
     node: NodeFree, task: Demand, demands: Sequence[Demand], frag: Optional[Callable[[NodeFree], float]] = None
-) -> Optional[Tuple[tuple, Tuple[int, ...]]]:
+) -> Optional[Tuple[_Key, Tuple[int, ...]]]:
     """``(key, GPU indices)`` of the best way to put ``task`` on ``node`` (see :func:`least_fragmenting`), or
     ``None`` when it does not fit. Lower keys are better; the key does not depend on the node's position."""
     score = frag or (lambda n: node_fragmentation(n, demands))
-    best = None
+    best: Optional[Tuple[_Key, Tuple[int, ...]]] = None
     options = placements(node, task)
     if not options:
         return None
@@ -623,7 +628,7 @@ def least_fragmenting(
     dominant resource, so whole nodes stay whole), then the lowest index. ``frag`` may be a memoised
     ``node_fragmentation`` for ``demands`` (large clusters: the answer is the same).
     """
-    best: Optional[tuple] = None
+    best: Optional[Tuple[Tuple[_Key, int], Tuple[int, Tuple[int, ...]]]] = None
     for ni, node in enumerate(nodes):
         b = best_on_node(node, task, demands, frag)
         if b is not None and (best is None or (b[0], ni) < best[0]):
@@ -718,7 +723,7 @@ def slot_mb(expected_mb: int, gpu_mb: int, *, large: bool, rates: Rates = ANCHOR
 def node_kinds(gpus: Sequence[Gpu], expected_mb: int, large: bool) -> Tuple[Tuple[Tuple[int, bool], float], ...]:
     """The task kinds a node holds, ``((expected_mb, large), weight)``: the distinct reservations on its GPUs and the
     task being placed, weighted by how many there are (what the node has seen; it knows no other demand)."""
-    counts: dict = {}
+    counts: dict[Tuple[int, bool], int] = {}
     for t in [t for g in gpus for t in g.task_tuples()] + [Task("", int(expected_mb), bool(large))]:
         key = (int(t.expected_mb), bool(t.large))
         counts[key] = counts.get(key, 0) + 1
@@ -726,7 +731,7 @@ def node_kinds(gpus: Sequence[Gpu], expected_mb: int, large: bool) -> Tuple[Tupl
     return tuple((k, c / n) for k, c in sorted(counts.items()))
 
 
-def gpu_fragmentation(gpus: Sequence[Gpu], kinds, mps: bool = False) -> float:
+def gpu_fragmentation(gpus: Sequence[Gpu], kinds: Iterable[Tuple[Tuple[int, bool], float]], mps: bool = False) -> float:
     """FGD's measure on one node's GPUs (see :func:`node_fragmentation`), with the interference rule: the expected
     free GPU capacity (in GPUs) that a task drawn from ``kinds`` (:func:`node_kinds`) could not use, because the
     GPU's free memory is too small for it or :func:`admits` refuses it there (a GPU with two small tasks is no
@@ -776,4 +781,5 @@ def place_default(
         key = (round(frag, 9), -round(gain, 9), room(g) - expected_mb, g.index)
         if best is None or key < best[0]:
             best = (key, g.index)
+    assert best is not None  # cands is not empty
     return best[1]
