@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from .context import MEASURED_CONTEXT_MB
 
@@ -109,7 +109,7 @@ def optimizer_slots(optimizer: Any) -> int:
             return OPTIMIZER_SLOTS[key]
         raise ValueError(f"unknown optimizer {optimizer!r}; known: {', '.join(sorted(OPTIMIZER_SLOTS))}")
     name = type(optimizer).__name__.lower()
-    opts: dict = {}
+    opts: dict[str, Any] = {}
     groups = getattr(optimizer, "param_groups", None)
     if groups:  # PyTorch
         opts = dict(groups[0])
@@ -117,7 +117,7 @@ def optimizer_slots(optimizer: Any) -> int:
         if attr not in opts and hasattr(optimizer, attr):
             opts[attr] = getattr(optimizer, attr)
 
-    def _num(v) -> float:
+    def _num(v: Any) -> float:
         try:
             return float(v() if callable(v) else v)
         except Exception:
@@ -157,7 +157,7 @@ class MemoryModel:
     grad_bytes_per_param: Optional[float] = None
     slot_bytes_per_param: Optional[float] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in (
             "params",
             "bytes_per_param",
@@ -172,7 +172,7 @@ class MemoryModel:
             raise ValueError(f"trainable_params must be in [0, params], got {self.trainable_params}")
 
     @classmethod
-    def for_optimizer(cls, params: int, optimizer: Any = "sgd", dtype: Any = "float32", **kw) -> "MemoryModel":
+    def for_optimizer(cls, params: int, optimizer: Any = "sgd", dtype: Any = "float32", **kw: Any) -> "MemoryModel":
         """Convenience: ``MemoryModel.for_optimizer(25_000_000, "adam", "float32", activation_bytes_per_sample=...)``."""
         return cls(
             params=int(params), bytes_per_param=dtype_bytes(dtype), optimizer_slots=optimizer_slots(optimizer), **kw
@@ -206,7 +206,7 @@ class MemoryModel:
         """Everything that does not grow with the batch: weights + gradients + optimizer + W + F."""
         return self.weights_mb + self.gradients_mb + self.optimizer_mb + self.workspace_mb + self.framework_overhead_mb
 
-    def breakdown(self, batch: int) -> dict:
+    def breakdown(self, batch: int) -> dict[str, float]:
         """Each term of the formula at ``batch``, MiB, plus ``total``."""
         return {
             "weights": self.weights_mb,
@@ -252,17 +252,17 @@ class MemoryModel:
             b += 1
         return b if upper is None else min(b, int(upper))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "MemoryModel":
+    def from_dict(cls, data: Mapping[str, Any]) -> "MemoryModel":
         fields = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in fields})
 
 
 # -- estimating A (and P) from a framework model ------------------------------------------------------
-def _numel(shape) -> int:
+def _numel(shape: Sequence[Optional[int]]) -> int:
     n = 1
     for d in shape:
         if d is None:
@@ -271,7 +271,7 @@ def _numel(shape) -> int:
     return n
 
 
-def _keras_layers(model):
+def _keras_layers(model: Any) -> Iterator[Any]:
     for layer in getattr(model, "layers", []):
         if getattr(layer, "layers", None) and layer is not model:  # a nested Model/Sequential
             yield from _keras_layers(layer)
@@ -279,10 +279,10 @@ def _keras_layers(model):
             yield layer
 
 
-def _keras_output_shapes(layer):
+def _keras_output_shapes(layer: Any) -> list[list[Optional[int]]]:
     out = getattr(layer, "output", None)
     tensors = out if isinstance(out, (list, tuple)) else [out]
-    shapes = []
+    shapes: list[list[Optional[int]]] = []
     for t in tensors:
         if t is None:
             continue
@@ -295,7 +295,7 @@ def _keras_output_shapes(layer):
 
 
 def from_keras_model(
-    model,
+    model: Any,
     batch: int = 0,
     optimizer: Any = None,
     *,
@@ -349,8 +349,8 @@ def from_keras_model(
 
 
 def from_torch_module(
-    module,
-    sample_input,
+    module: Any,
+    sample_input: Any,
     optimizer: Any = None,
     *,
     workspace_mb: float = DEFAULT_WORKSPACE_MB,
@@ -373,7 +373,7 @@ def from_torch_module(
     n = int(inputs[0].shape[0]) if inputs and hasattr(inputs[0], "shape") and len(inputs[0].shape) else 1
     total = [0]
 
-    def _hook(_mod, _inp, out):
+    def _hook(_mod: Any, _inp: Any, out: Any) -> None:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for t in outs:
             if isinstance(t, torch.Tensor):
