@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import outputs as _outputs
@@ -109,7 +109,7 @@ class NvmlSampler:
         *,
         interval_s: float = SAMPLE_INTERVAL_S,
         devices: Optional[Sequence[int]] = None,
-        nvml=None,
+        nvml: _devices.Nvml = None,
         proc_root: str = "/proc",
     ):
         self.pid = pid
@@ -117,7 +117,7 @@ class NvmlSampler:
         self._devices_arg = list(devices) if devices is not None else None
         self._nvml = nvml
         self._proc_root = proc_root
-        self._handles: list = []
+        self._handles: List[Any] = []  # NVML device handles
         self._indices: List[int] = []
         self._baseline: Dict[int, float] = {}
         self._peak_proc = 0.0
@@ -170,7 +170,7 @@ class NvmlSampler:
         return self
 
     @staticmethod
-    def _shutdown(nv) -> None:
+    def _shutdown(nv: _devices.Nvml) -> None:
         try:
             nv.nvmlShutdown()
         except Exception:
@@ -258,7 +258,7 @@ class NvmlSampler:
     def __enter__(self) -> "NvmlSampler":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -282,7 +282,7 @@ class Profile:
     #: where ``peak_mb`` came from (``runtime.peak.SOURCES``): the framework's own counter, or NVML less the context
     peak_source: Optional[str] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def to_json(self) -> str:
@@ -356,7 +356,7 @@ def report(
     path = path or os.environ.get(PROFILE_FILE_ENV)
     if not path:
         return False
-    data: dict = {}
+    data: dict[str, Any] = {}
     if step_time_s is not None:
         data["step_time_s"] = float(step_time_s)
     if steps is not None and seconds is not None:
@@ -372,10 +372,11 @@ def report(
     return True
 
 
-def _read_report(path: str) -> dict:
+def _read_report(path: str) -> dict[str, Any]:
     try:
         with open(path) as fh:
-            return json.load(fh)
+            data: dict[str, Any] = json.load(fh)  # what report() wrote
+            return data
     except (OSError, ValueError):
         return {}
 
@@ -389,8 +390,8 @@ def profile_command(
     gpu_memory_mb: Optional[int] = None,
     timeout: Optional[float] = None,
     sampler_factory: Optional[Callable[[], NvmlSampler]] = None,
-    stdout=None,
-    stderr=None,
+    stdout: Optional[Union[int, IO[Any]]] = None,
+    stderr: Optional[Union[int, IO[Any]]] = None,
     context_mb: int = _context.MEASURED_CONTEXT_MB,
 ) -> Profile:
     """Run ``argv`` with ``MELON_PROFILE_STEPS=steps`` (and ``MELON_PROFILE_FILE``) and profile it.
@@ -467,12 +468,14 @@ def profile_command(
     if samples is not None:
         total = gpu_memory_mb or samples.gpu_total_mb or DEFAULT_GPU_MEMORY_MB
         by_process = samples.source == "process"
-        peak, peak_source = _peak.task_peak(
+        got = _peak.task_peak(
             counter,
             samples.peak_mb if by_process else None,
             context_mb,
             device_mb=None if by_process else samples.peak_mb,
         )
+        assert got is not None  # samples.peak_mb is a figure (>= 0), which task_peak falls back to
+        peak, peak_source = got
         exp = expected_mb(peak)
         notes.append(
             f"nvml: {samples.samples} samples every {interval_s * 1000:.0f} ms on GPUs {samples.devices}, "
