@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Iterable, Optional
 from urllib.parse import quote, urlsplit
 
@@ -27,6 +28,7 @@ AM_LOG = "AppMaster.stdout"
 BOILERPLATE = frozenset({"launch_container.sh", "directory.info", "prelaunch.out", "prelaunch.err"})
 _CONTENTS = b"LogContents:\n"
 _LENGTH = re.compile(rb"^LogLength:\s*(\d+)\s*$", re.MULTILINE)
+_MODIFIED = re.compile(rb"^LogLastModifiedTime:\s*(.+?)\s*$", re.MULTILINE)
 _CHUNK = 64 * 1024
 
 
@@ -60,6 +62,8 @@ class ContainerLogChunk:
     start: int
     data: bytes
     url: str
+    #: the file's last write on its node (the header's ``LogLastModifiedTime``, whole seconds), None when not given
+    modified: Optional[float] = None
 
 
 def nm_base_url(address: Optional[str], rm_url: str) -> Optional[str]:
@@ -91,7 +95,19 @@ def parse_container_log(body: bytes, size: Optional[int], url: str = "") -> Cont
         footer = data.rfind(b"End of LogType:")
         data = data[:footer] if footer >= 0 else data
     start = length - wanted if size is not None and size < 0 else 0
-    return ContainerLogChunk(length=length, start=start, data=data, url=url)
+    return ContainerLogChunk(length=length, start=start, data=data, url=url, modified=_modified(body[:head_end]))
+
+
+def _modified(head: bytes) -> Optional[float]:
+    """``LogLastModifiedTime:Mon Nov 30 19:27:34 +0000 2026`` (Hadoop's ``EEE MMM dd HH:mm:ss Z yyyy``) → seconds
+    since the epoch; None when absent or unreadable."""
+    match = _MODIFIED.search(head)
+    if not match:
+        return None
+    try:
+        return datetime.strptime(match.group(1).decode("ascii"), "%a %b %d %H:%M:%S %z %Y").timestamp()
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 def read_container_log(

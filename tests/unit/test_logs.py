@@ -195,6 +195,15 @@ def test_parse_locates_the_bytes_by_length_not_by_the_footer():
         parse_container_log(b"<html>login</html>", -10)
 
 
+def test_parse_reads_when_the_node_last_wrote_the_file():
+    """The header's LogLastModifiedTime (Hadoop writes it as ``EEE MMM dd HH:mm:ss Z yyyy``, whole seconds) is the
+    file's last write on the node, in seconds since the epoch; a header without a readable one gives None."""
+    body = b"LogType:stdout\nLogLastModifiedTime:Mon Nov 30 19:27:34 +0800 2026\nLogLength:2\nLogContents:\nok\n"
+    assert parse_container_log(body, None).modified == 1796038054.0  # 2026-11-30 11:27:34 UTC
+    assert parse_container_log(body.replace(b"+0800 2026", b"x"), None).modified is None
+    assert parse_container_log(b"LogLength:2\nLogContents:\nok", None).modified is None
+
+
 # ---------------------------------------------------------------------------------------------- caps
 
 
