@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
-from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX, RESERVED_LINK_PREFIX, JobSpec
+from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX, RESERVED_LINK_PREFIX, JobSpec, RoleSpec
 
 AM_CLASS = "org.melon.yarn.MelonApplicationMaster"
 AM_JAR = "melon-appmaster.jar"
@@ -205,42 +205,50 @@ class _PlanPart(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _spec_bounds(model: type[BaseModel], name: str, *only: str) -> dict[str, Any]:
+    """The bounds (``gt``, ``ge``, ``lt``, ``le``, or ``only`` these) of the job spec's field ``name``: they live in
+    spec.py alone, and the plan's field (so the AM's schema check) takes them from there."""
+    found: dict[str, Any] = {}
+    for item in model.model_fields[name].metadata:
+        for key in only or ("gt", "ge", "lt", "le"):
+            if getattr(item, key, None) is not None:
+                found[key] = getattr(item, key)
+    return found
+
+
 class PlanRole(_PlanPart):
     """One role of the plan: what the AM asks YARN for per task, and how often a task may be restarted."""
 
     name: str
-    instances: int = Field(gt=0)
+    instances: int = Field(**_spec_bounds(RoleSpec, "instances"))
     memory_mb: int = Field(gt=0)
-    vcores: int = Field(gt=0)
+    vcores: int = Field(**_spec_bounds(RoleSpec, "vcores"))
     gpus: int = Field(ge=0, description="whole GPUs (yarn.io/gpu); 0 in MeLoN's shared mode")
     gpu_memory_mb: int = Field(ge=0, description="expected GPU memory per task (melon.io/gpu-memory); 0: none")
-    restarts: int = Field(ge=0)
+    restarts: int = Field(**_spec_bounds(RoleSpec, "restarts"))
     min_instances: int = Field(
-        gt=0,
+        **_spec_bounds(RoleSpec, "min_instances"),
         description="the job starts once this many of the role's tasks hold containers "
         "and goes on while this many live (elastic); = instances: all needed",
     )
     tracked: bool = Field(description="false: the job does not wait for this role's tasks (e.g. parameter servers)")
     optional: bool = Field(
-        False,
         description="true: a task of this (untracked) role failing past its restarts is "
         "only logged; false: it fails the job",
     )
     oom_growth: float = Field(
-        1.5,
-        ge=1.0,
+        **_spec_bounds(RoleSpec, "oom_growth"),
         description="after a task runs out of its expected GPU memory (exit 76, "
         "shared mode), its expected GPU memory is multiplied by this "
         "(at most the largest GPU seen) and the task asked for again",
     )
     oom_max_growths: int = Field(
-        2,
         ge=0,
+        **_spec_bounds(RoleSpec, "oom_max_growths", "le"),
         description="how many times a task's expected GPU memory may grow after an "
         "OOM (not counted against restarts); 0: an OOM fails the job",
     )
     gpu_context_mb: int = Field(
-        0,
         ge=0,
         description="MiB each task of a shared role reserves on its GPU besides its "
         "expected memory (the CUDA context): asked of YARN and held on the ledger, while "
@@ -273,18 +281,22 @@ class Plan(_PlanPart):
     command: str = Field(description="the task command, already quoted for YARN's launch script")
     env: dict[str, str]
     local_resources: list[PlanResource]
-    register_timeout_s: int = Field(gt=0)
-    gang_hold_s: int = Field(ge=0, description="all-or-nothing gang formation hold; 0: off")
-    queue_timeout_s: int = Field(ge=0, description="fail when the gang is not granted whole within this; 0: wait")
+    register_timeout_s: int = Field(**_spec_bounds(JobSpec, "register_timeout_s"))
+    gang_hold_s: float = Field(
+        **_spec_bounds(JobSpec, "gang_hold_s"), description="all-or-nothing gang formation hold; 0: off"
+    )
+    queue_timeout_s: int = Field(
+        ge=0,
+        **_spec_bounds(JobSpec, "queue_timeout_s", "le"),
+        description="fail when the gang is not granted whole within this; 0: wait",
+    )
     elastic_grace_s: float = Field(
-        ge=0, description="an elastic role below its min_instances for longer than this fails the job"
+        **_spec_bounds(JobSpec, "elastic_grace_s"),
+        description="an elastic role below its min_instances for longer than this fails the job",
     )
     labels: dict[str, Any] = Field(description="echoed by the AM's /status (the submitting task instance)")
-    staged: list[str] = Field(
-        default_factory=list, description="every staged file the job uses, the AM jar too (read by `melon prune`)"
-    )
+    staged: list[str] = Field(description="every staged file the job uses, the AM jar too (read by `melon prune`)")
     status_file: Optional[str] = Field(
-        None,
         description="where the AM writes its final /status before it unregisters (read by the operator's final result)",
     )
 
@@ -402,6 +414,7 @@ def build_plan(
         MELON_FRAMEWORK=spec.framework,
         MELON_JOB_NAME=spec.name,
         MELON_LARGE_ROLES=",".join(sorted(r for r, role in spec.roles.items() if role.large)),
+        MELON_REGISTER_TIMEOUT_S=str(spec.register_timeout_s),  # the executor waits for its gang as long as the AM
         PYTHONUNBUFFERED="1",
     )
     if spec.launcher == "torchrun":  # the executor runs the entrypoint under torchrun (runtime/framework.py)
@@ -450,7 +463,6 @@ def build_plan(
                     "min_instances": role.min_instances or role.instances,
                     "tracked": not role.untracked,
                     "optional": role.optional,
-                    # the spec's fields may not exist yet (added on main): the AM's defaults then
                     "oom_growth": role.oom_growth,
                     "oom_max_growths": role.oom_growths,
                     "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0,

@@ -285,10 +285,12 @@ final class TaskBook {
     this.yarn = yarn;
     this.clock = clock;
     this.random = random;
-    this.registerTimeoutMs = plan.path(PlanFields.REGISTER_TIMEOUT_S).asLong(300) * 1000L;
-    this.gangHoldMs = Math.round(plan.path(PlanFields.GANG_HOLD_S).asDouble(0) * 1000);
-    this.queueTimeoutMs = Math.round(plan.path(PlanFields.QUEUE_TIMEOUT_S).asDouble(0) * 1000);
-    this.elastic = new Elastic(Math.round(plan.path(PlanFields.ELASTIC_GRACE_S).asDouble(60) * 1000));
+    // The plan passed its schema check (PlanFields.violations): every field is there and within its bounds,
+    // declared once in Python's spec.py.
+    this.registerTimeoutMs = plan.path(PlanFields.REGISTER_TIMEOUT_S).asLong() * 1000L;
+    this.gangHoldMs = Math.round(plan.path(PlanFields.GANG_HOLD_S).asDouble() * 1000);
+    this.queueTimeoutMs = Math.round(plan.path(PlanFields.QUEUE_TIMEOUT_S).asDouble() * 1000);
+    this.elastic = new Elastic(Math.round(plan.path(PlanFields.ELASTIC_GRACE_S).asDouble() * 1000));
     this.successRole = plan.path(PlanFields.SUCCESS_ROLE).isTextual() ? plan.path(PlanFields.SUCCESS_ROLE).asText() : null;
     this.gangWaitSince = clock.getAsLong();
     this.startedAt = gangWaitSince;
@@ -296,18 +298,18 @@ final class TaskBook {
     for (JsonNode r : plan.path(PlanFields.ROLES)) {
       Role role = new Role();
       role.name = r.path(PlanFields.ROLE_NAME).asText();
-      role.instances = r.path(PlanFields.ROLE_INSTANCES).asInt(1);
-      role.memoryMb = r.path(PlanFields.ROLE_MEMORY_MB).asInt(1024);
-      role.vcores = r.path(PlanFields.ROLE_VCORES).asInt(1);
-      role.gpus = r.path(PlanFields.ROLE_GPUS).asInt(0);
-      role.gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt(0);
-      role.gpuContextMb = Math.max(0, r.path(PlanFields.ROLE_GPU_CONTEXT_MB).asInt(0));
-      role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt(0);
-      role.minInstances = Math.max(1, Math.min(role.instances, r.path(PlanFields.ROLE_MIN_INSTANCES).asInt(role.instances)));
-      role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean(true);
-      role.optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean(false);
-      role.oomGrowth = Math.max(1.0, r.path(PlanFields.ROLE_OOM_GROWTH).asDouble(1.5));
-      role.oomMaxGrowths = Math.max(0, r.path(PlanFields.ROLE_OOM_MAX_GROWTHS).asInt(2));
+      role.instances = r.path(PlanFields.ROLE_INSTANCES).asInt();
+      role.memoryMb = r.path(PlanFields.ROLE_MEMORY_MB).asInt();
+      role.vcores = r.path(PlanFields.ROLE_VCORES).asInt();
+      role.gpus = r.path(PlanFields.ROLE_GPUS).asInt();
+      role.gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt();
+      role.gpuContextMb = r.path(PlanFields.ROLE_GPU_CONTEXT_MB).asInt();
+      role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt();
+      role.minInstances = Math.min(role.instances, r.path(PlanFields.ROLE_MIN_INSTANCES).asInt());
+      role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean();
+      role.optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean();
+      role.oomGrowth = r.path(PlanFields.ROLE_OOM_GROWTH).asDouble();
+      role.oomMaxGrowths = r.path(PlanFields.ROLE_OOM_MAX_GROWTHS).asInt();
       for (int i = 0; i < role.instances; i++) {
         tasks.add(new Task(role, i, number++, gangWaitSince));
       }

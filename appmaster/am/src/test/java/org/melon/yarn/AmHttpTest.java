@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.json;
+import static org.melon.yarn.Fixtures.plan;
 import static org.melon.yarn.Fixtures.place;
 
 import java.io.BufferedReader;
@@ -65,7 +66,7 @@ class AmHttpTest {
 
   /** An AM for the one role {@code role} (lenient JSON), each task in a running container, serving on loopback. */
   private void start(String role, String secret) throws IOException {
-    book = new TaskBook(json("{roles: [" + role + "], labels: {dag_id: 'd', task_id: 't'}}"), new FakeYarn(), clock);
+    book = new TaskBook(plan("{roles: [" + role + "], labels: {dag_id: 'd', task_id: 't'}}"), new FakeYarn(), clock);
     for (Task t : book.tasks) {
       containers.put(t.name(), place(book, t, "node-" + t.index % 2));
     }

@@ -3,6 +3,7 @@ package org.melon.yarn;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.json;
+import static org.melon.yarn.Fixtures.plan;
 import static org.melon.yarn.Fixtures.place;
 
 import java.util.ArrayList;
@@ -39,7 +40,7 @@ class ContainerHistoryTest {
 
   @Test
   void eachContainerOfATaskIsListedInOrderWithTheDecisionThatEndedIt() {
-    TaskBook book = new TaskBook(json("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024}]}"), yarn,
+    TaskBook book = new TaskBook(plan("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024}]}"), yarn,
         clock);
     AmHttp http = new AmHttp(book, "s", "application_1700000000000_0007", json("{}"));
     Task w = book.task("worker", 0);
@@ -75,7 +76,7 @@ class ContainerHistoryTest {
 
   @Test
   void aRestartIsADecisionAndTheEventListKeepsTheNewestWithItsSequence() {
-    TaskBook book = new TaskBook(json("{roles: [{name: 'worker', instances: 1, restarts: 300}]}"), yarn, clock);
+    TaskBook book = new TaskBook(plan("{roles: [{name: 'worker', instances: 1, restarts: 300}]}"), yarn, clock);
     AmHttp http = new AmHttp(book, "s", "application_1700000000000_0007", json("{}"));
     Task w = book.task("worker", 0);
     for (int i = 0; i < TaskBook.MAX_EVENTS + 5; i++) {

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.container;
 import static org.melon.yarn.Fixtures.json;
+import static org.melon.yarn.Fixtures.plan;
 
 import java.util.List;
 import java.util.Map;
@@ -29,7 +30,7 @@ class ElasticTest {
 
   /** worker x3, min 2, restarts {@code restarts}, grace 10 s, gang hold 20 s. */
   private TaskBook book(int restarts) {
-    return new TaskBook(json("{register_timeout_s: 60, gang_hold_s: 20, elastic_grace_s: 10, roles: [{name: "
+    return new TaskBook(plan("{register_timeout_s: 60, gang_hold_s: 20, elastic_grace_s: 10, roles: [{name: "
         + "'worker', instances: 3, min_instances: 2, restarts: " + restarts + "}]}"), yarn, clock, new Random(7));
   }
 
@@ -168,7 +169,7 @@ class ElasticTest {
 
   @Test
   void aRoleWithoutBoundsStillNeedsEveryTask() {
-    TaskBook book = new TaskBook(json("{register_timeout_s: 60, gang_hold_s: 20, roles: [{name: 'worker', "
+    TaskBook book = new TaskBook(plan("{register_timeout_s: 60, gang_hold_s: 20, roles: [{name: 'worker', "
         + "instances: 2, restarts: 0}]}"), yarn, clock, new Random(7));
     grant(book, 0, "node-a");
     assertEquals(List.of(), yarn.launched);

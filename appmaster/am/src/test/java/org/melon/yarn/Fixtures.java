@@ -1,5 +1,6 @@
 package org.melon.yarn;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertSame;
 
 import java.util.ArrayList;
@@ -12,6 +13,8 @@ import java.util.function.LongSupplier;
 import com.fasterxml.jackson.core.json.JsonReadFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.json.JsonMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
@@ -38,6 +41,31 @@ final class Fixtures {
     } catch (Exception e) {
       throw new IllegalArgumentException(lenient, e);
     }
+  }
+
+  /**
+   * A whole plan, as build_plan writes one (the AM reads only plans that pass its schema check, and has no defaults
+   * of its own): {@code lenient}'s fields over a typical job's, each of its roles' over a typical role's. Fails
+   * unless the result passes {@link PlanFields#violations}.
+   */
+  static JsonNode plan(String lenient) {
+    ObjectNode given = (ObjectNode) json(lenient);
+    ObjectNode plan = (ObjectNode) json("{app_name: 'job', success_role: null, output_role: null, command: 'run',"
+        + " env: {}, local_resources: [], register_timeout_s: 300, gang_hold_s: 0, queue_timeout_s: 0,"
+        + " elastic_grace_s: 60, labels: {}, staged: [], status_file: null}");
+    plan.setAll(given);
+    ArrayNode roles = plan.putArray(PlanFields.ROLES);
+    for (JsonNode r : given.path(PlanFields.ROLES)) {
+      ObjectNode role = (ObjectNode) json("{instances: 1, memory_mb: 1024, vcores: 1, gpus: 0, gpu_memory_mb: 0,"
+          + " restarts: 0, tracked: true, optional: false, oom_growth: 1.5, oom_max_growths: 2, gpu_context_mb: 0}");
+      role.setAll((ObjectNode) r);
+      if (!role.has(PlanFields.ROLE_MIN_INSTANCES)) {
+        role.put(PlanFields.ROLE_MIN_INSTANCES, role.path(PlanFields.ROLE_INSTANCES).asInt());
+      }
+      roles.add(role);
+    }
+    assertEquals(List.of(), PlanFields.violations(plan), "a test plan the AM would refuse: " + plan);
+    return plan;
   }
 
   /** Records requests ("worker:1#2" = task worker:1, attempt 2) and blacklist changes ("+host", "-host"). */

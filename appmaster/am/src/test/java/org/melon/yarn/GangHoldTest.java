@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.container;
 import static org.melon.yarn.Fixtures.json;
+import static org.melon.yarn.Fixtures.plan;
 
 import java.util.List;
 import java.util.Random;
@@ -26,7 +27,7 @@ class GangHoldTest {
 
   /** worker x3, hold 20 s; {@code extra} adds plan fields. */
   private TaskBook gang(String extra) {
-    return new TaskBook(json("{register_timeout_s: 60, gang_hold_s: 20, " + extra
+    return new TaskBook(plan("{register_timeout_s: 60, gang_hold_s: 20, " + extra
         + " roles: [{name: 'worker', instances: 3}]}"), yarn, clock, new Random(7));
   }
 
@@ -122,7 +123,7 @@ class GangHoldTest {
 
   @Test
   void withTheHoldOffEachContainerStartsAsItComesAndNothingIsGivenBack() {
-    TaskBook book = new TaskBook(json("{register_timeout_s: 60, roles: [{name: 'worker', instances: 3}]}"),
+    TaskBook book = new TaskBook(plan("{register_timeout_s: 60, roles: [{name: 'worker', instances: 3}]}"),
         yarn, clock, new Random(7));
     grant(book, 0, "node-a");
     assertEquals(List.of("worker:0"), yarn.launched);
@@ -134,9 +135,9 @@ class GangHoldTest {
 
   @Test
   void twoGangsBackingOffDoNotAskAgainInLockstep() {
-    TaskBook a = new TaskBook(json("{gang_hold_s: 20, roles: [{name: 'worker', instances: 3}]}"), yarn, clock,
+    TaskBook a = new TaskBook(plan("{gang_hold_s: 20, roles: [{name: 'worker', instances: 3}]}"), yarn, clock,
         new Random(1));
-    TaskBook b = new TaskBook(json("{gang_hold_s: 20, roles: [{name: 'worker', instances: 3}]}"), new FakeYarn(),
+    TaskBook b = new TaskBook(plan("{gang_hold_s: 20, roles: [{name: 'worker', instances: 3}]}"), new FakeYarn(),
         clock, new Random(5));
     grant(a, 0, "node-a");
     Task tb = b.task("worker", 0);

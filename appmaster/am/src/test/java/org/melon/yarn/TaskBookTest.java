@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.json;
+import static org.melon.yarn.Fixtures.plan;
 import static org.melon.yarn.Fixtures.place;
 
 import java.util.ArrayList;
@@ -42,7 +43,7 @@ class TaskBookTest {
   };
 
   private TaskBook book(String plan) {
-    return new TaskBook(json(plan), yarn, clock);
+    return new TaskBook(plan(plan), yarn, clock);
   }
 
   /** chief x1, worker x2 (restarts 1), ps x1 (untracked); all tasks must succeed unless success_role is set. */

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.json;
+import static org.melon.yarn.Fixtures.plan;
 import static org.melon.yarn.Fixtures.place;
 
 import java.io.BufferedReader;
@@ -57,7 +58,7 @@ class TensorBoardProxyTest {
 
   @BeforeEach
   void start() throws IOException {
-    book = new TaskBook(json("{roles: [{name: 'chief', instances: 1}, {name: 'worker', instances: 1}]}"),
+    book = new TaskBook(plan("{roles: [{name: 'chief', instances: 1}, {name: 'worker', instances: 1}]}"),
         new FakeYarn(), new Clock());
     for (Task t : book.tasks) {
       containers.put(t.name(), place(book, t, "node-0"));

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.json;
+import static org.melon.yarn.Fixtures.plan;
 import static org.melon.yarn.Fixtures.place;
 
 import java.io.BufferedReader;
@@ -75,7 +76,7 @@ class ViewAclTest {
   }
 
   private void start(ViewAcl viewers) throws IOException {
-    TaskBook book = new TaskBook(json("{roles: [{name: 'chief', instances: 1}]}"), new FakeYarn(), new Clock());
+    TaskBook book = new TaskBook(plan("{roles: [{name: 'chief', instances: 1}]}"), new FakeYarn(), new Clock());
     container = place(book, book.tasks.get(0), "node-0");
     am = new AmHttp(book, SECRET, APP, null, viewers);
     port = am.start(InetAddress.getLoopbackAddress().getHostAddress());
