@@ -15,7 +15,7 @@ import tenacity
 
 from airflow_provider_melon.cli.findings import Finding, _one_line
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
-from airflow_provider_melon.hadoop.rm_json import as_dict, as_list
+from airflow_provider_melon.hadoop.rm_json import as_list
 
 
 def _am_java() -> int:
@@ -229,15 +229,20 @@ class SubmitTest:
         return None
 
     def _wait_end(self, app_id: str) -> Optional[dict]:
-        seen: dict = {"status": None}
+        """The app watched to its end (any RM error ends the check), the AM's task list read while it runs."""
+        from airflow_provider_melon.hadoop.watch import IO, Watch, WatchPolicy, drive, watch
 
-        def ended() -> Optional[dict]:
-            seen["status"] = self.hook.am_status(app_id) or seen["status"]
-            app = self.hook.yarn.get_application(app_id)
-            return app if app.get("state") in TERMINAL_STATES else None
-
-        app = poll(ended, self.timeout, 1)
-        if app is None:
+        deadline = time.monotonic() + self.timeout
+        policy = WatchPolicy(1, deadline, transient=lambda exc: False, look_at_deadline=True, follow_tasks=True)
+        io: IO = {
+            "now": time.monotonic,
+            "get": lambda: self.hook.yarn.get_application(app_id),
+            "status": lambda: self.hook.am_status(app_id),
+            "sleep": time.sleep,
+        }
+        outcome = drive(watch(Watch(app_id, policy)), io)
+        app = outcome.app
+        if outcome.verdict == "timeout" or app is None:
             self._step(
                 "fail",
                 "containers",
@@ -245,8 +250,7 @@ class SubmitTest:
                 "the queue may lack room for the tasks; see `melon status " + app_id + "`",
             )
             return None
-        status = seen["status"]
-        tasks = as_list(as_dict(status).get("tasks")) if status else []
+        tasks = as_list(outcome.tasks)
         shown = (
             ", ".join(
                 f"{t.get('role')}:{t.get('index')} on {t.get('node_id') or t.get('host') or '?'}"
@@ -306,7 +310,7 @@ class SubmitTest:
             stop=tenacity.stop_after_attempt(3),
             wait=tenacity.wait_fixed(2),
             retry=tenacity.retry_if_result(lambda got: len(got[1]) < expected),
-            retry_error_callback=lambda state: state.outcome.result(),
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else ((), [], 0),
         )(read_probes)
         if not probes:
             causes = []

@@ -167,59 +167,40 @@ def _check_app_id(app_id: str) -> str:
 
 
 # ---- polling --------------------------------------------------------------------------------------------------
-def _transient(exc: Exception) -> bool:
+def _transient(exc: BaseException) -> bool:
+    """An RM that is away (restarting, failing over): no answer, a 5xx, a 307, a 404 while it recovers."""
+    from airflow_provider_melon.hadoop.rm_json import YarnApiError
+
     status = getattr(exc, "status", "no")
-    return status is None or status == 307 or (isinstance(status, int) and (status >= 500 or status == 404))
+    away = status is None or status == 307 or (isinstance(status, int) and (status >= 500 or status == 404))
+    return isinstance(exc, YarnApiError) and away
 
 
-class AppPoller:
-    """Reads an app's RM record again and again. Once the app has been seen, an RM that is away (restarting,
-    failing over: no answer, 5xx, 404 while it recovers) gives None for up to :data:`POLL_GRACE_S`, then raises."""
+def _watch(yarn, app_id: str, interval: float, timeout: Optional[float], first: Optional[dict], seen):
+    """The :mod:`~airflow_provider_melon.hadoop.watch` of the app, ``seen`` called with each RM record: once the app
+    has been seen, an RM that is away is ridden out for up to :data:`POLL_GRACE_S`."""
+    from airflow_provider_melon.hadoop.watch import Watch, WatchPolicy, drive, watch
 
-    def __init__(self, yarn, app_id: str, seen: bool = False):
-        self.yarn, self.app_id, self.seen = yarn, app_id, seen
-        self._trouble_since: Optional[float] = None
-
-    def get(self) -> Optional[dict]:
-        from airflow_provider_melon.hadoop.rm_json import YarnApiError
-
-        try:
-            app = self.yarn.get_application(self.app_id)
-        except YarnApiError as exc:
-            if not self.seen or not _transient(exc):
-                raise
-            self._trouble_since = self._trouble_since or time.monotonic()
-            if time.monotonic() - self._trouble_since > POLL_GRACE_S:
-                raise
-            return None
-        self.seen, self._trouble_since = True, None
-        return app
+    deadline = None if timeout is None else time.monotonic() + timeout
+    policy = WatchPolicy(interval, deadline, transient=_transient, grace_s=POLL_GRACE_S, look_at_deadline=True)
+    io = {"now": time.monotonic, "get": lambda: yarn.get_application(app_id), "seen": seen, "sleep": time.sleep}
+    return drive(watch(Watch(app_id, policy), first), io)
 
 
 def wait_for(
     yarn, app_id: str, *, timeout: Optional[float], interval: float, bar: Progress, first: Optional[dict] = None
 ) -> Optional[dict]:
-    """Poll the RM until the app ends: its last RM record, or None when ``timeout`` passed first."""
-    start = time.monotonic()
-    poller = AppPoller(yarn, app_id, seen=first is not None)
-    app = first
-    while True:
-        if app is None:
-            app = poller.get()
-        if app is not None:
-            bar.update(
-                float(app.get("progress") or 0) / 100,
-                f"{_state(app)} {_duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}",
-            )
-            if app.get("state") in TERMINAL_STATES:
-                bar.clear()
-                return app
-        waited = time.monotonic() - start
-        if timeout is not None and waited >= timeout:
-            bar.clear()
-            return None
-        time.sleep(interval if timeout is None else max(min(interval, timeout - waited), 0.05))
-        app = None
+    """Watch the app until it ends: its last RM record, or None when ``timeout`` passed first."""
+
+    def seen(app: dict) -> None:
+        bar.update(
+            float(app.get("progress") or 0) / 100,
+            f"{_state(app)} {_duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}",
+        )
+
+    outcome = _watch(yarn, app_id, interval, timeout, first, seen)
+    bar.clear()
+    return None if outcome.verdict == "timeout" else outcome.app
 
 
 # ---- commands -------------------------------------------------------------------------------------------------
@@ -517,7 +498,6 @@ def _follow(args, yarn, app: dict, logs, chosen) -> int:
 
     tails: dict[tuple[str, str], nm_logs.LogTail] = {}
     served = False
-    poller = AppPoller(yarn, str(app["id"]), seen=True)
 
     def emit(ref, name: str, lines: list[str]) -> None:
         for line in lines:
@@ -528,21 +508,20 @@ def _follow(args, yarn, app: dict, logs, chosen) -> int:
         if lines:
             sys.stdout.flush()
 
-    while True:
-        running = app.get("state") not in TERMINAL_STATES
-        listed, found = _log_files(logs, running, chosen, args.file)
+    def seen(app: dict) -> None:
+        nonlocal served
+        listed, found = _log_files(logs, app.get("state") not in TERMINAL_STATES, chosen, args.file)
         served = served or listed
         for ref, name, size in found:
             tail = tails.setdefault((ref.id, name), nm_logs.LogTail(logs, ref, name))
             emit(ref, name, tail.lines(size))
-        if not running:
-            for (cid, name), tail in tails.items():
-                emit(logs.containers[cid], name, tail.flush())
-            if not served:
-                _no_logs(app, logs)
-            return OK
-        time.sleep(args.interval)
-        app = poller.get() or app
+
+    app = _watch(yarn, str(app["id"]), args.interval, None, app, seen).app
+    for (cid, name), tail in tails.items():
+        emit(logs.containers[cid], name, tail.flush())
+    if not served:
+        _no_logs(app, logs)
+    return OK
 
 
 # ---- the command line -----------------------------------------------------------------------------------------

@@ -1,8 +1,6 @@
 """YARN application states, and how a wait for an application judges and reports it: the one vocabulary the
 operator, the sensor, the trigger, the shared poller, the CLI, the doctor, the UI plugin and the staging clean-up
-share, and the one poll step (:class:`PollStep`) of the operator's synchronous wait and the trigger's deferred
-one, so the two cannot drift. Pure and Airflow-free: no I/O, no logging; a step returns the log lines for its
-caller's logger.
+share (the wait itself: :mod:`~airflow_provider_melon.hadoop.watch`). Pure and Airflow-free: no I/O, no logging.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ def timeout_seconds(value: Union[None, int, float, timedelta]) -> Optional[float
 
 
 def classify(
-    app: dict,
+    app: dict[str, Any],
     target_states: Iterable[str] = DEFAULT_TARGET_STATES,
     failure_states: Iterable[str] = DEFAULT_FAILURE_STATES,
 ) -> Optional[str]:
@@ -58,7 +56,7 @@ def classify(
     return None
 
 
-def duration_s(app: dict) -> Optional[float]:
+def duration_s(app: dict[str, Any]) -> Optional[float]:
     """Seconds the application ran (RM ``elapsedTime``, else finished − started), None when unknown."""
     elapsed = app.get("elapsedTime")
     try:
@@ -82,7 +80,7 @@ def _num(value: Any) -> Optional[float]:
     return number if number is not None and math.isfinite(number) else None
 
 
-def _new_summary(instances: int) -> dict:
+def _new_summary(instances: int) -> dict[str, Any]:
     return {
         "instances": instances,
         "states": {},
@@ -95,13 +93,15 @@ def _new_summary(instances: int) -> dict:
     }
 
 
-def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]] = None) -> dict[str, dict]:
+def task_summary(
+    tasks: Optional[Sequence[dict[str, Any]]], roles: Optional[dict[str, int]] = None
+) -> dict[str, dict[str, Any]]:
     """Per-role summary of the AM's task list: instances, count per state, the furthest task's step (of total),
     loss and metrics (what the job reported with ``airflow_provider_melon.runtime.report``), attempts, exits.
 
     ``roles`` (role → requested instances, from the job spec) fills in roles the AM did not report.
     """
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for role, instances in (roles or {}).items():
         out[role] = _new_summary(int(instances))
     for task in tasks if isinstance(tasks, (list, tuple)) else []:
@@ -132,15 +132,15 @@ def task_summary(tasks: Optional[Sequence[dict]], roles: Optional[dict[str, int]
     return out
 
 
-def task_progress(tasks: Optional[Sequence[dict]]) -> dict[str, dict]:
+def task_progress(tasks: Optional[Sequence[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """``role:index`` → what that task reported last (``step``, ``total``, ``loss``, ``metrics``) and its ``state``,
     from the AM's task list; the per-task view beside :func:`task_summary`'s per-role one."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for task in tasks if isinstance(tasks, (list, tuple)) else []:
         if not isinstance(task, dict):
             continue
         step, total = _num(task.get("step")), _num(task.get("total"))
-        metrics = task.get("metrics") if isinstance(task.get("metrics"), dict) else {}
+        metrics: dict[str, Any] = task["metrics"] if isinstance(task.get("metrics"), dict) else {}
         out[f"{task.get('role') or '?'}:{task.get('index')}"] = {
             "state": str(task.get("state") or "UNKNOWN"),
             "step": None if step is None else int(step),
@@ -151,7 +151,7 @@ def task_progress(tasks: Optional[Sequence[dict]]) -> dict[str, dict]:
     return out
 
 
-def progress_line(status: Optional[dict]) -> Optional[str]:
+def progress_line(status: Optional[dict[str, Any]]) -> Optional[str]:
     """One log line from the AM's ``/status`` JSON: per role the task states and the last step/loss."""
     if not status or not isinstance(status, dict):
         return None
@@ -169,14 +169,14 @@ def progress_line(status: Optional[dict]) -> Optional[str]:
             text += f" restarts={entry['restarts']}"
         parts.append(text)
     head = f"AM {status.get('state', '?')}"
-    gang = status.get("gang") if isinstance(status.get("gang"), dict) else {}
+    gang: dict[str, Any] = status["gang"] if isinstance(status.get("gang"), dict) else {}
     if gang.get("formed") is False and gang.get("hold_s") and gang.get("message"):
         head += f" ({str(gang['message'])[:200]})"  # waiting for the whole gang: granted/asked, holds given back
     return head + (" | " + " | ".join(parts) if parts else " | no tasks reported yet")
 
 
 def make_event_payload(
-    status: str, app_id: Optional[str], app: Optional[dict], message: str, tasks: Optional[list] = None
+    status: str, app_id: Optional[str], app: Optional[dict[str, Any]], message: str, tasks: Optional[list[Any]] = None
 ) -> dict[str, Any]:
     app = app or {}
     return {
@@ -192,7 +192,7 @@ def make_event_payload(
     }
 
 
-def outcome_message(app_id: str, app: dict, verdict: str, target_states: Iterable[str]) -> str:
+def outcome_message(app_id: str, app: dict[str, Any], verdict: str, target_states: Iterable[str]) -> str:
     state, final = app.get("state"), app.get("finalStatus")
     if verdict == "success":
         return f"YARN application {app_id} reached {state} (final status {final})"
@@ -203,15 +203,20 @@ def outcome_message(app_id: str, app: dict, verdict: str, target_states: Iterabl
     return text + (f": {diag}" if diag else "")
 
 
-def ended_event(app_id: Optional[str], app: dict, verdict: Optional[str] = None) -> dict[str, Any]:
+def ended_event(app_id: Optional[str], app: dict[str, Any], verdict: Optional[str] = None) -> dict[str, Any]:
     """The event of an application found already ended (no wait): judged by ``verdict``, else by :func:`classify`
     with the default target (``error`` when that says nothing)."""
     verdict = verdict or classify(app) or "error"
-    return make_event_payload(verdict, app_id, app, outcome_message(app_id, app, verdict, DEFAULT_TARGET_STATES))
+    message = outcome_message(str(app_id), app, verdict, DEFAULT_TARGET_STATES)
+    return make_event_payload(verdict, app_id, app, message)
 
 
 def job_result(
-    event: dict, final_json: Optional[dict], status_json: Optional[dict], roles: Optional[dict], outputs: Optional[dict]
+    event: dict[str, Any],
+    final_json: Optional[dict[str, Any]],
+    status_json: Optional[dict[str, Any]],
+    roles: Optional[dict[str, Any]],
+    outputs: Optional[dict[str, Any]],
 ) -> dict[str, Any]:
     """A training task's result, from its final event: the task list from the AM's final ``/status`` (written to
     HDFS before it unregistered), else a live AM's ``status_json``, else the last one a poll saw (the event's, maybe a
@@ -250,150 +255,22 @@ def kill_waiting(retrying: type) -> Any:
     )
 
 
-def killed_line(app_id: Optional[str], state: Optional[str]) -> "LogLine":
+def killed_line(app_id: Optional[str], state: Optional[str]) -> tuple[str, str, tuple[Any, ...]]:
     """The line after that wait: the state the RM reports, with a warning while it still shows it live."""
     if state in LIVE_STATES:
         return "warning", "YARN application %s still shows %s %.0f s after the kill", (app_id, state, KILL_WAIT_S)
     return "info", "YARN application %s is %s", (app_id, state)
 
 
-# ------------------------------------------------------------------------------------------------------
-# One poll of a wait: the sync loop (MelonTrainOperator.poll_until_complete) and the async one
-# (YarnApplicationTrigger.run) both go through these steps
-# ------------------------------------------------------------------------------------------------------
-
-#: a log line: (logger method, format, args)
-LogLine = tuple[str, str, tuple]
-
-
-class Seen:
-    """What one RM report of the application means for the wait."""
-
-    def __init__(self, state: Optional[str], lines: list[LogLine], progress_due: bool, verdict: Optional[str]):
-        self.state, self.lines, self.progress_due, self.verdict = state, lines, progress_due, verdict
-
-    def wants_status(self, job_logs: bool) -> bool:
-        """Read the AM's ``/status`` this poll: its progress line is due, or the job logs follow the tasks'
-        containers (every running poll)."""
-        return self.progress_due or (job_logs and self.state == "RUNNING")
-
-    def final_logs(self) -> bool:
-        """The application ended: the rest of the job logs is read once."""
-        return self.verdict is not None and self.state in TERMINAL_STATES
-
-
-class PollStep:
-    """The state of a wait for one application and its steps: the deadline, the budget of failed polls in a row,
-    the state-change and heartbeat lines, the AM progress line every ``log_every_n`` running polls, the verdict
-    and its message. The caller does the I/O (RM, AM, sleeping) and logs the lines it is handed."""
-
-    def __init__(
-        self,
-        app_id: Optional[str],
-        *,
-        log_every_n: int,
-        max_consecutive_failures: int,
-        stream_progress: bool,
-        target_states: Iterable[str] = DEFAULT_TARGET_STATES,
-        failure_states: Iterable[str] = DEFAULT_FAILURE_STATES,
-        last_state: Optional[str] = None,
-        failures: int = 0,
-    ):
-        self.app_id = app_id
-        self.log_every_n = log_every_n
-        self.max_consecutive_failures = max_consecutive_failures
-        self.stream_progress = stream_progress
-        self.target_states = tuple(target_states)
-        self.failure_states = tuple(failure_states)
-        self.last_state = last_state
-        self.failures = failures
-        self.polls = 0
-        self.running_polls = 0
-
-    @staticmethod
-    def timed_out(remaining: Optional[float]) -> bool:
-        return remaining is not None and remaining <= 0
-
-    def timeout_message(self, name: Optional[str] = None) -> str:
-        return (
-            f"YARN application {name or self.app_id} did not finish before the task's timeout "
-            f"(last state {self.last_state})"
-        )
-
-    def failed(self, exc: BaseException) -> tuple[Optional[str], Optional[LogLine]]:
-        """A poll that failed: (the error message when the budget is spent, else None; the warning line)."""
-        self.failures += 1
-        if self.failures > self.max_consecutive_failures:
-            return (
-                f"YARN RM unreachable for {self.failures} polls in a row (budget "
-                f"{self.max_consecutive_failures}) while following {self.app_id}: {exc}"
-            ), None
-        return None, (
-            "warning",
-            "Polling YARN application %s failed (%d/%d in a row): %s",
-            (self.app_id, self.failures, self.max_consecutive_failures, exc),
-        )
-
-    def answered(self) -> None:
-        """The RM answered (the failure budget starts again); one more poll."""
-        self.failures = 0
-        self.polls += 1
-
-    def seen(self, app: dict) -> Seen:
-        """An RM report of the application (after :meth:`answered`)."""
-        state = app.get("state")
-        lines: list[LogLine] = []
-        if state != self.last_state:
-            lines.append(
-                (
-                    "info",
-                    "YARN application %s: %s -> %s (final status %s)",
-                    (self.app_id, self.last_state or "-", state, app.get("finalStatus")),
-                )
-            )
-            self.last_state = state
-        elif self.polls % self.log_every_n == 0:
-            lines.append(
-                (
-                    "info",
-                    "YARN application %s still %s (poll %d, progress %s%%)",
-                    (self.app_id, state, self.polls, app.get("progress", "?")),
-                )
-            )
-        self.running_polls += state == "RUNNING"
-        progress_due = self.stream_progress and state == "RUNNING" and (self.running_polls - 1) % self.log_every_n == 0
-        return Seen(state, lines, progress_due, classify(app, self.target_states, self.failure_states))
-
-    def status(self, seen: Seen, status: Any, tasks: Optional[list]) -> tuple[Optional[list], list[LogLine]]:
-        """The AM's ``/status`` read this poll: (the task list to keep, the progress line when due)."""
-        if not isinstance(status, dict) or not status:
-            return tasks, []
-        tasks = status.get("tasks") or tasks
-        line = progress_line(status) if seen.progress_due else None
-        return tasks, ([("info", "%s: %s", (self.app_id, line))] if line else [])
-
-    def outcome(self, app: dict, verdict: str) -> str:
-        return outcome_message(self.app_id, app, verdict, self.target_states)
-
-
-def emit(logger: Any, lines: Iterable[LogLine]) -> None:
-    """Log a step's lines on ``logger``."""
-    for level, fmt, args in lines:
-        getattr(logger, level)(fmt, *args)
-
-
 __all__ = [
     "DEFAULT_FAILURE_STATES",
     "DEFAULT_TARGET_STATES",
     "LIVE_STATES",
-    "PollStep",
     "STATES",
-    "Seen",
     "TERMINAL_STATES",
     "classify",
     "duration_s",
     "KILL_WAIT_S",
-    "emit",
     "ended_event",
     "job_result",
     "kill_waiting",

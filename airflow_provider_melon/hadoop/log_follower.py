@@ -1,10 +1,6 @@
-"""The job's own output in the Airflow task log: :class:`LogFollower` streams containers' stdout/stderr.
-
-Both the operator's synchronous poll loop and
-:class:`~airflow_provider_melon.triggers.yarn.YarnApplicationTrigger` use it, with one state and one set of rules.
-It chooses which containers to show, reads each one's new complete lines from its NodeManager, keeps byte offsets
-that survive trigger restarts, applies the per-poll and per-run caps, and never raises.
-``docs/internals.md``, "The job's output in the task log", describes the rules.
+"""The job's own output in the Airflow task log: :class:`LogFollower` streams containers' stdout/stderr, for the
+operator's synchronous wait and the trigger alike. ``docs/internals.md``, "The job's output in the task log",
+describes the rules.
 """
 
 from __future__ import annotations
@@ -15,9 +11,10 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Awaitable, Generator, Iterable, Optional
 
 from airflow_provider_melon.hadoop.nodemanager import NodeManagerError
+from airflow_provider_melon.hadoop.watch import Call, adrive, drive
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +54,7 @@ def chief_of(roles: Iterable[tuple[str, bool]]) -> Optional[str]:
     return None
 
 
-def _chief_from_tasks(tasks: list[dict]) -> Optional[str]:
+def _chief_from_tasks(tasks: list[dict[str, Any]]) -> Optional[str]:
     order: list[str] = []
     for task in tasks:
         role = str(task.get("role") or "")
@@ -73,6 +70,10 @@ def human_bytes(n: int) -> str:
     if n < 1024 * 1024:
         return f"{n / 1024:.0f} KiB"
     return f"{n / (1024 * 1024):.1f} MiB"
+
+
+#: a file's lines logged in one poll: (offset of its first line, offset after its last, the container's entry)
+_Batch = tuple[int, int, dict[str, Any]]
 
 
 @dataclass
@@ -112,7 +113,7 @@ class LogFollower:
         *,
         lines_per_poll: int = DEFAULT_LINES_PER_POLL,
         max_bytes: int = DEFAULT_MAX_BYTES,
-        state: Optional[dict] = None,
+        state: Optional[dict[str, Any]] = None,
     ) -> None:
         self.chief = chief
         self.lines_per_poll = max(1, int(lines_per_poll))
@@ -126,28 +127,16 @@ class LogFollower:
         self._user: Optional[str] = None
         self._scheme = "http"
         self._aggregation: Optional[str] = None
-        self._app: Optional[dict] = None
-        self._final = False  # this poll comes after the application ended
-        self._nodes_read = False  # the RM's node list was read in this poll
-        self._answered: dict[str, set] = {}  # this poll: container -> files read (or found missing)
-        self._missing: dict[str, set] = {}  # this poll: container -> files the NM does not have (404)
-        self._fetched: set[str] = set()  # this poll: containers read (or tried)
-        self._out: list[str] = []
-        self._before = ""
+        self._app: Optional[dict[str, Any]] = None
         #: the last two polls that logged job lines or the AM's decisions (see floor()), oldest first, each (bytes
         #: emitted before it, (container, file) -> (offset of its first line, offset after its last, the container's
         #: entry), the decisions taken in and held before it); _polled: this poll's
-        self._batches: list[tuple[int, dict[tuple[str, str], tuple[int, int, dict]], tuple[int, list]]] = []
-        self._polled: dict[tuple[str, str], tuple[int, int, dict]] = {}
-        self._emitted_at_begin = self._s["emitted"]
-        self._events_at_begin: tuple[int, list] = (self._s["events"], copy.deepcopy(self._s["held"]))
-        self._released = False  # this poll logged a decision of the AM
-        self._lines_left = self.lines_per_poll  # this poll's job lines still allowed
+        self._batches: list[tuple[int, dict[tuple[str, str], _Batch], tuple[int, list[Any]]]] = []
         self._reshow_said: set[tuple[str, str]] = set()
 
     # ---- state -----------------------------------------------------------------------------------------------
     @staticmethod
-    def _load(state: Optional[dict]) -> dict:
+    def _load(state: Optional[dict[str, Any]]) -> dict[str, Any]:
         s = copy.deepcopy(state) if isinstance(state, dict) else {}
         return {
             "v": STATE_VERSION,
@@ -167,16 +156,13 @@ class LogFollower:
             "reshow": {str(c): dict(f) for c, f in (s.get("reshow") or {}).items() if isinstance(f, dict)},
         }
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """A JSON-able copy of what a successor needs to go on without repeating or losing lines."""
         return copy.deepcopy(self._s)
 
-    def floor(self) -> dict:
-        """What a trigger saves for a successor after a crash, *before* it logs the lines the poll just read: the
-        state with the offsets from before the last two polls that read job lines (the batch logged last, which may
-        not have reached the log yet — a triggerer's log lines and its XCom calls travel apart — and the one about
-        to be logged), marked up to where they got. A lower bound: the successor shows those lines again, each
-        marked ``[re-shown @<offset>]``, and no line it shows unmarked was logged before."""
+    def floor(self) -> dict[str, Any]:
+        """What a trigger saves for a successor after a crash, before it logs the lines just read: the state one
+        batch behind, marked up to where it got (``docs/internals.md``, "Across triggerer restarts")."""
         floor = self.state()
         for _, batch, _ in self._batches:
             for (cid, file), (start, end, entry) in batch.items():
@@ -193,13 +179,9 @@ class LogFollower:
         return floor
 
     @staticmethod
-    def resume_from(durable: Optional[dict], reached: Optional[dict]) -> dict:
-        """The state a successor goes on from when only ``durable`` is known to be in the task log (remote logging:
-        a trigger's lines are uploaded when it ends, so a trigger that died unended left none there) while a lost
-        trigger had got as far as ``reached``: ``durable``'s offsets (a container found since is read from its
-        start), every line up to ``reached``'s offsets (and its own marks) marked re-shown, since a reader of a
-        shared disk or a log server may have seen them. (A container the lost trigger read to its end before its
-        last two batches is no longer in ``reached``: its lines after ``durable`` are not shown again.)"""
+    def resume_from(durable: Optional[dict[str, Any]], reached: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """The state a successor goes on from when only ``durable`` is known to be in the task log (remote logging)
+        while a lost trigger got as far as ``reached``: every line in between is shown again, marked re-shown."""
         out = LogFollower._load(durable)
         got = LogFollower._load(reached)
         out["tasks"] = {**out["tasks"], **got["tasks"]}
@@ -218,17 +200,12 @@ class LogFollower:
         out["seq"] = max(out["seq"], got["seq"])
         return out
 
-    @staticmethod
-    def progress(state: Optional[dict]) -> int:
-        """How far a :meth:`state` has got (0 for none): of two states of one follower, the later is larger."""
-        return int((state or {}).get("seq") or 0) if isinstance(state, dict) else 0
-
     @property
     def emitted_bytes(self) -> int:
-        return self._s["emitted"]
+        return int(self._s["emitted"])
 
     # ---- what to follow ----------------------------------------------------------------------------------------
-    def _observe_app(self, app: Optional[dict]) -> None:
+    def _observe_app(self, app: Optional[dict[str, Any]]) -> None:
         if not app:
             return
         self._app = app
@@ -241,7 +218,7 @@ class LogFollower:
         self._aggregation = app.get("logAggregationStatus") or self._aggregation
 
     @staticmethod
-    def _containers(task: dict) -> list[tuple[str, Optional[str], Optional[int]]]:
+    def _containers(task: dict[str, Any]) -> list[tuple[str, Optional[str], Optional[int]]]:
         """``(container, node, exit code)`` of each container ``task`` ran in, in order, its current one last: the
         AM's ``containers`` history (an AM without it: the current one)."""
         out: list[tuple[str, Optional[str], Optional[int]]] = []
@@ -271,7 +248,7 @@ class LogFollower:
         entry["node"] = entry.get("node") or node
         return new
 
-    def _observe(self, status: Optional[dict], final: bool, diagnostics: str) -> None:
+    def _observe(self, status: Optional[dict[str, Any]], final: bool, diagnostics: str) -> None:
         tasks = [t for t in ((status or {}).get("tasks") or []) if isinstance(t, dict)]
         chief = self.chief or (_chief_from_tasks(tasks) if tasks else None)
         if chief and not self.chief:
@@ -291,7 +268,11 @@ class LogFollower:
                     continue
                 followed = self._follow(past, name, past_node, why, final=True, n=n)
                 if (
-                    (followed or why == "chief") and cid and prev and past == prev[0] != cid and "events" not in status
+                    (followed or why == "chief")
+                    and cid
+                    and prev
+                    and past == prev[0] != cid
+                    and "events" not in (status or {})
                 ):  # an AM that does not say why: say it here
                     self._note(
                         f"{name}: its container {past} ended and the task was started again (attempt "
@@ -594,19 +575,21 @@ class LogFollower:
                     )
             self._finish(cid)
 
-    def _begin(self, status: Optional[dict], app: Optional[dict], final: bool) -> bool:
+    def _begin(self, status: Optional[dict[str, Any]], app: Optional[dict[str, Any]], final: bool) -> bool:
+        """A poll starts: its own fields set, what the AM and the RM say taken in. False: nothing to read."""
         self._before = json.dumps(self._s, sort_keys=True)
-        self._polled = {}
-        self._emitted_at_begin = self._s["emitted"]
-        self._events_at_begin = (self._s["events"], copy.deepcopy(self._s["held"]))
-        self._released = False
-        self._lines_left = self.lines_per_poll
-        self._out = []
+        self._polled: dict[tuple[str, str], _Batch] = {}  # this poll's batch, for floor()
+        self._emitted_at_begin: int = self._s["emitted"]
+        self._events_at_begin: tuple[int, list[Any]] = (self._s["events"], copy.deepcopy(self._s["held"]))
+        self._released = False  # this poll logged a decision of the AM
+        self._lines_left = self.lines_per_poll  # this poll's job lines still allowed
+        self._out: list[str] = []
         self._polls += 1
-        self._final = final
-        self._nodes_read = False
-        self._answered, self._missing = {}, {}
-        self._fetched = set()
+        self._final = final  # this poll comes after the application ended
+        self._nodes_read = False  # the RM's node list was read in this poll
+        self._answered: dict[str, set[str]] = {}  # container -> files read (or found missing)
+        self._missing: dict[str, set[str]] = {}  # container -> files the NM does not have (404)
+        self._fetched: set[str] = set()  # containers read (or tried)
         self._observe_app(app)
         if self._s["capped"]:
             return False
@@ -622,73 +605,68 @@ class LogFollower:
 
     # ---- drivers -----------------------------------------------------------------------------------------------
     def poll(
-        self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None, final: bool = False
+        self,
+        hook: Any,
+        status: Optional[dict[str, Any]] = None,
+        *,
+        app: Optional[dict[str, Any]] = None,
+        final: bool = False,
     ) -> list[str]:
         """One round with a sync :class:`YarnHook`: ``status`` is the AM's ``/status`` (None when unknown or gone),
         ``app`` the RM's application, ``final`` once it has ended. Returns the lines to log; never raises."""
+
+        def read(fetches: list[_Fetch]) -> list[Any]:  # one after the other: a node that failed is not asked again
+            out: list[Any] = []
+            for f in fetches:
+                failed = self._unreachable_error.get(f.cid) if self._unreachable.get(f.cid) == self._polls else None
+                try:
+                    out.append(failed or hook.container_log(self._http(f.cid), f.cid, f.file, f.size))
+                except Exception as exc:  # noqa: BLE001 - reported once per container by _absorb
+                    out.append(exc)
+                    if getattr(exc, "status", None) != 404:
+                        self._unreachable[f.cid], self._unreachable_error[f.cid] = self._polls, exc
+            return out
+
+        return drive(self._poll(status, app, final), {"nodes": hook.nodes, "read": read})
+
+    async def apoll(
+        self,
+        hook: Any,
+        status: Optional[dict[str, Any]] = None,
+        *,
+        app: Optional[dict[str, Any]] = None,
+        final: bool = False,
+    ) -> list[str]:
+        """:meth:`poll` with an :class:`AsyncYarnHook` (the trigger); the files are read concurrently."""
+
+        def read(fetches: list[_Fetch]) -> Awaitable[list[Any]]:
+            reads = (hook.container_log(self._http(f.cid), f.cid, f.file, f.size) for f in fetches)
+            return asyncio.gather(*reads, return_exceptions=True)
+
+        return await adrive(self._poll(status, app, final), {"nodes": hook.nodes, "read": read})
+
+    def _poll(
+        self, status: Optional[dict[str, Any]], app: Optional[dict[str, Any]], final: bool
+    ) -> Generator[Call, Any, list[str]]:
+        """One poll as the calls it needs (:mod:`~airflow_provider_melon.hadoop.watch`'s drivers run it)."""
         try:
             if not self._begin(status, app, final):
                 return self._end()
             if self._needs_nodes():
                 try:
-                    self._set_nodes(hook.nodes())
+                    self._set_nodes((yield ("nodes",)))
                     self._nodes_read = True
                 except Exception as exc:  # noqa: BLE001 - the next poll asks again
                     log.debug("RM nodes unavailable for container logs: %s", exc)
             while True:  # rounds: a task's next container once the one before it was read to its end
-                fetches, pending = self._fetches(), []
-                asked = bool(fetches)
-                for _ in range(2):
-                    retries = []
-                    for fetch in fetches:
-                        if self._unreachable.get(fetch.cid) == self._polls:  # its node just failed: not again now
-                            result: Any = self._unreachable_error.get(fetch.cid)
-                            self._absorb(fetch, result, pending)
-                            continue
-                        try:
-                            result = hook.container_log(self._http(fetch.cid), fetch.cid, fetch.file, fetch.size)
-                        except Exception as exc:  # noqa: BLE001 - reported once per container by _absorb
-                            result = exc
-                        again = self._absorb(fetch, result, pending)
-                        if again:
-                            retries.append(again)
-                    fetches = retries
-                if not self._round(pending, asked):
-                    break
-        except Exception as exc:  # noqa: BLE001 - job logs are best effort; never fail the task
-            log.debug("container log streaming failed", exc_info=True)
-            self._out.append(f"... job log streaming hiccup: {exc}")
-        return self._end()
-
-    async def apoll(
-        self, hook: Any, status: Optional[dict] = None, *, app: Optional[dict] = None, final: bool = False
-    ) -> list[str]:
-        """:meth:`poll` with an :class:`AsyncYarnHook` (the trigger); the files are read concurrently."""
-        try:
-            if not self._begin(status, app, final):
-                return self._end()
-            if self._needs_nodes():
-                try:
-                    self._set_nodes(await hook.nodes())
-                    self._nodes_read = True
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001
-                    log.debug("RM nodes unavailable for container logs: %s", exc)
-            while True:
-                fetches, pending = self._fetches(), []
-                asked = bool(fetches)
-                for _ in range(2):
-                    results = await asyncio.gather(
-                        *(hook.container_log(self._http(f.cid), f.cid, f.file, f.size) for f in fetches),
-                        return_exceptions=True,
-                    )
+                asked = bool(fetches := self._fetches())
+                pending: list[_Pending] = []
+                for _ in range(2):  # a file that grew past the window is read again with a larger one
+                    results = yield ("read", fetches)
                     fetches = [again for f, r in zip(fetches, results) if (again := self._absorb(f, r, pending))]
                 if not self._round(pending, asked):
                     break
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - job logs are best effort; never fail the task
             log.debug("container log streaming failed", exc_info=True)
             self._out.append(f"... job log streaming hiccup: {exc}")
         return self._end()
@@ -703,7 +681,7 @@ class LogFollower:
         return asked and not self._s["capped"]
 
     def _http(self, cid: str) -> str:
-        return self._s["follow"][cid]["http"]
+        return str(self._s["follow"][cid]["http"])
 
 
 __all__ = ["AM_PREFIX", "DEFAULT_LINES_PER_POLL", "DEFAULT_MAX_BYTES", "LogFollower", "chief_of", "human_bytes"]

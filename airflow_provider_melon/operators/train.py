@@ -23,19 +23,17 @@ from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hadoop.app_state import (
     LIVE_STATES,
-    PollStep,
     classify,
-    emit,
     ended_event,
     job_result,
     kill_waiting,
     killed_line,
-    make_event_payload,
     timeout_seconds,
 )
 from airflow_provider_melon.hadoop.hdfs_io import MelonHdfsError, hdfs_asset_uri
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower, chief_of
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
+from airflow_provider_melon.hadoop.watch import IO, Watch, WatchPolicy, drive, emit, watch
 from airflow_provider_melon.hooks.melon import MelonHook
 from airflow_provider_melon.links import (
     MelonAmStatusLink,
@@ -186,7 +184,6 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self._announced: set[str] = set()
         self._results: dict[str, dict] = {}
         self._final_statuses: dict[str, Optional[dict]] = {}  # app id -> the AM's final /status (read once)
-        self._last_tasks: Optional[list] = None
         self._state_store: Any = None  # context["task_state_store"] of this try (Airflow 3.3), for on_kill
         # Parse-time outlets for fully qualified hdfs:// outputs of a literal job, so the assets are known to
         # the scheduler before the first run; execute() completes them (fs.defaultFS-qualified paths).
@@ -281,7 +278,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                 self.log.warning("Could not save %s in the task state store: %s", app_id, exc)
         extra = self._completion_kwargs()
         verdict = classify(app) if app else None
-        if verdict is not None:  # already terminal (e.g. a succeeded app found by tags): no deferral
+        if app and verdict is not None:  # already terminal (e.g. a succeeded app found by tags): no deferral
             return self._complete(context, ended_event(app_id, app, verdict), **extra)
         self.defer(
             trigger=YarnApplicationTrigger(
@@ -492,8 +489,8 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             app_id,
             app,
             tensorboard_link=bool(tensorboard),
-            tensorboard=bool(tensorboard and spec.tensorboard),
-            tensorboard_dir=spec.tensorboard_dir if tensorboard else None,
+            tensorboard=bool(tensorboard and spec and spec.tensorboard),
+            tensorboard_dir=spec.tensorboard_dir if tensorboard and spec else None,
             tensorboard_template=self._yarn_extra().get("tensorboard_url") if tensorboard else None,
         )
         self.log.info("YARN application %s: %s", app_id, yarn_application_url(rm, app_id) if rm else app_id)
@@ -559,63 +556,38 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         return status == "FINISHED/SUCCEEDED"
 
     def poll_until_complete(self, external_id: Any, context: "Context") -> Any:
-        """Poll the RM until the application ends; returns the result (raises on failure/timeout)."""
+        """Watch the application until it ends (hadoop/watch.py); returns the result, raises on failure/timeout."""
         app_id = str(external_id)
         self._app_id = app_id
-        extra = self._completion_kwargs()
-        step = PollStep(
-            app_id,
+        policy = WatchPolicy(
+            self.poll_interval,
+            self._deadline,
+            max_failures=self.max_consecutive_failures,
             log_every_n=self.log_every_n,
-            max_consecutive_failures=self.max_consecutive_failures,
             stream_progress=self.stream_logs,
+            follow_tasks=self.job_logs,
+            job_logs=self.job_logs,
         )
-        app: Optional[dict] = None
-        announced = app_id in self._announced
-        follower = self._log_follower(app_id) if self.job_logs else None
-        while True:
-            remaining = None if self._deadline is None else self._deadline - time.time()
-            if step.timed_out(remaining):
-                return self._complete(
-                    context,
-                    make_event_payload("timeout", app_id, app, step.timeout_message(), self._last_tasks),
-                    **extra,
-                )
-            try:
-                app = self.yarn_hook.get_application(app_id)
-            except Exception as exc:  # noqa: BLE001 - RM outage: bounded by the failure budget
-                msg, warning = step.failed(exc)
-                if msg is not None:
-                    return self._complete(
-                        context, make_event_payload("error", app_id, app, msg, self._last_tasks), **extra
-                    )
-                emit(self.log, [warning])
-                self._sleep(remaining)
-                continue
-            step.answered()
-            if not announced:  # reconnect path of ResumableJobMixin: XComs of the earlier try are gone
-                self._announce(context, app_id, app)
-                announced = True
-            seen = step.seen(app)
-            emit(self.log, seen.lines)
-            if seen.wants_status(follower is not None):
-                status = self.hook.am_status(app_id)  # job logs: every running poll (the tasks' containers)
-                self._last_tasks, lines = step.status(seen, status, self._last_tasks)
-                emit(self.log, lines)
-                if follower is not None:
-                    self._stream_job_logs(follower, status, app)
-            if seen.verdict is not None:
-                if follower is not None and seen.final_logs():
-                    # the rest, read once: the final status names every container the tasks ran in
-                    self._stream_job_logs(follower, self._final_status(app_id), app, final=True)
-                return self._complete(
-                    context,
-                    make_event_payload(seen.verdict, app_id, app, step.outcome(app, seen.verdict), self._last_tasks),
-                    **extra,
-                )
-            self._sleep(remaining)
+        follower = self._log_follower(app_id)  # read only with job_logs
 
-    def _sleep(self, remaining: Optional[float]) -> None:
-        time.sleep(self.poll_interval if remaining is None else max(0.0, min(self.poll_interval, remaining)))
+        def logs(status: Optional[dict], app: dict, final: bool) -> None:
+            # at the end the rest is read once: the final status names every container the tasks ran in
+            self._stream_job_logs(follower, self._final_status(app_id) if final else status, app, final=final)
+
+        io: IO = {
+            "now": lambda: time.time(),
+            "get": lambda: self.yarn_hook.get_application(app_id),
+            # once: the reconnect path of ResumableJobMixin (the XComs of the earlier try are gone)
+            "seen": lambda app: self._announce(context, app_id, app),
+            "status": lambda: self.hook.am_status(app_id),
+            "logs": logs,
+            "emit": lambda lines: emit(self.log, lines),
+            "sleep": self._sleep,
+        }
+        return self._complete(context, drive(watch(Watch(app_id, policy)), io).event(), **self._completion_kwargs())
+
+    def _sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
     def get_job_result(self, external_id: Any, context: "Context") -> Any:
         app_id = str(external_id)
@@ -664,7 +636,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         self._check_outputs_exist(app_id, outputs)
         # Read after the application's final state: the AM's final /status (every task's last report, written to
         # HDFS before it unregistered), else a live AM's, else the last one a poll saw (may be a few seconds old).
-        status_json = None if final_json else self.hook.am_status(app_id) if self.stream_logs else None
+        status_json = None if final_json or not app_id else self.hook.am_status(app_id) if self.stream_logs else None
         result = job_result(event, final_json, status_json, roles, outputs)
         ti = context["ti"]
         ti.xcom_push(key="final_status", value=result["final_status"])

@@ -1,10 +1,6 @@
 """One ResourceManager poller shared by the YARN triggers of a process: one RM list call per cycle, not one call
-per deferred task.
-
-A trigger awaits :meth:`RmPoller.report` for its application; the poller, one per event loop and RM identity,
-answers every waiter of a cycle with one list call (plus single GETs for applications not in it), on its own
-threads, so a slow RM never holds the event loop. ``docs/internals.md``, "Many deferred jobs, one triggerer",
-describes the cycles, the errors and the threads.
+per deferred task, on its own threads. ``docs/internals.md``, "Many deferred jobs, one triggerer", describes the
+cycles, the errors and the threads.
 """
 
 from __future__ import annotations
@@ -72,7 +68,7 @@ class RmPoller:
         self._clock = clock
         self._on_idle = on_idle
         self._waiters: list[_Waiter] = []
-        self._wake: Optional[asyncio.Event] = None
+        self._wake = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._last_cycle: Optional[float] = None
@@ -120,8 +116,6 @@ class RmPoller:
             app_id, float(interval), self._clock() if not_before is None else float(not_before), loop.create_future()
         )
         self._waiters.append(waiter)
-        if self._wake is None:
-            self._wake = asyncio.Event()
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run(), name="melon-rm-poller")

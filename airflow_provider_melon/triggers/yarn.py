@@ -1,11 +1,8 @@
-"""YarnApplicationTrigger: waits in the triggerer for a YARN application to end, with its progress in the log.
-
-The trigger polls the ResourceManager through :class:`AsyncYarnHook` and yields exactly one
-:class:`TriggerEvent` with the outcome (``success``, ``error`` or ``timeout``). While the application runs it logs
-state changes, the AM's task progress and, when ``job_logs`` is on, the job's own output through
-:class:`~airflow_provider_melon.hadoop.log_follower.LogFollower`. Its poll step is
-:class:`~airflow_provider_melon.hadoop.app_state.PollStep`, shared with the operator's synchronous wait.
-``docs/internals.md`` ("Waiting in the triggerer" and "The job's output in the task log") says how it works.
+"""YarnApplicationTrigger: waits in the triggerer for a YARN application to end (the one watch of
+:mod:`~airflow_provider_melon.hadoop.watch`, on the event loop), with its progress and the job's own output in the
+log, and yields one :class:`TriggerEvent` with the outcome; :class:`LogCheckpoint` keeps the job log's offsets across
+triggerer restarts. ``docs/internals.md`` ("Waiting in the triggerer" and "The job's output in the task log") says
+how it works.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Optional, Sequence
 
 import tenacity
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -21,13 +18,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_melon.hadoop.app_state import (
     DEFAULT_FAILURE_STATES,
     DEFAULT_TARGET_STATES,
-    PollStep,
-    emit,
     kill_waiting,
     killed_line,
-    make_event_payload,
 )
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
+from airflow_provider_melon.hadoop.watch import IO, Watch, WatchPolicy, adrive, emit, watch
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
 from airflow_provider_melon.version_compat import (
     TRIGGER_ON_KILL_ALSO_ON_HANDOVER,
@@ -50,9 +45,106 @@ _UNKNOWN = object()  # a task state that could not be read
 CLEANUP_SAVE_WAIT_S = 10.0
 
 
-# ------------------------------------------------------------------------------------------------------
-# The trigger
-# ------------------------------------------------------------------------------------------------------
+class LogCheckpoint:
+    """The job log's offsets of a deferred task, saved in an XCom of its task instance after each poll that read
+    lines and read back by a trigger a crashed triggerer re-created (``docs/internals.md``, "Across triggerer
+    restarts"). Best effort: never raises but for cancellation."""
+
+    def __init__(self, ti: Any, log: Any) -> None:
+        self.log = log
+        run_id, map_index = getattr(ti, "run_id", None), getattr(ti, "map_index", None)
+        ids = {"dag_id": getattr(ti, "dag_id", None), "task_id": getattr(ti, "task_id", None), "run_id": run_id}
+        #: the XCom's task instance (None: no task instance, nothing saved or read)
+        self.ids = dict(ids, map_index=-1 if map_index is None else int(map_index)) if run_id else None
+        #: remote logging: the follower state the *task log* is known to hold (None: local logs, not tracked)
+        self.durable: Optional[dict[str, Any]] = None
+        self._saved: Optional[str] = None
+        self._reading: Optional[asyncio.Future[Any]] = None
+
+    def begin(self, read: Awaitable[Any]) -> None:
+        """Read the saved offsets beside the poll loop (a triggerer's first XCom call can take long)."""
+        self._reading = asyncio.ensure_future(read)
+
+    def cancel(self) -> None:
+        if self._reading is not None and not self._reading.done():
+            self._reading.cancel()
+
+    async def ready(self, wait: bool) -> bool:
+        """Whether the saved offsets have been read (or given up on); ``wait``: for at most RESTORE_WAIT_S."""
+        if self._reading is not None:
+            if not self._reading.done() and not wait:
+                return False
+            try:
+                await asyncio.wait_for(asyncio.shield(self._reading), RESTORE_WAIT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - go on from the serialized offsets
+                self.log.debug("saved job log offsets not read: %s", exc)
+            self._reading = None
+        return True
+
+    async def save(self, app_id: Optional[str], floor: dict[str, Any]) -> None:
+        """The follower's floor (one batch behind: see the module docstring) into the XCom when it moved."""
+        value: dict[str, Any] = {"app_id": app_id, "state": floor}
+        if self.durable is not None:
+            value["durable"] = self.durable
+        text = json.dumps(value, sort_keys=True)
+        if self.ids is None or text == self._saved:
+            return
+        try:
+            from airflow_provider_melon.version_compat import XCom
+
+            await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value=value, **self.ids), RESTORE_WAIT_S)
+            self._saved = text
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a triggerer crash would repeat some lines; nothing worse
+            self.log.debug("could not save the job log offsets of %s: %s", app_id, exc)
+
+    async def load(self, app_id: Optional[str], current: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        """The follower state to go on from when the saved one is later than ``current``, else None."""
+        if self.ids is None:
+            return None
+        try:
+            from airflow_provider_melon.version_compat import XCom
+
+            saved = await asyncio.wait_for(XCom.aget_one(key=LOG_STATE_XCOM_KEY, **self.ids), RESTORE_WAIT_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.log.debug("could not read the saved job log offsets of %s: %s", app_id, exc)
+            return None
+        if not isinstance(saved, dict) or saved.get("app_id") != app_id or not isinstance(saved.get("state"), dict):
+            return None
+        if int(saved["state"].get("seq") or 0) <= int((current or {}).get("seq") or 0):
+            return None  # (the later of two states of one follower has the larger seq)
+        self._saved = None
+        durable = saved.get("durable") if self.durable is not None else None
+        if isinstance(durable, dict):
+            # remote logging: what the dead trigger printed never reached the task log; go on from what did
+            self.durable = durable
+            self.log.info(
+                "Job log of %s goes on from the offsets the task log is known to hold (remote logging: the previous "
+                "trigger's own lines were not uploaded): the lines since are shown again, marked re-shown",
+                app_id,
+            )
+            return LogFollower.resume_from(durable, saved["state"])
+        self.log.info(
+            "Job log of %s goes on from the offsets the previous trigger saved (the triggerer restarted): its last "
+            "batch of lines is shown again, marked re-shown",
+            app_id,
+        )
+        return dict(saved["state"])
+
+    async def close(self, app_id: Optional[str], floor: dict[str, Any]) -> None:
+        """As a trigger ends with remote logging: Airflow uploads its log next, so the offsets it logged (one batch
+        behind, as every save) are then in the task log, and saved as such for a successor."""
+        if self.durable is not None and self.ids is not None and (self._reading is None or self._reading.done()):
+            self.durable = floor
+            try:
+                await asyncio.wait_for(self.save(app_id, floor), CLEANUP_SAVE_WAIT_S)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
 
 
 class YarnApplicationTrigger(BaseTrigger):
@@ -124,11 +216,8 @@ class YarnApplicationTrigger(BaseTrigger):
         #: the tenant the task runs as (doAs on every RM call: polling, logs, the kill on cancel)
         self.proxy_user = proxy_user
         self._follower: Optional[LogFollower] = None
-        self._saved_log_state: Optional[str] = None
-        self._restoring: Optional[asyncio.Future] = None  # reading the saved offsets (a crashed triggerer)
-        #: remote logging: the follower state the *task log* is known to hold (None: local logs, not tracked)
-        self._durable: Optional[dict] = None
-        self._last_tasks: Optional[list] = None
+        self._checkpoint: Optional[LogCheckpoint] = None
+        self._watch: Optional[Watch] = None
         self._melon_hook: Any = None
         self._poll_due: Optional[float] = None  # monotonic time of the next shared poll (None: now)
 
@@ -144,7 +233,7 @@ class YarnApplicationTrigger(BaseTrigger):
                 "max_consecutive_failures": self.max_consecutive_failures,
                 "log_every_n": self.log_every_n,
                 "last_state": self.last_state,
-                "consecutive_failures": self.consecutive_failures,
+                "consecutive_failures": self._watch.failures if self._watch else self.consecutive_failures,
                 "tags": list(self.tags) if self.tags else None,
                 "target_states": list(self.target_states),
                 "failure_states": list(self.failure_states),
@@ -192,122 +281,28 @@ class YarnApplicationTrigger(BaseTrigger):
             )
         return self._follower
 
-    async def _restored(self, wait: bool) -> bool:
-        """Whether the saved offsets have been read (or given up on); ``wait``: for at most RESTORE_WAIT_S."""
-        if self._restoring is not None:
-            if not self._restoring.done() and not wait:
-                return False
-            try:
-                await asyncio.wait_for(asyncio.shield(self._restoring), RESTORE_WAIT_S)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - go on from the serialized offsets
-                self.log.debug("saved job log offsets of %s not read: %s", self.app_id, exc)
-            self._restoring = None
-        return True
+    @property
+    def checkpoint(self) -> LogCheckpoint:
+        if self._checkpoint is None:
+            self._checkpoint = LogCheckpoint(self.task_instance, self.log)
+        return self._checkpoint
 
     async def _stream_job_logs(self, status: Optional[dict], app: Optional[dict]) -> None:
         """The job's new output lines into the log (never raises but for cancellation). Skips the poll while the
         saved offsets are being read."""
-        if not await self._restored(wait=False):
+        if not await self.checkpoint.ready(wait=False):
             return
-        try:
-            lines = await self.follower.apoll(self.hook, status, app=app)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - apoll does not raise; belt and braces
-            self.log.debug("job logs of %s unavailable: %s", self.app_id, exc)
-            return
-        if lines and self._xcom_ids() is not None:
-            await self._save_log_state()  # before the lines go out: the saved marks cover them
+        lines = await self.follower.apoll(self.hook, status, app=app)
+        if lines and self.checkpoint.ids is not None:
+            await self.checkpoint.save(self.app_id, self.follower.floor())  # before the lines: its marks cover them
         for line in lines:
             self.log.info("%s", line)
 
-    def _xcom_ids(self) -> Optional[dict]:
-        ti = self.task_instance
-        if ti is None or not getattr(ti, "run_id", None):
-            return None
-        map_index = getattr(ti, "map_index", None)
-        return {
-            "dag_id": ti.dag_id,
-            "task_id": ti.task_id,
-            "run_id": ti.run_id,
-            "map_index": -1 if map_index is None else int(map_index),
-        }
-
-    async def _save_log_state(self) -> None:
-        """The follower's floor (one batch behind: see the module docstring) into the task instance's XCom when it
-        moved (best effort: never raises)."""
-        ids = self._xcom_ids()
-        if ids is not None and self._follower is not None:
-            state = self._follower.floor()
-            value = {"app_id": self.app_id, "state": state}
-            if self._durable is not None:
-                value["durable"] = self._durable
-            text = json.dumps(value, sort_keys=True)
-            if text == self._saved_log_state:
-                return
-            try:
-                from airflow_provider_melon.version_compat import XCom
-
-                await asyncio.wait_for(XCom.aset(key=LOG_STATE_XCOM_KEY, value=value, **ids), RESTORE_WAIT_S)
-                self._saved_log_state = text
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a triggerer crash would repeat some lines; nothing worse
-                self.log.debug("could not save the job log offsets of %s: %s", self.app_id, exc)
-                return
-
     async def _restore_log_state(self) -> None:
         """Go on from the saved offsets when they are later than the serialized ones (a crashed triggerer)."""
-        ids = self._xcom_ids()
-        if ids is None or not self.job_logs:
-            return
-        try:
-            from airflow_provider_melon.version_compat import XCom
-
-            saved = await asyncio.wait_for(XCom.aget_one(key=LOG_STATE_XCOM_KEY, **ids), RESTORE_WAIT_S)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            self.log.debug("could not read the saved job log offsets of %s: %s", self.app_id, exc)
-            return
-        if (
-            not isinstance(saved, dict)
-            or saved.get("app_id") != self.app_id
-            or not isinstance(saved.get("state"), dict)
-        ):
-            return
-        if LogFollower.progress(saved["state"]) > LogFollower.progress(self.log_state):
-            durable = saved.get("durable") if self._durable is not None else None
-            if isinstance(durable, dict):
-                # remote logging: what the dead trigger printed never reached the task log; go on from what did
-                self.log_state = LogFollower.resume_from(durable, saved["state"])
-                self._durable = durable
-                self.log.info(
-                    "Job log of %s goes on from the offsets the task log is known to hold (remote logging: "
-                    "the previous trigger's own lines were not uploaded): the lines since are shown again, "
-                    "marked re-shown",
-                    self.app_id,
-                )
-            else:
-                self.log_state = saved["state"]
-                self.log.info(
-                    "Job log of %s goes on from the offsets the previous trigger saved (the triggerer "
-                    "restarted): its last batch of lines is shown again, marked re-shown",
-                    self.app_id,
-                )
-            self._follower = None
-            self._saved_log_state = None
-
-    def _event(self, status: str, app: Optional[dict], message: str, final_logs: bool = False) -> TriggerEvent:
-        """``final_logs``: the application ended and the rest of its job log is left to the resumed task, which
-        reads it from ``log_state`` (:data:`FINAL_LOGS_KEY`; see the module docstring)."""
-        payload = make_event_payload(status, self.app_id, app, message, self._last_tasks)
-        if self.job_logs:
-            payload["log_state"] = self.follower.state()
-            payload[FINAL_LOGS_KEY] = final_logs
-        return TriggerEvent(payload)
+        state = await self.checkpoint.load(self.app_id, self.log_state) if self.job_logs else None
+        if state is not None:
+            self.log_state, self._follower = state, None
 
     def _sync_am_status(self, app_id: str) -> Optional[dict]:
         if self._melon_hook is None:
@@ -341,108 +336,75 @@ class YarnApplicationTrigger(BaseTrigger):
         return self.coalesce_polls and type(self.hook) is AsyncYarnHook
 
     async def _get_application(self) -> Optional[dict]:
-        """This poll's RM report: the trigger's own GET, or the shared poller's next cycle (None when the
-        deadline came first)."""
+        """This poll's RM report: the newest application with the tags (None: none yet), the trigger's own GET, or
+        the shared poller's next cycle (None when the deadline came first)."""
+        app_id, tags = self.app_id, self.tags or []
+        if app_id is None:  # the newest application with every tag (newest first; one without an id cannot be followed)
+            apps = await self.hook.find_applications(tags, match_all=True)
+            app = next((a for a in apps if isinstance(a.get("id"), str) and a["id"]), None)
+            if app is not None:
+                self.app_id = app["id"]
+                self.log.info("Following YARN application %s (newest with tags %s)", self.app_id, ", ".join(tags))
+            return app
         if not self._shares_poller():
-            return await self.hook.get_application(self.app_id)
+            return await self.hook.get_application(app_id)
         from airflow_provider_melon.triggers.poller import RmPoller
 
         poller = RmPoller.for_hook(self.hook)
         remaining = self._remaining()
         try:
             return await asyncio.wait_for(
-                poller.report(self.app_id, self.poll_interval, self._poll_due),
+                poller.report(app_id, self.poll_interval, self._poll_due),
                 None if remaining is None else max(0.0, remaining),
             )
         except asyncio.TimeoutError:
-            if remaining is not None and self._remaining() <= 0:
+            if self.deadline is not None and self.deadline <= self._now():
                 return None
             raise
         finally:  # the next report: one interval after this cycle started (fixed-rate cycles)
             self._poll_due = (poller.last_cycle or time.monotonic()) + self.poll_interval
 
-    async def _resolve_by_tags(self) -> Optional[dict]:
-        apps = await self.hook.find_applications(self.tags, match_all=True)
-        apps = [a for a in apps if isinstance(a.get("id"), str) and a["id"]]  # one without an id cannot be followed
-        if not apps:
-            return None
-        app = apps[0]  # newest first
-        self.app_id = app["id"]
-        self.log.info("Following YARN application %s (newest with tags %s)", self.app_id, ", ".join(self.tags))
-        return app
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        step = PollStep(
-            self.app_id,
+        policy = WatchPolicy(
+            self.poll_interval,
+            self.deadline,
+            max_failures=self.max_consecutive_failures,
             log_every_n=self.log_every_n,
-            max_consecutive_failures=self.max_consecutive_failures,
             stream_progress=self.stream_progress,
+            follow_tasks=self.job_logs,
+            job_logs=self.job_logs,
             target_states=self.target_states,
             failure_states=self.failure_states,
-            last_state=self.last_state,
-            failures=self.consecutive_failures,
         )
-        app: Optional[dict] = None
-        if self.job_logs and self._xcom_ids() is not None:
+        w = self._watch = Watch(
+            self.app_id, policy, last_state=self.last_state, failures=self.consecutive_failures, tags=self.tags
+        )
+        if self.job_logs and self.checkpoint.ids is not None:
             if remote_logging():
-                self._durable = self.follower.state()  # what this trigger starts from is in the task log
-            self._restoring = asyncio.ensure_future(self._restore_log_state())
+                self.checkpoint.durable = self.follower.state()  # what this trigger starts from is in the task log
+            self.checkpoint.begin(self._restore_log_state())
+        io: IO = {
+            "now": self._now,
+            "get": self._get_application,
+            "seen": lambda app: setattr(self, "last_state", w.last_state),  # (serialize)
+            "status": self.am_status,  # job logs: every running poll (the tasks' containers)
+            # at the end, the event carries the offsets to go on from
+            "logs": lambda status, app, final: (
+                self.checkpoint.ready(wait=True) if final else self._stream_job_logs(status, app)
+            ),
+            "emit": lambda lines: emit(self.log, lines),
+            "sleep": lambda seconds: self._sleep(),
+        }
         try:
-            while True:
-                if step.timed_out(self._remaining()):
-                    msg = step.timeout_message(self.app_id or "(tags " + ",".join(self.tags or []) + ")")
-                    self.log.error(msg)
-                    yield self._event("timeout", app, msg)
-                    return
-                try:
-                    if self.app_id is None:
-                        app = await self._resolve_by_tags()
-                        step.app_id = self.app_id
-                        if app is None:
-                            step.answered()
-                            self.consecutive_failures = step.failures
-                            if (step.polls - 1) % self.log_every_n == 0:
-                                self.log.info("No YARN application with tags %s yet", ", ".join(self.tags))
-                            await self._sleep()
-                            continue
-                    else:
-                        app = await self._get_application()
-                        if app is None:  # the deadline came while waiting for the shared poller
-                            continue
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - any RM failure counts against the budget
-                    msg, warning = step.failed(exc)
-                    self.consecutive_failures = step.failures
-                    if msg is not None:
-                        self.log.error(msg)
-                        yield self._event("error", app, msg)
-                        return
-                    emit(self.log, [warning])
-                    await self._sleep()
-                    continue
-                step.answered()
-                seen = step.seen(app)
-                self.consecutive_failures, self.last_state = step.failures, step.last_state
-                emit(self.log, seen.lines)
-                if seen.wants_status(self.job_logs):
-                    status = await self.am_status()  # job logs: every running poll (the tasks' containers)
-                    self._last_tasks, lines = step.status(seen, status, self._last_tasks)
-                    emit(self.log, lines)
-                    if self.job_logs:
-                        await self._stream_job_logs(status, app)
-                if seen.verdict is not None:
-                    final_logs = self.job_logs and seen.final_logs()
-                    if final_logs:
-                        await self._restored(wait=True)  # the event carries the offsets to go on from
-                    msg = step.outcome(app, seen.verdict)
-                    (self.log.info if seen.verdict == "success" else self.log.error)(msg)
-                    yield self._event(seen.verdict, app, msg, final_logs=final_logs)
-                    return
-                await self._sleep()
+            outcome = await adrive(watch(w), io)
+            (self.log.info if outcome.verdict == "success" else self.log.error)(outcome.message)
+            payload = outcome.event()
+            if self.job_logs:  # final_logs: the rest of the job log is the resumed task's, from these offsets
+                payload.update({"log_state": self.follower.state(), FINAL_LOGS_KEY: outcome.final_logs})
+            yield TriggerEvent(payload)
         except asyncio.CancelledError:
-            if self._restoring is not None and not self._restoring.done():
-                self._restoring.cancel()
+            if self._checkpoint is not None:
+                self._checkpoint.cancel()
             # Below Airflow 3.3 there is no on_kill(): kill here if the task is no longer deferred (the user
             # acted on it), not when the triggerer merely stops or moves this trigger (version_compat).
             if self.cancel_on_kill and self.app_id and not trigger_has_on_kill():
@@ -457,7 +419,7 @@ class YarnApplicationTrigger(BaseTrigger):
         operator's kill does: the task's next try must not find it live and reattach to it. Never raises."""
         self.log.info("Killing YARN application %s: %s", self.app_id, why)
         try:
-            await self.hook.kill_application(self.app_id)
+            await self.hook.kill_application(str(self.app_id))  # (callers check it is set)
         except Exception as exc:  # noqa: BLE001 - reported, never raised from a kill path
             self.log.warning("Could not kill YARN application %s: %s", self.app_id, exc)
             return
@@ -491,17 +453,8 @@ class YarnApplicationTrigger(BaseTrigger):
         """Every exit (triggerer restart included): release local resources; never kill the application. With
         remote logging, Airflow uploads this trigger's log once it has ended (after this): the offsets it logged are
         then in the task log, and saved as such (one batch behind, as every save), for a successor."""
-        if (
-            self._durable is not None
-            and self._follower is not None
-            and self._xcom_ids() is not None
-            and (self._restoring is None or self._restoring.done())
-        ):
-            self._durable = self._follower.floor()
-            try:
-                await asyncio.wait_for(self._save_log_state(), CLEANUP_SAVE_WAIT_S)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
-                pass
+        if self._checkpoint is not None and self._follower is not None:
+            await self._checkpoint.close(self.app_id, self._follower.floor())
         hook = getattr(self, "_hook", None)
         if hook is not None:
             hook.close()
