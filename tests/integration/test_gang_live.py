@@ -20,12 +20,13 @@ def _gang(status: dict | None) -> dict:
 
 
 def _holds(jobs, app_id: str) -> list[float]:
-    """The seconds each incomplete hold of ``app_id`` lasted before the AM gave its containers back (its log)."""
+    """The seconds each incomplete hold of ``app_id`` lasted before the AM gave its containers back (its log); a
+    formation attempt granted nothing ("holding 0 of ...") held nothing and is no hold."""
     log = "".join(jobs.container_logs(app_id, "AppMaster.stdout").values())
     return [
         float(line.split(" for ", 1)[1].split(" s:", 1)[0])
         for line in log.splitlines()
-        if "gang incomplete after holding" in line
+        if "gang incomplete after holding" in line and "after holding 0 of" not in line
     ]
 
 
@@ -88,6 +89,60 @@ def test_a_waiting_gang_gives_back_what_it_holds_and_a_small_job_runs_meanwhile(
     # each hold ended at the 4 s hold time, give or take the AM's 0.5 s check
     assert max(holds) <= 4 + 1.0, holds
     assert "gang granted whole: 2 containers" in log
+
+
+def test_a_gang_granted_nothing_backs_off_too_so_the_jobs_behind_it_run(jobs, tmp_path):
+    """The CapacityScheduler grants nothing past the queue's headroom, and a FIFO queue then stops at the first
+    application whose ask does not fit it: nothing behind that one is scheduled, not even an AM that asks for no
+    GPU. A gang granted nothing is such an application while the GPUs are taken (by allocations, or by a reservation
+    another job holds on a full node: small-c's 0/1/1 in the test above). So it withdraws its asks after
+    ``gang_hold_s`` as a gang holding part of its containers does: in its backoffs C's AM starts, and C gets the GPU
+    freed next and finishes while the blocker still holds the other three and B is still not whole."""
+    folder = tmp_path / "releases"
+    folder.mkdir()
+    blocker = jobs.submit(
+        {
+            "name": "blocker",
+            "framework": "generic",
+            "gang_hold_s": 0,
+            "entrypoint": WAIT_FOR_FILE.format(folder=str(folder)),
+            "roles": {"worker": {"instances": 4, **GPU_ROLE}},
+        }
+    )
+    jobs.wait_status(blocker, lambda s: all(t["state"] == "REGISTERED" for t in s["tasks"]))
+    b = jobs.submit(
+        {
+            "name": "gang-b",
+            "framework": "generic",
+            "entrypoint": SLEEP.format(s=1),
+            "gang_hold_s": 4,
+            "register_timeout_s": 60,
+            "roles": {"worker": {"instances": 2, **GPU_ROLE}},
+        }
+    )
+    jobs.wait_status(b, lambda s: _gang(s).get("asked") == 2)  # its AM is up and asking; every GPU is taken
+    c = jobs.submit(
+        {
+            "name": "small-c",
+            "framework": "generic",
+            "entrypoint": SLEEP.format(s=1),
+            "gang_hold_s": 0,
+            "roles": {"worker": {"instances": 1, **GPU_ROLE}},
+        }
+    )
+    # C's AM (memory, no GPU) starts in one of B's backoffs; without them it waited behind B's asks for ever
+    jobs.wait_status(c, lambda s: len(s["tasks"]) == 1, timeout=90)
+    (folder / "release-0").touch()
+    c_app = jobs.wait(c, timeout=120)
+    assert (c_app["state"], c_app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), c_app["diagnostics"]
+    assert jobs.app(blocker)["state"] == "RUNNING" and not _gang(jobs.status(b))["formed"], _grants(jobs, b, c)
+    for i in range(1, 4):
+        (folder / f"release-{i}").touch()
+    b_app = jobs.wait(b, timeout=240)
+    assert (b_app["state"], b_app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), b_app["diagnostics"]
+    log = "".join(jobs.container_logs(b, "AppMaster.stdout").values())
+    assert "gang incomplete after holding 0 of 2 containers" in log, _grants(jobs, b)
+    assert max(_holds(jobs, b), default=0) <= 4 + 1.0, _grants(jobs, b)
 
 
 def test_queue_timeout_fails_a_gang_never_granted_whole_saying_where_it_stood(jobs):
