@@ -15,6 +15,11 @@ STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "
 LIVE_STATES = STATES[:5]
 #: the states of an application that has ended (its ``finalStatus`` says how)
 TERMINAL_STATES = STATES[5:]
+#: every state the MeLoN AM's ``/status`` reports a task in, in the order of a life (the Java AM's ``State`` enum,
+#: whose RUNNING, SUCCEEDED, FAILED and KILLED are the job's own state there too)
+AM_TASK_STATES = ("PENDING", "ALLOCATED", "RUNNING", "REGISTERED", "SUCCEEDED", "FAILED", "KILLED")
+#: the states of a task that has ended (its container with it)
+AM_TASK_ENDED = AM_TASK_STATES[4:]
 DEFAULT_TARGET_STATES = ("FINISHED",)
 DEFAULT_FAILURE_STATES = ("FAILED", "KILLED")
 #: how long a kill path waits for the RM to report a killed application ended (the RM shows a kill in progress as

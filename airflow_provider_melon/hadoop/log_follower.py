@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Generator, Iterable, Optional
 
+from airflow_provider_melon.hadoop.app_state import AM_TASK_ENDED
 from airflow_provider_melon.hadoop.nodemanager import NodeManagerError
 from airflow_provider_melon.hadoop.watch import Call, adrive, drive
 
@@ -32,7 +33,6 @@ RESUME_TAIL_BYTES = 16 * 1024
 RETRY_EVERY_POLLS = 6
 MAX_FAILED_CONTAINERS = 5
 FILES = ("stdout", "stderr")
-TERMINAL_TASK_STATES = ("SUCCEEDED", "FAILED", "KILLED")
 STATE_VERSION = 1
 
 #: The AM's decisions about a task in the log: ``[melon-am] worker:0 <what it decided>``.
@@ -284,7 +284,7 @@ class LogFollower:
             self._s["tasks"][name] = [cid, node]
             n = len(ran) - 1
             if name == chief:
-                ended = state in TERMINAL_TASK_STATES or ran[-1][2] is not None
+                ended = state in AM_TASK_ENDED or ran[-1][2] is not None
                 self._follow(cid, name, node, "chief", final=ended, n=n)
             if state == "FAILED" and self._follow(cid, name, node, "failed", final=True, n=n):
                 code = task.get("exit_code")

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Optional
 from urllib.parse import quote, urlsplit
 
 from airflow_provider_melon.gpu import preflight
-from airflow_provider_melon.hadoop.app_state import LIVE_STATES
+from airflow_provider_melon.hadoop.app_state import AM_TASK_ENDED, LIVE_STATES
 from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
 
 
@@ -148,7 +148,7 @@ def gpu_view(
         if not status or app_id not in apps_by_id:
             continue
         for task in as_list(status.get("tasks")):
-            if not isinstance(task, dict) or task.get("state") in ("SUCCEEDED", "FAILED", "KILLED"):
+            if not isinstance(task, dict) or task.get("state") in AM_TASK_ENDED:
                 continue
             node_id = text(task.get("node_id")) or ""
             if task.get("mps") is True:

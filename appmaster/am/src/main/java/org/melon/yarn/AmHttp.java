@@ -357,7 +357,7 @@ final class AmHttp {
     synchronized (book) {
       ObjectNode root = JSON.createObjectNode();
       root.put("app_id", appId);
-      root.put("state", book.state());
+      root.put("state", book.state().name());
       root.put("diagnostics", book.diagnostics());
       root.set("labels", labels);
       root.set("gang", JSON.valueToTree(book.gangStatus()));
@@ -368,7 +368,7 @@ final class AmHttp {
         ObjectNode o = arr.addObject();
         o.put("role", t.role.name);
         o.put("index", t.index);
-        o.put("state", t.state);
+        o.put("state", t.state.name());
         o.put("container_id", t.container == null ? null : t.container.getId().toString());
         o.put("host", t.host);
         o.put("node_id", t.container == null ? null : t.container.getNodeId().toString());

@@ -127,7 +127,7 @@ final class Elastic {
         if (live(t)) {
           return false;
         }
-        ok += "SUCCEEDED".equals(t.state) ? 1 : 0;
+        ok += t.state == State.SUCCEEDED ? 1 : 0;
       }
     }
     return ok >= role.minInstances;
@@ -141,7 +141,7 @@ final class Elastic {
     Map<Role, Integer> live = new LinkedHashMap<>();
     for (Task t : tasks) {
       if (elastic(t.role)) {
-        live.merge(t.role, live(t) || "SUCCEEDED".equals(t.state) ? 1 : 0, Integer::sum);
+        live.merge(t.role, live(t) || t.state == State.SUCCEEDED ? 1 : 0, Integer::sum);
       }
     }
     for (Map.Entry<Role, Integer> e : live.entrySet()) {

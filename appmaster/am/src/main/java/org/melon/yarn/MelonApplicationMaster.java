@@ -178,7 +178,7 @@ public final class MelonApplicationMaster {
           request(t);
         }
       } catch (IllegalArgumentException e) {
-        book.finish("FAILED", "bad plan: " + e.getMessage());
+        book.finish(State.FAILED, "bad plan: " + e.getMessage());
       }
     }
     while (!book.done.await(500, TimeUnit.MILLISECONDS)) {
@@ -321,7 +321,7 @@ public final class MelonApplicationMaster {
   static final long FINISH_GRACE_MS = 10_000;
 
   private int shutdown() throws Exception {
-    if ("SUCCEEDED".equals(book.state())) {
+    if (book.state() == State.SUCCEEDED) {
       long graceEnd = System.currentTimeMillis() + FINISH_GRACE_MS;
       while (System.currentTimeMillis() < graceEnd && anyLiveTracked()) {
         Thread.sleep(100);
@@ -332,10 +332,10 @@ public final class MelonApplicationMaster {
       for (Task t : book.tasks) {
         if (t.live() && !t.launched) {  // held for a gang that never formed: never started, so give it back
           amrm.releaseAssignedContainer(t.container.getId());
-          t.state = "KILLED";
+          t.state = State.KILLED;
         } else if (t.live()) {
           toStop.add(t);
-        } else if ("PENDING".equals(t.state) && t.request != null) {
+        } else if (t.state == State.PENDING && t.request != null) {
           amrm.removeContainerRequest(t.request);
         }
       }
@@ -348,9 +348,9 @@ public final class MelonApplicationMaster {
       Thread.sleep(100);
     }
     writeFinalStatus();
-    String state = book.state();
-    FinalApplicationStatus status = "SUCCEEDED".equals(state) ? FinalApplicationStatus.SUCCEEDED
-        : "KILLED".equals(state) ? FinalApplicationStatus.KILLED : FinalApplicationStatus.FAILED;
+    State state = book.state();
+    FinalApplicationStatus status = state == State.SUCCEEDED ? FinalApplicationStatus.SUCCEEDED
+        : state == State.KILLED ? FinalApplicationStatus.KILLED : FinalApplicationStatus.FAILED;
     amrm.unregisterApplicationMaster(status, book.diagnostics(), null);
     log("unregistered: " + status);
     nm.stop();

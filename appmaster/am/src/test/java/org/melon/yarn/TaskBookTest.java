@@ -90,7 +90,7 @@ class TaskBookTest {
     assertEquals(done, register(book, "chief", 0, 1000));
     assertEquals(done, register(book, "worker", 1, 2001));
     for (Task t : book.tasks) {
-      assertEquals("REGISTERED", t.state, t.name());
+      assertEquals(State.REGISTERED, t.state, t.name());
     }
   }
 
@@ -102,10 +102,10 @@ class TaskBookTest {
     register(book, "worker", 1, 2001);
     clock.advance(60_000);
     book.checkGangTimeout();
-    assertEquals("RUNNING", book.state(), "not before register_timeout_s has passed");
+    assertEquals(State.RUNNING, book.state(), "not before register_timeout_s has passed");
     clock.advance(1);
     book.checkGangTimeout();
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertEquals("gang registration timed out: missing worker:0, ps:0", book.diagnostics());
     assertEquals(0, book.done.getCount(), "the AM is told to finish");
   }
@@ -128,7 +128,7 @@ class TaskBookTest {
     register(book, "worker", 1, 2);
     clock.advance(3_600_000);
     book.checkGangTimeout();
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
   }
 
   @Test
@@ -141,20 +141,20 @@ class TaskBookTest {
     exit(book, c.get("worker:1"), 1);
     Task w1 = book.task("worker", 1);
     assertEquals(List.of("worker:1#1"), yarn.requests);
-    assertEquals("PENDING", w1.state);
+    assertEquals(State.PENDING, w1.state);
     assertFalse(w1.registered);
     assertEquals(new Reply(202, Map.of("waiting", 1L)), register(book, "worker", 0, 1), "barrier closed again");
     clock.advance(10_000);
     book.checkGangTimeout();
-    assertEquals("RUNNING", book.state(), "timeout counts from the restart, not from the start");
+    assertEquals(State.RUNNING, book.state(), "timeout counts from the restart, not from the start");
     Container again = place(book, w1, "node-c");
-    assertEquals("RUNNING", w1.state);
+    assertEquals(State.RUNNING, w1.state);
     // the restarted task registers at its new address: replaced, and the gang is complete again
     Reply r = book.register(w1, json("{host: 'new-host', port: 9, container_id: '" + again.getId() + "'}"));
     assertEquals(new Reply(200, Map.of("cluster", Map.of("worker", List.of("h-worker0:1", "new-host:9")))), r);
     clock.advance(3_600_000);
     book.checkGangTimeout();
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
   }
 
   @Test
@@ -202,7 +202,7 @@ class TaskBookTest {
     Task w1 = book.task("worker", 1);
     exit(book, c.get("worker:0"), 1);
     assertEquals(List.of("worker:0#1"), yarn.requests, "restart 1/2: a new container, attempt 1");
-    assertEquals("PENDING", w0.state);
+    assertEquals(State.PENDING, w0.state);
     assertNull(w0.container);
     assertEquals(1, w0.exitCode);
     Container w0again = place(book, w0, "node-b");
@@ -212,12 +212,12 @@ class TaskBookTest {
     assertEquals(List.of("worker:0#1", "worker:1#1"), yarn.requests);
     assertEquals(2, w1.role.restartsUsed);
     assertTrue(tails.isEmpty(), "no diagnostics while restarting");
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     // budget spent: the next failure of any worker fails the application
     exit(book, w0again, 137);
     assertEquals(List.of("worker:0#1", "worker:1#1"), yarn.requests, "no third restart");
-    assertEquals("FAILED", w0.state);
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, w0.state);
+    assertEquals(State.FAILED, book.state());
     assertEquals("task worker:0 on node-b exited 137 (killed by SIGKILL): Traceback ...\nRuntimeError: boom in "
         + "worker:0",
         book.diagnostics());
@@ -234,7 +234,7 @@ class TaskBookTest {
     assertEquals(List.of("worker:0#1"), yarn.requests);
     exit(book, c.get("chief:0"), 2);
     assertEquals(List.of("worker:0#1"), yarn.requests, "the chief's budget is 0, whatever the workers have");
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("task chief:0 on node-a exited 2: "), book.diagnostics());
   }
 
@@ -258,9 +258,9 @@ class TaskBookTest {
     exit(book, third, -101);  // disks failed
     assertEquals(List.of("worker:0#1", "worker:0#2", "worker:0#3"), yarn.requests, "three re-runs, budget 0");
     assertEquals(0, w0.role.restartsUsed);
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     exit(book, place(book, w0, "node-d"), -100);  // a fourth: bounded
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith(
         "task worker:0 on node-d exited -100 (its node was lost or the container was released): "),
         book.diagnostics());
@@ -289,14 +289,14 @@ class TaskBookTest {
     TaskBook book = training("success_role: 'chief', output_role: 'worker',");
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("chief:0"), 0);
-    assertEquals("RUNNING", book.state(), "worker:0 publishes the outputs: the application waits for it");
+    assertEquals(State.RUNNING, book.state(), "worker:0 publishes the outputs: the application waits for it");
     assertEquals("task chief:0 succeeded; waiting for the output task worker:0 to publish the outputs",
         book.diagnostics());
     assertEquals(1L, book.done.getCount());
     exit(book, c.get("worker:1"), 0);
-    assertEquals("RUNNING", book.state(), "only the output task's exit ends the wait");
+    assertEquals(State.RUNNING, book.state(), "only the output task's exit ends the wait");
     exit(book, c.get("worker:0"), 0);
-    assertEquals("SUCCEEDED", book.state());
+    assertEquals(State.SUCCEEDED, book.state());
     assertEquals("task chief:0 succeeded; waited for the output task worker:0, which published the outputs",
         book.diagnostics());
   }
@@ -307,7 +307,7 @@ class TaskBookTest {
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("worker:0"), 0);
     exit(book, c.get("chief:0"), 0);
-    assertEquals("SUCCEEDED", book.state());
+    assertEquals(State.SUCCEEDED, book.state());
     assertEquals("task chief:0 succeeded; the output task worker:0 had published the outputs", book.diagnostics());
   }
 
@@ -319,7 +319,7 @@ class TaskBookTest {
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("chief:0"), 0);
     exit(book, c.get("ps:0"), 5);
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("output task ps:0 on node-b exited 5: Traceback"), book.diagnostics());
   }
 
@@ -329,10 +329,10 @@ class TaskBookTest {
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("chief:0"), 0);
     exit(book, c.get("worker:1"), 1);  // its chief is gone
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     assertEquals(List.of(), yarn.requests, "no restart of worker:1: the job's outcome is decided");
     exit(book, c.get("worker:0"), 0);
-    assertEquals("SUCCEEDED", book.state());
+    assertEquals(State.SUCCEEDED, book.state());
   }
 
   @Test
@@ -340,7 +340,7 @@ class TaskBookTest {
     TaskBook book = training("success_role: 'chief', output_role: 'chief',");
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("chief:0"), 0);
-    assertEquals("SUCCEEDED", book.state());
+    assertEquals(State.SUCCEEDED, book.state());
     assertEquals("task chief:0 succeeded", book.diagnostics());
   }
 
@@ -363,10 +363,10 @@ class TaskBookTest {
     Container second = place(book, w0, "node-b");
     exit(book, c.get("worker:0"), 1);  // the first container's completion, reported twice
     exit(book, Fixtures.container(w0, "node-c"), 1);  // a container that was never the task's
-    assertEquals("RUNNING", w0.state);
+    assertEquals(State.RUNNING, w0.state);
     assertSame(second, w0.container);
     assertEquals(List.of("worker:0#1"), yarn.requests);
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
   }
 
   @Test
@@ -393,7 +393,7 @@ class TaskBookTest {
       exit(book, c, 75);
       assertEquals(i, w0.noFitRetries);
       assertEquals(0, w0.role.restartsUsed, "exit 75 does not use the restart budget");
-      assertEquals("PENDING", w0.state);
+      assertEquals(State.PENDING, w0.state);
       assertEquals(left, w0.avoidHost);
       assertTrue(book.avoidedHosts().contains(left));
       c = place(book, w0, next[i - 1]);
@@ -409,7 +409,7 @@ class TaskBookTest {
     assertEquals(6, yarn.blacklist.size(), "no avoidance past the retries");
     c = place(book, w0, "node-a");
     exit(book, c, 75);
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("task worker:0 on node-a exited 75 (no GPU fits on its node): "), book.diagnostics());
   }
 
@@ -429,7 +429,7 @@ class TaskBookTest {
     assertEquals(List.of("worker:0#1"), yarn.requests);
     for (int i = 1; i <= TaskBook.MAX_NODE_REFUSALS; i++) {
       assertNull(book.allocated(Fixtures.container(w0, "localhost", 1111)), "refusal " + i);
-      assertEquals("PENDING", w0.state);
+      assertEquals(State.PENDING, w0.state);
       assertEquals(i, yarn.cancelled.size(), "its request withdrawn ...");
       assertEquals(1 + i, yarn.requests.size(), "... and made again");
     }
@@ -542,7 +542,7 @@ class TaskBookTest {
         + " MiB): asking again with 1536 MiB (growth 1/2, not counted against the role's restarts)"), log);
     assertEquals(List.of("worker:1#1"), yarn.requests);
     assertEquals(List.of(1536L), yarn.requestedGpuMemoryMb, "the new request asks for the grown memory");
-    assertEquals("PENDING", w1.state);
+    assertEquals(State.PENDING, w1.state);
     assertEquals(1536, w1.expectedMb);
     assertEquals(1, w1.oomGrowths);
     assertEquals(0, w1.role.restartsUsed, "not counted against the role's restarts");
@@ -554,13 +554,13 @@ class TaskBookTest {
     assertEquals(List.of(1536L, 2304L), yarn.requestedGpuMemoryMb, "1536 x 1.5");
     assertEquals(2, w1.oomGrowths);
     assertEquals(0, w1.role.restartsUsed);
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
 
     Container third = place(book, w1, "node-c");
     oom(book, third, "{cap_mb: 2304, peak_mb: 2400, largest_gpu_mb: 16384, signature: 'CUDA out of memory'}");
     assertEquals(List.of("worker:1#1", "worker:1#2"), yarn.requests, "an OOM is never re-run with the same memory");
-    assertEquals("FAILED", w1.state);
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, w1.state);
+    assertEquals(State.FAILED, book.state());
     assertEquals("task worker:1 exceeded its expected GPU memory (cap 2304 MiB; peak seen 2400 MiB): grown 2 of 2 times;"
         + " raise roles.worker.gpu_memory above 2304 MiB. It exited 76 (out of GPU memory) on node-c: Traceback ...\n"
         + "RuntimeError: boom in worker:1", book.diagnostics());
@@ -587,7 +587,7 @@ class TaskBookTest {
     // its own OOM afterwards (no oversubscription) grows it as before
     oom(book, place(book, w0, "node-b"), "{cap_mb: 1024, peak_mb: 1100, largest_gpu_mb: 16384, signature: 'x'}");
     assertEquals(List.of(1024L, 1536L), yarn.requestedGpuMemoryMb);
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
   }
 
   @Test
@@ -601,9 +601,9 @@ class TaskBookTest {
     assertEquals(List.of(1536L, 1536L), yarn.requestedGpuMemoryMb);
     oom(book, place(book, w0, "node-c"), "{cap_mb: 1536, peak_mb: 1600, signature: 'CUDA out of memory'}");
     assertEquals(List.of(1536L, 1536L, 2304L), yarn.requestedGpuMemoryMb, "budget spent, growth left: grown");
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     exit(book, place(book, w0, "node-a"), 1);
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("task worker:0 on node-a exited 1: "), book.diagnostics());
   }
 
@@ -619,7 +619,7 @@ class TaskBookTest {
     assertEquals(16384, book.task("worker", 1).expectedMb);
     oom(book, place(book, w0, "node-b"), "{cap_mb: 16384, peak_mb: 16390, largest_gpu_mb: 16384, signature: 'x'}");
     assertEquals(1, w0.oomGrowths, "a growth was left, but nothing to grow into");
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("task worker:0 exceeded its expected GPU memory (cap 16384 MiB; peak seen"
         + " 16390 MiB): already at the largest GPU (16384 MiB); "), book.diagnostics());
   }
@@ -665,7 +665,7 @@ class TaskBookTest {
     oom(book, c.get("worker:1"), "{cap_mb: 4096, peak_mb: 4370, largest_gpu_mb: 81920, signature: 'x'}");
     assertEquals(List.of(), yarn.requests, "neither grown nor restarted with the same memory");
     assertEquals(0, book.task("worker", 1).role.restartsUsed);
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("task worker:1 exceeded its expected GPU memory (cap 4096 MiB; peak seen"
         + " 4370 MiB): oom retry is off (oom_max_growths: 0); raise roles.worker.gpu_memory above 4096 MiB. It exited"
         + " 76 (out of GPU memory) on node-b: Traceback"), book.diagnostics());
@@ -755,10 +755,10 @@ class TaskBookTest {
         + " gpu_memory_mb: 1024, oom_max_growths: 0}]}");
     Map<String, Container> c = placeAll(book);
     oom(book, c.get("evaluator:0"), "{cap_mb: 1024, peak_mb: 1030, signature: 'x'}");
-    assertEquals("FAILED", book.task("evaluator", 0).state);
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.FAILED, book.task("evaluator", 0).state);
+    assertEquals(State.RUNNING, book.state());
     oom(book, c.get("ps:0"), "{cap_mb: 1024, peak_mb: 1030, signature: 'x'}");
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("task ps:0 exceeded its expected GPU memory"), book.diagnostics());
     assertTrue(book.diagnostics().endsWith("(role ps is untracked, but the job cannot go on without it; optional: true"
         + " lets it fail)"), book.diagnostics());
@@ -770,9 +770,9 @@ class TaskBookTest {
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("chief:0"), 0);
     exit(book, c.get("worker:1"), 76);  // decided: only the output task is waited for
-    assertEquals("FAILED", book.task("worker", 1).state);
+    assertEquals(State.FAILED, book.task("worker", 1).state);
     assertEquals(List.of(), yarn.requests);
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
   }
 
   @Test
@@ -802,8 +802,8 @@ class TaskBookTest {
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("worker:0"), 0);
     exit(book, c.get("ps:0"), 1);  // ps: no restarts, untracked
-    assertEquals("FAILED", book.task("ps", 0).state);
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.task("ps", 0).state);
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("task ps:0 on node-"), book.diagnostics());
     assertTrue(book.diagnostics().contains("exited 1: Traceback ...\nRuntimeError: boom in ps:0 (role ps is untracked, but the job cannot go on "
         + "without it; optional: true lets it fail)"), book.diagnostics());
@@ -816,15 +816,15 @@ class TaskBookTest {
         + "{name: 'ps', instances: 1, tracked: false, optional: true}]}");
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("ps:0"), 1);
-    assertEquals("FAILED", book.task("ps", 0).state);
+    assertEquals(State.FAILED, book.task("ps", 0).state);
     assertEquals(List.of("ps:0"), tails, "its tail is logged");
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     exit(book, c.get("worker:0"), 0);
     exit(book, c.get("chief:0"), 0);
-    assertEquals("RUNNING", book.state(), "worker:1 still runs");
+    assertEquals(State.RUNNING, book.state(), "worker:1 still runs");
     assertEquals(0.5f, book.progress());
     exit(book, c.get("worker:1"), 0);
-    assertEquals("SUCCEEDED", book.state());
+    assertEquals(State.SUCCEEDED, book.state());
     assertEquals("all tracked tasks succeeded", book.diagnostics());
   }
 
@@ -835,8 +835,8 @@ class TaskBookTest {
     exit(book, c.get("worker:0"), 0);
     exit(book, c.get("worker:1"), 0);
     exit(book, c.get("chief:0"), 0);
-    assertEquals("SUCCEEDED", book.state());
-    assertEquals("RUNNING", book.task("ps", 0).state, "the AM stops it at shutdown");
+    assertEquals(State.SUCCEEDED, book.state());
+    assertEquals(State.RUNNING, book.task("ps", 0).state, "the AM stops it at shutdown");
   }
 
   @Test
@@ -845,9 +845,9 @@ class TaskBookTest {
         + " {name: 'b', instances: 1, tracked: false}]}");
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("a:0"), 0);
-    assertEquals("RUNNING", book.state());
+    assertEquals(State.RUNNING, book.state());
     exit(book, c.get("b:0"), 0);
-    assertEquals("SUCCEEDED", book.state());
+    assertEquals(State.SUCCEEDED, book.state());
   }
 
   @Test
@@ -856,9 +856,9 @@ class TaskBookTest {
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("worker:0"), 0);
     exit(book, c.get("worker:1"), 0);
-    assertEquals("RUNNING", book.state(), "all workers done, but the chief decides");
+    assertEquals(State.RUNNING, book.state(), "all workers done, but the chief decides");
     exit(book, c.get("chief:0"), 0);
-    assertEquals("SUCCEEDED", book.state());
+    assertEquals(State.SUCCEEDED, book.state());
     assertEquals("task chief:0 succeeded", book.diagnostics());
   }
 
@@ -869,7 +869,7 @@ class TaskBookTest {
     Task w1 = book.task("worker", 1);
     exit(book, c.get("worker:1"), 1);
     exit(book, place(book, w1, "node-a"), 1);
-    assertEquals("FAILED", book.state());
+    assertEquals(State.FAILED, book.state());
     assertTrue(book.diagnostics().startsWith("task worker:1 on node-a exited 1: "), book.diagnostics());
   }
 
@@ -879,17 +879,17 @@ class TaskBookTest {
     Map<String, Container> c = placeAll(book);
     exit(book, c.get("worker:1"), 1);
     assertEquals(List.of("worker:1#1"), yarn.requests, "worker:1 waits for a new container");
-    book.finish("FAILED", "first");
-    book.finish("SUCCEEDED", "second");
-    assertEquals("FAILED", book.state());
+    book.finish(State.FAILED, "first");
+    book.finish(State.SUCCEEDED, "second");
+    assertEquals(State.FAILED, book.state());
     assertEquals("first", book.diagnostics());
     exit(book, c.get("worker:0"), 1);
     exit(book, c.get("chief:0"), 0);
-    assertEquals("KILLED", book.task("worker", 0).state);
-    assertEquals("SUCCEEDED", book.task("chief", 0).state, "it exited 0 by itself: not shown as killed");
+    assertEquals(State.KILLED, book.task("worker", 0).state);
+    assertEquals(State.SUCCEEDED, book.task("chief", 0).state, "it exited 0 by itself: not shown as killed");
     assertEquals(List.of("worker:1#1"), yarn.requests, "no restarts after the end");
     assertNull(book.allocated(Fixtures.container(book.task("worker", 1), "node-a")), "nor new containers");
     book.stopped(c.get("ps:0").getId());
-    assertEquals("KILLED", book.task("ps", 0).state);
+    assertEquals(State.KILLED, book.task("ps", 0).state);
   }
 }
