@@ -261,6 +261,11 @@ final class TaskBook {
   private long holdingSince = -1;
   /** Backing off (nothing held, nothing asked) until then; -1: not backing off. */
   private long rerequestAt = -1;
+  /** When the current formation attempt asked (the first check after the AM's first asks, or asking again); -1: not
+   * asking. A gang granted nothing withdraws its asks after the hold time too: the scheduler grants nothing past the
+   * queue's headroom, and a FIFO queue stops at the first application whose ask does not fit it, so a gang asking for
+   * ever with nothing granted would stop every application behind it (their AMs too). */
+  private long askingSince = -1;
   private int holdReleases;
   private long longestHoldMs;
   /** The largest GPU memory of one GPU any OOM report named (its node's largest GPU), MiB; 0: none known. A task's
@@ -430,6 +435,7 @@ final class TaskBook {
     if (rerequestAt >= 0) {
       if (now >= rerequestAt) {
         rerequestAt = -1;
+        askingSince = now;
         MelonApplicationMaster.log("gang: asking again for all " + tasks.size() + " containers");
         for (Task t : tasks) {
           if (t.state == State.PENDING) {
@@ -439,10 +445,14 @@ final class TaskBook {
       }
       return;
     }
-    if (holdingSince < 0 || now - holdingSince < gangHoldMs) {
+    if (askingSince < 0) {
+      askingSince = now;
+    }
+    long since = holdingSince >= 0 ? holdingSince : askingSince;  // a hold counts from its first grant
+    if (now - since < gangHoldMs) {
       return;
     }
-    long held = now - holdingSince;
+    long held = now - since;
     int granted = grantedCount();
     for (Task t : tasks) {
       if (t.container != null && !t.launched) {
@@ -458,8 +468,9 @@ final class TaskBook {
       }
     }
     holdReleases++;
-    longestHoldMs = Math.max(longestHoldMs, held);
+    longestHoldMs = Math.max(longestHoldMs, granted > 0 ? held : 0);
     holdingSince = -1;
+    askingSince = -1;
     long backoff = gangHoldMs / 2 + (long) (random.nextDouble() * gangHoldMs);
     rerequestAt = now + backoff;
     MelonApplicationMaster.log("gang incomplete after holding " + granted + " of " + tasks.size()

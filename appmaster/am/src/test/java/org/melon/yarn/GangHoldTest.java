@@ -90,6 +90,36 @@ class GangHoldTest {
   }
 
   @Test
+  void aGangGrantedNothingWithdrawsItsAsksAfterTheHoldToo() {
+    // The CapacityScheduler grants nothing past the queue's headroom, and a FIFO queue stops at the first application
+    // whose ask does not fit it: a gang asking for ever with nothing granted would stop every job behind it.
+    TaskBook book = gang("");
+    book.checkGangHold();  // the AM's first check, right after its first asks
+    clock.advance(19_000);
+    book.checkGangHold();
+    assertEquals(List.of(), yarn.cancelled, "the hold has not run out yet");
+    clock.advance(1_000);
+    book.checkGangHold();
+    assertEquals(List.of("worker:0", "worker:1", "worker:2"), yarn.cancelled, "every request is withdrawn");
+    assertEquals(List.of(), yarn.released);
+    assertEquals(1, book.gangStatus().get("holds_released"));
+    assertEquals(0.0, book.gangStatus().get("longest_hold_s"), "nothing was held");
+    int asked = yarn.requests.size();
+    clock.advance(30_000);
+    book.checkGangHold();
+    assertEquals(asked + 3, yarn.requests.size(), "all three are asked for again after the backoff");
+    // once something is granted, the hold counts from that grant, as before
+    clock.advance(15_000);
+    grant(book, 0, "node-a");
+    clock.advance(19_000);
+    book.checkGangHold();
+    assertEquals(List.of(), yarn.released, "held for less than the hold time since the grant");
+    clock.advance(1_000);
+    book.checkGangHold();
+    assertEquals(List.of("worker:0"), yarn.released);
+  }
+
+  @Test
   void theRegisterTimeoutCountsFromTheWholeGrantNotFromTheWaitForResources() {
     TaskBook book = gang("");
     clock.advance(300_000);  // five minutes waiting for resources: longer than register_timeout_s (60)
