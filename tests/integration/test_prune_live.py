@@ -52,10 +52,10 @@ def test_prune_deletes_what_no_live_job_uses_and_keeps_what_a_running_job_uses( 
     ended = melon.submit(generic("prune-ended", "python train.py") | {"code": str(old)}, "--wait", env=env)
     assert ended["returncode"] == 0, ended
     running = melon.submit(generic("prune-live", "python train.py") | {"code": str(live)}, env=env)
-    # its task runs: its files are localized, so setting their times back below cannot fail its localization
-    jobs.wait_status(
-        running["app_id"], lambda s: any(t["state"] in ("RUNNING", "REGISTERED") for t in s.get("tasks") or [])
-    )
+    # Its task's executor registered: the container was localized, so setting the staged files' times back below
+    # cannot fail that. RUNNING is not enough: the AM says so once the NodeManager accepts the container, before it
+    # localizes the files, which then no longer have the modification times the plan names, and the job fails.
+    jobs.wait_status(running["app_id"], lambda s: any(t["state"] == "REGISTERED" for t in s.get("tasks") or []))
     _age(client, staging, 2 * 3600 * 1000)
     assert client.list(f"{staging}/cache/by-sample"), "the big file was staged through the by-sample index"
 
