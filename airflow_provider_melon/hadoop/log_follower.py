@@ -672,9 +672,8 @@ class LogFollower:
         return self._end()
 
     def _round(self, pending: list[_Pending], asked: bool) -> bool:
-        """The end of one round of reads (``asked``: it read something): log its lines, close the containers read
-        to their end, log the AM's decisions about them. True when another round may read more (a task's next
-        container)."""
+        """The end of one round of reads (``asked``: it read something): its lines, the containers read to their end
+        closed, the AM's decisions about them. True when another round may read more (a task's next container)."""
         self._emit(pending)
         self._close_final()
         self._release()

@@ -175,6 +175,8 @@ def watch(w: Watch, first: Optional[dict[str, Any]] = None) -> Generator[Call, A
             if outcome is not None:
                 return outcome
             yield ("emit", lines)
+            if w.app is not None:  # ridden out: the caller goes on with the last report (`logs -f` reads on)
+                yield ("seen", w.app)
             continue
         first = None
         lines = w.answered(app)

@@ -46,9 +46,8 @@ CLEANUP_SAVE_WAIT_S = 10.0
 
 
 class LogCheckpoint:
-    """The job log's offsets of a deferred task, saved in an XCom of its task instance after each poll that read
-    lines and read back by a trigger a crashed triggerer re-created (``docs/internals.md``, "Across triggerer
-    restarts"). Best effort: never raises but for cancellation."""
+    """The job log's offsets of a deferred task in an XCom of its task instance, for a trigger that a crashed
+    triggerer re-created (``docs/internals.md``, "Across triggerer restarts"). Never raises but for cancellation."""
 
     def __init__(self, ti: Any, log: Any) -> None:
         self.log = log
@@ -84,7 +83,7 @@ class LogCheckpoint:
         return True
 
     async def save(self, app_id: Optional[str], floor: dict[str, Any]) -> None:
-        """The follower's floor (one batch behind: see the module docstring) into the XCom when it moved."""
+        """The follower's floor (one batch behind) into the XCom when it moved."""
         value: dict[str, Any] = {"app_id": app_id, "state": floor}
         if self.durable is not None:
             value["durable"] = self.durable

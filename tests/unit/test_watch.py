@@ -93,3 +93,11 @@ def test_the_sync_driver_refuses_an_awaitable_and_the_async_one_awaits_it():
     clock = Clock()
     outcome = asyncio.run(adrive(watch(Watch(APP, cli_policy())), io(clock, answers, sleep=pause)))
     assert outcome.verdict == "success" and clock.sleeps == [10]
+
+
+def test_a_failed_look_ridden_out_hands_the_caller_the_last_report():
+    """`melon logs -f` reads the logs on while the RM restarts: its hook gets the last report after each failed look."""
+    clock, seen = Clock(), []
+    answers = [app("RUNNING"), away(), app("FINISHED", "SUCCEEDED")]
+    outcome = drive(watch(Watch(APP, cli_policy())), io(clock, answers, seen=lambda a: seen.append(a["state"])))
+    assert outcome.verdict == "success" and seen == ["RUNNING", "RUNNING", "FINISHED"]
