@@ -79,7 +79,8 @@ json.dump({"app_name": name, "roles": json.loads(roles), "success_role": None if
            "command": command, "env": json.loads(env),
            "local_resources": [{"name": "smoke_task.py", "url": url, "type": "FILE", "visibility": "APPLICATION",
                                 "size": int(size), "timestamp": int(ts)}],
-           "register_timeout_s": int(timeout)}, open(out, "w"))
+           "register_timeout_s": int(timeout), "output_role": None, "gang_hold_s": 0, "queue_timeout_s": 0,
+           "elastic_grace_s": 60, "labels": {}, "staged": [], "status_file": None}, open(out, "w"))
 EOF
   read -r PLAN_SIZE PLAN_TS < <(upload "$plan" "$DIR/$1-plan.json")
   local app
@@ -88,7 +89,7 @@ EOF
   SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
   python3 - "$app" "$1" "$FS$DIR" "$JAR_SIZE" "$JAR_TS" "$PLAN_SIZE" "$PLAN_TS" "$AM_CP" "$SECRET" \
     > /tmp/melon-smoke-submit-$$.json <<'EOF'
-import json, sys
+import base64, json, sys
 app, name, base, js, jt, ps, pt, cp, secret = sys.argv[1:]
 def res(url, size, ts):
     return {"resource": url, "type": "FILE", "visibility": "APPLICATION", "size": int(size), "timestamp": int(ts)}
@@ -99,8 +100,10 @@ print(json.dumps({
         "local-resources": {"entry": [
             {"key": "melon-appmaster.jar", "value": res(base + "/melon-appmaster.jar", js, jt)},
             {"key": "melon-plan.json", "value": res(base + "/" + name + "-plan.json", ps, pt)}]},
-        "environment": {"entry": [{"key": "CLASSPATH", "value": "./melon-appmaster.jar<CPS>" + cp},
-                                  {"key": "MELON_SECRET", "value": secret}]},
+        "environment": {"entry": [{"key": "CLASSPATH", "value": "./melon-appmaster.jar<CPS>" + cp}]},
+        # the AM's secret, in the application's credentials: the AM hands it to its tasks in their token files
+        "credentials": {"secrets": {"entry": [{"key": "melon.am.secret",
+                                               "value": base64.b64encode(secret.encode()).decode()}]}},
         "commands": {"command": "{{JAVA_HOME}}/bin/java -Xmx256m org.melon.yarn.MelonApplicationMaster "
                                 "melon-plan.json 1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr"}}}))
 EOF
@@ -129,8 +132,10 @@ print(a["state"], a["finalStatus"], json.dumps(a.get("diagnostics", "")))')
   if [ -n "${3:-}" ] && [[ "$out" != *"$3"* ]]; then echo "FAIL: diagnostics lack '$3'" >&2; exit 1; fi
 }
 
-ROLE='{"name": "%s", "instances": %d, "memory_mb": 256, "vcores": 1, "gpus": %d, "gpu_memory_mb": %d, "restarts": %d, "tracked": %s}'
-role() { printf "$ROLE" "$@"; }
+# role NAME INSTANCES GPUS GPU_MEMORY_MB RESTARTS TRACKED: a whole plan role (the AM refuses a plan that breaks its schema)
+ROLE='{"name": "%s", "instances": %d, "memory_mb": 256, "vcores": 1, "gpus": %d, "gpu_memory_mb": %d, "restarts": %d,
+ "tracked": %s, "min_instances": %d, "optional": false, "oom_growth": 1.5, "oom_max_growths": 0, "gpu_context_mb": 0}'
+role() { printf "$ROLE" "$@" "$2"; }
 
 echo "== 1. gang of chief + 2 workers (GPU requests), success_role=chief -> SUCCEEDED"
 APP=$(submit ok "python3 smoke_task.py" chief "[$(role chief 1 1 4096 0 true), $(role worker 2 1 8192 0 true)]" '{}' 60)

@@ -6,7 +6,16 @@ import time
 import urllib.error
 import urllib.request
 
-am, secret = os.environ["MELON_AM_URL"], os.environ["MELON_SECRET"]
+def am_secret():
+    """The AM's secret from this container's token file (Hadoop credentials, Writable or protobuf format): the
+    bytes after the alias "melon.am.secret", behind their length (protobuf: a field tag first)."""
+    data = open(os.environ["HADOOP_TOKEN_FILE_LOCATION"], "rb").read()
+    at = data.index(b"melon.am.secret") + len(b"melon.am.secret")
+    at += data[at] == 0x1A  # protobuf: the secret field's tag
+    return data[at + 1 : at + 1 + data[at]].decode()
+
+
+am, secret = os.environ["MELON_AM_URL"], am_secret()
 role, index = os.environ["MELON_ROLE"], int(os.environ["MELON_INDEX"])
 
 

@@ -4,15 +4,10 @@ package org.melon.yarn;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.RandomAccessFile;
 import java.net.HttpURLConnection;
 import java.net.URI;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.DirectoryStream;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -75,11 +70,8 @@ public final class MelonApplicationMaster {
   private final JsonNode plan;
   /** The alias of the AM's secret in the application's credentials (the submitter's credentials.secrets). */
   static final String SECRET_ALIAS = "melon.am.secret";
-  /** Where the secret came from: the credentials (tasks then find it in their token files) or, from an older
-   * submitter, the environment (then passed on in the tasks' environment as before). */
-  private final boolean secretInCredentials = credentialSecret() != null;
-  private final String secret = secretInCredentials ? credentialSecret()
-      : System.getenv().getOrDefault("MELON_SECRET", "");
+  /** The AM's secret, from the credentials (its tasks find it in their token files). */
+  private final String secret;
   private final String appId;
   private final String amHost;
   private final TaskBook book;
@@ -95,8 +87,9 @@ public final class MelonApplicationMaster {
   private ByteBuffer tokens;
   private Map<String, LocalResource> localResources = Collections.emptyMap();
 
-  MelonApplicationMaster(JsonNode plan) {
+  MelonApplicationMaster(JsonNode plan, String secret) {
     this.plan = plan;
+    this.secret = secret;
     ContainerId cid = ContainerId.fromString(System.getenv(Environment.CONTAINER_ID.name()));
     this.appId = cid.getApplicationAttemptId().getApplicationId().toString();
     String h = System.getenv(Environment.NM_HOST.name());
@@ -112,7 +105,12 @@ public final class MelonApplicationMaster {
         refuse("bad plan: " + String.join("; ", bad));
         System.exit(0);
       }
-      int rc = new MelonApplicationMaster(plan).run();
+      String secret = credentialSecret();
+      if (secret == null) {
+        refuse("no AM secret in the application's credentials (secret " + SECRET_ALIAS + ")");
+        System.exit(0);
+      }
+      int rc = new MelonApplicationMaster(plan, secret).run();
       System.exit(rc);
     } catch (Throwable t) {
       // A crash of the AM itself: exit non-zero so that YARN starts the next attempt (max_attempts).
@@ -278,9 +276,6 @@ public final class MelonApplicationMaster {
     env.put("MELON_ROLE_INSTANCES", String.valueOf(t.role.instances));  // the role's bounds (Elastic)
     env.put("MELON_ROLE_MIN_INSTANCES", String.valueOf(t.role.minInstances));
     env.put("MELON_AM_URL", amUrl);
-    if (!secretInCredentials) {
-      env.put("MELON_SECRET", secret);
-    }
     env.put("MELON_APP_ID", appId);
     env.put("MELON_CONTAINER_ID", t.container.getId().toString());
     env.put("MELON_GPUS", String.valueOf(t.role.gpus));
@@ -418,39 +413,10 @@ public final class MelonApplicationMaster {
 
   // ---------------------------------------------------------------- stderr tail
 
-  /** Last 20 lines of the container's stderr: the NM's local log dir in a mini cluster, else the NM REST API. */
+  /** Last 20 lines of the container's stderr, from its NodeManager's REST API; else YARN's diagnostics. */
   private String stderrTail(Task t, ContainerStatus status) {
-    String text = null;
-    String cid = status.getContainerId().toString();
-    String logDirs = System.getenv(Environment.LOG_DIRS.name());
-    if (logDirs != null) {
-      for (String dir : logDirs.split(",")) {
-        // <nm-log-dir>/<app>/<am-container>: the task's file is <some nm-log-dir>/<app>/<cid>/stderr.
-        Path amLogDir = Paths.get(dir);
-        Path nmLogDir = amLogDir.getParent().getParent();
-        List<Path> candidates = new ArrayList<>();
-        candidates.add(nmLogDir.resolve(appId).resolve(cid).resolve("stderr"));
-        try (DirectoryStream<Path> siblings = Files.newDirectoryStream(nmLogDir.getParent())) {
-          for (Path p : siblings) {
-            candidates.add(p.resolve(appId).resolve(cid).resolve("stderr"));
-          }
-        } catch (IOException | RuntimeException e) {
-          // not a mini cluster layout
-        }
-        for (Path p : candidates) {
-          if (Files.isReadable(p)) {
-            text = readTail(p.toFile());
-            break;
-          }
-        }
-        if (text != null) {
-          break;
-        }
-      }
-    }
-    if (text == null && t.container != null) {
-      text = fetchTail(t.container.getNodeHttpAddress(), cid);
-    }
+    String text = t.container == null ? null
+        : fetchTail(t.container.getNodeHttpAddress(), status.getContainerId().toString());
     if (text == null) {
       // No stderr (e.g. localization failed, exit -1000): YARN's own diagnostics, whose head names the cause.
       List<String> lines = Arrays.asList(status.getDiagnostics().trim().split("\r?\n"));
@@ -458,18 +424,6 @@ public final class MelonApplicationMaster {
     }
     List<String> lines = Arrays.asList(text.trim().split("\r?\n"));
     return String.join("\n", lines.subList(Math.max(0, lines.size() - 20), lines.size()));
-  }
-
-  private static String readTail(File f) {
-    try (RandomAccessFile raf = new RandomAccessFile(f, "r")) {
-      long start = Math.max(0, raf.length() - 4096);
-      byte[] buf = new byte[(int) (raf.length() - start)];
-      raf.seek(start);
-      raf.readFully(buf);
-      return new String(buf, StandardCharsets.UTF_8);
-    } catch (IOException e) {
-      return null;
-    }
   }
 
   private String fetchTail(String nodeHttp, String cid) {
