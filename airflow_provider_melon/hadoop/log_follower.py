@@ -10,6 +10,7 @@ import copy
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Generator, Iterable, Optional
 
@@ -133,6 +134,7 @@ class LogFollower:
         #: entry), the decisions taken in and held before it); _polled: this poll's
         self._batches: list[tuple[int, dict[tuple[str, str], _Batch], tuple[int, list[Any]]]] = []
         self._reshow_said: set[tuple[str, str]] = set()
+        self._lag_s: Optional[float] = None  # the largest log lag measured since take_lag()
 
     # ---- state -----------------------------------------------------------------------------------------------
     @staticmethod
@@ -199,6 +201,13 @@ class LogFollower:
                 marks[file] = max(int(offset), marks.get(file, 0))
         out["seq"] = max(out["seq"], got["seq"])
         return out
+
+    def take_lag(self) -> Optional[float]:
+        """The log lag since the last call, in seconds: of the files whose new lines the polls showed, the longest
+        time from the file's last write on its node (whole seconds, the NodeManager's clock) to the read that
+        showed them; None when no poll showed a new line."""
+        lag, self._lag_s = self._lag_s, None
+        return lag
 
     @property
     def emitted_bytes(self) -> int:
@@ -453,6 +462,9 @@ class LogFollower:
             complete, rest = new[: nl + 1], new[nl + 1 :]
             if len(rest) > MAX_LINE_BYTES:
                 complete, rest = new, b""
+        if complete and chunk.modified is not None:  # new lines: how long since the node last wrote the file
+            lag = max(0.0, time.time() - chunk.modified)
+            self._lag_s = lag if self._lag_s is None else max(self._lag_s, lag)
         lines = complete.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()

@@ -1,9 +1,10 @@
 """Metrics of train tasks through Airflow's ``Stats`` (StatsD or OpenTelemetry, whichever the deployment set up in
-``[metrics]``; nothing is sent where neither is on). Names and units: docs/metrics.md.
+``[metrics]``; nothing is sent where neither is on). Names and units: docs/lineage-and-metrics.md.
 
 :func:`job_metrics` (pure) reads them from an ended application: the RM's report (queue wait: submitted to the AM's
 launch) and the AM's final ``/status`` (the gang's formation, the tasks' GPU memory, their out-of-memory growths);
-:func:`emit_job_metrics` sends them and :func:`reattached` counts a task that found its application running.
+:func:`emit_job_metrics` sends them, :func:`reattached` counts a task that found its application running and
+:func:`log_lag` times how late the job's output reached the task log.
 Sending never fails a task.
 """
 
@@ -23,6 +24,7 @@ METRICS = {
     f"{PREFIX}.gpu_memory.used": ("gauge", "MiB"),
     f"{PREFIX}.oom_growths": ("counter", "growths"),
     f"{PREFIX}.reattaches": ("counter", "reattaches"),
+    f"{PREFIX}.log_lag": ("timer", "ms"),
 }
 
 
@@ -97,4 +99,15 @@ def reattached(tags: Optional[dict] = None) -> None:
         log.warning("MeLoN metrics not sent: %s", exc)
 
 
-__all__ = ["METRICS", "emit_job_metrics", "job_metrics", "reattached"]
+def log_lag(seconds: Optional[float], tags: Optional[dict] = None) -> None:
+    """Time the job log's lag (:meth:`LogFollower.take_lag`, seconds) after a poll that showed new lines; None
+    (nothing new) sends nothing."""
+    if seconds is None:
+        return
+    try:
+        _stats().timing(f"{PREFIX}.log_lag", seconds * 1000, tags=tags)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("MeLoN metrics not sent: %s", exc)
+
+
+__all__ = ["METRICS", "emit_job_metrics", "job_metrics", "log_lag", "reattached"]

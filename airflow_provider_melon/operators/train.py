@@ -324,10 +324,10 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             outputs = extra["outputs"] if outputs is None else outputs
             roles = extra["roles"] if roles is None else roles
             fs_default_fs = fs_default_fs or extra["fs_default_fs"]
-        self._final_job_logs(event)
+        self._final_job_logs(event, self._metric_tags(context))
         return self._complete(context, event, outputs=outputs, roles=roles, fs_default_fs=fs_default_fs)
 
-    def _final_job_logs(self, event: dict[str, Any]) -> None:
+    def _final_job_logs(self, event: dict[str, Any], tags: Optional[dict[str, str]] = None) -> None:
         """The rest of the job log the trigger left to the resumed task (``final_logs``; offsets in ``log_state``):
         into the task's own log, which no race of Airflow's log and event channels cuts short (triggers/yarn.py)."""
         state, app_id = event.get("log_state"), event.get("app_id")
@@ -341,7 +341,8 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             return self.log.warning(
                 "The rest of the job log of %s was not read (%s): `melon logs %s`", app_id, exc, app_id
             )
-        self._stream_job_logs(self._log_follower(app_id, state), self._final_status(app_id), app, final=True)
+        follower = self._log_follower(app_id, state)
+        self._stream_job_logs(follower, self._final_status(app_id), app, final=True, tags=tags)
 
     # ---- reattach / submit --------------------------------------------------------------------------------
     def _ti_identity(self, context: "Context") -> tuple[str, str, str, int]:
@@ -525,10 +526,16 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         )
 
     def _stream_job_logs(
-        self, follower: LogFollower, status: Optional[dict], app: Optional[dict], final: bool = False
+        self,
+        follower: LogFollower,
+        status: Optional[dict],
+        app: Optional[dict],
+        final: bool = False,
+        tags: Optional[dict[str, str]] = None,
     ) -> None:
         for line in follower.poll(self.yarn_hook, status, app=app, final=final):  # never raises
             self.log.info("%s", line)
+        metrics.log_lag(follower.take_lag(), tags)
 
     # ---- ResumableJobMixin (synchronous path) -------------------------------------------------------------
     def submit_job(self, context: "Context") -> str:
@@ -569,10 +576,12 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
             job_logs=self.job_logs,
         )
         follower = self._log_follower(app_id)  # read only with job_logs
+        tags = self._metric_tags(context)
 
         def logs(status: Optional[dict], app: dict, final: bool) -> None:
             # at the end the rest is read once: the final status names every container the tasks ran in
-            self._stream_job_logs(follower, self._final_status(app_id) if final else status, app, final=final)
+            status = self._final_status(app_id) if final else status
+            self._stream_job_logs(follower, status, app, final=final, tags=tags)
 
         io: IO = {
             "now": lambda: time.time(),

@@ -24,6 +24,7 @@ from airflow_provider_melon.hadoop.app_state import (
 from airflow_provider_melon.hadoop.log_follower import DEFAULT_LINES_PER_POLL, DEFAULT_MAX_BYTES, LogFollower
 from airflow_provider_melon.hadoop.watch import IO, Watch, WatchPolicy, adrive, emit, watch
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
+from airflow_provider_melon.operators import metrics
 from airflow_provider_melon.version_compat import (
     TRIGGER_ON_KILL_ALSO_ON_HANDOVER,
     remote_logging,
@@ -296,6 +297,9 @@ class YarnApplicationTrigger(BaseTrigger):
             await self.checkpoint.save(self.app_id, self.follower.floor())  # before the lines: its marks cover them
         for line in lines:
             self.log.info("%s", line)
+        ti = getattr(self, "task_instance", None)
+        tags = {"dag_id": ti.dag_id, "task_id": ti.task_id} if ti is not None else None
+        metrics.log_lag(self.follower.take_lag(), tags)
 
     async def _restore_log_state(self) -> None:
         """Go on from the saved offsets when they are later than the serialized ones (a crashed triggerer)."""

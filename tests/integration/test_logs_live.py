@@ -13,6 +13,7 @@ from unittest import mock
 import pytest
 
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook
+from airflow_provider_melon.operators import metrics
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.triggers.yarn import FINAL_LOGS_KEY, YarnApplicationTrigger
 from airflow_provider_melon.version_compat import AirflowException
@@ -140,11 +141,17 @@ def _context() -> dict:
 def test_operator_sync_loop_streams_every_line_once(minicluster, jobs, melon_hook):
     logger, seen = _logger("test_logs_live.operator")
     op = _operator(melon_hook, _job(jobs, "printer", PRINTER))
-    with mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=logger):
+    with (
+        mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=logger),
+        mock.patch.object(metrics, "log_lag", wraps=metrics.log_lag) as log_lag,
+    ):
         result = op.execute(_context())
     jobs.submitted.append(result["app_id"])
     assert result["final_status"] == "SUCCEEDED"
     assert _job_lines(seen.lines) == EXPECTED, "\n".join(seen.lines)
+    # the log lag is measured from the real NodeManagers' answers (their LogLastModifiedTime header)
+    lags = [c.args[0] for c in log_lag.call_args_list if c.args[0] is not None]
+    assert lags and all(lag >= 0 for lag in lags), log_lag.call_args_list
 
 
 def test_a_failing_tasks_stderr_reaches_the_task_log(minicluster, jobs, melon_hook):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from unittest import mock
 
 import pytest
@@ -44,6 +45,7 @@ class FakeNM:
         self.requests: list[tuple[str, str, int | None]] = []  # answered
         self.attempts: list[tuple[str, str]] = []  # asked, answered or not
         self.down: set[str] = set()
+        self.modified: dict[tuple[str, str], float] = {}
         m.get(LOG_URL, content=self._answer)
         m.get(
             f"{RM}/ws/v1/cluster/nodes",
@@ -54,8 +56,10 @@ class FakeNM:
             },
         )
 
-    def write(self, cid: str, file: str, data: str | bytes) -> None:
+    def write(self, cid: str, file: str, data: str | bytes, at: float | None = None) -> None:
+        """Append to a file; ``at``: when it was written (the header's LogLastModifiedTime), now by default."""
         self.files.setdefault((cid, file), bytearray()).extend(data.encode() if isinstance(data, str) else data)
+        self.modified[(cid, file)] = time.time() if at is None else at
 
     def _answer(self, request, context):
         host, cid, file = LOG_URL.match(request.url).groups()
@@ -77,7 +81,8 @@ class FakeNM:
         part = bytes(data) if size is None else bytes(data[:size] if size >= 0 else data[max(0, length + size) :])
         head = (
             f"Container: {cid} on {host}:45454\nLogAggregationType: LOCAL\n{'=' * 68}\nLogType:{file}\n"
-            f"LogLastModifiedTime:Mon Nov 30 19:27:34 +0000 2026\nLogLength:{length}\nLogContents:\n"
+            f"LogLastModifiedTime:{time.strftime('%a %b %d %H:%M:%S +0000 %Y', time.gmtime(self.modified[(cid, file)]))}"
+            f"\nLogLength:{length}\nLogContents:\n"
         ).encode()
         foot = (
             f"End of LogType:{file}.This log file belongs to a running container ({cid}) and so may not be "
@@ -193,6 +198,19 @@ def test_parse_locates_the_bytes_by_length_not_by_the_footer():
     assert chunk.data == b"End of LogType:stdout is printed by the job"[:42]
     with pytest.raises(ValueError):
         parse_container_log(b"<html>login</html>", -10)
+
+
+def test_the_follower_measures_how_long_new_lines_took_to_reach_the_task_log(nm, hook):
+    """The log lag: from the file's last write on its node (whole seconds) to the poll that showed its new lines;
+    taken once, and nothing when a poll brought no new line."""
+    f = LogFollower("chief:0")
+    nm.write(CHIEF_CID, "stdout", "step 1\n", at=time.time() - 7)
+    assert f.poll(hook, RUNNING, app=app()) == ["chief:0 | step 1"]
+    lag = f.take_lag()
+    assert lag is not None and 7 <= lag < 67, lag
+    assert f.take_lag() is None  # taken
+    f.poll(hook, RUNNING, app=app())  # nothing new
+    assert f.take_lag() is None
 
 
 def test_parse_reads_when_the_node_last_wrote_the_file():
@@ -905,7 +923,7 @@ def test_operator_sync_loop_streams_job_logs_and_reads_the_rest_at_the_end(nm, m
         mock.patch.object(MelonTrainOperator, "_complete", return_value={"ok": True}),
         mock.patch.object(MelonTrainOperator, "log", new_callable=mock.PropertyMock, return_value=fake_log),
     ):
-        assert op.poll_until_complete(APP, {"ti": mock.Mock()}) == {"ok": True}
+        assert op.poll_until_complete(APP, {"ti": mock.Mock(dag_id="d", task_id="train", map_index=-1)}) == {"ok": True}
     logged = [c.args[0] % c.args[1:] for c in fake_log.info.call_args_list]
     assert am.call_count == 2  # every running poll (the containers), not only every log_every_n
     assert [line for line in logged if line.startswith("worker:0 |")] == [

@@ -30,10 +30,12 @@ FINAL = {
 
 SENDER = """
 import json, sys
-from airflow_provider_melon.operators.metrics import emit_job_metrics, reattached
+from airflow_provider_melon.operators.metrics import emit_job_metrics, log_lag, reattached
 app, final = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 print(json.dumps(emit_job_metrics(app, final, tags={"dag_id": "d", "task_id": "t"})))
 reattached(tags={"dag_id": "d", "task_id": "t"})
+log_lag(None, tags={"dag_id": "d", "task_id": "t"})  # a poll that showed nothing new: nothing sent
+log_lag(1.25, tags={"dag_id": "d", "task_id": "t"})
 """
 
 
@@ -72,7 +74,7 @@ def test_metrics_reach_a_statsd_listener(tmp_path):
         assert sent.returncode == 0, sent.stderr[-3000:]
         packets: list[str] = []  # ours; Airflow sends its own metrics (airflow.serde...) too
         deadline = time.monotonic() + 30
-        while len(packets) < 6 and time.monotonic() < deadline:  # UDP on loopback: bounded by the timeout
+        while len(packets) < 7 and time.monotonic() < deadline:  # UDP on loopback: bounded by the timeout
             packets += [p for p in listener.recv(65535).decode().splitlines() if p.startswith("airflow.melon.")]
     got = {}
     for packet in packets:
@@ -86,6 +88,7 @@ def test_metrics_reach_a_statsd_listener(tmp_path):
         "airflow.melon.gpu_memory.used": (8500.0, "g"),
         "airflow.melon.oom_growths": (1.0, "c"),
         "airflow.melon.reattaches": (1.0, "c"),
+        "airflow.melon.log_lag": (1250.0, "ms"),
     }, packets
     assert {name.removeprefix("airflow.") for name in got} == set(METRICS)
 
@@ -107,6 +110,9 @@ op.hook.record_gpu_memory = lambda *args, **kwargs: None  # the memory history (
 op.find_existing = lambda tags: {"id": app["id"], "state": "RUNNING", "finalStatus": "UNDEFINED"}
 op._announce = lambda context, app_id, app: None
 assert op._attach_or_submit(context)[0] == app["id"]  # a retry that finds its application running
+# a poll of the job log that showed new lines 0.5 s after their write (the follower's measure: test_logs.py)
+follower = types.SimpleNamespace(poll=lambda *args, **kwargs: [], take_lag=lambda: 0.5)
+op._stream_job_logs(follower, None, dict(app), tags=op._metric_tags(context))
 op._ended(context, app["id"])
 """
 
@@ -136,7 +142,7 @@ def test_a_train_task_sends_its_metrics_when_its_application_ends_and_counts_a_r
         assert ran.returncode == 0, ran.stderr[-3000:]
         names: list[str] = []
         deadline = time.monotonic() + 30
-        while len(names) < 6 and time.monotonic() < deadline:
+        while len(names) < len(METRICS) and time.monotonic() < deadline:
             names += [
                 p.partition(":")[0]
                 for p in listener.recv(65535).decode().splitlines()
