@@ -20,12 +20,13 @@ up: setup
 WORKERS ?= 2
 XDIST = -n $(WORKERS) --dist loadgroup
 
-# JUnit tests of the ApplicationMaster (no cluster, under a minute) and ruff's lint and layout (pyproject.toml)
-# first, then the Python suite.
+# JUnit tests of the ApplicationMaster (no cluster, under a minute), ruff's lint and layout and mypy's types
+# (pyproject.toml) first, then the Python suite.
 test: setup
 	mvn -q -B -f appmaster/pom.xml test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 	$(PY) -m pytest -q -rs --durations=30 -p no:cacheprovider --timeout=900 $(XDIST) $(PYTEST_ARGS) tests \
 	  --ignore=tests/docker
 
