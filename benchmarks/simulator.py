@@ -42,8 +42,10 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
                    jobs on every GPU once the small work left fits beside them. ``pays_quota_even`` (cQ=) is the
                    same with ``front=0`` (both kinds spread evenly over the schedule).
     ``gandiva``    (g) a Gandiva-style greedy packer, a baseline: :func:`gandiva_place`.
-    ``default``    (D) what the product applies: every job holds ``policy.slot_mb`` of GPU memory (:func:`slot`)
-                   and takes the GPU ``policy.place_default`` chooses, the call a node's ledger makes.
+    ``default``    (D) the product with each role's ``gpu_memory`` at least its slot: every job holds
+                   ``policy.slot_mb`` of GPU memory (:func:`slot`) and takes the GPU ``policy.place_default``
+                   chooses, the call a node's ledger makes. The provider does not size the slot itself: a role whose
+                   ``gpu_memory`` is below it is held at that figure, which is ``ledger`` below.
     ``ledger``     a node's executor with the role's expected memory as its reservation (no slot):
                    ``policy.place_default(..., large=job.large, mps=False)`` on expected memory alone, what
                    ``gpu.ledger.Ledger.reserve`` does for a role whose ``gpu_memory`` is its model's memory.
