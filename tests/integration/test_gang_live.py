@@ -6,6 +6,7 @@ that is never granted, saying where it stood."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -98,18 +99,7 @@ def test_a_gang_granted_nothing_backs_off_too_so_the_jobs_behind_it_run(jobs, tm
     another job holds on a full node: small-c's 0/1/1 in the test above). So it withdraws its asks after
     ``gang_hold_s`` as a gang holding part of its containers does: in its backoffs C's AM starts, and C gets the GPU
     freed next and finishes while the blocker still holds the other three and B is still not whole."""
-    folder = tmp_path / "releases"
-    folder.mkdir()
-    blocker = jobs.submit(
-        {
-            "name": "blocker",
-            "framework": "generic",
-            "gang_hold_s": 0,
-            "entrypoint": WAIT_FOR_FILE.format(folder=str(folder)),
-            "roles": {"worker": {"instances": 4, **GPU_ROLE}},
-        }
-    )
-    jobs.wait_status(blocker, lambda s: all(t["state"] == "REGISTERED" for t in s["tasks"]))
+    blocker, folder = _blocker(jobs, tmp_path)
     b = jobs.submit(
         {
             "name": "gang-b",
@@ -214,7 +204,8 @@ def _grant_events(jobs, *app_ids: str) -> int:
     return sum(1 for line in _grants(jobs, *app_ids).splitlines() if " -> container_" in line)
 
 
-def _two_gangs_behind_a_blocker(jobs, tmp_path, hold_s: float) -> tuple[str, str]:
+def _blocker(jobs, tmp_path) -> tuple[str, Path]:
+    """A job holding all 4 GPUs, each task until the test touches ``<folder>/release-<index>``: its id and folder."""
     folder = tmp_path / "releases"
     folder.mkdir()
     blocker = jobs.submit(
@@ -227,6 +218,11 @@ def _two_gangs_behind_a_blocker(jobs, tmp_path, hold_s: float) -> tuple[str, str
         }
     )
     jobs.wait_status(blocker, lambda s: all(t["state"] == "REGISTERED" for t in s["tasks"]))
+    return blocker, folder
+
+
+def _two_gangs_behind_a_blocker(jobs, tmp_path, hold_s: float) -> tuple[str, str]:
+    blocker, folder = _blocker(jobs, tmp_path)
     gang = {
         "framework": "generic",
         "entrypoint": SLEEP.format(s=2),
