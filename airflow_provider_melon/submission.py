@@ -311,6 +311,13 @@ def plan_schema_text() -> str:
     return json.dumps(Plan.model_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
+def _local_resource(name: str, staged: StagedFile, kind: str, visibility: str = "APPLICATION") -> dict[str, Any]:
+    """One entry of the plan's ``local_resources``: a staged file YARN localizes as ``name``."""
+    return dict(
+        name=name, url=staged.url, type=kind, visibility=visibility, size=staged.size, timestamp=staged.timestamp
+    )
+
+
 def build_plan(
     spec: JobSpec,
     *,
@@ -335,53 +342,15 @@ def build_plan(
     ``env_archive_visibility``: PUBLIC (cached per node for every user) for a shared HDFS archive; APPLICATION
     for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible").
     ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``)."""
-    local = [
-        dict(
-            name=RUNTIME_LINK,
-            url=runtime.url,
-            type="ARCHIVE",
-            visibility="APPLICATION",
-            size=runtime.size,
-            timestamp=runtime.timestamp,
-        )
-    ]
+    local = [_local_resource(RUNTIME_LINK, runtime, "ARCHIVE")]
     if code is not None:
-        local.append(
-            dict(
-                name=CODE_LINK,
-                url=code.url,
-                type="ARCHIVE",
-                visibility="APPLICATION",
-                size=code.size,
-                timestamp=code.timestamp,
-            )
-        )
+        local.append(_local_resource(CODE_LINK, code, "ARCHIVE"))
     staged_code = code_files or {}
     code_links = {f"{CODE_FILE_LINK}{i}": rel for i, rel in enumerate(sorted(staged_code))}
     for link, rel in code_links.items():
-        staged = staged_code[rel]
-        local.append(
-            dict(
-                name=link,
-                url=staged.url,
-                type="FILE",
-                visibility="APPLICATION",
-                size=staged.size,
-                timestamp=staged.timestamp,
-            )
-        )
+        local.append(_local_resource(link, staged_code[rel], "FILE"))
     for item in spec.inputs:
-        staged = inputs[item.path]
-        local.append(
-            dict(
-                name=item.link_name,
-                url=staged.url,
-                type=item.type,
-                visibility=item.visibility,
-                size=staged.size,
-                timestamp=staged.timestamp,
-            )
-        )
+        local.append(_local_resource(item.link_name, inputs[item.path], item.type, item.visibility))
     if spec.environment.archive:
         if env_archive is None:
             raise ValueError("environment.archive given but not staged")
@@ -389,16 +358,7 @@ def build_plan(
         if archive_python is None:  # EnvironmentSpec refuses an archive without it
             raise ValueError("environment.archive given without environment.python")
         link = archive_python.split("/", 1)[0]
-        local.append(
-            dict(
-                name=link,
-                url=env_archive.url,
-                type="ARCHIVE",
-                visibility=env_archive_visibility,
-                size=env_archive.size,
-                timestamp=env_archive.timestamp,
-            )
-        )
+        local.append(_local_resource(link, env_archive, "ARCHIVE", env_archive_visibility))
     # YARN writes every value into launch_container.sh (see yarn_shell_value): the job's and the connection's
     # values may refer to variables ($NAME, {{NAME}}), ours are literal.
     user_env = dict(container_env or {})
