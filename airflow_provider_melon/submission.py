@@ -17,6 +17,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
 from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX, RESERVED_LINK_PREFIX, JobSpec, RoleSpec
@@ -254,6 +255,12 @@ class PlanRole(_PlanPart):
         "expected memory (the CUDA context): asked of YARN and held on the ledger, while "
         "the process is capped at the expected memory; 0 without gpu_memory_mb",
     )
+    gpu_slot_mb: int = Field(
+        ge=0,
+        description="MiB of the cluster's largest GPU each task of a shared role holds at least "
+        "(gpu.policy.slot_mb: a fair share of the GPU): YARN is asked for the larger of this and "
+        "the expected memory plus gpu_context_mb; 0: no slot (not shared, or the GPUs unknown)",
+    )
 
 
 class PlanResource(_PlanPart):
@@ -311,6 +318,14 @@ def plan_schema_text() -> str:
     return json.dumps(Plan.model_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
+def gpu_slot_mb(role: RoleSpec, largest_gpu_mb: Optional[int]) -> int:
+    """What a task of ``role`` holds at least on a GPU of ``largest_gpu_mb`` when it shares one
+    (:func:`policy.slot_mb`); 0 for a role that does not share, or when the cluster's GPUs are unknown."""
+    if not role.gpu_memory_mb or role.gpus or not largest_gpu_mb:
+        return 0
+    return policy.slot_mb(role.gpu_memory_mb, largest_gpu_mb, large=role.large)
+
+
 def _local_resource(name: str, staged: StagedFile, kind: str, visibility: str = "APPLICATION") -> dict[str, Any]:
     """One entry of the plan's ``local_resources``: a staged file YARN localizes as ``name``."""
     return dict(
@@ -335,13 +350,16 @@ def build_plan(
     staged_urls: Optional[list[str]] = None,
     status_file: Optional[str] = None,
     gpu_context_mb: int = 0,
+    largest_gpu_mb: Optional[int] = None,
 ) -> dict[str, Any]:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
     submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
     staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``.
     ``env_archive_visibility``: PUBLIC (cached per node for every user) for a shared HDFS archive; APPLICATION
     for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible").
-    ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``)."""
+    ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``).
+    ``largest_gpu_mb``: the cluster's largest GPU, which a shared role's slot is sized against; None: unknown, no
+    slot."""
     local = [_local_resource(RUNTIME_LINK, runtime, "ARCHIVE")]
     if code is not None:
         local.append(_local_resource(CODE_LINK, code, "ARCHIVE"))
@@ -426,6 +444,7 @@ def build_plan(
                     "oom_growth": role.oom_growth,
                     "oom_max_growths": role.oom_growths,
                     "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0,
+                    "gpu_slot_mb": gpu_slot_mb(role, largest_gpu_mb),
                 }
                 for name, role in spec.roles.items()
             ],

@@ -452,6 +452,7 @@ class MelonHook:
             env_archive_visibility="APPLICATION" if env and self.in_staging_dir(env.url) else "PUBLIC",
             default_python=self.default_python,
             gpu_context_mb=self.gpu_context_mb,
+            largest_gpu_mb=self.largest_gpu_mb() if any(r.gpu_memory_mb for r in spec.roles.values()) else None,
             container_env=self.container_env,
             labels=labels,
             webhdfs_url=self._webhdfs_url() if spec.outputs else None,

@@ -38,6 +38,31 @@ def spec(tmp_path):
     )
 
 
+def test_a_shared_role_holds_a_fair_slot_of_the_largest_gpu(spec):
+    # an H200's 141 GiB: a large task holds half of it, a small one a quarter, whatever memory it expects; a role of
+    # whole GPUs and one without GPU memory hold no slot
+    spec.roles["small"] = spec.roles["chief"].model_copy(update={"large": False})
+    plan = submission.build_plan(
+        spec,
+        code=CODE,
+        runtime=RUNTIME,
+        inputs={"hdfs:///data/mnist.npz": StagedFile("hdfs://nn:8020/data/mnist.npz", 50, 555)},
+        largest_gpu_mb=144384,
+    )
+    slots = {r["name"]: r["gpu_slot_mb"] for r in plan["roles"]}
+    assert slots == {"chief": 72192, "small": 36096, "worker": 0, "ps": 0}
+    # a task that expects more than its share holds what it expects
+    spec.roles["small"] = spec.roles["small"].model_copy(update={"gpu_memory": 50000})
+    plan = submission.build_plan(
+        spec,
+        code=CODE,
+        runtime=RUNTIME,
+        inputs={"hdfs:///data/mnist.npz": StagedFile("hdfs://nn:8020/data/mnist.npz", 50, 555)},
+        largest_gpu_mb=144384,
+    )
+    assert {r["name"]: r["gpu_slot_mb"] for r in plan["roles"]}["small"] == 50000
+
+
 def test_plan_roles_resources_and_env(spec):
     data = StagedFile("hdfs://nn:8020/data/mnist.npz", 50, 555)
     plan = submission.build_plan(
@@ -66,6 +91,7 @@ def test_plan_roles_resources_and_env(spec):
         "oom_growth": 1.5,
         "oom_max_growths": 2,
         "gpu_context_mb": 400,
+        "gpu_slot_mb": 0,  # the cluster's GPUs unknown: no slot
     }
     assert roles["worker"]["gpus"] == 1 and roles["worker"]["gpu_memory_mb"] == 0 and roles["worker"]["restarts"] == 2
     assert roles["worker"]["gpu_context_mb"] == roles["ps"]["gpu_context_mb"] == 0  # only shared roles reserve it

@@ -190,16 +190,17 @@ public final class MelonApplicationMaster {
 
   // ---------------------------------------------------------------- scheduling
 
-  /** What a container of {@code t} is asked for: its role's memory, vcores and whole GPUs, and the task's own
-   * expected GPU memory (its role's, grown after OOMs). */
+  /** What a container of {@code t} is asked for: its role's memory, vcores and whole GPUs, and the GPU memory the
+   * task holds: its own expected memory (its role's, grown after OOMs) plus the CUDA context's, at least its role's
+   * slot. */
   static Resource resource(Task t) {
     Role role = t.role;
     Resource res = Resource.newInstance(role.memoryMb, role.vcores);
     if (role.gpus > 0) {
       res.setResourceValue(GPU, role.gpus);
     }
-    if (t.expectedMb > 0) {  // what the task reserves on its GPU: its expected memory plus the CUDA context's
-      res.setResourceValue(GPU_MEM, t.expectedMb + t.role.gpuContextMb);
+    if (t.expectedMb > 0) {
+      res.setResourceValue(GPU_MEM, Math.max(t.expectedMb + t.role.gpuContextMb, t.role.gpuSlotMb));
     }
     return res;
   }

@@ -61,6 +61,7 @@ final class PlanFields {
   static final String ROLE_TRACKED = "tracked";
   static final String ROLE_OPTIONAL = "optional";
   static final String ROLE_GPU_CONTEXT_MB = "gpu_context_mb";
+  static final String ROLE_GPU_SLOT_MB = "gpu_slot_mb";
   static final String ROLE_OOM_GROWTH = "oom_growth";
   static final String ROLE_OOM_MAX_GROWTHS = "oom_max_growths";
 

@@ -128,6 +128,9 @@ final class TaskBook {
     /** Reserved besides each task's expected GPU memory in shared mode: the CUDA context / driver (plan's
      * {@code gpu_context_mb}); the in-process cap stays the expected memory. */
     int gpuContextMb;
+    /** What each task holds at least in shared mode, a fair share of the cluster's largest GPU (plan's
+     * {@code gpu_slot_mb}, 0: none): YARN is asked for the larger of this and the expected memory plus context. */
+    int gpuSlotMb;
     int restarts;
     /** The role's elastic minimum ({@code min_instances}); {@link #instances} when it has no bounds: see
      * {@link Elastic}. */
@@ -309,6 +312,7 @@ final class TaskBook {
       role.gpus = r.path(PlanFields.ROLE_GPUS).asInt();
       role.gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt();
       role.gpuContextMb = r.path(PlanFields.ROLE_GPU_CONTEXT_MB).asInt();
+      role.gpuSlotMb = r.path(PlanFields.ROLE_GPU_SLOT_MB).asInt();
       role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt();
       role.minInstances = Math.min(role.instances, r.path(PlanFields.ROLE_MIN_INSTANCES).asInt());
       role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean();

@@ -625,6 +625,28 @@ class TaskBookTest {
   }
 
   @Test
+  void aSharedTaskAsksForItsSlotUntilItsGrownMemoryOutgrowsIt() {
+    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
+        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
+        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
+    try {
+      TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 4000, gpu_context_mb: 400,"
+          + " gpu_slot_mb: 8192}]}");
+      Task w0 = book.task("worker", 0);
+      assertEquals(8192, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
+      oom(book, place(book, w0, "node-a"), "{cap_mb: 4000, peak_mb: null, largest_gpu_mb: 32768, signature: 'x'}");
+      assertEquals(6000, w0.expectedMb);
+      assertEquals(8192, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM),
+          "6000 + 400 is still inside the slot");
+      oom(book, place(book, w0, "node-a"), "{cap_mb: 6000, peak_mb: null, largest_gpu_mb: 32768, signature: 'x'}");
+      assertEquals(9400, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM),
+          "9000 + 400 outgrew the slot");
+    } finally {
+      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
+    }
+  }
+
+  @Test
   void theCudaContextIsReservedBesideTheExpectedMemoryAndLeftRoomOnTheLargestGpu() {
     ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
         ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
