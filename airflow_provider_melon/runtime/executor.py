@@ -34,7 +34,7 @@ from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.runtime import peak as _peak
 from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
-from airflow_provider_melon.runtime.amclient import AmClient
+from airflow_provider_melon.runtime.amclient import AmClient, HeartbeatBody, OomReport, RegisterBody
 from airflow_provider_melon.runtime.config import (  # noqa: F401 - the executor's names, as before
     EXIT_AM_REFUSED,
     EXIT_CONFIG,
@@ -86,7 +86,7 @@ class Executor:
         self._peak_lock = threading.Lock()
         self.largest_gpu_mb: Optional[int] = None  # the largest GPU of this node's list
         self.stderr_mark: Optional[int] = None  # where fd 2's file ended when the user's process started
-        self.oom: Optional[dict[str, Any]] = None  # the final heartbeat's "oom", once one is recognised
+        self.oom: Optional[OomReport] = None  # the final heartbeat's "oom", once one is recognised
         self.port_sock: Optional[socket.socket] = None
         self._starting = False  # between "about to Popen" and "self.child is set": never raise from a signal
         self.host = ""  # the address registered with the AM
@@ -228,7 +228,7 @@ class Executor:
 
     def register(self, host: str, port: int) -> dict[str, Any]:
         cfg = self.cfg
-        body = {
+        body: RegisterBody = {
             "role": cfg.role,
             "index": cfg.index,
             "host": host,
@@ -350,13 +350,21 @@ class Executor:
             raise Fatal(EXIT_CONFIG, f"cannot start {argv[0]!r}: {exc}") from None
 
     def heartbeat(self, message: str = "") -> Optional[int]:
-        body = {
+        body: HeartbeatBody = {
             "role": self.cfg.role,
             "index": self.cfg.index,
             "gpu": self.gpu_label,
             "container_id": self.cfg.container_id,
         }
-        body.update(read_progress(self.cfg.progress_file))
+        progress = read_progress(self.cfg.progress_file)
+        if "step" in progress:
+            body["step"] = progress["step"]
+        if "total" in progress:
+            body["total"] = progress["total"]
+        if "loss" in progress:
+            body["loss"] = progress["loss"]
+        if "metrics" in progress:
+            body["metrics"] = progress["metrics"]
         if self.gpu_indices and self.gpu_source == "nvml" and self.child is not None:
             reading = _devices.process_memory(
                 self.gpu_indices[0], _devices.process_tree(self.child.pid), self.device_baseline_mb
@@ -366,7 +374,7 @@ class Executor:
             self.note_peak(reading)
         else:
             self.note_peak()
-        if self.peak_mb is not None:
+        if self.peak_mb is not None and self.peak_source is not None:  # chosen together (note_peak)
             body["gpu_memory_peak_mb"] = self.peak_mb
             body["gpu_memory_peak_source"] = self.peak_source
         if self.oom is not None:
@@ -410,7 +418,7 @@ class Executor:
             )
             self.peak_mb, self.peak_source = got if got is not None else (None, None)
 
-    def gpu_oom(self, code: int) -> Optional[dict[str, Any]]:
+    def gpu_oom(self, code: int) -> Optional[OomReport]:
         """The ``oom`` object of the final heartbeat when the user's process died of a GPU out-of-memory error
         (recognised in its stderr's tail, ``runtime/oom.py``), else None."""
         tail = _oom.stderr_tail(2, since=self.stderr_mark)
@@ -433,7 +441,7 @@ class Executor:
         log(f"the user's process ran out of GPU memory (cap {cap_text}; peak seen {peak_text}): {signature}")
         victim = self._oversubscription() if cap is not None else None
         if victim is not None:  # a victim, not a culprit: the AM retries it at its figure (docs/protocol.md)
-            self.oom.update(oversubscribed=True, culprit=victim["culprit"])
+            self.oom["oversubscribed"], self.oom["culprit"] = True, victim["culprit"]
             log(
                 f"the GPU was oversubscribed beyond the ledger's reservations ({victim['excess_mb']} MiB): "
                 f"{victim['culprit']}; this task is its victim, not short of memory"

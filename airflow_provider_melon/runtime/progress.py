@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # the heartbeat's part declared with the messages to the AM
+    from airflow_provider_melon.runtime.amclient import Progress
 
 MAX_METRICS = 32
 
@@ -59,7 +62,7 @@ def report(
     return True
 
 
-def read_progress(path: str) -> dict[str, Any]:
+def read_progress(path: str) -> Progress:
     """``{"step", "total", "loss", "metrics"}`` from the user's progress file (what
     :func:`airflow_provider_melon.runtime.report` writes; a missing/half-written file -> {})."""
     try:
@@ -73,7 +76,7 @@ def read_progress(path: str) -> dict[str, Any]:
     def number(v: object) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    out: dict[str, Any] = {}
+    out: Progress = {}
     if number(data.get("step")):
         out["step"] = int(data["step"])
     if number(data.get("total")) and data["total"] > 0:
@@ -81,7 +84,7 @@ def read_progress(path: str) -> dict[str, Any]:
     if number(data.get("loss")):
         out["loss"] = float(data["loss"])
     if isinstance(data.get("metrics"), dict):
-        metrics = {str(k)[:64]: float(v) for k, v in list(data["metrics"].items())[:32] if number(v)}
+        metrics = {str(k)[:64]: float(v) for k, v in list(data["metrics"].items())[:MAX_METRICS] if number(v)}
         if metrics:
             out["metrics"] = metrics
     return out
