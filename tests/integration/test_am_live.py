@@ -64,6 +64,25 @@ def test_shared_mode_runs_more_tasks_than_gpus(jobs, minicluster):
     assert sum("TASK worker" in text for text in logs.values()) == 6
 
 
+def test_a_small_shared_task_asks_yarn_for_a_quarter_of_the_gpu(jobs):
+    """2 tasks x 1 GiB on GPUs of 16 GiB: each asks YARN for its slot, a quarter of the GPU (policy.slot_mb), not
+    for the 1 GiB it expects, so YARN admits no more than four small tasks a GPU."""
+    app_id = jobs.submit(
+        {
+            "name": "shared-slots",
+            "framework": "generic",
+            "entrypoint": SLEEP_PRINT.format(s=5),
+            "roles": {"worker": {"instances": 2, "memory": 256, "vcores": 1, "gpu_memory": "1GiB"}},
+        }
+    )
+    status = jobs.wait_status(
+        app_id, lambda s: len(s["tasks"]) == 2 and all(t["state"] == "REGISTERED" for t in s["tasks"])
+    )
+    assert _used_gpu_memory(jobs.hook.yarn) == 2 * 4096, status
+    app = jobs.wait(app_id)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
+
+
 def test_whole_gpu_memory_tasks_cannot_all_run(jobs):
     """4 GPUs x 16 GiB, one held by another job; then 4 tasks x 16 GiB with the gang hold off (each container starts
     as it comes): YARN runs 3 and keeps one pending. (A gang larger than the whole queue, 5 x 16 GiB, is refused
