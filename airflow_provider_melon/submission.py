@@ -333,38 +333,21 @@ def _local_resource(name: str, staged: StagedFile, kind: str, visibility: str = 
     )
 
 
-def build_plan(
+def _plan_local_resources(
     spec: JobSpec,
-    *,
-    code: Optional[StagedFile],
     runtime: StagedFile,
+    code: Optional[StagedFile],
+    staged_code: dict[str, StagedFile],
+    code_links: dict[str, str],
     inputs: dict[str, StagedFile],
-    env_archive: Optional[StagedFile] = None,
-    default_python: str = "python3",
-    container_env: Optional[dict[str, str]] = None,
-    labels: Optional[dict[str, Any]] = None,
-    webhdfs_url: Optional[str] = None,
-    hdfs_user: Optional[str] = None,
-    code_files: Optional[dict[str, StagedFile]] = None,
-    env_archive_visibility: str = "PUBLIC",
-    staged_urls: Optional[list[str]] = None,
-    status_file: Optional[str] = None,
-    gpu_context_mb: int = 0,
-    largest_gpu_mb: Optional[int] = None,
-) -> dict[str, Any]:
-    """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
-    submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
-    staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``.
-    ``env_archive_visibility``: PUBLIC (cached per node for every user) for a shared HDFS archive; APPLICATION
-    for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible").
-    ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``).
-    ``largest_gpu_mb``: the cluster's largest GPU, which a shared role's slot is sized against; None: unknown, no
-    slot."""
+    env_archive: Optional[StagedFile],
+    env_archive_visibility: str,
+) -> list[dict[str, Any]]:
+    """The plan's ``local_resources``: the runtime, the code (an archive and/or its files linked as ``code_links``
+    names), the inputs and the environment archive."""
     local = [_local_resource(RUNTIME_LINK, runtime, "ARCHIVE")]
     if code is not None:
         local.append(_local_resource(CODE_LINK, code, "ARCHIVE"))
-    staged_code = code_files or {}
-    code_links = {f"{CODE_FILE_LINK}{i}": rel for i, rel in enumerate(sorted(staged_code))}
     for link, rel in code_links.items():
         local.append(_local_resource(link, staged_code[rel], "FILE"))
     for item in spec.inputs:
@@ -377,6 +360,18 @@ def build_plan(
             raise ValueError("environment.archive given without environment.python")
         link = archive_python.split("/", 1)[0]
         local.append(_local_resource(link, env_archive, "ARCHIVE", env_archive_visibility))
+    return local
+
+
+def _task_env(
+    spec: JobSpec,
+    container_env: Optional[dict[str, str]],
+    code_links: dict[str, str],
+    webhdfs_url: Optional[str],
+    hdfs_user: Optional[str],
+) -> dict[str, str]:
+    """The plan's ``env``, every task's environment: the connection's ``container_env`` and the job's ``env``
+    (variables expanded by YARN's launch script), then the ``MELON_*`` settings the executor reads (literal)."""
     # YARN writes every value into launch_container.sh (see yarn_shell_value): the job's and the connection's
     # values may refer to variables ($NAME, {{NAME}}), ours are literal.
     user_env = dict(container_env or {})
@@ -425,29 +420,67 @@ def build_plan(
         ours["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] = spec.environment.docker_image
     env.update({key: yarn_shell_value(value) for key, value in ours.items()})
     env["PYTHONPATH"] = f"./{RUNTIME_LINK}" + (f":{env['PYTHONPATH']}" if user_env.get("PYTHONPATH") else "")
+    return env
+
+
+def _plan_role(name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: Optional[int]) -> dict[str, Any]:
+    """One role of the plan (:class:`PlanRole`)."""
+    return {
+        "name": name,
+        "instances": role.instances,
+        "memory_mb": role.memory_mb,
+        "vcores": role.vcores,
+        "gpus": role.gpus or 0,
+        "gpu_memory_mb": role.gpu_memory_mb,
+        "restarts": role.restarts,
+        "min_instances": role.min_instances or role.instances,
+        "tracked": not role.untracked,
+        "optional": role.optional,
+        "oom_growth": role.oom_growth,
+        "oom_max_growths": role.oom_growths,
+        "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0,
+        "gpu_slot_mb": gpu_slot_mb(role, largest_gpu_mb),
+    }
+
+
+def build_plan(
+    spec: JobSpec,
+    *,
+    code: Optional[StagedFile],
+    runtime: StagedFile,
+    inputs: dict[str, StagedFile],
+    env_archive: Optional[StagedFile] = None,
+    default_python: str = "python3",
+    container_env: Optional[dict[str, str]] = None,
+    labels: Optional[dict[str, Any]] = None,
+    webhdfs_url: Optional[str] = None,
+    hdfs_user: Optional[str] = None,
+    code_files: Optional[dict[str, StagedFile]] = None,
+    env_archive_visibility: str = "PUBLIC",
+    staged_urls: Optional[list[str]] = None,
+    status_file: Optional[str] = None,
+    gpu_context_mb: int = 0,
+    largest_gpu_mb: Optional[int] = None,
+) -> dict[str, Any]:
+    """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
+    submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
+    staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``.
+    ``env_archive_visibility``: PUBLIC (cached per node for every user) for a shared HDFS archive; APPLICATION
+    for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible").
+    ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``).
+    ``largest_gpu_mb``: the cluster's largest GPU, which a shared role's slot is sized against; None: unknown, no
+    slot."""
+    staged_code = code_files or {}
+    code_links = {f"{CODE_FILE_LINK}{i}": rel for i, rel in enumerate(sorted(staged_code))}
+    local = _plan_local_resources(
+        spec, runtime, code, staged_code, code_links, inputs, env_archive, env_archive_visibility
+    )
+    env = _task_env(spec, container_env, code_links, webhdfs_url, hdfs_user)
     python = container_python(spec, default_python)
     return Plan.model_validate(
         {
             "app_name": spec.name,
-            "roles": [
-                {
-                    "name": name,
-                    "instances": role.instances,
-                    "memory_mb": role.memory_mb,
-                    "vcores": role.vcores,
-                    "gpus": role.gpus or 0,
-                    "gpu_memory_mb": role.gpu_memory_mb,
-                    "restarts": role.restarts,
-                    "min_instances": role.min_instances or role.instances,
-                    "tracked": not role.untracked,
-                    "optional": role.optional,
-                    "oom_growth": role.oom_growth,
-                    "oom_max_growths": role.oom_growths,
-                    "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0,
-                    "gpu_slot_mb": gpu_slot_mb(role, largest_gpu_mb),
-                }
-                for name, role in spec.roles.items()
-            ],
+            "roles": [_plan_role(name, role, gpu_context_mb, largest_gpu_mb) for name, role in spec.roles.items()],
             "success_role": spec.success_role,
             # its task 0 publishes the outputs: the AM waits for its exit before it declares success
             "output_role": spec.publishing_role if spec.outputs else None,
