@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import outputs as _outputs
@@ -381,34 +381,30 @@ def _read_report(path: str) -> dict[str, Any]:
         return {}
 
 
-def profile_command(
+@dataclass
+class _Run:
+    """What one profiled run of a command left: its exit code and wall time, NVML's samples (None without a GPU:
+    ``no_gpu`` says why), the script's report and the framework's peak file."""
+
+    returncode: int
+    wall_s: float
+    samples: Optional[Samples]
+    no_gpu: str
+    report: dict[str, Any]
+    counter: Optional[Tuple[Optional[int], str]]
+
+
+def _run_sampled(
     argv: Sequence[str],
     steps: int,
-    env: Optional[Mapping[str, str]] = None,
-    *,
-    interval_s: float = SAMPLE_INTERVAL_S,
-    gpu_memory_mb: Optional[int] = None,
-    timeout: Optional[float] = None,
-    sampler_factory: Optional[Callable[[], NvmlSampler]] = None,
-    stdout: Optional[Union[int, IO[Any]]] = None,
-    stderr: Optional[Union[int, IO[Any]]] = None,
-    context_mb: int = _context.MEASURED_CONTEXT_MB,
-) -> Profile:
-    """Run ``argv`` with ``MELON_PROFILE_STEPS=steps`` (and ``MELON_PROFILE_FILE``) and profile it.
-
-    With a GPU: :class:`NvmlSampler` samples while it runs -> ``method="nvml"``. Without one the command still
-    runs (it checks the entrypoint and may :func:`report` its memory model and step time): with a reported
-    model the result is :func:`analytic_profile`'s (``method="analytic"``), else ``method="none"`` whose
-    ``reason`` starts with ``no GPU:``. A non-zero exit is recorded in ``returncode`` and ``reason``.
-    ``env`` defaults to this process's environment; ``steps`` must be >= 1. The peak is the framework's own
-    allocator peak when the command's TensorFlow or PyTorch wrote it (``MELON_PEAK_FILE``, the cap bootstrap's),
-    else NVML's less ``context_mb`` (the CUDA context NVML's reading holds: ``gpu.context.MEASURED_CONTEXT_MB``):
-    ``runtime.peak.task_peak``.
-    """
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    if not argv:
-        raise ValueError("no command to profile")
+    env: Optional[Mapping[str, str]],
+    interval_s: float,
+    timeout: Optional[float],
+    sampler_factory: Optional[Callable[[], NvmlSampler]],
+    stdout: Optional[Union[int, IO[Any]]],
+    stderr: Optional[Union[int, IO[Any]]],
+) -> _Run:
+    """Run ``argv`` for ``steps`` steps under the peak bootstrap, with NVML sampling it where there is a GPU."""
     run_env = dict(os.environ if env is None else env)
     run_env[PROFILE_STEPS_ENV] = str(int(steps))
     fd, report_path = tempfile.mkstemp(prefix="melon-profile-", suffix=".json")
@@ -442,8 +438,7 @@ def profile_command(
             rc = proc.wait()
         wall = time.monotonic() - t0
         samples = sampler.stop() if not no_gpu else None
-        rep = _read_report(report_path)
-        counter = _peak.read_file(peak_path)
+        return _Run(rc, wall, samples, no_gpu, _read_report(report_path), _peak.read_file(peak_path))
     finally:
         for path in (report_path, peak_path):
             try:
@@ -453,7 +448,9 @@ def profile_command(
         if boot_dir is not None:
             shutil.rmtree(boot_dir, ignore_errors=True)
 
-    notes: List[str] = []
+
+def _step_time(rep: Mapping[str, Any], wall: float, steps: int, notes: List[str]) -> float:
+    """The step time: the script's report if it gave one, else the wall time over the steps (noted in ``notes``)."""
     if "step_time_s" in rep:
         step_time = float(rep["step_time_s"])
         notes.append("step time reported by the script")
@@ -463,48 +460,98 @@ def profile_command(
     else:
         step_time = wall / steps
         notes.append(f"step time = wall time / steps ({wall:.2f} s / {steps}); includes start-up")
-    reason = f"command exited {rc}" if rc != 0 else ""
+    return step_time
 
-    if samples is not None:
-        total = gpu_memory_mb or samples.gpu_total_mb or DEFAULT_GPU_MEMORY_MB
-        by_process = samples.source == "process"
-        got = _peak.task_peak(
-            counter,
-            samples.peak_mb if by_process else None,
-            context_mb,
-            device_mb=None if by_process else samples.peak_mb,
-        )
-        assert got is not None  # samples.peak_mb is a figure (>= 0), which task_peak falls back to
-        peak, peak_source = got
-        exp = expected_mb(peak)
-        notes.append(
-            f"nvml: {samples.samples} samples every {interval_s * 1000:.0f} ms on GPUs {samples.devices}, "
-            f"peak {samples.peak_mb:.0f} MiB by {samples.source}"
-        )
-        notes.append(
-            f"peak {peak} MiB from {_PEAK_SOURCES[peak_source]}"
-            + (f", less a {context_mb} MiB CUDA context" if peak_source.startswith("nvml") else "")
-        )
-        if samples.mean_sm_util is not None:
-            pays = policy.packing_pays(max(1e-6, min(1.0, samples.mean_sm_util)), min(1.0, max(exp, 1) / total))
-            notes.append("packing_pays from mean utilization.gpu, an upper bound on the SM share (conservative)")
-        else:
-            pays = None
-            notes.append("no utilisation sample while the job held GPU memory: packing_pays unknown")
-        return Profile(
-            method="nvml",
-            peak_mb=peak,
-            mean_sm_util=samples.mean_sm_util,
-            step_time_s=step_time,
-            expected_mb=exp,
-            packing_pays=pays,
-            gpu_memory_mb=int(total),
-            steps=steps,
-            returncode=rc,
-            reason=reason,
-            notes=notes,
-            peak_source=peak_source,
-        )
+
+def _nvml_profile(
+    run: _Run,
+    steps: int,
+    step_time: float,
+    gpu_memory_mb: Optional[int],
+    interval_s: float,
+    context_mb: int,
+    reason: str,
+    notes: List[str],
+) -> Profile:
+    """The profile from NVML's samples of ``run`` (``method="nvml"``)."""
+    samples, counter, rc = run.samples, run.counter, run.returncode
+    assert samples is not None
+    total = gpu_memory_mb or samples.gpu_total_mb or DEFAULT_GPU_MEMORY_MB
+    by_process = samples.source == "process"
+    got = _peak.task_peak(
+        counter,
+        samples.peak_mb if by_process else None,
+        context_mb,
+        device_mb=None if by_process else samples.peak_mb,
+    )
+    assert got is not None  # samples.peak_mb is a figure (>= 0), which task_peak falls back to
+    peak, peak_source = got
+    exp = expected_mb(peak)
+    notes.append(
+        f"nvml: {samples.samples} samples every {interval_s * 1000:.0f} ms on GPUs {samples.devices}, "
+        f"peak {samples.peak_mb:.0f} MiB by {samples.source}"
+    )
+    notes.append(
+        f"peak {peak} MiB from {_PEAK_SOURCES[peak_source]}"
+        + (f", less a {context_mb} MiB CUDA context" if peak_source.startswith("nvml") else "")
+    )
+    if samples.mean_sm_util is not None:
+        pays = policy.packing_pays(max(1e-6, min(1.0, samples.mean_sm_util)), min(1.0, max(exp, 1) / total))
+        notes.append("packing_pays from mean utilization.gpu, an upper bound on the SM share (conservative)")
+    else:
+        pays = None
+        notes.append("no utilisation sample while the job held GPU memory: packing_pays unknown")
+    return Profile(
+        method="nvml",
+        peak_mb=peak,
+        mean_sm_util=samples.mean_sm_util,
+        step_time_s=step_time,
+        expected_mb=exp,
+        packing_pays=pays,
+        gpu_memory_mb=int(total),
+        steps=steps,
+        returncode=rc,
+        reason=reason,
+        notes=notes,
+        peak_source=peak_source,
+    )
+
+
+def profile_command(
+    argv: Sequence[str],
+    steps: int,
+    env: Optional[Mapping[str, str]] = None,
+    *,
+    interval_s: float = SAMPLE_INTERVAL_S,
+    gpu_memory_mb: Optional[int] = None,
+    timeout: Optional[float] = None,
+    sampler_factory: Optional[Callable[[], NvmlSampler]] = None,
+    stdout: Optional[Union[int, IO[Any]]] = None,
+    stderr: Optional[Union[int, IO[Any]]] = None,
+    context_mb: int = _context.MEASURED_CONTEXT_MB,
+) -> Profile:
+    """Run ``argv`` with ``MELON_PROFILE_STEPS=steps`` (and ``MELON_PROFILE_FILE``) and profile it.
+
+    With a GPU: :class:`NvmlSampler` samples while it runs -> ``method="nvml"``. Without one the command still
+    runs (it checks the entrypoint and may :func:`report` its memory model and step time): with a reported
+    model the result is :func:`analytic_profile`'s (``method="analytic"``), else ``method="none"`` whose
+    ``reason`` starts with ``no GPU:``. A non-zero exit is recorded in ``returncode`` and ``reason``.
+    ``env`` defaults to this process's environment; ``steps`` must be >= 1. The peak is the framework's own
+    allocator peak when the command's TensorFlow or PyTorch wrote it (``MELON_PEAK_FILE``, the cap bootstrap's),
+    else NVML's less ``context_mb`` (the CUDA context NVML's reading holds: ``gpu.context.MEASURED_CONTEXT_MB``):
+    ``runtime.peak.task_peak``.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if not argv:
+        raise ValueError("no command to profile")
+    run = _run_sampled(argv, steps, env, interval_s, timeout, sampler_factory, stdout, stderr)
+    notes: List[str] = []
+    step_time = _step_time(run.report, run.wall_s, steps, notes)
+    rc, rep, no_gpu = run.returncode, run.report, run.no_gpu
+    reason = f"command exited {rc}" if rc != 0 else ""
+    if run.samples is not None:
+        return _nvml_profile(run, steps, step_time, gpu_memory_mb, interval_s, context_mb, reason, notes)
 
     if "memory_model" in rep:
         model = MemoryModel.from_dict(rep["memory_model"])
