@@ -10,14 +10,15 @@ at ``i * --gap`` seconds (default 10 s), so the order in which jobs reach the no
 order (twelve AM JVMs launched in the same second on a shared 2-core host would reach it in a racy order, and
 the ledger's answer depends on the order).
 
-The policy: ``ledger`` -- what the node's executor really does (``gpu.ledger.Ledger.reserve``:
-``policy.place_default`` on the role's expected memory, no MPS), simulated with the same ``policy.place_default``
-call.
+The policy: the default (D) -- what the node's executor really does (``gpu.ledger.Ledger.reserve``: each task holds
+its slot, ``policy.slot_mb`` of its expected memory, and goes where ``policy.place_default(..., slots=True)`` puts
+it, no MPS), simulated with the same ``policy.place_default`` call on the same figures. The AM asks YARN for the
+slot too (the plan's ``gpu_slot_mb``), so a job whose slot does not fit waits in YARN's queue or on the node.
 
 The real run: a mini cluster with ONE NodeManager advertising ``--gpus`` virtual GPUs of an H200's memory
 (134465 MiB each; the simulator's GPUs), 24 GiB / 48 vcores of container room and an AM share of 0.5, so YARN
-memory/vcores never make a job wait (12 AMs x 512 MiB + 12 tasks x 256 MiB = 9 GiB; GPU memory: at most
-12 x 5653 MiB of 268930). One NodeManager, because YARN's choice of node is not in the simulator. Each job
+memory/vcores never make a job wait (12 AMs x 512 MiB + 12 tasks x 256 MiB = 9 GiB); GPU memory does (slots:
+33616 MiB a small job, 67232 a large one, of 268930). One NodeManager, because YARN's choice of node is not in the simulator. Each job
 goes through ``MelonHook.submit`` as a one-task ``generic`` job with ``gpu_memory`` = its expected memory and
 ``large`` for large jobs; its entrypoint is ``benchmarks/sim_job.py``: steps of 0.5 solo seconds, each lasting
 ``0.5 / rate`` with ``rate`` from ``SpeedModel.rates`` for the job's *current* companions on its GPU, read from
@@ -198,8 +199,8 @@ def report(trace, res, real, args, model) -> List[str]:
     p = out.append
     p(
         f"Simulator vs system: {len(trace)} jobs (seed {args.seed}, small fraction {args.small_fraction}, durations "
-        f"/{args.time_scale:g}, arrivals every {args.gap:g}s), {args.gpus} GPUs x {sim.H200_MB} MiB, policy 'ledger' "
-        f"(policy.place_default on expected memory, no MPS)"
+        f"/{args.time_scale:g}, arrivals every {args.gap:g}s), {args.gpus} GPUs x {sim.H200_MB} MiB, policy 'default' "
+        f"(policy.place_default with slots, no MPS)"
     )
     p("")
     hdr = (
@@ -278,7 +279,7 @@ def main(argv=None) -> int:
         time_scale=args.time_scale,
         gap_s=args.gap,
     )
-    res = sim.simulate(trace, args.gpus, sim.H200_MB, "ledger", model, order="trace")
+    res = sim.simulate(trace, args.gpus, sim.H200_MB, "default", model, order="trace")
     real = None if args.sim_only else run_system(trace, args, os.path.abspath(data), log)
     lines = report(trace, res, real, args, model)
     text = "\n".join(lines) + "\n"

@@ -42,14 +42,13 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
                    jobs on every GPU once the small work left fits beside them. ``pays_quota_even`` (cQ=) is the
                    same with ``front=0`` (both kinds spread evenly over the schedule).
     ``gandiva``    (g) a Gandiva-style greedy packer, a baseline: :func:`gandiva_place`.
-    ``default``    (D) the product with each role's ``gpu_memory`` at least its slot: every job holds
-                   ``policy.slot_mb`` of GPU memory (:func:`slot`) and takes the GPU ``policy.place_default``
-                   chooses, the call a node's ledger makes. The provider does not size the slot itself: a role whose
-                   ``gpu_memory`` is below it is held at that figure, which is ``ledger`` below.
-    ``ledger``     a node's executor with the role's expected memory as its reservation (no slot):
-                   ``policy.place_default(..., large=job.large, mps=False)`` on expected memory alone, what
-                   ``gpu.ledger.Ledger.reserve`` does for a role whose ``gpu_memory`` is its model's memory.
-                   ``benchmarks/bench_sim_vs_system.py`` compares it with the real YARN + AM + ledger.
+    ``default``    (D) the product: every job holds its slot, ``policy.slot_mb`` of its expected memory
+                   (:func:`slot`), and takes the GPU ``policy.place_default(..., slots=True)`` chooses -- the very
+                   call ``gpu.ledger.Ledger.reserve`` makes on a node, with the same inputs (the GPUs' held memory,
+                   the tasks' expected memory). ``benchmarks/bench_sim_vs_system.py`` compares it with the real
+                   YARN + AM + ledger.
+    ``expected``   the ledger without slots (each job holds its expected memory alone), as it was before: up to
+                   dozens of small jobs on one GPU, each slower. A comparison row, not the product.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
                    bound restricted to the configurations (c)'s own rules allow.
 """
@@ -212,9 +211,16 @@ def with_estimates(jobs: Sequence[Job], sigma: float, seed: int = 1) -> List[Job
 
 
 # -- placement ---------------------------------------------------------------------------------------------
-def _gpus(state: List[List[Job]], total_mb: int) -> List[Gpu]:
+def _gpus(state: List[List[Job]], total_mb: int, slots: bool = False) -> List[Gpu]:
+    """The GPUs as the policy sees them: each job by its expected memory, taking its expected memory or, with
+    ``slots``, its :func:`slot` (what the ledger records as ``held_mb``)."""
     return [
-        Gpu(i, total_mb, sum(j.expected_mb for j in js), [Task(j.name, j.expected_mb, j.large) for j in js])
+        Gpu(
+            i,
+            total_mb,
+            sum(slot(j, total_mb) if slots else j.expected_mb for j in js),
+            [Task(j.name, j.expected_mb, j.large) for j in js],
+        )
         for i, js in enumerate(state)
     ]
 
@@ -262,19 +268,10 @@ def place(
         return policy.exclusive(gpus)
     if name == "memory":
         return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
-    if name == "ledger":
+    if name == "expected":
         return policy.place_default(gpus, job.expected_mb, large=job.large, mps=False)
     if name == "default":
-        slots = [
-            Gpu(
-                g.index,
-                total_mb,
-                sum(slot(j, total_mb) for j in js),
-                [Task(j.name, slot(j, total_mb), j.large) for j in js],
-            )
-            for g, js in zip(gpus, state)
-        ]
-        return policy.place_default(slots, slot(job, total_mb), large=job.large, mps=False)
+        return policy.place_default(_gpus(state, total_mb, slots=True), job.expected_mb, large=job.large, slots=True)
     if name == "gandiva":
         return gandiva_place(job, state, gpus, model)
     if name not in PAYS_VARIANTS:
@@ -318,7 +315,8 @@ def place(
 
 def slot(job: Job, total_mb: int) -> int:
     """What the default asks for and holds for ``job``: ``policy.slot_mb`` of its expected memory (the anchor's
-    presumed speeds, not the simulator's measured ones: the product knows only whether a job is large)."""
+    presumed speeds, not the simulator's measured ones: the product knows only whether a job is large), the figure
+    the ledger records as ``held_mb``."""
     return policy.slot_mb(job.expected_mb, total_mb, large=job.large)
 
 

@@ -3,8 +3,11 @@
 YARN packs tasks onto a node by ``melon.io/gpu-memory``; which GPU of the node a task gets is decided here, by the
 executors of that node, one at a time. :func:`reserve`, :func:`reserve_many` and :func:`release` are the entry
 points; :func:`check_directory` refuses a ledger folder that another OS user could change (:class:`UnsafeLedger`),
-and :func:`overrun` names a neighbour that used more than its reservation. ``docs/internals.md``, "The GPU
-ledger", describes a reservation and the directory rules; ``docs/ledger.md`` is the admin's guide.
+and :func:`overrun` names a neighbour that used more than its reservation. A task that shares a GPU holds its slot
+there (``held_mb``: ``policy.slot_mb`` of its need, expected memory plus the CUDA context reserve, sized against that
+GPU's memory for tasks, :func:`driver_mb`; never more than the AM asks YARN for); its need (``expected_mb``) stays the yardstick of :func:`overrun`.
+``docs/internals.md``, "The GPU ledger", describes a reservation and the directory rules; ``docs/ledger.md`` is the
+admin's guide.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "release",
     "pid_alive",
     "taken_mb",
+    "driver_mb",
     "holder_of",
     "overrun",
     "FOREIGN",
@@ -239,6 +243,14 @@ def taken_mb(reserved_mb: int, device: DeviceInfo, holders: set[int]) -> int:
     return max(reserved_mb, ours) + foreign + driver
 
 
+def driver_mb(device: DeviceInfo) -> int:
+    """The driver's own memory on ``device``, MiB: NVML's used beyond every process's (0 without a per-process list).
+    No task can have it, so a GPU's memory for tasks, what its slots divide, is ``total_mb`` less this."""
+    if device.processes is None:
+        return 0
+    return max(0, int(device.used_mb or 0) - sum(mb for _, mb in device.processes))
+
+
 def overrun(device: DeviceInfo, entries: Iterable[dict[str, Any]], own_task: str) -> Optional[dict[str, Any]]:
     """Who holds memory of ``device`` beyond what the ledger gave them, seen by the task ``own_task`` that has just
     run out of GPU memory there: ``{"oversubscribed": True, "culprit": <text>, "excess_mb": N}`` when a neighbour's
@@ -257,7 +269,7 @@ def overrun(device: DeviceInfo, entries: Iterable[dict[str, Any]], own_task: str
                 culprits.append((mb, f"pid {pid}, which the GPU ledger does not know, uses {mb} MiB"))
         elif holder is not None:
             use[holder] = use.get(holder, 0) + mb
-    for pid, r in mine.items():
+    for pid, r in mine.items():  # against its need, not its slot: a task using its slot's headroom starves no one
         over = use.get(pid, 0) - int(r["expected_mb"])
         if r["task_id"] != own_task and over > 0:
             culprits.append(
@@ -271,6 +283,11 @@ def overrun(device: DeviceInfo, entries: Iterable[dict[str, Any]], own_task: str
         return None
     culprits.sort(key=lambda c: -c[0])
     return {"oversubscribed": True, "culprit": culprits[0][1], "excess_mb": sum(c[0] for c in culprits)}
+
+
+def _held(r: Mapping[str, Any]) -> int:
+    """What reservation ``r`` takes on its GPU: ``held_mb``, or ``expected_mb`` in a ledger written before slots."""
+    return int(r.get("held_mb", r["expected_mb"]))
 
 
 class Ledger:
@@ -347,12 +364,13 @@ class Ledger:
         holders = {int(r["pid"]) for r in state["reservations"]}
         for d in gpus:
             mine = [r for r in state["reservations"] if r["gpu"] == d.index]
-            reserved = sum(int(r["expected_mb"]) for r in mine)
+            reserved = sum(_held(r) for r in mine)
+            driver = min(driver_mb(d), d.total_mb - 1)  # the GPU as its tasks see it: slots divide the rest
             out.append(
                 policy.Gpu(
                     index=d.index,
-                    total_mb=d.total_mb,
-                    reserved_mb=taken_mb(reserved, d, holders),
+                    total_mb=d.total_mb - driver,
+                    reserved_mb=taken_mb(reserved, d, holders) - driver,
                     tasks=[policy.Task(r["task_id"], int(r["expected_mb"]), bool(r.get("large"))) for r in mine],
                 )
             )
@@ -371,10 +389,17 @@ class Ledger:
     ) -> Optional[int]:
         """Reserve a GPU for ``task_id`` (held while ``pid`` lives); its index, or None when none fits.
 
-        Shared mode: :func:`policy.place_default` of ``expected_mb`` (memory and the interference rule refuse;
-        least fragmentation, then the largest throughput gain, then best fit choose). Exclusive mode: a GPU nobody
-        holds (``expected_mb`` is ignored and the whole GPU is recorded). A task that already holds a
-        reservation gets the same GPU back (idempotent retry).
+        Shared mode: ``expected_mb`` is the task's need on the GPU (its expected memory plus the CUDA context
+        reserve); it holds ``policy.slot_mb(expected_mb, G, large=large)``, with MPS too, where ``G`` is that GPU's
+        memory for tasks (NVML's total less the driver's own, :func:`driver_mb`; the total for an inventory), and goes
+        where :func:`policy.place_default` with ``slots=True`` puts it (memory and the interference rule refuse; least
+        fragmentation, then the largest throughput gain, then best fit choose). The AM asks YARN for
+        ``max(expected + context, slot_mb(expected, the cluster's largest GPU))``, which equals
+        ``slot_mb(expected + context, largest GPU)``: never less than what is held here, YARN's per-GPU figure being
+        at least ``G`` (``melon.io/gpu-memory`` is advertised as GPUs x (total - the idle GPU's used memory)). The record keeps both,
+        ``expected_mb`` (the need) and ``held_mb``. Exclusive mode: a GPU nobody holds (``expected_mb`` is ignored
+        and the whole GPU is recorded, no slot). A task that already holds a reservation gets the same GPU back
+        (idempotent retry).
         """
         got = self.reserve_many(task_id, pid, expected_mb, gpus, count=1, exclusive=exclusive, large=large, mps=mps)
         return got[0] if got else None
@@ -401,28 +426,36 @@ class Ledger:
                 return held
             pgs = self._policy_gpus(state, gpus)
             by_index = {d.index: d for d in gpus}
+            for_tasks = {g.index: g.total_mb for g in pgs}
             if exclusive:
                 chosen = policy.exclusive_set(pgs, count, idle_mb=self.idle_mb)
             else:
-                one = policy.place_default(pgs, int(expected_mb), large=large, mps=mps)
+                one = policy.place_default(pgs, int(expected_mb), large=large, mps=mps, slots=True)
                 chosen = None if one is None else [one]
             if not chosen:
                 return None
             start = _proc_start(pid)
             for idx in chosen:
+                need = int(by_index[idx].total_mb if exclusive else expected_mb)
                 state["reservations"].append(
                     {
                         "task_id": task_id,
                         "pid": int(pid),
                         "pid_start": start,
                         "gpu": idx,
-                        "expected_mb": int(by_index[idx].total_mb if exclusive else expected_mb),
+                        "expected_mb": need,
+                        "held_mb": need if exclusive else policy.slot_mb(need, for_tasks[idx], large=large),
                         "exclusive": bool(exclusive),
                         "large": bool(large),
                         "since": time.time(),
                     }
                 )
             return chosen
+
+    def held_mb(self, task_id: str) -> int:
+        """What ``task_id``'s reservations hold, MiB (0 when it holds none)."""
+        with self._locked(write=False) as state:
+            return sum(_held(r) for r in state["reservations"] if r["task_id"] == task_id)
 
     def release(self, task_id: str) -> int:
         """Drop every reservation of ``task_id``; returns how many were dropped."""

@@ -49,6 +49,7 @@ __all__ = [
     "ANCHOR_RATES",
     "max_colocated",
     "slot_mb",
+    "slot_share",
     "node_kinds",
     "gpu_fragmentation",
     "place_default",
@@ -720,6 +721,21 @@ def slot_mb(expected_mb: int, gpu_mb: int, *, large: bool, rates: Rates = ANCHOR
     return max(int(expected_mb), int(gpu_mb) // max_colocated(large, rates))
 
 
+def slot_share(large: bool, rates: Rates = ANCHOR_RATES) -> str:
+    """The slot's part of a GPU in words, for messages: "a quarter of the GPU" (small, anchor), "half of the GPU"."""
+    k = max_colocated(large, rates)
+    return {1: "the whole GPU", 2: "half of the GPU", 3: "a third of the GPU", 4: "a quarter of the GPU"}.get(
+        k, f"1/{k} of the GPU"
+    )
+
+
+def _need(expected_mb: int, gpu: Gpu, large: bool, slots: bool, rates: Rates) -> int:
+    """What a task of ``expected_mb`` takes on ``gpu``: its :func:`slot_mb` there with ``slots``, else ``expected_mb``."""
+    if slots and gpu.total_mb > 0:
+        return slot_mb(expected_mb, gpu.total_mb, large=large, rates=rates)
+    return int(expected_mb)
+
+
 def node_kinds(gpus: Sequence[Gpu], expected_mb: int, large: bool) -> Tuple[Tuple[Tuple[int, bool], float], ...]:
     """The task kinds a node holds, ``((expected_mb, large), weight)``: the distinct reservations on its GPUs and the
     task being placed, weighted by how many there are (what the node has seen; it knows no other demand)."""
@@ -731,26 +747,42 @@ def node_kinds(gpus: Sequence[Gpu], expected_mb: int, large: bool) -> Tuple[Tupl
     return tuple((k, c / n) for k, c in sorted(counts.items()))
 
 
-def gpu_fragmentation(gpus: Sequence[Gpu], kinds: Iterable[Tuple[Tuple[int, bool], float]], mps: bool = False) -> float:
+def gpu_fragmentation(
+    gpus: Sequence[Gpu],
+    kinds: Iterable[Tuple[Tuple[int, bool], float]],
+    mps: bool = False,
+    *,
+    slots: bool = False,
+    rates: Rates = ANCHOR_RATES,
+) -> float:
     """FGD's measure on one node's GPUs (see :func:`node_fragmentation`), with the interference rule: the expected
     free GPU capacity (in GPUs) that a task drawn from ``kinds`` (:func:`node_kinds`) could not use, because the
     GPU's free memory is too small for it or :func:`admits` refuses it there (a GPU with two small tasks is no
-    place for a large one without MPS)."""
+    place for a large one without MPS). With ``slots`` a kind needs its :func:`slot_mb` on each GPU."""
     frag = 0.0
     for (mb, large), w in kinds:
         for g in gpus:
-            if g.total_mb > 0 and not (room(g) >= mb and admits(g, large, mps)):
+            if g.total_mb > 0 and not (room(g) >= _need(mb, g, large, slots, rates) and admits(g, large, mps)):
                 frag += w * room(g) / g.total_mb
     return frag
 
 
 def place_default(
-    gpus: Sequence[Gpu], expected_mb: int, *, large: bool = False, mps: bool = False, rates: Rates = ANCHOR_RATES
+    gpus: Sequence[Gpu],
+    expected_mb: int,
+    *,
+    large: bool = False,
+    mps: bool = False,
+    rates: Rates = ANCHOR_RATES,
+    slots: bool = False,
 ) -> Optional[int]:
     """The GPU a task that shares takes on a node (the executor's ledger) -- and the default the simulator scores.
 
-    It refuses only what does not fit in memory or what :func:`admits` refuses (the interference rule): how many
-    tasks share a GPU is set by the memory each holds (:func:`slot_mb`). Among the GPUs left it takes:
+    With ``slots`` (the ledger's call) the task takes its :func:`slot_mb` of whichever GPU it goes to, sized against
+    that GPU, and the tasks already there are given by their expected memory (``Gpu.tasks``) while ``reserved_mb``
+    counts what they hold; without, it takes ``expected_mb``. It refuses only what does not fit in memory or what
+    :func:`admits` refuses (the interference rule): how many tasks share a GPU is set by the memory each holds.
+    Among the GPUs left it takes:
 
     1. the one whose placement leaves the node least fragmented (:func:`gpu_fragmentation`: FGD's measure with the
        interference rule, over the kinds the node holds, :func:`node_kinds`): memory is not cut into pieces, nor
@@ -763,7 +795,8 @@ def place_default(
     gpus = list(gpus)
     if expected_mb < 0:
         raise ValueError(f"expected_mb must be >= 0, got {expected_mb}")
-    cands = [i for i, g in enumerate(gpus) if fits(g, expected_mb) and admits(g, large, mps)]
+    need = [_need(expected_mb, g, large, slots, rates) for g in gpus]
+    cands = [i for i, g in enumerate(gpus) if fits(g, need[i]) and admits(g, large, mps)]
     if not cands:
         return None
     kinds = node_kinds(gpus, expected_mb, large)
@@ -773,12 +806,12 @@ def place_default(
         placed = Gpu(
             g.index,
             g.total_mb,
-            g.reserved_mb + int(expected_mb),
+            g.reserved_mb + need[i],
             g.task_tuples() + [Task("", int(expected_mb), bool(large))],
         )
-        frag = gpu_fragmentation(gpus[:i] + [placed] + gpus[i + 1 :], kinds, mps)
+        frag = gpu_fragmentation(gpus[:i] + [placed] + gpus[i + 1 :], kinds, mps, slots=slots, rates=rates)
         gain = 0.0 if mps else marginal_gain(rates, *_mix(g), large)
-        key = (round(frag, 9), -round(gain, 9), room(g) - expected_mb, g.index)
+        key = (round(frag, 9), -round(gain, 9), room(g) - need[i], g.index)
         if best is None or key < best[0]:
             best = (key, g.index)
     assert best is not None  # cands is not empty

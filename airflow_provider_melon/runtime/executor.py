@@ -26,6 +26,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from airflow_provider_melon.gpu import devices as _devices
 from airflow_provider_melon.gpu import ledger as _ledger
+from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB
 from airflow_provider_melon.gpu.ledger import Ledger, UnsafeLedger
 from airflow_provider_melon.runtime import framework as _framework
@@ -72,6 +73,7 @@ class Executor:
         self.ledger = Ledger()
         self.gpu_indices: Optional[List[int]] = None
         self.gpu_total_mb = 0
+        self.gpu_held_mb = 0  # what the ledger holds for this task in shared mode: its slot (gpu/ledger.py)
         self.gpu_source = "none"
         self.mps = False  # a CUDA MPS control daemon serves this node (reported to the AM at registration)
         self.child: Optional[subprocess.Popen[bytes]] = None
@@ -162,6 +164,7 @@ class Executor:
                 EXIT_NO_GPU_FITS,
                 f"no GPU fits: {want} wanted, the largest GPU here has {max(g.total_mb for g in gpus)} MiB",
             )
+        slot = want if exclusive else f"{want} at its slot (at least {policy.slot_share(cfg.large)})"
         deadline = time.monotonic() + cfg.gpu_wait_s
         waited = False
         while True:
@@ -182,24 +185,35 @@ class Executor:
                 by_index = {g.index: g for g in gpus}
                 self.gpu_indices = got
                 self.gpu_total_mb = by_index[got[0]].total_mb
+                if not exclusive:
+                    self.gpu_held_mb = self.ledger.held_mb(cfg.task_id)
                 log(
-                    f"GPU {self.gpu_label} ({gpus.source}, {by_index[got[0]].name}) reserved for {cfg.task}: {want}"
-                    f"{', MPS' if mps else ''}"
+                    f"GPU {self.gpu_label} ({gpus.source}, {by_index[got[0]].name}) reserved for {cfg.task}: "
+                    f"{want if exclusive else self._held_text()}{', MPS' if mps else ''}"
                 )
                 return
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Fatal(
                     EXIT_NO_GPU_FITS,
-                    f"no GPU fits {want} on this node after waiting {cfg.gpu_wait_s:g}s "
+                    f"no GPU fits {slot} on this node after waiting {cfg.gpu_wait_s:g}s "
                     f"(ledger {self.ledger.path}); exiting {EXIT_NO_GPU_FITS} so the AM "
                     f"re-requests a container",
                 )
             if not waited:
-                log(f"no GPU fits {want} now; waiting up to {cfg.gpu_wait_s:g}s")
+                log(f"no GPU fits {slot} now; waiting up to {cfg.gpu_wait_s:g}s")
                 waited = True
             self._sleep(min(1.0, left))
             gpus = self._list_gpus() or gpus
+
+    def _held_text(self) -> str:
+        """``4096 MiB held (1000 + 200 for the CUDA context, its slot a quarter of the GPU)``: what the ledger holds
+        and why, for the task log."""
+        cfg = self.cfg
+        why = [f"{cfg.gpu_memory_mb} + {cfg.gpu_context_mb} for the CUDA context"] if cfg.gpu_context_mb else []
+        if self.gpu_held_mb > cfg.reserve_mb:
+            why = (why or [f"{cfg.gpu_memory_mb} MiB expected"]) + [f"its slot {policy.slot_share(cfg.large)}"]
+        return f"{self.gpu_held_mb} MiB held" + (f" ({', '.join(why)})" if why else "")
 
     # ---- port & registration -----------------------------------------------------------------------------
     def reserve_port(self) -> Tuple[str, int]:
@@ -234,7 +248,7 @@ class Executor:
             "host": host,
             "port": port,
             "gpu": self.gpu_label,
-            "gpu_memory_mb": cfg.reserve_mb,
+            "gpu_memory_mb": self.gpu_held_mb or cfg.reserve_mb,
             "pid": os.getpid(),
             "mps": self.mps,
             "container_id": cfg.container_id,

@@ -625,7 +625,7 @@ def test_the_cuda_context_is_reserved_beside_the_capped_memory(tmp_path, am_fact
     assert rc == 0, err
     assert seen_env(out)["MELON_CAP_MB"] == "4096"
     assert {r["gpu_memory_mb"] for r in am.registrations} == {4496}
-    assert "reserved for worker:0: 4496 MiB (4096 + 400 for the CUDA context)" in err
+    assert "reserved for worker:0: 4496 MiB held (4096 + 400 for the CUDA context)" in err  # above its slot, 4096
     env = exec_env(
         tmp_path,
         am_factory(["worker:0"]),
@@ -638,3 +638,33 @@ def test_the_cuda_context_is_reserved_beside_the_capped_memory(tmp_path, am_fact
     rc, out, err = finish(start(tmp_path, env))
     assert rc == executor.EXIT_NO_GPU_FITS, err
     assert "no GPU fits: 16400 MiB (16000 + 400 for the CUDA context) wanted, the largest GPU here has 16384" in err
+
+
+def test_a_shared_task_holds_its_slot_caps_its_expected_memory_and_registers_what_it_holds(
+    tmp_path, am_factory, inventory
+):
+    """1000 MiB expected + 200 for the CUDA context on a 16384 MiB GPU: the ledger holds the slot, a quarter of the
+    GPU (4096 MiB), the AM hears 4096, and the process is capped at its expected 1000 MiB."""
+    am = am_factory(["worker:0"])
+    env = exec_env(
+        tmp_path,
+        am,
+        "worker",
+        0,
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=1000,
+        MELON_GPU_CONTEXT_MB=200,
+    )
+    env["MELON_ENTRYPOINT"] = entry(
+        PRINT_ENV + "; import json, os; from airflow_provider_melon.gpu.ledger import Ledger; "
+        "print('ROWS=' + json.dumps(Ledger(os.environ['MELON_LEDGER_DIR']).entries()))"
+    )
+    rc, out, err = finish(start(tmp_path, env))
+    assert rc == 0, err
+    assert seen_env(out)["MELON_CAP_MB"] == "1000"
+    rows = json.loads(next(l for l in out.splitlines() if l.startswith("ROWS="))[5:])
+    assert [(r["expected_mb"], r["held_mb"]) for r in rows] == [(1200, 4096)]
+    assert {r["gpu_memory_mb"] for r in am.registrations} == {4096}
+    assert (
+        "reserved for worker:0: 4096 MiB held (1000 + 200 for the CUDA context, its slot a quarter of the GPU)" in err
+    )

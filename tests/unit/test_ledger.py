@@ -56,10 +56,10 @@ def test_reserve_is_idempotent_per_task(led):
 
 
 def test_nvml_used_memory_counts(led):
-    # a foreign process uses 15000 MiB of GPU 0: room there is total - max(reserved, used)
-    devs = gpus(16000, 16000, used=[15000, 500])
-    assert led.reserve("a", os.getpid(), 2000, devs) == 1
-    assert led.reserve("b", os.getpid(), 1000, devs) == 0  # 1000 left on GPU 0 is the tightest fit
+    # a foreign process uses 12000 MiB of GPU 0: room there is total - max(reserved, used)
+    devs = gpus(16000, 16000, used=[12000, 500])
+    assert led.reserve("a", os.getpid(), 5000, devs) == 1
+    assert led.reserve("b", os.getpid(), 4000, devs) == 0  # the 4000 MiB left on GPU 0 hold it (no MeLoN task there)
 
 
 def test_exclusive_takes_the_whole_gpu(led):
@@ -362,7 +362,7 @@ def test_a_ledger_file_others_may_write_is_refused(tmp_path):
 
 def test_a_process_the_ledger_does_not_know_counts_even_below_melons_reservations(tmp_path, monkeypatch):
     """Free memory is total - MeLoN's reservations - what processes the ledger does not know use - the driver's own,
-    as NVML (the fake: tests/fake_nvml.py, NVML's documented semantics) reports them. A notebook's 4000 MiB count
+    as NVML (the fake: tests/fake_nvml.py, NVML's documented semantics) reports them. A notebook's 3700 MiB count
     although MeLoN's 8000 MiB of reservations are more than NVML's whole used memory."""
     from tests.fake_nvml import fake_nvml
 
@@ -380,12 +380,12 @@ def test_a_process_the_ledger_does_not_know_counts_even_below_melons_reservation
         monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([device]))
         led = Ledger(str(tmp_path / "ledger"))
         assert led.reserve("melon-a", task.pid, 8000, devices.nvml_gpus(env={})) == 0
-        device["procs"][notebook.pid] = 4000  # the notebook starts: NVML used = 500 + 3000 + 4000 = 7500 < 8000
+        device["procs"][notebook.pid] = 3700  # the notebook starts: NVML used = 500 + 3000 + 3700 = 7200 < 8000
         devs = devices.nvml_gpus(env={})
-        assert devs[0].used_mb == 7500
-        # room: 16384 - 8000 (MeLoN) - 4000 (the notebook) - 500 (the driver) = 3884 MiB
-        assert led.reserve("melon-b", os.getpid(), 4000, devs) is None
-        assert led.reserve("melon-b", os.getpid(), 3800, devs) == 0
+        assert devs[0].used_mb == 7200
+        # room: 16384 - 8000 (MeLoN) - 3700 (the notebook) - 500 (the driver) = 4184 MiB (slots: 4096 MiB)
+        assert led.reserve("melon-b", os.getpid(), 4200, devs) is None
+        assert led.reserve("melon-b", os.getpid(), 4100, devs) == 0
     finally:
         for p in (task, notebook):
             p.kill()
@@ -444,7 +444,8 @@ def test_replaying_the_recorded_co_locations_through_the_ledger_never_oversubscr
     """k = 1...8 ResNet-18 and ResNet-50, the recorded mixes (ResNet-50 with 3 x ResNet-18, ...) and each kind packed
     until the ledger refuses, admitted as a gang through the real ledger with the default reserve: no scenario's
     true use (allocator peak + measured context, + the device's own) exceeds the GPU, nor any task its reservation.
-    The old 400 MiB reserve fails the same replay."""
+    The slots stop packing at 4 a GPU, the driver's own 618 MiB on it notwithstanding (a slot divides the memory left
+    for tasks). The old 400 MiB reserve fails the same replay: every task runs beyond its reservation."""
     from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
 
     sys.path.insert(0, REPO)
@@ -456,6 +457,95 @@ def test_replaying_the_recorded_co_locations_through_the_ledger_never_oversubscr
     default = [r for r in rows if r["reserve_mb"] == GPU_CONTEXT_MB_DEFAULT]
     assert default and all(r["ok"] for r in default), [r for r in default if not r["ok"]]
     full = next(r for r in default if r["scenario"] == "R50 until full")
-    assert 0 < full["admitted"] < full["asked"] and full["use_mb"] <= replay.H200_TOTAL_MB
+    assert full["admitted"] == 4 < full["asked"] and full["use_mb"] <= replay.H200_TOTAL_MB
     old = [r for r in rows if r["reserve_mb"] == 400]
-    assert any(r["oversubscribed"] for r in old) and all(r["over_reservation"] for r in old)
+    assert all(r["over_reservation"] for r in old)
+
+
+# ---- slots: what a shared reservation holds ------------------------------------------------------------------
+H200 = 134465  # MiB, an H200's 141 GB (benchmarks/simulator.py's H200_MB)
+
+
+def test_a_small_shared_task_holds_a_quarter_of_the_gpu_so_a_fifth_is_refused(led):
+    """policy.slot_mb: a small task holds max(its memory, a quarter of the GPU); four fill an H200, a fifth waits
+    (it would add 0.05 of a job, policy.max_colocated) although its 2076 MiB would fit many times over."""
+    me = os.getpid()
+    devs = gpus(H200)
+    for t in ("s1", "s2", "s3", "s4"):
+        assert led.reserve(t, me, 2076, devs) == 0
+    assert led.reserve("s5", me, 2076, devs) is None
+    rows = {r["task_id"]: r for r in led.entries()}
+    assert {r["expected_mb"] for r in rows.values()} == {2076}  # what the task needs, the OOM culprit's yardstick
+    assert {r["held_mb"] for r in rows.values()} == {H200 // 4}
+    assert led.release("s2") == 1
+    assert led.reserve("s5", me, 2076, devs) == 0
+
+
+def test_the_fifth_small_task_goes_to_another_gpu(led):
+    me = os.getpid()
+    devs = gpus(H200, H200)
+    placed = [led.reserve(f"s{i}", me, 2076, devs) for i in range(8)]
+    assert sorted(placed) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert led.reserve("s8", me, 2076, devs) is None
+
+
+def test_a_large_task_holds_half_and_a_task_above_its_slot_holds_its_own_memory(led):
+    me = os.getpid()
+    devs = gpus(H200)
+    assert led.reserve("l1", me, 5653, devs, large=True) == 0
+    assert led.reserve("l2", me, 5653, devs, large=True) == 0
+    assert led.reserve("l3", me, 5653, devs, large=True) is None
+    assert {r["held_mb"] for r in led.entries()} == {H200 // 2}
+    led.release("l1")
+    led.release("l2")
+    assert led.reserve("big", me, 50000, devs) == 0  # above a quarter: it holds its own 50000
+    assert [r["held_mb"] for r in led.entries()] == [50000]
+    assert led.reserve("big2", me, 50000, devs) == 0
+    assert led.reserve("s", me, 2076, devs) == 0  # 134465 - 100000 = 34465 MiB left >= a quarter, 33616
+    assert led.reserve("s2", me, 2076, devs) is None  # 849 MiB left: the 2076 MiB would fit, its slot does not
+
+
+def test_the_slot_is_sized_against_the_gpu_it_is_placed_on(led):
+    """A node with a 16 GiB and an H200: a small task holds a quarter of whichever GPU it takes."""
+    me = os.getpid()
+    devs = gpus(16384, H200)
+    got = {t: led.reserve(t, me, 2076, devs) for t in [f"s{i}" for i in range(8)]}
+    held = {r["task_id"]: (r["gpu"], r["held_mb"]) for r in led.entries()}
+    assert sorted(got.values()) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert {held[t] for t in got} == {(0, 4096), (1, H200 // 4)}
+
+
+def test_exclusive_reservations_hold_the_whole_gpu(led):
+    assert led.reserve("x", os.getpid(), 0, gpus(H200), exclusive=True) == 0
+    assert [(r["expected_mb"], r["held_mb"]) for r in led.entries()] == [(H200, H200)]
+
+
+def test_the_slot_holds_with_mps_too(led):
+    """MPS lifts the interference rule, not the slot: the speeds behind max_colocated were measured without MPS, and
+    the AM asks YARN for the slot whatever the node runs."""
+    devs = gpus(H200)
+    for t in ("s1", "s2", "s3", "s4"):
+        assert led.reserve(t, os.getpid(), 2076, devs, mps=True) == 0
+    assert led.reserve("s5", os.getpid(), 2076, devs, mps=True) is None
+
+
+def test_a_reservation_of_an_older_ledger_without_held_mb_counts_its_expected_memory(led):
+    """A ledger file written before held_mb existed: its reservations hold their expected memory."""
+    os.makedirs(led.directory, exist_ok=True)
+    row = {"task_id": "old", "pid": os.getpid(), "pid_start": None, "gpu": 0, "expected_mb": 12000, "large": False}
+    with open(led.path, "w") as f:
+        json.dump({"version": 1, "reservations": [row]}, f)
+    assert led.reserve("new", os.getpid(), 1000, gpus(16384)) == 0  # 4384 MiB left >= its slot, 4096
+    assert led.reserve("new2", os.getpid(), 1000, gpus(16384)) is None  # 288 MiB left
+
+
+def test_a_slot_divides_the_memory_left_for_tasks_so_the_drivers_own_keeps_no_slot_out(led):
+    """NVML's total of an H200 is 143771 MiB, 618 of it the driver's own on an idle GPU (used with no process): slots
+    of a quarter of the total would fit only 3; a quarter of the 143153 MiB left for tasks fits 4."""
+    devs = [DeviceInfo(0, "GPU-h200", "NVIDIA H200", 143771, 618, processes=())]
+    assert ledger.driver_mb(devs[0]) == 618
+    for t in ("s1", "s2", "s3", "s4"):
+        assert led.reserve(t, os.getpid(), 3232, devs) == 0
+    assert led.reserve("s5", os.getpid(), 3232, devs) is None
+    assert {r["held_mb"] for r in led.entries()} == {(143771 - 618) // 4}
+    assert ledger.driver_mb(DeviceInfo(0, "v", "v", 16384, 500)) == 0  # no per-process list: not told apart

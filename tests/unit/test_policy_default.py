@@ -144,3 +144,56 @@ def test_bad_input_names_the_field():
     with pytest.raises(ValueError, match="expected_mb"):
         _place([Gpu(0, H200)], -5)
     assert _place([], 100) is None
+
+
+def _held(g, *tasks):
+    """``g`` with tasks ``(name, expected_mb, large)`` that each hold their slot on it (what the ledger records)."""
+    ts = [Task(n, mb, lg) for n, mb, lg in tasks]
+    held = sum(policy.slot_mb(t.expected_mb, g.total_mb, large=t.large) for t in ts)
+    return Gpu(g.index, g.total_mb, g.reserved_mb + held, g.task_tuples() + ts)
+
+
+def test_with_slots_a_task_is_placed_as_if_it_asked_for_its_slot():
+    """place_default(..., slots=True) on expected memory == place_default on slot-sized tasks, on random nodes of one
+    GPU model: the ledger's call (expected memory, slots held) and the simulator's former (D) agree."""
+    rng = random.Random(11)
+    for _ in range(300):
+        total = rng.choice([16384, 40960, H200])
+        tasks = [
+            [(f"t{i}{k}", rng.choice([1000, 2076, 5653, 12000]), rng.random() < 0.3) for k in range(rng.randint(0, 3))]
+            for i in range(rng.randint(1, 4))
+        ]
+        exp_gpus = [_held(Gpu(i, total), *ts) for i, ts in enumerate(tasks)]
+        slot_gpus = [
+            _with(Gpu(i, total), *[(n, policy.slot_mb(mb, total, large=lg), lg) for n, mb, lg in ts])
+            for i, ts in enumerate(tasks)
+        ]
+        mb, large = rng.choice([1000, 2076, 5653, 12000]), rng.random() < 0.3
+        got = policy.place_default(exp_gpus, mb, large=large, slots=True)
+        assert got == _place(slot_gpus, policy.slot_mb(mb, total, large=large), large=large), (tasks, mb, large)
+
+
+def test_with_slots_the_fifth_small_task_is_refused_and_each_gpu_sizes_its_own_slot():
+    four = _held(Gpu(0, H200), *[(f"s{i}", 2076, False) for i in range(4)])
+    assert policy.place_default([four], 2076, slots=True) is None
+    by_expected = _with(Gpu(0, H200), *[(f"s{i}", 2076, False) for i in range(4)])
+    assert policy.place_default([by_expected], 2076) == 0  # held at their expected memory, a fifth would join
+    # a 16 GiB GPU with three 1 GiB tasks holds a fourth (a quarter: 4096 MiB), not a 5000 MiB one
+    three = _held(Gpu(1, 16384), *[(f"s{i}", 1024, False) for i in range(3)])
+    assert three.reserved_mb == 3 * 4096
+    assert policy.place_default([four, three], 1024, slots=True) == 1
+    assert policy.place_default([four, three], 5000, slots=True) is None
+
+
+def test_the_slot_of_expected_plus_context_is_what_yarn_is_asked_for():
+    """The ledger holds slot_mb(expected + context) on a GPU; the AM asks YARN for max(expected + context,
+    slot_mb(expected, largest GPU)): the same figure on the largest GPU, never less than what a smaller GPU holds."""
+    rng = random.Random(3)
+    for _ in range(500):
+        e, c, large = rng.randint(0, 200000), rng.randint(0, 2000), rng.random() < 0.5
+        largest = rng.choice([16384, 81920, H200])
+        ask = max(e + c, policy.slot_mb(e, largest, large=large))
+        assert policy.slot_mb(e + c, largest, large=large) == ask
+        for size in (16384, 40960, largest):
+            if size <= largest:
+                assert policy.slot_mb(e + c, size, large=large) <= ask

@@ -1,5 +1,5 @@
-"""The pure parts of benchmarks/bench_sim_vs_system.py: the simulator's ``ledger`` policy places jobs exactly
-where the node's real ledger does, the synthetic job's step time is the simulator's rate for its companions,
+"""The pure parts of benchmarks/bench_sim_vs_system.py: the simulator's default (D) places jobs exactly where the
+node's real ledger does, the synthetic job's step time is the simulator's rate for its companions,
 and the scaled trace keeps make_trace's jobs."""
 
 import os
@@ -24,20 +24,22 @@ def model():
     return sim.SpeedModel.from_data(DATA)
 
 
-def test_ledger_policy_places_like_the_real_ledger(tmp_path, model):
-    """Same jobs in the same order, none finishing: the simulator's GPU per job == Ledger.reserve's answer.
-    The sequence exercises policy.place_default (spreading, pairing), the interference rule (a third small refused
-    beside a large and a small; a large refused beside two small) and memory (16 GiB GPUs fill up)."""
+def test_the_default_places_like_the_real_ledger(tmp_path, model):
+    """Same jobs in the same order, none finishing: the simulator's default (D) puts each job where Ledger.reserve
+    does, and queues exactly the jobs the ledger refuses (each holds its slot: a quarter of a 16 GiB GPU for a small
+    job, half for a large one). The sequence exercises policy.place_default (spreading, pairing), the interference
+    rule (a small refused beside a large and a small; a large refused beside two small) and the slots' memory."""
     kinds = ["large", "small", "small", "large", "small", "large", "small", "small", "large", "small"]
     jobs = [sim.Job(f"j{i}", k, 1000.0, 5653 if k == "large" else 2076) for i, k in enumerate(kinds)]
     total = 16384
-    res = sim.simulate(jobs, 3, total, "ledger", model, order="trace")
+    res = sim.simulate(jobs, 3, total, "default", model, order="trace")
     ledger = Ledger(str(tmp_path))
     devices = [DeviceInfo(i, f"GPU-{i}", "virtual", total) for i in range(3)]
     real = {j.name: ledger.reserve(j.name, os.getpid(), j.expected_mb, devices, large=j.large) for j in jobs}
-    assert all(g is not None for g in real.values())
-    assert res.gpu == real
-    assert res.start == {j.name: 0.0 for j in jobs}  # every job was placed at once, as the ledger placed them
+    at_once = {j.name for j in jobs if res.start[j.name] == 0.0}
+    assert {n for n, g in real.items() if g is not None} == at_once
+    assert 0 < len(at_once) < len(jobs)  # the slots filled the GPUs: some jobs wait in both
+    assert {n: res.gpu[n] for n in at_once} == {n: real[n] for n in at_once}
     # the rule was exercised: some GPU holds a large job and exactly one small one
     per_gpu = {g: sim_job.companions(ledger.entries(), g) for g in range(3)}
     assert (1, 1) in per_gpu.values() or (2, 1) in per_gpu.values()
