@@ -11,8 +11,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 packaged="$here/../airflow_provider_melon/am/melon-appmaster.jar"
 built="$here/am/target/melon-appmaster.jar"
 classpath="$here/launcher/target/classpath.txt"
-stale() {  # $1 is missing, or a source (the plan schema too: it goes into the jar) is newer
-  [ ! -f "$1" ] || [ -n "$(find "$here/pom.xml" "$here/am/pom.xml" "$here/am/src" "$here/launcher/pom.xml" "$here/launcher/src" "$here/../airflow_provider_melon/am/plan.schema.json" -newer "$1" -print -quit)" ]
+stale() {  # $1 is missing, or a source (the JSON Schemas too: they go into the jar) is newer
+  [ ! -f "$1" ] || [ -n "$(find "$here/pom.xml" "$here/am/pom.xml" "$here/am/src" "$here/launcher/pom.xml" "$here/launcher/src" "$here/../airflow_provider_melon/am/plan.schema.json" "$here/../airflow_provider_melon/am/messages.schema.json" -newer "$1" -print -quit)" ]
 }
 mvn_package() {
   echo "[appmaster] mvn package" >&2

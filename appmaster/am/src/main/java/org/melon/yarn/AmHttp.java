@@ -7,14 +7,13 @@ import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.util.Collections;
-import java.util.Map;
+import java.util.List;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.SynchronousQueue;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
-import java.util.function.Predicate;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.DeserializationFeature;
@@ -37,9 +36,11 @@ import org.melon.yarn.TaskBook.Task;
  *       executor exits 3 on exactly 403, and there is no authentication scheme to offer;</li>
  *   <li>413: a body over {@link #MAX_BODY} bytes (a declared Content-Length is refused unread; otherwise at most
  *       MAX_BODY + 1 bytes are read);</li>
- *   <li>400: not one JSON object, {@code role} not a string, {@code index} not an integer, or a field of the
- *       wrong type;</li>
+ *   <li>400: not one JSON object, {@code role} not a string or {@code index} not an integer;</li>
  *   <li>404: no task {@code role:index} in the plan;</li>
+ *   <li>400: a body that breaks its message's schema ({@link Schemas#REGISTER}, {@link Schemas#HEARTBEAT}:
+ *       {@code airflow_provider_melon/am/messages.schema.json}, generated from Python's {@code runtime.amclient}),
+ *       each problem naming its field, e.g. {@code /port: must have a maximum value of 65535 (is 70000)};</li>
  *   <li>409: a conflicting registration or a call from a stale container ({@link TaskBook#register}).</li>
  * </ul>
  * {@code /tensorboard/...} is the job's TensorBoard, reverse-proxied by {@link TensorBoardProxy} once the
@@ -180,33 +181,18 @@ final class AmHttp {
       authenticate(ex);
       JsonNode body = readBody(ex);
       Task t = task(body);
-      TaskBook.Reply reply;
-      if ("/register".equals(path)) {
-        expect(body, "port", n -> n.canConvertToInt() && n.isIntegralNumber() && n.asInt() >= 0 && n.asInt() <= 65535,
-            true, "an integer port");
-        expect(body, "host", JsonNode::isTextual, false, "a string");
-        expect(body, "gpu_memory_mb", JsonNode::isNumber, false, "a number");
-        expect(body, "mps", JsonNode::isBoolean, false, "a boolean");
-        reply = book.register(t, body);
-      } else {
-        expect(body, "step", JsonNode::isNumber, false, "a number");
-        expect(body, "total", n -> n.isNumber() && n.asLong() > 0, false, "a positive number");
-        expect(body, "loss", JsonNode::isNumber, false, "a number");
-        expect(body, "metrics", n -> n.isObject() && n.size() <= 32, false, "an object of at most 32 numbers");
-        expect(body, "gpu_memory_used_mb", JsonNode::isNumber, false, "a number");
-        expect(body, "gpu_memory_peak_mb", JsonNode::isNumber, false, "a number");
-        expect(body, "gpu_memory_peak_source", AmHttp::validPeakSource, false,
-            "one of " + String.join(", ", TaskBook.PEAK_SOURCES));
-        expect(body, "oom", AmHttp::validOom, false,
-            "an object {cap_mb, peak_mb, largest_gpu_mb: numbers or null, signature, culprit: strings, "
-            + "peak_source: one of " + String.join(", ", TaskBook.PEAK_SOURCES) + ", oversubscribed: a boolean}");
-        expect(body, "message", JsonNode::isTextual, false, "a string");
-        expect(body, "tensorboard_url", TensorBoardProxy::validUrl, false, "\"\" or http://host:port");
-        expect(body, "tensorboard_error", JsonNode::isTextual, false, "a string");
-        reply = book.heartbeat(t, body);
-        if (reply.code() == 200) {
-          tensorboard.update(t.name(), body);
-        }
+      boolean register = "/register".equals(path);
+      List<String> bad = Schemas.violations(register ? Schemas.REGISTER : Schemas.HEARTBEAT, body);
+      if (!bad.isEmpty()) {
+        throw new HttpError(400, String.join("; ", bad));
+      }
+      // beyond the schema's pattern: the origin as java.net.URI parses it, which is what the proxy connects to
+      if (body.has("tensorboard_url") && !TensorBoardProxy.validUrl(body.path("tensorboard_url"))) {
+        throw new HttpError(400, "/tensorboard_url: must be \"\" or http://host:port");
+      }
+      TaskBook.Reply reply = register ? book.register(t, body) : book.heartbeat(t, body);
+      if (!register && reply.code() == 200) {
+        tensorboard.update(t.name(), body);
       }
       send(ex, reply.code(), "application/json", JSON.writeValueAsString(reply.body()));
     } catch (HttpError e) {
@@ -305,41 +291,6 @@ final class AmHttp {
       throw new HttpError(404, "unknown task " + role.asText() + ":" + index.asInt());
     }
     return t;
-  }
-
-  /** Field {@code name}, if present and not null (or {@code required}), must pass {@code ok}: else 400. */
-  private static void expect(JsonNode body, String name, Predicate<JsonNode> ok, boolean required, String what)
-      throws HttpError {
-    JsonNode v = body.path(name);
-    if ((v.isMissingNode() || v.isNull()) ? required : !ok.test(v)) {
-      throw new HttpError(400, "\"" + name + "\" must be " + what);
-    }
-  }
-
-  /** A heartbeat's {@code oom} (the executor's exit 76): an object whose known fields have their types. */
-  static boolean validOom(JsonNode oom) {
-    if (!oom.isObject()) {
-      return false;
-    }
-    for (String k : new String[] {"cap_mb", "peak_mb", "largest_gpu_mb", "signature", "culprit"}) {
-      JsonNode v = oom.path(k);
-      boolean text = "signature".equals(k) || "culprit".equals(k);
-      if (!v.isMissingNode() && !v.isNull() && !(text ? v.isTextual() : v.isNumber())) {
-        return false;
-      }
-    }
-    JsonNode source = oom.path("peak_source");
-    if (!source.isMissingNode() && !source.isNull() && !validPeakSource(source)) {
-      return false;
-    }
-    JsonNode over = oom.path("oversubscribed");
-    return over.isMissingNode() || over.isNull() || over.isBoolean();
-  }
-
-  /** A peak's source ({@code gpu_memory_peak_source}, an OOM report's {@code peak_source}): one of
-   * {@link TaskBook#PEAK_SOURCES}. */
-  static boolean validPeakSource(JsonNode source) {
-    return source.isTextual() && TaskBook.PEAK_SOURCES.contains(source.asText());
   }
 
   private static void send(HttpExchange ex, int code, String type, String body) throws IOException {

@@ -1,13 +1,8 @@
 package org.melon.yarn;
 
-import java.util.ArrayList;
 import java.util.List;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.networknt.schema.Error;
-import com.networknt.schema.Schema;
-import com.networknt.schema.SchemaRegistry;
-import com.networknt.schema.SpecificationVersion;
 
 /**
  * The names of the plan fields the AM reads ({@code melon-plan.json}, written by Python's {@code submission.Plan},
@@ -19,20 +14,9 @@ import com.networknt.schema.SpecificationVersion;
 final class PlanFields {
   private PlanFields() {}
 
-  private static final Schema SCHEMA = SchemaRegistry.withDefaultDialect(SpecificationVersion.DRAFT_2020_12)
-      .getSchema(PlanFields.class.getResourceAsStream("/plan.schema.json"));
-
-  /** Where {@code plan} breaks plan.schema.json, one entry per problem naming the field (e.g.
-   * {@code /roles/0/oom_growth: must have a maximum value of 4.0 (is 9.0)}); empty: the plan is valid. */
+  /** Where {@code plan} breaks plan.schema.json, one entry per problem naming the field; empty: the plan is valid. */
   static List<String> violations(JsonNode plan) {
-    List<String> out = new ArrayList<>();
-    for (Error e : SCHEMA.validate(plan)) {
-      String where = e.getInstanceLocation().toString();
-      JsonNode value = e.getInstanceNode();
-      out.add((where.isEmpty() ? "" : where + ": ") + e.getMessage()
-          + (value != null && value.isValueNode() ? " (is " + value + ")" : ""));
-    }
-    return out;
+    return Schemas.violations(Schemas.PLAN, plan);
   }
 
   // the plan itself

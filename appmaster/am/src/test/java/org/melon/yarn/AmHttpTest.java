@@ -23,6 +23,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
@@ -158,16 +159,21 @@ class AmHttpTest {
 
   // ---------------------------------------------------------------- the happy path
 
+  /** Whether a heartbeat carrying {@code oom} passes the heartbeat's schema. */
+  private static boolean validOom(String oom) {
+    return Schemas.violations(Schemas.HEARTBEAT, json("{role: 'worker', index: 0, oom: " + oom + "}")).isEmpty();
+  }
+
   @Test
   void anOomReportMaySayTheGpuWasOversubscribedAndNameTheCulprit() {
-    assertTrue(AmHttp.validOom(json("{cap_mb: 1024, peak_mb: null, signature: 'x', oversubscribed: true, "
-        + "culprit: 'task t (pid 1) uses 9000 MiB of its 4500 MiB reservation'}")));
-    assertTrue(AmHttp.validOom(json("{cap_mb: 1024, signature: 'x'}")), "both are optional");
-    assertFalse(AmHttp.validOom(json("{oversubscribed: 'yes'}")));
-    assertFalse(AmHttp.validOom(json("{oversubscribed: true, culprit: 42}")));
-    assertTrue(AmHttp.validOom(json("{peak_mb: 1300, peak_source: 'torch'}")));
-    assertFalse(AmHttp.validOom(json("{peak_mb: 1300, peak_source: 'guess'}")), "a source of runtime/peak.py");
-    assertFalse(AmHttp.validOom(json("{peak_mb: 1300, peak_source: 3}")));
+    assertTrue(validOom("{cap_mb: 1024, peak_mb: null, signature: 'x', oversubscribed: true, "
+        + "culprit: 'task t (pid 1) uses 9000 MiB of its 4500 MiB reservation'}"));
+    assertTrue(validOom("{cap_mb: 1024, signature: 'x'}"), "both are optional");
+    assertFalse(validOom("{oversubscribed: 'yes'}"));
+    assertFalse(validOom("{oversubscribed: true, culprit: 42}"));
+    assertTrue(validOom("{peak_mb: 1300, peak_source: 'torch'}"));
+    assertFalse(validOom("{peak_mb: 1300, peak_source: 'guess'}"), "a source of runtime/peak.py");
+    assertFalse(validOom("{peak_mb: 1300, peak_source: 3}"));
   }
 
   @Test
@@ -268,28 +274,60 @@ class AmHttpTest {
         assertRefused(400, () -> post(path, body));
       }
     }
-    // fields of the wrong type
-    for (String body : List.of("{\"role\": \"worker\", \"index\": 0}",  // no port
-        "{\"role\": \"worker\", \"index\": 0, \"port\": \"5000\"}", "{\"role\": \"worker\", \"index\": 0, \"port\": -1}",
-        "{\"role\": \"worker\", \"index\": 0, \"port\": 65536}", "{\"role\": \"worker\", \"index\": 0, \"port\": 1.5}",
-        "{\"role\": \"worker\", \"index\": 0, \"port\": 5000, \"host\": 7}",
-        "{\"role\": \"worker\", \"index\": 0, \"port\": 5000, \"mps\": \"yes\"}",
-        "{\"role\": \"worker\", \"index\": 0, \"port\": 5000, \"gpu_memory_mb\": \"lots\"}")) {
-      assertRefused(400, () -> post("/register", body));
-    }
-    for (String body : List.of("{\"role\": \"worker\", \"index\": 0, \"step\": \"ten\"}",
-        "{\"role\": \"worker\", \"index\": 0, \"loss\": [1]}",
-        "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_used_mb\": {}}",
-        "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_peak_mb\": \"lots\"}",
-        "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_peak_source\": 7}",
-        "{\"role\": \"worker\", \"index\": 0, \"gpu_memory_peak_source\": \"guess\"}",
-        "{\"role\": \"worker\", \"index\": 0, \"oom\": {\"peak_source\": \"nvml\"}}",
-        "{\"role\": \"worker\", \"index\": 0, \"oom\": true}",
-        "{\"role\": \"worker\", \"index\": 0, \"oom\": {\"cap_mb\": \"4g\"}}",
-        "{\"role\": \"worker\", \"index\": 0, \"oom\": {\"signature\": 7}}",
-        "{\"role\": \"worker\", \"index\": 0, \"message\": 5}")) {
-      assertRefused(400, () -> post("/heartbeat", body));
-    }
+    // fields of the wrong type, each named in the answer
+    String w0 = "{\"role\": \"worker\", \"index\": 0";
+    Map<String, String> register = new LinkedHashMap<>();
+    register.put(w0 + "}", "port");  // no port
+    register.put(w0 + ", \"port\": \"5000\"}", "/port");
+    register.put(w0 + ", \"port\": -1}", "/port");
+    register.put(w0 + ", \"port\": 65536}", "/port");
+    register.put(w0 + ", \"port\": 1.5}", "/port");
+    register.put(w0 + ", \"port\": 5000, \"host\": 7}", "/host");
+    register.put(w0 + ", \"port\": 5000, \"mps\": \"yes\"}", "/mps");
+    register.put(w0 + ", \"port\": 5000, \"gpu_memory_mb\": \"lots\"}", "/gpu_memory_mb");
+    register.forEach((body, field) -> assertRefusedNaming("/register", body, field));
+    Map<String, String> heartbeat = new LinkedHashMap<>();
+    heartbeat.put(w0 + ", \"step\": \"ten\"}", "/step");
+    heartbeat.put(w0 + ", \"loss\": [1]}", "/loss");
+    heartbeat.put(w0 + ", \"gpu_memory_used_mb\": {}}", "/gpu_memory_used_mb");
+    heartbeat.put(w0 + ", \"gpu_memory_peak_mb\": \"lots\"}", "/gpu_memory_peak_mb");
+    heartbeat.put(w0 + ", \"gpu_memory_peak_source\": 7}", "/gpu_memory_peak_source");
+    heartbeat.put(w0 + ", \"gpu_memory_peak_source\": \"guess\"}", "/gpu_memory_peak_source");
+    heartbeat.put(w0 + ", \"oom\": {\"peak_source\": \"nvml\"}}", "/oom/peak_source");
+    heartbeat.put(w0 + ", \"oom\": true}", "/oom");
+    heartbeat.put(w0 + ", \"oom\": {\"cap_mb\": \"4g\"}}", "/oom/cap_mb");
+    heartbeat.put(w0 + ", \"oom\": {\"signature\": 7}}", "/oom/signature");
+    heartbeat.put(w0 + ", \"message\": 5}", "/message");
+    heartbeat.forEach((body, field) -> assertRefusedNaming("/heartbeat", body, field));
+  }
+
+  /** {@code body} posted to {@code path} is refused (400, nothing changes) with an error that names {@code field}. */
+  private void assertRefusedNaming(String path, String body, String field) {
+    assertRefused(400, () -> post(path, body));
+    String error = post(path, body).json().path("error").asText();
+    assertTrue(error.contains(field), body + " -> " + error);
+  }
+
+  /** A body that breaks its message's schema (messages.schema.json, from Python's runtime.amclient) is refused
+   * (400), changing nothing, with the schema's word for the field: its JSON pointer and what it must be. */
+  @Test
+  void aBodyThatBreaksItsMessageSchemaIs400NamingTheField() throws IOException {
+    start(1);
+    String cid = ", \"container_id\": \"" + containers.get("worker:0").getId() + "\"";
+    Map<String, String> register = Map.of(
+        registration(0, 70000), "/port: must have a maximum value of 65535",
+        registration(0, 5000).replace("\"mps\": false", "\"mps\": \"no\""), "/mps",
+        registration(0, 5000).replace("\"pid\"", "\"surprise\": 1, \"pid\""), "surprise");
+    register.forEach((body, named) -> assertRefusedNaming("/register", body, named));
+    String beat = "{\"role\": \"worker\", \"index\": 0" + cid + ", ";
+    Map<String, String> heartbeat = Map.of(
+        beat + "\"total\": 0}", "/total",
+        beat + "\"step\": 1.5}", "/step",
+        beat + "\"gpu_memory_peak_mb\": 900, \"gpu_memory_peak_source\": \"guess\"}", "/gpu_memory_peak_source",
+        beat + "\"oom\": {\"cap_mb\": 1024, \"peak_source\": \"nvml\"}}", "/oom/peak_source",
+        beat + "\"tensorboard_url\": \"ftp://host:6006\"}", "/tensorboard_url");
+    heartbeat.forEach((body, named) -> assertRefusedNaming("/heartbeat", body, named));
+    assertEquals(200, post("/heartbeat", beat + "\"total\": 1, \"step\": 1}").code(), "the same, right");
   }
 
   @Test
