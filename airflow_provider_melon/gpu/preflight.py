@@ -3,7 +3,8 @@
 The train operator calls :func:`check` with the ResourceManager's nodes (``YarnHook.nodes()``) and the job's
 roles just before staging and submitting, and fails the task with the report's message when something can
 never fit, instead of leaving an application that waits in ACCEPTED or a gang that times out.
-``docs/internals.md``, "Pre-flight", gives what a node offers and the four rules.
+``docs/internals.md``, "Pre-flight", gives what a node offers and the five rules. A shared task counts as what it
+holds on its GPU, its slot (``policy.slot_mb``), as the node's ledger and the AM's ask to YARN count it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
+
+from airflow_provider_melon.gpu import policy
 
 __all__ = [
     "GPU_RESOURCE",
@@ -137,27 +140,47 @@ def _role_numbers(role: Any) -> tuple[int, int, int]:
     return int(role.instances), int(role.gpus or 0), int(role.gpu_memory_mb)
 
 
+def _role_large(role: Any) -> bool:
+    """Whether a RoleSpec or a plain dict says ``large`` (its slot is then half a GPU, not a quarter)."""
+    return bool(role.get("large", False) if isinstance(role, Mapping) else getattr(role, "large", False))
+
+
+def _why_held(need: int, held: int, large: bool, context_mb: int) -> str:
+    own = f"{need} MiB" if not context_mb else f"{need} MiB ({need - context_mb} + {context_mb} for the CUDA context)"
+    share = policy.slot_share(large)
+    if held > need:
+        return f"its slot: {share}, above its own {own}"
+    return f"its own memory, above its slot: {share}"
+
+
 def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_mb: int = 0) -> Report:
-    """Check the roles' GPU demand against the nodes (module docstring: the four rules). ``context_mb``: what each
+    """Check the roles' GPU demand against the nodes (module docstring: the five rules). ``context_mb``: what each
     shared task reserves on its GPU besides its expected memory (the CUDA context, ``[melon] gpu_context_mb``)."""
     usable = [g for g in (node_gpus(n) for n in nodes) if g is not None]
     report = Report(checked=bool(usable), nodes=usable)
-    numbers = {name: _role_numbers(role) for name, role in roles.items()}
-    numbers = {name: (i, g, m + context_mb if m > 0 else 0) for name, (i, g, m) in numbers.items()}
-    excl = {name: (i, g) for name, (i, g, _) in numbers.items() if g > 0}
-    shared = {name: (i, m) for name, (i, _, m) in numbers.items() if m > 0}
+    numbers = {name: (*_role_numbers(role), _role_large(role)) for name, role in roles.items()}
+    numbers = {name: (i, g, m + context_mb if m > 0 else 0, lg) for name, (i, g, m, lg) in numbers.items()}
+    excl = {name: (i, g) for name, (i, g, _, _) in numbers.items() if g > 0}
+    shared = {name: (i, m, lg) for name, (i, _, m, lg) in numbers.items() if m > 0}
     excl_gpus = sum(i * g for i, g in excl.values())
-    shared_mb = sum(i * m for i, m in shared.values())
+    largest = report.largest_gpu_mb
+    # what YARN is asked for per shared task: its slot against the cluster's largest GPU (submission.gpu_slot_mb)
+    ask = {
+        name: policy.slot_mb(m, int(largest), large=lg) if largest >= 1 else m for name, (_, m, lg) in shared.items()
+    }
+    shared_mb = sum(i * ask[name] for name, (i, _, _) in shared.items())
     report.demand = {
         "exclusive_gpus": excl_gpus,
         "shared_gpu_memory_mb": shared_mb,
-        "roles": {name: {"instances": i, "gpus": g, "gpu_memory_mb": m} for name, (i, g, m) in numbers.items()},
+        "roles": {
+            name: {"instances": i, "gpus": g, "gpu_memory_mb": m, "held_mb": ask.get(name, 0)}
+            for name, (i, g, m, _) in numbers.items()
+        },
     }
     if not usable or not (excl or shared):
         return report
 
-    largest = report.largest_gpu_mb
-    for name, (instances, mem) in shared.items():
+    for name, (instances, mem, _) in shared.items():
         if mem > largest:
             where = max(usable, key=lambda n: n.per_gpu_mb)
             detail = (
@@ -180,16 +203,53 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_
         parts = " + ".join(f"{name} {i}x{g}" for name, (i, g) in excl.items())
         report.problems.append(f"the job needs {excl_gpus} whole GPU(s) ({parts}), the cluster has {total_gpus}")
     if shared:
-        devices = sorted(mb for n in usable for mb in [n.per_gpu_mb] * n.device_count)
+        devices = sorted(int(mb) for n in usable for mb in [n.per_gpu_mb] * n.device_count)
         taken = min(excl_gpus, len(devices))
+        left_devices = [d for d in devices[taken:] if d > 0]
         left = sum(devices[taken:])
-        if shared_mb > left:
-            parts = " + ".join(f"{name} {i}x{m} MiB" for name, (i, m) in shared.items())
-            after = f" left after the {excl_gpus} exclusive GPU(s) (counted as the smallest)" if excl_gpus else ""
-            report.problems.append(
-                f"the job's shared tasks expect {shared_mb} MiB of GPU memory in all ({parts}), "
-                f"the cluster has {left:.0f} MiB{after}"
-            )
+        before = len(report.problems)
+        least = {}  # per role: the least a task of it can hold on a GPU left (its slot on the smallest that fits it)
+        for name, (instances, mem, large) in shared.items():
+            room = [d for d in left_devices if d >= mem]
+            if mem > largest or not room:
+                continue
+            least[name] = min(policy.slot_mb(mem, d, large=large) for d in room)
+            # rule 4, the ledgers' count: each GPU holds as many of the role's tasks as its slots there allow ...
+            fit = sum(d // policy.slot_mb(mem, d, large=large) for d in room)
+            # ... and YARN's: each node takes as many as its melon.io/gpu-memory holds of the role's ask
+            yarn_fit = sum(n.gpu_memory_mb // ask[name] for n in usable) if ask[name] > 0 else instances
+            if instances > fit:
+                top = room[-1]
+                held = policy.slot_mb(mem, top, large=large)
+                report.problems.append(
+                    f"role {name}: {instances} tasks share GPUs, but at most {fit} fit on the cluster at a time: "
+                    f"each holds {held} MiB of a {top} MiB GPU ({_why_held(mem, held, large, context_mb)})"
+                )
+            elif instances > yarn_fit:
+                report.problems.append(
+                    f"role {name}: {instances} tasks share GPUs, but YARN can place at most {yarn_fit} at a time: "
+                    f"each asks for {ask[name]} MiB of {GPU_MEMORY_RESOURCE} (its slot on the cluster's largest "
+                    f"GPU, {largest:.0f} MiB): "
+                    + ", ".join(
+                        f"node {n.node} ({n.gpu_memory_mb} MiB) takes {n.gpu_memory_mb // ask[name]}" for n in usable
+                    )
+                )
+        if len(report.problems) == before and least:
+            # rule 5: together, every shared task holds at least its least slot on the GPUs left
+            need = sum(shared[name][0] * mb for name, mb in least.items())
+            if need > left:
+                parts = " + ".join(f"{name} {shared[name][0]}x{mb} MiB" for name, mb in least.items())
+                after = f" left after the {excl_gpus} exclusive GPU(s) (counted as the smallest)" if excl_gpus else ""
+                report.problems.append(
+                    f"the job's shared tasks hold at least {need} MiB of GPU memory in all ({parts}), "
+                    f"the cluster has {left:.0f} MiB{after}"
+                )
+            elif shared_mb > report.total_gpu_memory_mb:
+                parts = " + ".join(f"{name} {i}x{ask[name]} MiB" for name, (i, _, _) in shared.items())
+                report.problems.append(
+                    f"the job's shared tasks ask YARN for {shared_mb} MiB of {GPU_MEMORY_RESOURCE} in all ({parts}), "
+                    f"the cluster advertises {report.total_gpu_memory_mb} MiB"
+                )
     return report
 
 

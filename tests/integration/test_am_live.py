@@ -64,9 +64,10 @@ def test_shared_mode_runs_more_tasks_than_gpus(jobs, minicluster):
     assert sum("TASK worker" in text for text in logs.values()) == 6
 
 
-def test_a_small_shared_task_asks_yarn_for_a_quarter_of_the_gpu(jobs):
+def test_a_small_shared_task_asks_yarn_for_a_quarter_of_the_gpu(jobs, minicluster):
     """2 tasks x 1 GiB on GPUs of 16 GiB: each asks YARN for its slot, a quarter of the GPU (policy.slot_mb), not
-    for the 1 GiB it expects, so YARN admits no more than four small tasks a GPU."""
+    for the 1 GiB it expects, so YARN admits no more than four small tasks a GPU; the node's ledger holds the same
+    slot, and each task registers it."""
     app_id = jobs.submit(
         {
             "name": "shared-slots",
@@ -79,6 +80,9 @@ def test_a_small_shared_task_asks_yarn_for_a_quarter_of_the_gpu(jobs):
         app_id, lambda s: len(s["tasks"]) == 2 and all(t["state"] == "REGISTERED" for t in s["tasks"])
     )
     assert _used_gpu_memory(jobs.hook.yarn) == 2 * 4096, status
+    rows = [r for r in _ledgers(minicluster.work_dir) if app_id.split("_", 1)[1] in r["task_id"]]
+    assert [(r["expected_mb"], r["held_mb"]) for r in rows] == [(1024, 4096)] * 2, rows
+    assert [t["gpu_memory_mb"] for t in status["tasks"]] == [4096, 4096], status
     app = jobs.wait(app_id)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
 

@@ -22,6 +22,8 @@ def node(name, gpus, gpu_mem_mb, state="RUNNING"):
 
 #: The mini cluster: 2 NMs x 2 GPUs x 16 GiB.
 MINI = [node("nm1", 2, 32768), node("nm2", 2, 32768)]
+#: An H200's 141 GB, MiB.
+H200 = 134465
 
 
 def roles(**named):
@@ -83,12 +85,59 @@ def test_total_exclusive_gpus_above_the_cluster_fails_even_when_each_task_fits_a
 
 
 def test_total_shared_memory_above_the_cluster_fails():
-    # 5 tasks x 14 GiB = 71680 MiB > 65536 MiB, each fits one 16 GiB GPU
-    report = check(MINI, roles(worker={"instances": 5, "gpu_memory": "14GiB"}))
+    # each role fits on its own (14 GiB: one per 16 GiB GPU; 8 GiB: two), together 3 x 14336 + 3 x 8192 = 67584 MiB
+    # > 65536 MiB
+    report = check(
+        MINI, roles(worker={"instances": 3, "gpu_memory": "14GiB"}, ps={"instances": 3, "gpu_memory": "8GiB"})
+    )
     assert report.problems == [
-        "the job's shared tasks expect 71680 MiB of GPU memory in all (worker 5x14336 MiB), the cluster has 65536 MiB"
+        "the job's shared tasks hold at least 67584 MiB of GPU memory in all (worker 3x14336 MiB + ps 3x8192 MiB), the "
+        "cluster "
+        "has 65536 MiB"
     ]
     assert check(MINI, roles(worker={"instances": 4, "gpu_memory": "16GiB"})).ok
+
+
+def test_a_role_counts_the_tasks_its_slots_let_share_the_gpus():
+    """A shared task holds policy.slot_mb of the GPU it runs on (a quarter for a small task, half for a large one, at
+    least its own memory), so 12 small tasks on 2 H200s fit 8 at a time, whatever their 2 GiB would allow."""
+    h200 = [node("h", 2, 2 * H200)]
+    report = check(h200, roles(worker={"instances": 12, "gpu_memory": "2076MiB"}))
+    assert report.problems == [
+        "role worker: 12 tasks share GPUs, but at most 8 fit on the cluster at a time: each holds 33616 MiB of a "
+        "134465 MiB GPU (its slot: a quarter of the GPU, above its own 2076 MiB)"
+    ]
+    assert check(h200, roles(worker={"instances": 8, "gpu_memory": "2076MiB"})).ok
+    large = check(h200, roles(worker={"instances": 5, "gpu_memory": "5653MiB", "large": True}))
+    assert large.problems == [
+        "role worker: 5 tasks share GPUs, but at most 4 fit on the cluster at a time: each holds 67232 MiB of a "
+        "134465 MiB GPU (its slot: half of the GPU, above its own 5653 MiB)"
+    ]
+    assert large.demand["roles"]["worker"]["held_mb"] == 67232
+
+
+def test_a_task_above_its_slot_is_counted_whole_per_gpu():
+    # 5 tasks x 14 GiB: 71680 MiB < 4 x 16 GiB, but one per 16 GiB GPU, so 4 at a time
+    report = check(MINI, roles(worker={"instances": 5, "gpu_memory": "14GiB"}))
+    assert report.problems == [
+        "role worker: 5 tasks share GPUs, but at most 4 fit on the cluster at a time: each holds 14336 MiB of a "
+        "16384 MiB GPU (its own memory, above its slot: a quarter of the GPU)"
+    ]
+
+
+def test_the_slot_is_sized_against_the_largest_gpu_for_yarn_and_per_gpu_on_a_node():
+    nodes = [node("small", 1, 16384), node("big", 1, H200)]
+    # the ledgers could hold 4 + 4, but YARN is asked for the slot of the cluster's largest GPU (33616 MiB) per task
+    report = check(nodes, {"w": {"instances": 5, "gpu_memory_mb": 1024}})
+    assert report.problems == [
+        "role w: 5 tasks share GPUs, but YARN can place at most 4 at a time: each asks for 33616 MiB of "
+        "melon.io/gpu-memory (its slot on the cluster's largest GPU, 134465 MiB): node small:45454 (16384 MiB) takes 0, "
+        "node big:45454 (134465 MiB) takes 4"
+    ]
+    assert check(nodes, {"w": {"instances": 4, "gpu_memory_mb": 1024}}).ok
+    # one GPU model: the count is per GPU, 4 x 1 GiB tasks per 16 GiB GPU
+    assert check(MINI, {"w": {"instances": 16, "gpu_memory_mb": 1024}}).ok
+    assert not check(MINI, {"w": {"instances": 17, "gpu_memory_mb": 1024}}).ok
 
 
 def test_exclusive_gpus_leave_the_rest_for_shared_tasks_counted_as_the_smallest():
@@ -96,11 +145,20 @@ def test_exclusive_gpus_leave_the_rest_for_shared_tasks_counted_as_the_smallest(
     # 1 exclusive GPU: best case it takes an 8 GiB one, leaving 8 + 40 + 40 = 88 GiB = 90112 MiB
     ok = roles(chief={"gpus": 1}, worker={"instances": 2, "gpu_memory": "40GiB"})
     assert check(nodes, ok).ok
-    bad = roles(chief={"gpus": 1}, worker={"instances": 3, "gpu_memory": "30GiB"})
+    # each role alone fits (one 36 GiB worker per 40 GiB GPU; an 8 GiB ps on any GPU), together they hold at least
+    # 2 x 36864 + 3 x 8192 (its slot on the 8 GiB GPU; 10240 on a 40 GiB one) = 98304 MiB
+    bad = roles(
+        chief={"gpus": 1}, worker={"instances": 2, "gpu_memory": "36GiB"}, ps={"instances": 3, "gpu_memory": "8GiB"}
+    )
     report = check(nodes, bad)
     assert report.problems == [
-        "the job's shared tasks expect 92160 MiB of GPU memory in all (worker 3x30720 MiB), the cluster has "
-        "90112 MiB left after the 1 exclusive GPU(s) (counted as the smallest)"
+        "the job's shared tasks hold at least 98304 MiB of GPU memory in all (worker 2x36864 MiB + ps 3x8192 MiB), the "
+        "cluster has 90112 MiB left after the 1 exclusive GPU(s) (counted as the smallest)"
+    ]
+    three = check(nodes, roles(chief={"gpus": 1}, worker={"instances": 3, "gpu_memory": "30GiB"}))
+    assert three.problems == [
+        "role worker: 3 tasks share GPUs, but at most 2 fit on the cluster at a time: each holds 30720 MiB of a "
+        "40960 MiB GPU (its own memory, above its slot: a quarter of the GPU)"
     ]
 
 
