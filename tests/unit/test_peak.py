@@ -64,12 +64,14 @@ def learned_after(runs, file_peak, context_mb, cap_mb):
 
 
 def test_the_ams_sources_are_runtime_peaks():
-    """The AM validates and ranks a heartbeat's gpu_memory_peak_source with its own copy of SOURCES and COUNTERS
-    (TaskBook.PEAK_SOURCES, the first three its counters): the copy must say what this module says, in its order."""
-    java = (Path(__file__).resolve().parents[2] / "appmaster/am/src/main/java/org/melon/yarn/TaskBook.java").read_text()
+    """The AM ranks a heartbeat's gpu_memory_peak_source with its own copy of SOURCES and COUNTERS
+    (GpuMemory.PEAK_SOURCES, the first three its counters): the copy must say what this module says, in its order."""
+    java = (
+        Path(__file__).resolve().parents[2] / "appmaster/am/src/main/java/org/melon/yarn/GpuMemory.java"
+    ).read_text()
     declared = re.search(r"PEAK_SOURCES = Collections\.unmodifiableList\(Arrays\.asList\(([^)]*)\)\)", java)
     counters = re.search(r"PEAK_COUNTERS = PEAK_SOURCES\.subList\(0, (\d+)\);", java)
-    assert declared and counters, "TaskBook.java no longer declares PEAK_SOURCES / PEAK_COUNTERS as this test reads"
+    assert declared and counters, "GpuMemory.java no longer declares PEAK_SOURCES / PEAK_COUNTERS as this test reads"
     sources = tuple(re.findall(r'"([^"]+)"', declared.group(1)))
     assert sources == peak.SOURCES
     assert sources[: int(counters.group(1))] == peak.COUNTERS

@@ -25,8 +25,6 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 
-import org.melon.yarn.TaskBook.Task;
-
 /**
  * The AM's HTTP API (docs/protocol.md section 2), also its YARN tracking page. {@code GET /status} (JSON) and
  * {@code GET /} (HTML) are open and read-only. {@code POST /register} and {@code POST /heartbeat} need the

@@ -7,9 +7,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.function.Predicate;
 
-import org.melon.yarn.TaskBook.Role;
-import org.melon.yarn.TaskBook.Task;
-
 /**
  * Elastic membership (docs/internals.md, "Elastic roles"). A role whose plan gives {@code min_instances} below its
  * {@code instances} needs only that many of its tasks, its task 0 among them (it heads the role's list in the

@@ -1,6 +1,5 @@
 package org.melon.yarn;
 
-
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
@@ -50,9 +49,6 @@ import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
 import org.apache.hadoop.yarn.util.resource.Resources;
-
-import org.melon.yarn.TaskBook.Role;
-import org.melon.yarn.TaskBook.Task;
 
 /**
  * MeLoN ApplicationMaster (docs/protocol.md section 2): one container per task, gang registration over HTTP,

@@ -2,7 +2,6 @@ package org.melon.yarn;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -10,8 +9,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
-import java.util.TreeMap;
-import java.util.TreeSet;
 import java.util.concurrent.CountDownLatch;
 import java.util.function.Function;
 import java.util.function.LongSupplier;
@@ -22,7 +19,6 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerId;
-import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 
 /**
  * The AM's bookkeeping and decisions (docs/protocol.md section 2), kept apart from the YARN clients so that they
@@ -38,23 +34,10 @@ final class TaskBook {
   static final int MAX_NO_FIT_RETRIES = 3;
   /** The executor's exit code when the task's process ran out of GPU memory (its final heartbeat says {@code oom}). */
   static final int EXIT_OOM = 76;
-  /** An OOM report's {@code signature} (the matched error line) is kept to this many characters. */
-  static final int OOM_SIGNATURE_MAX = 200;
-  /** Where a peak figure came from: the heartbeat's {@code gpu_memory_peak_source} and an OOM report's
-   * {@code peak_source}, declared by Python's {@code runtime/peak.py} ({@code SOURCES}; {@code test_peak.py} checks
-   * these lists against it). The first three are the framework's counters ({@code COUNTERS}). */
-  static final List<String> PEAK_SOURCES = Collections.unmodifiableList(Arrays.asList(
-      "tensorflow", "torch", "user", "nvml-process", "nvml-device"));
-  static final List<String> PEAK_COUNTERS = PEAK_SOURCES.subList(0, 3);
   /** Re-runs of one task after exits that are not its fault (its node lost, disks failed, preempted). */
   static final int MAX_NOT_ITS_FAULT = 3;
   /** Step/loss samples kept per task for progress charts (oldest dropped first). */
   static final int HISTORY = 500;
-  /** A node avoided after an exit 75 is given back after this long, or once the task runs elsewhere. */
-  static final long AVOID_MS = 120_000;
-  /** How many grants on the very NodeManager a task left with exit 75 it gives back (asking again) before it takes
-   * one there: host avoidance cannot tell apart two NodeManagers of one host (the embedded cluster's). */
-  static final int MAX_NODE_REFUSALS = 10;
   /** Decisions kept for {@code GET /status}'s {@code events} (oldest dropped first; {@code seq} keeps counting). */
   static final int MAX_EVENTS = 200;
   /** Containers kept per task in its history (oldest dropped first). */
@@ -117,120 +100,6 @@ final class TaskBook {
     }
   }
 
-  /** A role from the plan plus its restart budget. */
-  static final class Role {
-    String name;
-    int instances;
-    int memoryMb;
-    int vcores;
-    int gpus;
-    int gpuMemoryMb;
-    /** Reserved besides each task's expected GPU memory in shared mode: the CUDA context / driver (plan's
-     * {@code gpu_context_mb}); the in-process cap stays the expected memory. */
-    int gpuContextMb;
-    /** What each task holds at least in shared mode, a fair share of the cluster's largest GPU (plan's
-     * {@code gpu_slot_mb}, 0: none): YARN is asked for the larger of this and the expected memory plus context. */
-    int gpuSlotMb;
-    int restarts;
-    /** The role's elastic minimum ({@code min_instances}); {@link #instances} when it has no bounds: see
-     * {@link Elastic}. */
-    int minInstances;
-    /** Whether the role's tasks decide the application's outcome (a ps role does not). */
-    boolean tracked;
-    /** An untracked role whose failure past its budget is only logged (an evaluator); else it fails the job. */
-    boolean optional;
-    /** After an OOM (exit 76) in shared mode a task's expected GPU memory is multiplied by this (at least 1) ... */
-    double oomGrowth;
-    /** ... at most this many times per task (0: an OOM fails the application). Not the restart budget. */
-    int oomMaxGrowths;
-    int restartsUsed;
-
-    /** MeLoN's shared mode: the task states an expected GPU memory, which the executor caps it at. */
-    boolean shared() {
-      return gpus == 0 && gpuMemoryMb > 0;
-    }
-  }
-
-  /** One task = one container at a time. */
-  static final class Task {
-    final Role role;
-    final int index;
-    final int number;
-    State state = State.PENDING;
-    int attempt;
-    int noFitRetries;
-    int notItsFault;
-    ContainerRequest request;
-    Container container;
-    /** Whether {@link #container} was started; a granted container is held unlaunched until the gang is whole. */
-    boolean launched;
-    String nodeHost;
-    String host;
-    int port;
-    boolean registered;
-    Integer exitCode;
-    /** The host this task left with exit 75 (no GPU fits there): avoided until the task is placed elsewhere. */
-    String avoidHost;
-    /** The NodeManager (host:port) it left with exit 75, since when, and how many grants there it gave back. */
-    String avoidNode;
-    long avoidNodeSince;
-    int nodeRefusals;
-    String gpu;
-    /** GPU memory reserved for the task on its GPU (its expected memory), MiB. */
-    long gpuMemoryMb;
-    /** GPU memory the task's processes use (NVML, from heartbeats), MiB; null without a GPU. */
-    Long gpuMemoryUsedMb;
-    /** The task's expected GPU memory, MiB: its role's, grown after each OOM in shared mode. Its containers are asked
-     * for with it ({@code melon.io/gpu-memory}) and its executor caps the process at it. */
-    long expectedMb;
-    /** How many times {@link #expectedMb} grew after an OOM. */
-    int oomGrowths;
-    /** The peak GPU memory of the task's processes over all its attempts (heartbeats, OOM reports), MiB: the largest
-     * figure of the best source ({@link #peakWins}); null: none reported. */
-    Long gpuMemoryPeakMb;
-    /** Where {@link #gpuMemoryPeakMb} came from ({@link #PEAK_SOURCES}); null: not said (an older executor). */
-    String gpuMemoryPeakSource;
-    /** The same for the current attempt only. */
-    Long attemptPeakMb;
-    String attemptPeakSource;
-    /** The current attempt's OOM report (from its final heartbeat); null: none. */
-    ObjectNode attemptOom;
-    /** The last OOM of the task as reported ({@code cap_mb} filled in when it came without one); null: none. */
-    ObjectNode oom;
-    /** Whether the task's node runs a CUDA MPS control daemon (reported at registration). */
-    boolean mps;
-    Long step;
-    /** What {@code step} counts up to (epochs, steps), when the job reports it: progress = step / total. */
-    Long total;
-    Double loss;
-    /** The job's other numbers from its last report (accuracy, learning rate, ...). */
-    final Map<String, Double> metrics = new TreeMap<>();
-    /** [epoch ms, step, loss] each time the step changed, at most {@link #HISTORY}. */
-    final ArrayDeque<double[]> history = new ArrayDeque<>();
-    /** The containers the task was started in, in order, the last {@code MAX_CONTAINERS} ({@code container_id},
-     * {@code node_id}, {@code attempt}, {@code expected_gpu_memory_mb}, {@code exit_code}: null while it runs). */
-    final List<ObjectNode> containers = new ArrayList<>();
-    String message;
-    long updated;
-
-    Task(Role role, int index, int number, long now) {
-      this.role = role;
-      this.index = index;
-      this.number = number;
-      this.updated = now;
-      this.expectedMb = role.gpuMemoryMb;
-    }
-
-    String name() {
-      return role.name + ":" + index;
-    }
-
-    boolean live() {
-      return container != null && (state == State.ALLOCATED || state == State.RUNNING
-          || state == State.REGISTERED);
-    }
-  }
-
   final List<Task> tasks = new ArrayList<>();
   /** Counted down once the application's outcome is decided ({@link #finish}). */
   final CountDownLatch done = new CountDownLatch(1);
@@ -271,14 +140,8 @@ final class TaskBook {
   private long askingSince = -1;
   private int holdReleases;
   private long longestHoldMs;
-  /** The largest GPU memory of one GPU any OOM report named (its node's largest GPU), MiB; 0: none known. A task's
-   * expected GPU memory never grows past it. */
-  private long largestGpuMb;
-  /** The cluster's maximum allocation of {@code melon.io/gpu-memory} (the RM's answer at registration), MiB; 0:
-   * unknown. A request above it would be refused by the RM (and end the AM), so growth stops there too. */
-  private long maxGpuMemoryMb;
-  /** Hosts on the application's blacklist (node avoidance after exit 75) and since when. */
-  private final Map<String, Long> avoided = new HashMap<>();
+  private final NodeAvoidance avoidance;
+  private final GpuMemory gpuMemory = new GpuMemory();
   private State state = State.RUNNING;
   private String diagnostics = "";
   /** The AM's decisions about tasks (restart, grow, fail), at most {@link #MAX_EVENTS}: see {@link #event}. */
@@ -293,6 +156,7 @@ final class TaskBook {
     this.yarn = yarn;
     this.clock = clock;
     this.random = random;
+    this.avoidance = new NodeAvoidance(yarn, tasks, clock);
     // The plan passed its schema check (PlanFields.violations): every field is there and within its bounds,
     // declared once in Python's spec.py.
     this.registerTimeoutMs = plan.path(PlanFields.REGISTER_TIMEOUT_S).asLong() * 1000L;
@@ -328,7 +192,7 @@ final class TaskBook {
 
   /** The cluster's maximum allocation of {@code melon.io/gpu-memory}, MiB (0: unknown): growth stops there. */
   synchronized void maxGpuMemoryMb(long mb) {
-    maxGpuMemoryMb = Math.max(0, mb);
+    gpuMemory.maxGpuMemoryMb = Math.max(0, mb);
   }
 
   synchronized State state() {
@@ -366,25 +230,13 @@ final class TaskBook {
     if (t == null || t.state != State.PENDING || !running() || rerequestAt >= 0) {
       return null;  // nothing waits for it, or the gang is backing off (a grant for a withdrawn request)
     }
-    String node = c.getNodeId().toString();
-    if (t.avoidNode != null && t.avoidNode.equals(node) && t.nodeRefusals < MAX_NODE_REFUSALS
-        && now() - t.avoidNodeSince <= AVOID_MS) {
-      t.nodeRefusals++;
-      MelonApplicationMaster.log("task " + t.name() + " granted again on " + node + ", which it left (exit "
-          + t.exitCode + "): given back and asked again (" + t.nodeRefusals + "/" + MAX_NODE_REFUSALS + ")");
-      yarn.cancel(t);
-      yarn.request(t);
+    if (avoidance.refuses(t, c.getNodeId().toString())) {
       return null;  // the AM gives the container back
     }
-    t.avoidNode = null;
     t.container = c;
     t.nodeHost = c.getNodeId().getHost();
     t.host = t.nodeHost;
-    if (t.avoidHost != null) {  // placed again: its avoided node may be given back
-      String left = t.avoidHost;
-      t.avoidHost = null;
-      releaseAvoidance(left, "task " + t.name() + " placed on " + t.nodeHost);
-    }
+    avoidance.placed(t);
     t.state = State.ALLOCATED;
     t.launched = false;
     t.exitCode = null;
@@ -595,7 +447,7 @@ final class TaskBook {
   /**
    * A container of ours ended with {@code code}. 0: the task SUCCEEDED (maybe the application too). 75 (no GPU
    * fits on that node), at most {@link #MAX_NO_FIT_RETRIES} times per task: a new container elsewhere, outside the
-   * restart budget. 76 (out of GPU memory): see {@link #outOfMemory}. Other codes: a new container while the role's
+   * restart budget. 76 (out of GPU memory): see {@link GpuMemory#afterOom}. Other codes: a new container while the role's
    * budget lasts, else the task FAILED, and the application with it unless the role is untracked and optional; the
    * diagnostics name the task, its node, the code and {@code stderrTail} of the task. Once the application is decided, a
    * live task is only marked KILLED.
@@ -630,25 +482,25 @@ final class TaskBook {
           + "was decided (waiting for the output task " + outputTask.name() + "): not restarted");
       return;
     }
-    if (code == EXIT_OOM) {
-      outOfMemory(t, stderrTail);
+    if (code == EXIT_OOM) {  // asked for again with more GPU memory, or failed
+      GpuMemory.Verdict v = gpuMemory.afterOom(t);
+      if (v.again) {
+        restart(t, v.text);
+      } else {
+        fail(t, "task " + t.name() + " " + v.text + ". It " + describeExit(EXIT_OOM) + " on " + t.nodeHost + ": "
+            + stderrTail.apply(t));
+      }
       return;
     }
     if (code == EXIT_NO_GPU_FIT && t.noFitRetries < MAX_NO_FIT_RETRIES) {
       t.noFitRetries++;
-      t.avoidNode = t.container.getNodeId().toString();
-      t.avoidNodeSince = now();
-      t.nodeRefusals = 0;
-      avoid(t, t.nodeHost, "exit 75: no GPU fits there");
+      avoidance.left(t, "exit 75: no GPU fits there");
       restart(t, "no GPU fits on " + t.nodeHost + " (exit 75), retry " + t.noFitRetries);
       return;
     }
     boolean member = elastic.watches(t);
     if (member) {  // its replacement, if any, goes elsewhere
-      t.avoidNode = t.container.getNodeId().toString();
-      t.avoidNodeSince = now();
-      t.nodeRefusals = 0;
-      avoid(t, t.nodeHost, "elastic member " + t.name() + " lost there");
+      avoidance.left(t, "elastic member " + t.name() + " lost there");
     }
     String loss = t.container.getId() + " on " + t.nodeHost + " " + describeExit(code);
     if (notItsFault(code) && t.notItsFault < MAX_NOT_ITS_FAULT) {
@@ -707,145 +559,6 @@ final class TaskBook {
     } else {
       MelonApplicationMaster.log("optional " + diag);
     }
-  }
-
-  /**
-   * {@code t} ran out of GPU memory (exit 76; its final heartbeat's {@code oom} says the cap, the peak, the node's
-   * largest GPU; a lost report counts as one with the task's expected memory as cap and no peak). In shared mode, while
-   * the task has growths left ({@code oom_max_growths}), its expected GPU memory grows by {@code oom_growth}, at most
-   * to the largest GPU reported and the cluster's maximum allocation, and it is asked for again with that: not
-   * counted against the role's restarts. Otherwise (growths used up, retry off, nothing left to grow into, exclusive
-   * mode) it FAILED: an OOM is never re-run with the same memory, nor does it use the role's restarts, unless the
-   * report says {@code oversubscribed} (a neighbour beyond its reservation, named in {@code culprit}, took the
-   * memory): that victim is asked for again with the same memory, at most {@link #MAX_NOT_ITS_FAULT} times.
-   */
-  private void outOfMemory(Task t, Function<Task, String> stderrTail) {
-    ObjectNode report = t.attemptOom;
-    if (report == null) {  // its final heartbeat was lost
-      report = oomReport(t, JsonNodeFactory.instance.objectNode());
-      t.oom = report;
-    }
-    Role role = t.role;
-    String what;
-    String advice;
-    if (role.gpus > 0) {
-      what = "ran out of GPU memory on its " + role.gpus + " whole GPU(s) (exclusive mode: not retried with more)";
-      advice = ": reduce the batch or ask for more gpus";
-    } else if (t.expectedMb <= 0) {
-      what = "ran out of GPU memory with no expected GPU memory (no cap: not retried with more)";
-      advice = ": set roles." + role.name + ".gpu_memory";
-    } else if (report.path("oversubscribed").asBoolean(false) && t.notItsFault < MAX_NOT_ITS_FAULT) {
-      // a victim, not a culprit: a neighbour (or a process MeLoN did not place) held memory beyond its reservation
-      t.notItsFault++;
-      restart(t, "ran out of GPU memory on " + t.nodeHost + ", whose GPU was oversubscribed beyond its reservations ("
-          + report.path("culprit").asText("culprit unknown") + "): asking again with the same " + t.expectedMb
-          + " MiB, not grown (re-run " + t.notItsFault + "/" + MAX_NOT_ITS_FAULT + ", not counted against the role's"
-          + " restarts)");
-      return;
-    } else {
-      long cap = report.path("cap_mb").isNumber() ? report.path("cap_mb").asLong() : t.expectedMb;
-      Long peak = report.path("peak_mb").isNumber() ? Long.valueOf(report.path("peak_mb").asLong()) : t.attemptPeakMb;
-      String exceeded = "exceeded its expected GPU memory (cap " + cap + " MiB; peak seen "
-          + (peak == null ? "unknown" : peak + " MiB") + ")";
-      String notGrown;
-      advice = "; raise roles." + role.name + ".gpu_memory above " + cap + " MiB";
-      if (role.oomMaxGrowths == 0) {
-        notGrown = "oom retry is off (oom_max_growths: 0)";
-      } else if (t.oomGrowths >= role.oomMaxGrowths) {
-        notGrown = "grown " + t.oomGrowths + " of " + role.oomMaxGrowths + " times";
-      } else {
-        long grown = (long) Math.ceil(t.expectedMb * role.oomGrowth - 1e-6);  // 1000 x 1.1 is 1100, not 1101
-        notGrown = "oom_growth " + role.oomGrowth + " does not grow " + t.expectedMb + " MiB";
-        if (largestGpuMb > 0 && grown + role.gpuContextMb > largestGpuMb) {  // the context shares the GPU
-          grown = largestGpuMb - role.gpuContextMb;
-          notGrown = "already at the largest GPU (" + largestGpuMb + " MiB)";
-          advice = "; reduce the batch or the model: no GPU seen has more memory";
-        }
-        if (maxGpuMemoryMb > 0 && grown + role.gpuContextMb > maxGpuMemoryMb) {
-          grown = maxGpuMemoryMb - role.gpuContextMb;
-          notGrown = "already at the cluster's maximum allocation of " + MelonApplicationMaster.GPU_MEM + " ("
-              + maxGpuMemoryMb + " MiB)";
-          advice = "; reduce the batch or the model: YARN grants no more";
-        }
-        if (grown > t.expectedMb) {
-          t.expectedMb = grown;
-          t.oomGrowths++;
-          restart(t, exceeded + ": asking again with " + grown + " MiB (growth " + t.oomGrowths + "/"
-              + role.oomMaxGrowths + ", not counted against the role's restarts)");
-          return;
-        }
-      }
-      what = exceeded + ": " + notGrown;
-    }
-    fail(t, "task " + t.name() + " " + what + advice + ". It " + describeExit(EXIT_OOM) + " on " + t.nodeHost
-        + ": " + stderrTail.apply(t));
-  }
-
-  /** An OOM report of {@code t} as kept: the executor's fields ({@code cap_mb}, {@code peak_mb},
-   * {@code largest_gpu_mb}: integers or null; {@code peak_source} when sent; {@code signature}, at most
-   * {@link #OOM_SIGNATURE_MAX} characters), with {@code cap_mb} filled from the task's expected memory (shared mode)
-   * when it came without one. */
-  private static ObjectNode oomReport(Task t, JsonNode given) {
-    ObjectNode o = JsonNodeFactory.instance.objectNode();
-    for (String k : new String[] {"cap_mb", "peak_mb", "largest_gpu_mb"}) {
-      if (given.path(k).isNumber()) {
-        o.put(k, given.path(k).asLong());
-      } else {
-        o.putNull(k);
-      }
-    }
-    if (o.path("cap_mb").isNull() && t.role.shared()) {
-      o.put("cap_mb", t.expectedMb);
-    }
-    if (given.path("peak_source").isTextual()) {  // only when sent: the report as sent
-      o.put("peak_source", given.path("peak_source").asText());
-    }
-    String signature = given.path("signature").isTextual() ? given.path("signature").asText() : null;
-    o.put("signature", signature == null || signature.length() <= OOM_SIGNATURE_MAX ? signature
-        : signature.substring(0, OOM_SIGNATURE_MAX));
-    if (given.path("oversubscribed").asBoolean(false)) {  // the GPU was full beyond its reservations: a victim
-      String culprit = given.path("culprit").isTextual() ? given.path("culprit").asText() : null;
-      o.put("oversubscribed", true);
-      o.put("culprit", culprit == null || culprit.length() <= OOM_SIGNATURE_MAX ? culprit
-          : culprit.substring(0, OOM_SIGNATURE_MAX));
-    }
-    return o;
-  }
-
-  /** Take in a peak figure and its source (null: not said): kept, for the task and for its attempt, when
-   * {@link #peakWins} says so. */
-  private static void notePeak(Task t, long mb, String source) {
-    if (peakWins(mb, source, t.attemptPeakMb, t.attemptPeakSource)) {
-      t.attemptPeakMb = mb;
-      t.attemptPeakSource = source;
-    }
-    if (peakWins(mb, source, t.gpuMemoryPeakMb, t.gpuMemoryPeakSource)) {
-      t.gpuMemoryPeakMb = mb;
-      t.gpuMemoryPeakSource = source;
-    }
-  }
-
-  /** Whether figure {@code mb} from {@code source} takes the place of the one kept ({@code keptMb} from
-   * {@code keptSource}; null: none). The rule is Python's {@code runtime.peak.task_peak}, which is its home: the
-   * framework's counter wins whenever it has a figure (tensorflow, torch, user: the allocator's own count, so it
-   * wins over an NVML figure even when that is larger), else NVML per process ({@code nvml-process}), else the
-   * device's rise ({@code nvml-device}, neighbours included). Over heartbeats and attempts the AM applies it as a
-   * rank, the largest figure of the best rank kept; a figure whose source was not said (an older executor) ranks
-   * last. */
-  static boolean peakWins(long mb, String source, Long keptMb, String keptSource) {
-    if (keptMb == null) {
-      return true;
-    }
-    int rank = peakRank(source);
-    int kept = peakRank(keptSource);
-    return rank > kept || (rank == kept && mb > keptMb);
-  }
-
-  private static int peakRank(String source) {
-    if (source == null) {
-      return 0;
-    }
-    return PEAK_COUNTERS.contains(source) ? 3 : "nvml-process".equals(source) ? 2 : 1;
   }
 
   /** YARN's codes for a container that ended through no fault of its task: its node was lost (-100 ABORTED),
@@ -975,53 +688,13 @@ final class TaskBook {
 
   // ---------------------------------------------------------------- node avoidance (exit 75)
 
-  /** Put {@code host} on the application's blacklist while {@code t} is re-requested, so YARN places the task on
-   * another node. Bounded: never the last usable node (the RM's RUNNING nodes, else the hosts seen so far), and
-   * given back once the task is placed elsewhere or after {@link #AVOID_MS}. */
-  private void avoid(Task t, String host, String why) {
-    if (host == null) {
-      return;
-    }
-    if (avoided.containsKey(host)) {
-      t.avoidHost = host;
-      return;
-    }
-    Set<String> others = new TreeSet<>(yarn.runningHosts());
-    others.removeAll(avoided.keySet());
-    others.remove(host);
-    if (others.isEmpty()) {
-      MelonApplicationMaster.log("not avoiding " + host + " for task " + t.name() + ": no other node is known");
-      return;
-    }
-    t.avoidHost = host;
-    avoided.put(host, now());
-    yarn.blacklist(Collections.singletonList(host), null);
-    MelonApplicationMaster.log("avoiding node " + host + " for task " + t.name()
-        + " (" + why + "); other nodes " + others);
-  }
-
-  private void releaseAvoidance(String host, String why) {
-    if (!avoided.containsKey(host) || tasks.stream().anyMatch(x -> host.equals(x.avoidHost))) {
-      return;
-    }
-    avoided.remove(host);
-    yarn.blacklist(null, Collections.singletonList(host));
-    MelonApplicationMaster.log("node " + host + " no longer avoided: " + why);
-  }
-
-  /** Give back the nodes avoided for longer than {@link #AVOID_MS} (the AM calls this every 500 ms). */
+  /** Give back the nodes avoided for too long (the AM calls this every 500 ms). */
   synchronized void expireAvoidance() {
-    long now = now();
-    for (String host : new ArrayList<>(avoided.keySet())) {
-      if (now - avoided.get(host) > AVOID_MS) {
-        tasks.stream().filter(x -> host.equals(x.avoidHost)).forEach(x -> x.avoidHost = null);
-        releaseAvoidance(host, "avoided for " + AVOID_MS / 1000 + " s");
-      }
-    }
+    avoidance.expire();
   }
 
   synchronized Set<String> avoidedHosts() {
-    return new TreeSet<>(avoided.keySet());
+    return avoidance.hosts();
   }
 
   // ---------------------------------------------------------------- gang registration
@@ -1123,19 +796,10 @@ final class TaskBook {
     String peakSource = body.path("gpu_memory_peak_source").isTextual()
         ? body.path("gpu_memory_peak_source").asText() : null;
     if (body.hasNonNull("gpu_memory_peak_mb")) {
-      notePeak(t, body.path("gpu_memory_peak_mb").asLong(), peakSource);
+      GpuMemory.notePeak(t, body.path("gpu_memory_peak_mb").asLong(), peakSource);
     }
     if (body.path("oom").isObject()) {
-      ObjectNode report = oomReport(t, body.path("oom"));
-      if (report.path("peak_mb").isNumber()) {  // its peak_source, else the heartbeat's (the executor sends one figure)
-        notePeak(t, report.path("peak_mb").asLong(),
-            report.path("peak_source").isTextual() ? report.path("peak_source").asText() : peakSource);
-      }
-      if (report.path("largest_gpu_mb").isNumber()) {
-        largestGpuMb = Math.max(largestGpuMb, report.path("largest_gpu_mb").asLong());
-      }
-      t.attemptOom = report;
-      t.oom = report;
+      gpuMemory.oomReported(t, body.path("oom"), peakSource);
     }
     if (body.hasNonNull("message")) {
       t.message = body.path("message").asText();

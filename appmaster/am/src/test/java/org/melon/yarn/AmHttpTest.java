@@ -44,7 +44,6 @@ import org.junit.jupiter.api.Test;
 
 import org.melon.yarn.Fixtures.Clock;
 import org.melon.yarn.Fixtures.FakeYarn;
-import org.melon.yarn.TaskBook.Task;
 
 /** The AM's HTTP API served in-process on 127.0.0.1 (no YARN): the happy path and every way to call it wrong. */
 class AmHttpTest {

@@ -16,7 +16,6 @@ import org.junit.jupiter.api.Test;
 
 import org.melon.yarn.Fixtures.Clock;
 import org.melon.yarn.Fixtures.FakeYarn;
-import org.melon.yarn.TaskBook.Task;
 
 /** {@code GET /status}'s container history of each task and the AM's decisions about tasks (the task log's source
  * when a task moves to a new container: after an OOM growth, a restart). */

@@ -19,7 +19,6 @@ import org.junit.jupiter.api.Test;
 import org.melon.yarn.Fixtures.Clock;
 import org.melon.yarn.Fixtures.FakeYarn;
 import org.melon.yarn.TaskBook.Reply;
-import org.melon.yarn.TaskBook.Task;
 
 /** Elastic roles: the gang and the registration barrier at the minimum, late members, lost members replaced away
  * from their node, the grace below the minimum, success with the members left. */

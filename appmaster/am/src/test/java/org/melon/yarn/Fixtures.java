@@ -24,8 +24,6 @@ import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
 
-import org.melon.yarn.TaskBook.Task;
-
 /** Plans, containers, a settable clock and a YARN that records what the book asks of it. */
 final class Fixtures {
   private Fixtures() {

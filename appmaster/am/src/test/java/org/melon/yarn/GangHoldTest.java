@@ -17,7 +17,6 @@ import org.junit.jupiter.api.Test;
 
 import org.melon.yarn.Fixtures.Clock;
 import org.melon.yarn.Fixtures.FakeYarn;
-import org.melon.yarn.TaskBook.Task;
 
 /** Gang formation, all or nothing: held containers, the hold's end, the backoff, the queue timeout. */
 class GangHoldTest {

@@ -28,7 +28,6 @@ import org.junit.jupiter.api.Test;
 import org.melon.yarn.Fixtures.Clock;
 import org.melon.yarn.Fixtures.FakeYarn;
 import org.melon.yarn.TaskBook.Reply;
-import org.melon.yarn.TaskBook.Task;
 
 /** The AM's state machine without a cluster: gang barrier, restart budgets, exit 75, untracked roles, outcome. */
 class TaskBookTest {
@@ -427,7 +426,7 @@ class TaskBookTest {
     exit(book, first, 75);
     assertEquals(List.of(), yarn.blacklist, "the host is the last one: never blacklisted");
     assertEquals(List.of("worker:0#1"), yarn.requests);
-    for (int i = 1; i <= TaskBook.MAX_NODE_REFUSALS; i++) {
+    for (int i = 1; i <= NodeAvoidance.MAX_NODE_REFUSALS; i++) {
       assertNull(book.allocated(Fixtures.container(w0, "localhost", 1111)), "refusal " + i);
       assertEquals(State.PENDING, w0.state);
       assertEquals(i, yarn.cancelled.size(), "its request withdrawn ...");
@@ -445,7 +444,7 @@ class TaskBookTest {
     Task w0 = book.task("worker", 0);
     exit(book, place(book, w0, "node-a"), 75);
     assertNull(book.allocated(Fixtures.container(w0, "node-a")));
-    clock.advance(TaskBook.AVOID_MS + 1);
+    clock.advance(NodeAvoidance.AVOID_MS + 1);
     assertSame(w0, book.allocated(Fixtures.container(w0, "node-a")));
   }
 
@@ -466,7 +465,7 @@ class TaskBookTest {
     Task w0 = book.task("worker", 0);
     exit(book, place(book, w0, "node-a"), 75);
     assertEquals(List.of("+node-a"), yarn.blacklist);
-    clock.advance(TaskBook.AVOID_MS);
+    clock.advance(NodeAvoidance.AVOID_MS);
     book.expireAvoidance();
     assertEquals(List.of("+node-a"), yarn.blacklist, "not before AVOID_MS has passed");
     clock.advance(1);
@@ -728,7 +727,7 @@ class TaskBookTest {
     String longLine = "x".repeat(300);
     oom(book, first, "{peak_mb: 1100, signature: '" + longLine + "'}");
     assertEquals(1024, w0.oom.path("cap_mb").asLong(), "filled from the task's expected memory");
-    assertEquals(TaskBook.OOM_SIGNATURE_MAX, w0.oom.path("signature").asText().length());
+    assertEquals(GpuMemory.OOM_SIGNATURE_MAX, w0.oom.path("signature").asText().length());
     assertEquals(1100L, w0.gpuMemoryPeakMb, "from the report");
     place(book, w0, "node-b");
     book.heartbeat(w0, json("{gpu_memory_peak_mb: 200}"));

@@ -37,7 +37,6 @@ import org.junit.jupiter.api.Test;
 
 import org.melon.yarn.Fixtures.Clock;
 import org.melon.yarn.Fixtures.FakeYarn;
-import org.melon.yarn.TaskBook.Task;
 
 /** The AM's /tensorboard/ reverse proxy, in-process: a tiny HTTP server plays TensorBoard. */
 class TensorBoardProxyTest {

@@ -9,9 +9,7 @@ import static org.melon.yarn.Fixtures.json;
 import static org.melon.yarn.Fixtures.plan;
 import static org.melon.yarn.Fixtures.place;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.net.Socket;
 import java.net.InetAddress;
