@@ -1,5 +1,7 @@
 package org.melon.yarn;
 
+import com.fasterxml.jackson.databind.JsonNode;
+
 /** A role from the plan plus its restart budget. */
 final class Role {
   String name;
@@ -27,6 +29,24 @@ final class Role {
   /** ... at most this many times per task (0: an OOM fails the application). Not the restart budget. */
   int oomMaxGrowths;
   int restartsUsed;
+
+  /** A role of the plan, which passed its schema check (every field there, within its bounds). */
+  Role(JsonNode r) {
+    name = r.path(PlanFields.ROLE_NAME).asText();
+    instances = r.path(PlanFields.ROLE_INSTANCES).asInt();
+    memoryMb = r.path(PlanFields.ROLE_MEMORY_MB).asInt();
+    vcores = r.path(PlanFields.ROLE_VCORES).asInt();
+    gpus = r.path(PlanFields.ROLE_GPUS).asInt();
+    gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt();
+    gpuContextMb = r.path(PlanFields.ROLE_GPU_CONTEXT_MB).asInt();
+    gpuSlotMb = r.path(PlanFields.ROLE_GPU_SLOT_MB).asInt();
+    restarts = r.path(PlanFields.ROLE_RESTARTS).asInt();
+    minInstances = Math.min(instances, r.path(PlanFields.ROLE_MIN_INSTANCES).asInt());
+    tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean();
+    optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean();
+    oomGrowth = r.path(PlanFields.ROLE_OOM_GROWTH).asDouble();
+    oomMaxGrowths = r.path(PlanFields.ROLE_OOM_MAX_GROWTHS).asInt();
+  }
 
   /** MeLoN's shared mode: the task states an expected GPU memory, which the executor caps it at. */
   boolean shared() {

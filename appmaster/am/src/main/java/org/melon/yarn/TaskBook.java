@@ -8,6 +8,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Random;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.function.Function;
@@ -22,11 +23,13 @@ import org.apache.hadoop.yarn.api.records.ContainerId;
 
 /**
  * The AM's bookkeeping and decisions (docs/protocol.md section 2), kept apart from the YARN clients so that they
- * can be tested without a cluster: the plan's tasks, the gang barrier and its timeout, per-role restart budgets,
- * exit 75 (no GPU fits on that node: retry elsewhere), exit 76 (out of GPU memory: ask again with more), success
- * and failure. What it decides to ask of YARN goes through {@link Yarn}. One lock: every method holds this object's
- * monitor, and the AM takes the same monitor ({@code synchronized (book)}) around its own steps that read or change
- * tasks.
+ * can be tested without a cluster: the plan's tasks and their containers, the gang barrier and its timeout,
+ * per-role restart budgets, exit 75 (no GPU fits on that node: retry elsewhere), exit 76 (out of GPU memory: ask
+ * again with more), success and failure. Its parts: {@link GangHold} (gang formation), {@link Elastic} (elastic
+ * roles' membership), {@link NodeAvoidance} (nodes a task left), {@link GpuMemory} (peaks and OOM growth). What it
+ * decides to ask of YARN goes through {@link Yarn}. One lock: every method holds this object's monitor (its parts
+ * are called under it), and the AM takes the same monitor ({@code synchronized (book)}) around its own steps that
+ * read or change tasks.
  */
 final class TaskBook {
 
@@ -114,32 +117,14 @@ final class TaskBook {
   private final Task outputTask;
   /** Why the application succeeds, once decided, while it waits for {@link #outputTask}. */
   private String succeededBy;
+  /** Since when the gang's registration is awaited ({@code register_timeout_s}): the AM's start, the whole gang
+   * granted (with the hold on), or the restart of a registered task that left the gang incomplete. */
   private long gangWaitSince;
+  /** Every task needed has registered (the cluster map is out). */
   private boolean gangComplete;
-  /** Gang formation, all or nothing ({@code gang_hold_s} in the plan; 0: off, each container starts as it comes).
-   * Granted containers are held unlaunched until every task has one; a gang still incomplete after the hold time
-   * gives every container back, withdraws its requests, and asks again after a random backoff (half to one and a
-   * half hold times), so two waiting gangs cannot deadlock and a waiting gang does not sit on part of the cluster.
-   * {@code register_timeout_s} counts from the moment the whole gang was granted; {@code queue_timeout_s} (0: none,
-   * like YARN) bounds the wait for it. */
-  private final long gangHoldMs;
-  private final long queueTimeoutMs;
   /** Elastic roles' membership ({@code min_instances}). */
   final Elastic elastic;
-  private final java.util.Random random;
-  private final long startedAt;
-  private boolean gangFormed;
-  /** When the first container of the current formation attempt was granted; -1: none held. */
-  private long holdingSince = -1;
-  /** Backing off (nothing held, nothing asked) until then; -1: not backing off. */
-  private long rerequestAt = -1;
-  /** When the current formation attempt asked (the first check after the AM's first asks, or asking again); -1: not
-   * asking. A gang granted nothing withdraws its asks after the hold time too: the scheduler grants nothing past the
-   * queue's headroom, and a FIFO queue stops at the first application whose ask does not fit it, so a gang asking for
-   * ever with nothing granted would stop every application behind it (their AMs too). */
-  private long askingSince = -1;
-  private int holdReleases;
-  private long longestHoldMs;
+  private final GangHold gang;
   private final NodeAvoidance avoidance;
   private final GpuMemory gpuMemory = new GpuMemory();
   private State state = State.RUNNING;
@@ -149,40 +134,27 @@ final class TaskBook {
   private long eventSeq;
 
   TaskBook(JsonNode plan, Yarn yarn, LongSupplier clock) {
-    this(plan, yarn, clock, new java.util.Random());
+    this(plan, yarn, clock, new Random());
   }
 
-  TaskBook(JsonNode plan, Yarn yarn, LongSupplier clock, java.util.Random random) {
+  TaskBook(JsonNode plan, Yarn yarn, LongSupplier clock, Random random) {
     this.yarn = yarn;
     this.clock = clock;
-    this.random = random;
     this.avoidance = new NodeAvoidance(yarn, tasks, clock);
     // The plan passed its schema check (PlanFields.violations): every field is there and within its bounds,
     // declared once in Python's spec.py.
     this.registerTimeoutMs = plan.path(PlanFields.REGISTER_TIMEOUT_S).asLong() * 1000L;
-    this.gangHoldMs = Math.round(plan.path(PlanFields.GANG_HOLD_S).asDouble() * 1000);
-    this.queueTimeoutMs = Math.round(plan.path(PlanFields.QUEUE_TIMEOUT_S).asDouble() * 1000);
+    this.gang = new GangHold(Math.round(plan.path(PlanFields.GANG_HOLD_S).asDouble() * 1000),
+        Math.round(plan.path(PlanFields.QUEUE_TIMEOUT_S).asDouble() * 1000), tasks, yarn, clock, random, t -> {
+          byContainer.remove(t.container.getId());
+          yarn.release(t);
+        });
     this.elastic = new Elastic(Math.round(plan.path(PlanFields.ELASTIC_GRACE_S).asDouble() * 1000));
     this.successRole = plan.path(PlanFields.SUCCESS_ROLE).isTextual() ? plan.path(PlanFields.SUCCESS_ROLE).asText() : null;
-    this.gangWaitSince = clock.getAsLong();
-    this.startedAt = gangWaitSince;
+    this.gangWaitSince = gang.startedAt;
     int number = 0;
     for (JsonNode r : plan.path(PlanFields.ROLES)) {
-      Role role = new Role();
-      role.name = r.path(PlanFields.ROLE_NAME).asText();
-      role.instances = r.path(PlanFields.ROLE_INSTANCES).asInt();
-      role.memoryMb = r.path(PlanFields.ROLE_MEMORY_MB).asInt();
-      role.vcores = r.path(PlanFields.ROLE_VCORES).asInt();
-      role.gpus = r.path(PlanFields.ROLE_GPUS).asInt();
-      role.gpuMemoryMb = r.path(PlanFields.ROLE_GPU_MEMORY_MB).asInt();
-      role.gpuContextMb = r.path(PlanFields.ROLE_GPU_CONTEXT_MB).asInt();
-      role.gpuSlotMb = r.path(PlanFields.ROLE_GPU_SLOT_MB).asInt();
-      role.restarts = r.path(PlanFields.ROLE_RESTARTS).asInt();
-      role.minInstances = Math.min(role.instances, r.path(PlanFields.ROLE_MIN_INSTANCES).asInt());
-      role.tracked = r.path(PlanFields.ROLE_TRACKED).asBoolean();
-      role.optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean();
-      role.oomGrowth = r.path(PlanFields.ROLE_OOM_GROWTH).asDouble();
-      role.oomMaxGrowths = r.path(PlanFields.ROLE_OOM_MAX_GROWTHS).asInt();
+      Role role = new Role(r);
       for (int i = 0; i < role.instances; i++) {
         tasks.add(new Task(role, i, number++, gangWaitSince));
       }
@@ -227,7 +199,7 @@ final class TaskBook {
   synchronized Task allocated(Container c) {
     long id = c.getAllocationRequestId();
     Task t = id >= 0 && id < tasks.size() ? tasks.get((int) id) : null;
-    if (t == null || t.state != State.PENDING || !running() || rerequestAt >= 0) {
+    if (t == null || t.state != State.PENDING || !running() || gang.backingOff()) {
       return null;  // nothing waits for it, or the gang is backing off (a grant for a withdrawn request)
     }
     if (avoidance.refuses(t, c.getNodeId().toString())) {
@@ -251,22 +223,14 @@ final class TaskBook {
    * (and {@code register_timeout_s} starts counting).
    */
   synchronized List<Task> granted(Task t) {
-    List<Task> out = new ArrayList<>();
-    if (gangFormed || gangHoldMs <= 0) {
-      out.add(t);
-    } else {
-      if (holdingSince < 0) {
-        holdingSince = now();
-      }
-      if (Elastic.enough(tasks, x -> x.container != null && x.state == State.ALLOCATED)) {
-        gangFormed = true;
+    List<Task> out;
+    if (gang.forming()) {
+      out = gang.granted();
+      if (gang.formed) {
         gangWaitSince = now();
-        longestHoldMs = Math.max(longestHoldMs, now() - holdingSince);
-        MelonApplicationMaster.log("gang granted whole: " + tasks.size() + " containers after "
-            + (now() - startedAt) / 1000 + " s (" + holdReleases + " hold(s) given back); starting them");
-        holdingSince = -1;
-        tasks.stream().filter(x -> x.container != null && !x.launched).forEach(out::add);
       }
+    } else {
+      out = Collections.singletonList(t);
     }
     for (Task x : out) {
       x.launched = true;
@@ -276,80 +240,19 @@ final class TaskBook {
     return out;
   }
 
-  /** Gang formation's clock (the AM calls this every 500 ms): the queue timeout, the end of a hold (give every
-   * container back, withdraw the requests, back off), the end of a backoff (ask again). */
+  /** Gang formation's clock (the AM calls this every 500 ms): see {@link GangHold#check}. */
   synchronized void checkGangHold() {
-    if (!running() || gangFormed || gangHoldMs <= 0) {
-      return;
-    }
-    long now = now();
-    if (queueTimeoutMs > 0 && now - startedAt > queueTimeoutMs) {
-      finish(State.FAILED, "the gang was not granted within queue_timeout_s (" + queueTimeoutMs / 1000 + " s): "
-          + gangMessage());
-      return;
-    }
-    if (rerequestAt >= 0) {
-      if (now >= rerequestAt) {
-        rerequestAt = -1;
-        askingSince = now;
-        MelonApplicationMaster.log("gang: asking again for all " + tasks.size() + " containers");
-        for (Task t : tasks) {
-          if (t.state == State.PENDING) {
-            yarn.request(t);
-          }
-        }
-      }
-      return;
-    }
-    if (askingSince < 0) {
-      askingSince = now;
-    }
-    long since = holdingSince >= 0 ? holdingSince : askingSince;  // a hold counts from its first grant
-    if (now - since < gangHoldMs) {
-      return;
-    }
-    long held = now - since;
-    int granted = grantedCount();
-    for (Task t : tasks) {
-      if (t.container != null && !t.launched) {
-        byContainer.remove(t.container.getId());
-        yarn.release(t);
-        t.container = null;
-        t.nodeHost = null;
-        t.host = null;
-        t.state = State.PENDING;
-        t.updated = now;
-      } else if (t.state == State.PENDING) {
-        yarn.cancel(t);
+    if (running() && gang.forming()) {
+      String failed = gang.check();
+      if (failed != null) {
+        finish(State.FAILED, failed);
       }
     }
-    holdReleases++;
-    longestHoldMs = Math.max(longestHoldMs, granted > 0 ? held : 0);
-    holdingSince = -1;
-    askingSince = -1;
-    long backoff = gangHoldMs / 2 + (long) (random.nextDouble() * gangHoldMs);
-    rerequestAt = now + backoff;
-    MelonApplicationMaster.log("gang incomplete after holding " + granted + " of " + tasks.size()
-        + " containers for " + held / 1000.0 + " s: gave them back, asking again in " + backoff / 1000.0
-        + " s (hold " + holdReleases + ")");
-  }
-
-  private int grantedCount() {
-    return (int) tasks.stream().filter(x -> x.container != null).count();
   }
 
   /** Where gang formation stands, for people (status, diagnostics). */
   synchronized String gangMessage() {
-    if (gangFormed || gangHoldMs <= 0) {
-      return gangFormed ? "gang granted" : "gang hold off";
-    }
-    String head = "waiting for the gang: " + grantedCount() + " of " + tasks.size() + " containers granted";
-    if (rerequestAt >= 0) {
-      return head + ", backing off after " + holdReleases + " hold(s) given back; asking again in "
-          + Math.max(0, rerequestAt - now()) / 1000 + " s";
-    }
-    return head + (holdingSince >= 0 ? ", held for " + (now() - holdingSince) / 1000 + " of " + gangHoldMs / 1000
-        + " s" : "") + (holdReleases > 0 ? " (" + holdReleases + " hold(s) given back so far)" : "");
+    return gang.message();
   }
 
   // ---------------------------------------------------------------- container history and decisions
@@ -413,17 +316,7 @@ final class TaskBook {
 
   /** Gang formation for {@code GET /status}. */
   synchronized Map<String, Object> gangStatus() {
-    Map<String, Object> out = new LinkedHashMap<>();
-    out.put("hold_s", gangHoldMs / 1000.0);
-    out.put("formed", gangFormed);
-    out.put("granted", grantedCount());
-    out.put("asked", tasks.size());
-    out.put("holds_released", holdReleases);
-    out.put("longest_hold_s", longestHoldMs / 1000.0);
-    out.put("waiting_s", (gangFormed ? gangWaitSince - startedAt : now() - startedAt) / 1000.0);
-    out.put("asking_again_in_s", rerequestAt >= 0 ? Math.max(0, rerequestAt - now()) / 1000.0 : null);
-    out.put("message", gangMessage());
-    return out;
+    return gang.status(gangWaitSince);
   }
 
   synchronized void started(ContainerId id) {
@@ -826,7 +719,7 @@ final class TaskBook {
   /** Fail the application if the gang has not registered within {@code register_timeout_s} (the AM calls this
    * every 500 ms); a task that already exited 0 is not missing. */
   synchronized void checkGangTimeout() {
-    if (!running() || gangComplete || (gangHoldMs > 0 && !gangFormed)) {
+    if (!running() || gangComplete || gang.forming()) {
       return;  // still forming: the wait for resources is the queue timeout's, not the registration's
     }
     if (now() - gangWaitSince > registerTimeoutMs) {
