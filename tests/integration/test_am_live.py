@@ -230,7 +230,8 @@ def test_status_carries_what_the_ui_draws(jobs, melon_hook):
     [task] = status["tasks"]
     assert status["labels"] == labels
     assert task["node_id"] in {n["id"] for n in melon_hook.yarn.nodes()}
-    assert (task["gpu_memory_mb"], task["expected_gpu_memory_mb"], task["gpus"], task["mps"]) == (3072, 3072, 0, False)
+    # reserved: its slot, a quarter of the 16 GiB GPU, above the 3 GiB it expects
+    assert (task["gpu_memory_mb"], task["expected_gpu_memory_mb"], task["gpus"], task["mps"]) == (4096, 3072, 0, False)
     assert task["gpu_memory_used_mb"] is None  # no NVML here
     steps = [point[1] for point in task["history"]]
     assert steps == sorted(set(steps)) and steps[0] >= 1  # one point per new step, in order
