@@ -549,3 +549,21 @@ def test_a_slot_divides_the_memory_left_for_tasks_so_the_drivers_own_keeps_no_sl
     assert led.reserve("s5", os.getpid(), 3232, devs) is None
     assert {r["held_mb"] for r in led.entries()} == {(143771 - 618) // 4}
     assert ledger.driver_mb(DeviceInfo(0, "v", "v", 16384, 500)) == 0  # no per-process list: not told apart
+
+
+def test_a_neighbour_is_a_culprit_past_its_need_even_within_its_slot(led):
+    """overrun measures a neighbour against its need (expected_mb), not its slot: a task expecting 2000 MiB holds
+    4096 of a 16 GiB GPU, and using 3000 MiB it is named, though 3000 < 4096."""
+    neighbour = sleeper()
+    try:
+        devs = gpus(16384)
+        assert led.reserve("neighbour", neighbour.pid, 2000, devs) == 0
+        assert led.reserve("victim", os.getpid(), 2000, devs) == 0
+        assert {r["held_mb"] for r in led.entries()} == {4096}
+        seen = DeviceInfo(0, "virtual-0", "virtual", 16384, 3500, processes=((neighbour.pid, 3000), (os.getpid(), 500)))
+        got = ledger.overrun(seen, led.entries(), "victim")
+        assert got is not None and got["excess_mb"] == 1000, got
+        assert got["culprit"] == f"task neighbour (pid {neighbour.pid}) uses 3000 MiB of its 2000 MiB reservation"
+    finally:
+        neighbour.kill()
+        neighbour.wait()
