@@ -49,7 +49,7 @@ class RegisterBody(_Address, total=False):
 
     host: str
     gpu: Optional[str]  # the GPU indices it holds ("0", "0,1"); None without a GPU
-    gpu_memory_mb: MiB  # reserved on the ledger (CUDA context included)
+    gpu_memory_mb: MiB  # what the ledger holds for it (shared mode: its slot, the CUDA context included)
     pid: int
     mps: bool
     container_id: str  # "" outside YARN; the AM refuses (409) a container that is no longer the task's
