@@ -3,11 +3,14 @@
     python benchmarks/bench_gpu.py benchmarks/results/bench_gpu-<gpu>.json
 
 Measures, on GPU 0, side by side in one run:
-1. k = 1, 2, 4, 8 copies of a small training job (ResNet-18, 32x32, batch 128, fp32, synthetic data) launched
-   (a) raw and (b) the MeLoN way — a ledger reservation (``gpu.ledger``, best fit by expected memory) and the
-   in-process memory cap (``runtime.framework.memory_cap_env``, the ``sitecustomize`` the executor injects) —
-   without MPS, then with the MPS control daemon. Target: (b) ≥ 95 % of (a)'s aggregate samples/s in each mode.
-2. ResNet-50 (224, b64, bf16) + 3 × ResNet-18 under MPS through (b): the big job keeps ≥ 0.9 of its solo speed.
+1. k = 1, 2, 4 copies of a small training job (ResNet-18, 32x32, batch 128, fp32, synthetic data) launched
+   (a) raw and (b) the MeLoN way — a ledger reservation (``gpu.ledger``: each holds its slot, a quarter of the GPU)
+   and the in-process memory cap (``runtime.framework.memory_cap_env``, the ``sitecustomize`` the executor
+   injects) — without MPS, then with the MPS control daemon. Target: (b) ≥ 95 % of (a)'s aggregate samples/s in
+   each mode. k = 8 runs raw only, beside them: the ledger holds no fifth small task on a GPU (``policy.slot_mb``),
+   and the raw figure shows what that gives up.
+2. ResNet-50 (224, b64, bf16) + 2 × ResNet-18 under MPS through (b), the most the slots hold beside a large task
+   (half + two quarters): the big job keeps ≥ 0.9 of its solo speed.
 3. The profiler (``gpu.profiler.profile_command``) on one ResNet-18 copy: its measured peak within 10 % of the
    NVML peak seen during the raw k=1 run.
 The executor's other work (HTTP registration, heartbeats) is off the GPU and not measured here; the launch path is
@@ -145,14 +148,16 @@ def main(outfile: str) -> int:
         try:
             for k in (1, 2, 4, 8):
                 raw = record(launch(["r18"] * k, False, f"{mode}-raw-k{k}", ledger_dir))
+                if k > 4:  # beyond the slots: raw only (see the docstring)
+                    continue
                 ours = record(launch(["r18"] * k, True, f"{mode}-melon-k{k}", ledger_dir))
                 ratio = ours["aggregate"] / raw["aggregate"] if raw["aggregate"] else 0.0
                 results["checks"][f"{mode} k={k} melon/raw"] = {"ratio": ratio, "pass": ratio >= 0.95}
             if mode == "mps":
                 solo = record(launch(["r50"], True, "mps-r50-solo", ledger_dir))
-                mix = record(launch(["r50", "r18", "r18", "r18"], True, "mps-r50+3r18", ledger_dir))
+                mix = record(launch(["r50", "r18", "r18"], True, "mps-r50+2r18", ledger_dir))
                 keep = mix["per_process"][0]["samples_per_s"] / solo["per_process"][0]["samples_per_s"]
-                results["checks"]["mps r50 beside 3 r18 keeps"] = {"ratio": keep, "pass": keep >= 0.9}
+                results["checks"]["mps r50 beside 2 r18 keeps"] = {"ratio": keep, "pass": keep >= 0.9}
         finally:
             if mode == "mps":
                 mps(False)

@@ -99,8 +99,11 @@ ANONYMOUS_REF = dict.fromkeys(
 
 def _task_ref(app: dict, task: dict, ti: Optional[dict], visible: bool) -> dict:
     """One task on a GPU; ``visible`` False (the viewer may not see the app's DAG): only the memory it holds."""
+    expected = integer(task.get("expected_gpu_memory_mb")) or integer(task.get("gpu_memory_mb")) or 0
     amounts = {
-        "expected_mb": integer(task.get("expected_gpu_memory_mb")) or integer(task.get("gpu_memory_mb")) or 0,
+        "expected_mb": expected,
+        # what it registered: what the node's ledger holds for it (its slot), not less than it expects
+        "held_mb": max(integer(task.get("gpu_memory_mb")) or 0, expected),
         "used_mb": integer(task.get("gpu_memory_used_mb")),
         "exclusive_gpus": integer(task.get("gpus")) or 0,
     }
@@ -172,7 +175,7 @@ def gpu_view(
         gpus: list[dict[str, Any]] = []
         for i in range(count if count else (1 if memory else 0)):
             tasks = placed.get((node_id, i), [])
-            reserved = sum(per_gpu if t["exclusive_gpus"] else t["expected_mb"] for t in tasks)
+            reserved = sum(per_gpu if t["exclusive_gpus"] else t["held_mb"] for t in tasks)
             used_values = [t["used_mb"] for t in tasks if t["used_mb"] is not None]
             gpus.append(
                 {

@@ -53,7 +53,9 @@ LABELS = {
 }
 
 
-def task(role, index, gpu, node_id, expected=6144, used=None, state="REGISTERED", gpus=0, mps=False, history=()):
+def task(
+    role, index, gpu, node_id, expected=6144, used=None, state="REGISTERED", gpus=0, mps=False, history=(), held=None
+):
     return {
         "role": role,
         "index": index,
@@ -61,7 +63,7 @@ def task(role, index, gpu, node_id, expected=6144, used=None, state="REGISTERED"
         "gpu": gpu,
         "node_id": node_id,
         "host": "nm1",
-        "gpu_memory_mb": expected,
+        "gpu_memory_mb": expected if held is None else held,  # what it registered: what the ledger holds
         "expected_gpu_memory_mb": expected,
         "gpu_memory_used_mb": used,
         "gpus": gpus,
@@ -96,6 +98,17 @@ def test_gpu_view_places_tasks_on_their_node_and_gpu():
     ref = gpu1["tasks"][0]
     assert ref["ti_url"] == "dags/melon_hpo_fanout/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00/tasks/trial/mapped/0"
     assert view["totals"] == {"nodes": 2, "gpus": 4, "gpu_memory_mb": 65536, "reserved_mb": 12288, "tasks_on_gpus": 2}
+
+
+def test_a_gpu_counts_the_slots_its_tasks_hold_not_what_they_expect():
+    # two small tasks expecting 1 GiB each hold a quarter of the 16 GiB GPU (the ledger's slot, registered)
+    status = {
+        "labels": {},
+        "tasks": [task("worker", i, "0", "localhost:1", expected=1024, held=4096) for i in range(2)],
+    }
+    [n] = views.gpu_view([node("localhost:1")], [APP], {APP["id"]: status})["nodes"]
+    assert (n["gpus"][0]["reserved_mb"], n["gpus"][0]["free_mb"]) == (8192, 8192)
+    assert [t["expected_mb"] for t in n["gpus"][0]["tasks"]] == [1024, 1024]
 
 
 def test_an_exclusive_task_fills_its_gpus():
@@ -291,6 +304,7 @@ def test_gpu_view_survives_strings_where_numbers_go_and_hides_what_the_viewer_ma
         "app_name": None,
         "user": None,
         "expected_mb": 6144,
+        "held_mb": 6144,
         "used_mb": 100,
         "exclusive_gpus": 0,
         "dag_id": None,

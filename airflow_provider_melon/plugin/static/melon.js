@@ -44,7 +44,7 @@
 
   function gpuRow(node, gpu) {
     const segs = gpu.tasks.map((t, i) => {
-      const mb = t.exclusive_gpus ? gpu.total_mb : t.expected_mb;
+      const mb = t.exclusive_gpus ? gpu.total_mb : (t.held_mb ?? t.expected_mb);  // what the ledger holds for it
       return {t, mb, color: t.anonymous ? ANON : appColor(t.app_id)};
     });
     let left = 0;
