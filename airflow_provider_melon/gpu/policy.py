@@ -50,6 +50,7 @@ __all__ = [
     "max_colocated",
     "slot_mb",
     "slot_share",
+    "ask_mb",
     "node_kinds",
     "gpu_fragmentation",
     "place_default",
@@ -719,6 +720,14 @@ def slot_mb(expected_mb: int, gpu_mb: int, *, large: bool, rates: Rates = ANCHOR
     if expected_mb < 0 or gpu_mb <= 0:
         raise ValueError(f"expected_mb must be >= 0 and gpu_mb > 0, got {expected_mb} and {gpu_mb}")
     return max(int(expected_mb), int(gpu_mb) // max_colocated(large, rates))
+
+
+def ask_mb(need_mb: int, largest_gpu_mb: Optional[int], *, large: bool) -> int:
+    """What a task that shares a GPU asks YARN for (``melon.io/gpu-memory``): its need (expected memory plus the
+    CUDA context reserve) raised to its :func:`slot_mb` on the cluster's largest GPU -- the AM's
+    ``max(expected + context, gpu_slot_mb)``, since ``slot_mb(e + c, G) == max(e + c, slot_mb(e, G))``; the need
+    alone when the cluster's GPUs are unknown (``largest_gpu_mb`` None or 0)."""
+    return slot_mb(need_mb, largest_gpu_mb, large=large) if largest_gpu_mb else int(need_mb)
 
 
 def slot_share(large: bool, rates: Rates = ANCHOR_RATES) -> str:

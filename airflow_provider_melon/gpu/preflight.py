@@ -128,7 +128,7 @@ def node_gpus(node: Mapping[str, Any]) -> Optional[NodeGpus]:
     )
 
 
-def _role_numbers(role: Any) -> tuple[int, int, int]:
+def role_numbers(role: Any) -> tuple[int, int, int]:
     """``(instances, gpus, gpu_memory_mb)`` of a RoleSpec or a plain dict (sizes in dicts are MiB)."""
     if isinstance(role, Mapping):
         instances = int(as_number(role.get("instances", 1))) or 1
@@ -140,7 +140,7 @@ def _role_numbers(role: Any) -> tuple[int, int, int]:
     return int(role.instances), int(role.gpus or 0), int(role.gpu_memory_mb)
 
 
-def _role_large(role: Any) -> bool:
+def role_large(role: Any) -> bool:
     """Whether a RoleSpec or a plain dict says ``large`` (its slot is then half a GPU, not a quarter)."""
     return bool(role.get("large", False) if isinstance(role, Mapping) else getattr(role, "large", False))
 
@@ -158,16 +158,14 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_
     shared task reserves on its GPU besides its expected memory (the CUDA context, ``[melon] gpu_context_mb``)."""
     usable = [g for g in (node_gpus(n) for n in nodes) if g is not None]
     report = Report(checked=bool(usable), nodes=usable)
-    numbers = {name: (*_role_numbers(role), _role_large(role)) for name, role in roles.items()}
+    numbers = {name: (*role_numbers(role), role_large(role)) for name, role in roles.items()}
     numbers = {name: (i, g, m + context_mb if m > 0 else 0, lg) for name, (i, g, m, lg) in numbers.items()}
     excl = {name: (i, g) for name, (i, g, _, _) in numbers.items() if g > 0}
     shared = {name: (i, m, lg) for name, (i, _, m, lg) in numbers.items() if m > 0}
     excl_gpus = sum(i * g for i, g in excl.values())
     largest = report.largest_gpu_mb
     # what YARN is asked for per shared task: its slot against the cluster's largest GPU (submission.gpu_slot_mb)
-    ask = {
-        name: policy.slot_mb(m, int(largest), large=lg) if largest >= 1 else m for name, (_, m, lg) in shared.items()
-    }
+    ask = {name: policy.ask_mb(m, int(largest), large=lg) for name, (_, m, lg) in shared.items()}
     shared_mb = sum(i * ask[name] for name, (i, _, _) in shared.items())
     report.demand = {
         "exclusive_gpus": excl_gpus,

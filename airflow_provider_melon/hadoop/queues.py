@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from airflow_provider_melon.gpu.preflight import GPU_MEMORY_RESOURCE, GPU_RESOURCE, _role_numbers, as_number
+from airflow_provider_melon.gpu import policy
+from airflow_provider_melon.gpu.preflight import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_number, role_large, role_numbers
 from airflow_provider_melon.hadoop.rm_json import as_dict, as_list, parse_resource
 
 __all__ = ["AM_RESOURCE", "QueueError", "QueueReport", "leaf_queues", "check", "ensure_queue_fits", "user_limit"]
@@ -96,11 +97,20 @@ _UNITS = {
 }
 
 
-def _containers(roles: Mapping[str, Any], am: Mapping[str, int]) -> list[dict[str, float]]:
+def _gpu_memory_ask(role: Any, context_mb: int, largest_gpu_mb: Optional[int]) -> int:
+    """The ``melon.io/gpu-memory`` each task of ``role`` asks YARN for (``policy.ask_mb``); 0 without GPU memory."""
+    _, _, gpu_mb = role_numbers(role)
+    return policy.ask_mb(gpu_mb + context_mb, largest_gpu_mb, large=role_large(role)) if gpu_mb > 0 else 0
+
+
+def _containers(
+    roles: Mapping[str, Any], am: Mapping[str, int], context_mb: int, largest_gpu_mb: Optional[int]
+) -> list[dict[str, float]]:
     """One resource dict per container of the gang, the AM first (role dicts: sizes in MiB)."""
     out: list[dict[str, float]] = [dict(am)]
     for role in roles.values():
-        instances, gpus, gpu_mb = _role_numbers(role)
+        instances, gpus, _ = role_numbers(role)
+        gpu_mb = _gpu_memory_ask(role, context_mb, largest_gpu_mb)
         if isinstance(role, Mapping):
             memory, vcores = as_number(role.get("memory_mb", role.get("memory", 0))), as_number(role.get("vcores", 1))
         else:
@@ -139,13 +149,17 @@ def check(
     user: Optional[str] = None,
     am: Mapping[str, int] = AM_RESOURCE,
     context_mb: int = 0,
+    largest_gpu_mb: Optional[int] = None,
 ) -> QueueReport:
     """Check ``queue`` and the roles' demand against the scheduler (module docstring). ``user``: who the job runs as
     (for the messages); ``am``: the AM container's resources; ``context_mb``: what each shared task asks of
-    melon.io/gpu-memory besides its expected memory (the CUDA context)."""
+    melon.io/gpu-memory besides its expected memory (the CUDA context); ``largest_gpu_mb``: the cluster's largest
+    GPU, against which a shared task's slot is asked for (None: unknown, the need alone)."""
     report = QueueReport(queue=queue)
-    numbers = {name: _role_numbers(role) for name, role in roles.items()}
-    numbers = {name: (i, g, m + context_mb if m > 0 else 0) for name, (i, g, m) in numbers.items()}
+    numbers = {}
+    for name, role in roles.items():
+        instances, gpus, _ = role_numbers(role)
+        numbers[name] = (instances, gpus, _gpu_memory_ask(role, context_mb, largest_gpu_mb))
     report.demand = {
         GPU_RESOURCE: sum(i * g for i, g, _ in numbers.values()),
         GPU_MEMORY_RESOURCE: sum(i * m for i, _, m in numbers.values()),
@@ -182,12 +196,16 @@ def check(
                     "smaller tasks, or ask the admin to raise the queue's maximum-capacity"
                 )
     if not report.problems:
-        _check_user_limit(report, info, roles, user, am)
+        _check_user_limit(report, info, _containers(roles, am, context_mb, largest_gpu_mb), user, am)
     return report
 
 
 def _check_user_limit(
-    report: QueueReport, info: Mapping[str, Any], roles: Mapping[str, Any], user: Optional[str], am: Mapping[str, int]
+    report: QueueReport,
+    info: Mapping[str, Any],
+    containers: list[dict[str, float]],
+    user: Optional[str],
+    am: Mapping[str, int],
 ) -> None:
     who = f"user {user}" if user else "one user"
     path = str(info.get("queuePath") or f"root.{report.queue}")
@@ -203,7 +221,6 @@ def _check_user_limit(
     if limit is None:
         return
     report.user_limit = limit
-    containers = _containers(roles, am)
     factor = as_number(info.get("userLimitFactor"))
     for resource, unit in _UNITS.items():
         total = sum(c.get(resource, 0) for c in containers)
@@ -232,9 +249,10 @@ def ensure_queue_fits(
     user: Optional[str] = None,
     am: Mapping[str, int] = AM_RESOURCE,
     context_mb: int = 0,
+    largest_gpu_mb: Optional[int] = None,
 ) -> QueueReport:
     """:func:`check`, raising :class:`QueueError` with the report's message when it found a problem."""
-    report = check(scheduler, queue, roles, user=user, am=am, context_mb=context_mb)
+    report = check(scheduler, queue, roles, user=user, am=am, context_mb=context_mb, largest_gpu_mb=largest_gpu_mb)
     if not report.ok:
         raise QueueError(report.message)
     return report

@@ -435,7 +435,9 @@ class MelonHook:
     def submit(self, spec: JobSpec, tags: Optional[list[str]] = None, labels: Optional[dict] = None) -> dict:
         """Stage, write the plan, submit. Returns ``{app_id, tracking_url, staging: StagingReport}``.
         ``labels`` go into the plan and come back in the AM's status (the operator passes its task instance)."""
-        self.check_queue(spec)
+        # a shared task asks YARN for its slot on the cluster's largest GPU (policy.ask_mb)
+        largest = self.largest_gpu_mb() if any(r.gpu_memory_mb for r in spec.roles.values()) else None
+        self.check_queue(spec, largest)
         self.check_outputs(spec)
         report = self.stage(spec)
         files = report.files
@@ -452,7 +454,7 @@ class MelonHook:
             env_archive_visibility="APPLICATION" if env and self.in_staging_dir(env.url) else "PUBLIC",
             default_python=self.default_python,
             gpu_context_mb=self.gpu_context_mb,
-            largest_gpu_mb=self.largest_gpu_mb() if any(r.gpu_memory_mb for r in spec.roles.values()) else None,
+            largest_gpu_mb=largest,
             container_env=self.container_env,
             labels=labels,
             webhdfs_url=self._webhdfs_url() if spec.outputs else None,
@@ -498,7 +500,7 @@ class MelonHook:
         creds = context["am-container-spec"].setdefault("credentials", {})  # keeps the AM secret's "secrets"
         creds["tokens"] = delegation.credentials({delegation.HDFS_TOKEN_ALIAS: token})["tokens"]
 
-    def check_queue(self, spec: JobSpec) -> Optional[_queues.QueueReport]:
+    def check_queue(self, spec: JobSpec, largest_gpu_mb: Optional[int] = None) -> Optional[_queues.QueueReport]:
         """Before anything is staged: the job's queue exists, runs, and its maximum and this user's limit in it can
         hold the whole gang (:mod:`airflow_provider_melon.hadoop.queues`); raises :class:`~airflow_provider_melon.hadoop.queues.QueueError`.
         Being the first RM call, it also fails a user the cluster refuses to let us act for (403, with the fix).
@@ -511,7 +513,12 @@ class MelonHook:
             log.warning("queue check skipped: could not read the scheduler: %s", exc)
             return None
         report = _queues.ensure_queue_fits(
-            scheduler, spec.queue, spec.roles, user=self.user, context_mb=self.gpu_context_mb
+            scheduler,
+            spec.queue,
+            spec.roles,
+            user=self.user,
+            context_mb=self.gpu_context_mb,
+            largest_gpu_mb=largest_gpu_mb,
         )
         log.info("%s: %s", spec.name, report.message)
         return report
@@ -568,12 +575,15 @@ class MelonHook:
 
     def largest_gpu_mb(self) -> Optional[int]:
         """The memory of the cluster's largest GPU (the RM's RUNNING nodes, as pre-flight reads them), None when the
-        RM cannot say (not reachable, no node advertising GPU memory): the learned figure is then not capped."""
+        RM cannot say (not reachable, no node advertising GPU memory): the learned figure is then not capped, and a
+        shared task asks YARN for its need alone, not its slot."""
         try:
             largest = _preflight.check(self.yarn.nodes(), {}).largest_gpu_mb
         except Exception as exc:  # noqa: BLE001 - the cap is a bound, not a condition of submitting
             log.warning(
-                "the cluster's largest GPU is unknown (nodes not read: %s): the learned GPU memory is not capped", exc
+                "the cluster's largest GPU is unknown (nodes not read: %s): the learned GPU memory is not capped, "
+                "and shared tasks ask YARN for their expected memory, not their slot",
+                exc,
             )
             return None
         return int(largest) or None

@@ -85,6 +85,16 @@ def test_a_gang_above_the_queue_maximum_can_never_run():
     assert queues.check(SCHEDULER, "tenant_b", _roles(2, gpus=1)).ok
 
 
+def test_the_queue_is_asked_for_each_shared_task_s_slot():
+    # 8 tasks x 1 GiB (+ 512 for the CUDA context) on 16 GiB GPUs: YARN is asked for a quarter of a GPU each, 8 x
+    # 4096, which tenant_b's 32768 MiB holds; a ninth task would not fit, though 9 x 1536 would
+    assert queues.check(SCHEDULER, "tenant_b", _roles(8, gpu_memory=1024), context_mb=512, largest_gpu_mb=16384).ok
+    report = queues.check(SCHEDULER, "tenant_b", _roles(9, gpu_memory=1024), context_mb=512, largest_gpu_mb=16384)
+    assert "36864 MiB of GPU memory" in report.message, report.message
+    # the cluster's GPUs unknown: no slot, the need alone
+    assert queues.check(SCHEDULER, "tenant_b", _roles(9, gpu_memory=1024), context_mb=512).ok
+
+
 def test_a_job_above_the_headroom_but_within_the_maximum_waits():
     report = queues.check(SCHEDULER, "tenant_a", _roles(1, gpus=1))
     assert report.ok and report.waits and report.headroom("yarn.io/gpu") == 0
