@@ -134,7 +134,7 @@ print(a["state"], a["finalStatus"], json.dumps(a.get("diagnostics", "")))')
 
 # role NAME INSTANCES GPUS GPU_MEMORY_MB RESTARTS TRACKED: a whole plan role (the AM refuses a plan that breaks its schema)
 ROLE='{"name": "%s", "instances": %d, "memory_mb": 256, "vcores": 1, "gpus": %d, "gpu_memory_mb": %d, "restarts": %d,
- "tracked": %s, "min_instances": %d, "optional": false, "oom_growth": 1.5, "oom_max_growths": 0, "gpu_context_mb": 0}'
+ "tracked": %s, "min_instances": %d, "optional": false, "oom_growth": 1.5, "oom_max_growths": 0, "gpu_context_mb": 0, "gpu_slot_mb": 0}'
 role() { printf "$ROLE" "$@" "$2"; }
 
 echo "== 1. gang of chief + 2 workers (GPU requests), success_role=chief -> SUCCEEDED"
@@ -153,8 +153,8 @@ echo "== 4. tasks never register -> gang timeout"
 APP=$(submit gang "sleep 60" chief "[$(role chief 1 0 0 0 true)]" '{}' 5)
 wait_app "$APP" FAILED "gang registration timed out: missing chief:0"
 
-echo "== 5. exit 75 (no GPU fits) is retried 3 times outside the restart budget, then fails; untracked ps ignored"
-APP=$(submit nofit "python3 smoke_task.py" chief "[$(role chief 1 0 0 0 true), $(role ps 1 0 0 0 false)]" \
+echo "== 5. exit 75 (no GPU fits) is retried 3 times outside the restart budget, then fails; optional untracked ps ignored"
+APP=$(submit nofit "python3 smoke_task.py" chief "[$(role chief 1 0 0 0 true), $(role ps 1 0 0 0 false | sed "s/\"optional\": false/\"optional\": true/")]" \
   '{"SMOKE_EXIT": "75"}' 60)
 wait_app "$APP" FAILED "task chief:0 on localhost exited 75"
 
