@@ -7,9 +7,9 @@ splits (c)'s gap to (d) into what online arrival-order scheduling loses and what
 variant printed for comparison. Speeds come from benchmarks/data (see benchmarks/simulator.py); the targets from the
 issue are checked against what the simulation produces (PASS/FAIL), nothing is hard-coded.
 
-(cD) is the candidate that needs duration estimates: the queue longest-estimated-first (``policy.longest_first``),
+(cD) is the candidate that needs duration estimates: the queue longest-estimated-first (``candidates.longest_first``),
 two large jobs may share a GPU when that is fair (never beside a small: not measured), and a job whose estimated
-work reaches half the backlog's even share per GPU is kept alone (``policy.critical_tasks``). Its estimates are the
+work reaches half the backlog's even share per GPU is kept alone (``candidates.critical_tasks``). Its estimates are the
 true durations off by a lognormal factor (``EST_SIGMA`` 0.3), what a history of earlier runs could give; the
 product does not record durations. The run ends with one ``PARETO`` line per trace for the default (D), (c) and (cD) (makespan <= (g)'s with worst running slowdown <= 2, plus the online gap to the bound
 under that policy's own rules and the speedup over exclusive), then a sensitivity table: every job's expected

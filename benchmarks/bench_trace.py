@@ -16,12 +16,12 @@ node's GPU memory (by GPU model), the way MeLoN reserves it; other GPU tasks tak
 Rules compared:
   * ``exclusive``  YARN's ``yarn.io/gpu``: every GPU task takes whole GPUs (a sharing task one), first fit by node.
   * ``best fit``   the ledger's former rule cluster-wide: the GPU with the least memory left that still fits
-                   (``policy.best_fit`` on the chosen node; whole-GPU tasks: the node with the fewest idle GPUs
+                   (``candidates.best_fit`` on the chosen node; whole-GPU tasks: the node with the fewest idle GPUs
                    left that fits), lowest node index on ties.
   * ``FGD-style``  the paper's rule: the node and GPU that grow the expected fragmentation least, FGD's measure
-                   (``policy.node_fragmentation``) over the trace's most common task kinds covering 95 % of tasks
+                   (``candidates.node_fragmentation``) over the trace's most common task kinds covering 95 % of tasks
                    (the simulator's "typical pods"), lowest node index on ties.
-  * ``least_fragmenting``  ``policy.least_fragmenting`` for node and GPU: the same measure over every task kind of
+  * ``least_fragmenting``  ``candidates.least_fragmenting`` for node and GPU: the same measure over every task kind of
                    the trace, ties to best fit (least GPU left, then the most of the node's free CPU and memory used).
   * ``default``    the node as ``least_fragmenting`` chooses it (a cluster scheduler's choice: YARN's
                    CapacityScheduler does not make it), the GPU on it as the node's ledger does, ``policy.place_default``
@@ -61,7 +61,9 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from airflow_provider_melon.gpu import policy  # noqa: E402
-from airflow_provider_melon.gpu.policy import Demand, Gpu, NodeFree  # noqa: E402
+from airflow_provider_melon.gpu.policy import Gpu  # noqa: E402
+from benchmarks import candidates  # noqa: E402
+from benchmarks.candidates import Demand, NodeFree  # noqa: E402
 
 DATA = os.path.join(HERE, "data")
 NODES_CSV = os.path.join(DATA, "openb_node_list_gpu_node.csv")
@@ -85,7 +87,7 @@ def load_nodes(path: str = NODES_CSV) -> List[Tuple[int, int, int, int]]:
 
 
 def load_tasks(path: str = PODS_CSV) -> List[Demand]:
-    """Each task as a :class:`policy.Demand` of weight 1."""
+    """Each task as a :class:`candidates.Demand` of weight 1."""
     out = []
     with open(path) as fh:
         for r in csv.DictReader(fh):
@@ -181,7 +183,7 @@ def rule_best_fit(cl: Cluster, t: Demand):
     gpus = cl.gpus_of(ni)
     if t.share:  # the GPU on that node: the ledger's former call
         mb = int(round(t.share * cl.gpu_mb[ni]))
-        gi = policy.best_fit(gpus, mb, large=False, mps=True)
+        gi = candidates.best_fit(gpus, mb, large=False, mps=True)
         return ni, (gi,), False
     if not t.gpus:
         return ni, (), False
@@ -191,11 +193,11 @@ def rule_best_fit(cl: Cluster, t: Demand):
 def make_frag_rule(demands, tie_by_index: bool):
     @lru_cache(maxsize=None)
     def frag(n: NodeFree) -> float:
-        return policy.node_fragmentation(n, demands)
+        return candidates.node_fragmentation(n, demands)
 
     @lru_cache(maxsize=1 << 18)
     def on_node(n: NodeFree, t: Demand):
-        return policy.best_on_node(n, t, demands, frag)
+        return candidates.best_on_node(n, t, demands, frag)
 
     def rule(cl: Cluster, t: Demand):
         best = None
@@ -216,7 +218,7 @@ def make_frag_rule(demands, tie_by_index: bool):
 
 
 def make_default_rule(demands):
-    """The node as :func:`make_frag_rule` (``policy.least_fragmenting`` over every kind: the cluster scheduler's
+    """The node as :func:`make_frag_rule` (``candidates.least_fragmenting`` over every kind: the cluster scheduler's
     choice, which YARN's CapacityScheduler does not make), the GPU on it as the node's ledger chooses it:
     ``policy.place_default`` on that node's GPUs (its own reservations are all it knows of the demand)."""
     frag_rule = make_frag_rule(demands, False)

@@ -1,7 +1,8 @@
 """Discrete-event simulator of N GPUs running a job trace under four placement policies (stdlib only).
 
-Everything that decides placement comes from :mod:`airflow_provider_melon.gpu.policy` (fits, admits,
-best_fit, exclusive, packing_pays, colocation_speedup); everything that decides speed comes from the measured
+Everything that decides placement comes from :mod:`airflow_provider_melon.gpu.policy`, the product's rules (fits,
+admits, exclusive, packing_pays, slot_mb, place_default), or from ``candidates``, the rules they are compared with
+(best_fit, place_where_it_pays); everything that decides speed comes from the measured
 H200 data (``benchmarks/data/h200-colocate.json``, ``h200-mix.json``). Nothing here is fitted to a target.
 
 Jobs
@@ -23,22 +24,22 @@ Speed model (a job's rate is the fraction of its solo speed; it finishes when it
 
 Policies (the cluster's scheduler scans the queue in arrival order and starts every job it can place):
     ``exclusive``  (a) YARN's default: a job needs a GPU nobody holds (``policy.exclusive``).
-    ``memory``     (b) MeLoN by expected memory only: ``policy.best_fit(..., mps=True)`` (no interference
+    ``memory``     (b) MeLoN by expected memory only: ``candidates.best_fit(..., mps=True)`` (no interference
                    rule), any kinds together.
-    ``pays``       (c) share only where packing pays: ``policy.place_where_it_pays`` (the former default) with
+    ``pays``       (c) share only where packing pays: ``candidates.place_where_it_pays`` (the former default) with
                    this module's speed model as its ``rates``. A job whose ``policy.packing_pays`` is false
                    (large: sm_util 0.84 from its 1.19x plateau) takes an idle GPU. A job that pays (small:
                    sm_util 0.27) goes to the GPU, among those that fit and ``policy.admits`` it without MPS (so
                    at most one small beside a large), with the largest marginal gain in aggregate throughput
                    (an idle GPU gains 1.0), provided the gain exceeds ``MIN_MARGINAL_GAIN`` (0.1 of a job: the
                    measurements' noise) and no job on that GPU would fall below ``1 / FAIRNESS_BOUND`` of its
-                   solo speed; ties go to ``policy.best_fit``.
+                   solo speed; ties go to ``candidates.best_fit``.
     ``pays_mix``   (c') as (c) with ``large_joins_one_small``: a job that does not pay may also take a GPU
                    holding one small job, never one holding another large job.
     ``pays_mix_lookahead`` (cL) (c') plus ``consolidate`` and ``keep_idle`` = the queued jobs that do not pay.
-    ``pays_quota`` (cQ) (c') plus ``consolidate`` and the queue quota (``policy.whole_gpu_quota``): the queued
+    ``pays_quota`` (cQ) (c') plus ``consolidate`` and the queue quota (``candidates.whole_gpu_quota``): the queued
                    jobs' counts by kind and the mean solo duration of each kind among the jobs finished so far
-                   go to ``policy.place_where_it_pays``, which runs the small-only GPU time first and starts large
+                   go to ``candidates.place_where_it_pays``, which runs the small-only GPU time first and starts large
                    jobs on every GPU once the small work left fits beside them. ``pays_quota_even`` (cQ=) is the
                    same with ``front=0`` (both kinds spread evenly over the schedule).
     ``gandiva``    (g) a Gandiva-style greedy packer, a baseline: :func:`gandiva_place`.
@@ -72,6 +73,7 @@ if REPO not in sys.path:
 from airflow_provider_melon.gpu import policy  # noqa: E402
 from airflow_provider_melon.gpu.policy import Gpu, Task  # noqa: E402
 from airflow_provider_melon.gpu.profiler import expected_mb  # noqa: E402
+from benchmarks import candidates  # noqa: E402
 
 SMALL_WORKLOAD = "resnet18-cifar-b128-fp32"
 LARGE_WORKLOAD = "resnet50-224-b64-bf16"
@@ -130,8 +132,8 @@ class SpeedModel:
             lr, sr, m = large_small(scen)
             ml[m], ms[m] = lr, sr
         return cls(
-            policy.curve_from_records(colo, SMALL_WORKLOAD),
-            policy.curve_from_records(colo, LARGE_WORKLOAD),
+            candidates.curve_from_records(colo, SMALL_WORKLOAD),
+            candidates.curve_from_records(colo, LARGE_WORKLOAD),
             ml,
             ms,
             peak(SMALL_WORKLOAD),
@@ -240,7 +242,7 @@ def fair(model: SpeedModel, n_large: int, n_small: int) -> bool:
     return policy.fair_mix(model.rates, n_large, n_small, FAIRNESS_BOUND)
 
 
-#: Policy names (c) and its variants -> the flags they pass to ``policy.place_where_it_pays``.
+#: Policy names (c) and its variants -> the flags they pass to ``candidates.place_where_it_pays``.
 PAYS_VARIANTS = {
     "pays": {},
     "pays_mix": {"large_joins_one_small": True},
@@ -267,7 +269,7 @@ def place(
     if name == "exclusive":
         return policy.exclusive(gpus)
     if name == "memory":
-        return policy.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
+        return candidates.best_fit(gpus, job.expected_mb, large=job.large, mps=True)
     if name == "expected":
         return policy.place_default(gpus, job.expected_mb, large=job.large, mps=False)
     if name == "default":
@@ -278,12 +280,12 @@ def place(
         raise ValueError(f"unknown policy {name!r}")
     flags = dict(PAYS_VARIANTS[name])
     if flags.pop("learned", False):
-        # the critical path from the estimates of everything running or waiting (policy.critical_tasks)
+        # the critical path from the estimates of everything running or waiting (candidates.critical_tasks)
         est = {j.name: j.est_s for js in state for j in js if j.est_s is not None}
         est.update({q.name: q.est_s for q in queued if q.est_s is not None})
         if job.est_s is not None:
             est[job.name] = job.est_s
-        crit = policy.critical_tasks(est, len(state)) if est else set()
+        crit = candidates.critical_tasks(est, len(state)) if est else set()
         flags["keep_alone"] = crit
         flags["alone"] = job.name in crit
     keep_idle = 0
@@ -300,7 +302,7 @@ def place(
         ws = [w for p, w in paid if p]
         if wl and ws:
             flags["work_ratio"] = (sum(wl) / len(wl)) / (sum(ws) / len(ws))
-    return policy.place_where_it_pays(
+    return candidates.place_where_it_pays(
         gpus,
         job.expected_mb,
         large=job.large,
@@ -364,7 +366,7 @@ class Result:
 #: ``<kind letter><index>``, so at t = 0 every large job is ahead of every small one), ``trace`` (by position
 #: in the trace, the order they were submitted in), ``lpt`` (longest solo work first: a clairvoyant order,
 #: for measuring what not knowing durations costs; the system does not know them), ``learned`` (longest
-#: *estimated* solo work first, ``Job.est_s`` via ``policy.longest_first``: durations learned from earlier runs).
+#: *estimated* solo work first, ``Job.est_s`` via ``candidates.longest_first``: durations learned from earlier runs).
 QUEUE_ORDERS = ("name", "trace", "lpt", "learned")
 
 
@@ -381,7 +383,7 @@ def simulate(
             raise ValueError(f"{j.name} needs {j.expected_mb} MiB > {total_mb} MiB GPUs")
     position = {id(j): i for i, j in enumerate(jobs)}
     if order == "learned":
-        rank = {n: i for i, n in enumerate(policy.longest_first({j.name: j.est_s for j in jobs}))}
+        rank = {n: i for i, n in enumerate(candidates.longest_first({j.name: j.est_s for j in jobs}))}
     tie = {
         "name": lambda j: (j.name,),
         "trace": lambda j: (position[id(j)],),

@@ -10,6 +10,7 @@ import pytest
 
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.gpu.policy import Gpu, Task
+from benchmarks import candidates
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 H200 = 134468
@@ -133,7 +134,7 @@ def test_it_refuses_only_what_best_fit_refuses():
             gpus.append(g)
         mb, large, mps = rng.choice([1024, 2076, 5653, 12000]), rng.random() < 0.3, rng.random() < 0.2
         got = _place(gpus, mb, large=large, mps=mps)
-        want = policy.best_fit(gpus, mb, large=large, mps=mps)
+        want = candidates.best_fit(gpus, mb, large=large, mps=mps)
         assert (got is None) == (want is None)
         if got is not None:
             g = next(x for x in gpus if x.index == got)

@@ -162,12 +162,10 @@ def test_job_pays_from_policy(model):
     assert sim.job_pays(large("l"), model, sim.H200_MB) is False
 
 
-def test_pays_is_the_product_rule(model, monkeypatch):
-    # the simulator's (c) is policy.place_where_it_pays, not a copy: break the product rule, (c) breaks with it
-    from airflow_provider_melon.gpu import policy
-
+def test_pays_is_the_candidates_rule(model, monkeypatch):
+    # the simulator's (c) is candidates.place_where_it_pays, not a copy: break that rule, (c) breaks with it
     assert sim.place("pays", small("s1"), [[small("s0")], []], sim.H200_MB, model) == 1  # idle GPU gains most
-    monkeypatch.setattr(policy, "place_where_it_pays", lambda *a, **k: None)
+    monkeypatch.setattr(sim.candidates, "place_where_it_pays", lambda *a, **k: None)
     assert sim.place("pays", small("s1"), [[small("s0")], []], sim.H200_MB, model) is None
 
 
@@ -200,7 +198,7 @@ def test_queue_order(model):
 
 
 def test_pays_quota_passes_the_queue_and_runs_small_jobs_first(model):
-    # the queue goes to policy.place_where_it_pays as counts: with much small work waiting, the large job waits
+    # the queue goes to candidates.place_where_it_pays as counts: with much small work waiting, the large job waits
     # for the one GPU the quota gives large jobs; a small job joins the large one first (consolidation), then the
     # idle GPU
     state = [[large("l0")], []]
