@@ -27,6 +27,9 @@ Rules compared:
                    CapacityScheduler does not make it), the GPU on it as the node's ledger does, ``policy.place_default``
                    (FGD's measure with the interference rule over the kinds that node holds, then the throughput gain
                    under the anchor speeds, then best fit). The trace's tasks carry no kind, so all count as small.
+                   It is called without slots (``slots=False``): the trace's ``gpu_milli`` is the share each task is
+                   allocated in that production cluster (its own slot), and the anchor's ``policy.max_colocated``
+                   (ResNet speeds) says nothing about those pods.
 
 Printed per rule: the share of the cluster's GPUs left unallocated when arrivals stop (the paper's metric), the
 share of the arrived GPU demand refused, and the share of GPU capacity that placed tasks asked for (for
