@@ -191,8 +191,8 @@ def main(argv=None) -> int:
         pareto[key] = out
     print(
         "\nPareto front against (g): makespan <= (g)'s with worst running slowdown <= "
-        f"{sim.FAIRNESS_BOUND:.1f}x, online gap to (d*) <= 1.05; the default is (D), the product with "
-        "each role's gpu_memory at least its slot (its (d*): the configurations it may form, two large on a GPU "
+        f"{sim.FAIRNESS_BOUND:.1f}x, online gap to (d*) <= 1.05; the default is (D), what the product applies "
+        "(each shared task held at its slot; its (d*): the configurations it may form, two large on a GPU "
         "included); (c) and (cD) for comparison"
     )
     for who, label, rules_key in ((DEFAULT, "default", "rules_cD"), ("c", "(c)", None), ("cD", "(cD)", "rules_cD")):
