@@ -1,5 +1,5 @@
 """The JSON Schema of the executor's messages to the ApplicationMaster (``POST /register``, ``POST /heartbeat``),
-generated from their one declaration, ``runtime.amclient``'s TypedDicts, and committed as
+generated from their one declaration, ``runtime.protocol``'s TypedDicts, and committed as
 ``am/messages.schema.json``, which the AM's jar carries and checks every body against. Development time only (it
 needs pydantic); rewrite the file with ``python -m airflow_provider_melon.am.messages --write``."""
 
@@ -14,7 +14,7 @@ from typing import Any, Literal
 import typing_extensions
 from pydantic import TypeAdapter
 
-from airflow_provider_melon.runtime.amclient import HeartbeatBody, RegisterBody
+from airflow_provider_melon.runtime.protocol import HeartbeatBody, RegisterBody
 
 MESSAGES_SCHEMA_PATH = Path(__file__).resolve().parent / "messages.schema.json"
 #: the AM's name for each message (``$defs`` of the schema): the path it is posted to

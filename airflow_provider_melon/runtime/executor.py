@@ -35,7 +35,7 @@ from airflow_provider_melon.runtime import outputs as _outputs
 from airflow_provider_melon.runtime import peak as _peak
 from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
-from airflow_provider_melon.runtime.amclient import AmClient, HeartbeatBody, OomReport, RegisterBody
+from airflow_provider_melon.runtime.amclient import AmClient
 from airflow_provider_melon.runtime.config import (  # noqa: F401 - the executor's names, as before
     EXIT_AM_REFUSED,
     EXIT_CONFIG,
@@ -51,6 +51,7 @@ from airflow_provider_melon.runtime.config import (  # noqa: F401 - the executor
     log,
 )
 from airflow_provider_melon.runtime.progress import read_progress
+from airflow_provider_melon.runtime.protocol import HeartbeatBody, OomReport, RegisterBody
 from airflow_provider_melon.runtime.workdir import code_files, prepare_workdir
 
 PROGRESS_POLL_S = 0.5  # how often the heartbeat loop looks for a new progress report (a stat of the file)

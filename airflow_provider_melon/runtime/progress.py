@@ -11,12 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-if TYPE_CHECKING:  # the heartbeat's part declared with the messages to the AM
-    from airflow_provider_melon.runtime.amclient import Progress
-
-MAX_METRICS = 32
+from airflow_provider_melon.runtime.protocol import MAX_METRICS, Progress
 
 
 def _number(name: str, value: Any) -> float:

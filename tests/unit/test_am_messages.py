@@ -1,4 +1,4 @@
-"""The executor's messages to the AM (``runtime.amclient.RegisterBody`` and ``HeartbeatBody``), declared once: the
+"""The executor's messages to the AM (``runtime.protocol.RegisterBody`` and ``HeartbeatBody``), declared once: the
 committed JSON Schema the AM's jar checks every body against is the declaration's, the bodies a real executor
 subprocess sends the in-test AM pass it, and a body that breaks it is refused naming the field."""
 

@@ -37,7 +37,7 @@ import com.sun.net.httpserver.HttpServer;
  *   <li>400: not one JSON object, {@code role} not a string or {@code index} not an integer;</li>
  *   <li>404: no task {@code role:index} in the plan;</li>
  *   <li>400: a body that breaks its message's schema ({@link Schemas#REGISTER}, {@link Schemas#HEARTBEAT}:
- *       {@code airflow_provider_melon/am/messages.schema.json}, generated from Python's {@code runtime.amclient}),
+ *       {@code airflow_provider_melon/am/messages.schema.json}, generated from Python's {@code runtime.protocol}),
  *       each problem naming its field, e.g. {@code /port: must have a maximum value of 65535 (is 70000)};</li>
  *   <li>409: a conflicting registration or a call from a stale container ({@link TaskBook#register}).</li>
  * </ul>

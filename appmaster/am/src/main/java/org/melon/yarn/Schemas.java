@@ -17,7 +17,7 @@ import com.networknt.schema.SpecificationVersion;
 /**
  * The JSON Schemas the AM checks what it is sent against, copies in its jar of the files Python generates into
  * {@code airflow_provider_melon/am/}: the plan ({@code plan.schema.json}, from {@code submission.Plan}) and the
- * executor's messages ({@code messages.schema.json}, from {@code runtime.amclient}'s {@code RegisterBody} and
+ * executor's messages ({@code messages.schema.json}, from {@code runtime.protocol}'s {@code RegisterBody} and
  * {@code HeartbeatBody}). Loaded once; networknt's validator, shaded.
  */
 final class Schemas {
