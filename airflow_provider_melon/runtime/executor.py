@@ -36,7 +36,7 @@ from airflow_provider_melon.runtime import peak as _peak
 from airflow_provider_melon.runtime import ports as _ports
 from airflow_provider_melon.runtime import tensorboard as _tensorboard
 from airflow_provider_melon.runtime.amclient import AmClient
-from airflow_provider_melon.runtime.config import (  # noqa: F401 - the executor's names, as before
+from airflow_provider_melon.runtime.config import (
     EXIT_AM_REFUSED,
     EXIT_CONFIG,
     EXIT_GPU_OOM,
@@ -44,7 +44,6 @@ from airflow_provider_melon.runtime.config import (  # noqa: F401 - the executor
     EXIT_OUTPUT,
     EXIT_REGISTER,
     EXIT_TERMINATED,
-    PREFIX,
     Config,
     Fatal,
     Terminated,

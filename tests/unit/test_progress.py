@@ -5,7 +5,7 @@ import json
 import pytest
 
 from airflow_provider_melon.runtime import StepReporter, report
-from airflow_provider_melon.runtime.executor import read_progress
+from airflow_provider_melon.runtime.progress import read_progress
 
 
 def test_report_round_trips_through_the_executor(tmp_path, monkeypatch):
