@@ -38,7 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import simulator as sim  # noqa: E402
 
 #: (key, simulator policy, queue order, label). (a)/(b)/(g) are the baselines, (c) the product's policy,
-#: (c')/(cL)/(cQ)/(cQ=) variants of it, (c-sub)/(c-lpt) (c) with another queue order (diagnostics, see README).
+#: (c')/(cL)/(cQ)/(cQ=) variants of it, (c-sub)/(c-lpt) (c) with another queue order (diagnostics, see README);
+#: (D-lpt) the default with the clairvoyant queue order: what no online order can beat under (D)'s rules.
 POLICIES = [
     ("a", "exclusive", "name", "(a) exclusive (YARN default)"),
     ("b", "memory", "name", "(b) memory-only packing (best fit)"),
@@ -52,6 +53,7 @@ POLICIES = [
     ("c-lpt", "pays", "lpt", "(c-lpt) (c), longest first (oracle)"),
     ("cD", "pays_learned", "learned", "(cD) learned durations, pairs, crit."),
     ("D", "default", "name", "(D) default: slots + place_default"),
+    ("D-lpt", "default", "lpt", "(D-lpt) (D), longest first (oracle)"),
 ]
 #: the policy the product applies (``policy.place_default`` on ``policy.slot_mb`` reservations); the PARETO lines'
 #: "default"
@@ -123,7 +125,8 @@ def run_trace(title, jobs, n_gpus, total_mb, model):
     print(
         f"  (d*) under (cD)'s and (D)'s rules (two large may share): {_h(res['rules_cD'].makespan_s)}, "
         f"mix {res['rules_cD'].configs}; (cD) / that bound {res['cD'].makespan_s / res['rules_cD'].makespan_s:.2f}x, "
-        f"(D) / that bound {res[DEFAULT].makespan_s / res['rules_cD'].makespan_s:.2f}x"
+        f"(D) / that bound {res[DEFAULT].makespan_s / res['rules_cD'].makespan_s:.2f}x, "
+        f"(D-lpt) / that bound {res['D-lpt'].makespan_s / res['rules_cD'].makespan_s:.2f}x"
     )
     return res, bound, rules
 
