@@ -120,6 +120,9 @@ def test_a_gang_granted_nothing_backs_off_too_so_the_jobs_behind_it_run(jobs, tm
             "roles": {"worker": {"instances": 1, **GPU_ROLE}},
         }
     )
+    # B, granted nothing while the blocker holds every GPU, gives its asks back after its hold: wait for that before
+    # a GPU is freed, or a GPU freed first could reach B inside its hold and it would never back off empty-handed
+    jobs.wait_status(b, lambda s: _gang(s).get("holds_released", 0) >= 1 and not _gang(s).get("granted"), timeout=60)
     # C's AM (memory, no GPU) starts in one of B's backoffs; without them it waited behind B's asks for ever
     jobs.wait_status(c, lambda s: len(s["tasks"]) == 1, timeout=90)
     (folder / "release-0").touch()
