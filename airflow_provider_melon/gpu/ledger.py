@@ -4,8 +4,7 @@ YARN packs tasks onto a node by ``melon.io/gpu-memory``; which GPU of the node a
 executors of that node, one at a time. :func:`reserve`, :func:`reserve_many` and :func:`release` are the entry
 points; :func:`check_directory` refuses a ledger folder that another OS user could change (:class:`UnsafeLedger`),
 and :func:`overrun` names a neighbour that used more than its reservation. A task that shares a GPU holds its slot
-there (``held_mb``: ``policy.slot_mb`` of its need, expected memory plus the CUDA context reserve, sized against that
-GPU's memory for tasks, :func:`driver_mb`; never more than the AM asks YARN for); its need (``expected_mb``) stays the yardstick of :func:`overrun`.
+there (``held_mb``, see :meth:`Ledger.reserve`); its need (``expected_mb``) stays the yardstick of :func:`overrun`.
 ``docs/internals.md``, "The GPU ledger", describes a reservation and the directory rules; ``docs/ledger.md`` is the
 admin's guide.
 """
@@ -396,10 +395,10 @@ class Ledger:
         fragmentation, then the largest throughput gain, then best fit choose). The AM asks YARN for
         ``max(expected + context, slot_mb(expected, the cluster's largest GPU))``, which equals
         ``slot_mb(expected + context, largest GPU)``: never less than what is held here, YARN's per-GPU figure being
-        at least ``G`` (``melon.io/gpu-memory`` is advertised as GPUs x (total - the idle GPU's used memory)). The record keeps both,
-        ``expected_mb`` (the need) and ``held_mb``. Exclusive mode: a GPU nobody holds (``expected_mb`` is ignored
-        and the whole GPU is recorded, no slot). A task that already holds a reservation gets the same GPU back
-        (idempotent retry).
+        at least ``G`` (``melon.io/gpu-memory`` is advertised as GPUs x (total - the idle GPU's used memory)). The
+        record keeps both, ``expected_mb`` (the need) and ``held_mb``. Exclusive mode: a GPU nobody holds
+        (``expected_mb`` is ignored and the whole GPU is recorded, no slot). A task that already holds a reservation
+        gets the same GPU back (idempotent retry).
         """
         got = self.reserve_many(task_id, pid, expected_mb, gpus, count=1, exclusive=exclusive, large=large, mps=mps)
         return got[0] if got else None

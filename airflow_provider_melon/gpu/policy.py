@@ -341,7 +341,8 @@ def slot_share(large: bool, rates: Rates = ANCHOR_RATES) -> str:
 
 
 def _need(expected_mb: int, gpu: Gpu, large: bool, slots: bool, rates: Rates) -> int:
-    """What a task of ``expected_mb`` takes on ``gpu``: its :func:`slot_mb` there with ``slots``, else ``expected_mb``."""
+    """What a task of ``expected_mb`` takes on ``gpu``: its :func:`slot_mb` there with ``slots``, else
+    ``expected_mb``."""
     if slots and gpu.total_mb > 0:
         return slot_mb(expected_mb, gpu.total_mb, large=large, rates=rates)
     return int(expected_mb)
