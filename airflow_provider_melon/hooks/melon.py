@@ -503,7 +503,8 @@ class MelonHook:
     def check_queue(self, spec: JobSpec, largest_gpu_mb: Optional[int] = None) -> Optional[_queues.QueueReport]:
         """Before anything is staged: the job's queue exists, runs, and its maximum and this user's limit in it can
         hold the whole gang (:mod:`airflow_provider_melon.hadoop.queues`); raises :class:`~airflow_provider_melon.hadoop.queues.QueueError`.
-        Being the first RM call, it also fails a user the cluster refuses to let us act for (403, with the fix).
+        It also fails a user the cluster refuses to let us act for (403, with the fix): ``largest_gpu_mb()``, which
+        may read the nodes before it, only logs such an error.
         Other failures to read the scheduler only skip the check (the submission meets the RM anyway)."""
         try:
             scheduler = self.yarn.scheduler()

@@ -96,7 +96,7 @@ public final class MelonApplicationMaster {
   public static void main(String[] args) {
     try {
       JsonNode plan = JSON.readTree(new File(args.length > 0 ? args[0] : "melon-plan.json"));
-      List<String> bad = PlanFields.violations(plan);
+      List<String> bad = Schemas.violations(Schemas.PLAN, plan);
       if (!bad.isEmpty()) {
         refuse("bad plan: " + String.join("; ", bad));
         System.exit(0);

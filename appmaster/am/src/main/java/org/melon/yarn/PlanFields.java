@@ -1,23 +1,14 @@
 package org.melon.yarn;
 
-import java.util.List;
-
-import com.fasterxml.jackson.databind.JsonNode;
-
 /**
  * The names of the plan fields the AM reads ({@code melon-plan.json}, written by Python's {@code submission.Plan},
  * whose JSON Schema is {@code airflow_provider_melon/am/plan.schema.json}). The AM reads the plan only through these
  * constants; {@code PlanSchemaTest} checks each is in the schema (top-level, {@code PlanRole} or {@code PlanResource}),
  * and that no plan read bypasses them. The AM checks the whole plan against that schema (a copy in its jar) before it
- * reads it: {@link #violations}.
+ * reads it: {@link Schemas#PLAN}.
  */
 final class PlanFields {
   private PlanFields() {}
-
-  /** Where {@code plan} breaks plan.schema.json, one entry per problem naming the field; empty: the plan is valid. */
-  static List<String> violations(JsonNode plan) {
-    return Schemas.violations(Schemas.PLAN, plan);
-  }
 
   // the plan itself
   static final String ROLES = "roles";

@@ -141,7 +141,7 @@ final class TaskBook {
     this.yarn = yarn;
     this.clock = clock;
     this.avoidance = new NodeAvoidance(yarn, tasks, clock);
-    // The plan passed its schema check (PlanFields.violations): every field is there and within its bounds,
+    // The plan passed its schema check (Schemas.PLAN): every field is there and within its bounds,
     // declared once in Python's spec.py.
     this.registerTimeoutMs = plan.path(PlanFields.REGISTER_TIMEOUT_S).asLong() * 1000L;
     this.gang = new GangHold(Math.round(plan.path(PlanFields.GANG_HOLD_S).asDouble() * 1000),

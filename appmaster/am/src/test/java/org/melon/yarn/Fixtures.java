@@ -44,7 +44,7 @@ final class Fixtures {
   /**
    * A whole plan, as build_plan writes one (the AM reads only plans that pass its schema check, and has no defaults
    * of its own): {@code lenient}'s fields over a typical job's, each of its roles' over a typical role's. Fails
-   * unless the result passes {@link PlanFields#violations}.
+   * unless the result passes the AM's check ({@link Schemas#PLAN}).
    */
   static JsonNode plan(String lenient) {
     ObjectNode given = (ObjectNode) json(lenient);
@@ -63,7 +63,7 @@ final class Fixtures {
       }
       roles.add(role);
     }
-    assertEquals(List.of(), PlanFields.violations(plan), "a test plan the AM would refuse: " + plan);
+    assertEquals(List.of(), Schemas.violations(Schemas.PLAN, plan), "a test plan the AM would refuse: " + plan);
     return plan;
   }
 

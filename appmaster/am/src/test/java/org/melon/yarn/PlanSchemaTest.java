@@ -81,7 +81,7 @@ class PlanSchemaTest {
 
   @Test
   void aPlanAsPythonWritesItPassesTheAmsCheck() {
-    assertEquals(List.of(), PlanFields.violations(Fixtures.json(VALID)));
+    assertEquals(List.of(), Schemas.violations(Schemas.PLAN, Fixtures.json(VALID)));
   }
 
   @Test
@@ -90,7 +90,7 @@ class PlanSchemaTest {
     ((ObjectNode) plan.path("roles").get(0)).put("oom_growth", 0.5);
     plan.remove("command");
     plan.put("surprise", 1);
-    String found = String.join("; ", PlanFields.violations(plan));
+    String found = String.join("; ", Schemas.violations(Schemas.PLAN, plan));
     assertTrue(found.contains("/roles/0/oom_growth: must have a minimum value of") && found.contains("(is 0.5)"),
         found);
     assertTrue(found.contains("command"), found);
