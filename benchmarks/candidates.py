@@ -19,7 +19,6 @@ from airflow_provider_melon.gpu.policy import (
     MIN_MARGINAL_GAIN,
     Gpu,
     Rates,
-    _mix,
     admits,
     exclusive,
     fair_mix,
@@ -186,12 +185,12 @@ def place_where_it_pays(
     keep = set(keep_alone)
     reserved: set[int] = set()
     if queued_whole is not None:
-        running_whole = sum(1 for g in gpus if _mix(g)[0])
+        running_whole = sum(1 for g in gpus if g.mix()[0])
         quota = whole_gpu_quota(
             len(gpus),
             rates,
             work_ratio * (queued_whole + running_whole + (not pays)),
-            queued_sharing + sum(_mix(g)[1] for g in gpus) + pays,
+            queued_sharing + sum(g.mix()[1] for g in gpus) + pays,
             min_gain=min_gain,
             fairness_bound=fairness_bound,
             pair=large_joins_one_small,
@@ -204,7 +203,7 @@ def place_where_it_pays(
             # drain: the GPUs a queued whole-GPU task is to start on (idle first, then the fewest small tasks)
             deficit = max(0, min(queued_whole, quota - running_whole))
             free_of_whole = sorted(
-                (g for g in gpus if not _mix(g)[0]), key=lambda g: (len(g.tasks), g.reserved_mb, g.index)
+                (g for g in gpus if not g.mix()[0]), key=lambda g: (len(g.tasks), g.reserved_mb, g.index)
             )
             reserved = {g.index for g in free_of_whole[:deficit]}
             consolidate = consolidate and queued_whole > 0
@@ -213,7 +212,7 @@ def place_where_it_pays(
 
     def whole_slot(g: Gpu, extra_small: int = 0) -> bool:
         """Could a task that does not pay still start on ``g`` (after ``extra_small`` more small tasks)?"""
-        nl, ns = _mix(g)
+        nl, ns = g.mix()
         ns += extra_small
         if not nl and not ns:
             return not g.tasks and g.reserved_mb <= 0
@@ -226,7 +225,7 @@ def place_where_it_pays(
     for g in gpus:
         if not fits(g, expected_mb) or not admits(g, large, mps):
             continue
-        nl, ns = _mix(g)
+        nl, ns = g.mix()
         if not pays and not large_joins_large and (nl or not ns):
             continue  # a task that does not pay joins small tasks only (idle GPUs: exclusive() below)
         if pays and g.index in reserved:

@@ -69,6 +69,11 @@ class Gpu:
     def task_tuples(self) -> List[Task]:
         return [Task(*t) if not isinstance(t, Task) else t for t in self.tasks]
 
+    def mix(self) -> Tuple[int, int]:
+        """``(n_large, n_small)``: how many large and small MeLoN tasks the GPU holds."""
+        n_large = sum(1 for t in self.task_tuples() if t.large)
+        return n_large, len(self.tasks) - n_large
+
 
 #: Without MPS, a GPU that holds a large task accepts at most this many small tasks.
 #:
@@ -108,9 +113,7 @@ def admits(gpu: Gpu, large: bool, mps: bool) -> bool:
     """
     if mps:
         return True
-    tasks = gpu.task_tuples()
-    n_large = sum(1 for t in tasks if t.large)
-    n_small = len(tasks) - n_large
+    n_large, n_small = gpu.mix()
     if large:
         return n_small <= MAX_SMALL_WITH_LARGE
     if n_large == 0:
@@ -212,12 +215,6 @@ Rates = Callable[[int, int], Tuple[float, float]]
 MIN_MARGINAL_GAIN = 0.10
 #: No task on a shared GPU may run below ``1 / FAIRNESS_BOUND`` of its solo speed (running slowdown <= 2).
 FAIRNESS_BOUND = 2.0
-
-
-def _mix(gpu: Gpu) -> Tuple[int, int]:
-    tasks = gpu.task_tuples()
-    n_large = sum(1 for t in tasks if t.large)
-    return n_large, len(tasks) - n_large
 
 
 def fair_mix(rates: Rates, n_large: int, n_small: int, bound: float = FAIRNESS_BOUND) -> bool:
@@ -422,7 +419,7 @@ def place_default(
             g.task_tuples() + [Task("", int(expected_mb), bool(large))],
         )
         frag = gpu_fragmentation(gpus[:i] + [placed] + gpus[i + 1 :], kinds, mps, slots=slots, rates=rates)
-        gain = 0.0 if mps else marginal_gain(rates, *_mix(g), large)
+        gain = 0.0 if mps else marginal_gain(rates, *g.mix(), large)
         key = (round(frag, 9), -round(gain, 9), room(g) - need[i], g.index)
         if best is None or key < best[0]:
             best = (key, g.index)
