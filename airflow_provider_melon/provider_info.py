@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from airflow_provider_melon import __version__
 from airflow_provider_melon.gpu.context import CONTEXT_MB
+from airflow_provider_melon.gpu.learned import ALONE_AFTER_S
 
 #: ``[melon] staging_retry_s``'s default, the one home of it: MelonHook (and so ``melon submit``) falls back to it.
 STAGING_RETRY_S_DEFAULT = 120
@@ -238,6 +239,16 @@ def get_provider_info() -> dict:
                         "type": "integer",
                         "example": "512",
                         "default": str(GPU_CONTEXT_MB_DEFAULT),
+                    },
+                    "alone_after_s": {
+                        "description": "Seconds from which a run's learned run time (its task's recent runs) gives "
+                        "each of its shared-mode tasks a whole GPU instead of a share: a neighbour would "
+                        "stretch it by up to 1.7x. 0: never. The yarn connection's extra alone_after_s "
+                        "overrides it.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "14400",
+                        "default": str(ALONE_AFTER_S),
                     },
                     "deployment_id": {
                         "description": "This Airflow deployment's name in the identity tag of every application it "

@@ -210,7 +210,7 @@ class RoleSpec(BaseModel):
 
     @property
     def gpu_memory_auto(self) -> bool:
-        """``gpu_memory: auto``: the figure is learned at submission (``MelonHook.resolve_gpu_memory``)."""
+        """``gpu_memory: auto``: the figure is learned at submission (``MelonHook.resolve_learned``)."""
         return isinstance(self.gpu_memory, str)
 
     @property
@@ -223,7 +223,7 @@ class RoleSpec(BaseModel):
     def gpu_memory_mb(self) -> int:
         if self.gpu_memory_auto:
             raise ValueError(
-                "gpu_memory is 'auto' and not resolved yet (MelonHook.resolve_gpu_memory resolves it before submission)"
+                "gpu_memory is 'auto' and not resolved yet (MelonHook.resolve_learned resolves it before submission)"
             )
         return int(self.gpu_memory or 0)
 
@@ -324,7 +324,9 @@ class JobSpec(BaseModel):
     entrypoint: Text
     env: dict[EnvName, Text] = Field(default_factory=dict)
     queue: Text = "default"
-    priority: int = Field(0, ge=-INT32_MAX, le=INT32_MAX)
+    #: YARN's application priority in the queue: a number, or ``auto`` (learned: longer runs first, from the task's
+    #: run times, ``gpu/learned.py``'s :func:`priority`; 0 while it has none)
+    priority: Union[Literal["auto"], Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)]] = "auto"
     max_attempts: int = Field(1, gt=0, le=INT32_MAX)
     tags: list[Text] = Field(default_factory=list)
     roles: dict[Text, RoleSpec]

@@ -530,7 +530,9 @@ def build_submission(
         "application-name": spec.name,
         "application-type": APPLICATION_TYPE,
         "queue": spec.queue,
-        "priority": spec.priority,
+        # "auto" still unresolved (no run time in the task's history): 0, below every learned priority (the RM's
+        # REST API would take a missing one for -1, not the queue's default)
+        "priority": spec.priority if isinstance(spec.priority, int) else 0,
         "max-app-attempts": spec.max_attempts,
         "keep-containers-across-application-attempts": False,
         "unmanaged-AM": False,

@@ -17,11 +17,13 @@ from typing import Any, Callable, Optional, TypeVar
 
 from airflow_provider_melon.cli.doctor_submit import SubmitTest
 from airflow_provider_melon.cli.findings import Finding, _fail, _ok, _one_line, _warn
+from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.hadoop.nodemanager import nm_base_url
 from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list
 
 DRC = "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
 CALCULATOR_KEY = "yarn.scheduler.capacity.resource-calculator"
+PRIORITY_KEY = "yarn.cluster.max-application-priority"
 PLUGINS_KEY = "yarn.nodemanager.resource-plugins"
 ALLOWED_GPUS_KEY = "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices"
 EXECUTOR_KEY = "yarn.nodemanager.container-executor.class"
@@ -167,7 +169,18 @@ class Doctor:
                 f"CapacityScheduler with {calculator}: GPUs and GPU memory are ignored when placing containers",
                 f"capacity-scheduler.xml: {CALCULATOR_KEY} = {DRC}; then `yarn rmadmin -refreshQueues`",
             )
-        return _ok("scheduler", "CapacityScheduler on the DominantResourceCalculator")
+        top = self.yarn.rm_conf(PRIORITY_KEY)
+        if top is None or not top.strip().lstrip("-").isdigit() or int(top) < learned.MAX_PRIORITY:
+            return _warn(
+                "scheduler",
+                f"CapacityScheduler on the DominantResourceCalculator; {PRIORITY_KEY} is {top or '0 (unset)'}: "
+                f"priority: auto (longer runs first) needs {learned.MAX_PRIORITY}, so its runs queue below that",
+                f"yarn-site.xml on the RM: {PRIORITY_KEY} = {learned.MAX_PRIORITY}; restart the RM",
+            )
+        return _ok(
+            "scheduler",
+            f"CapacityScheduler on the DominantResourceCalculator; application priorities up to {top}",
+        )
 
     def check_nodes(self) -> Finding:
         nodes = self.nodes()

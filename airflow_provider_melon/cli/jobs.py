@@ -216,10 +216,10 @@ def cmd_submit(args, cluster: Cluster) -> int:
     hook = cluster.melon_hook()
     key = args.learn_as or f"jobs/{spec.name}"
     try:
-        spec, lines = hook.resolve_gpu_memory(spec, key)
+        spec, notes = hook.resolve_learned(spec, key)
     except ValueError as exc:
         raise UsageError(f"job spec {args.spec}: {exc}") from None
-    for line in lines:
+    for line in (line for lines in notes.values() for line in lines):
         print(line, file=sys.stderr)
     bar = Progress()
     hook.hdfs = UploadProgress(hook.hdfs, bar)
@@ -250,10 +250,10 @@ def cmd_submit(args, cluster: Cluster) -> int:
         else:
             out["final"] = app_summary(app)
             code = app_exit_code(app)
-            try:  # gpu_memory: auto learns from this run (docs/job-spec.md)
-                out["memory_history"] = hook.record_gpu_memory(key, app_id, hook.final_status(app_id))
+            try:  # gpu_memory: auto and priority: auto learn from this run (docs/job-spec.md)
+                out["memory_history"] = hook.record_run(key, app_id, hook.final_status(app_id), app)
             except Exception as exc:  # noqa: BLE001 - the run's outcome stands
-                print(f"GPU memory of {app_id} not recorded: {exc}", file=sys.stderr)
+                print(f"run {app_id} not recorded in its history: {exc}", file=sys.stderr)
             if not args.json:
                 _print_outcome(app)
     if args.json:

@@ -50,7 +50,15 @@ def history(hook, staging: str, key: str, growth: float) -> dict:
             "learned_mb": found[0] if found else None,
             "learned_from": found[1] if found else "nothing: no run succeeded or ran out of memory",
         }
-    return {"key": key, "folder": memory_history.folder(staging, key), "oom_growth": growth, "roles": out}
+    ran = learned.learned_duration_s(docs)
+    run_time = {"estimate_s": ran[0], "from": ran[1], "priority": learned.priority(ran[0])} if ran else None
+    return {
+        "key": key,
+        "folder": memory_history.folder(staging, key),
+        "oom_growth": growth,
+        "roles": out,
+        "run_time": run_time,
+    }
 
 
 def cmd_show(args, cluster) -> int:
@@ -59,10 +67,13 @@ def cmd_show(args, cluster) -> int:
     if args.json:
         _print_json(shown)
         return OK
-    if not shown["roles"]:
+    if not shown["roles"] and not shown["run_time"]:
         print(f"{args.key}: no history in {where} (the next gpu_memory: auto run starts at its first-run figure)")
         return OK
     print(f"{args.key}: {where}")
+    if shown["run_time"]:
+        ran = shown["run_time"]
+        print(f"  run time: {ran['estimate_s'] / 60:.1f} min ({ran['from']}): priority auto {ran['priority']}")
     for role, seen in shown["roles"].items():
         print(f"  role {role}: learned now {_mib(seen['learned_mb'])} MiB ({seen['learned_from']})")
         table = [("APP", "ENDED (UTC)", "STATE", "INITIAL", "EXPECTED", "PEAK (SOURCE)", "OOM", "GROWTHS")]

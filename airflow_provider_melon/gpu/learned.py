@@ -1,8 +1,11 @@
-"""Expected GPU memory learned from a task's earlier runs (``gpu_memory: auto``). Pure functions, stdlib only.
+"""What a task's earlier runs teach its next one: its expected GPU memory (``gpu_memory: auto``) and its place in
+YARN's queue (``priority: auto``). Pure functions, stdlib only.
 
-:func:`run_record` makes the record of one finished run per role, which ``hadoop/memory_history.py`` keeps in
-HDFS, and :func:`learned_mb` turns a role's recent records into the figure for its next run.
-``docs/internals.md``, "Learned GPU memory", gives the record's fields and the rules.
+:func:`run_record` makes the record of one finished run per role and :func:`ran_s` the run's training time, which
+``hadoop/memory_history.py`` keeps in HDFS; :func:`learned_mb` turns a role's recent records into the figure for its
+next run, :func:`learned_duration_s` the recent run times into an estimate and :func:`priority` that estimate into a
+YARN application priority. ``docs/internals.md``, "Learned GPU memory" and "Learned queue order", gives the fields
+and the rules.
 """
 
 from __future__ import annotations
@@ -12,7 +15,19 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from airflow_provider_melon.runtime.peak import mib
 
-__all__ = ["MARGIN", "RECENT", "KEEP", "DEVICE_WIDE", "learned_mb", "run_record"]
+__all__ = [
+    "MARGIN",
+    "RECENT",
+    "KEEP",
+    "DEVICE_WIDE",
+    "MAX_PRIORITY",
+    "ALONE_AFTER_S",
+    "learned_mb",
+    "run_record",
+    "ran_s",
+    "learned_duration_s",
+    "priority",
+]
 
 #: headroom over a measured peak (the profiler's SAFETY_MARGIN)
 MARGIN = 0.10
@@ -22,6 +37,15 @@ RECENT = 5
 KEEP = 20
 #: the peak source that is not the task's own (``runtime/peak.py``'s NVML device fallback)
 DEVICE_WIDE = "nvml-device"
+#: the highest YARN application priority :func:`priority` gives (a run of over 256 minutes); the cluster's
+#: ``yarn.cluster.max-application-priority`` must be at least this, or YARN lowers the longer runs' to it
+MAX_PRIORITY = 10
+#: a run learned to take at least this long (seconds) gets whole GPUs instead of sharing (``alone_after_s``, the
+#: yarn connection's extra or ``[melon] alone_after_s``; 0: never): it starts first (:func:`priority`), and a
+#: neighbour would stretch it by up to 1.7x, hours by which it would end the schedule alone. Three hours is the
+#: middle of the range, 2-4 h, in which bench_policy's simulated traces (job medians 20 and 40 min) meet their
+#: targets; a cluster whose runs are longer sets more.
+ALONE_AFTER_S = 3 * 3600
 
 
 def _ceil(value: float) -> int:
@@ -128,3 +152,44 @@ def run_record(
         "oom": any(bool(t.get("oom")) for t in mine),
         "growths": max([int(t.get("oom_growths") or 0) for t in mine] or [0]),
     }
+
+
+def _number(value: Any) -> Optional[float]:
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+
+
+def ran_s(app: Optional[Mapping[str, Any]], final: Optional[Mapping[str, Any]]) -> Optional[float]:
+    """How long a run that SUCCEEDED trained, in seconds: the RM's ``finishedTime`` less its ``launchTime`` (the AM's
+    container started) and the AM's wait for its whole gang (``gang.waiting_s`` of its final status). Queueing is
+    not part of it; time slowed by GPU neighbours is. None for a run that did not succeed or a missing figure."""
+    app, final = app or {}, final or {}
+    report = final.get("gang")
+    gang: Mapping[str, Any] = report if isinstance(report, Mapping) else {}
+    launched, finished = _number(app.get("launchTime")), _number(app.get("finishedTime"))
+    waited = _number(gang.get("waiting_s")) if gang.get("formed") is True else None
+    if app.get("finalStatus") != "SUCCEEDED" or not launched or not finished or waited is None:
+        return None
+    ran = (finished - launched) / 1000.0 - waited
+    return round(ran, 1) if ran > 0 else None
+
+
+def learned_duration_s(docs: Sequence[Mapping[str, Any]], *, recent: int = RECENT) -> Optional[tuple[float, str]]:
+    """The estimated run time of a task's next run from its history's run files ``docs`` (oldest first, each with a
+    ``ran_s`` when it succeeded): the median of the last ``recent`` run times, with a sentence saying so; None when
+    no run has one. The median, not the mean: one run slowed by its neighbours, or cut short, moves it little."""
+    recorded = [_number(d.get("ran_s")) for d in docs if isinstance(d, Mapping)]
+    times = sorted(t for t in [t for t in recorded if t is not None and t > 0][-recent:])
+    if not times:
+        return None
+    mid = len(times) // 2
+    median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+    return median, f"median run time of the last {len(times)} successful run(s): {median / 60:.1f} min"
+
+
+def priority(duration_s: float) -> int:
+    """The YARN application priority of a run estimated to take ``duration_s``: one more per doubling of its minutes,
+    ``1 + ceil(log2(minutes))`` from 1 (a minute or less) to :data:`MAX_PRIORITY` (over 256 minutes). YARN's
+    CapacityScheduler serves a queue's higher priorities first, so a queue of these runs starts the longest first
+    (Graham's LPT order: the long runs do not end the schedule alone)."""
+    minutes = max(float(duration_s), 60.0) / 60.0
+    return max(1, min(MAX_PRIORITY, 1 + math.ceil(math.log2(minutes) - 1e-9)))

@@ -1,4 +1,5 @@
-"""The history of a task's GPU memory in HDFS (``gpu_memory: auto``; the figures: ``gpu/learned.py``).
+"""The history of a task's runs in HDFS: their GPU memory (``gpu_memory: auto``) and training time
+(``priority: auto``); the figures: ``gpu/learned.py``.
 
 One JSON file per finished run, ``<staging_dir>/profiles/<key>/memory/<application id>.json``: concurrent runs of
 the same task each write their own file, so none overwrites another's record. ``key`` is ``<dag_id>/<task_id>``
@@ -94,11 +95,9 @@ def read_history(client: Any, staging_dir: str, key: str) -> list[dict[str, Any]
     return docs
 
 
-def read_runs(client: Any, staging_dir: str, key: str, role: str) -> list[dict[str, Any]]:
-    """The role's records, oldest first (:func:`read_history`)."""
-    return [
-        doc["roles"][role] for doc in read_history(client, staging_dir, key) if isinstance(doc["roles"].get(role), dict)
-    ]
+def role_runs(docs: Sequence[Mapping[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The role's records in the run files ``docs`` (:func:`read_history`), oldest first."""
+    return [doc["roles"][role] for doc in docs if isinstance(doc["roles"].get(role), dict)]
 
 
 def forget(client: Any, staging_dir: str, key: str) -> int:
@@ -114,14 +113,25 @@ def forget(client: Any, staging_dir: str, key: str) -> int:
     return count
 
 
-def record_run(client: Any, staging_dir: str, key: str, app_id: str, records: Mapping[str, Mapping[str, Any]]) -> str:
-    """Write one run's records (role → record) and drop the oldest files past ``learned.KEEP``; returns the path."""
+def record_run(
+    client: Any,
+    staging_dir: str,
+    key: str,
+    app_id: str,
+    records: Mapping[str, Mapping[str, Any]],
+    ran_s: Optional[float] = None,
+) -> str:
+    """Write one run's records (role → record) and its training time ``ran_s`` (``learned.ran_s``; left out when
+    None) and drop the oldest files past ``learned.KEEP``; returns the path."""
     where = folder(staging_dir, key)
     with hdfs_errors("mkdir", where):
         if client.status(where, strict=False) is None:
             client.makedirs(where, permission="700")
     path = f"{where}/{app_id}.json"
-    body = json.dumps({"version": 1, "app_id": app_id, "roles": dict(records)}, sort_keys=True).encode()
+    doc: dict[str, Any] = {"version": 1, "app_id": app_id, "roles": dict(records)}
+    if ran_s is not None:
+        doc["ran_s"] = ran_s
+    body = json.dumps(doc, sort_keys=True).encode()
     with hdfs_errors("status", path):
         if client.status(path, strict=False) is not None:  # a retry that read the same result: one record a run
             with hdfs_errors("delete", path):

@@ -49,7 +49,7 @@ from airflow_provider_melon.hadoop.hdfs_io import (
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
 from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT, STAGING_RETRY_S_DEFAULT
 from airflow_provider_melon.runtime import outputs as _outputs
-from airflow_provider_melon.spec import JobSpec
+from airflow_provider_melon.spec import JobSpec, RoleSpec
 from airflow_provider_melon.submission import StagedFile
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ class MelonHook:
         proxy_user: Optional[str] = None,
         admin_acl: Optional[str] = None,
         gpu_context_mb: Optional[int] = None,
+        alone_after_s: Optional[float] = None,
     ) -> None:
         self.yarn = yarn_hook or YarnHook(yarn_conn_id)
         self.webhdfs_conn_id = webhdfs_conn_id
@@ -153,6 +154,22 @@ class MelonHook:
             raise ValueError(f"gpu_context_mb: expected whole MiB, got {context!r}") from None
         if self.gpu_context_mb < 0:
             raise ValueError(f"gpu_context_mb: must be 0 or more MiB, got {context!r}")
+        #: seconds from which a run's learned run time gives it whole GPUs instead of a share (``alone_after_s``, else
+        #: the connection extra's, else ``[melon] alone_after_s``, else learned.ALONE_AFTER_S; 0: never)
+        alone = next(
+            (
+                v
+                for v in (alone_after_s, extra.get("alone_after_s"), _conf("alone_after_s"))
+                if v is not None and str(v).strip() != ""
+            ),
+            learned.ALONE_AFTER_S,
+        )
+        try:
+            self.alone_after_s = float(alone)
+        except (TypeError, ValueError):
+            raise ValueError(f"alone_after_s: expected seconds, got {alone!r}") from None
+        if not self.alone_after_s >= 0:
+            raise ValueError(f"alone_after_s: must be 0 (never) or more seconds, got {alone!r}")
         #: how long an upload keeps retrying a NameNode that is restarting / in safe mode (``staging_retry_s``, else
         #: ``[melon] staging_retry_s``, else its declared default, provider_info.STAGING_RETRY_S_DEFAULT)
         self.staging_retry_s = float(
@@ -553,26 +570,57 @@ class MelonHook:
             return None
         return body if isinstance(body, dict) else None
 
-    # ---- learned GPU memory (gpu_memory: auto) ---------------------------------------------------------------
-    def resolve_gpu_memory(self, spec: JobSpec, key: str) -> tuple[JobSpec, list]:
-        """``spec`` with each ``gpu_memory: auto`` role's figure filled in (learned from the history under ``key``,
-        else its first run's ``auto:<size>``: :func:`memory_history.resolve`), and a line per such role saying
-        which it used. Unreadable history counts as none (logged). ValueError names a role with neither."""
-        if not any(role.gpu_memory_auto for role in spec.roles.values()):
-            return spec, []
+    # ---- what earlier runs teach (gpu_memory: auto, priority: auto) ---------------------------------------------
+    def resolve_learned(self, spec: JobSpec, key: str) -> tuple[JobSpec, dict[str, list[str]]]:
+        """``spec`` with what the history under ``key`` teaches filled in, and the lines saying where each figure
+        came from, by field: ``gpu_memory``, a line per ``gpu_memory: auto`` role (learned, else its first run's
+        ``auto:<size>``: :func:`memory_history.resolve`), and ``priority`` for ``priority: auto``
+        (:func:`learned.priority` of the task's recent run times; left ``auto`` while it has none, submitted as 0,
+        below every learned priority). A run learned to take ``alone_after_s`` or more gets whole GPUs (``alone``:
+        :meth:`_alone`). Unreadable history counts as none (logged). ValueError names a role with neither figure."""
+        memory_auto = any(role.gpu_memory_auto for role in spec.roles.values())
+        shares = any(role.gpu_memory and not role.gpus for role in spec.roles.values())
+        if not memory_auto and spec.priority != "auto" and not (shares and self.alone_after_s):
+            return spec, {}
+        try:
+            docs = memory_history.read_history(self.hdfs, self.staging_dir, key)
+        except Exception as exc:  # noqa: BLE001 - no history is a first run, not a failed submission
+            log.warning("run history of %s not read: %s", key, exc)
+            docs = []
+        resolved, notes = spec, {}
+        if memory_auto:
+            resolved = spec.model_copy(deep=True)
+            figures, notes["gpu_memory"] = memory_history.resolve(
+                lambda role: memory_history.role_runs(docs, role),
+                spec.roles,
+                self.largest_gpu_mb(),
+                self.gpu_context_mb,
+            )
+            for name, mb in figures.items():
+                resolved.roles[name] = resolved.roles[name].model_copy(update={"gpu_memory": mb})
+        found = learned.learned_duration_s(docs)
+        if spec.priority == "auto":
+            if found is None:
+                notes["priority"] = ["priority auto: 0 (no successful run time in the history yet)"]
+            else:
+                resolved = resolved.model_copy(update={"priority": learned.priority(found[0])})
+                notes["priority"] = [f"priority auto: {resolved.priority} ({found[1]}; longer runs start first)"]
+        if found is not None and 0 < self.alone_after_s <= found[0]:
+            resolved, notes["alone"] = self._alone(resolved, found[0])
+        return resolved, notes
 
-        def runs_of(role: str) -> list:
-            try:
-                return memory_history.read_runs(self.hdfs, self.staging_dir, key, role)
-            except Exception as exc:  # noqa: BLE001 - no history is a first run, not a failed submission
-                log.warning("memory history of %s not read: %s", key, exc)
-                return []
-
-        figures, lines = memory_history.resolve(runs_of, spec.roles, self.largest_gpu_mb(), self.gpu_context_mb)
-        resolved = spec.model_copy(deep=True)
-        for name, mb in figures.items():
-            resolved.roles[name] = resolved.roles[name].model_copy(update={"gpu_memory": mb})
-        return resolved, lines
+    def _alone(self, spec: JobSpec, ran_s: float) -> tuple[JobSpec, list[str]]:
+        """``spec`` with each shared role (``gpu_memory``) on whole GPUs (``gpus: 1``), for a run learned to take
+        ``ran_s`` >= ``alone_after_s``, and a line per role saying so."""
+        roles, lines = dict(spec.roles), []
+        for name, role in spec.roles.items():
+            if role.gpu_memory and not role.gpus:
+                roles[name] = RoleSpec.model_validate(role.model_dump() | {"gpu_memory": None, "gpus": 1})
+                lines.append(
+                    f"roles.{name}: a whole GPU per task, not a share (learned run time {ran_s / 3600:.1f} h, "
+                    f"alone_after_s {self.alone_after_s / 3600:g} h: a neighbour would stretch it by up to 1.7x)"
+                )
+        return (spec.model_copy(update={"roles": roles}), lines) if lines else (spec, [])
 
     def largest_gpu_mb(self) -> Optional[int]:
         """The memory of the cluster's largest GPU (the RM's RUNNING nodes, as pre-flight reads them), None when the
@@ -589,10 +637,11 @@ class MelonHook:
             return None
         return int(largest) or None
 
-    def record_gpu_memory(self, key: str, app_id: str, final: Optional[dict]) -> Optional[str]:
-        """Add the ended run ``app_id`` (its AM's final status ``final``) to the history under ``key``, one record
-        per shared-mode role (tasks with an ``initial_gpu_memory_mb``); returns the file's path, or None when there
-        is nothing to record (no final status: an AM that died; no shared role)."""
+    def record_run(self, key: str, app_id: str, final: Optional[dict], app: Optional[dict] = None) -> Optional[str]:
+        """Add the ended run ``app_id`` to the history under ``key``: one record per shared-mode role (tasks with an
+        ``initial_gpu_memory_mb`` in its AM's final status ``final``) and, when it succeeded, its training time
+        (:func:`learned.ran_s` of the RM's report ``app`` and ``final``). Returns the file's path, or None when there
+        is nothing to record (no final status: an AM that died)."""
         final = final or {}
         tasks = final.get("tasks")
         if not isinstance(tasks, list):
@@ -609,9 +658,10 @@ class MelonHook:
             for role, mb in planned.items()
             if isinstance(mb, int) and mb > 0
         }
-        if not records:
+        ran = learned.ran_s(app, final)
+        if not records and ran is None:
             return None
-        return memory_history.record_run(self.hdfs, self.staging_dir, key, app_id, records)
+        return memory_history.record_run(self.hdfs, self.staging_dir, key, app_id, records, ran_s=ran)
 
     def am_status(self, app_id: str) -> Optional[dict]:
         """The AM's ``/status`` JSON through the RM web proxy, or None while the AM is not serving yet."""

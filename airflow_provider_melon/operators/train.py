@@ -416,11 +416,11 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
                 self._announce(context, app_id, existing)
                 return app_id, existing
         try:
-            spec, lines = self.hook.resolve_gpu_memory(spec, self.memory_key_for(context))
+            spec, notes = self.hook.resolve_learned(spec, self.memory_key_for(context))
         except ValueError as exc:
             raise AirflowFailException(f"{spec.name}: {exc}") from None
         self._spec = spec
-        for line in lines:
+        for line in (line for lines in notes.values() for line in lines):
             self.log.info("%s", line)
         self.run_preflight(spec)
         self.log.info(
@@ -432,7 +432,10 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         )
         dag_id, task_id, run_id, map_index = self._ti_identity(context)
         labels = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
-        result = self.hook.submit(spec, tags=tags, labels=labels | ({"gpu_memory": "; ".join(lines)} if lines else {}))
+        # the lines on the learned GPU memory ride along for the UI plugin's GPU view
+        if notes.get("gpu_memory"):
+            labels["gpu_memory"] = "; ".join(notes["gpu_memory"])
+        result = self.hook.submit(spec, tags=tags, labels=labels)
         app_id = result["app_id"]
         self._app_id = app_id
         self._submitted.add(app_id)
@@ -687,28 +690,26 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         return self._final_statuses[app_id]
 
     def _ended(self, context: "Context", app_id: str) -> Optional[dict]:
-        """The application ended: its AM status link opens the RM's page; its AM's final status (None if none) is
-        read and added to the task's GPU memory history (``gpu_memory: auto``), never failing."""
+        """The application ended: its AM status link opens the RM's page; its metrics go out (the queue wait, gang
+        formation, GPU memory and out-of-memory growths through Airflow's ``Stats``: :mod:`.metrics`); its AM's final
+        status (None if none) and training time are added to the task's run history (``gpu_memory: auto``,
+        ``priority: auto``), never failing."""
         self._link_am_status_to_app_page(context, app_id)
         final = self._final_status(app_id)
-        self._report_metrics(context, app_id, final)
+        app = self._get_app_or_none(app_id)
+        metrics.emit_job_metrics(app, final, tags=self._metric_tags(context))
         try:
-            path = self.hook.record_gpu_memory(self.memory_key_for(context), app_id, final)
+            path = self.hook.record_run(self.memory_key_for(context), app_id, final, app)
             if path:
-                self.log.info("GPU memory of %s recorded in %s (gpu_memory: auto learns from it)", app_id, path)
+                self.log.info("Run %s recorded in %s (gpu_memory: auto and priority: auto learn from it)", app_id, path)
         except Exception as exc:  # noqa: BLE001 - learning is a bonus; the run's result stands
-            self.log.warning("GPU memory of %s not recorded: %s", app_id, exc)
+            self.log.warning("Run %s not recorded in its history: %s", app_id, exc)
         return final
 
     # ---- metrics ------------------------------------------------------------------------------------------
     def _metric_tags(self, context: "Context") -> dict[str, str]:
         dag_id, task_id, _, _ = self._ti_identity(context)
         return {"dag_id": dag_id, "task_id": task_id}
-
-    def _report_metrics(self, context: "Context", app_id: str, final: Optional[dict]) -> None:
-        """The ended application's queue wait, gang formation, GPU memory and out-of-memory growths through
-        Airflow's ``Stats`` (:mod:`airflow_provider_melon.operators.metrics`; names in docs/lineage-and-metrics.md). Never fails."""
-        metrics.emit_job_metrics(self._get_app_or_none(app_id), final, tags=self._metric_tags(context))
 
     # ---- OpenLineage --------------------------------------------------------------------------------------
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

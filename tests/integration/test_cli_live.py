@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
+from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
@@ -288,10 +289,17 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     history = memory_history.folder(melon_hook.staging_dir, key)
     assert first["memory_history"] == f"{history}/{first['app_id']}.json"
     assert melon_hook.hdfs.status(history)["permission"] == "700"
-    [record] = memory_history.read_runs(melon_hook.hdfs, melon_hook.staging_dir, key, "worker")
+    [run] = memory_history.read_history(melon_hook.hdfs, melon_hook.staging_dir, key)
+    [record] = memory_history.role_runs([run], "worker")
     assert (record["peak_mb"], record["peak_source"]) == (1300, "user"), record
+    # priority: auto -- the first run had no run time to learn from (priority 0); it recorded its own, which
+    # the second run's YARN priority comes from (the launcher allows priorities up to learned.MAX_PRIORITY)
+    app = melon_hook.yarn.get_application(first["app_id"])
+    assert 0 < run["ran_s"] <= (app["finishedTime"] - app["launchTime"]) / 1000, (run, app)
+    assert app["priority"] == 0, app
 
     second = melon.submit(job, "--wait", "--learn-as", key)
     assert second["final"]["final_status"] == "SUCCEEDED", second
+    assert melon_hook.yarn.get_application(second["app_id"])["priority"] == learned.priority(run["ran_s"]) == 1
     [task] = melon_hook.final_status(second["app_id"])["tasks"]
     assert (task["initial_gpu_memory_mb"], task["expected_gpu_memory_mb"], task["oom_growths"]) == (1430, 1430, 0)

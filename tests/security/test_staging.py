@@ -281,18 +281,18 @@ def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, atta
             "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "gpu_memory": "auto:3GiB"}},
         }
     )
-    spec, lines = alice.resolve_gpu_memory(auto, key)
-    assert spec.roles["worker"].gpu_memory == 3072 and "no history yet" in lines[0], lines
+    spec, notes = alice.resolve_learned(auto, key)
+    assert spec.roles["worker"].gpu_memory == 3072 and "no history yet" in notes["gpu_memory"][0], notes
     app_id = tenants.submit(alice, spec)["app_id"]
     app = _wait_state(alice, app_id, TERMINAL_STATES, timeout=300)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
-    path = alice.record_gpu_memory(key, app_id, alice.final_status(app_id))
+    path = alice.record_run(key, app_id, alice.final_status(app_id))
     folder = path.rsplit("/", 1)[0]
     assert folder == f"/user/alice/.melon/profiles/{key}/memory", path
     st = tenants.superuser_hdfs().status(folder)
     assert (st["owner"], st["permission"]) == ("alice", "700"), st
-    _, taught = alice.resolve_gpu_memory(auto, key)
-    assert "learned from the last 1 run(s)" in taught[0], taught
+    _, taught = alice.resolve_learned(auto, key)
+    assert "learned from the last 1 run(s)" in taught["gpu_memory"][0], taught
 
     bob_hdfs = InsecureClient(tenants.nn, user=SERVICE, proxy="bob")
     with attack("bob lists alice's learned GPU memory history in HDFS", expected="Permission denied: user=bob") as row:
@@ -318,7 +318,7 @@ def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, atta
     )
     with attack("bob plants a record in alice's GPU memory history", expected="Permission denied: user=bob") as row:
         row.got = _as_bob(lambda: bob_hdfs.write(f"{folder}/application_1_1.json", data=planted) or "written")
-    bob_path = bob.record_gpu_memory(
+    bob_path = bob.record_run(
         key,
         "application_1_1",
         {
@@ -336,7 +336,7 @@ def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, atta
     )
     assert bob_path.startswith("/user/bob/.melon/profiles/"), bob_path
     with attack("bob records under alice's DAG/task key: her next figure changes", expected="her own: 3072 MiB") as row:
-        again, said = alice.resolve_gpu_memory(auto, key)
+        again, said = alice.resolve_learned(auto, key)
         row.got = f"her own: {again.roles['worker'].gpu_memory} MiB" if taught == said else f"{said}"
 
 
@@ -361,7 +361,9 @@ def test_melon_memory_show_and_forget_act_with_the_owners_staging_folder_rights(
         "oom": False,
         "growths": 0,
     }
-    path = memory_history.record_run(alice.hdfs, alice.staging_dir, key, "application_1_0007", {"worker": record})
+    path = memory_history.record_run(
+        alice.hdfs, alice.staging_dir, key, "application_1_0007", {"worker": record}, ran_s=2460.0
+    )
     where = ["--rm", tenants.details.rm_web_url, "--webhdfs", tenants.nn]
 
     def melon(*argv: str) -> tuple[int, str, str]:
@@ -373,6 +375,7 @@ def test_melon_memory_show_and_forget_act_with_the_owners_staging_folder_rights(
     assert code == 0, err
     assert "learned now 3872 MiB (learned from the last 1 run(s): peak 3520 MiB × 1.10" in out, out
     assert "application_1_0007" in out and "3520 (torch)" in out, out
+    assert "run time: 41.0 min (median run time of the last 1 successful run(s): 41.0 min): priority auto 7" in out
     with attack(
         "bob shows alice's GPU memory history with `melon memory show`", expected="exit 1: Permission denied: user=bob"
     ) as row:

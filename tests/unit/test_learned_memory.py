@@ -220,7 +220,7 @@ def test_the_learned_figure_leaves_room_for_the_context_on_the_largest_gpu():
 
 
 def test_the_hook_caps_the_learned_figure_at_the_clusters_largest_gpu(monkeypatch):
-    """``MelonHook.resolve_gpu_memory`` knows the cluster (the RM's nodes, as pre-flight reads them): a task whose last
+    """``MelonHook.resolve_learned`` knows the cluster (the RM's nodes, as pre-flight reads them): a task whose last
     run ran out of memory at the top learns no more than the largest GPU gives, and pre-flight passes."""
     from unittest import mock
 
@@ -258,9 +258,13 @@ def test_the_hook_caps_the_learned_figure_at_the_clusters_largest_gpu(monkeypatc
     spec = JobSpec.from_dict(_job(gpu_memory="auto:8GiB"))
     with (
         mock.patch.object(YarnHook, "nodes", autospec=True, return_value=nodes),
-        mock.patch.object(memory_history, "read_runs", return_value=[top]),
+        mock.patch.object(
+            memory_history,
+            "read_history",
+            return_value=[{"version": 1, "app_id": top["app_id"], "roles": {"worker": top}}],
+        ),
     ):
-        resolved, lines = hook.resolve_gpu_memory(spec, "dag/task")
-    assert resolved.roles["worker"].gpu_memory_mb == 81559 - 400, lines
-    assert "capped at the largest GPU (81559 MiB less 400 MiB for the CUDA context)" in lines[0]
+        resolved, notes = hook.resolve_learned(spec, "dag/task")
+    assert resolved.roles["worker"].gpu_memory_mb == 81559 - 400, notes
+    assert "capped at the largest GPU (81559 MiB less 400 MiB for the CUDA context)" in notes["gpu_memory"][0]
     assert preflight.check(nodes, resolved.roles, 400).ok

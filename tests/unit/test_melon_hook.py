@@ -162,6 +162,6 @@ def test_gpu_memory_records_only_the_tasks_that_name_their_role():
         ],
     }
     with mock.patch("airflow_provider_melon.hadoop.memory_history.record_run", return_value="/h/app.json") as record:
-        assert _hook_on(mock.Mock()).record_gpu_memory("k", "application_1_0001", final) == "/h/app.json"
+        assert _hook_on(mock.Mock()).record_run("k", "application_1_0001", final) == "/h/app.json"
     records = record.call_args.args[4]
     assert list(records) == ["worker"] and records["worker"]["peak_mb"] == 900

@@ -17,13 +17,13 @@ def _auto_job():
 
 
 def _first_figures(self, spec, key):
-    """What resolve_gpu_memory does without history: each auto role at its first-run figure."""
+    """What resolve_learned does without history: each auto role at its first-run figure."""
     roles = {
         name: role.model_copy(update={"gpu_memory": role.gpu_memory_first_mb})
         for name, role in spec.roles.items()
         if role.gpu_memory_auto
     }
-    return spec.model_copy(update={"roles": spec.roles | roles}), []
+    return spec.model_copy(update={"roles": spec.roles | roles}), {}
 
 
 @pytest.fixture
@@ -31,8 +31,8 @@ def keys(hooks):  # noqa: F811 - the fixture imported above
     """The history keys the task resolved (before submitting) and recorded (after the end) under."""
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
     with (
-        mock.patch.object(MelonHook, "resolve_gpu_memory", autospec=True, side_effect=_first_figures) as resolve,
-        mock.patch.object(MelonHook, "record_gpu_memory", autospec=True, return_value=None) as record,
+        mock.patch.object(MelonHook, "resolve_learned", autospec=True, side_effect=_first_figures) as resolve,
+        mock.patch.object(MelonHook, "record_run", autospec=True, return_value=None) as record,
     ):
         yield lambda: ([c.args[2] for c in resolve.call_args_list], [c.args[1] for c in record.call_args_list])
 

@@ -106,7 +106,7 @@ context = {"ti": ti, "run_id": "manual__1"}
 op._get_app_or_none = lambda app_id: dict(app)
 op._final_statuses[app["id"]] = final
 op._link_am_status_to_app_page = lambda context, app_id: None
-op.hook.record_gpu_memory = lambda *args, **kwargs: None  # the memory history (HDFS) is not under test
+op.hook.record_run = lambda *args, **kwargs: None  # the memory history (HDFS) is not under test
 op.find_existing = lambda tags: {"id": app["id"], "state": "RUNNING", "finalStatus": "UNDEFINED"}
 op._announce = lambda context, app_id, app: None
 assert op._attach_or_submit(context)[0] == app["id"]  # a retry that finds its application running

@@ -16,6 +16,7 @@ from unittest import mock
 import pytest
 import requests_mock as rm_mock
 
+from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.hadoop.hdfs_io import hdfs_asset_uri
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
@@ -144,6 +145,9 @@ def hooks():
         mock.patch.object(YarnHook, "get_state", autospec=True, return_value="KILLED") as get_state,
         mock.patch.object(YarnHook, "nodes", autospec=True, return_value=[]),
         mock.patch.object(MelonHook, "file_status", autospec=True, return_value={"type": "DIRECTORY"}) as file_status,
+        # the task's run history in HDFS (priority: auto reads it before each submission): none yet
+        mock.patch.object(MelonHook, "hdfs", new_callable=mock.PropertyMock, return_value=mock.Mock()),
+        mock.patch.object(memory_history, "read_history", autospec=True, return_value=[]),
         mock.patch.object(MelonTrainOperator, "_sleep", autospec=True) as sleep,
     ):
         yield mock.Mock(

@@ -243,6 +243,24 @@ def test_pays_learned_pairs_large_jobs_but_keeps_the_critical_one_alone(model):
     assert plain.slowdown["l0"] > 1.0
 
 
+def test_the_default_with_a_history_starts_long_jobs_first_and_runs_the_longest_alone(model):
+    # the product's priority: auto and alone_after_s: l0 (8 h, at learned.ALONE_AFTER_S or more) is first in YARN's
+    # queue and holds a GPU whole; the 1 h jobs pair on the other (two large tasks, half a GPU each)
+    long_first = [large("l1"), large("l2"), large("l3"), large("l0", 8 * W)]
+    jobs = sim.with_estimates(long_first, 0.0)
+    assert sim.alone(jobs[3]) and not sim.alone(jobs[0]) and not sim.alone(long_first[3])  # no estimate: shares
+    r = sim.simulate(jobs, 2, sim.H200_MB, "default", model, order="priority")
+    assert r.start["l0"] == 0.0 and r.slowdown["l0"] == pytest.approx(1.0) and r.makespan_s == pytest.approx(8 * W)
+    assert {r.gpu[n] for n in ("l1", "l2", "l3")} == {1 - r.gpu["l0"]} and r.max_concurrency == 2
+    # the first night (no history, every job at priority 0): all four start at once, two on each GPU, and the 8 h job
+    # shares its GPU
+    first = sim.simulate(long_first, 2, sim.H200_MB, "default", model, order="trace")
+    assert first.slowdown["l0"] > 1.0 and first.makespan_s > 8 * W
+    # YARN's priorities are per doubling of the minutes: jobs of 70 and 100 minutes are in one bucket, by name
+    close = sim.with_estimates([small("a", 70 * 60), small("b", 100 * 60)], 0.0)
+    assert sim.simulate(close, 1, sim.H200_MB, "exclusive", model, order="priority").start["a"] == 0.0
+
+
 def test_rules_bound_with_large_pairs(model):
     jobs = [large(f"l{i}") for i in range(4)]
     assert sim.rules_bound(jobs, 1, sim.H200_MB, model).configs == [(1, 0)]
