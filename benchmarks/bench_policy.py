@@ -7,11 +7,14 @@ splits (c)'s gap to (d) into what online arrival-order scheduling loses and what
 variant printed for comparison. Speeds come from benchmarks/data (see benchmarks/simulator.py); the targets from the
 issue are checked against what the simulation produces (PASS/FAIL), nothing is hard-coded.
 
-(cD) is the candidate that needs duration estimates: the queue longest-estimated-first (``candidates.longest_first``),
-two large jobs may share a GPU when that is fair (never beside a small: not measured), and a job whose estimated
-work reaches half the backlog's even share per GPU is kept alone (``candidates.critical_tasks``). Its estimates are the
-true durations off by a lognormal factor (``EST_SIGMA`` 0.3), what a history of earlier runs could give; the
-product does not record durations. The run ends with one ``PARETO`` line per trace for the default (D), (c) and (cD) (makespan <= (g)'s with worst running slowdown <= 2, plus the online gap to the bound
+(D) runs with a history of earlier runs: each job's estimated run time is its true duration off by a lognormal
+factor (``EST_SIGMA`` 0.3); the queue is in YARN's order under ``priority: auto`` (``learned.priority``) and a job
+estimated at ``learned.ALONE_AFTER_S`` or more takes an idle GPU whole. (D0) is (D) on the first night, without one.
+(cD) is (c) with the same estimates: the queue longest-estimated-first (``candidates.longest_first``), two large jobs
+may share a GPU when that is fair (never beside a small: not measured), and a job whose estimated work reaches half
+the backlog's even share per GPU is kept alone (``candidates.critical_tasks``), which takes the backlog's durations
+at every placement. The run ends with one ``PARETO`` line per trace for the default (D), (D0), (c) and (cD)
+(makespan <= (g)'s with worst running slowdown <= 2, plus the online gap to the bound
 under that policy's own rules and the speedup over exclusive), then a sensitivity table: every job's expected
 memory off by -20 % (it runs out of memory and the AM relaunches it at 1.5x, costing ``OOM_COST_S`` of GPU time),
 +10 % (what ``gpu_memory: auto`` learns, peak x 1.1) and +20 %.
@@ -52,14 +55,18 @@ POLICIES = [
     ("c-sub", "pays", "trace", "(c-sub) (c), ties by submission"),
     ("c-lpt", "pays", "lpt", "(c-lpt) (c), longest first (oracle)"),
     ("cD", "pays_learned", "learned", "(cD) learned durations, pairs, crit."),
-    ("D", "default", "name", "(D) default: slots + place_default"),
-    ("D-lpt", "default", "lpt", "(D-lpt) (D), longest first (oracle)"),
+    ("D", "default", "priority", "(D) default: slots, learned order"),
+    ("D0", "default", "name", "(D0) (D) with no history yet"),
+    ("D-lpt", "default", "lpt", "(D-lpt) (D0), longest first (oracle)"),
 ]
 #: the policy the product applies (``policy.place_default`` on ``policy.slot_mb`` reservations); the PARETO lines'
 #: "default"
 DEFAULT = "D"
-#: lognormal error of the duration estimates (cD) works with (sim.with_estimates): durations learned from earlier runs
+#: lognormal error of the duration estimates (cD) and (D) work with (sim.with_estimates): durations learned from
+#: earlier runs
 EST_SIGMA = 0.3
+#: the queue orders that read the estimates: (cD)'s and the product's (``priority: auto``)
+ESTIMATED = ("learned", "priority")
 #: what an out-of-memory relaunch costs (sensitivity rows): the measured launch overhead (bench_sim_vs_system, mean
 #: 6.6 s) plus the work lost before the failure, taken as a minute of solo work (frameworks allocate in the first steps)
 OOM_COST_S = 6.6 + 60.0
@@ -74,7 +81,7 @@ def _h(s: float) -> str:
 def run_trace(title, jobs, n_gpus, total_mb, model):
     est = sim.with_estimates(jobs, EST_SIGMA)
     res = {
-        key: sim.simulate(est if order == "learned" else jobs, n_gpus, total_mb, name, model, order=order)
+        key: sim.simulate(est if order in ESTIMATED else jobs, n_gpus, total_mb, name, model, order=order)
         for key, name, order, _ in POLICIES
     }
     bound = sim.ideal_bound(jobs, n_gpus, total_mb, model)
@@ -198,7 +205,12 @@ def main(argv=None) -> int:
         "(each shared task held at its slot; its (d*): the configurations it may form, two large on a GPU "
         "included); (c) and (cD) for comparison"
     )
-    for who, label, rules_key in ((DEFAULT, "default", "rules_cD"), ("c", "(c)", None), ("cD", "(cD)", "rules_cD")):
+    for who, label, rules_key in (
+        (DEFAULT, "default", "rules_cD"),
+        ("D0", "(D0) no history", "rules_cD"),
+        ("c", "(c)", None),
+        ("cD", "(cD)", "rules_cD"),
+    ):
         for fam, out in pareto.items():
             for name, (res, _, rules) in out.items():
                 r, g = res[who], res["g"]
@@ -242,7 +254,9 @@ def memory_sensitivity(args, model) -> None:
             cells = []
             for f, label in factors:
                 js = with_memory_error(jobs, f)
-                dd = sim.simulate(js, args.gpus, args.gpu_mb, "default", model)
+                dd = sim.simulate(
+                    sim.with_estimates(js, EST_SIGMA), args.gpus, args.gpu_mb, "default", model, order="priority"
+                )
                 c = sim.simulate(js, args.gpus, args.gpu_mb, "pays", model)
                 d = sim.simulate(
                     sim.with_estimates(js, EST_SIGMA), args.gpus, args.gpu_mb, "pays_learned", model, order="learned"

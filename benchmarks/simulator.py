@@ -46,7 +46,9 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
     ``default``    (D) the product: every job holds its slot, ``policy.slot_mb`` of its expected memory
                    (:func:`slot`), and takes the GPU ``policy.place_default(..., slots=True)`` chooses -- the very
                    call ``gpu.ledger.Ledger.reserve`` makes on a node, with the same inputs (the GPUs' held memory,
-                   the tasks' expected memory). ``benchmarks/bench_sim_vs_system.py`` compares it with the real
+                   the tasks' expected memory). With estimates (a history of earlier runs), the queue order
+                   ``priority`` is YARN's under ``priority: auto``, and a job estimated at ``learned.ALONE_AFTER_S``
+                   or more takes an idle GPU whole (:func:`alone`). ``benchmarks/bench_sim_vs_system.py`` compares it with the real
                    YARN + AM + ledger.
     ``expected``   the ledger without slots (each job holds its expected memory alone), as it was before: up to
                    dozens of small jobs on one GPU, each slower. A comparison row, not the product.
@@ -70,7 +72,7 @@ REPO = os.path.dirname(HERE)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from airflow_provider_melon.gpu import policy  # noqa: E402
+from airflow_provider_melon.gpu import learned, policy  # noqa: E402
 from airflow_provider_melon.gpu.policy import Gpu, Task  # noqa: E402
 from airflow_provider_melon.gpu.profiler import expected_mb  # noqa: E402
 from benchmarks import candidates  # noqa: E402
@@ -213,14 +215,20 @@ def with_estimates(jobs: Sequence[Job], sigma: float, seed: int = 1) -> List[Job
 
 
 # -- placement ---------------------------------------------------------------------------------------------
+def alone(job: Job) -> bool:
+    """Whether the default runs ``job`` on a GPU of its own: its estimated run time reaches ``learned.ALONE_AFTER_S``
+    (the hook's ``resolve_learned`` makes such a shared role ``gpus: 1``)."""
+    return job.est_s is not None and job.est_s >= learned.ALONE_AFTER_S
+
+
 def _gpus(state: List[List[Job]], total_mb: int, slots: bool = False) -> List[Gpu]:
     """The GPUs as the policy sees them: each job by its expected memory, taking its expected memory or, with
-    ``slots``, its :func:`slot` (what the ledger records as ``held_mb``)."""
+    ``slots``, its :func:`slot` (what the ledger records as ``held_mb``; the whole GPU for a job :func:`alone`)."""
     return [
         Gpu(
             i,
             total_mb,
-            sum(slot(j, total_mb) if slots else j.expected_mb for j in js),
+            sum((total_mb if alone(j) else slot(j, total_mb)) if slots else j.expected_mb for j in js),
             [Task(j.name, j.expected_mb, j.large) for j in js],
         )
         for i, js in enumerate(state)
@@ -273,7 +281,10 @@ def place(
     if name == "expected":
         return policy.place_default(gpus, job.expected_mb, large=job.large, mps=False)
     if name == "default":
-        return policy.place_default(_gpus(state, total_mb, slots=True), job.expected_mb, large=job.large, slots=True)
+        held = _gpus(state, total_mb, slots=True)
+        if alone(job):  # a whole GPU: the ledger's exclusive reservation
+            return policy.exclusive(held)
+        return policy.place_default(held, job.expected_mb, large=job.large, slots=True)
     if name == "gandiva":
         return gandiva_place(job, state, gpus, model)
     if name not in PAYS_VARIANTS:
@@ -366,8 +377,20 @@ class Result:
 #: ``<kind letter><index>``, so at t = 0 every large job is ahead of every small one), ``trace`` (by position
 #: in the trace, the order they were submitted in), ``lpt`` (longest solo work first: a clairvoyant order,
 #: for measuring what not knowing durations costs; the system does not know them), ``learned`` (longest
-#: *estimated* solo work first, ``Job.est_s`` via ``candidates.longest_first``: durations learned from earlier runs).
-QUEUE_ORDERS = ("name", "trace", "lpt", "learned")
+#: *estimated* solo work first, ``Job.est_s`` via ``candidates.longest_first``: durations learned from earlier runs),
+#: ``priority`` (what the product's ``priority: auto`` makes of YARN's queue: ``learned.priority`` of the estimate,
+#: highest first, then by name; a job without an estimate at the queue's default, 0, after the others).
+QUEUE_ORDERS = ("name", "trace", "lpt", "learned", "priority")
+
+
+def _answer_key(policy_name: str, job: Job) -> tuple:
+    """What a policy's answer for ``job`` depends on besides the GPUs' state: its kind and memory, and with estimates
+    whether the default runs it :func:`alone`, or for (cD) the job itself (is it on the critical path?)."""
+    if job.est_s is None:
+        return (job.kind, job.expected_mb)
+    if policy_name == "default":
+        return (job.kind, job.expected_mb, alone(job))
+    return (job.kind, job.expected_mb, job.name)
 
 
 def simulate(
@@ -389,6 +412,7 @@ def simulate(
         "trace": lambda j: (position[id(j)],),
         "lpt": lambda j: (-j.work_s, j.name),
         "learned": lambda j: (rank[j.name],),
+        "priority": lambda j: (-(learned.priority(j.est_s) if j.est_s is not None else 0), j.name),
     }[order]
     pending = sorted(jobs, key=lambda j: (j.arrival_s,) + tie(j))
     queue: List[Job] = []
@@ -403,8 +427,7 @@ def simulate(
             pi += 1
         refused = set()  # (kind, memory) refused since the last placement: the same answer until state changes
         for job in list(queue):
-            # with estimates the answer also depends on the job's own (is it on the critical path?)
-            same = (job.kind, job.expected_mb) if job.est_s is None else (job.kind, job.expected_mb, job.name)
+            same = _answer_key(policy_name, job)
             if same in refused:
                 continue
             g = place(policy_name, job, state, total_mb, model, queue, done)
