@@ -166,7 +166,7 @@ def valid_job(draw) -> dict:
         "code": st.just("hdfs://nn:8020/user/alice/code.zip"),
         "env": st.dictionaries(env_names, nasty_text(), max_size=4),
         "queue": nasty_text(min_size=1).filter(str.strip),
-        "priority": st.integers(-INT32_MAX, INT32_MAX),
+        "priority": st.one_of(st.just("auto"), st.integers(-INT32_MAX, INT32_MAX)),
         "max_attempts": st.integers(1, 10),
         "tags": st.lists(ascii_tags, max_size=3),
         "environment": environments(),
