@@ -71,12 +71,19 @@ def make_system_trace(
     seed: int = 2,
     time_scale: float = 30.0,
     gap_s: float = 10.0,
+    history: bool = False,
 ) -> List["sim.Job"]:
     """``simulator.make_trace`` (sigma 0.5, all at 0) with durations divided by ``time_scale`` (rounded to
-    0.1 s) and job ``i`` arriving at ``i * gap_s``."""
+    0.1 s) and job ``i`` arriving at ``i * gap_s``. ``history``: each job has an estimate of its run time as the
+    product would learn it (``simulator.with_estimates``, sigma ``bench_policy.EST_SIGMA``), of the *unscaled*
+    duration: the priority and ``alone`` a run of that length would get."""
     if time_scale <= 0 or gap_s < 0:
         raise ValueError("time_scale must be > 0 and gap_s >= 0")
     jobs = sim.make_trace(n_jobs, small_fraction, seed, model, sigma=0.5)
+    if history:
+        from benchmarks.bench_policy import EST_SIGMA
+
+        jobs = sim.with_estimates(jobs, EST_SIGMA)
     return [
         dataclasses.replace(j, work_s=round(j.work_s / time_scale, 1), arrival_s=round(i * gap_s, 1))
         for i, j in enumerate(jobs)
@@ -88,6 +95,7 @@ def job_spec(job: "sim.Job", code: str, data: str, out_dir: str) -> dict:
         f"python sim_job.py --repo {REPO} --data {data} --name {job.name} --kind {job.kind} "
         f"--work {job.work_s} --out {os.path.join(out_dir, job.name + '.json')}"
     )
+    gpu = {"gpus": 1} if sim.alone(job) else {"gpu_memory": int(job.expected_mb)}
     return {
         "name": f"simvs-{job.name}",
         "framework": "generic",
@@ -95,15 +103,9 @@ def job_spec(job: "sim.Job", code: str, data: str, out_dir: str) -> dict:
         "entrypoint": entry,
         "env": {"MELON_GPU_WAIT_S": "1200"},
         "register_timeout_s": 1200,
-        "roles": {
-            "worker": {
-                "instances": 1,
-                "memory": 256,
-                "vcores": 1,
-                "gpu_memory": int(job.expected_mb),
-                "large": job.large,
-            }
-        },
+        # with a history: what MelonHook.resolve_learned makes of priority: auto and alone_after_s
+        "priority": sim.yarn_priority(job),
+        "roles": {"worker": {"instances": 1, "memory": 256, "vcores": 1, "large": job.large, **gpu}},
     }
 
 
@@ -201,17 +203,22 @@ def report(trace, res, real, args, model) -> List[str]:
         f"Simulator vs system: {len(trace)} jobs (seed {args.seed}, small fraction {args.small_fraction}, durations "
         f"/{args.time_scale:g}, arrivals every {args.gap:g}s), {args.gpus} GPUs x {sim.H200_MB} MiB, policy 'default' "
         f"(policy.place_default with slots, no MPS)"
+        + (
+            "; with a history: YARN priority from each job's estimated (unscaled) run time, queue order 'priority'"
+            if args.history
+            else ""
+        )
     )
     p("")
     hdr = (
-        f"{'job':5} {'kind':5} {'solo':>6} {'MiB':>5} {'arr':>5} | {'sim gpu':>7} {'start':>6} {'finish':>7} | "
+        f"{'job':5} {'kind':5} {'solo':>6} {'MiB':>5} {'arr':>5} {'pri':>3} | {'sim gpu':>7} {'start':>6} {'finish':>7} | "
         f"{'real gpu':>8} {'start':>6} {'finish':>7} | {'launch':>6} {'d fin':>6}"
     )
     p(hdr)
     p("-" * len(hdr))
     for j in trace:
         line = (
-            f"{j.name:5} {j.kind:5} {j.work_s:6.1f} {j.expected_mb:5d} {j.arrival_s:5.0f} | "
+            f"{j.name:5} {j.kind:5} {j.work_s:6.1f} {j.expected_mb:5d} {j.arrival_s:5.0f} {sim.yarn_priority(j):3d} | "
             f"{res.gpu[j.name]:7d} {res.start[j.name]:6.1f} {res.finish[j.name]:7.1f} | "
         )
         if real:
@@ -262,6 +269,11 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, ledger) after the run")
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds to wait for the applications")
     ap.add_argument("--sim-only", action="store_true")
+    ap.add_argument(
+        "--history",
+        action="store_true",
+        help="jobs with learned run times: YARN priorities by priority: auto, alone_after_s (the default (D))",
+    )
     ap.add_argument("--verbose", action="store_true", help="keep the hook's INFO log lines")
     ap.add_argument("--out", default=None, help="also write the table to this file")
     args = ap.parse_args(argv)
@@ -278,8 +290,9 @@ def main(argv=None) -> int:
         seed=args.seed,
         time_scale=args.time_scale,
         gap_s=args.gap,
+        history=args.history,
     )
-    res = sim.simulate(trace, args.gpus, sim.H200_MB, "default", model, order="trace")
+    res = sim.simulate(trace, args.gpus, sim.H200_MB, "default", model, order="priority" if args.history else "trace")
     real = None if args.sim_only else run_system(trace, args, os.path.abspath(data), log)
     lines = report(trace, res, real, args, model)
     text = "\n".join(lines) + "\n"

@@ -378,9 +378,15 @@ class Result:
 #: in the trace, the order they were submitted in), ``lpt`` (longest solo work first: a clairvoyant order,
 #: for measuring what not knowing durations costs; the system does not know them), ``learned`` (longest
 #: *estimated* solo work first, ``Job.est_s`` via ``candidates.longest_first``: durations learned from earlier runs),
-#: ``priority`` (what the product's ``priority: auto`` makes of YARN's queue: ``learned.priority`` of the estimate,
-#: highest first, then by name; a job without an estimate at the queue's default, 0, after the others).
+#: ``priority`` (what the product's ``priority: auto`` makes of YARN's queue: :func:`yarn_priority`, highest first,
+#: then by name; a job without an estimate at 0, after the others; the queue is kept in that order as jobs arrive,
+#: so a later job of a higher priority goes ahead of an earlier one still waiting, as in YARN).
 QUEUE_ORDERS = ("name", "trace", "lpt", "learned", "priority")
+
+
+def yarn_priority(job: Job) -> int:
+    """The YARN application priority ``priority: auto`` gives ``job``: ``learned.priority`` of its estimate, 0 without."""
+    return learned.priority(job.est_s) if job.est_s is not None else 0
 
 
 def _answer_key(policy_name: str, job: Job) -> tuple:
@@ -412,7 +418,7 @@ def simulate(
         "trace": lambda j: (position[id(j)],),
         "lpt": lambda j: (-j.work_s, j.name),
         "learned": lambda j: (rank[j.name],),
-        "priority": lambda j: (-(learned.priority(j.est_s) if j.est_s is not None else 0), j.name),
+        "priority": lambda j: (-yarn_priority(j), j.name),
     }[order]
     pending = sorted(jobs, key=lambda j: (j.arrival_s,) + tie(j))
     queue: List[Job] = []
@@ -425,6 +431,8 @@ def simulate(
         while pi < len(pending) and pending[pi].arrival_s <= t + EPS:
             queue.append(pending[pi])
             pi += 1
+        if order == "priority":  # YARN serves a queue by priority first, then by submission
+            queue.sort(key=lambda j: (-yarn_priority(j), j.arrival_s, j.name))
         refused = set()  # (kind, memory) refused since the last placement: the same answer until state changes
         for job in list(queue):
             same = _answer_key(policy_name, job)

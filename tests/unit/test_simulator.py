@@ -256,6 +256,15 @@ def test_the_default_with_a_history_starts_long_jobs_first_and_runs_the_longest_
     # shares its GPU
     first = sim.simulate(long_first, 2, sim.H200_MB, "default", model, order="trace")
     assert first.slowdown["l0"] > 1.0 and first.makespan_s > 8 * W
+    # a later, longer job goes ahead of an earlier, shorter one that still waits, as in YARN's queue
+    staggered = [
+        sim.Job("a", "small", W, 2076, 0.0, 10 * 60.0),
+        sim.Job("b", "small", W, 2076, 1.0, 5 * 60.0),
+        sim.Job("c", "small", W, 2076, 2.0, 100 * 60.0),
+    ]
+    by_priority = sim.simulate(staggered, 1, sim.H200_MB, "exclusive", model, order="priority")
+    assert by_priority.start["c"] == pytest.approx(W) and by_priority.start["b"] == pytest.approx(2 * W)
+    assert sim.simulate(staggered, 1, sim.H200_MB, "exclusive", model, order="trace").start["b"] == pytest.approx(W)
     # YARN's priorities are per doubling of the minutes: jobs of 70 and 100 minutes are in one bucket, by name
     close = sim.with_estimates([small("a", 70 * 60), small("b", 100 * 60)], 0.0)
     assert sim.simulate(close, 1, sim.H200_MB, "exclusive", model, order="priority").start["a"] == 0.0
