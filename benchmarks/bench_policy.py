@@ -294,8 +294,8 @@ def sensitivity(args, model) -> int:
                 f"{sum(q <= 1.10 for q in qs) / len(qs):.0%} <= 1.10  [{own:.2f}]"
             )
     print(
-        f"\nThe default (D) against (g) with the queue shuffled ({args.orders} orders, each run by both): makespan "
-        "(D) / (g) min / median / max, share of orders with (D) <= (g); worst slowdown of (D)"
+        f"\nThe default with no history, (D0), against (g) with the queue shuffled ({args.orders} orders, each run by "
+        "both): makespan (D0) / (g) min / median / max, share of orders with (D0) <= (g); worst slowdown of (D0)"
     )
     for fam in FAMILIES:
         for name, jobs in _family_traces(args, model, fam, args.seed).items():
@@ -310,7 +310,7 @@ def sensitivity(args, model) -> int:
             qs.sort()
             print(
                 f"  {fam} {name:<14} {qs[0]:.3f} / {statistics.median(qs):.3f} / {qs[-1]:.3f}, "
-                f"{sum(q <= 1.0 + 1e-9 for q in qs) / len(qs):.0%} with (D) <= (g); worst slowdown {worst:.2f}"
+                f"{sum(q <= 1.0 + 1e-9 for q in qs) / len(qs):.0%} with (D0) <= (g); worst slowdown {worst:.2f}"
             )
     keys = [("c", "pays"), ("cQ", "pays_quota"), ("cQ=", "pays_quota_even")]
     print(f"\nMixed traces over seeds {seeds}: x/(d*) and mean JCT over (c)'s, per seed; mean and max")
