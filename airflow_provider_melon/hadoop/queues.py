@@ -97,20 +97,15 @@ _UNITS = {
 }
 
 
-def _gpu_memory_ask(role: Any, context_mb: int, largest_gpu_mb: Optional[int]) -> int:
-    """The ``melon.io/gpu-memory`` each task of ``role`` asks YARN for (``policy.ask_mb``); 0 without GPU memory."""
-    _, _, gpu_mb = role_numbers(role)
-    return policy.ask_mb(gpu_mb + context_mb, largest_gpu_mb, large=role_large(role)) if gpu_mb > 0 else 0
-
-
 def _containers(
     roles: Mapping[str, Any], am: Mapping[str, int], context_mb: int, largest_gpu_mb: Optional[int]
 ) -> list[dict[str, float]]:
-    """One resource dict per container of the gang, the AM first (role dicts: sizes in MiB)."""
+    """One resource dict per container of the gang, the AM first (role dicts: sizes in MiB). A shared task asks
+    ``melon.io/gpu-memory`` for its need and the CUDA context, raised to its slot (``policy.ask_mb``)."""
     out: list[dict[str, float]] = [dict(am)]
     for role in roles.values():
-        instances, gpus, _ = role_numbers(role)
-        gpu_mb = _gpu_memory_ask(role, context_mb, largest_gpu_mb)
+        instances, gpus, need = role_numbers(role)
+        gpu_mb = policy.ask_mb(need + context_mb, largest_gpu_mb, large=role_large(role)) if need > 0 else 0
         if isinstance(role, Mapping):
             memory, vcores = as_number(role.get("memory_mb", role.get("memory", 0))), as_number(role.get("vcores", 1))
         else:
@@ -156,14 +151,9 @@ def check(
     melon.io/gpu-memory besides its expected memory (the CUDA context); ``largest_gpu_mb``: the cluster's largest
     GPU, against which a shared task's slot is asked for (None: unknown, the need alone)."""
     report = QueueReport(queue=queue)
-    numbers = {}
-    for name, role in roles.items():
-        instances, gpus, _ = role_numbers(role)
-        numbers[name] = (instances, gpus, _gpu_memory_ask(role, context_mb, largest_gpu_mb))
-    report.demand = {
-        GPU_RESOURCE: sum(i * g for i, g, _ in numbers.values()),
-        GPU_MEMORY_RESOURCE: sum(i * m for i, _, m in numbers.values()),
-    }
+    containers = _containers(roles, am, context_mb, largest_gpu_mb)
+    tasks = containers[1:]  # the AM's asks for no GPU
+    report.demand = {resource: sum(c[resource] for c in tasks) for resource in (GPU_RESOURCE, GPU_MEMORY_RESOURCE)}
     if not as_dict(scheduler).get("queues"):
         report.checked = False
         return report
@@ -196,7 +186,7 @@ def check(
                     "smaller tasks, or ask the admin to raise the queue's maximum-capacity"
                 )
     if not report.problems:
-        _check_user_limit(report, info, _containers(roles, am, context_mb, largest_gpu_mb), user, am)
+        _check_user_limit(report, info, containers, user, am)
     return report
 
 
