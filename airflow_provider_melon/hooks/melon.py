@@ -140,13 +140,8 @@ class MelonHook:
         self.cache_dir = f"{self.staging_dir}/cache"
         #: MiB a shared-mode task reserves on its GPU besides its expected memory (the CUDA context): ``gpu_context_mb``,
         #: else the connection extra's, else ``[melon] gpu_context_mb``, else provider_info.GPU_CONTEXT_MB_DEFAULT
-        context = next(
-            (
-                v
-                for v in (gpu_context_mb, extra.get("gpu_context_mb"), _conf("gpu_context_mb"))
-                if v is not None and str(v).strip() != ""
-            ),
-            GPU_CONTEXT_MB_DEFAULT,
+        context = _first_given(
+            gpu_context_mb, extra.get("gpu_context_mb"), _conf("gpu_context_mb"), default=GPU_CONTEXT_MB_DEFAULT
         )
         try:
             self.gpu_context_mb = int(context)
@@ -156,13 +151,8 @@ class MelonHook:
             raise ValueError(f"gpu_context_mb: must be 0 or more MiB, got {context!r}")
         #: seconds from which a run's learned run time gives it whole GPUs instead of a share (``alone_after_s``, else
         #: the connection extra's, else ``[melon] alone_after_s``, else learned.ALONE_AFTER_S; 0: never)
-        alone = next(
-            (
-                v
-                for v in (alone_after_s, extra.get("alone_after_s"), _conf("alone_after_s"))
-                if v is not None and str(v).strip() != ""
-            ),
-            learned.ALONE_AFTER_S,
+        alone = _first_given(
+            alone_after_s, extra.get("alone_after_s"), _conf("alone_after_s"), default=learned.ALONE_AFTER_S
         )
         try:
             self.alone_after_s = float(alone)
@@ -725,6 +715,12 @@ def hdfs_home(yarn_conn_id: str = "yarn_default") -> str:
     if not user or "/" in user:
         raise ValueError(f"yarn connection {yarn_conn_id!r}: no usable HDFS user ({user!r}); set its login")
     return f"/user/{user}"
+
+
+def _first_given(*values: Any, default: Any) -> Any:
+    """The first of ``values`` that is set (not None, not blank): an argument, then the connection's extra, then
+    ``[melon]``; ``default`` when none is."""
+    return next((v for v in values if v is not None and str(v).strip() != ""), default)
 
 
 def _conf(key: str) -> Optional[str]:
