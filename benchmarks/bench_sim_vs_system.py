@@ -211,14 +211,16 @@ def report(trace, res, real, args, model) -> List[str]:
     )
     p("")
     hdr = (
-        f"{'job':5} {'kind':5} {'solo':>6} {'MiB':>5} {'arr':>5} {'pri':>3} | {'sim gpu':>7} {'start':>6} {'finish':>7} | "
+        f"{'job':5} {'kind':5} {'solo':>6} {'MiB':>5} {'arr':>5} {'pri':>3} | "
+        f"{'sim gpu':>7} {'start':>6} {'finish':>7} | "
         f"{'real gpu':>8} {'start':>6} {'finish':>7} | {'launch':>6} {'d fin':>6}"
     )
     p(hdr)
     p("-" * len(hdr))
     for j in trace:
         line = (
-            f"{j.name:5} {j.kind:5} {j.work_s:6.1f} {j.expected_mb:5d} {j.arrival_s:5.0f} {sim.yarn_priority(j):3d} | "
+            f"{j.name:5} {j.kind:5} {j.work_s:6.1f} {j.expected_mb:5d} {j.arrival_s:5.0f} "
+            f"{sim.yarn_priority(j):3d} | "
             f"{res.gpu[j.name]:7d} {res.start[j.name]:6.1f} {res.finish[j.name]:7.1f} | "
         )
         if real:

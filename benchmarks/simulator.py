@@ -48,8 +48,8 @@ Policies (the cluster's scheduler scans the queue in arrival order and starts ev
                    call ``gpu.ledger.Ledger.reserve`` makes on a node, with the same inputs (the GPUs' held memory,
                    the tasks' expected memory). With estimates (a history of earlier runs), the queue order
                    ``priority`` is YARN's under ``priority: auto``, and a job estimated at ``learned.ALONE_AFTER_S``
-                   or more takes an idle GPU whole (:func:`alone`). ``benchmarks/bench_sim_vs_system.py`` compares it with the real
-                   YARN + AM + ledger.
+                   or more takes an idle GPU whole (:func:`alone`). ``benchmarks/bench_sim_vs_system.py``
+                   compares it with the real YARN + AM + ledger.
     ``expected``   the ledger without slots (each job holds its expected memory alone), as it was before: up to
                    dozens of small jobs on one GPU, each slower. A comparison row, not the product.
     ``ideal``      (d) a lower bound, not a schedule: :func:`ideal_bound`; :func:`rules_bound` is the same
@@ -385,7 +385,8 @@ QUEUE_ORDERS = ("name", "trace", "lpt", "learned", "priority")
 
 
 def yarn_priority(job: Job) -> int:
-    """The YARN application priority ``priority: auto`` gives ``job``: ``learned.priority`` of its estimate, 0 without."""
+    """The YARN application priority ``priority: auto`` gives ``job``: ``learned.priority`` of its estimate, 0
+    without one."""
     return learned.priority(job.est_s) if job.est_s is not None else 0
 
 
