@@ -429,10 +429,11 @@ def simulate(
     res = Result(policy_name, 0.0, 0.0, 0.0)
     t, busy, pi = 0.0, 0.0, 0
     while pi < len(pending) or queue or any(state):
+        arrived = pi
         while pi < len(pending) and pending[pi].arrival_s <= t + EPS:
             queue.append(pending[pi])
             pi += 1
-        if order == "priority":  # YARN serves a queue by priority first, then by submission
+        if order == "priority" and pi > arrived:  # YARN serves a queue by priority first, then by submission
             queue.sort(key=lambda j: (-yarn_priority(j), j.arrival_s, j.name))
         refused = set()  # (kind, memory) refused since the last placement: the same answer until state changes
         for job in list(queue):
