@@ -86,8 +86,8 @@ def test_an_unresolved_auto_is_submitted_below_every_learned_priority():
     assert _context(JobSpec.from_dict({**JOB, "priority": 4}))["priority"] == 4
 
 
-def _hook():
-    return MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=object())
+def _hook(**kwargs):
+    return MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=object(), **kwargs)
 
 
 def test_the_hook_gives_auto_the_priority_of_the_learned_run_time_and_keeps_a_number():
@@ -156,15 +156,12 @@ def test_a_run_learned_to_take_hours_gets_whole_gpus_and_a_short_one_shares():
 
 
 def test_alone_after_s_comes_from_the_connection_and_0_turns_it_off():
-    def hook(**kwargs):
-        return MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=object(), **kwargs)
-
-    assert hook().alone_after_s == learned.ALONE_AFTER_S == 3 * 3600
+    assert _hook().alone_after_s == learned.ALONE_AFTER_S == 3 * 3600
     with mock.patch.object(MelonHook, "_yarn_extra", return_value={"alone_after_s": "7200"}):
-        assert hook().alone_after_s == 7200.0
+        assert _hook().alone_after_s == 7200.0
     with mock.patch.object(memory_history, "read_history", return_value=_history(20 * 3600)):
-        spec, notes = hook(alone_after_s=0).resolve_learned(JobSpec.from_dict(SHARED), "dag/task")
+        spec, notes = _hook(alone_after_s=0).resolve_learned(JobSpec.from_dict(SHARED), "dag/task")
     assert spec.roles["worker"].gpu_memory == 4096 and spec.priority == 10 and "alone" not in notes
     for bad in ("soon", -1):
         with pytest.raises(ValueError, match="alone_after_s"):
-            hook(alone_after_s=bad)
+            _hook(alone_after_s=bad)
