@@ -293,12 +293,13 @@ def launch_gang_sizes(results: Path) -> str:
 
 
 def sim_vs_system(results: Path) -> str:
-    """One lane per job: its run in the simulator (thin) above its run on the real system (thick), by GPU."""
+    """One lane per job: its run in the simulator (thin) above its run on the real system (thick), by GPU. A row
+    may carry the job's YARN priority after its arrival (``--history``)."""
     jobs = [
         m.groups()
         for m in (
             re.match(
-                r"^(\S+)\s+(small|large)\s+[\d.]+\s+\d+\s+\d+ \|\s+(\d+)\s+([\d.]+)\s+([\d.]+) \|"
+                r"^(\S+)\s+(small|large)\s+[\d.]+\s+\d+\s+\d+(?:\s+\d+)? \|\s+(\d+)\s+([\d.]+)\s+([\d.]+) \|"
                 r"\s+(\d+)\s+([\d.]+)\s+([\d.]+)",
                 line,
             )

@@ -4,6 +4,7 @@ and the scaled trace keeps make_trace's jobs."""
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ sys.path.insert(0, REPO)
 from airflow_provider_melon.gpu.devices import DeviceInfo  # noqa: E402
 from airflow_provider_melon.gpu.ledger import Ledger  # noqa: E402
 from benchmarks import bench_sim_vs_system as bench  # noqa: E402
-from benchmarks import sim_job  # noqa: E402
+from benchmarks import plot_results, sim_job  # noqa: E402
 from benchmarks import simulator as sim  # noqa: E402
 
 DATA = sim.data_dir()  # benchmarks/data: the project's copy of the H200 measurements (no skip: it is always there)
@@ -78,3 +79,16 @@ def test_system_trace_scales_make_trace(model):
     assert [j.arrival_s for j in trace] == [10.0 * i for i in range(12)]
     with pytest.raises(ValueError):
         bench.make_system_trace(model, time_scale=0)
+
+
+@pytest.mark.parametrize("name", ["bench_sim_vs_system.txt", "bench_sim_vs_system-history.txt"])
+def test_the_docs_plot_reads_every_job_of_a_committed_result(name):
+    """plot_results draws docs/img/sim-vs-system.svg from the committed result, whose rows carry a priority column
+    since --history: every job gets its lane, and the caption's makespans are the result's."""
+    path = Path(REPO, "benchmarks", "results", name)
+    svg = plot_results.sim_vs_system(path)
+    text = path.read_text()
+    jobs = [line.split()[0] for line in text.splitlines() if line[:1] in ("s", "l") and " | " in line]
+    assert len(jobs) == 12 and all(f">{job}</text>" in svg for job in jobs)
+    simulated = text.split("simulated makespan")[1].split()[0]
+    assert f"Makespan {simulated} s simulated" in svg
