@@ -20,12 +20,13 @@ memory off by -20 % (it runs out of memory and the AM relaunches it at 1.5x, cos
 +10 % (what ``gpu_memory: auto`` learns, peak x 1.1) and +20 %.
 
     .venv/bin/python benchmarks/bench_policy.py [--gpus 8] [--seed 7] [--jobs-per-gpu 32]
-    .venv/bin/python benchmarks/bench_policy.py --sensitivity [--seeds 3,7,11,21,33,45] [--orders 40]
+    .venv/bin/python benchmarks/bench_policy.py --sensitivity [--seeds 3,7,11,21,33,45] [--orders 40] [--draws 8]
 
 ``--sensitivity`` prints, instead of the tables, what the online gap is made of: (c) on each single-kind
 trace with the queue shuffled ``--orders`` times (to a scheduler that does not know durations the jobs of one
-kind are exchangeable, so every order is one it could have picked), and (c), (cQ), (cQ=) on the mixed traces
-of several seeds.
+kind are exchangeable, so every order is one it could have picked), (D0) against (g) on the same shuffles, (D)
+over ``--draws`` draws of its estimates' error (in YARN's order under ``priority: auto`` and in the estimates' exact
+order: what the priorities' steps cost), and (c), (cQ), (cQ=) on the mixed traces of several seeds.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import simulator as sim  # noqa: E402
+
+from airflow_provider_melon.gpu import learned  # noqa: E402
 
 #: (key, simulator policy, queue order, label). (a)/(b)/(g) are the baselines, (c) the product's policy,
 #: (c')/(cL)/(cQ)/(cQ=) variants of it, (c-sub)/(c-lpt) (c) with another queue order (diagnostics, see README);
@@ -164,6 +167,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sensitivity", action="store_true", help="shuffled queues and other seeds (see the docstring)")
     ap.add_argument("--seeds", default="3,7,11,21,33,45")
     ap.add_argument("--orders", type=int, default=40)
+    ap.add_argument("--draws", type=int, default=8, help="--sensitivity: draws of the estimates' error for (D)")
     args = ap.parse_args(argv)
     model = sim.SpeedModel.from_data()
     if args.sensitivity:
@@ -311,6 +315,26 @@ def sensitivity(args, model) -> int:
             print(
                 f"  {fam} {name:<14} {qs[0]:.3f} / {statistics.median(qs):.3f} / {qs[-1]:.3f}, "
                 f"{sum(q <= 1.0 + 1e-9 for q in qs) / len(qs):.0%} with (D0) <= (g); worst slowdown {worst:.2f}"
+            )
+    draws = range(1, args.draws + 1)
+    print(
+        f"\nThe default (D) over {args.draws} draws of its estimates' error (sigma {EST_SIGMA}, "
+        "sim.with_estimates seeds "
+        f"{draws[0]}-{draws[-1]}): gap to its (d*) mean / max, in YARN's order under priority: auto "
+        f"({learned.STEPS_PER_DOUBLING} steps per doubling) and in the estimates' exact order"
+    )
+    for fam in FAMILIES:
+        for name, jobs in _family_traces(args, model, fam, args.seed).items():
+            bound = sim.rules_bound(jobs, args.gpus, args.gpu_mb, model, large_pairs=True).makespan_s
+            gaps = {order: [] for order in ESTIMATED}
+            for draw in draws:
+                est = sim.with_estimates(jobs, EST_SIGMA, seed=draw)
+                for order in ESTIMATED:
+                    r = sim.simulate(est, args.gpus, args.gpu_mb, "default", model, order=order)
+                    gaps[order].append(r.makespan_s / bound)
+            print(
+                f"  {fam} {name:<14} priority {statistics.mean(gaps['priority']):.3f} / {max(gaps['priority']):.3f}"
+                f";  exact {statistics.mean(gaps['learned']):.3f} / {max(gaps['learned']):.3f}"
             )
     keys = [("c", "pays"), ("cQ", "pays_quota"), ("cQ=", "pays_quota_even")]
     print(f"\nMixed traces over seeds {seeds}: x/(d*) and mean JCT over (c)'s, per seed; mean and max")

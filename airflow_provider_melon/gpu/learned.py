@@ -20,6 +20,7 @@ __all__ = [
     "RECENT",
     "KEEP",
     "DEVICE_WIDE",
+    "STEPS_PER_DOUBLING",
     "MAX_PRIORITY",
     "ALONE_AFTER_S",
     "learned_mb",
@@ -37,9 +38,13 @@ RECENT = 5
 KEEP = 20
 #: the peak source that is not the task's own (``runtime/peak.py``'s NVML device fallback)
 DEVICE_WIDE = "nvml-device"
+#: how many priorities :func:`priority` steps up per doubling of a run time: a step is a run 26 % longer, about the
+#: error of an estimate from a few runs, so the queue keeps the order the history knows (one step per doubling lost
+#: part of it; docs/development.md, "Benchmark figures: placement policy")
+STEPS_PER_DOUBLING = 3
 #: the highest YARN application priority :func:`priority` gives (a run of over 256 minutes); the cluster's
 #: ``yarn.cluster.max-application-priority`` must be at least this, or YARN lowers the longer runs' to it
-MAX_PRIORITY = 10
+MAX_PRIORITY = 1 + 8 * STEPS_PER_DOUBLING
 #: a run learned to take at least this long (seconds) gets whole GPUs instead of sharing (``alone_after_s``, the
 #: yarn connection's extra or ``[melon] alone_after_s``; 0: never): it starts first (:func:`priority`), and a
 #: neighbour would stretch it by up to 1.7x, hours by which it would end the schedule alone. Three hours is the
@@ -187,9 +192,9 @@ def learned_duration_s(docs: Sequence[Mapping[str, Any]], *, recent: int = RECEN
 
 
 def priority(duration_s: float) -> int:
-    """The YARN application priority of a run estimated to take ``duration_s``: one more per doubling of its minutes,
-    ``1 + ceil(log2(minutes))`` from 1 (a minute or less) to :data:`MAX_PRIORITY` (over 256 minutes). YARN's
-    CapacityScheduler serves a queue's higher priorities first, so a queue of these runs starts the longest first
-    (Graham's LPT order: the long runs do not end the schedule alone)."""
+    """The YARN application priority of a run estimated to take ``duration_s``: :data:`STEPS_PER_DOUBLING` more per
+    doubling of its minutes, ``1 + ceil(3 * log2(minutes))`` from 1 (a minute or less) to :data:`MAX_PRIORITY` (over
+    256 minutes). YARN's CapacityScheduler serves a queue's higher priorities first, so a queue of these runs starts
+    the longest first (Graham's LPT order: the long runs do not end the schedule alone)."""
     minutes = max(float(duration_s), 60.0) / 60.0
-    return max(1, min(MAX_PRIORITY, 1 + math.ceil(math.log2(minutes) - 1e-9)))
+    return max(1, min(MAX_PRIORITY, 1 + math.ceil(STEPS_PER_DOUBLING * math.log2(minutes) - 1e-9)))

@@ -375,7 +375,7 @@ def test_melon_memory_show_and_forget_act_with_the_owners_staging_folder_rights(
     assert code == 0, err
     assert "learned now 3872 MiB (learned from the last 1 run(s): peak 3520 MiB × 1.10" in out, out
     assert "application_1_0007" in out and "3520 (torch)" in out, out
-    assert "run time: 41.0 min (median run time of the last 1 successful run(s): 41.0 min): priority auto 7" in out
+    assert "run time: 41.0 min (median run time of the last 1 successful run(s): 41.0 min): priority auto 18" in out
     with attack(
         "bob shows alice's GPU memory history with `melon memory show`", expected="exit 1: Permission denied: user=bob"
     ) as row:

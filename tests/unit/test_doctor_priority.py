@@ -26,13 +26,13 @@ def _check(rm, top):
     return Doctor(types.SimpleNamespace(yarn=yarn)).check_scheduler()
 
 
-@pytest.mark.parametrize("top, status", [(None, "warn"), ("0", "warn"), ("5", "warn"), ("10", "ok"), ("50", "ok")])
+@pytest.mark.parametrize("top, status", [(None, "warn"), ("0", "warn"), ("10", "warn"), ("25", "ok"), ("50", "ok")])
 def test_the_scheduler_check_warns_when_priorities_cannot_order_the_queue(top, status):
     with rm_mock.Mocker() as rm:
         finding = _check(rm, top)
     assert finding.status == status, finding
     if status == "warn":
         assert f"{PRIORITY_KEY} is {top or '0 (unset)'}" in finding.detail
-        assert finding.fix == f"yarn-site.xml on the RM: {PRIORITY_KEY} = 10; restart the RM"
+        assert finding.fix == f"yarn-site.xml on the RM: {PRIORITY_KEY} = 25; restart the RM"
     else:
         assert finding.detail.endswith(f"application priorities up to {top}")

@@ -52,17 +52,19 @@ def test_the_estimate_is_the_median_of_the_recent_run_times():
         (5, 1),
         (60, 1),
         (61, 2),
-        (120, 2),
-        (121, 3),
-        (40 * 60, 7),
-        (64 * 60, 7),
-        (65 * 60, 8),
-        (256 * 60, 9),
-        (257 * 60, 10),
-        (8 * 3600, 10),
+        (75, 2),  # 2 ** (1/3) minutes is 75.6 s
+        (76, 3),
+        (120, 4),
+        (121, 5),
+        (40 * 60, 17),
+        (64 * 60, 19),
+        (65 * 60, 20),
+        (256 * 60, 25),
+        (257 * 60, 25),
+        (8 * 3600, 25),
     ],
 )
-def test_each_doubling_of_the_run_time_is_one_priority_more(seconds, priority):
+def test_each_doubling_of_the_run_time_is_three_priorities_more(seconds, priority):
     assert learned.priority(seconds) == priority
 
 
@@ -97,10 +99,10 @@ def test_the_hook_gives_auto_the_priority_of_the_learned_run_time_and_keeps_a_nu
     ]
     with mock.patch.object(memory_history, "read_history", return_value=docs) as read:
         spec, notes = _hook().resolve_learned(JobSpec.from_dict(JOB), "dag/task")
-        assert spec.priority == learned.priority(65 * 60) == 8
+        assert spec.priority == learned.priority(65 * 60) == 20
         assert notes == {
             "priority": [
-                "priority auto: 8 (median run time of the last 3 successful run(s): 65.0 min; longer runs start first)"
+                "priority auto: 20 (median run time of the last 3 successful run(s): 65.0 min; longer runs start first)"
             ]
         }
         fixed = JobSpec.from_dict({**JOB, "priority": 2})
@@ -142,7 +144,7 @@ def test_a_run_learned_to_take_hours_gets_whole_gpus_and_a_short_one_shares():
     worker = spec.roles["worker"]
     assert (worker.gpus, worker.gpu_memory, worker.instances, worker.large) == (1, None, 2, True)
     assert spec.roles["ps"] == JobSpec.from_dict(SHARED).roles["ps"]
-    assert spec.priority == 9  # 201 minutes
+    assert spec.priority == 24  # 201 minutes
     assert notes["alone"] == [
         "roles.worker: a whole GPU per task, not a share (learned run time 3.4 h, alone_after_s 3 h: a neighbour "
         "would stretch it by up to 1.7x)"
@@ -161,7 +163,7 @@ def test_alone_after_s_comes_from_the_connection_and_0_turns_it_off():
         assert _hook().alone_after_s == 7200.0
     with mock.patch.object(memory_history, "read_history", return_value=_history(20 * 3600)):
         spec, notes = _hook(alone_after_s=0).resolve_learned(JobSpec.from_dict(SHARED), "dag/task")
-    assert spec.roles["worker"].gpu_memory == 4096 and spec.priority == 10 and "alone" not in notes
+    assert spec.roles["worker"].gpu_memory == 4096 and spec.priority == learned.MAX_PRIORITY == 25 and "alone" not in notes
     for bad in ("soon", -1):
         with pytest.raises(ValueError, match="alone_after_s"):
             _hook(alone_after_s=bad)

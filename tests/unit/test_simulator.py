@@ -265,9 +265,11 @@ def test_the_default_with_a_history_starts_long_jobs_first_and_runs_the_longest_
     by_priority = sim.simulate(staggered, 1, sim.H200_MB, "exclusive", model, order="priority")
     assert by_priority.start["c"] == pytest.approx(W) and by_priority.start["b"] == pytest.approx(2 * W)
     assert sim.simulate(staggered, 1, sim.H200_MB, "exclusive", model, order="trace").start["b"] == pytest.approx(W)
-    # YARN's priorities are per doubling of the minutes: jobs of 70 and 100 minutes are in one bucket, by name
-    close = sim.with_estimates([small("a", 70 * 60), small("b", 100 * 60)], 0.0)
-    assert sim.simulate(close, 1, sim.H200_MB, "exclusive", model, order="priority").start["a"] == 0.0
+    # YARN's priorities are steps of a 26 % longer run: jobs of 70 and 80 minutes are in one step, by name; 100 is
+    # a step above
+    close = sim.with_estimates([small("a", 70 * 60), small("b", 80 * 60), small("c", 100 * 60)], 0.0)
+    starts = sim.simulate(close, 1, sim.H200_MB, "exclusive", model, order="priority").start
+    assert sorted(starts, key=starts.get) == ["c", "a", "b"]
 
 
 def test_rules_bound_with_large_pairs(model):

@@ -199,7 +199,7 @@ public final class MiniClusterLauncher {
     conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "0.5");
     // application priorities up to learned.MAX_PRIORITY (priority: auto, longest runs first); YARN's default, 0,
     // lowers every application's to 0
-    conf.setInt(YarnConfiguration.MAX_CLUSTER_LEVEL_APPLICATION_PRIORITY, 10);
+    conf.setInt(YarnConfiguration.MAX_CLUSTER_LEVEL_APPLICATION_PRIORITY, 25);
     if (intOpt("fair") != 0) {
       conf.set("yarn.scheduler.capacity.root.default.ordering-policy", "fair");
     }
