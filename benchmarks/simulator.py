@@ -229,7 +229,7 @@ def _gpus(state: List[List[Job]], total_mb: int, slots: bool = False) -> List[Gp
             i,
             total_mb,
             sum((total_mb if alone(j) else slot(j, total_mb)) if slots else j.expected_mb for j in js),
-            [Task(j.name, j.expected_mb, j.large, slots and alone(j)) for j in js],
+            [Task(j.name, j.expected_mb, j.large) for j in js],
         )
         for i, js in enumerate(state)
     ]

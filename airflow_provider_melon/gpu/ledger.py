@@ -370,10 +370,7 @@ class Ledger:
                     index=d.index,
                     total_mb=d.total_mb - driver,
                     reserved_mb=taken_mb(reserved, d, holders) - driver,
-                    tasks=[
-                        policy.Task(r["task_id"], int(r["expected_mb"]), bool(r.get("large")), bool(r.get("exclusive")))
-                        for r in mine
-                    ],
+                    tasks=[policy.Task(r["task_id"], int(r["expected_mb"]), bool(r.get("large"))) for r in mine],
                 )
             )
         return out

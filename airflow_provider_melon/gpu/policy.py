@@ -39,19 +39,16 @@ __all__ = [
     "ask_mb",
     "node_kinds",
     "gpu_fragmentation",
-    "small_first",
     "place_default",
 ]
 
 
 class Task(NamedTuple):
-    """A task placed on a GPU: ``(name, expected_mb, large, exclusive)``. Plain tuples of that shape, or of its first
-    two or three fields, work too. ``exclusive``: it holds the GPU whole (``gpus: N``), it does not share."""
+    """A task placed on a GPU: ``(name, expected_mb, large)``. Plain tuples of the same shape work too."""
 
     name: str
     expected_mb: int
     large: bool = False
-    exclusive: bool = False
 
 
 @dataclass
@@ -112,8 +109,7 @@ def admits(gpu: Gpu, large: bool, mps: bool) -> bool:
     first: a small task is refused by a GPU with a large task and already one small; a large task is refused
     by a GPU with more than one small task (that would recreate the R50 + 3 x R18 mix where R50 fell to 0.38).
     Two large tasks together are not refused here: 2 x R50 share fairly (0.66/0.66, sum 1.32); whether a
-    large job should share at all is :func:`packing_pays`' question, asked before submission, and whether a second
-    large one should take the GPU while small tasks could is :func:`small_first`'s, which needs the whole node.
+    large job should share at all is :func:`packing_pays`' question, asked before submission.
     """
     if mps:
         return True
@@ -371,30 +367,13 @@ def gpu_fragmentation(
     """FGD's measure (Weng et al., ATC '23) on one node's GPUs, with the interference rule: the expected
     free GPU capacity (in GPUs) that a task drawn from ``kinds`` (:func:`node_kinds`) could not use, because the
     GPU's free memory is too small for it or :func:`admits` refuses it there (a GPU with two small tasks is no
-    place for a large one without MPS, nor a GPU with a large one while the node serves small tasks,
-    :func:`small_first`). With ``slots`` a kind needs its :func:`slot_mb` on each GPU."""
+    place for a large one without MPS). With ``slots`` a kind needs its :func:`slot_mb` on each GPU."""
     frag = 0.0
-    keep_off = not mps and small_first(gpus, rates)
     for (mb, large), w in kinds:
         for g in gpus:
-            usable = room(g) >= _need(mb, g, large, slots, rates) and _open_to(g, large, mps, keep_off)
-            if g.total_mb > 0 and not usable:
+            if g.total_mb > 0 and not (room(g) >= _need(mb, g, large, slots, rates) and admits(g, large, mps)):
                 frag += w * room(g) / g.total_mb
     return frag
-
-
-def small_first(gpus: Sequence[Gpu], rates: Rates) -> bool:
-    """Whether a large task keeps off the GPUs that already hold a large one on this node: the node runs a small task
-    that shares, so small work is about, and a small task beside a lone large one adds more work than a second large
-    would (:func:`marginal_gain`; with the anchor 0.89 of a job against 0.19: a large and a small do 1.89 jobs' worth
-    on a GPU, two large 1.19). Without MPS only: the rates are measured without it."""
-    serves_small = any(not t.large and not t.exclusive for g in gpus for t in g.task_tuples())
-    return serves_small and marginal_gain(rates, 1, 0, False) > marginal_gain(rates, 1, 0, True)
-
-
-def _open_to(gpu: Gpu, large: bool, mps: bool, keep_off_large: bool) -> bool:
-    """:func:`admits`, and for a large task kept off the large ones (:func:`small_first`) a GPU with no large."""
-    return admits(gpu, large, mps) and not (large and keep_off_large and gpu.mix()[0])
 
 
 def place_default(
@@ -411,9 +390,8 @@ def place_default(
     With ``slots`` (the ledger's call) the task takes its :func:`slot_mb` of whichever GPU it goes to, sized against
     that GPU, and the tasks already there are given by their expected memory (``Gpu.tasks``) while ``reserved_mb``
     counts what they hold; without, it takes ``expected_mb``. It refuses only what does not fit in memory or what
-    :func:`admits` refuses (the interference rule), and a large task the GPUs of other large ones while the node
-    serves small tasks (:func:`small_first`): how many tasks share a GPU is set by the memory each holds. Among the
-    GPUs left it takes:
+    :func:`admits` refuses (the interference rule): how many tasks share a GPU is set by the memory each holds.
+    Among the GPUs left it takes:
 
     1. the one whose placement leaves the node least fragmented (:func:`gpu_fragmentation`: FGD's measure with the
        interference rule, over the kinds the node holds, :func:`node_kinds`): memory is not cut into pieces, nor
@@ -427,8 +405,7 @@ def place_default(
     if expected_mb < 0:
         raise ValueError(f"expected_mb must be >= 0, got {expected_mb}")
     need = [_need(expected_mb, g, large, slots, rates) for g in gpus]
-    keep_off = not mps and small_first(gpus, rates)
-    cands = [i for i, g in enumerate(gpus) if fits(g, need[i]) and _open_to(g, large, mps, keep_off)]
+    cands = [i for i, g in enumerate(gpus) if fits(g, need[i]) and admits(g, large, mps)]
     if not cands:
         return None
     kinds = node_kinds(gpus, expected_mb, large)

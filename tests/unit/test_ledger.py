@@ -93,21 +93,20 @@ def test_interference_rule_applies_through_the_ledger(led):
 
 def test_the_ledger_places_by_the_default_policy(led):
     """The node's GPU choice is policy.place_default (the rule bench_policy scores), not best fit: a small task takes
-    the idle GPU rather than stack beside another (it slows nobody there), and while small tasks share the node a
-    second large one goes beside a small rather than pair with the large (policy.small_first)."""
+    the idle GPU rather than stack beside another (it slows nobody there), and a second large one pairs with the
+    large rather than close the small task's GPU to small tasks (admits: one small beside a large)."""
     me = os.getpid()
     devs = gpus(141000, 141000, 141000)
     assert led.reserve("s1", me, 35000, devs) == 0
     assert led.reserve("s2", me, 35000, devs) == 1  # best fit would stack it on GPU 0
     assert led.reserve("l1", me, 70000, devs, large=True) == 2
-    assert led.reserve("l2", me, 70000, devs, large=True) == 0  # best fit would pair it with l1
+    assert led.reserve("l2", me, 70000, devs, large=True) == 2  # beside s1 or s2 would shut out small tasks
     pgs = [
-        ledger.policy.Gpu(0, 141000, 105000, [("s1", 35000, False), ("l2", 70000, True)]),
+        ledger.policy.Gpu(0, 141000, 35000, [("s1", 35000, False)]),
         ledger.policy.Gpu(1, 141000, 35000, [("s2", 35000, False)]),
-        ledger.policy.Gpu(2, 141000, 70000, [("l1", 70000, True)]),
+        ledger.policy.Gpu(2, 141000, 140000, [("l1", 70000, True), ("l2", 70000, True)]),
     ]
-    # the half beside l1, which no large may take while small tasks share the node, goes to a small one
-    assert led.reserve("s3", me, 35000, devs) == ledger.policy.place_default(pgs, 35000) == 2
+    assert led.reserve("s3", me, 35000, devs) == ledger.policy.place_default(pgs, 35000) == 0
 
 
 def test_dead_pid_is_reclaimed(led):
@@ -504,21 +503,6 @@ def test_a_large_task_holds_half_and_a_task_above_its_slot_holds_its_own_memory(
     assert led.reserve("big2", me, 50000, devs) == 0
     assert led.reserve("s", me, 2076, devs) == 0  # 134465 - 100000 = 34465 MiB left >= a quarter, 33616
     assert led.reserve("s2", me, 2076, devs) is None  # 849 MiB left: the 2076 MiB would fit, its slot does not
-
-
-def test_a_large_task_waits_for_a_gpu_without_a_large_while_a_small_one_shares_the_node(led):
-    """policy.small_first through the ledger: with a small task on the node, a second large one does not pair (the
-    half beside the first is for a small); once the small one is gone it pairs. A task holding a GPU whole is no
-    small task that shares."""
-    me = os.getpid()
-    devs = gpus(H200, H200)
-    assert led.reserve("l1", me, 5653, devs, large=True) == 0
-    assert [led.reserve(t, me, 2076, devs[1:]) for t in ("s1", "s2")] == [1, 1]  # two small on GPU 1
-    assert led.reserve("l2", me, 5653, devs, large=True) is None  # GPU 1: admits refuses; GPU 0: small_first
-    led.release("s1")
-    led.release("s2")
-    assert led.reserve("x", me, 0, devs, exclusive=True) == 1
-    assert led.reserve("l2", me, 5653, devs, large=True) == 0
 
 
 def test_the_slot_is_sized_against_the_gpu_it_is_placed_on(led):

@@ -81,29 +81,17 @@ def test_an_idle_gpu_first_then_the_largest_gain():
     assert _place(crowded, 2076, mps=True) == 0
 
 
-def test_a_large_goes_beside_a_small_rather_than_pair_while_the_node_serves_small_tasks():
-    """A GPU with one large and one small does 1.89 jobs' worth, two large 1.19: while the node runs a shared small
-    task, a large keeps off the GPU of another large (a small would gain 0.89 there, the large 0.19) and goes beside
-    the small one instead."""
+def test_fragmentation_before_gain_a_large_pairs_rather_than_close_a_gpu_to_small_tasks():
+    """A large beside the one small (gain 0.89) would leave that GPU closed to small tasks (admits) with memory free;
+    beside the other large (gain 0.19) nothing is cut off. Fragmentation decides first: the small GPU stays open for
+    three more small ones (4 small: 3.52 jobs' worth, a large and a small: 1.89)."""
     s, l = policy.slot_mb(2076, H200, large=False), policy.slot_mb(5653, H200, large=True)
     busy = [_with(Gpu(0, H200), ("a", s, False)), _with(Gpu(1, H200), ("l", l, True))]
-    assert _place(busy, l, large=True) == 0
-    assert _place(busy, s) == 1  # the half beside the large is for a small one
-
-
-def test_a_large_pairs_only_on_a_node_that_runs_no_shared_small_task():
-    s, l = policy.slot_mb(2076, H200, large=False), policy.slot_mb(5653, H200, large=True)
-    two_small = _with(Gpu(1, H200), ("a", s, False), ("b", s, False))  # admits: no large beside two small
-    assert _place([_with(Gpu(0, H200), ("l", l, True)), two_small], l, large=True) is None
-    assert _place([_with(Gpu(0, H200), ("l", l, True)), Gpu(1, H200, H200, [])], l, large=True) == 0
-    assert _place([_with(Gpu(0, H200), ("l", l, True)), _with(Gpu(1, H200), ("m", l, True))], l, large=True) == 0
-    # a task holding a whole GPU (the exclusive path) is no small task that shares
-    alone = Gpu(1, H200, H200, [Task("x", H200, False, exclusive=True)])
-    assert _place([_with(Gpu(0, H200), ("l", l, True)), alone], l, large=True) == 0
-    # with MPS the speeds are not the anchor's: no such rule
-    assert _place([_with(Gpu(0, H200), ("l", l, True)), two_small], l, large=True, mps=True) == 0
-    assert not policy.small_first([_with(Gpu(0, H200), ("l", l, True))], policy.ANCHOR_RATES)
-    assert policy.small_first([two_small], policy.ANCHOR_RATES)
+    assert _place(busy, l, large=True) == 1
+    kinds = policy.node_kinds(busy, l, True)
+    beside_small = policy.gpu_fragmentation([_with(busy[0], ("x", l, True)), busy[1]], kinds)
+    beside_large = policy.gpu_fragmentation([busy[0], _with(busy[1], ("x", l, True))], kinds)
+    assert beside_large < beside_small
 
 
 def test_fragmentation_keeps_a_gpu_open_for_a_large_task():
@@ -134,9 +122,8 @@ def test_mps_skips_the_speed_ranking_and_the_interference_rule():
     assert _place(gpus[:1], 2076, mps=True) == 0
 
 
-def test_it_refuses_only_what_best_fit_refuses_or_a_second_large_beside_small_work():
-    """place_default changes which GPU, never whether: the same None as best fit under admits, on random nodes,
-    but for a large task kept off the GPUs of other large ones while the node serves small tasks (small_first)."""
+def test_it_refuses_only_what_best_fit_refuses():
+    """place_default changes which GPU, never whether: the same None as best fit under admits, on random nodes."""
     rng = random.Random(5)
     for _ in range(400):
         gpus = []
@@ -147,13 +134,11 @@ def test_it_refuses_only_what_best_fit_refuses_or_a_second_large_beside_small_wo
             gpus.append(g)
         mb, large, mps = rng.choice([1024, 2076, 5653, 12000]), rng.random() < 0.3, rng.random() < 0.2
         got = _place(gpus, mb, large=large, mps=mps)
-        keep_off = large and not mps and policy.small_first(gpus, policy.ANCHOR_RATES)
-        open_gpus = [g for g in gpus if not (keep_off and g.mix()[0])]
-        want = candidates.best_fit(open_gpus, mb, large=large, mps=mps)
+        want = candidates.best_fit(gpus, mb, large=large, mps=mps)
         assert (got is None) == (want is None)
         if got is not None:
             g = next(x for x in gpus if x.index == got)
-            assert policy.fits(g, mb) and policy.admits(g, large, mps) and g in open_gpus
+            assert policy.fits(g, mb) and policy.admits(g, large, mps)
 
 
 def test_bad_input_names_the_field():
