@@ -163,7 +163,9 @@ def test_alone_after_s_comes_from_the_connection_and_0_turns_it_off():
         assert _hook().alone_after_s == 7200.0
     with mock.patch.object(memory_history, "read_history", return_value=_history(20 * 3600)):
         spec, notes = _hook(alone_after_s=0).resolve_learned(JobSpec.from_dict(SHARED), "dag/task")
-    assert spec.roles["worker"].gpu_memory == 4096 and spec.priority == learned.MAX_PRIORITY == 25 and "alone" not in notes
+    assert (
+        spec.roles["worker"].gpu_memory == 4096 and spec.priority == learned.MAX_PRIORITY == 25 and "alone" not in notes
+    )
     for bad in ("soon", -1):
         with pytest.raises(ValueError, match="alone_after_s"):
             _hook(alone_after_s=bad)
