@@ -46,9 +46,26 @@ class Runs:
         self.ids[name] = (dag_id, run_id)
 
     def release_when_deferred(self, name: str, task_id: str, path: Path) -> None:
-        """Make ``path`` once the watcher has seen that task instance deferred to a triggerer (what a job that
-        waits for ``path`` needs to end only after the deferral was seen)."""
+        """Make ``path`` once the watcher has seen that task instance deferred to a triggerer and the scheduler has
+        taken in its worker's exit (what a job that waits for ``path`` needs to end only after the deferral was seen).
+
+        The second condition is Airflow's, not ours: a trigger that fires before the scheduler has processed the
+        executor's success event for the worker that deferred makes the scheduler read that stale event as a task
+        killed outside it ("finished with state success, but the task instance's state attribute is queued") and
+        fail the task (apache/airflow#67287, fixed on main by #68741, not in 3.3.2). A job released the moment the
+        deferral shows lets the trigger fire within one poll, and on a loaded host the scheduler took 8 s to process
+        that event (the make test run of 2026-12-05 17:51, docs/development.md)."""
         self.releases[(name, task_id)] = path
+
+    def _defer_exit_processed(self, dag_id: str, run_id: str, task_id: str) -> bool:
+        """Whether the scheduler's log says it processed the executor event of that task instance's deferral: its
+        "TaskInstance Finished: dag_id=..., task_id=..., run_id=..., ... state=deferred" line (Airflow 3.0-3.3)."""
+        head = f"TaskInstance Finished: dag_id={dag_id}, task_id={task_id}, run_id={run_id},"
+        try:
+            text = self.stack.log_file("scheduler").read_text(errors="replace")
+        except OSError:
+            return False
+        return any(head in line and "state=deferred" in line for line in text.splitlines())
 
     def start(self) -> None:
         self._thread.start()
@@ -74,7 +91,13 @@ class Runs:
                         }
                     )
                     release = self.releases.get((name, ti["task_id"]))
-                    if release and ti["state"] == "deferred" and ti.get("triggerer_job"):
+                    if (
+                        release
+                        and not release.exists()
+                        and ti["state"] == "deferred"
+                        and ti.get("triggerer_job")
+                        and self._defer_exit_processed(dag_id, run_id, ti["task_id"])
+                    ):
                         release.touch()
             self._stop.wait(1.5)
 
