@@ -42,8 +42,8 @@ DEVICE_WIDE = "nvml-device"
 #: error of an estimate from a few runs, so the queue keeps the order the history knows (one step per doubling lost
 #: part of it; docs/development.md, "Benchmark figures: placement policy")
 STEPS_PER_DOUBLING = 3
-#: the highest YARN application priority :func:`priority` gives (a run of over 256 minutes); the cluster's
-#: ``yarn.cluster.max-application-priority`` must be at least this, or YARN lowers the longer runs' to it
+#: the highest YARN application priority :func:`priority` gives (a run of over 203 minutes, 2 ** (23 / 3)); the
+#: cluster's ``yarn.cluster.max-application-priority`` must be at least this, or YARN lowers the longer runs' to it
 MAX_PRIORITY = 1 + 8 * STEPS_PER_DOUBLING
 #: a run learned to take at least this long (seconds) gets whole GPUs instead of sharing (``alone_after_s``, the
 #: yarn connection's extra or ``[melon] alone_after_s``; 0: never): it starts first (:func:`priority`), and a
@@ -194,7 +194,7 @@ def learned_duration_s(docs: Sequence[Mapping[str, Any]], *, recent: int = RECEN
 def priority(duration_s: float) -> int:
     """The YARN application priority of a run estimated to take ``duration_s``: :data:`STEPS_PER_DOUBLING` more per
     doubling of its minutes, ``1 + ceil(3 * log2(minutes))`` from 1 (a minute or less) to :data:`MAX_PRIORITY` (over
-    256 minutes). YARN's CapacityScheduler serves a queue's higher priorities first, so a queue of these runs starts
+    203 minutes). YARN's CapacityScheduler serves a queue's higher priorities first, so a queue of these runs starts
     the longest first (Graham's LPT order: the long runs do not end the schedule alone)."""
     minutes = max(float(duration_s), 60.0) / 60.0
     return max(1, min(MAX_PRIORITY, 1 + math.ceil(STEPS_PER_DOUBLING * math.log2(minutes) - 1e-9)))

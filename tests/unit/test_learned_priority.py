@@ -59,6 +59,8 @@ def test_the_estimate_is_the_median_of_the_recent_run_times():
         (40 * 60, 17),
         (64 * 60, 19),
         (65 * 60, 20),
+        (203 * 60, 24),
+        (204 * 60, 25),  # 2 ** (23 / 3) minutes is 203.2: the top, MAX_PRIORITY
         (256 * 60, 25),
         (257 * 60, 25),
         (8 * 3600, 25),
