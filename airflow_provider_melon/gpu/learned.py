@@ -193,8 +193,8 @@ def learned_duration_s(docs: Sequence[Mapping[str, Any]], *, recent: int = RECEN
 
 def priority(duration_s: float) -> int:
     """The YARN application priority of a run estimated to take ``duration_s``: :data:`STEPS_PER_DOUBLING` more per
-    doubling of its minutes, ``1 + ceil(3 * log2(minutes))`` from 1 (a minute or less) to :data:`MAX_PRIORITY` (over
-    203 minutes). YARN's CapacityScheduler serves a queue's higher priorities first, so a queue of these runs starts
-    the longest first (Graham's LPT order: the long runs do not end the schedule alone)."""
+    doubling of its minutes, ``1 + ceil(STEPS_PER_DOUBLING * log2(minutes))`` from 1 (a minute or less) to
+    :data:`MAX_PRIORITY` (over 203 minutes). YARN's CapacityScheduler serves a queue's higher priorities first, so a
+    queue of these runs starts the longest first (Graham's LPT order: the long runs do not end the schedule alone)."""
     minutes = max(float(duration_s), 60.0) / 60.0
     return max(1, min(MAX_PRIORITY, 1 + math.ceil(STEPS_PER_DOUBLING * math.log2(minutes) - 1e-9)))
