@@ -15,12 +15,14 @@ from urllib.parse import urlsplit
 
 def kind(path: str, method: str = "GET") -> str:
     """``list`` (GET /ws/v1/cluster/apps), ``app`` (GET /ws/v1/cluster/apps/{id}), ``kill`` (PUT
-    /ws/v1/cluster/apps/{id}/state), else ``other``."""
+    /ws/v1/cluster/apps/{id}/state), ``nodes`` (GET /ws/v1/cluster/nodes), else ``other``."""
     path = urlsplit(path).path.rstrip("/")
     if method == "PUT" and path.startswith("/ws/v1/cluster/apps/") and path.endswith("/state"):
         return "kill"
     if path == "/ws/v1/cluster/apps":
         return "list"
+    if path == "/ws/v1/cluster/nodes":
+        return "nodes"
     if path.startswith("/ws/v1/cluster/apps/") and path.count("/") == 5:
         return "app"
     return "other"

@@ -63,6 +63,8 @@ def packaged_am_jar() -> Path:
     return Path(str(files("airflow_provider_melon").joinpath("am", submission.AM_JAR)))
 
 
+#: how long one read of the RM's node list serves :meth:`MelonHook.nodes`: a submission's checks read it within seconds
+NODES_FRESH_S = 60.0
 #: a local file of at least this size is hashed while it uploads when its content is new (see stage_file)
 HASH_WHILE_UPLOADING_BYTES = 8 << 20
 #: report key prefix of such a file (``code:<path in the folder>``) and its object's name in the cache
@@ -111,6 +113,7 @@ class MelonHook:
         self.webhdfs_conn_id = webhdfs_conn_id
         quiet_client_logs()
         self._hdfs = hdfs_client
+        self._nodes: Optional[tuple[float, list[dict]]] = None  # (read at, the RM's nodes): see nodes()
         extra = self._yarn_extra()
         #: run as this user (doAs on every RM and WebHDFS call): the connection's user submits *for* them, the app
         #: is theirs in YARN, staging lands in their HDFS home. The cluster must allow it (hadoop.proxyuser.*).
@@ -612,12 +615,21 @@ class MelonHook:
                 )
         return (spec.model_copy(update={"roles": roles}), lines) if lines else (spec, [])
 
+    def nodes(self) -> list[dict]:
+        """The RM's nodes (``YarnHook.nodes``), read once per :data:`NODES_FRESH_S`: the learned figure's cap, the
+        operator's pre-flight check and the slot a shared task asks for judge one read of the cluster, not three (on
+        a cluster of a thousand nodes the list is megabytes). A failed read is not kept."""
+        now = time.monotonic()
+        if self._nodes is None or now - self._nodes[0] > NODES_FRESH_S:
+            self._nodes = (now, self.yarn.nodes())
+        return self._nodes[1]
+
     def largest_gpu_mb(self) -> Optional[int]:
         """The memory of the cluster's largest GPU (the RM's RUNNING nodes, as pre-flight reads them), None when the
         RM cannot say (not reachable, no node advertising GPU memory): the learned figure is then not capped, and a
         shared task asks YARN for its need alone, not its slot."""
         try:
-            largest = _preflight.check(self.yarn.nodes(), {}).largest_gpu_mb
+            largest = _preflight.check(self.nodes(), {}).largest_gpu_mb
         except Exception as exc:  # noqa: BLE001 - the cap is a bound, not a condition of submitting
             log.warning(
                 "the cluster's largest GPU is unknown (nodes not read: %s): the learned GPU memory is not capped, "

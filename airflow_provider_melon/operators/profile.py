@@ -157,7 +157,7 @@ class MelonProfileOperator(MelonTrainOperator):
         if self.gpu_memory_mb:
             return int(self.gpu_memory_mb)
         try:
-            size = _preflight.check(self.yarn_hook.nodes(), {}).largest_gpu_mb
+            size = _preflight.check(self.hook.nodes(), {}).largest_gpu_mb
         except Exception as exc:  # noqa: BLE001 - the profiler has its own default
             self.log.warning("Could not read the nodes' GPU size for packing_pays: %s", exc)
             return None

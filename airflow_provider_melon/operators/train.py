@@ -448,7 +448,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         if not self.preflight:
             return None
         try:
-            nodes = self.yarn_hook.nodes()
+            nodes = self.hook.nodes()
         except Exception as exc:  # noqa: BLE001 - advisory: the submission meets the RM anyway
             self.log.warning("Pre-flight skipped: could not read the cluster's nodes: %s", exc)
             return None

@@ -17,6 +17,7 @@ from unittest import mock
 
 import pytest
 
+from airflow_provider_melon import submission
 from airflow_provider_melon.gpu import profiler
 from airflow_provider_melon.operators.profile import MelonProfileOperator
 from airflow_provider_melon.operators.train import MelonTrainOperator
@@ -77,6 +78,35 @@ def test_preflight_refuses_a_role_above_the_largest_gpu_and_submits_nothing(melo
     assert len(after) == len(before)
     assert not melon_hook.yarn.find_applications(["airflow-dag:preflight_live"])
     assert "app_id" not in pushed(ctx)
+
+
+def test_a_submission_reads_the_clusters_nodes_once(melon_hook, minicluster, jobs, tmp_path):
+    """The learned figure's cap (``gpu_memory: auto``), the pre-flight check and the slot a shared task asks for
+    all judge the RM's node list, and one read of it serves all three (on a cluster of a thousand nodes the list is
+    megabytes): counted at a proxy in front of the real RM."""
+    from airflow_provider_melon.cli import melon_hook_for_cluster
+    from airflow_provider_melon.hooks.yarn import YarnHook
+    from tests.counting_proxy import CountingProxy
+
+    (tmp_path / "noop.py").write_text("print('noop')\n")
+    job = {
+        "name": "nodes-once",
+        "framework": "generic",
+        "code": str(tmp_path),
+        "entrypoint": "python noop.py",
+        "roles": {"worker": {"memory": 256, "gpu_memory": "auto:1GiB"}},
+    }
+    with CountingProxy(minicluster.rm_web_url) as proxy:
+        hook = melon_hook_for_cluster(minicluster.work_dir)
+        hook.yarn = YarnHook(rm_urls=[proxy.url], user=minicluster.user)
+        op = bind(MelonTrainOperator(task_id="nodes_once", job=job, deferrable=False, poll_interval=5), hook)
+        app_id, _ = op._attach_or_submit(context("nodes_once_live", "nodes_once"))
+        jobs.submitted.append(app_id)  # killed at the end
+        counts = proxy.snapshot()
+    assert counts["nodes"] == 1, counts
+    with melon_hook.hdfs.read(f"{hook.staging_dir}/apps/{app_id}/{submission.PLAN_FILE}") as reader:
+        plan = json.load(reader)
+    assert [r["gpu_slot_mb"] for r in plan["roles"]] == [16384 // 4], plan["roles"]  # the slot came from that read
 
 
 def test_profile_operator_runs_one_task_and_pushes_the_expected_memory(melon_hook, minicluster):
