@@ -10,7 +10,10 @@ Measures, on GPU 0, side by side in one run:
    each mode. k = 8 runs raw only, beside them: the ledger holds no fifth small task on a GPU (``policy.slot_mb``),
    and the raw figure shows what that gives up.
 2. ResNet-50 (224, b64, bf16) + 2 × ResNet-18 under MPS through (b), the most the slots hold beside a large task
-   (half + two quarters): the big job keeps ≥ 0.9 of its solo speed.
+   (half + two quarters): the big job keeps ≥ 0.9 of its solo speed. Without MPS the same mix, raw (the ledger
+   holds one small task beside a large one, ``policy.MAX_SMALL_WITH_LARGE``): each job's speed against its solo run,
+   the point between the measured R50 + R18 and R50 + 3 × R18 that decides whether a second small task may join
+   (``MEASURED`` line; ``docs/development.md``, "Tried, not kept").
 3. The profiler (``gpu.profiler.profile_command``) on one ResNet-18 copy: its measured peak within 10 % of the
    NVML peak seen during the raw k=1 run.
 The executor's other work (HTTP registration, heartbeats) is off the GPU and not measured here; the launch path is
@@ -153,6 +156,19 @@ def main(outfile: str) -> int:
                 ours = record(launch(["r18"] * k, True, f"{mode}-melon-k{k}", ledger_dir))
                 ratio = ours["aggregate"] / raw["aggregate"] if raw["aggregate"] else 0.0
                 results["checks"][f"{mode} k={k} melon/raw"] = {"ratio": ratio, "pass": ratio >= 0.95}
+            if mode == "no-mps":  # raw: the ledger holds no second small task beside a large one without MPS
+                solo = record(launch(["r50"], False, "no-mps-raw-r50-solo", ledger_dir))
+                mix = record(launch(["r50", "r18", "r18"], False, "no-mps-raw-r50+2r18", ledger_dir))
+                small = next(r for r in results["runs"] if r["tag"] == "no-mps-raw-k1")["per_process"][0]
+                results["measured"] = {
+                    "r50+2r18 without MPS": {
+                        "normalized": [
+                            mix["per_process"][0]["samples_per_s"] / solo["per_process"][0]["samples_per_s"],
+                            *(r["samples_per_s"] / small["samples_per_s"] for r in mix["per_process"][1:]),
+                        ],
+                        "decides": "policy.MAX_SMALL_WITH_LARGE: 2 if R50 keeps >= 1 / FAIRNESS_BOUND (0.5)",
+                    }
+                }
             if mode == "mps":
                 solo = record(launch(["r50"], True, "mps-r50-solo", ledger_dir))
                 mix = record(launch(["r50", "r18", "r18"], True, "mps-r50+2r18", ledger_dir))
@@ -177,6 +193,8 @@ def main(outfile: str) -> int:
     Path(outfile).write_text(json.dumps(results, indent=1))
     for name, check in results["checks"].items():
         print(f"{'PASS' if check['pass'] else 'FAIL'}  {name}: {json.dumps(check)}")
+    for name, point in results.get("measured", {}).items():
+        print(f"MEASURED  {name}: {json.dumps(point)}")
     return 0
 
 
