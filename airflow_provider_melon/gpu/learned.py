@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from airflow_provider_melon.runtime.figures import finite_number
 from airflow_provider_melon.runtime.peak import mib
 
 __all__ = [
@@ -159,10 +160,6 @@ def run_record(
     }
 
 
-def _number(value: Any) -> Optional[float]:
-    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
-
-
 def ran_s(app: Optional[Mapping[str, Any]], final: Optional[Mapping[str, Any]]) -> Optional[float]:
     """How long a run that SUCCEEDED trained, in seconds: the RM's ``finishedTime`` less its ``launchTime`` (the AM's
     container started) and the AM's wait for its whole gang (``gang.waiting_s`` of its final status). Queueing is
@@ -170,8 +167,8 @@ def ran_s(app: Optional[Mapping[str, Any]], final: Optional[Mapping[str, Any]]) 
     app, final = app or {}, final or {}
     report = final.get("gang")
     gang: Mapping[str, Any] = report if isinstance(report, Mapping) else {}
-    launched, finished = _number(app.get("launchTime")), _number(app.get("finishedTime"))
-    waited = _number(gang.get("waiting_s")) if gang.get("formed") is True else None
+    launched, finished = finite_number(app.get("launchTime")), finite_number(app.get("finishedTime"))
+    waited = finite_number(gang.get("waiting_s")) if gang.get("formed") is True else None
     if app.get("finalStatus") != "SUCCEEDED" or not launched or not finished or waited is None:
         return None
     ran = (finished - launched) / 1000.0 - waited
@@ -182,7 +179,7 @@ def learned_duration_s(docs: Sequence[Mapping[str, Any]], *, recent: int = RECEN
     """The estimated run time of a task's next run from its history's run files ``docs`` (oldest first, each with a
     ``ran_s`` when it succeeded): the median of the last ``recent`` run times, with a sentence saying so; None when
     no run has one. The median, not the mean: one run slowed by its neighbours, or cut short, moves it little."""
-    recorded = [_number(d.get("ran_s")) for d in docs if isinstance(d, Mapping)]
+    recorded = [finite_number(d.get("ran_s")) for d in docs if isinstance(d, Mapping)]
     times = sorted(t for t in [t for t in recorded if t is not None and t > 0][-recent:])
     if not times:
         return None

@@ -5,9 +5,10 @@ share (the wait itself: :mod:`~airflow_provider_melon.hadoop.watch`). Pure and A
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import Any, Iterable, Optional, Sequence, Union
+
+from airflow_provider_melon.runtime.figures import finite_number
 
 #: every state the ResourceManager reports an application in (``YarnApplicationState``), in the order of a life
 STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
@@ -63,26 +64,13 @@ def classify(
 
 def duration_s(app: dict[str, Any]) -> Optional[float]:
     """Seconds the application ran (RM ``elapsedTime``, else finished − started), None when unknown."""
-    elapsed = app.get("elapsedTime")
-    try:
-        if elapsed not in (None, "", 0, "0"):
-            seconds = float(elapsed) / 1000.0
-            return round(seconds, 3) if math.isfinite(seconds) else None
-        started, finished = float(app.get("startedTime") or 0), float(app.get("finishedTime") or 0)
-    except (TypeError, ValueError):
-        return None
-    if started > 0 and finished >= started and math.isfinite(finished - started):
+    elapsed = finite_number(app.get("elapsedTime"))
+    if elapsed:
+        return round(elapsed / 1000.0, 3)
+    started, finished = finite_number(app.get("startedTime")) or 0.0, finite_number(app.get("finishedTime")) or 0.0
+    if started > 0 and finished >= started:
         return round((finished - started) / 1000.0, 3)
     return None
-
-
-def _num(value: Any) -> Optional[float]:
-    """A finite number from a JSON value, else None (``Infinity``/``NaN`` parse as floats, but mean nothing)."""
-    try:
-        number = None if value is None or value == "" or isinstance(value, bool) else float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if number is not None and math.isfinite(number) else None
 
 
 def _new_summary(instances: int) -> dict[str, Any]:
@@ -118,17 +106,17 @@ def task_summary(
             entry["instances"] += 1
         state = str(task.get("state") or "UNKNOWN")
         entry["states"][state] = entry["states"].get(state, 0) + 1
-        step = _num(task.get("step"))
+        step = finite_number(task.get("step"))
         if step is not None and (entry["step"] is None or step >= entry["step"]):
             entry["step"] = int(step)
-            loss, total = _num(task.get("loss")), _num(task.get("total"))
+            loss, total = finite_number(task.get("loss")), finite_number(task.get("total"))
             if loss is not None:
                 entry["loss"] = loss
             if total:
                 entry["total"] = int(total)
             if isinstance(task.get("metrics"), dict) and task["metrics"]:
-                entry["metrics"] = {str(k): v for k, v in task["metrics"].items() if _num(v) is not None}
-        attempt = _num(task.get("attempt"))
+                entry["metrics"] = {str(k): v for k, v in task["metrics"].items() if finite_number(v) is not None}
+        attempt = finite_number(task.get("attempt"))
         if attempt:
             entry["restarts"] = max(entry["restarts"], int(attempt))
         code = task.get("exit_code")
@@ -144,14 +132,14 @@ def task_progress(tasks: Optional[Sequence[dict[str, Any]]]) -> dict[str, dict[s
     for task in tasks if isinstance(tasks, (list, tuple)) else []:
         if not isinstance(task, dict):
             continue
-        step, total = _num(task.get("step")), _num(task.get("total"))
+        step, total = finite_number(task.get("step")), finite_number(task.get("total"))
         metrics: dict[str, Any] = task["metrics"] if isinstance(task.get("metrics"), dict) else {}
         out[f"{task.get('role') or '?'}:{task.get('index')}"] = {
             "state": str(task.get("state") or "UNKNOWN"),
             "step": None if step is None else int(step),
             "total": int(total) if total else None,
-            "loss": _num(task.get("loss")),
-            "metrics": {str(k): float(v) for k, v in metrics.items() if _num(v) is not None},
+            "loss": finite_number(task.get("loss")),
+            "metrics": {str(k): float(v) for k, v in metrics.items() if finite_number(v) is not None},
         }
     return out
 

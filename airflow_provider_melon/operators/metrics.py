@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
+from airflow_provider_melon.runtime.figures import finite_number
+
 log = logging.getLogger(__name__)
 
 PREFIX = "melon"
@@ -28,12 +30,6 @@ METRICS = {
 }
 
 
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 def job_metrics(app: Optional[dict], final_status: Optional[dict]) -> dict[str, float]:
     """The metrics of one ended application that its reports carry (a missing figure is left out):
 
@@ -46,22 +42,22 @@ def job_metrics(app: Optional[dict], final_status: Optional[dict]) -> dict[str, 
     """
     out: dict[str, float] = {}
     app = app if isinstance(app, dict) else {}
-    started, launched = _number(app.get("startedTime")), _number(app.get("launchTime"))
+    started, launched = finite_number(app.get("startedTime")), finite_number(app.get("launchTime"))
     queue_wait = launched - started if started and launched and launched >= started else None
     if queue_wait is not None:
         out[f"{PREFIX}.queue_wait"] = queue_wait
     status = final_status if isinstance(final_status, dict) else {}
     gang_report = status.get("gang")
     gang: dict[str, Any] = gang_report if isinstance(gang_report, dict) else {}
-    gang_wait = _number(gang.get("waiting_s"))
+    gang_wait = finite_number(gang.get("waiting_s"))
     if queue_wait is not None and gang.get("formed") is True and gang_wait is not None:
         out[f"{PREFIX}.submit_to_gang"] = queue_wait + gang_wait * 1000
     tasks = [t for t in status.get("tasks") or [] if isinstance(t, dict)]
     for name, key in (("reserved", "gpu_memory_mb"), ("used", "gpu_memory_peak_mb")):
-        figures = [f for f in (_number(t.get(key)) for t in tasks) if f is not None]
+        figures = [f for f in (finite_number(t.get(key)) for t in tasks) if f is not None]
         if figures:
             out[f"{PREFIX}.gpu_memory.{name}"] = sum(figures)
-    growths = [_number(t.get("oom_growths")) for t in tasks]
+    growths = [finite_number(t.get("oom_growths")) for t in tasks]
     if any(g is not None for g in growths):
         out[f"{PREFIX}.oom_growths"] = sum(g for g in growths if g is not None)
     return out

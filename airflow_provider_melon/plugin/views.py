@@ -8,28 +8,22 @@ written by whoever submitted the application, so every value is coerced and chec
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Optional
 from urllib.parse import quote, urlsplit
 
 from airflow_provider_melon.gpu import preflight
 from airflow_provider_melon.hadoop.app_state import AM_TASK_ENDED, LIVE_STATES
 from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list, split_tags
+from airflow_provider_melon.runtime.figures import finite_number
 
 
 def number(value: Any) -> Optional[float]:
-    """A finite int or float (a numeric string too), else None: never a string into the page's arithmetic."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        try:
-            parsed = float(value)
-        except ValueError:
-            return None
-        return (int(parsed) if parsed.is_integer() else parsed) if math.isfinite(parsed) else None
-    return None
+    """:func:`~airflow_provider_melon.runtime.figures.finite_number`, an int where the JSON gave a whole number (an
+    int, or a string such as ``"4096"``): never a string into the page's arithmetic, no ``4096.0`` on it."""
+    figure = finite_number(value)
+    if figure is None or isinstance(value, float) or not figure.is_integer():
+        return figure
+    return int(figure)
 
 
 def integer(value: Any) -> Optional[int]:

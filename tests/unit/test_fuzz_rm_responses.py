@@ -18,9 +18,10 @@ import requests_mock as rm_mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES, progress_line, task_summary
+from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES, duration_s, progress_line, task_summary
 from airflow_provider_melon.hadoop.rm_json import YarnApiError
 from airflow_provider_melon.hooks.yarn import AsyncYarnHook, YarnHook
+from airflow_provider_melon.runtime.figures import finite_number
 from airflow_provider_melon.triggers.yarn import YarnApplicationTrigger
 
 RM = "http://127.0.0.1:18088"
@@ -539,3 +540,44 @@ def test_progress_helpers_read_what_they_can(tasks):
         assert entry["step"] is None or isinstance(entry["step"], int)
     line = progress_line({"state": "RUNNING", "tasks": tasks})
     assert line.startswith("AM RUNNING")
+
+
+@pytest.mark.parametrize(
+    "value, number",
+    [
+        (3, 3.0),
+        (2.5, 2.5),
+        ("4", 4.0),
+        (" 1e3 ", 1000.0),
+        (True, None),
+        (None, None),
+        ("", None),
+        ("abc", None),
+        (float("inf"), None),
+        (float("nan"), None),
+        ("1e400", None),
+        ("-Infinity", None),
+        ({"value": 1}, None),
+        ([1], None),
+    ],
+)
+def test_a_json_figure_is_a_finite_number_or_none(value, number):
+    """The one reading of a figure in the RM's and the AM's JSON (run times, steps, losses, memory): a bool, a
+    non-finite float or anything that is not a number is no figure, never a crash."""
+    assert finite_number(value) == number
+
+
+@pytest.mark.parametrize(
+    "app, seconds",
+    [
+        ({"elapsedTime": 1500}, 1.5),
+        ({"elapsedTime": "2500"}, 2.5),
+        ({"elapsedTime": 0, "startedTime": 1000, "finishedTime": 4000}, 3.0),
+        ({"elapsedTime": 10**400}, None),  # JSON ints have no bound; float() of this one overflows
+        ({"startedTime": 1000, "finishedTime": 10**400}, None),
+        ({"elapsedTime": "NaN", "startedTime": True, "finishedTime": 5}, None),
+        ({"startedTime": 5000, "finishedTime": 1000}, None),
+    ],
+)
+def test_an_applications_duration_is_a_finite_figure_or_none(app, seconds):
+    assert duration_s(app) == seconds

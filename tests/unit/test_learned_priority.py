@@ -44,6 +44,9 @@ def test_the_estimate_is_the_median_of_the_recent_run_times():
     assert learned.learned_duration_s([{"ran_s": 600.0}, {"ran_s": 900.0}])[0] == 750.0
     assert learned.learned_duration_s([]) is None
     assert learned.learned_duration_s([{"roles": {}}, {"ran_s": None}, {"ran_s": True}, {"ran_s": -3}]) is None
+    # JSON parsers read Infinity and NaN: no estimate, not a priority of log2(inf) that raises
+    assert learned.learned_duration_s([{"ran_s": float("inf")}, {"ran_s": float("nan")}]) is None
+    assert learned.ran_s({**_app(), "finishedTime": float("inf")}, _final()) is None
 
 
 @pytest.mark.parametrize(

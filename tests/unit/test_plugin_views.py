@@ -607,3 +607,12 @@ def test_the_3_0_login_dependency_takes_the_bearer_header_else_the_cookie(monkey
     with pytest.raises(HTTPException) as refused:
         call({})
     assert refused.value.status_code == 401
+
+
+@pytest.mark.parametrize(
+    "value, shown", [(3, 3), (2.0, 2.0), ("4096", 4096), ("2.5", 2.5), (10**400, None), (True, None), ("NaN", None)]
+)
+def test_a_figure_on_the_page_is_a_number_whole_numbers_as_ints(value, shown):
+    """An RM figure too large for a float (JSON ints have no bound) is no figure, not an OverflowError."""
+    figure = views.number(value)
+    assert figure == shown and type(figure) is type(shown)
