@@ -14,7 +14,6 @@ import json
 import shlex
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.gpu.profiler import HEADROOM_MB, SAFETY_MARGIN
 from airflow_provider_melon.operators.train import MelonTrainOperator
 from airflow_provider_melon.spec import JobSpec, JobSpecError
@@ -154,14 +153,9 @@ class MelonProfileOperator(MelonTrainOperator):
         )
 
     def _largest_gpu_mb(self) -> Optional[int]:
-        if self.gpu_memory_mb:
-            return int(self.gpu_memory_mb)
-        try:
-            size = _preflight.check(self.hook.nodes(), {}).largest_gpu_mb
-        except Exception as exc:  # noqa: BLE001 - the profiler has its own default
-            self.log.warning("Could not read the nodes' GPU size for packing_pays: %s", exc)
-            return None
-        return int(size) or None
+        """The GPU size ``packing_pays`` is judged against: ``gpu_memory_mb``, else the cluster's largest GPU (None
+        when the RM cannot say: the profiler has its own default)."""
+        return int(self.gpu_memory_mb) if self.gpu_memory_mb else self.hook.largest_gpu_mb()
 
     # ---- execute ------------------------------------------------------------------------------------------
     def execute(self, context: "Context") -> Any:
