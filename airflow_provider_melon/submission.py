@@ -17,6 +17,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_melon import rm
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
@@ -523,6 +524,9 @@ def build_submission(
     )
     all_tags = sorted({t.lower() for t in ["melon", *spec.tags, *tags]})
     am_env = [{"key": "CLASSPATH", "value": classpath}]
+    if any(role.gpus or role.gpu_memory_mb for role in spec.roles.values()):
+        # the scheduler plug-in's allocator for this application's asks, where the RM has it (else YARN's default)
+        am_env.append({"key": rm.PLACEMENT_ENV, "value": rm.FIT_PLACEMENT})
     if acls and acls.get("VIEW_APP") is not None:  # for the AM's own pages (ViewAcl.java); none: owner and admins
         am_env.append({"key": VIEW_ACL_ENV, "value": yarn_shell_value(acls["VIEW_APP"])})
     return {

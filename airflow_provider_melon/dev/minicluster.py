@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from airflow_provider_melon import rm
 from airflow_provider_melon.gpu.ledger import pid_alive
 from airflow_provider_melon.hadoop.rm_json import GPU_RESOURCE, parse_resource
 
@@ -125,14 +126,16 @@ def log_path(work_dir: Path) -> Path:
 
 
 def launcher_classpath() -> str:
+    """The launcher's classes, Hadoop's jars, and the scheduler plug-in's jar, which its ResourceManager loads as a
+    cluster's does from its classpath."""
     classes = APPMASTER_DIR / "launcher" / "target" / "classes"
     cp_file = APPMASTER_DIR / "launcher" / "target" / "classpath.txt"
-    if not classes.is_dir() or not cp_file.is_file():
+    if not classes.is_dir() or not cp_file.is_file() or not rm.SCHEDULER_JAR.is_file():
         raise MiniClusterError(
-            f"the launcher is not built: {classes} or {cp_file} is missing; run `make setup` "
+            f"the launcher is not built: {classes}, {cp_file} or {rm.SCHEDULER_JAR} is missing; run `make setup` "
             "(or just `bash appmaster/build.sh --dev`)"
         )
-    return f"{classes}{os.pathsep}{cp_file.read_text().strip()}"
+    return f"{classes}{os.pathsep}{cp_file.read_text().strip()}{os.pathsep}{rm.SCHEDULER_JAR}"
 
 
 def _log_tail(work_dir: Path, lines: int = 40) -> str:
@@ -383,6 +386,7 @@ def start(
     token_renew_s: float = 0,
     fair: bool = False,
     yarn_site: dict[str, str] | None = None,
+    placement: str = "melon",
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
@@ -394,7 +398,9 @@ def start(
     impersonate the tenants); with ``secure`` too, the tenants are Kerberos principals. ``token_renew_s`` > 0: the
     NameNode's delegation-token renew interval (a token expires that long after its last renewal). ``fair``: the
     default queue orders its applications by fair share (interleaved grants) instead of FIFO (the gang tests).
-    ``yarn_site``: extra properties in a ``yarn-site.xml`` on the launcher's classpath, read by every
+    ``placement``: ``"melon"``, multi-node placement in the order of the scheduler plug-in (its jar on the
+    launcher's classpath, as on a cluster's RM: docs/scheduler-plugin.md), or ``"heartbeat"``, YARN's stock placement
+    on the node that heartbeats. ``yarn_site``: extra properties in a ``yarn-site.xml`` on the launcher's classpath, read by every
     ``YarnConfiguration`` it makes (so by the NodeManagers), for settings the launcher does not set itself: e.g.
     YARN's GPU plugin (``yarn.nodemanager.resource-plugins``, tests/integration/test_gpu_plugin_live.py)."""
     work_dir = Path(work_dir).resolve()
@@ -440,6 +446,8 @@ def start(
         str(nm_expiry_ms),
         "--rm-recovery",
         "1" if rm_recovery else "0",
+        "--placement",
+        placement,
     ]
     if secure:
         args += ["--secure", "1"]

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 import airflow_provider_melon
+from airflow_provider_melon import rm
 from airflow_provider_melon.hadoop import compat as hc
 
 PACKAGED_JAR = Path(airflow_provider_melon.__file__).parent / "am" / "melon-appmaster.jar"
@@ -35,13 +36,21 @@ def _jar(path: Path, classes: dict[str, int], nested: dict[str, dict[str, int]] 
     return path
 
 
-def test_the_shipped_am_jar_is_java_8_bytecode():
-    # make test builds it first (scripts/setup.sh): a missing jar is a failure, not a skip
-    assert PACKAGED_JAR.is_file(), f"{PACKAGED_JAR} not built (appmaster/build.sh)"
-    majors = hc.jar_class_majors(PACKAGED_JAR)
-    assert "org/melon/yarn/MelonApplicationMaster.class" in majors
+@pytest.mark.parametrize(
+    "jar, main_class",
+    [
+        (PACKAGED_JAR, "org/melon/yarn/MelonApplicationMaster.class"),
+        # the scheduler plug-in runs inside the ResourceManager, on the cluster's Java as well
+        (rm.SCHEDULER_JAR, rm.PACKING_POLICY.replace(".", "/") + ".class"),
+    ],
+)
+def test_the_shipped_jars_are_java_8_bytecode(jar, main_class):
+    # make test builds them first (scripts/setup.sh): a missing jar is a failure, not a skip
+    assert jar.is_file(), f"{jar} not built (appmaster/build.sh)"
+    majors = hc.jar_class_majors(jar)
+    assert main_class in majors
     newer = {name: m for name, m in majors.items() if m > hc.AM_MAX_CLASS_MAJOR}
-    assert newer == {}, f"AM classes newer than Java 8: {newer}"
+    assert newer == {}, f"classes newer than Java 8 in {jar.name}: {newer}"
 
 
 def test_a_class_above_java_8_is_found_also_inside_a_nested_jar(tmp_path):

@@ -32,6 +32,7 @@ LAYERS = {
     "runtime": 0,
     "gpu": 0,
     "am": 0,
+    "rm": 0,
     "hadoop": 1,
     "spec": 2,
     "submission": 2,

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from airflow_provider_melon import submission
+from airflow_provider_melon import rm, submission
 from airflow_provider_melon.spec import JobSpec
 from airflow_provider_melon.submission import StagedFile
 
@@ -226,9 +226,9 @@ def test_the_am_gets_the_view_acl_for_its_own_pages_only_when_acls_are_set(spec)
     acls = submission.application_acls("alice", " melon-admins")
     env = am_env(submission.build_submission(spec, acls=acls, **kw))
     assert env[submission.VIEW_ACL_ENV] == "alice melon-admins" == acls["VIEW_APP"]
-    assert set(env) == {"CLASSPATH", "MELON_VIEW_ACL"}  # MODIFY_APP stays with the RM
+    assert set(env) == {"CLASSPATH", "MELON_VIEW_ACL", rm.PLACEMENT_ENV}  # MODIFY_APP stays with the RM
     # no ACLs asked for: no variable, and the AM allows only the owner and the YARN admins (as the RM)
-    assert set(am_env(submission.build_submission(spec, **kw))) == {"CLASSPATH"}
+    assert set(am_env(submission.build_submission(spec, **kw))) == {"CLASSPATH", rm.PLACEMENT_ENV}
     # YARN writes it into launch_container.sh inside double quotes: shell characters are escaped
     odd = am_env(submission.build_submission(spec, acls={"VIEW_APP": 'a$b,"c" g', "MODIFY_APP": "a"}, **kw))
     assert odd[submission.VIEW_ACL_ENV] == 'a\\$b,\\"c\\" g'
@@ -288,3 +288,25 @@ def test_deployment_id_is_what_every_worker_of_a_deployment_shares_and_another_d
     monkeypatch.setenv("AIRFLOW__MELON__DEPLOYMENT_ID", "prod-eu")
     assert submission.deployment_id() == "prod-eu"
     assert submission.identity_tag("prod-eu", "d", "t", "r") != submission.identity_tag("dev", "d", "t", "r")
+
+
+def test_a_job_with_gpus_asks_the_rm_for_the_gpu_fit_allocator(spec, tmp_path):
+    """The RM copies the AM container's environment into the application's scheduling environment, where YARN's
+    ``APPLICATION_PLACEMENT_TYPE_CLASS`` names the allocator of its asks: the plug-in's, for a job with GPUs; a job
+    without GPUs keeps YARN's default."""
+    kw = dict(app_id="application_1_0001", am_jar=JAR, plan=PLAN, secret="s3cr3t", tags=[])
+
+    def am_env(ctx):
+        return {e["key"]: e["value"] for e in ctx["am-container-spec"]["environment"]["entry"]}
+
+    assert am_env(submission.build_submission(spec, **kw))[rm.PLACEMENT_ENV] == rm.FIT_PLACEMENT
+    cpu = JobSpec.from_dict(
+        {
+            "name": "etl",
+            "framework": "generic",
+            "code": str(tmp_path / "code"),
+            "entrypoint": "python x.py",
+            "roles": {"worker": {"instances": 2}},
+        }
+    )
+    assert rm.PLACEMENT_ENV not in am_env(submission.build_submission(cpu, **kw))

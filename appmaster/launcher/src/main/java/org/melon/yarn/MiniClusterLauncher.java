@@ -92,6 +92,9 @@ public final class MiniClusterLauncher {
     // > 0: the NameNode's delegation-token renew interval (dfs.namenode.delegation.token.renew-interval), short so
     // a test job outlives its HDFS token's first expiry and only the RM's renewal keeps it valid
     opts.put("dt-renew-ms", "0");
+    // melon: multi-node placement in the order of MeLoN's scheduler plug-in (its jar on this JVM's classpath);
+    // heartbeat: YARN's stock placement, the node that heartbeats gets the container
+    opts.put("placement", "melon");
     opts.put("details", null);
     // a JSON list, one object per NodeManager: the environment its containers are forced to (its admin-env), e.g.
     // {"CUDA_VISIBLE_DEVICES": "1", "MELON_GPU_INVENTORY": ".../gpu-inventory-nm1.json"}: a host's real GPUs
@@ -113,7 +116,7 @@ public final class MiniClusterLauncher {
       opts.put(key, value);
     }
     for (String k : opts.keySet()) {
-      if (!k.equals("work-dir") && !k.equals("details") && !k.equals("nm-env")) {
+      if (!k.equals("work-dir") && !k.equals("details") && !k.equals("nm-env") && !k.equals("placement")) {
         try {
           Integer.parseInt(opts.get(k));
         } catch (NumberFormatException e) {
@@ -211,6 +214,9 @@ public final class MiniClusterLauncher {
     // 207 s, against 180-197 s asynchronous and 204-247 s at the default 1 s).
     conf.setBoolean("yarn.scheduler.capacity.schedule-asynchronously.enable", false);
     conf.setLong(YarnConfiguration.RM_NM_HEARTBEAT_INTERVAL_MS, 250);
+    if (melon) {
+      placementConf(conf, opt("placement"));
+    }
     conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
     conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, nmMem);
     conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES, nmCores);
@@ -252,6 +258,36 @@ public final class MiniClusterLauncher {
       conf.setLong("dfs.namenode.delegation.token.renew-interval", intOpt("dt-renew-ms"));
     }
     return conf;
+  }
+
+  /** The scheduler plug-in's node order (docs/scheduler-plugin.md), the lines an admin puts in capacity-scheduler.xml. */
+  static final String PACKING_POLICY = "org.melon.yarn.scheduler.GpuPackingPolicy";
+
+  /**
+   * {@code --placement melon}: multi-node placement, so that on each NodeManager heartbeat the scheduler looks at
+   * every node in the plug-in's order (best fit by GPU memory) rather than filling whichever node heartbeated; the
+   * sorting interval 0 brings the order up to date before each placement. {@code heartbeat}: YARN's stock
+   * placement.
+   */
+  private static void placementConf(Configuration conf, String placement) {
+    if ("heartbeat".equals(placement)) {
+      return;
+    }
+    if (!"melon".equals(placement)) {
+      fail("--placement must be melon or heartbeat, got " + placement);
+    }
+    try {
+      Class.forName(PACKING_POLICY);
+    } catch (ClassNotFoundException e) {
+      fail("--placement melon: " + PACKING_POLICY + " is not on the classpath (airflow_provider_melon/rm/"
+          + "melon-scheduler.jar, built by appmaster/build.sh)");
+    }
+    String p = "yarn.scheduler.capacity.";
+    conf.setBoolean(p + "multi-node-placement-enabled", true);
+    conf.set(p + "multi-node-sorting.policy.names", "melon");
+    conf.set(p + "multi-node-sorting.policy.melon.class", PACKING_POLICY);
+    conf.setLong(p + "multi-node-sorting.policy.melon.sorting-interval.ms", 0);
+    conf.set(p + "multi-node-sorting.policy", "melon");
   }
 
   // ---- tenants (--tenants 1) ----------------------------------------------------------------------------------
