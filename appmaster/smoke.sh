@@ -100,7 +100,10 @@ print(json.dumps({
         "local-resources": {"entry": [
             {"key": "melon-appmaster.jar", "value": res(base + "/melon-appmaster.jar", js, jt)},
             {"key": "melon-plan.json", "value": res(base + "/" + name + "-plan.json", ps, pt)}]},
-        "environment": {"entry": [{"key": "CLASSPATH", "value": "./melon-appmaster.jar<CPS>" + cp}]},
+        # as submission.build_submission: the scheduler plug-in's allocator for the app's asks, where the RM has it
+        "environment": {"entry": [{"key": "CLASSPATH", "value": "./melon-appmaster.jar<CPS>" + cp},
+                                  {"key": "APPLICATION_PLACEMENT_TYPE_CLASS",
+                                   "value": "org.melon.yarn.scheduler.GpuFitPlacement"}]},
         # the AM's secret, in the application's credentials: the AM hands it to its tasks in their token files
         "credentials": {"secrets": {"entry": [{"key": "melon.am.secret",
                                                "value": base64.b64encode(secret.encode()).decode()}]}},

@@ -4,7 +4,8 @@
 #                                     MELON_BASE=<image> to build FROM a registry image instead, e.g. debian:bookworm)
 #   2. docker/hadoop/dist/<version>/  Hadoop from Maven Central in the binary distribution's layout, for each line
 #                                     in HADOOP_VERSION (space-separated; default 3.5.0; 3.3.6, 3.4.2 and 3.5.0)
-#   3. docker/airflow/dist/           the provider's wheel (carrying the AM jar), its requirements with the
+#   3. docker/airflow/dist/           the provider's wheel (carrying the AM jar and the scheduler plug-in, which goes
+#                                     into each Hadoop line's share/hadoop/yarn/lib), its requirements with the
 #                                     [celery] extra (the stack runs the CeleryExecutor) and constraints.txt; for the
 #                                     3.0 client, its requirements without extras and compat/constraints-3.0.txt
 #   4. the images melon-hadoop:<version> (each on its line's Java: 3.5 → 17, 3.3/3.4 → 11), melon-airflow,
@@ -63,6 +64,17 @@ open(f"{dist}/requirements.txt", "w").write("".join(r + "\n" for r in wanted))
 # the 3.0 client's: the wheel's own requirements only (no extras), as `pip install <wheel>` resolves them
 open(f"{dist}/requirements-core.txt", "w").write("".join(r + "\n" for r in reqs if "extra ==" not in r))
 PY
+# the scheduler plug-in, as an admin installs it: the wheel's jar into each line's share/hadoop/yarn/lib
+# (docs/scheduler-plugin.md)
+for v in $hadoop_versions; do
+  "$repo/.venv/bin/python" - "$here/airflow/dist" "$here/hadoop/dist/$v/share/hadoop/yarn/lib" <<'PY'
+import glob, shutil, sys, zipfile
+[whl] = glob.glob(f"{sys.argv[1]}/airflow_provider_melon-*.whl")
+with zipfile.ZipFile(whl) as zf, zf.open("airflow_provider_melon/rm/melon-scheduler.jar") as src, \
+        open(f"{sys.argv[2]}/melon-scheduler.jar", "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+done
 
 for v in $hadoop_versions; do
   echo "[docker] build localhost/melon-hadoop:$v (Java $(java_of "$v"))"

@@ -92,7 +92,10 @@ stop() {
 }
 trap stop EXIT
 echo "[compat] starting Hadoop $V on $JAVA11_HOME (ports from $BASE, log $W/launcher.log)"
-JAVA_HOME=$JAVA11_HOME "$JAVA11_HOME/bin/java" -Xmx1g -cp "$L/classes:$(cat "$L/classpath.txt")" \
+# the scheduler plug-in (Java 8, the 3.3.6 RM API) on this line's RM, as an admin installs it (the launcher's default
+# --placement melon loads it)
+JAVA_HOME=$JAVA11_HOME "$JAVA11_HOME/bin/java" -Xmx1g \
+  -cp "$L/classes:$(cat "$L/classpath.txt"):airflow_provider_melon/rm/melon-scheduler.jar" \
   org.melon.yarn.MiniClusterLauncher --work-dir "$W" --rm-port $((BASE + 32)) --rm-web-port $((BASE + 88)) \
   --nn-port $((BASE + 20)) --nn-http-port $((BASE + 70)) > "$W/launcher.log" 2>&1 &
 PID=$!
@@ -157,6 +160,15 @@ AIRFLOW_CONN_YARN_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split("//
 AIRFLOW_CONN_WEBHDFS_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split(":"); print(json.dumps({"conn_type":"webhdfs","host":h,"port":int(p),"login":sys.argv[2]}))' "$(field nn_http)" "$(field user)") \
   "$ROOT/.venv/bin/melon" doctor --submit-test --timeout 240 --python "$PY" | tee "$P/doctor.txt"
 grep -q "^OK    hadoop-java .*Hadoop $VRE; NodeManagers on Java 11 .*runs there" "$P/doctor.txt"
+# the scheduler plug-in: its node order loaded in this line's RM, and its allocator checked the probe job's asks
+grep -q "^OK    placement .*the scheduler plug-in .* is the CapacityScheduler's node order" "$P/doctor.txt"
+curl -sf "$RM/jmx?qry=Hadoop:service=ResourceManager,name=MelonScheduler&$U" > "$P/rm-jmx-melon.json"
+"$PY" - "$P/rm-jmx-melon.json" <<'EOF2'
+import json, sys
+[bean] = json.load(open(sys.argv[1]))["beans"]
+print(f"[compat] scheduler plug-in {bean['Version']}: {bean['SortedNodes']} node(s) sorted, {bean['FitChecks']} fit check(s)")
+assert bean["PolicyLoaded"] and bean["FitChecks"] > 0, bean
+EOF2
 
 # the AM containers ran on the NodeManagers' Java 11 against Hadoop $V
 AMLOGS=$(find "$W" -name AppMaster.stdout | wc -l)

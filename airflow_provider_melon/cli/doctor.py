@@ -15,11 +15,12 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
+from airflow_provider_melon import __version__, rm
 from airflow_provider_melon.cli.doctor_submit import SubmitTest
 from airflow_provider_melon.cli.findings import Finding, _fail, _ok, _one_line, _warn
 from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.hadoop.nodemanager import nm_base_url
-from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_dict, as_list
+from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, YarnApiError, as_dict, as_list
 
 DRC = "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
 CALCULATOR_KEY = "yarn.scheduler.capacity.resource-calculator"
@@ -74,6 +75,7 @@ class Doctor:
                 self.check_queue,
                 self.check_nodemanagers,
                 self.check_gpu_plugin,
+                self.check_placement,
             ]
         rest += [self.check_hdfs, self.check_datanodes, self.check_am_jar, self.check_auth]
         if findings[0].status != "fail":
@@ -105,6 +107,54 @@ class Doctor:
             return _fail(name, f"{type(exc).__name__}: {exc}", "see the detail")
 
     # ---- YARN ----------------------------------------------------------------------------------------------
+    def check_placement(self) -> Finding:
+        """Whether the RM places by the scheduler plug-in: its MBean on the RM's ``/jmx`` (there once the RM loaded
+        the plug-in's node order, or ran a GPU job's asks through its allocator), its version against this
+        provider's, and what it did so far."""
+        fix = (
+            f"put the provider's {rm.SCHEDULER_JAR.name} on the ResourceManager's classpath and enable multi-node "
+            f"placement with {rm.PACKING_POLICY} in capacity-scheduler.xml, then restart the RM "
+            "(docs/scheduler-plugin.md)"
+        )
+        try:
+            beans = self.yarn.rm_jmx(rm.STATS_MBEAN)
+        except YarnApiError as exc:
+            return _warn("placement", f"the RM's /jmx could not be read ({_one_line(exc)})", fix)
+        if not beans:
+            return _warn(
+                "placement",
+                "the RM has not loaded MeLoN's scheduler plug-in: YARN fills whichever node heartbeats, and grants a "
+                "share on a node whose free GPU memory is split between GPUs none of which holds it (the task then "
+                "exits 75 and is asked for elsewhere)",
+                fix,
+            )
+        bean = beans[0]
+        version = str(bean.get("Version"))
+        done = (
+            f"{bean.get('FitChecks', 0)} node(s) checked for a GPU that holds an ask, "
+            f"{bean.get('FitRefusals', 0)} turned down"
+        )
+        if not bean.get("PolicyLoaded"):
+            return _warn(
+                "placement",
+                f"the scheduler plug-in {version} is on the RM's classpath ({done}), but multi-node placement does "
+                f"not order the nodes by {rm.PACKING_POLICY}: YARN fills whichever node heartbeats",
+                fix,
+            )
+        detail = f"the scheduler plug-in {version} is the CapacityScheduler's node order (best fit by GPU memory; " + (
+            f"{bean.get('SortedNodes', 0)} node(s) in its last order)"
+            if bean.get("SortPasses")
+            else "nothing placed yet)"
+        )
+        detail += f"; {done}"
+        if version != __version__:
+            return _warn(
+                "placement",
+                detail + f"; this provider is {__version__}",
+                f"replace the RM's {rm.SCHEDULER_JAR.name} with this provider's, then restart the RM",
+            )
+        return _ok("placement", detail)
+
     def check_rm(self) -> Finding:
         states = []
         for base, info in self.yarn.ha_states().items():

@@ -546,6 +546,12 @@ class YarnHook(BaseHook):
                 continue
         return None
 
+    def rm_jmx(self, query: str) -> list[dict[str, Any]]:
+        """The active RM's ``/jmx`` beans that ``query`` names (``qry``: an object name, or a pattern)."""
+        return [
+            as_dict(b) for b in as_list(_json_body(self._request("GET", "/jmx", params={"qry": query})).get("beans"))
+        ]
+
     def ha_states(self) -> dict[str, dict[str, Any] | str]:
         """Every configured RM's ``clusterInfo`` (``haState``, version, state), or why it could not be read."""
         self._ensure_configured()

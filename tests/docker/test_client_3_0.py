@@ -19,7 +19,7 @@ pytestmark = pytest.mark.docker
 CLIENT = "client-3.0"
 
 #: every check `melon doctor --submit-test` makes on this deployment (the plain doctor's, then the job's steps)
-CHECKS = ["resourcemanager", "resource-types", "scheduler", "nodes", "queue", "nodemanagers", "gpu-plugin", "hdfs",
+CHECKS = ["resourcemanager", "resource-types", "scheduler", "nodes", "queue", "nodemanagers", "gpu-plugin", "placement", "hdfs",
           "datanodes", "am-jar", "auth", "hadoop-java", "submit-test:stage", "submit-test:submit", "submit-test:am",
           "submit-test:containers", "submit-test:output", "submit-test:logs", "submit-test:java",
           "submit-test:pynvml", "submit-test:framework"]

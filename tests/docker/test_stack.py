@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_provider_melon import rm
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from tests.docker.conftest import HADOOP_VERSION, NN_URL, RM_URL, http_json
 
@@ -135,8 +136,9 @@ def test_doctor_is_all_green_on_the_deployment(stack):
                                                 for c, f in findings.items()))
     assert {c: f["status"] for c, f in findings.items()} == {
         "resourcemanager": "ok", "resource-types": "ok", "scheduler": "ok", "nodes": "ok", "queue": "ok",
-        "nodemanagers": "ok", "gpu-plugin": "ok", "hdfs": "ok", "datanodes": "ok", "am-jar": "ok", "auth": "ok",
-        "hadoop-java": "ok"}, findings
+        "nodemanagers": "ok", "gpu-plugin": "ok", "placement": "ok", "hdfs": "ok", "datanodes": "ok", "am-jar": "ok",
+        "auth": "ok", "hadoop-java": "ok"}, findings
+    assert "scheduler plug-in" in findings["placement"]["detail"], findings["placement"]
     java = JAVA_OF_LINE[HADOOP_VERSION.rsplit(".", 1)[0]]
     assert f"Hadoop {HADOOP_VERSION}; NodeManagers on Java {java} (2 of 2" in findings["hadoop-java"]["detail"], \
         findings["hadoop-java"]
@@ -179,10 +181,11 @@ def _wait(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}; last: {last}")
 
 
-def test_a_task_that_finds_no_gpu_on_a_node_is_placed_on_another(stack):
-    """nodemanager-1's GPUs are held by an exclusive job, which YARN cannot see in melon.io/gpu-memory: a shared
-    task placed there exits 75, and the AM re-requests it away from that host (nodemanager-2 is paused until then,
-    so the first placement is on nodemanager-1)."""
+def test_a_shared_task_is_not_granted_where_an_exclusive_job_holds_the_gpus(stack):
+    """nodemanager-1's GPUs are held by an exclusive job, which YARN itself cannot see in melon.io/gpu-memory (a
+    stock RM grants a share there, and the task exits 75). The scheduler plug-in on this RM (the wheel's jar in
+    share/hadoop/yarn/lib, docs/scheduler-plugin.md) does see it: while nodemanager-2 is paused the shared task waits
+    ungranted, then runs there on its first container."""
     stack.compose("pause", "nodemanager-2")
     paused = True
     try:
@@ -192,11 +195,14 @@ def test_a_task_that_finds_no_gpu_on_a_node_is_placed_on_another(stack):
         _wait(lambda: (stack.rm(f"/ws/v1/cluster/apps/{filler}")["app"]["state"] == "RUNNING"
                        and http_json(f"{RM_URL}/proxy/{filler}/status")["tasks"][0]["state"] == "REGISTERED"),
               180, "the filler to hold nodemanager-1's GPUs")
-        probe = _submit(stack, {"name": "avoid-probe", "framework": "generic", "env": {"MELON_GPU_WAIT_S": "5"},
+        refused = http_json(f"{RM_URL}/jmx?qry={rm.STATS_MBEAN}")["beans"][0]["FitRefusals"]
+        probe = _submit(stack, {"name": "fit-probe", "framework": "generic", "env": {"MELON_GPU_WAIT_S": "5"},
                                 "entrypoint": "python -c \"print('probe ran')\"",
                                 "roles": {"worker": {"memory": 256, "gpu_memory": "2GiB"}}})
-        _wait(lambda: http_json(f"{RM_URL}/proxy/{probe}/status")["tasks"][0]["attempt"] >= 1, 180,
-              "the probe's task to exit 75 on nodemanager-1")
+        _wait(lambda: http_json(f"{RM_URL}/jmx?qry={rm.STATS_MBEAN}")["beans"][0]["FitRefusals"] > refused, 180,
+              "the plug-in to turn nodemanager-1 down for the probe's task")
+        status = http_json(f"{RM_URL}/proxy/{probe}/status")
+        assert status["tasks"][0]["container_id"] is None, status["tasks"][0]  # not granted on nodemanager-1
         stack.compose("unpause", "nodemanager-2")
         paused = False
         hosts = set()
@@ -211,12 +217,14 @@ def test_a_task_that_finds_no_gpu_on_a_node_is_placed_on_another(stack):
 
         app = _wait(finished, 240, "the probe to finish")
         assert app["finalStatus"] == "SUCCEEDED", app["diagnostics"]
-        am_log = stack.exec("nodemanager-1", "sh", "-c", f"cat /data/yarn/logs/{probe}/container_*_000001/AppMaster.stdout")
-        assert "no GPU fits on nodemanager-1 (exit 75)" in am_log, am_log[-3000:]
-        assert "avoiding node nodemanager-1 for task worker:0" in am_log, am_log[-3000:]
+        assert hosts - {None} == {"nodemanager-2"}, hosts
         task_log = stack.exec("nodemanager-2", "sh", "-c", f"cat /data/yarn/logs/{probe}/container_*/stdout")
         assert "probe ran" in task_log
-        print(f"[docker] node avoidance: worker:0 left nodemanager-1 (exit 75) and ran on {hosts}")
+        am_log = stack.exec("nodemanager-2", "sh", "-c", f"cat /data/yarn/logs/{probe}/container_*_000001/AppMaster.stdout"
+                            " 2>/dev/null || true") + stack.exec(
+            "nodemanager-1", "sh", "-c", f"cat /data/yarn/logs/{probe}/container_*_000001/AppMaster.stdout 2>/dev/null || true")
+        assert "exit 75" not in am_log, am_log[-3000:]
+        print(f"[docker] scheduler plug-in: worker:0 not granted on nodemanager-1, ran on {hosts}")
     finally:
         if paused:
             stack.compose("unpause", "nodemanager-2", check=False)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_melon import __version__
 from airflow_provider_melon.dev import minicluster as mc
 from tests.conftest import port_base
 
@@ -35,6 +36,7 @@ GREEN = {
     "queue": "ok",
     "nodemanagers": "ok",
     "gpu-plugin": "ok",
+    "placement": "ok",
     "hdfs": "ok",
     "datanodes": "ok",
     "am-jar": "ok",
@@ -89,6 +91,7 @@ def test_doctor_is_all_green_on_a_melon_cluster(minicluster):
     assert findings["nodes"]["detail"].count("2 GPU(s), 32768 MiB") == 2
     assert "web port of 2 NodeManager(s) reachable" in findings["nodemanagers"]["detail"]
     assert "1 DataNode(s) reachable" in findings["datanodes"]["detail"]
+    assert f"scheduler plug-in {__version__} is the CapacityScheduler's node order" in findings["placement"]["detail"]
 
     # the mini cluster's Hadoop (the launcher's jars) and the Java its NodeManagers run on (the launcher's JVM,
     # read from each NM's /jmx), against the packaged AM jar's class version
@@ -222,6 +225,7 @@ def test_doctor_names_each_misconfiguration(vanilla_yarn):
         "queue": "fail",
         "nodemanagers": "ok",
         "gpu-plugin": "ok",
+        "placement": "warn",
         "hdfs": "fail",
         "datanodes": "warn",
         "am-jar": "fail",
@@ -236,6 +240,8 @@ def test_doctor_names_each_misconfiguration(vanilla_yarn):
     assert "no leaf queue 'gpu'" in findings["queue"]["detail"] and "root.default" in findings["queue"]["detail"]
     assert "fs_default_fs" in findings["hdfs"]["fix"]
     assert "/nonexistent/melon-appmaster.jar missing" in findings["am-jar"]["detail"]
+    assert "has not loaded MeLoN's scheduler plug-in" in findings["placement"]["detail"]
+    assert "docs/scheduler-plugin.md" in findings["placement"]["fix"]
 
 
 def test_doctor_names_a_stopped_nodemanager(vanilla_yarn):
