@@ -54,7 +54,9 @@ def test_a_half_installed_or_other_plug_in_warns(bean, said):
     assert rm.SCHEDULER_JAR.name in finding.fix
 
 
-@pytest.mark.parametrize("jmx, status, said", [({"beans": []}, 200, "has not loaded"), (None, 403, "could not be read")])
+@pytest.mark.parametrize(
+    "jmx, status, said", [({"beans": []}, 200, "has not loaded"), (None, 403, "could not be read")]
+)
 def test_no_plug_in_or_no_jmx_warns_with_the_install_steps(jmx, status, said):
     finding = _placement(jmx, status)
     assert finding.status == "warn" and said in finding.detail, finding
