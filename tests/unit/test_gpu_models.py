@@ -78,3 +78,165 @@ def test_the_plan_refuses_a_model_yarn_cannot_carry():
     with pytest.raises(pydantic.ValidationError) as err:
         submission.Plan.model_validate(plan)
     assert "roles.0.gpu_models.0" in str(err.value)
+
+
+# ---- pre-flight: the nodes' models -------------------------------------------------------------------------------
+
+from airflow_provider_melon.gpu import preflight  # noqa: E402
+
+
+def _node(name, model=None, gpus=1, gpu_mem_mb=16384, prefix="nm.yarn.io", *, bare=False):
+    """A node as the RM's /ws/v1/cluster/nodes shows it (Hadoop 3.2+): its attributes in nodeAttributesInfo."""
+    attributes = [{"prefix": prefix, "name": "gpu-model", "type": "STRING", "value": model}] if model else []
+    info = (attributes[0] if attributes else {}) if bare else {"nodeAttributeInfo": attributes}
+    return {
+        "id": f"{name}:45454",
+        "state": "RUNNING",
+        "nodeAttributesInfo": info,
+        "totalResource": {"resources": {"yarn.io/gpu": gpus, "melon.io/gpu-memory": gpu_mem_mb}},
+    }
+
+
+def _roles(**named):
+    return JobSpec.from_dict({"name": "j", "entrypoint": "true", "roles": named}).roles
+
+
+def test_a_nodes_model_is_its_gpu_model_attribute_as_the_rm_lists_it():
+    assert preflight.node_gpu_model(_node("a", "A10")) == "A10"
+    assert preflight.node_gpu_model(_node("a", "T4", prefix="rm.yarn.io")) == "T4"  # set centrally
+    assert preflight.node_gpu_model(_node("a", "T4", bare=True)) == "T4"  # one attribute, not in a list
+    assert preflight.node_gpu_model(_node("a")) is None
+    assert preflight.node_gpu_model({"id": "old:1"}) is None  # an RM without attributes in its node list
+    other = _node("a", "A10")
+    other["nodeAttributesInfo"]["nodeAttributeInfo"][0]["name"] = "os"
+    assert preflight.node_gpu_model(other) is None
+    both = _node("a", "A10")
+    both["nodeAttributesInfo"]["nodeAttributeInfo"].append(
+        {"prefix": "rm.yarn.io", "name": "gpu-model", "type": "STRING", "value": "T4"}
+    )
+    assert preflight.node_gpu_model(both) == "A10"  # the NodeManager's own first
+
+
+def test_preflight_refuses_a_model_no_node_has_naming_the_models_the_cluster_has():
+    nodes = [_node("a", "A10"), _node("b", "T4"), _node("c", "T4")]
+    report = preflight.check(nodes, _roles(worker={"gpus": 1, "gpu_models": ["A100"]}))
+    assert not report.ok
+    assert report.problems == ["role worker accepts GPU models ['A100'], but the cluster's nodes have ['A10', 'T4']"]
+    assert preflight.check(nodes, _roles(worker={"gpus": 1, "gpu_models": ["A100", "T4"]})).ok
+    assert preflight.check(nodes, _roles(worker={"gpus": 1})).ok  # no models: any node
+
+
+def test_preflight_says_when_no_node_publishes_a_model():
+    report = preflight.check([_node("a"), _node("b")], _roles(worker={"gpu_memory": "2g", "gpu_models": ["T4"]}))
+    assert report.problems == [
+        "role worker accepts GPU models ['T4'], but no running node publishes its GPU model (the node attribute "
+        "nm.yarn.io/gpu-model or rm.yarn.io/gpu-model)"
+    ]
+
+
+def test_a_roles_per_task_rules_take_its_models_nodes():
+    nodes = [_node("big", "A100", gpus=8, gpu_mem_mb=8 * 81920), _node("small", "T4", gpus=1, gpu_mem_mb=16384)]
+    wide = preflight.check(nodes, _roles(worker={"gpus": 2, "gpu_models": ["T4"]}))
+    assert wide.problems == ["role worker: 2 GPU(s) per task, but no node of its GPU models ['T4'] has more than 1"]
+    deep = preflight.check(nodes, _roles(worker={"gpu_memory": "20g", "gpu_models": ["T4"]}), context_mb=0)
+    assert deep.problems == [
+        "role worker: expected GPU memory 20480 MiB per task exceeds the largest GPU of its GPU models ['T4'], "
+        "16384 MiB (node small:45454: 16384 MiB over 1 GPU(s))"
+    ]
+    # a shared task asks for its slot on its models' GPU (a quarter of a T4), not the A100's 20 GiB, which no T4 holds
+    fits = preflight.check(nodes, _roles(worker={"instances": 4, "gpu_memory": "2g", "gpu_models": ["T4"]}))
+    assert fits.ok, fits.problems
+    assert fits.demand["roles"]["worker"]["held_mb"] == 4096
+    assert preflight.model_largest_gpu_mb(nodes, ["T4"]) == 16384
+    assert preflight.model_largest_gpu_mb(nodes, ["H100"]) is None
+
+
+@pytest.mark.parametrize(
+    "handler,scheduler,problem",
+    [
+        ("scheduler", "capacityScheduler", None),
+        (None, "capacityScheduler", "yarn.resourcemanager.placement-constraints.handler=scheduler, but it is not set"),
+        ("disabled", "capacityScheduler", "placement-constraints.handler=scheduler, but it is disabled"),
+        ("placement-processor", "capacityScheduler", "but it is placement-processor"),
+        ("scheduler", "fairScheduler", "only with the CapacityScheduler (placement constraints on node attributes); "),
+    ],
+)
+def test_preflight_refuses_a_cluster_that_cannot_place_by_model_naming_the_setting(handler, scheduler, problem):
+    nodes = [_node("a", "A10")]
+    models = _roles(worker={"gpus": 1, "gpu_models": ["A10"]}, ps={"untracked": True})
+    if problem is None:
+        preflight.ensure_models_placeable(nodes, models, handler, scheduler)
+    else:
+        with pytest.raises(preflight.PreflightError) as err:
+            preflight.ensure_models_placeable(nodes, models, handler, scheduler)
+        assert str(err.value).startswith("the job cannot run on this cluster: role worker names GPU models")
+        assert problem in str(err.value)
+    # a job without models never needs the handler
+    preflight.ensure_models_placeable(nodes, _roles(worker={"gpus": 1}), "disabled", "fairScheduler")
+
+
+def test_refusals_are_listed_together_and_unread_nodes_skip_only_theirs():
+    roles = _roles(worker={"gpus": 1, "gpu_models": ["A100"]})
+    with pytest.raises(preflight.PreflightError) as err:
+        preflight.ensure_models_placeable([_node("a", "T4")], roles, "disabled", "capacityScheduler")
+    assert (
+        "handler=scheduler, but it is disabled; role worker accepts GPU models ['A100'], but the cluster's nodes "
+        "have ['T4']" in str(err.value)
+    )
+    preflight.ensure_models_placeable(None, roles, "scheduler", "capacityScheduler")  # nodes not read
+
+
+# ---- the hook: checked before anything is staged ------------------------------------------------------------------
+
+
+class _Yarn:
+    """The RM as MelonHook reads it before a submission; staging is never reached."""
+
+    def __init__(self, handler="scheduler", kind="capacityScheduler", nodes=(), fail=None):
+        self.handler, self.kind, self._nodes, self.fail = handler, kind, list(nodes), fail
+
+    def rm_conf(self, name):
+        assert name == preflight.PLACEMENT_HANDLER
+        if self.fail:
+            raise self.fail
+        return self.handler
+
+    def scheduler(self):
+        return {"type": self.kind}
+
+    def nodes(self):
+        return self._nodes
+
+
+def _hook(yarn):
+    from airflow_provider_melon.hooks.melon import MelonHook
+
+    hook = MelonHook.__new__(MelonHook)
+    hook.yarn = yarn
+    hook._nodes = None
+    return hook
+
+
+def test_the_hook_refuses_before_staging_when_the_handler_is_off_or_unreadable():
+    spec = JobSpec.from_dict(_job(gpus=1, gpu_models=["A10"]))
+    nodes = [_node("a", "A10")]
+    _hook(_Yarn(nodes=nodes)).check_gpu_models(spec)
+    with pytest.raises(preflight.PreflightError, match="handler=scheduler, but it is disabled"):
+        _hook(_Yarn("disabled", nodes=nodes)).check_gpu_models(spec)
+    with pytest.raises(preflight.PreflightError, match=r"handler could not be read \(HTTP 403\): it must be"):
+        _hook(_Yarn(nodes=nodes, fail=RuntimeError("HTTP 403"))).check_gpu_models(spec)
+    with pytest.raises(preflight.PreflightError, match=r"accepts GPU models \['A10'\], but the cluster's nodes have"):
+        _hook(_Yarn(nodes=[_node("b", "T4")])).check_gpu_models(spec)
+    # no models: nothing read
+    _hook(_Yarn(fail=AssertionError("not read"))).check_gpu_models(JobSpec.from_dict(_job(gpus=1)))
+
+
+def test_a_submission_is_refused_before_anything_is_staged():
+    hook = _hook(_Yarn("disabled", nodes=[_node("a", "A10")]))
+
+    def never(*args, **kwargs):
+        raise AssertionError("staged or submitted")
+
+    hook.check_queue = hook.stage = never  # type: ignore[method-assign]
+    with pytest.raises(preflight.PreflightError, match="placement-constraints.handler=scheduler"):
+        hook.submit(JobSpec.from_dict(_job(gpus=1, gpu_models=["A10"])))
