@@ -63,15 +63,23 @@ final class GpuModels {
     return t.number + (long) taskCount * t.oomGrowths;
   }
 
-  /** One container of {@code resource} for {@code t}, on a node of its role's models. */
+  /** One container of {@code resource} for {@code t}, on a node of its role's models (any node without). */
   static SchedulingRequest request(Task t, Resource resource, int taskCount) {
     return SchedulingRequest.newBuilder()
         .allocationRequestId(allocationRequestId(t, taskCount))
         .priority(Priority.newInstance(1))
         .executionType(ExecutionTypeRequest.newInstance(ExecutionType.GUARANTEED, true))
         .resourceSizing(ResourceSizing.newInstance(1, resource))
-        .placementConstraintExpression(constraint(t.role.gpuModels))
+        .placementConstraintExpression(t.role.gpuModels.isEmpty() ? null : constraint(t.role.gpuModels))
         .build();
+  }
+
+  /** Whether the application asks for every task with scheduling requests: when a role names models. The
+   * CapacityScheduler (3.3.6 to 3.5.0, {@code allocate}) takes a heartbeat's scheduling requests only when its
+   * resource requests changed nothing ({@code updateResourceRequests(ask) || updateSchedulingRequests(...)}), so
+   * mixing both drops the former: a role without models is then asked for by a request without a constraint. */
+  static boolean byConstraint(List<Task> tasks) {
+    return tasks.stream().anyMatch(t -> !t.role.gpuModels.isEmpty());
   }
 
   /** {@code request} withdrawn: the same request asking for no container (how the RM takes a cancellation). */

@@ -212,7 +212,7 @@ public final class MelonApplicationMaster {
   }
 
   private void request(Task t) {
-    if (!t.role.gpuModels.isEmpty()) {  // on a node of its models: a scheduling request (GpuModels)
+    if (GpuModels.byConstraint(book.tasks)) {  // a role names GPU models: scheduling requests (GpuModels)
       t.scheduling = GpuModels.request(t, resource(t), book.tasks.size());
       amrm.addSchedulingRequests(Collections.singletonList(t.scheduling));
       return;

@@ -78,6 +78,11 @@ class GpuModelsTest {
     assertEquals(List.of("nm.yarn.io/gpu-model=A10", "rm.yarn.io/gpu-model=A10"),
         alternatives(sent.getPlacementConstraint()));
     assertEquals(r, sent);
+    // in a job with models every task asks so (the scheduler drops a heartbeat's scheduling requests when its
+    // resource requests changed something): a role without models with no constraint
+    assertTrue(GpuModels.byConstraint(book.tasks));
+    assertEquals(null, GpuModels.request(book.task("chief", 0), resource, 3).getPlacementConstraint());
+    assertTrue(!GpuModels.byConstraint(book("[{name: 'chief', instances: 1, gpus: 1}]").tasks));
   }
 
   @Test
