@@ -53,6 +53,10 @@ IDENTITY_TAG_PREFIX = "melon-id:"
 AUTO = "auto"
 #: Java int: YARN (and the AM's JSON reader) take counts, sizes in MiB, priorities and timeouts as int32
 INT32_MAX = 2**31 - 1
+#: a GPU model as a node publishes it (``roles.<r>.gpu_models``): YARN's node-attribute value rule (Hadoop's
+#: NodeLabelUtil: a letter or digit, then letters, digits, '-', '_', '.'; at most 255 characters)
+GPU_MODEL_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z._-]*$"
+GPU_MODEL_MAX_LENGTH = 255
 
 
 class JobSpecError(ValueError):
@@ -164,6 +168,9 @@ class RoleSpec(BaseModel):
     #: failure fails the job, since the others cannot go on without it (a parameter server)
     optional: bool = False
     large: bool = False  # the task saturates a GPU on its own (see gpu.policy.packing_pays)
+    #: the GPU models a task of this role accepts (e.g. ``["A100", "H100"]``), as the nodes publish them in their
+    #: ``gpu-model`` node attribute; None: any GPU. Only for roles that ask for GPUs (``gpus`` or ``gpu_memory``)
+    gpu_models: Optional[list[Text]] = None
 
     @field_validator("memory", "gpu_memory", mode="before")
     @classmethod
@@ -189,10 +196,34 @@ class RoleSpec(BaseModel):
             return f"{AUTO}:{parse_size_mb(first)}" if sep else AUTO
         return None if value is None else parse_size_mb(value)
 
+    @field_validator("gpu_models")
+    @classmethod
+    def _gpu_models(cls, models: Optional[list[str]]) -> Optional[list[str]]:
+        if models is None:
+            return None
+        if not models:
+            raise ValueError("name at least one GPU model, or drop gpu_models (any GPU)")
+        for i, model in enumerate(models):
+            if len(model) > GPU_MODEL_MAX_LENGTH or not re.fullmatch(GPU_MODEL_PATTERN, model):
+                raise _FieldError(
+                    str(i),
+                    f"{model!r} cannot be a GPU model as YARN's node attributes carry it: a letter or digit, then "
+                    f"letters, digits, '-', '_', '.' (at most {GPU_MODEL_MAX_LENGTH} characters), e.g. 'A100'",
+                )
+            if model in models[:i]:
+                raise _FieldError(str(i), f"{model!r} is named twice")
+        return models
+
     @model_validator(mode="after")
     def _one_gpu_mode(self) -> RoleSpec:
         if self.gpus is not None and self.gpu_memory is not None:
             raise ValueError("give either gpus (exclusive) or gpu_memory (shared), not both")
+        if self.gpu_models is not None and self.gpus is None and self.gpu_memory is None:
+            raise _FieldError(
+                "gpu_models",
+                "only a role that asks for GPUs can name their models: add gpus (whole GPUs) or gpu_memory "
+                "(a share), or drop gpu_models",
+            )
         if self.min_instances is not None and self.min_instances > self.instances:
             raise _FieldError(
                 "min_instances", f"must be at most instances ({self.instances}), got {self.min_instances}"

@@ -13,7 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +21,14 @@ from airflow_provider_melon import rm
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
-from airflow_provider_melon.spec import IDENTITY_TAG_PREFIX, RESERVED_LINK_PREFIX, JobSpec, RoleSpec
+from airflow_provider_melon.spec import (
+    GPU_MODEL_MAX_LENGTH,
+    GPU_MODEL_PATTERN,
+    IDENTITY_TAG_PREFIX,
+    RESERVED_LINK_PREFIX,
+    JobSpec,
+    RoleSpec,
+)
 
 AM_CLASS = "org.melon.yarn.MelonApplicationMaster"
 AM_JAR = "melon-appmaster.jar"
@@ -262,6 +269,10 @@ class PlanRole(_PlanPart):
         "(gpu.policy.slot_mb: a fair share of the GPU): YARN is asked for the larger of this and "
         "the expected memory plus gpu_context_mb; 0: no slot (not shared, or the GPUs unknown)",
     )
+    gpu_models: list[Annotated[str, Field(pattern=GPU_MODEL_PATTERN, max_length=GPU_MODEL_MAX_LENGTH)]] = Field(
+        description="the GPU models a task accepts, as nodes publish them in their gpu-model node attribute: the AM "
+        "asks for such a node with a placement constraint (a SchedulingRequest); empty: any node (a ResourceRequest)",
+    )
 
 
 class PlanResource(_PlanPart):
@@ -441,6 +452,7 @@ def _plan_role(name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: O
         "oom_max_growths": role.oom_growths,
         "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0,
         "gpu_slot_mb": gpu_slot_mb(role, largest_gpu_mb),
+        "gpu_models": list(role.gpu_models or ()),
     }
 
 
@@ -462,6 +474,7 @@ def build_plan(
     status_file: Optional[str] = None,
     gpu_context_mb: int = 0,
     largest_gpu_mb: Optional[int] = None,
+    role_largest_gpu_mb: Optional[dict[str, Optional[int]]] = None,
 ) -> dict[str, Any]:
     """The ApplicationMaster's plan (docs/protocol.md §2). ``labels`` (e.g. the Airflow task instance that
     submitted it) are echoed by the AM's ``/status``, for the UI. ``code_files``: the code folder's files
@@ -470,7 +483,7 @@ def build_plan(
     for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible").
     ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``).
     ``largest_gpu_mb``: the cluster's largest GPU, which a shared role's slot is sized against; None: unknown, no
-    slot."""
+    slot. ``role_largest_gpu_mb``: a role's own largest GPU instead (a role with ``gpu_models``: its models')."""
     staged_code = code_files or {}
     code_links = {f"{CODE_FILE_LINK}{i}": rel for i, rel in enumerate(sorted(staged_code))}
     local = _plan_local_resources(
@@ -481,7 +494,10 @@ def build_plan(
     return Plan.model_validate(
         {
             "app_name": spec.name,
-            "roles": [_plan_role(name, role, gpu_context_mb, largest_gpu_mb) for name, role in spec.roles.items()],
+            "roles": [
+                _plan_role(name, role, gpu_context_mb, (role_largest_gpu_mb or {}).get(name, largest_gpu_mb))
+                for name, role in spec.roles.items()
+            ],
             "success_role": spec.success_role,
             # its task 0 publishes the outputs: the AM waits for its exit before it declares success
             "output_role": spec.publishing_role if spec.outputs else None,

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Sequence, TypedDict
 
 from airflow_provider_melon import rm
 from airflow_provider_melon.gpu.ledger import pid_alive
@@ -367,6 +367,23 @@ def tenant_hook(details: ClusterDetails, user: str, *, hdfs_client=None, admin_a
     )
 
 
+def _loopback_hosts_file(work_dir: Path) -> Path:
+    """A hosts file for the launcher's JVM (``jdk.net.hosts.file``): this machine's ``/etc/hosts`` and its own name,
+    nothing else, so the NodeManagers' loopback addresses (127.0.0.2, ...) resolve to no name, without asking DNS."""
+    import socket
+
+    try:
+        lines = Path("/etc/hosts").read_text().splitlines()
+    except OSError:
+        lines = []
+    named = {name for line in lines for name in line.split("#", 1)[0].split()[1:]}
+    # a name listed twice for one address is looked up as two addresses (a server would bind the port twice)
+    missing = [name for name in ("localhost", socket.gethostname()) if name not in named]
+    path = work_dir / "hosts"
+    path.write_text("\n".join(lines + ([f"127.0.0.1 {' '.join(missing)}"] if missing else [])) + "\n")
+    return path
+
+
 def start(
     work_dir: Path = DEFAULT_WORK_DIR,
     *,
@@ -387,6 +404,7 @@ def start(
     fair: bool = False,
     yarn_site: dict[str, str] | None = None,
     placement: str = "melon",
+    gpu_models: Sequence[str] | None = None,
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
@@ -400,9 +418,14 @@ def start(
     default queue orders its applications by fair share (interleaved grants) instead of FIFO (the gang tests).
     ``placement``: ``"melon"``, multi-node placement in the order of the scheduler plug-in (its jar on the
     launcher's classpath, as on a cluster's RM: docs/scheduler-plugin.md), or ``"heartbeat"``, YARN's stock placement
-    on the node that heartbeats. ``yarn_site``: extra properties in a ``yarn-site.xml`` on the launcher's classpath, read by every
-    ``YarnConfiguration`` it makes (so by the NodeManagers), for settings the launcher does not set itself: e.g.
-    YARN's GPU plugin (``yarn.nodemanager.resource-plugins``, tests/integration/test_gpu_plugin_live.py)."""
+    on the node that heartbeats. ``yarn_site``: extra properties in a ``yarn-site.xml`` on the launcher's classpath,
+    read by every ``YarnConfiguration`` it makes (so by the NodeManagers), for settings the launcher does not set itself: e.g.
+    YARN's GPU plugin (``yarn.nodemanager.resource-plugins``, tests/integration/test_gpu_plugin_live.py).
+    ``gpu_models``: one GPU model per NodeManager (e.g. ``["A10", "T4", "T4"]``), each published as its node
+    attribute ``nm.yarn.io/gpu-model``, and the RM set to take placement constraints: what jobs whose roles name
+    ``gpu_models`` need (docs/cluster-configuration.md)."""
+    if gpu_models is not None and len(gpu_models) != nodemanagers:
+        raise ValueError(f"gpu_models: one model per NodeManager ({nodemanagers}), got {list(gpu_models)}")
     work_dir = Path(work_dir).resolve()
     if running_pid(work_dir):
         existing = read_details(work_dir)
@@ -426,7 +449,10 @@ def start(
         extra.mkdir(exist_ok=True)
         write_site_xml(extra / "yarn-site.xml", yarn_site)
         classpath = f"{classpath}{os.pathsep}{extra}"
-    args = [java, "-Xmx1g", "-cp", classpath, LAUNCHER_CLASS, "--work-dir", str(work_dir)]
+    jvm = [java, "-Xmx1g"]
+    if gpu_models is not None:  # each NodeManager on its own loopback address, its host that address (no DNS)
+        jvm.append(f"-Djdk.net.hosts.file={_loopback_hosts_file(work_dir)}")
+    args = [*jvm, "-cp", classpath, LAUNCHER_CLASS, "--work-dir", str(work_dir)]
     for flag, port in ports_from_base(port_base).items():
         args += [f"--{flag}", str(port)]
     args += [
@@ -459,6 +485,8 @@ def start(
         args += ["--fair", "1"]
     if layout is not None:
         args += ["--nm-env", str(work_dir / "nm-env.json")]
+    if gpu_models is not None:
+        args += ["--nm-gpu-models", ",".join(gpu_models)]
     with open(log_path(work_dir), "wb") as log:
         proc = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=work_dir

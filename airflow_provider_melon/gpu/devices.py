@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar
@@ -178,6 +179,13 @@ def nvml_gpus(env: Optional[Mapping[str, str]] = None) -> GpuList:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def is_model(name: str, model: str) -> bool:
+    """Whether NVML's device name ``name`` is of the GPU model ``model`` (a node's ``gpu-model`` attribute): the model
+    is a word of the name, or a run of its words, case aside ("A100" in "NVIDIA A100-SXM4-80GB", "T4" in "Tesla T4";
+    "A10" is not "A100")."""
+    return re.search(r"(?<![0-9a-z])" + re.escape(model.lower()) + r"(?![0-9a-z])", name.lower()) is not None
 
 
 def inventory_gpus(path: str) -> GpuList:

@@ -445,8 +445,14 @@ class MelonHook:
     def submit(self, spec: JobSpec, tags: Optional[list[str]] = None, labels: Optional[dict] = None) -> dict:
         """Stage, write the plan, submit. Returns ``{app_id, tracking_url, staging: StagingReport}``.
         ``labels`` go into the plan and come back in the AM's status (the operator passes its task instance)."""
-        # a shared task asks YARN for its slot on the cluster's largest GPU (policy.ask_mb)
+        self.check_gpu_models(spec)
+        # a shared task asks YARN for its slot on the cluster's largest GPU (policy.ask_mb), or its models' largest
         largest = self.largest_gpu_mb() if any(r.gpu_memory_mb for r in spec.roles.values()) else None
+        role_largest = {
+            name: self.largest_gpu_mb(role.gpu_models)
+            for name, role in spec.roles.items()
+            if role.gpu_models and role.gpu_memory_mb
+        }
         self.check_queue(spec, largest)
         self.check_outputs(spec)
         report = self.stage(spec)
@@ -465,6 +471,7 @@ class MelonHook:
             default_python=self.default_python,
             gpu_context_mb=self.gpu_context_mb,
             largest_gpu_mb=largest,
+            role_largest_gpu_mb=role_largest,
             container_env=self.container_env,
             labels=labels,
             webhdfs_url=self._webhdfs_url() if spec.outputs else None,
@@ -624,11 +631,36 @@ class MelonHook:
             self._nodes = (now, self.yarn.nodes())
         return self._nodes[1]
 
-    def largest_gpu_mb(self) -> Optional[int]:
-        """The memory of the cluster's largest GPU (the RM's RUNNING nodes, as pre-flight reads them), None when the
-        RM cannot say (not reachable, no node advertising GPU memory): the learned figure is then not capped, and a
-        shared task asks YARN for its need alone, not its slot."""
+    def check_gpu_models(self, spec: JobSpec) -> None:
+        """Before anything is staged, for a job whose roles name GPU models: the ResourceManager takes the AM's
+        placement constraints (a CapacityScheduler, ``yarn.resourcemanager.placement-constraints.handler`` =
+        ``scheduler``; else it would refuse the AM's requests at run time) and has nodes of each role's models
+        (:func:`~airflow_provider_melon.gpu.preflight.ensure_models_placeable`). A setting that cannot be read refuses
+        the job too: only nodes that cannot be listed skip their part (the operator's pre-flight reports them)."""
+        if not any(role.gpu_models for role in spec.roles.values()):
+            return
         try:
+            handler = self.yarn.rm_conf(_preflight.PLACEMENT_HANDLER)
+            scheduler_type = self.yarn.scheduler().get("type")
+        except Exception as exc:  # noqa: BLE001 - unknown is refused: the AM would fail at run time
+            raise _preflight.PreflightError(
+                f"roles {', '.join(n for n, r in spec.roles.items() if r.gpu_models)} name GPU models, but the "
+                f"ResourceManager's {_preflight.PLACEMENT_HANDLER} could not be read ({exc}): it must be 'scheduler'"
+            ) from None
+        try:
+            nodes: Optional[list[dict]] = self.nodes()
+        except Exception as exc:  # noqa: BLE001 - the operator's pre-flight says so too
+            log.warning("the nodes' GPU models are not checked: could not read the cluster's nodes: %s", exc)
+            nodes = None
+        _preflight.ensure_models_placeable(nodes, spec.roles, handler, scheduler_type)
+
+    def largest_gpu_mb(self, models: Optional[list[str]] = None) -> Optional[int]:
+        """The memory of the cluster's largest GPU (the RM's RUNNING nodes, as pre-flight reads them), or of its
+        largest of ``models``; None when the RM cannot say (not reachable, no node advertising GPU memory): the
+        learned figure is then not capped, and a shared task asks YARN for its need alone, not its slot."""
+        try:
+            if models:
+                return _preflight.model_largest_gpu_mb(self.nodes(), models)
             largest = _preflight.check(self.nodes(), {}).largest_gpu_mb
         except Exception as exc:  # noqa: BLE001 - the cap is a bound, not a condition of submitting
             log.warning(

@@ -67,6 +67,8 @@ class Config:
     gpus: int = 0
     gpu_memory_mb: int = 0
     gpu_context_mb: int = 0  # reserved besides gpu_memory_mb in shared mode: the CUDA context (not under the cap)
+    #: the GPU models the task's role accepts (MELON_GPU_MODELS, from the plan's gpu_models); empty: any
+    gpu_models: tuple[str, ...] = ()
     large: bool = False
     attempt: int = 0
     app_id: str = ""
@@ -134,6 +136,7 @@ class Config:
             gpus=_int(env, "MELON_GPUS", 0),
             gpu_memory_mb=_int(env, "MELON_GPU_MEMORY_MB", 0),
             gpu_context_mb=max(0, _int(env, "MELON_GPU_CONTEXT_MB", 0)),
+            gpu_models=tuple(m.strip() for m in env.get("MELON_GPU_MODELS", "").split(",") if m.strip()),
             large=(
                 env.get("MELON_LARGE", "0").strip().lower() in ("1", "true", "yes")
                 or env["MELON_ROLE"] in [r.strip() for r in env.get("MELON_LARGE_ROLES", "").split(",")]

@@ -148,6 +148,7 @@ class Executor:
             log(f"{gpus.reason}; no GPU inventory: running on CPU (gpu=null reported to the AM)")
             return
         self.gpu_source = gpus.source
+        gpus = self.of_accepted_models(gpus)
         self.largest_gpu_mb = max(g.total_mb for g in gpus)
         mps = self.mps = _devices.mps_active(self.env)
         exclusive = cfg.gpus > 0
@@ -204,7 +205,37 @@ class Executor:
                 log(f"no GPU fits {slot} now; waiting up to {cfg.gpu_wait_s:g}s")
                 waited = True
             self._sleep(min(1.0, left))
-            gpus = self._list_gpus() or gpus
+            gpus = self.of_accepted_models(self._list_gpus(), quiet=True) or gpus
+
+    def of_accepted_models(self, gpus: _devices.GpuList, quiet: bool = False) -> _devices.GpuList:
+        """The GPUs of the role's accepted models (``MELON_GPU_MODELS``) when NVML names them: YARN placed the task
+        by the node's ``gpu-model`` attribute, which an admin sets and may have left stale. A node with none of them
+        is refused (exit 75: the AM asks elsewhere, avoiding it); without NVML's names (a GPU inventory) the model
+        cannot be checked, which is said, and the attribute trusted."""
+        models = self.cfg.gpu_models
+        if not models or not gpus:
+            return gpus
+        if gpus.source != "nvml":
+            if not quiet:
+                log(
+                    f"GPU model not checked: no NVML device names here ({gpus.source} GPUs); trusting the node's "
+                    f"gpu-model attribute for the accepted models {', '.join(models)}"
+                )
+            return gpus
+        kept = [g for g in gpus if any(_devices.is_model(g.name, m) for m in models)]
+        names = ", ".join(f"{g.index}: {g.name}" for g in gpus)
+        if not kept:
+            raise Fatal(
+                EXIT_NO_GPU_FITS,
+                f"this node's GPUs ({names}) are none of the accepted models {', '.join(models)} (NVML): its "
+                f"gpu-model node attribute is stale or names the model otherwise; exiting {EXIT_NO_GPU_FITS} so the "
+                f"AM asks elsewhere",
+            )
+        if not quiet:
+            log(f"GPU model checked (NVML): {', '.join(g.name for g in kept)} of {', '.join(models)}")
+            if len(kept) < len(gpus):
+                log(f"left out, not of the accepted models: {names}")
+        return _devices.GpuList(kept, source=gpus.source, reason=gpus.reason, mig=gpus.mig)
 
     def _held_text(self) -> str:
         """``4096 MiB held (1000 + 200 for the CUDA context, its slot a quarter of the GPU)``: what the ledger holds

@@ -38,6 +38,7 @@ import org.apache.hadoop.yarn.api.records.LocalResourceVisibility;
 import org.apache.hadoop.yarn.api.records.NodeReport;
 import org.apache.hadoop.yarn.api.records.NodeState;
 import org.apache.hadoop.yarn.api.records.Priority;
+import org.apache.hadoop.yarn.api.records.RejectedSchedulingRequest;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.api.records.URL;
 import org.apache.hadoop.yarn.api.records.UpdatedContainer;
@@ -211,8 +212,24 @@ public final class MelonApplicationMaster {
   }
 
   private void request(Task t) {
+    if (GpuModels.byConstraint(book.tasks)) {  // a role names GPU models: scheduling requests (GpuModels)
+      t.scheduling = GpuModels.request(t, resource(t), book.tasks.size());
+      amrm.addSchedulingRequests(Collections.singletonList(t.scheduling));
+      return;
+    }
     t.request = new ContainerRequest(resource(t), null, null, Priority.newInstance(1), t.number);
     amrm.addContainerRequest(t.request);
+  }
+
+  /** Withdraw {@code t}'s outstanding ask, if any (a scheduling request's is dropped by the client once granted). */
+  private void withdraw(Task t) {
+    if (t.request != null) {
+      amrm.removeContainerRequest(t.request);
+    }
+    if (t.scheduling != null) {
+      amrm.addSchedulingRequests(Collections.singletonList(GpuModels.withdrawn(t.scheduling)));
+      t.scheduling = null;
+    }
   }
 
   private void allocated(List<Container> containers) {
@@ -223,10 +240,14 @@ public final class MelonApplicationMaster {
           amrm.releaseAssignedContainer(c.getId());
           continue;
         }
-        amrm.removeContainerRequest(t.request);
+        if (t.request != null) {
+          amrm.removeContainerRequest(t.request);
+        }
+        t.scheduling = null;  // granted: the client has counted it off
         seenHosts.add(t.nodeHost);
         log("task " + t.name() + " attempt " + t.attempt + " -> " + c.getId() + " on " + c.getNodeId()
-            + (t.expectedMb > 0 ? " (expected GPU memory " + t.expectedMb + " MiB)" : ""));
+            + (t.expectedMb > 0 ? " (expected GPU memory " + t.expectedMb + " MiB)" : "")
+            + (t.role.gpuModels.isEmpty() ? "" : " (GPU models " + t.role.gpuModels + ")"));
         book.granted(t);  // starts it, or holds it until the whole gang is granted
       }
     }
@@ -278,6 +299,7 @@ public final class MelonApplicationMaster {
     env.put("MELON_GPUS", String.valueOf(t.role.gpus));
     env.put("MELON_GPU_MEMORY_MB", String.valueOf(t.expectedMb));  // the task's: grown after an OOM
     env.put("MELON_GPU_CONTEXT_MB", String.valueOf(t.role.gpuContextMb));
+    env.put("MELON_GPU_MODELS", String.join(",", t.role.gpuModels));  // the executor checks its GPU (NVML)
     String command = plan.path(PlanFields.COMMAND).asText() + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR
         + "/stdout 2>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stderr";
     return ContainerLaunchContext.newInstance(new HashMap<>(localResources), env, Collections.singletonList(command), null, tokens.duplicate(), null);
@@ -327,8 +349,8 @@ public final class MelonApplicationMaster {
           t.state = State.KILLED;
         } else if (t.live()) {
           toStop.add(t);
-        } else if (t.state == State.PENDING && t.request != null) {
-          amrm.removeContainerRequest(t.request);
+        } else if (t.state == State.PENDING) {
+          withdraw(t);
         }
       }
     }
@@ -480,9 +502,7 @@ public final class MelonApplicationMaster {
 
     @Override
     public void cancel(Task t) {
-      if (t.request != null) {
-        amrm.removeContainerRequest(t.request);
-      }
+      withdraw(t);
     }
   }
 
@@ -512,6 +532,18 @@ public final class MelonApplicationMaster {
 
     @Override
     public void onNodesUpdated(List<NodeReport> nodes) {
+    }
+
+    @Override
+    public void onRequestsRejected(List<RejectedSchedulingRequest> rejected) {
+      // the RM gave up placing a task on a node of its GPU models: say why instead of waiting for ever
+      synchronized (book) {
+        for (RejectedSchedulingRequest r : rejected) {
+          Task t = book.tasks.get((int) (r.getRequest().getAllocationRequestId() % book.tasks.size()));
+          book.finish(State.FAILED, "the ResourceManager rejected the request for task " + t.name() + " on a node of"
+              + " GPU models " + t.role.gpuModels + ": " + r.getReason());
+        }
+      }
     }
 
     @Override

@@ -39,6 +39,7 @@ final class PlanFields {
   static final String ROLE_GPU_SLOT_MB = "gpu_slot_mb";
   static final String ROLE_OOM_GROWTH = "oom_growth";
   static final String ROLE_OOM_MAX_GROWTHS = "oom_max_growths";
+  static final String ROLE_GPU_MODELS = "gpu_models";
 
   // one of its local resources
   static final String RES_NAME = "name";

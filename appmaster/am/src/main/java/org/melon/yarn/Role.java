@@ -1,5 +1,9 @@
 package org.melon.yarn;
 
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+
 import com.fasterxml.jackson.databind.JsonNode;
 
 /** A role from the plan plus its restart budget. */
@@ -29,6 +33,8 @@ final class Role {
   /** ... at most this many times per task (0: an OOM fails the application). Not the restart budget. */
   int oomMaxGrowths;
   int restartsUsed;
+  /** The GPU models its tasks accept (the plan's {@code gpu_models}); empty: any node. See {@link GpuModels}. */
+  final List<String> gpuModels;
 
   /** A role of the plan, which passed its schema check (every field there, within its bounds). */
   Role(JsonNode r) {
@@ -46,6 +52,9 @@ final class Role {
     optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean();
     oomGrowth = r.path(PlanFields.ROLE_OOM_GROWTH).asDouble();
     oomMaxGrowths = r.path(PlanFields.ROLE_OOM_MAX_GROWTHS).asInt();
+    List<String> models = new ArrayList<>();
+    r.path(PlanFields.ROLE_GPU_MODELS).forEach(m -> models.add(m.asText()));
+    gpuModels = Collections.unmodifiableList(models);
   }
 
   /** MeLoN's shared mode: the task states an expected GPU memory, which the executor caps it at. */

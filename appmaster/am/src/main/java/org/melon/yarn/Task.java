@@ -9,6 +9,7 @@ import java.util.TreeMap;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.SchedulingRequest;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 
 /** One task = one container at a time. */
@@ -21,6 +22,8 @@ final class Task {
   int noFitRetries;
   int notItsFault;
   ContainerRequest request;
+  /** Its outstanding ask when its role names GPU models ({@link GpuModels}), instead of {@link #request}. */
+  SchedulingRequest scheduling;
   Container container;
   /** Whether {@link #container} was started; a granted container is held unlaunched until the gang is whole. */
   boolean launched;

@@ -197,8 +197,8 @@ final class TaskBook {
 
   /** The task a new container is for, now ALLOCATED to it; null if nothing waits for it (release it). */
   synchronized Task allocated(Container c) {
-    long id = c.getAllocationRequestId();
-    Task t = id >= 0 && id < tasks.size() ? tasks.get((int) id) : null;
+    long id = c.getAllocationRequestId();  // the task's number (plus task counts: GpuModels.allocationRequestId)
+    Task t = id >= 0 ? tasks.get((int) (id % tasks.size())) : null;
     if (t == null || t.state != State.PENDING || !running() || gang.backingOff()) {
       return null;  // nothing waits for it, or the gang is backing off (a grant for a withdrawn request)
     }

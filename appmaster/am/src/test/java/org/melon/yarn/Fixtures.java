@@ -56,7 +56,7 @@ final class Fixtures {
     for (JsonNode r : given.path(PlanFields.ROLES)) {
       ObjectNode role = (ObjectNode) json("{instances: 1, memory_mb: 1024, vcores: 1, gpus: 0, gpu_memory_mb: 0,"
           + " restarts: 0, tracked: true, optional: false, oom_growth: 1.5, oom_max_growths: 2, gpu_context_mb: 0,"
-          + " gpu_slot_mb: 0}");
+          + " gpu_slot_mb: 0, gpu_models: []}");
       role.setAll((ObjectNode) r);
       if (!role.has(PlanFields.ROLE_MIN_INSTANCES)) {
         role.put(PlanFields.ROLE_MIN_INSTANCES, role.path(PlanFields.ROLE_INSTANCES).asInt());

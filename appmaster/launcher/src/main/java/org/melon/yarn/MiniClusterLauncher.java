@@ -11,9 +11,12 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
@@ -64,6 +67,10 @@ public final class MiniClusterLauncher {
     Runtime.getRuntime().halt(2);
   }
 
+  /** The options that take a string; every other one is an integer. */
+  private static final Set<String> STRING_OPTS =
+      new HashSet<>(Arrays.asList("work-dir", "details", "nm-env", "placement", "nm-gpu-models"));
+
   private void parse(String[] args) {
     opts.put("work-dir", ".melon-minicluster");
     opts.put("rm-port", "18032");
@@ -100,6 +107,8 @@ public final class MiniClusterLauncher {
     // {"CUDA_VISIBLE_DEVICES": "1", "MELON_GPU_INVENTORY": ".../gpu-inventory-nm1.json"}: a host's real GPUs
     // split between the NodeManagers (minicluster.gpu_layout), so no two claim one GPU
     opts.put("nm-env", null);
+    // each NodeManager's GPU model, comma-separated, one per NodeManager (e.g. A10,T4,T4): see gpuModelsConf
+    opts.put("nm-gpu-models", null);
     for (int i = 0; i < args.length; i++) {
       String a = args[i];
       String key = a.startsWith("--") ? a.substring(2) : null;
@@ -116,7 +125,7 @@ public final class MiniClusterLauncher {
       opts.put(key, value);
     }
     for (String k : opts.keySet()) {
-      if (!k.equals("work-dir") && !k.equals("details") && !k.equals("nm-env") && !k.equals("placement")) {
+      if (!STRING_OPTS.contains(k)) {
         try {
           Integer.parseInt(opts.get(k));
         } catch (NumberFormatException e) {
@@ -512,9 +521,11 @@ public final class MiniClusterLauncher {
     }
 
     int nms = intOpt("nodemanagers");
+    gpuModelsConf(conf, work, nms);
     yarn = new MiniYARNCluster("melon", nms, 1, 1);
     yarn.init(conf);
     applyNodeManagerEnv(nms);
+    applyNodeManagerGpuModels(nms);
     yarn.start();
     waitForHealthyNodes(nms);
     restoreRmWebUi();
@@ -550,6 +561,72 @@ public final class MiniClusterLauncher {
         nmConf.set(YarnConfiguration.NM_ADMIN_USER_ENV + "." + e.getKey(), e.getValue().asText());
         System.out.println("NodeManager " + index + " containers: " + e.getKey() + "=" + e.getValue().asText());
       });
+    }
+  }
+
+  // ---- GPU models (--nm-gpu-models A10,T4,T4) ------------------------------------------------------------------
+
+  /**
+   * What a cluster needs for jobs that name GPU models, set as an admin would: each NodeManager publishes its model as
+   * the node attribute {@code nm.yarn.io/gpu-model} (its node-attributes provider, the configured one), and the RM
+   * takes the AM's placement constraints in its CapacityScheduler
+   * ({@code yarn.resourcemanager.placement-constraints.handler=scheduler}). Always: the RM's node-attribute store in
+   * the work dir, not {@code /tmp/hadoop-yarn-<user>} shared by every cluster on the machine.
+   */
+  private void gpuModelsConf(Configuration conf, File work, int nms) {
+    conf.set(YarnConfiguration.FS_NODE_ATTRIBUTE_STORE_ROOT_DIR, new File(work, "node-attributes").toURI().toString());
+    if (opt("nm-gpu-models") == null) {
+      return;
+    }
+    if (opt("nm-gpu-models").split(",", -1).length != nms) {
+      fail("--nm-gpu-models " + opt("nm-gpu-models") + ": expected " + nms + " models, one per NodeManager");
+    }
+    conf.set(YarnConfiguration.RM_PLACEMENT_CONSTRAINTS_HANDLER,
+        YarnConfiguration.SCHEDULER_RM_PLACEMENT_CONSTRAINTS_HANDLER);
+    conf.set(YarnConfiguration.NM_NODE_ATTRIBUTES_PROVIDER_CONFIG, OwnConfigNodeAttributes.class.getName());
+  }
+
+  /**
+   * Each NodeManager's own {@code configured-node-attributes} line, as in its yarn-site.xml on a real node, and its
+   * own loopback address (127.0.0.2, .3, ...): YARN keeps node attributes per host, so NodeManagers sharing one host
+   * would share one model. The launcher's JVM resolves names from a hosts file without those addresses
+   * ({@code minicluster.start} passes {@code -Djdk.net.hosts.file}), so each NodeManager's host is its address,
+   * without a DNS lookup.
+   */
+  private void applyNodeManagerGpuModels(int nms) {
+    if (opt("nm-gpu-models") == null) {
+      return;
+    }
+    String[] models = opt("nm-gpu-models").split(",", -1);
+    for (int i = 0; i < nms; i++) {
+      String line = models[i].trim().isEmpty() ? "" : "gpu-model,STRING," + models[i].trim();
+      Configuration nmConf = yarn.getNodeManager(i).getConfig();
+      nmConf.set(YarnConfiguration.NM_PROVIDER_CONFIGURED_NODE_ATTRIBUTES, line);
+      nmConf.set(YarnConfiguration.NM_ADDRESS, "127.0.0." + (i + 2) + ":0");
+      System.out.println("NodeManager " + i + " at 127.0.0." + (i + 2) + ", node attributes: "
+          + (line.isEmpty() ? "none" : line));
+    }
+  }
+
+  /**
+   * Hadoop's configured node-attributes provider ({@code yarn.nodemanager.node-attributes.provider=config}), reading
+   * its NodeManager's own configuration: the stock one reads a new {@code YarnConfiguration}, i.e. the classpath's
+   * yarn-site.xml, which the NodeManagers of one JVM share. The same property, parsing and checks otherwise.
+   */
+  public static final class OwnConfigNodeAttributes
+      extends org.apache.hadoop.yarn.server.nodemanager.nodelabels.ConfigurationNodeAttributesProvider {
+    @Override
+    public java.util.TimerTask createTimerTask() {
+      return new java.util.TimerTask() {
+        @Override
+        public void run() {
+          try {
+            setDescriptors(parseAttributes(getConfig().get(YarnConfiguration.NM_PROVIDER_CONFIGURED_NODE_ATTRIBUTES)));
+          } catch (IOException e) {
+            System.err.println("MiniClusterLauncher: bad node attributes: " + e);
+          }
+        }
+      };
     }
   }
 
