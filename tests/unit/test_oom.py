@@ -2,15 +2,20 @@
 (tests/oom_texts.py), TensorFlow's and numpy's live texts, and the stderr tail."""
 
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from airflow_provider_melon.runtime import oom
 from tests import oom_texts
+
+REPO = Path(__file__).resolve().parents[2]
 
 # 256 TiB: more than a 47-bit address space, so no allocator can give it, whatever the host's overcommit policy;
 # TensorFlow raises ResourceExhaustedError at once (oneDNN off: its allocator would retry for 10 s first).
@@ -207,3 +212,13 @@ def test_numpys_real_array_memory_error_is_the_hosts():
     )
     assert p.returncode == 1 and "_ArrayMemoryError" in p.stderr, p.stderr[-2000:]
     assert oom.decide(p.returncode, p.stderr).kind == oom.HOST
+
+
+def test_the_ams_kinds_are_runtime_ooms():
+    """The AM grows the context reserve on GpuMemory.OUTSIDE and the expected memory otherwise; the heartbeat's
+    schema (generated from runtime/protocol.py) lets through exactly oom.py's two GPU kinds."""
+    java = (REPO / "appmaster/am/src/main/java/org/melon/yarn/GpuMemory.java").read_text()
+    declared = re.search(r'static final String OUTSIDE = "([^"]+)";', java)
+    assert declared and declared.group(1) == oom.OUTSIDE
+    schema = json.loads((REPO / "airflow_provider_melon/am/messages.schema.json").read_text())
+    assert schema["$defs"]["OomReport"]["properties"]["kind"]["enum"] == [oom.CAP, oom.OUTSIDE]
