@@ -47,9 +47,8 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_provider_melon.gpu import learned  # noqa: E402
-from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB  # noqa: E402
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB, first_run_mb  # noqa: E402
 from airflow_provider_melon.hadoop import memory_history  # noqa: E402
-from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT  # noqa: E402
 from airflow_provider_melon.runtime import peak as _peak  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
 
@@ -227,9 +226,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--context-mb",
         type=int,
-        default=GPU_CONTEXT_MB_DEFAULT,
-        help="the context reserve the executor takes out of NVML's reading "
-        f"([melon] gpu_context_mb, default {GPU_CONTEXT_MB_DEFAULT})",
+        default=first_run_mb("generic"),
+        help="the context reserve beside the figure, which the figure leaves room for on the largest GPU "
+        f"(default {first_run_mb('generic')}, gpu/context.py's first-run figure)",
     )
     ap.add_argument(
         "--am-source",

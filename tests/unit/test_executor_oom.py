@@ -387,3 +387,86 @@ def test_a_heartbeat_in_a_container_sends_the_devices_rise_and_its_peak_says_dev
         3000 - MEASURED_CONTEXT_MB,
         "nvml-device",
     ), body
+
+
+# A job that always crashes with a ValueError after TensorFlow's BFC allocator warned that a caller (cuDNN's autotuner)
+# did without memory it asked for; it writes its own peak, 1000 MiB, far below any cap it gets.
+BFC_THEN_BUG = textwrap.dedent(
+    f"""
+    import json, os, sys
+    peak = os.environ["MELON_PEAK_FILE"]
+    with open(peak + ".tmp", "w") as f:
+        json.dump({{"peak_mb": 1000}}, f)
+    os.replace(peak + ".tmp", peak)
+    sys.stderr.write({oom_texts.TF_BFC_WARNING!r} + "\\n")
+    sys.stderr.flush()
+    raise ValueError({oom_texts.VALUE_ERROR.split(": ", 1)[1]!r})
+    """
+)
+
+
+def test_ten_nights_of_a_job_that_crashes_after_a_bfc_warning_leave_its_learned_figure_where_it_was(
+    tmp_path, am_factory, inventory
+):
+    """Ten nightly runs of that job through the real executor (and the cap bootstrap): none is an OOM, so none is
+    grown by the AM nor recorded as one, and the learned figure, resolved before each night from the runs before it
+    (gpu/learned.py, hadoop/memory_history.resolve), does not move. The AM's part is its final status of the task:
+    the fields of AmHttp.statusJson the history reads, from the executor's final heartbeat (an exit other than 76
+    grows nothing in TaskBook)."""
+    from airflow_provider_melon.gpu import learned
+    from airflow_provider_melon.hadoop import memory_history
+    from airflow_provider_melon.spec import JobSpec
+
+    (tmp_path / "job.py").write_text(BFC_THEN_BUG)
+    roles = JobSpec.from_dict(
+        {"name": "nightly", "entrypoint": "python job.py", "roles": {"worker": {"gpu_memory": "auto:1100MiB"}}}
+    ).roles
+    history, figures, exits = [], [], []
+    for night in range(10):
+        found, _ = memory_history.resolve(lambda role: history, roles, largest_gpu_mb=16384, context_mb=1024)
+        figure = found["worker"]
+        figures.append(figure)
+        folder = tmp_path / f"night-{night}"
+        folder.mkdir()
+        am = am_factory(["worker:0"])
+        env = exec_env(
+            folder,
+            am,
+            "worker",
+            0,
+            MELON_ENTRYPOINT=f"python {tmp_path / 'job.py'}",
+            MELON_FRAMEWORK="tensorflow",
+            MELON_GPU_INVENTORY=inventory(16384),
+            MELON_GPU_MEMORY_MB=figure,
+            MELON_GPU_CONTEXT_MB=1024,
+        )
+        rc, _, err = run_logged(folder, env)
+        exits.append(rc)
+        last = am.heartbeats[-1]
+        task = {
+            "role": "worker",
+            "initial_gpu_memory_mb": figure,
+            "expected_gpu_memory_mb": figure,  # grown only after an exit 76
+            "initial_gpu_context_mb": 1024,
+            "gpu_context_mb": 1024,
+            "gpu_memory_peak_mb": last.get("gpu_memory_peak_mb"),
+            "gpu_memory_peak_source": last.get("gpu_memory_peak_source"),
+            "oom_growths": 0,
+            "oom": last.get("oom"),
+        }
+        history.append(
+            learned.run_record(
+                "worker",
+                [task],
+                app_id=f"application_1_{night:04d}",
+                state="FAILED",
+                at=night,
+                planned_mb=figure,
+                planned_context_mb=1024,
+            )
+        )
+    assert exits == [1] * 10, err
+    assert "Allocator (GPU_0_bfc) ran out of memory" in err and "ValueError: shapes" in err
+    assert figures == [1100] * 10, figures
+    assert not any(r["oom"] for r in history) and {r["peak_mb"] for r in history} == {1000}
+    assert learned.learned_context_mb(history) == (1024, learned.learned_context_mb(history)[1])

@@ -422,22 +422,20 @@ def test_a_tasks_own_process_tree_is_not_foreign(tmp_path):
 
 
 def test_the_reserve_default_covers_the_context_measured_on_the_h200():
-    """[melon] gpu_context_mb's default against the recorded H200 runs (benchmarks/data): ResNet-50's NVML used
-    minus torch's max_memory_reserved is 618 MiB of the device's plus 768 MiB per process. The default must cover
-    the per-process figure, and gpu/context.py's measured figure is the data's."""
-    from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
+    """The first-run reserves against the recorded H200 runs (benchmarks/data): ResNet-50's NVML used minus torch's
+    max_memory_reserved is 618 MiB of the device's plus 768 MiB per process. Every framework's first-run figure must
+    cover the per-process figure, and gpu/context.py's measured figure is the data's."""
+    from airflow_provider_melon.gpu.context import CONTEXT_MB, MEASURED_CONTEXT_MB, first_run_mb
 
     sys.path.insert(0, REPO)
     from benchmarks import bench_ledger_replay as replay
 
     context, driver, residual = replay.fit_context(replay.load("h200-colocate.json"))
     assert residual < 5 and 500 < driver < 700, (context, driver, residual)
-    assert GPU_CONTEXT_MB_DEFAULT >= context, (GPU_CONTEXT_MB_DEFAULT, context)
-    from airflow_provider_melon.gpu.context import CONTEXT_MB, MEASURED_CONTEXT_MB, context_mb_default
-
     assert abs(MEASURED_CONTEXT_MB - context) < 1
-    assert min(CONTEXT_MB.values()) >= context and context_mb_default("pytorch") == CONTEXT_MB["pytorch"]
-    assert context_mb_default("jax") == CONTEXT_MB["generic"]
+    assert min(CONTEXT_MB.values()) >= context and first_run_mb("pytorch") == CONTEXT_MB["pytorch"]
+    assert first_run_mb("jax") == CONTEXT_MB["generic"] and first_run_mb("generic", nccl=True) == CONTEXT_MB["generic"]
+    assert first_run_mb("pytorch", nccl=True) == CONTEXT_MB["pytorch+nccl"] > CONTEXT_MB["pytorch"]
 
 
 def test_replaying_the_recorded_co_locations_through_the_ledger_never_oversubscribes():
@@ -446,15 +444,15 @@ def test_replaying_the_recorded_co_locations_through_the_ledger_never_oversubscr
     true use (allocator peak + measured context, + the device's own) exceeds the GPU, nor any task its reservation.
     The slots stop packing at 4 a GPU, the driver's own 618 MiB on it notwithstanding (a slot divides the memory left
     for tasks). The old 400 MiB reserve fails the same replay: every task runs beyond its reservation."""
-    from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
+    from airflow_provider_melon.gpu.context import CONTEXT_MB
 
     sys.path.insert(0, REPO)
     from benchmarks import bench_ledger_replay as replay
 
-    fit, *rows = replay.run([400, GPU_CONTEXT_MB_DEFAULT])
+    fit, *rows = replay.run([400, CONTEXT_MB["pytorch"]])
     names = {r["scenario"] for r in rows}
     assert {"8 x R18", "8 x R50", "mix r50+3r18", "R50 until full"} <= names, names
-    default = [r for r in rows if r["reserve_mb"] == GPU_CONTEXT_MB_DEFAULT]
+    default = [r for r in rows if r["reserve_mb"] == CONTEXT_MB["pytorch"]]
     assert default and all(r["ok"] for r in default), [r for r in default if not r["ok"]]
     full = next(r for r in default if r["scenario"] == "R50 until full")
     assert full["admitted"] == 4 < full["asked"] and full["use_mb"] <= replay.H200_TOTAL_MB
