@@ -183,6 +183,8 @@ class Executor:
                 )
             except UnsafeLedger as exc:
                 raise Fatal(EXIT_CONFIG, f"refusing the GPU ledger: {exc}") from None
+            except ValueError as exc:  # its lease is held: the same task (container) runs in another live process
+                raise Fatal(EXIT_CONFIG, f"cannot reserve a GPU: {exc}") from None
             if got:
                 by_index = {g.index: g for g in gpus}
                 self.gpu_indices = got
@@ -395,8 +397,9 @@ class Executor:
         self.note_device_baseline()
         sys.stderr.flush()
         self.stderr_mark = _oom.stderr_size(2)  # its out-of-memory error is looked for after this
+        lease = self.ledger.lease_fd(self.cfg.task_id)  # the reservation lives while the user's process does too
         try:
-            return subprocess.Popen(argv, env=dict(env), cwd=cwd)
+            return subprocess.Popen(argv, env=dict(env), cwd=cwd, pass_fds=() if lease is None else (lease,))
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument or the environment
             raise Fatal(EXIT_CONFIG, f"cannot start {argv[0]!r}: {exc}") from None
 
@@ -706,7 +709,7 @@ class Executor:
                     self.ledger.release(cfg.task_id)
                     log(f"GPU {self.gpu_label} released")
                 except Exception as exc:
-                    log(f"could not release the GPU reservation (it will be reclaimed as stale): {exc!r}")
+                    log(f"could not release the GPU reservation (its lease ends with this process): {exc!r}")
             if self.cap_dir:
                 shutil.rmtree(self.cap_dir, ignore_errors=True)
 

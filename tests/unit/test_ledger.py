@@ -109,31 +109,100 @@ def test_the_ledger_places_by_the_default_policy(led):
     assert led.reserve("s3", me, 35000, devs) == ledger.policy.place_default(pgs, 35000) == 0
 
 
-def test_dead_pid_is_reclaimed(led):
+# An executor that holds a reservation: it reserves, optionally starts the user's process with its lease (as
+# runtime/executor.py passes it), says so, and lives until killed.
+OWNER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    sys.path.insert(0, {repo!r})
+    from airflow_provider_melon.gpu.devices import DeviceInfo
+    from airflow_provider_melon.gpu.ledger import Ledger
+    d, name, mb, with_child = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "child"
+    led = Ledger(d)
+    got = led.reserve(name, os.getpid(), mb, [DeviceInfo(0, "v0", "v", 8000)])
+    child = None
+    if with_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], pass_fds=(led.lease_fd(name),))
+    print(got, child.pid if child else "-", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def owner(tmp_path, led, name, mb=6000, with_child=False):
+    """A live process holding a reservation (and its user's process, ``with_child``): (process, child pid)."""
+    script = tmp_path / "owner.py"
+    script.write_text(OWNER.format(repo=REPO))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), led.directory, name, str(mb), "child" if with_child else "-"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    got, child = proc.stdout.readline().split()
+    assert got == "0", got
+    return proc, None if child == "-" else int(child)
+
+
+def test_a_sigkilled_owners_reservation_is_released_at_once(tmp_path, led):
+    """The kernel releases a dead owner's lease: the next reservation finds it unlocked and drops the reservation
+    and its lease file, with no wait for a lease to time out."""
     devs = gpus(8000)
-    proc = sleeper()
+    proc, _ = owner(tmp_path, led, "victim")
     try:
-        assert led.reserve("victim", proc.pid, 6000, devs) == 0
-        assert led.reserve("other", os.getpid(), 6000, devs) is None  # the live sleeper holds it
+        assert led.reserve("other", os.getpid(), 6000, devs) is None  # the live owner holds it
+        assert [r["task_id"] for r in led.entries()] == ["victim"]
+        assert os.path.exists(os.path.join(led.directory, ledger.lease_name("victim")))
     finally:
-        proc.kill()
+        proc.kill()  # SIGKILL: no clean-up of its own
         proc.wait()
     assert led.reserve("other", os.getpid(), 6000, devs) == 0
     assert [r["task_id"] for r in led.entries()] == ["other"]
+    assert not os.path.exists(os.path.join(led.directory, ledger.lease_name("victim")))
 
 
-def test_zombie_counts_as_dead(led):
+def test_the_reservation_lives_while_the_users_process_holds_its_lease(tmp_path, led):
+    """The executor passes its lease to the user's process: should the executor die first, the process it started
+    still uses the GPU, and its reservation stays until that process is gone too."""
+    proc, child = owner(tmp_path, led, "task", with_child=True)
+    try:
+        proc.kill()
+        proc.wait()
+        assert [r["task_id"] for r in led.entries(reclaim=True)] == ["task"]
+    finally:
+        os.kill(child, 9)
+    deadline = time.monotonic() + 10
+    while led.entries(reclaim=True) and time.monotonic() < deadline:  # the orphan is reaped by init, not by us
+        time.sleep(0.05)
+    assert led.entries(reclaim=True) == []
+
+
+def test_a_reservation_written_before_leases_lives_by_its_pid(led):
+    """A ledger file of an executor without leases (a node upgraded while tasks run): its pid still decides, as it
+    did (pid_alive: gone, a zombie, or reused)."""
     proc = sleeper()
-    assert led.reserve("z", proc.pid, 6000, gpus(8000)) == 0
+    os.makedirs(led.directory)
+    record = {"task_id": "old", "pid": proc.pid, "pid_start": ledger._proc_start(proc.pid), "gpu": 0}
+    record |= {"expected_mb": 6000, "held_mb": 6000, "exclusive": False, "large": False, "since": 0}
+    with open(led.path, "w") as f:
+        json.dump({"version": 1, "reservations": [record]}, f)
+    try:
+        assert led.reserve("other", os.getpid(), 6000, gpus(8000)) is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert led.reserve("other", os.getpid(), 6000, gpus(8000)) == 0
+
+
+def test_a_zombie_pid_counts_as_dead():
+    """pid_alive, for reservations written before leases: an exited process not yet reaped is gone."""
+    proc = sleeper()
     proc.kill()
     deadline = time.time() + 10
     while ledger._proc_state(proc.pid) != "Z" and time.time() < deadline:  # not reaped yet: a zombie
         time.sleep(0.05)
     try:
         assert ledger._proc_state(proc.pid) == "Z"
-        assert ledger.pid_alive(os.getpid())
-        assert not ledger.pid_alive(proc.pid)
-        assert led.entries(reclaim=True) == []
+        assert ledger.pid_alive(os.getpid()) and not ledger.pid_alive(proc.pid)
     finally:
         proc.wait()
 
