@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def ran_at() -> str:
     """``commit 1a2b3c4 (clean), 2 CPUs, Python 3.11.9``; the tree's state says whether the figures are the commit's:
-    ``with uncommitted changes`` when a tracked file differs from it."""
+    ``with uncommitted changes`` when a tracked file outside ``benchmarks/results`` differs from it."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -22,7 +22,8 @@ def ran_at() -> str:
 
     try:
         sha = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        # a result being written (redirected into results/) is no change to the code that makes it
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
     except (OSError, subprocess.SubprocessError):
         return f"commit unknown (no git), {os.cpu_count()} CPUs, Python {platform.python_version()}"
     state = "with uncommitted changes" if dirty else "clean"
