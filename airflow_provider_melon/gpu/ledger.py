@@ -428,6 +428,13 @@ class Ledger:
         for r in state["reservations"]:
             (keep if self._alive(r) else dropped).append(r)
         state["reservations"] = keep
+        # a lease with no reservation: its owner died before it wrote one (or one that holds it is on its way: then
+        # the lease is locked, and _alive keeps it)
+        held = {r.get("lease") for r in keep}
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.directory):
+                if name.startswith(LEASE_PREFIX) and name not in held:
+                    self._alive({"lease": name, "pid": 0})
         return dropped
 
     @staticmethod

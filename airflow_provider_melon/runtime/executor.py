@@ -478,7 +478,8 @@ class Executor:
         recorded, else its stderr's tail), then weighed against its allocator's own figures (``oom.at_cap``): an
         allocator far below its cap did not run out at the cap, so the memory outside it did (``kind``)."""
         tail = _oom.stderr_tail(2, since=self.stderr_mark)
-        verdict = _oom.decide(code, tail, _oom.read_records(self.fatal_file))
+        main_pid = self.child.pid if self.child is not None else None
+        verdict = _oom.decide(code, tail, _oom.read_records(self.fatal_file), main_pid)
         if verdict is None:
             return None
         if verdict.kind == _oom.HOST:

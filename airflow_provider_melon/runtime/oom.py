@@ -223,13 +223,15 @@ def read_records(path: Optional[str]) -> list[dict[str, Any]]:
     return out
 
 
-def from_records(records: Sequence[Mapping[str, Any]]) -> Optional[FatalError]:
-    """The fatal error of the first process of the task that died of an exception (the others usually followed it:
-    a DDP peer, torchrun's agent), skipping a wrapper of a child's failure; None when no record names one."""
-    for record in records:
-        kind = str(record.get("type") or "")
-        if not kind or kind in WRAPPERS:
-            continue
+def from_records(records: Sequence[Mapping[str, Any]], main_pid: Optional[int] = None) -> Optional[FatalError]:
+    """The fatal error of the user's process itself (``main_pid``, the executor's child) when it died of an
+    exception; else of the first process of the task that did (the others usually followed it: a DDP peer, the
+    process a shell wrapper started), skipping a wrapper of a child's failure (torchrun's agent); None when no
+    record names one."""
+    usable = [r for r in records if str(r.get("type") or "") and str(r.get("type")) not in WRAPPERS]
+    own = [r for r in usable if main_pid is not None and r.get("pid") == main_pid]
+    for record in own[:1] or usable[:1]:
+        kind = str(record["type"])
         types = tuple(str(t) for t in record.get("types") or () if isinstance(t, str)) or (kind,)
         message = str(record.get("message") or "")
         short = kind.rsplit(".", 1)[-1] if kind.startswith("builtins.") else kind
@@ -406,14 +408,18 @@ def classify(fatal: FatalError, tail: str = "") -> Optional[Verdict]:
 
 
 def decide(
-    exit_code: Optional[int], tail: Optional[str], records: Sequence[Mapping[str, Any]] = ()
+    exit_code: Optional[int],
+    tail: Optional[str],
+    records: Sequence[Mapping[str, Any]] = (),
+    main_pid: Optional[int] = None,
 ) -> Optional[Verdict]:
     """Whether a process that exited ``exit_code`` died of memory, and of which (:func:`classify`), from the fatal
-    error: the exception the process recorded (``records``, :func:`read_records`), else the one its stderr's
-    ``tail`` ends with (:func:`fatal_error`). None for exit 0 (or None), or when no fatal error is found."""
+    error: the exception the process recorded (``records``, :func:`read_records`; its own, ``main_pid``, first),
+    else the one its stderr's ``tail`` ends with (:func:`fatal_error`). None for exit 0 (or None), or when no fatal
+    error is found."""
     if not exit_code:
         return None
-    fatal = from_records(records)
+    fatal = from_records(records, main_pid)
     text = tail or ""
     if fatal is None:
         fatal = fatal_error(text, signalled=exit_code > 128)

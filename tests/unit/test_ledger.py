@@ -176,6 +176,19 @@ def test_the_reservation_lives_while_the_users_process_holds_its_lease(tmp_path,
     assert led.entries(reclaim=True) == []
 
 
+def test_a_lease_left_without_its_reservation_is_cleared_unless_held(led):
+    """An owner killed between taking its lease and writing its reservation leaves a lease file nobody holds: the
+    next reservation removes it. A held one (an owner about to write its reservation) stays."""
+    os.makedirs(led.directory)
+    orphan = os.path.join(led.directory, ledger.lease_name("died-early"))
+    open(orphan, "w").close()
+    other = Ledger(led.directory)
+    other._take_lease("on-its-way")  # locked, its reservation not written yet
+    assert led.reserve("a", os.getpid(), 100, gpus(1000)) == 0
+    assert not os.path.exists(orphan)
+    assert os.path.exists(os.path.join(led.directory, ledger.lease_name("on-its-way")))
+
+
 def test_a_reservation_written_before_leases_lives_by_its_pid(led):
     """A ledger file of an executor without leases (a node upgraded while tasks run): its pid still decides, as it
     did (pid_alive: gone, a zombie, or reused)."""

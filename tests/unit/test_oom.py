@@ -114,6 +114,10 @@ def test_the_recorded_exception_wins_over_the_text():
     agent = {"type": oom.WRAPPERS[0], "types": [oom.WRAPPERS[0]], "message": "train.py FAILED"}
     assert oom.decide(1, "", [agent, torch_oom]).kind == oom.CAP
     assert oom.decide(1, text, [agent]).kind == oom.CAP  # only the wrapper: the text decides
+    # a helper process that failed earlier (and was handled): the user's process's own record decides
+    helper, own = value_error | {"pid": 7}, torch_oom | {"pid": 9}
+    assert oom.decide(1, "", [helper, own], main_pid=9).kind == oom.CAP
+    assert oom.decide(1, "", [helper, own]) is None  # without the main pid, the first to die
 
 
 def test_a_consequence_takes_its_cause_from_the_lines_before_it_only():
