@@ -117,7 +117,8 @@ TF_GROWTH_RETRY = (
     "2025-03-17 17:48:09.854267: I tensorflow/stream_executor/cuda/cuda_driver.cc:739] failed to allocate 2.12G "
     "(2282521344 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
 )
-#: an ordinary bug after those: numpy's ValueError (the message of numpy/_core/multiarray dot's shape check)
+#: an ordinary bug after those: numpy's ValueError of np.dot on misaligned shapes (numpy/_core/src/multiarray/common.c,
+#: dot_alignment_error; captured from the venv's numpy 2.4: np.dot(np.ones((3, 4)), np.ones((5, 6))))
 VALUE_ERROR = "ValueError: shapes (3,4) and (5,6) not aligned: 4 (dim 1) != 5 (dim 0)"
 #: the user's code catching torch's OOM to halve its batch, as ``logging.exception`` prints it, then going on
 CAUGHT_TORCH_OOM = "ERROR:root:batch 256 does not fit, halving it\n" + tb(TORCH_OOM_LINE)
@@ -188,7 +189,7 @@ CORPUS: list[Case] = [
     Case(
         TF_BFC_WARNING + "\n" + tb(VALUE_ERROR),
         None,
-        "tensorflow/tensorflow issue 43546 (the warning); numpy (the crash)",
+        "tensorflow/tensorflow issue 43546 (the warning); numpy's dot_alignment_error (the crash)",
         "a BFC warning earlier in the output does not make a later crash an OOM",
     ),
     Case(
@@ -338,7 +339,7 @@ CORPUS: list[Case] = [
     Case(
         CAUGHT_TORCH_OOM + tb(VALUE_ERROR),
         None,
-        "c10/cuda/CUDACachingAllocator.cpp (the OOM the user caught); numpy (the crash)",
+        "c10/cuda/CUDACachingAllocator.cpp (the OOM the user caught); numpy's dot_alignment_error (the crash)",
         "an OOM the user's code caught earlier is not the fatal error",
     ),
     Case(
@@ -505,5 +506,5 @@ CORPUS: list[Case] = [
         "OOM killer, mm/oom_kill.c, leaves no text in the process's stderr)",
         "no fatal error: the exit code stays",
     ),
-    Case(tb(VALUE_ERROR), None, "numpy", "an ordinary crash"),
+    Case(tb(VALUE_ERROR), None, "numpy/_core/src/multiarray/common.c (dot_alignment_error)", "an ordinary crash"),
 ]
