@@ -1,7 +1,9 @@
 """gpu.ledger and gpu.devices with real files, real locks and real processes."""
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -501,6 +503,8 @@ def test_a_tasks_own_process_tree_is_not_foreign(tmp_path):
     finally:
         parent.kill()
         parent.wait()
+        with contextlib.suppress(ProcessLookupError, NameError):  # its child, orphaned by the kill: not left behind
+            os.kill(child, signal.SIGKILL)
 
 
 def test_the_reserve_default_covers_the_context_measured_on_the_h200():
