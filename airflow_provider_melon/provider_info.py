@@ -7,17 +7,10 @@ The YARN connection's form (``conn-fields`` / ``ui-field-behaviour``, Airflow â‰
 from __future__ import annotations
 
 from airflow_provider_melon import __version__
-from airflow_provider_melon.gpu.context import CONTEXT_MB
 from airflow_provider_melon.gpu.learned import ALONE_AFTER_S
 
 #: ``[melon] staging_retry_s``'s default, the one home of it: MelonHook (and so ``melon submit``) falls back to it.
 STAGING_RETRY_S_DEFAULT = 120
-
-#: ``[melon] gpu_context_mb``'s default, MiB: what each shared-mode task reserves on its GPU besides its expected
-#: memory, for the CUDA context and driver (the in-process cap covers the framework's allocator only). From the
-#: recorded H200 runs: gpu/context.py, per framework (where the figures come from: docs/gpu-sharing.md). One
-#: default serves every framework: the hook resolves it before it knows a job's framework, and the figures agree.
-GPU_CONTEXT_MB_DEFAULT = max(CONTEXT_MB.values())
 
 #: ``conn-fields`` for the ``yarn`` connection type in provider info (extra fields, stored in ``extra``).
 YARN_CONN_FIELDS: dict = {
@@ -230,15 +223,17 @@ def get_provider_info() -> dict:
                     },
                     "gpu_context_mb": {
                         "description": "MiB each shared-mode task (gpu_memory) reserves on its GPU besides its "
-                        "expected memory, for the CUDA context and driver: asked of YARN "
-                        "(melon.io/gpu-memory) and held on the node's ledger, while the process is "
-                        "capped at its expected memory. The yarn connection's extra gpu_context_mb "
-                        "overrides it; 0 for GPUs without a context (the embedded cluster's virtual "
-                        "ones).",
+                        "expected memory before its runs teach it more, for the CUDA context and the libraries' "
+                        "buffers: asked of YARN (melon.io/gpu-memory) and held on the node's ledger, while the "
+                        "process is capped at its expected memory. Unset: each framework's own first-run figure "
+                        "(1024 MiB for PyTorch, 1792 with NCCL, 2048 for TensorFlow); an out-of-memory failure "
+                        "outside the framework's allocator grows a task's reserve, and its history keeps it. The yarn "
+                        "connection's extra gpu_context_mb overrides it; 0 for GPUs without a context (the embedded "
+                        "cluster's virtual ones).",
                         "version_added": "0.1.0",
                         "type": "integer",
-                        "example": "512",
-                        "default": str(GPU_CONTEXT_MB_DEFAULT),
+                        "example": "1024",
+                        "default": None,
                     },
                     "alone_after_s": {
                         "description": "Seconds from which a run's learned run time (its task's recent runs) gives "

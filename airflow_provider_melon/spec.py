@@ -153,6 +153,10 @@ class RoleSpec(BaseModel):
     #: MiB, a size, or ``"auto"`` / ``"auto:<size>"``: the figure learned from this task's earlier runs
     #: (``gpu.learned``), else the operator's ``gpu_memory`` (a profile step's), else ``<size>``
     gpu_memory: Optional[Union[int, Text]] = None
+    #: MiB or a size a shared-mode task reserves on its GPU beside ``gpu_memory``, outside its cap: the CUDA context,
+    #: the kernels and the libraries' handles and buffers (cuBLAS, cuDNN, NCCL). None: learned from the task's runs,
+    #: else the framework's first-run figure (``gpu/context.py``), unless the cluster's admin sets one
+    gpu_context: Optional[Union[int, Text]] = None
     #: after an out-of-memory exit under its cap, a task asks again with ``oom_growth`` × its expected memory, at
     #: most ``oom_max_growths`` times (shared mode only; not counted against ``restarts``); false: never
     oom_retry: StrictBool = True
@@ -172,7 +176,7 @@ class RoleSpec(BaseModel):
     #: ``gpu-model`` node attribute; None: any GPU. Only for roles that ask for GPUs (``gpus`` or ``gpu_memory``)
     gpu_models: Optional[list[Text]] = None
 
-    @field_validator("memory", "gpu_memory", mode="before")
+    @field_validator("memory", "gpu_memory", "gpu_context", mode="before")
     @classmethod
     def _not_bool(cls, value: Any) -> Any:
         if isinstance(value, bool):  # pydantic would take True for 1 (MiB) before parse_size_mb sees it
@@ -195,6 +199,13 @@ class RoleSpec(BaseModel):
                 )
             return f"{AUTO}:{parse_size_mb(first)}" if sep else AUTO
         return None if value is None else parse_size_mb(value)
+
+    @field_validator("gpu_context")
+    @classmethod
+    def _context_size(cls, value: Optional[Union[int, str]]) -> Optional[int]:
+        if value is None or (isinstance(value, int) and value == 0):  # 0: GPUs without a context (virtual ones)
+            return value
+        return parse_size_mb(value)
 
     @field_validator("gpu_models")
     @classmethod
@@ -223,6 +234,12 @@ class RoleSpec(BaseModel):
                 "gpu_models",
                 "only a role that asks for GPUs can name their models: add gpus (whole GPUs) or gpu_memory "
                 "(a share), or drop gpu_models",
+            )
+        if self.gpu_context is not None and self.gpu_memory is None:
+            raise _FieldError(
+                "gpu_context",
+                "a context reserve is held beside a share of a GPU: add gpu_memory, or drop gpu_context (whole GPUs "
+                "hold their context)",
             )
         if self.min_instances is not None and self.min_instances > self.instances:
             raise _FieldError(
@@ -257,6 +274,11 @@ class RoleSpec(BaseModel):
                 "gpu_memory is 'auto' and not resolved yet (MelonHook.resolve_learned resolves it before submission)"
             )
         return int(self.gpu_memory or 0)
+
+    @property
+    def gpu_context_mb(self) -> Optional[int]:
+        """The context reserve the spec sets (``gpu_context``), None when it leaves it to be learned."""
+        return None if self.gpu_context is None else int(self.gpu_context)
 
     @property
     def oom_growths(self) -> int:

@@ -450,7 +450,9 @@ def _plan_role(name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: O
         "optional": role.optional,
         "oom_growth": role.oom_growth,
         "oom_max_growths": role.oom_growths,
-        "gpu_context_mb": gpu_context_mb if role.gpu_memory_mb else 0,
+        "gpu_context_mb": (gpu_context_mb if role.gpu_context_mb is None else role.gpu_context_mb)
+        if role.gpu_memory_mb
+        else 0,
         "gpu_slot_mb": gpu_slot_mb(role, largest_gpu_mb),
         "gpu_models": list(role.gpu_models or ()),
     }
@@ -481,7 +483,8 @@ def build_plan(
     staged on their own (path in the folder → staged file), see ``MelonHook.code_split_bytes``.
     ``env_archive_visibility``: PUBLIC (cached per node for every user) for a shared HDFS archive; APPLICATION
     for one in the private staging folder, which YARN refuses to localize PUBLIC ("not publicly accessible").
-    ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory (``MelonHook``).
+    ``gpu_context_mb``: what a shared role's task reserves on its GPU besides its expected memory when the role does
+    not say (its ``gpu_context``: ``MelonHook`` sets it, learned or the framework's first-run figure).
     ``largest_gpu_mb``: the cluster's largest GPU, which a shared role's slot is sized against; None: unknown, no
     slot. ``role_largest_gpu_mb``: a role's own largest GPU instead (a role with ``gpu_models``: its models')."""
     staged_code = code_files or {}

@@ -3,8 +3,8 @@ product's own code from the executor's peak to the next night's figure:
 
     the executor's peak rule (``runtime/peak.task_peak``; ``--executor today`` for the rule it replaced: the larger
     of NVML's per-process reading and the peak file) -> the AM's final status (its peak is the largest over a
-    task's attempts; an OOM grows the task by ``oom_growth``, at most ``oom_max_growths`` times, as
-    ``appmaster/.../TaskBook.java`` ``outOfMemory`` does) -> the history record (``gpu/learned.run_record``) ->
+    task's attempts; an OOM at the cap grows the task by ``oom_growth``, at most ``oom_max_growths`` times, as
+    ``appmaster/.../GpuMemory.java`` ``afterOom`` does) -> the history record (``gpu/learned.run_record``) ->
     the next figure (``hadoop/memory_history.resolve`` -> ``gpu/learned.learned_mb``, capped at the largest GPU).
 
 The jobs (figures from ``benchmarks/data/h200-colocate.json``, one H200, PyTorch 2.11; see the data's README):
@@ -47,11 +47,11 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_provider_melon.gpu import learned  # noqa: E402
-from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB  # noqa: E402
+from airflow_provider_melon.gpu.context import MEASURED_CONTEXT_MB, first_run_mb  # noqa: E402
 from airflow_provider_melon.hadoop import memory_history  # noqa: E402
-from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT  # noqa: E402
 from airflow_provider_melon.runtime import peak as _peak  # noqa: E402
 from airflow_provider_melon.spec import JobSpec  # noqa: E402
+from benchmarks.provenance import ran_at  # noqa: E402
 
 #: one H200's memory as NVML reports it (nvidia-smi: 143771 MiB)
 LARGEST_GPU_MB = 143771
@@ -117,7 +117,7 @@ def executor_peak(
 
 
 def grow(expected: int, growth: float, context_mb: int) -> int:
-    """TaskBook.outOfMemory: ``ceil(expected × oom_growth)``, at most the largest GPU less the context."""
+    """GpuMemory.afterOom at the cap: ``ceil(expected × oom_growth)``, at most the largest GPU less the context."""
     grown = math.ceil(expected * growth - 1e-6)
     return min(grown, LARGEST_GPU_MB - context_mb)
 
@@ -146,7 +146,8 @@ def nightly_run(
             state = "SUCCEEDED"
             break
         ooms += 1
-        oom_report = {"cap_mb": cap, "peak_mb": mb, "largest_gpu_mb": LARGEST_GPU_MB, "signature": "OOM"}
+        # the executor's report: its allocator ran out at its cap (its counter reads about the cap: runtime/oom.at_cap)
+        oom_report = {"cap_mb": cap, "peak_mb": mb, "largest_gpu_mb": LARGEST_GPU_MB, "signature": "OOM", "kind": "cap"}
         grown = grow(cap, role.oom_growth, context_mb)
         if growths >= role.oom_growths or grown <= cap:
             state = "FAILED"
@@ -227,9 +228,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--context-mb",
         type=int,
-        default=GPU_CONTEXT_MB_DEFAULT,
-        help="the context reserve the executor takes out of NVML's reading "
-        f"([melon] gpu_context_mb, default {GPU_CONTEXT_MB_DEFAULT})",
+        default=first_run_mb("generic"),
+        help="the context reserve beside the figure, which the figure leaves room for on the largest GPU "
+        f"(default {first_run_mb('generic')}, gpu/context.py's first-run figure)",
     )
     ap.add_argument(
         "--am-source",
@@ -239,6 +240,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="also print each night's resolution line")
     args = ap.parse_args(argv)
+    print(f"# {ran_at()}")
     print(
         f"# learned GPU memory over {args.runs} nightly runs; executor rule: {args.executor}; AM source: "
         f"{args.am_source}; seed {args.seed}; "

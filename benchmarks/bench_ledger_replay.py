@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -32,6 +31,7 @@ sys.path.insert(0, REPO)
 
 from airflow_provider_melon.gpu.devices import DeviceInfo  # noqa: E402
 from airflow_provider_melon.gpu.ledger import Ledger  # noqa: E402
+from benchmarks.provenance import ran_at  # noqa: E402
 
 DATA = os.path.join(REPO, "benchmarks", "data")
 H200_TOTAL_MB = 143771  # NVML's total of an H200 (141 GB)
@@ -86,20 +86,20 @@ def scenarios(colocate, mix):
     return out
 
 
-def replay(reserve_mb: int, context_mb: float, driver_mb: float, kinds, allocator, sleepers) -> dict:
-    """Admit ``kinds`` as a gang on one H200 through a fresh ledger (each task held by a live process), then run
-    them: the figures of the scenario."""
+def replay(reserve_mb: int, context_mb: float, driver_mb: float, kinds, allocator) -> dict:
+    """Admit ``kinds`` as a gang on one H200 through a fresh ledger (each task's lease held by this process while
+    the scenario lasts), then run them: the figures of the scenario."""
     with tempfile.TemporaryDirectory() as tmp:
         led = Ledger(os.path.join(tmp, "ledger"))
         idle = [DeviceInfo(0, "GPU-h200", "NVIDIA H200", H200_TOTAL_MB, int(driver_mb), processes=())]
         admitted = []
         for i, kind in enumerate(kinds):
-            while len(sleepers) <= i:
-                sleepers.append(subprocess.Popen(["sleep", "600"]))
             # memory only: with MPS the interference rule (a large job beside at most one small) is off
-            if led.reserve(f"t{i}", sleepers[i].pid, allocator[kind] + reserve_mb, idle, mps=True) is None:
+            if led.reserve(f"t{i}", os.getpid(), allocator[kind] + reserve_mb, idle, mps=True) is None:
                 break
             admitted.append(kind)
+        for i in range(len(admitted)):
+            led.release(f"t{i}")
         use = [allocator[k] + context_mb for k in admitted]
         held = [allocator[k] + reserve_mb for k in admitted]
     over = [u - h for u, h in zip(use, held) if u > h]
@@ -120,17 +120,11 @@ def run(reserves) -> list:
     allocator = allocator_mb(colocate)
     context, driver, residual = fit_context(colocate)
     rows = []
-    sleepers: list = []
-    try:
-        for reserve in reserves:
-            for name, kinds in scenarios(colocate, mix):
-                r = replay(reserve, context, driver, kinds, allocator, sleepers)
-                r.update(scenario=name, reserve_mb=reserve, ok=not r["oversubscribed"] and not r["over_reservation"])
-                rows.append(r)
-    finally:
-        for p in sleepers:
-            p.kill()
-            p.wait()
+    for reserve in reserves:
+        for name, kinds in scenarios(colocate, mix):
+            r = replay(reserve, context, driver, kinds, allocator)
+            r.update(scenario=name, reserve_mb=reserve, ok=not r["oversubscribed"] and not r["over_reservation"])
+            rows.append(r)
     return [{"context_mb": context, "driver_mb": driver, "residual_mb": residual, "allocator": allocator}] + rows
 
 
@@ -141,12 +135,13 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--reserve",
         default=f"400,{CONTEXT_MB['pytorch']}",
-        help="reserves (MiB) to replay, comma-separated (400: the old default)",
+        help="reserves (MiB) to replay, comma-separated (400: the old default; the other PyTorch's first-run figure)",
     )
     args = ap.parse_args(argv)
     reserves = [int(x) for x in args.reserve.split(",")]
     fit, *rows = run(reserves)
     colocate = load("h200-colocate.json")
+    print(f"# {ran_at()}")
     print("recorded H200 runs (benchmarks/data/h200-colocate.json): NVML used - k x torch max_memory_reserved")
     for rec in colocate:
         outside = rec["nvml_peak_used_mib"] - sum(p["max_reserved_mib"] for p in rec["per_process"])
@@ -173,7 +168,7 @@ def main(argv=None) -> int:
     default = CONTEXT_MB["pytorch"]
     ok = all(r["ok"] for r in rows if r["reserve_mb"] == default)
     print(
-        f"\nreserve {default} MiB (the default): {'PASS' if ok else 'FAIL'}: "
+        f"\nreserve {default} MiB (PyTorch's first-run figure): {'PASS' if ok else 'FAIL'}: "
         + ("no scenario oversubscribes the GPU or leaves a task beyond its reservation" if ok else "see FAIL rows")
     )
     return 0 if ok else 1

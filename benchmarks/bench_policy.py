@@ -42,6 +42,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import simulator as sim  # noqa: E402
+from provenance import ran_at  # noqa: E402
 
 from airflow_provider_melon.gpu import learned  # noqa: E402
 
@@ -173,10 +174,11 @@ def main(argv=None) -> int:
     ap.add_argument("--orders", type=int, default=40)
     ap.add_argument("--draws", type=int, default=8, help="--sensitivity: draws of the estimates' error for (D)")
     args = ap.parse_args(argv)
+    print(f"# {ran_at()}")
     model = sim.SpeedModel.from_data()
     if args.sensitivity:
         return sensitivity(args, model)
-    print("Speed model from", sim.data_dir())
+    print("Speed model from", os.path.relpath(sim.data_dir(), sim.REPO))
     print(
         f"  small (R18): curve { ({k: round(v, 2) for k, v in model.small_curve.items()}) }, "
         f"peak {model.small_peak_mb:.0f} MiB -> expected {sim.expected_mb(model.small_peak_mb)} MiB, "

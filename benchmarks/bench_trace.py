@@ -67,6 +67,7 @@ from airflow_provider_melon.gpu import policy  # noqa: E402
 from airflow_provider_melon.gpu.policy import Gpu  # noqa: E402
 from benchmarks import candidates  # noqa: E402
 from benchmarks.candidates import Demand, NodeFree  # noqa: E402
+from benchmarks.provenance import ran_at  # noqa: E402
 
 DATA = os.path.join(HERE, "data")
 NODES_CSV = os.path.join(DATA, "openb_node_list_gpu_node.csv")
@@ -268,6 +269,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="1,2")
     args = ap.parse_args(argv)
+    print(f"# {ran_at()}")
     t0 = time.monotonic()
     nodes = load_nodes()
     tasks = load_tasks()

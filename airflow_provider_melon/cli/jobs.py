@@ -588,8 +588,9 @@ def add_commands(sub, formatter) -> None:
     s.add_argument(
         "--gpu-context-mb",
         type=int,
-        help="MiB a shared task reserves on its GPU besides its expected "
-        "memory, for the CUDA context (default [melon] gpu_context_mb, 1024; 0 on the embedded cluster)",
+        help="MiB a shared task reserves on its GPU besides its expected memory before its runs teach it more, for "
+        "the CUDA context and the libraries' buffers (default [melon] gpu_context_mb, else the framework's first-run "
+        "figure; 0 on the embedded cluster)",
     )
     s.add_argument(
         "--staging-retry-s",

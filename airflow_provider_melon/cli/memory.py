@@ -33,8 +33,10 @@ def _mib(value) -> str:
 
 
 def history(hook, staging: str, key: str, growth: float) -> dict:
-    """What ``show`` prints: each role's runs (oldest first) and the figure they teach now (capped at the cluster's
-    largest GPU when the RM says it)."""
+    """What ``show`` prints: each role's runs (oldest first) and the figures they teach now: the expected memory
+    (capped at the cluster's largest GPU less the context reserve, when the RM says it) and the context reserve
+    beside it (the larger of the cluster's ``gpu_context_mb`` and the learned one; none learned yet: the job's
+    framework's first-run figure applies, which the history does not know)."""
     docs = memory_history.read_history(hook.hdfs, staging, key)
     roles: dict[str, list] = {}
     for doc in docs:
@@ -44,11 +46,16 @@ def history(hook, staging: str, key: str, growth: float) -> dict:
     largest = hook.largest_gpu_mb() if roles else None
     out = {}
     for role, runs in sorted(roles.items()):
-        found = learned.learned_mb(runs, growth=growth, largest_gpu_mb=largest, context_mb=hook.gpu_context_mb)
+        context = learned.learned_context_mb(runs, growth=growth)
+        if hook.gpu_context_mb is not None and (context is None or hook.gpu_context_mb > context[0]):
+            context = (hook.gpu_context_mb, "the cluster's gpu_context_mb")
+        found = learned.learned_mb(runs, growth=growth, largest_gpu_mb=largest, context_mb=context[0] if context else 0)
         out[role] = {
             "runs": runs,
             "learned_mb": found[0] if found else None,
             "learned_from": found[1] if found else "nothing: no run succeeded or ran out of memory",
+            "context_mb": context[0] if context else None,
+            "context_from": context[1] if context else "nothing recorded: the framework's first-run figure",
         }
     ran = learned.learned_duration_s(docs)
     run_time = {"estimate_s": ran[0], "from": ran[1], "priority": learned.priority(ran[0])} if ran else None
@@ -76,7 +83,8 @@ def cmd_show(args, cluster) -> int:
         print(f"  run time: {ran['estimate_s'] / 60:.1f} min ({ran['from']}): priority auto {ran['priority']}")
     for role, seen in shown["roles"].items():
         print(f"  role {role}: learned now {_mib(seen['learned_mb'])} MiB ({seen['learned_from']})")
-        table = [("APP", "ENDED (UTC)", "STATE", "INITIAL", "EXPECTED", "PEAK (SOURCE)", "OOM", "GROWTHS")]
+        print(f"    context reserve beside it: {_mib(seen['context_mb'])} MiB ({seen['context_from']})")
+        table = [("APP", "ENDED (UTC)", "STATE", "INITIAL", "EXPECTED", "PEAK (SOURCE)", "CONTEXT", "OOM", "GROWTHS")]
         for r in seen["runs"]:
             at = r.get("at")
             when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) if isinstance(at, (int, float)) else "-"
@@ -89,7 +97,8 @@ def cmd_show(args, cluster) -> int:
                     _mib(r.get("initial_mb")),
                     _mib(r.get("expected_mb")),
                     peak,
-                    "yes" if r.get("oom") else "no",
+                    _mib(r.get("context_mb")),
+                    _oom(r),
                     str(r.get("growths") or 0),
                 )
             )
@@ -97,6 +106,14 @@ def cmd_show(args, cluster) -> int:
         for row in table:
             print("    " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return OK
+
+
+def _oom(record: dict) -> str:
+    """``no``, or ``yes`` with which memory ran out (``cap``, ``outside`` the allocator)."""
+    if not record.get("oom"):
+        return "no"
+    kinds = record.get("oom_kinds")
+    return f"yes ({', '.join(kinds)})" if isinstance(kinds, list) and kinds else "yes"
 
 
 def cmd_forget(args, cluster) -> int:
@@ -131,7 +148,8 @@ def add_command(sub, formatter) -> None:
         formatter_class=formatter,
         description=(
             "show: each recorded run of a task (app, end time, state, initial/expected/peak MiB with "
-            "the peak's source, OOM, growths) and the figure learned now; forget: delete the task's "
+            "the peak's source, context reserve, OOM and which memory ran out, growths) and the figures learned now, "
+            "expected memory and context reserve; forget: delete the task's "
             "history, so its next run starts at its first-run figure. The history is in your staging "
             "folder's profiles/<KEY>/memory/."
         ),

@@ -24,6 +24,7 @@ __all__ = [
     "mps_active",
     "process_tree",
     "process_memory",
+    "host_pids",
     "device_used_mb",
     "SOURCE_PROCESS",
     "SOURCE_DEVICE",
@@ -49,6 +50,21 @@ class DeviceInfo:
     #: NVML's compute processes on the device, (host pid, MiB used, CUDA context included); None when NVML cannot
     #: say (an inventory's virtual GPU, or a process whose memory NVML does not report)
     processes: Optional[Tuple[Tuple[int, int], ...]] = None
+
+
+#: the initial pid namespace's inode number (the kernel's PROC_PID_INIT_INO, include/linux/proc_ns.h)
+INIT_PID_NS = 0xEFFFFFFC
+
+
+def host_pids(ns_path: str = "/proc/self/ns/pid") -> bool:
+    """Whether this process sees the host's pids: it is in the initial pid namespace. NVML names processes by the
+    host's pids whatever namespace asks (the driver's view); in a container's own pid namespace (YARN's Docker
+    runtime) such a pid is another process here, or none, so NVML's pids are matched with nothing. True when it
+    cannot be told (no ``/proc/self/ns``)."""
+    try:
+        return os.stat(ns_path).st_ino == INIT_PID_NS
+    except OSError:
+        return True
 
 
 #: a sample of the user's process tree's own memory (NVML per process)
@@ -337,11 +353,12 @@ def device_used_mb(gpu_index: int) -> Optional[int]:
 def process_memory(gpu_index: int, pids: Iterable[int], baseline_mb: Optional[int] = None) -> Optional[GpuReading]:
     """GPU memory (MiB) used on ``gpu_index`` by the given pids, by NVML (``nvml-process``); None when NVML is
     unavailable or lists none of them while the pids it lists are this pid namespace's too (the process has no
-    context there yet). When none of NVML's pids exists here, NVML's pids are not this container's (YARN's Docker
-    runtime: NVML answers with the host's pids): the device's rise in used memory over ``baseline_mb``
-    (:func:`device_used_mb` when the task started; neighbours included) is returned as ``nvml-device``, never the
-    whole device's use; None without a baseline."""
-    pids = set(pids)
+    context there yet). In a pid namespace of its own (:func:`host_pids`), or when none of NVML's pids exists here,
+    NVML's pids are not this container's (YARN's Docker runtime: NVML answers with the host's pids, some of which
+    are other processes' numbers here): the device's rise in used memory over ``baseline_mb`` (:func:`device_used_mb`
+    when the task started; neighbours included) is returned as ``nvml-device``, never the whole device's use; None
+    without a baseline."""
+    pids = set(pids) if host_pids() else set()
 
     def read(pynvml: Nvml) -> Optional[GpuReading]:
         h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu_index))
@@ -353,7 +370,7 @@ def process_memory(gpu_index: int, pids: Iterable[int], baseline_mb: Optional[in
                 matched = True
         if matched:
             return GpuReading(total // MIB, SOURCE_PROCESS)
-        if baseline_mb is not None and procs and not any(_visible(p.pid) for p in procs):
+        if baseline_mb is not None and procs and (not pids or not any(_visible(p.pid) for p in procs)):
             used = int(pynvml.nvmlDeviceGetMemoryInfo(h).used) // MIB
             return GpuReading(max(0, used - int(baseline_mb)), SOURCE_DEVICE)
         return None

@@ -5,8 +5,13 @@ executors of that node, one at a time. :func:`reserve`, :func:`reserve_many` and
 points; :func:`check_directory` refuses a ledger folder that another OS user could change (:class:`UnsafeLedger`),
 and :func:`overrun` names a neighbour that used more than its reservation. A task that shares a GPU holds its slot
 there (``held_mb``, see :meth:`Ledger.reserve`); its need (``expected_mb``) stays the yardstick of :func:`overrun`.
-``docs/internals.md``, "The GPU ledger", describes a reservation and the directory rules; ``docs/ledger.md`` is the
-admin's guide.
+
+A reservation is keyed by its task (the container) and lives while its owner holds the lease: an exclusive
+``flock`` on ``lease-<task>.lock`` in the ledger's folder, taken before the reservation is written and kept open
+by the executor and the user's process it starts; the kernel releases it when the last of them dies, in whatever
+pid namespace it ran. A pid means nothing across containers' pid namespaces, so it is not what keeps a
+reservation alive. ``docs/internals.md``, "The GPU ledger", describes a reservation and the directory rules;
+``docs/ledger.md`` is the admin's guide.
 """
 
 from __future__ import annotations
@@ -14,16 +19,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import grp
+import hashlib
 import json
 import os
 import pwd
+import re
 import stat
 import tempfile
 import time
 from typing import Any, Container, Iterable, Iterator, List, Mapping, Optional
 
 from airflow_provider_melon.gpu import policy
-from airflow_provider_melon.gpu.devices import DeviceInfo
+from airflow_provider_melon.gpu.devices import DeviceInfo, host_pids
 
 __all__ = [
     "Ledger",
@@ -42,6 +49,8 @@ __all__ = [
 ]
 
 DEFAULT_DIR = "/var/lib/melon/ledger"
+#: a reservation's lease file, ``lease-<task>-<hash>.lock`` in the ledger's folder
+LEASE_PREFIX = "lease-"
 #: NVML "used" on an idle GPU (driver/context reserve) below which a GPU still counts as free for exclusive use.
 DEFAULT_IDLE_MB = 1024
 
@@ -207,11 +216,12 @@ FOREIGN = 0
 
 def holder_of(pid: int, holders: Container[int]) -> Optional[int]:
     """The pid in ``holders`` that ``pid`` is or descends from (an executor holds the reservation, its user's process
-    is what NVML lists); :data:`FOREIGN` for a process of this pid namespace that holds none; None when ``pid`` is
-    not visible here (NVML's host pids seen from a container's namespace: whose it is cannot be told)."""
+    is what NVML lists); :data:`FOREIGN` for a process of this pid namespace that holds none; None when whose it is
+    cannot be told: NVML's host pids in a container's own pid namespace (:func:`devices.host_pids`), where a host
+    pid is another process's number or none, or a pid not visible here."""
     seen = 0
     p: Optional[int] = int(pid)
-    if not os.path.exists(f"/proc/{p}"):
+    if not host_pids() or not os.path.exists(f"/proc/{p}"):
         return None
     while p and p > 1 and seen < 64:
         if p in holders:
@@ -289,6 +299,12 @@ def _held(r: Mapping[str, Any]) -> int:
     return int(r.get("held_mb", r["expected_mb"]))
 
 
+def lease_name(task_id: str) -> str:
+    """The lease file of ``task_id``'s reservation: ``lease-<the id's safe characters>-<8 hex of its hash>.lock``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:100]
+    return f"{LEASE_PREFIX}{safe}-{hashlib.sha256(task_id.encode()).hexdigest()[:8]}.lock"
+
+
 class Ledger:
     def __init__(self, directory: Optional[str] = None, idle_mb: int = DEFAULT_IDLE_MB):
         self.directory = directory or default_dir()
@@ -296,6 +312,64 @@ class Ledger:
         self.lock_path = os.path.join(self.directory, "ledger.lock")
         self.idle_mb = idle_mb
         self._checked = False
+        self._leases: dict[str, int] = {}  # task id -> the open, locked fd of its lease
+
+    # ---- leases -----------------------------------------------------------------------------------------------
+    def _take_lease(self, task_id: str) -> str:
+        """Open and lock ``task_id``'s lease (kept open: held while this process or a child it passes the fd to
+        lives); its file's name. ValueError when another live process holds it (the same task twice)."""
+        name = lease_name(task_id)
+        if task_id in self._leases:
+            return name
+        path = os.path.join(self.directory, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
+        with contextlib.suppress(OSError):  # past the umask, for the group
+            os.fchmod(fd, 0o660)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise ValueError(f"task {task_id} holds a GPU reservation in another live process ({path})") from None
+        self._leases[task_id] = fd
+        return name
+
+    def _drop_lease(self, task_id: str) -> None:
+        fd = self._leases.pop(task_id, None)
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.directory, lease_name(task_id)))
+        os.close(fd)
+
+    def lease_fd(self, task_id: str) -> Optional[int]:
+        """The fd of ``task_id``'s lease while this ledger holds it: pass it to the process the task runs (it keeps
+        the reservation alive while that process lives, should its parent die first)."""
+        return self._leases.get(task_id)
+
+    def _alive(self, r: Mapping[str, Any]) -> bool:
+        """Whether reservation ``r``'s owner lives: its lease is locked. A lease found unlocked is its dead owner's
+        (the kernel released the lock): it is removed with the reservation. A reservation written before leases
+        falls back to its pid (same pid namespace only)."""
+        lease = r.get("lease")
+        if not isinstance(lease, str) or not lease.startswith(LEASE_PREFIX) or "/" in lease:
+            return pid_alive(r["pid"], r.get("pid_start"))
+        path = os.path.join(self.directory, lease)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # cannot tell: kept (a GPU counted taken is safer than one overpacked)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True  # held: its owner lives
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return False
+        finally:
+            os.close(fd)
 
     # ---- storage -----------------------------------------------------------------------------------------
     def _ensure_dir(self) -> None:
@@ -348,13 +422,19 @@ class Ledger:
             raise
 
     # ---- policy inputs -----------------------------------------------------------------------------------
-    @staticmethod
-    def _reclaim(state: dict[str, Any]) -> List[dict[str, Any]]:
+    def _reclaim(self, state: dict[str, Any]) -> List[dict[str, Any]]:
         keep: List[dict[str, Any]] = []
         dropped: List[dict[str, Any]] = []
         for r in state["reservations"]:
-            (keep if pid_alive(r["pid"], r.get("pid_start")) else dropped).append(r)
+            (keep if self._alive(r) else dropped).append(r)
         state["reservations"] = keep
+        # a lease with no reservation: its owner died before it wrote one (or one that holds it is on its way: then
+        # the lease is locked, and _alive keeps it)
+        held = {r.get("lease") for r in keep}
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.directory):
+                if name.startswith(LEASE_PREFIX) and name not in held:
+                    self._alive({"lease": name, "pid": 0})
         return dropped
 
     @staticmethod
@@ -386,7 +466,9 @@ class Ledger:
         large: bool = False,
         mps: bool = False,
     ) -> Optional[int]:
-        """Reserve a GPU for ``task_id`` (held while ``pid`` lives); its index, or None when none fits.
+        """Reserve a GPU for ``task_id`` (held while its lease is: this process, or the one it passes
+        :meth:`lease_fd` to, lives; ``pid`` is the process NVML's readings are matched with); its index, or None when
+        none fits.
 
         Shared mode: ``expected_mb`` is the task's need on the GPU (its expected memory plus the CUDA context
         reserve); it holds ``policy.slot_mb(expected_mb, G, large=large)``, with MPS too, where ``G`` is that GPU's
@@ -418,6 +500,29 @@ class Ledger:
         gpus = list(gpus)
         if count > 1 and not exclusive:
             raise ValueError("several GPUs per task are only given in exclusive mode")
+        self._ensure_dir()
+        lease = self._take_lease(task_id)  # before the reservation exists: nobody sees it without its lease held
+        try:
+            got = self._reserve(task_id, pid, expected_mb, gpus, count, exclusive, large, mps, lease)
+        except BaseException:
+            self._drop_lease(task_id)
+            raise
+        if not got:
+            self._drop_lease(task_id)
+        return got
+
+    def _reserve(
+        self,
+        task_id: str,
+        pid: int,
+        expected_mb: int,
+        gpus: List[DeviceInfo],
+        count: int,
+        exclusive: bool,
+        large: bool,
+        mps: bool,
+        lease: str,
+    ) -> Optional[List[int]]:
         with self._locked() as state:
             self._reclaim(state)
             held = sorted(r["gpu"] for r in state["reservations"] if r["task_id"] == task_id)
@@ -439,6 +544,7 @@ class Ledger:
                 state["reservations"].append(
                     {
                         "task_id": task_id,
+                        "lease": lease,
                         "pid": int(pid),
                         "pid_start": start,
                         "gpu": idx,
@@ -457,11 +563,14 @@ class Ledger:
             return sum(_held(r) for r in state["reservations"] if r["task_id"] == task_id)
 
     def release(self, task_id: str) -> int:
-        """Drop every reservation of ``task_id``; returns how many were dropped."""
-        with self._locked() as state:
-            before = len(state["reservations"])
-            state["reservations"] = [r for r in state["reservations"] if r["task_id"] != task_id]
-            return before - len(state["reservations"])
+        """Drop every reservation of ``task_id``, then its lease; returns how many were dropped."""
+        try:
+            with self._locked() as state:
+                before = len(state["reservations"])
+                state["reservations"] = [r for r in state["reservations"] if r["task_id"] != task_id]
+                return before - len(state["reservations"])
+        finally:
+            self._drop_lease(task_id)
 
     def entries(self, reclaim: bool = False) -> List[dict[str, Any]]:
         """Current reservations (after dropping stale ones when ``reclaim``)."""

@@ -172,8 +172,9 @@ def packing_pays(sm_util: float, mem_fraction: float, *, min_gain: float = DEFAU
     It shares only if :func:`predicted_gain` reaches ``min_gain`` (default 1.5, i.e. the solo job leaves at
     least a third of the SMs idle, ``sm_util <= 0.67``, and at least two copies fit in memory).
 
-    Tied to the H200 data: ResNet-18/CIFAR (sm_util ~0.27 by :func:`implied_sm_util`, 1.6 GB of 141 GB)
-    predicts ~3.7x and measured 1.82x/3.52x/3.71x at k = 2/4/8 -> pays. ResNet-50/224 bf16 (~0.84, 4.9 GB)
+    Tied to the H200 data: ResNet-18/CIFAR (sm_util ~0.27 by :func:`implied_sm_util`, 3.9 GiB of 140 GiB: its
+    allocator's 3208 MiB and the 768 MiB context) predicts ~3.7x and measured 1.82x/3.52x/3.71x at k = 2/4/8 -> pays.
+    ResNet-50/224 bf16 (~0.84, 4.2 GiB: 3520 + 768 MiB)
     predicts 1.19x and measured 1.19x at every k -> does not pay: each co-located copy runs at ~0.6 of its solo
     speed for a 19 % aggregate gain, which is barely above the ~10 % run-to-run noise. The 1.5 threshold sits
     well clear of both measured points.

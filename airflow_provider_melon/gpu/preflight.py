@@ -224,6 +224,13 @@ def role_numbers(role: Any) -> tuple[int, int, int]:
     return int(role.instances), int(role.gpus or 0), int(role.gpu_memory_mb)
 
 
+def role_context(role: Any, default: int = 0) -> int:
+    """The context reserve a RoleSpec or a plain dict sets (``gpu_context``, MiB), else ``default``: what a shared
+    task holds on its GPU beside its expected memory."""
+    value = role.get("gpu_context_mb", role.get("gpu_context")) if isinstance(role, Mapping) else role.gpu_context_mb
+    return default if value is None else int(as_number(value))
+
+
 def role_large(role: Any) -> bool:
     """Whether a RoleSpec or a plain dict says ``large`` (its slot is then half a GPU, not a quarter)."""
     return bool(role.get("large", False) if isinstance(role, Mapping) else getattr(role, "large", False))
@@ -253,13 +260,15 @@ def _models_problem(name: str, models: List[str], cluster_models: List[str]) -> 
 
 def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_mb: int = 0) -> Report:
     """Check the roles' GPU demand against the nodes (module docstring: the five rules). ``context_mb``: what each
-    shared task reserves on its GPU besides its expected memory (the CUDA context, ``[melon] gpu_context_mb``).
+    shared task reserves on its GPU besides its expected memory (the CUDA context and libraries) when its role does
+    not say (:func:`role_context`).
     A role that names GPU models (``gpu_models``) is judged against the nodes of those models alone: none at all
     is a problem that names the models the cluster has, and its per-task rules and its slot take its nodes' GPUs."""
     usable = [g for g in (node_gpus(n) for n in nodes) if g is not None]
     report = Report(checked=bool(usable), nodes=usable)
     numbers = {name: (*role_numbers(role), role_large(role)) for name, role in roles.items()}
-    numbers = {name: (i, g, m + context_mb if m > 0 else 0, lg) for name, (i, g, m, lg) in numbers.items()}
+    contexts = {name: role_context(role, context_mb) for name, role in roles.items()}
+    numbers = {name: (i, g, m + contexts[name] if m > 0 else 0, lg) for name, (i, g, m, lg) in numbers.items()}
     models = {name: role_models(role) for name, role in roles.items()}
     # the nodes each role may run on: those of its GPU models, or all
     pools = {name: [n for n in usable if n.model in wanted] if wanted else usable for name, wanted in models.items()}
@@ -295,8 +304,8 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_
             )
             of = f"of its GPU models {models[name]}" if models[name] else "of any node"
             report.problems.append(
-                f"role {name}: expected GPU memory {mem - context_mb} MiB per task"
-                + (f" + {context_mb} MiB for the CUDA context" if context_mb else "")
+                f"role {name}: expected GPU memory {mem - contexts[name]} MiB per task"
+                + (f" + {contexts[name]} MiB for the CUDA context" if contexts[name] else "")
                 + " exceeds the largest GPU "
                 f"{of}, {role_largest:.0f} MiB ({detail})"
             )
@@ -335,7 +344,7 @@ def check(nodes: Iterable[Mapping[str, Any]], roles: Mapping[str, Any], context_
                 held = policy.slot_mb(mem, top, large=large)
                 report.problems.append(
                     f"role {name}: {instances} tasks share GPUs, but at most {fit} fit on the cluster at a time: "
-                    f"each holds {held} MiB of a {top} MiB GPU ({_why_held(mem, held, large, context_mb)})"
+                    f"each holds {held} MiB of a {top} MiB GPU ({_why_held(mem, held, large, contexts[name])})"
                 )
             elif instances > yarn_fit:
                 report.problems.append(

@@ -59,8 +59,9 @@ SAMPLE_INTERVAL_S = 0.1
 #: GPU size assumed when neither NVML nor the caller says (a 16 GiB V100/T4-class card: the conservative case).
 DEFAULT_GPU_MEMORY_MB = 16384
 #: Without a measured utilisation, jobs expected to need at most this much are presumed small (they leave
-#: most SMs idle). Anchor: h200-colocate.json, ResNet-18/CIFAR at ~1.6 GB packs to 3.7x, ResNet-50/224 at
-#: ~4.9 GB only to 1.19x; 2 GiB sits just above the small one, so the rule errs towards "does not pay".
+#: most SMs idle). A choice that errs towards "does not pay", not a figure the data anchors: in h200-colocate.json
+#: ResNet-18/CIFAR (packs to 3.7x) and ResNet-50/224 (only 1.19x) hold 3208 and 3520 MiB in their allocators, so
+#: memory alone does not tell them apart, and both are above it.
 SMALL_JOB_MB = 2048
 #: SM share presumed for a small job: ResNet-18's, read back from its 3.71x plateau (policy.implied_sm_util).
 SMALL_JOB_SM_UTIL = policy.implied_sm_util(3.71)

@@ -1,4 +1,4 @@
-"""The history of a task's runs in HDFS: their GPU memory (``gpu_memory: auto``) and training time
+"""The history of a task's runs in HDFS: their GPU memory (``gpu_memory: auto``), context reserve and training time
 (``priority: auto``); the figures: ``gpu/learned.py``.
 
 One JSON file per finished run, ``<staging_dir>/profiles/<key>/memory/<application id>.json``: concurrent runs of
@@ -155,16 +155,17 @@ def resolve(
 ) -> tuple[dict[str, int], list[str]]:
     """The figure of each ``gpu_memory: auto`` role of ``roles`` (name → RoleSpec) and one line per role saying
     where it came from: learned (``runs_of(role)`` → its records, oldest first; at most ``largest_gpu_mb`` less
-    ``context_mb``, when the cluster's largest GPU is known), else the role's first-run figure (``auto:<size>``,
-    which the operator's ``gpu_memory``, a profile step's, sets). ValueError naming the field when neither
-    exists."""
+    the role's context reserve, its ``gpu_context`` or else ``context_mb``, when the cluster's largest GPU is known),
+    else the role's first-run figure (``auto:<size>``, which the operator's ``gpu_memory``, a profile step's, sets).
+    ValueError naming the field when neither exists."""
     figures: dict[str, int] = {}
     lines: list[str] = []
     for name, role in roles.items():
         if not getattr(role, "gpu_memory_auto", False):
             continue
+        context = role.gpu_context_mb if getattr(role, "gpu_context_mb", None) is not None else context_mb
         found = learned.learned_mb(
-            runs_of(name), growth=role.oom_growth, largest_gpu_mb=largest_gpu_mb, context_mb=context_mb
+            runs_of(name), growth=role.oom_growth, largest_gpu_mb=largest_gpu_mb, context_mb=context
         )
         if found is not None:
             figures[name], why = found
@@ -179,4 +180,26 @@ def resolve(
                 f"figure: write 'auto:<size>' (e.g. auto:4GiB) or give the operator's gpu_memory"
             )
         lines.append(f"roles.{name}.gpu_memory auto: {figures[name]} MiB ({why})")
+    return figures, lines
+
+
+def resolve_contexts(
+    runs_of: Callable[[str], Sequence[Mapping[str, Any]]],
+    roles: Mapping[str, Any],
+    first_mb: Callable[[str], tuple[int, str]],
+) -> tuple[dict[str, int], list[str]]:
+    """The context reserve of each shared role (``gpu_memory``, no ``gpus``) whose spec sets none (``gpu_context``),
+    and one line per role saying where it came from: the larger of its first-run figure (``first_mb(role)`` →
+    ``(MiB, why)``) and what its history teaches (:func:`learned.learned_context_mb`)."""
+    figures: dict[str, int] = {}
+    lines: list[str] = []
+    for name, role in roles.items():
+        if not getattr(role, "gpu_memory", None) or getattr(role, "gpus", None) or role.gpu_context_mb is not None:
+            continue
+        first, why = first_mb(name)
+        found = learned.learned_context_mb(runs_of(name), growth=role.oom_growth)
+        if found is not None and found[0] > first:
+            first, why = found
+        figures[name] = first
+        lines.append(f"roles.{name}.gpu_context: {first} MiB ({why})")
     return figures, lines

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from airflow_provider_melon.gpu import policy
-from airflow_provider_melon.gpu.preflight import GPU_MEMORY_RESOURCE, GPU_RESOURCE, as_number, role_large, role_numbers
+from airflow_provider_melon.gpu.preflight import (
+    GPU_MEMORY_RESOURCE,
+    GPU_RESOURCE,
+    as_number,
+    role_context,
+    role_large,
+    role_numbers,
+)
 from airflow_provider_melon.hadoop.rm_json import as_dict, as_list, parse_resource
 
 __all__ = ["AM_RESOURCE", "QueueError", "QueueReport", "leaf_queues", "check", "ensure_queue_fits", "user_limit"]
@@ -105,7 +112,8 @@ def _containers(
     out: list[dict[str, float]] = [dict(am)]
     for role in roles.values():
         instances, gpus, need = role_numbers(role)
-        gpu_mb = policy.ask_mb(need + context_mb, largest_gpu_mb, large=role_large(role)) if need > 0 else 0
+        context = role_context(role, context_mb)
+        gpu_mb = policy.ask_mb(need + context, largest_gpu_mb, large=role_large(role)) if need > 0 else 0
         if isinstance(role, Mapping):
             memory, vcores = as_number(role.get("memory_mb", role.get("memory", 0))), as_number(role.get("vcores", 1))
         else:

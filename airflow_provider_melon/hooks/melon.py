@@ -18,11 +18,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import tenacity
 
 from airflow_provider_melon import submission
+from airflow_provider_melon.gpu import context as _context
 from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.gpu import preflight as _preflight
 from airflow_provider_melon.hadoop import memory_history
@@ -47,9 +48,9 @@ from airflow_provider_melon.hadoop.hdfs_io import (
     source_size,
 )
 from airflow_provider_melon.hooks.yarn import YarnApiError, YarnHook
-from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT, STAGING_RETRY_S_DEFAULT
+from airflow_provider_melon.provider_info import STAGING_RETRY_S_DEFAULT
 from airflow_provider_melon.runtime import outputs as _outputs
-from airflow_provider_melon.spec import JobSpec, RoleSpec
+from airflow_provider_melon.spec import TORCH_ROLES, JobSpec, RoleSpec
 from airflow_provider_melon.submission import StagedFile
 
 log = logging.getLogger(__name__)
@@ -141,16 +142,15 @@ class MelonHook:
         #: ``[melon] staging_dir`` ({user} is replaced): cache/ (content-addressed), apps/ (plans), profiles/
         self.staging_dir = (_conf("staging_dir") or "/user/{user}/.melon").format(user=self.user).rstrip("/")
         self.cache_dir = f"{self.staging_dir}/cache"
-        #: MiB a shared-mode task reserves on its GPU besides its expected memory (the CUDA context): ``gpu_context_mb``,
-        #: else the connection extra's, else ``[melon] gpu_context_mb``, else provider_info.GPU_CONTEXT_MB_DEFAULT
-        context = _first_given(
-            gpu_context_mb, extra.get("gpu_context_mb"), _conf("gpu_context_mb"), default=GPU_CONTEXT_MB_DEFAULT
-        )
+        #: MiB a shared-mode task reserves on its GPU besides its expected memory before its runs teach it more (the
+        #: CUDA context, the libraries' buffers), for every framework: ``gpu_context_mb``, else the connection
+        #: extra's, else ``[melon] gpu_context_mb``; None: each framework's own first-run figure (gpu/context.py)
+        context = _first_given(gpu_context_mb, extra.get("gpu_context_mb"), _conf("gpu_context_mb"), default=None)
         try:
-            self.gpu_context_mb = int(context)
+            self.gpu_context_mb: Optional[int] = None if context in (None, "") else int(context)
         except (TypeError, ValueError):
             raise ValueError(f"gpu_context_mb: expected whole MiB, got {context!r}") from None
-        if self.gpu_context_mb < 0:
+        if self.gpu_context_mb is not None and self.gpu_context_mb < 0:
             raise ValueError(f"gpu_context_mb: must be 0 or more MiB, got {context!r}")
         #: seconds from which a run's learned run time gives it whole GPUs instead of a share (``alone_after_s``, else
         #: the connection extra's, else ``[melon] alone_after_s``, else learned.ALONE_AFTER_S; 0: never)
@@ -444,7 +444,9 @@ class MelonHook:
     # ---- submission -----------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, tags: Optional[list[str]] = None, labels: Optional[dict] = None) -> dict:
         """Stage, write the plan, submit. Returns ``{app_id, tracking_url, staging: StagingReport}``.
-        ``labels`` go into the plan and come back in the AM's status (the operator passes its task instance)."""
+        ``labels`` go into the plan and come back in the AM's status (the operator passes its task instance). A
+        shared role without a context reserve (not resolved: :meth:`resolve_learned`) gets its first-run figure."""
+        spec = self.with_contexts(spec)[0]
         self.check_gpu_models(spec)
         # a shared task asks YARN for its slot on the cluster's largest GPU (policy.ask_mb), or its models' largest
         largest = self.largest_gpu_mb() if any(r.gpu_memory_mb for r in spec.roles.values()) else None
@@ -469,7 +471,6 @@ class MelonHook:
             env_archive=env,
             env_archive_visibility="APPLICATION" if env and self.in_staging_dir(env.url) else "PUBLIC",
             default_python=self.default_python,
-            gpu_context_mb=self.gpu_context_mb,
             largest_gpu_mb=largest,
             role_largest_gpu_mb=role_largest,
             container_env=self.container_env,
@@ -535,7 +536,6 @@ class MelonHook:
             spec.queue,
             spec.roles,
             user=self.user,
-            context_mb=self.gpu_context_mb,
             largest_gpu_mb=largest_gpu_mb,
         )
         log.info("%s: %s", spec.name, report.message)
@@ -571,16 +571,48 @@ class MelonHook:
         return body if isinstance(body, dict) else None
 
     # ---- what earlier runs teach (gpu_memory: auto, priority: auto) ---------------------------------------------
+    def first_context_mb(self, spec: JobSpec, role: str) -> tuple[int, str]:
+        """The context reserve a shared role's task starts with before its runs teach it, and why: the admin's
+        ``gpu_context_mb`` (this hook's), else its framework's figure (:func:`gpu.context.first_run_mb`; NCCL for a
+        PyTorch role in a process group of several processes: torch.distributed's default backend on GPUs)."""
+        if self.gpu_context_mb is not None:
+            return self.gpu_context_mb, "the cluster's gpu_context_mb"
+        members = [r for name, r in spec.roles.items() if name in TORCH_ROLES]
+        nccl = (
+            spec.framework == "pytorch"
+            and role in TORCH_ROLES
+            and sum(r.instances for r in members) * spec.nproc_per_node > 1
+        )
+        label = f"{spec.framework}{' with NCCL' if nccl else ''}"
+        return _context.first_run_mb(spec.framework, nccl=nccl), f"the first-run figure for {label}"
+
+    def with_contexts(self, spec: JobSpec, docs: Sequence[Mapping[str, Any]] = ()) -> tuple[JobSpec, list[str]]:
+        """``spec`` with a context reserve on each shared role whose spec sets none (``gpu_context``): the larger of
+        its first-run figure (:meth:`first_context_mb`) and what the history ``docs`` teach, and the lines saying so
+        (:func:`memory_history.resolve_contexts`)."""
+        contexts, lines = memory_history.resolve_contexts(
+            lambda role: memory_history.role_runs(docs, role),
+            spec.roles,
+            lambda role: self.first_context_mb(spec, role),
+        )
+        if not contexts:
+            return spec, []
+        roles = dict(spec.roles)
+        for name, mb in contexts.items():
+            roles[name] = roles[name].model_copy(update={"gpu_context": mb})
+        return spec.model_copy(update={"roles": roles}), lines
+
     def resolve_learned(self, spec: JobSpec, key: str) -> tuple[JobSpec, dict[str, list[str]]]:
         """``spec`` with what the history under ``key`` teaches filled in, and the lines saying where each figure
-        came from, by field: ``gpu_memory``, a line per ``gpu_memory: auto`` role (learned, else its first run's
-        ``auto:<size>``: :func:`memory_history.resolve`), and ``priority`` for ``priority: auto``
-        (:func:`learned.priority` of the task's recent run times; left ``auto`` while it has none, submitted as 0,
-        below every learned priority). A run learned to take ``alone_after_s`` or more gets whole GPUs (``alone``:
-        :meth:`_alone`). Unreadable history counts as none (logged). ValueError names a role with neither figure."""
+        came from, by field: ``gpu_context``, a line per shared role (:meth:`with_contexts`), ``gpu_memory``, a line
+        per ``gpu_memory: auto`` role (learned, else its first run's ``auto:<size>``: :func:`memory_history.resolve`),
+        and ``priority`` for ``priority: auto`` (:func:`learned.priority` of the task's recent run times; left
+        ``auto`` while it has none, submitted as 0, below every learned priority). A run learned to take
+        ``alone_after_s`` or more gets whole GPUs (``alone``: :meth:`_alone`). Unreadable history counts as none
+        (logged). ValueError names a role with neither figure."""
         memory_auto = any(role.gpu_memory_auto for role in spec.roles.values())
         shares = any(role.gpu_memory and not role.gpus for role in spec.roles.values())
-        if not memory_auto and spec.priority != "auto" and not (shares and self.alone_after_s):
+        if not shares and spec.priority != "auto":
             return spec, {}
         try:
             docs = memory_history.read_history(self.hdfs, self.staging_dir, key)
@@ -588,13 +620,13 @@ class MelonHook:
             log.warning("run history of %s not read: %s", key, exc)
             docs = []
         resolved, notes = spec, {}
+        resolved, context_lines = self.with_contexts(spec, docs)
+        if context_lines:
+            notes["gpu_context"] = context_lines
         if memory_auto:
-            resolved = spec.model_copy(deep=True)
+            resolved = resolved.model_copy(deep=True)
             figures, notes["gpu_memory"] = memory_history.resolve(
-                lambda role: memory_history.role_runs(docs, role),
-                spec.roles,
-                self.largest_gpu_mb(),
-                self.gpu_context_mb,
+                lambda role: memory_history.role_runs(docs, role), resolved.roles, self.largest_gpu_mb()
             )
             for name, mb in figures.items():
                 resolved.roles[name] = resolved.roles[name].model_copy(update={"gpu_memory": mb})
@@ -615,7 +647,8 @@ class MelonHook:
         roles, lines = dict(spec.roles), []
         for name, role in spec.roles.items():
             if role.gpu_memory and not role.gpus:
-                roles[name] = RoleSpec.model_validate(role.model_dump() | {"gpu_memory": None, "gpus": 1})
+                whole = {"gpu_memory": None, "gpu_context": None, "gpus": 1}  # a whole GPU holds its context
+                roles[name] = RoleSpec.model_validate(role.model_dump() | whole)
                 lines.append(
                     f"roles.{name}: a whole GPU per task, not a share (learned run time {ran_s / 3600:.1f} h, "
                     f"alone_after_s {self.alone_after_s / 3600:g} h: a neighbour would stretch it by up to 1.7x)"
@@ -681,15 +714,21 @@ class MelonHook:
         if not isinstance(tasks, list):
             return None
         planned = {
-            t["role"]: t.get("initial_gpu_memory_mb")
+            t["role"]: (t.get("initial_gpu_memory_mb"), t.get("initial_gpu_context_mb"))
             for t in tasks
             if isinstance(t, dict) and isinstance(t.get("role"), str)
         }
         records = {
             role: learned.run_record(
-                role, tasks, app_id=app_id, state=final.get("state"), at=time.time(), planned_mb=int(mb)
+                role,
+                tasks,
+                app_id=app_id,
+                state=final.get("state"),
+                at=time.time(),
+                planned_mb=int(mb),
+                planned_context_mb=context if isinstance(context, int) else None,
             )
-            for role, mb in planned.items()
+            for role, (mb, context) in planned.items()
             if isinstance(mb, int) and mb > 0
         }
         ran = learned.ran_s(app, final)

@@ -858,6 +858,9 @@ class AsyncYarnHook:
     async def rm_conf(self, name: str) -> str | None:
         return await self._call("rm_conf", name)
 
+    async def rm_jmx(self, query: str) -> list[dict[str, Any]]:
+        return await self._call("rm_jmx", query)
+
     async def nodes(self, states: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
         return await self._call("nodes", states)
 

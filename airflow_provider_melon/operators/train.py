@@ -452,7 +452,7 @@ class MelonTrainOperator(ResumableJobMixin, BaseOperator):
         except Exception as exc:  # noqa: BLE001 - advisory: the submission meets the RM anyway
             self.log.warning("Pre-flight skipped: could not read the cluster's nodes: %s", exc)
             return None
-        report = _preflight.check(nodes, spec.roles, self.hook.gpu_context_mb)
+        report = _preflight.check(nodes, self.hook.with_contexts(spec)[0].roles)
         if not report.ok:
             raise AirflowFailException(f"{spec.name}: {report.message}")
         self.log.info("%s: %s", spec.name, report.message)

@@ -80,6 +80,7 @@ class Executor:
         self.terminating = threading.Event()
         self.cap_dir: Optional[str] = None
         self.peak_file = os.path.join(self.workdir, "melon-peak.json")  # MELON_PEAK_FILE (runtime/peak.py)
+        self.fatal_file = os.path.join(self.workdir, "melon-fatal.json")  # MELON_FATAL_FILE (runtime/oom.py)
         self.peak_mb: Optional[int] = None  # the task's peak GPU memory, context not included (runtime/peak.py)
         self.peak_source: Optional[str] = None  # where peak_mb came from (runtime/peak.py SOURCES)
         self.nvml_peak_mb: Optional[int] = None  # the largest NVML per-process sample (CUDA context included)
@@ -182,6 +183,8 @@ class Executor:
                 )
             except UnsafeLedger as exc:
                 raise Fatal(EXIT_CONFIG, f"refusing the GPU ledger: {exc}") from None
+            except ValueError as exc:  # its lease is held: the same task (container) runs in another live process
+                raise Fatal(EXIT_CONFIG, f"cannot reserve a GPU: {exc}") from None
             if got:
                 by_index = {g.index: g for g in gpus}
                 self.gpu_indices = got
@@ -325,6 +328,7 @@ class Executor:
         env["MELON_CLUSTER"] = _framework.cluster_json(cluster)
         env["MELON_PROGRESS_FILE"] = cfg.progress_file
         env["MELON_PEAK_FILE"] = self.peak_file
+        env["MELON_FATAL_FILE"] = self.fatal_file
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # same numbering as NVML
         # the node's own restriction "-1" (no device: the embedded cluster hides a host's GPUs it cannot split)
         # stays; else the GPUs reserved here, by NVML index
@@ -348,6 +352,9 @@ class Executor:
                 log(f"memory cap: {cfg.gpu_memory_mb} MiB of {self.gpu_total_mb} MiB on GPU {self.gpu_label}")
             else:
                 log("no GPU: memory cap not applied")
+        elif self.gpu_indices:  # whole GPUs: no cap, but the bootstrap writes the peak and records the fatal error
+            extra, self.cap_dir = _framework.peak_env(env)
+            env.update(extra)
         return env
 
     def start_child(self, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
@@ -382,15 +389,17 @@ class Executor:
         cwd = self.child_cwd = prepare_workdir(".", links)
         log(f"starting {argv!r} in {os.path.abspath(cwd or '.')}")
         self.release_port()  # the framework binds it itself (see the module docstring on the race)
-        try:
-            os.unlink(self.peak_file)  # only this process's peak counts
-        except OSError:
-            pass
+        for stale in (self.peak_file, self.fatal_file):  # only this process's peak and fatal error count
+            try:
+                os.unlink(stale)
+            except OSError:
+                pass
         self.note_device_baseline()
         sys.stderr.flush()
         self.stderr_mark = _oom.stderr_size(2)  # its out-of-memory error is looked for after this
+        lease = self.ledger.lease_fd(self.cfg.task_id)  # the reservation lives while the user's process does too
         try:
-            return subprocess.Popen(argv, env=dict(env), cwd=cwd)
+            return subprocess.Popen(argv, env=dict(env), cwd=cwd, pass_fds=() if lease is None else (lease,))
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument or the environment
             raise Fatal(EXIT_CONFIG, f"cannot start {argv[0]!r}: {exc}") from None
 
@@ -464,26 +473,50 @@ class Executor:
             self.peak_mb, self.peak_source = got if got is not None else (None, None)
 
     def gpu_oom(self, code: int) -> Optional[OomReport]:
-        """The ``oom`` object of the final heartbeat when the user's process died of a GPU out-of-memory error
-        (recognised in its stderr's tail, ``runtime/oom.py``), else None."""
+        """The ``oom`` object of the final heartbeat when the user's process died of GPU memory, else None: which
+        memory ran out is decided from the error that ended it (``runtime/oom.py``: the exception its bootstrap
+        recorded, else its stderr's tail), then weighed against its allocator's own figures (``oom.at_cap``): an
+        allocator far below its cap did not run out at the cap, so the memory outside it did (``kind``)."""
         tail = _oom.stderr_tail(2, since=self.stderr_mark)
-        signature = _oom.recognise(code, tail)
-        if signature is None or _oom.host_memory(code, tail):
-            if signature is not None:
-                log(f"the user's process ran out of host memory, not GPU memory: {signature}")
+        main_pid = self.child.pid if self.child is not None else None
+        verdict = _oom.decide(code, tail, _oom.read_records(self.fatal_file), main_pid)
+        if verdict is None:
+            return None
+        if verdict.kind == _oom.HOST:
+            log(f"the user's process ran out of host memory, not GPU memory ({verdict.why}): {verdict.signature}")
             return None
         cfg = self.cfg
         self.note_peak()
         cap = cfg.gpu_memory_mb if cfg.gpus <= 0 < cfg.gpu_memory_mb and self.gpu_indices else None
+        counter = self.peak_mb if self.peak_source in _peak.COUNTERS else None
+        at_cap, need = _oom.at_cap(verdict, cap, counter)
+        kind, why = verdict.kind, verdict.why
+        if verdict.kind == _oom.CAP and not at_cap:
+            kind = _oom.OUTSIDE
+            why = (
+                f"{why} failed, but it needed {need} MiB, far below its cap of {cap} MiB: the GPU itself was full, "
+                "taken by memory outside the allocator"
+            )
         self.oom = {
             "cap_mb": cap,
             "peak_mb": self.peak_mb,
             "largest_gpu_mb": self.largest_gpu_mb,
-            "signature": signature,
+            "signature": verdict.signature,
+            "kind": kind,
         }
+        if need is not None:
+            self.oom["need_mb"] = need
         cap_text = "none" if cap is None else f"{cap} MiB"
         peak_text = "unknown" if self.peak_mb is None else f"{self.peak_mb} MiB"
-        log(f"the user's process ran out of GPU memory (cap {cap_text}; peak seen {peak_text}): {signature}")
+        where = (
+            "at its cap"
+            if kind == _oom.CAP
+            else f"outside its framework's allocator (its context reserve: {cfg.gpu_context_mb} MiB)"
+        )
+        log(
+            f"the user's process ran out of GPU memory {where} (cap {cap_text}; peak seen {peak_text}"
+            f"{'' if need is None else f'; the allocator needed {need} MiB'}; {why}): {verdict.signature}"
+        )
         victim = self._oversubscription() if cap is not None else None
         if victim is not None:  # a victim, not a culprit: the AM retries it at its figure (docs/protocol.md)
             self.oom["oversubscribed"], self.oom["culprit"] = True, victim["culprit"]
@@ -677,7 +710,7 @@ class Executor:
                     self.ledger.release(cfg.task_id)
                     log(f"GPU {self.gpu_label} released")
                 except Exception as exc:
-                    log(f"could not release the GPU reservation (it will be reclaimed as stale): {exc!r}")
+                    log(f"could not release the GPU reservation (its lease ends with this process): {exc!r}")
             if self.cap_dir:
                 shutil.rmtree(self.cap_dir, ignore_errors=True)
 

@@ -178,8 +178,8 @@ def _join_address(host: str, port: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-# The bootstrap module (docs/internals.md). It reads only MELON_CAP_* variables, MELON_PEAK_FILE and the frameworks'
-# own settings (TF_FORCE_GPU_ALLOW_GROWTH, PYTORCH_CUDA_ALLOC_CONF), and never raises.
+# The bootstrap module (docs/internals.md). It reads only MELON_CAP_* variables, MELON_PEAK_FILE, MELON_FATAL_FILE and
+# the frameworks' own settings (TF_FORCE_GPU_ALLOW_GROWTH, PYTORCH_CUDA_ALLOC_CONF), and never raises.
 SITECUSTOMIZE = r'''
 # Written by airflow_provider_melon.runtime.framework: MeLoN GPU memory cap. Never breaks user code.
 import os as _os
@@ -375,7 +375,9 @@ _MELON_PEAK_REGISTERED = set()
 def _melon_peak_bytes(name, module):
     """The framework's own peak GPU memory counter (bytes) for the first visible GPU, None when it saw none."""
     if name == "tensorflow":
-        if "tensorflow" not in _MELON_GPU_SEEN:
+        # get_memory_info initialises TensorFlow's GPU runtime: a process that never ran an op would create a CUDA
+        # context as it exits, so the counter is read only where the runtime is up (the device exists already)
+        if "tensorflow" not in _MELON_GPU_SEEN or not _melon_tf_initialised():
             return None
         return module.config.experimental.get_memory_info("GPU:0")["peak"]
     if name == "torch":
@@ -505,14 +507,28 @@ class _MelonFinder(object):
         return spec
 
 
-def _melon_excepthook_factory(previous):
+def _melon_fatal_hook(previous):
+    """sys.excepthook: record the exception that ends this process in MELON_FATAL_FILE (one JSON line: its class and
+    bases, its message, the pid), then let the previous hook print it. The executor decides from it which memory
+    ran out (runtime/oom.py): the exception itself, not a line of text that mentions memory."""
     def hook(etype, value, tb):
         try:
-            text = "%s: %s" % (etype.__name__, value)
-            if ("out of memory" in text.lower() or etype.__name__ in ("OutOfMemoryError", "ResourceExhaustedError")):
-                _melon_log("this task ran out of GPU memory under its MeLoN cap of %s MiB: it needs more than the "
-                           "role's gpu_memory; raise gpu_memory (or profile the job) and resubmit"
-                           % _os.environ.get("MELON_CAP_MB", "?"))
+            path = _os.environ.get("MELON_FATAL_FILE")
+            if path:
+                import json
+                types = ["%s.%s" % (getattr(c, "__module__", "?"), getattr(c, "__qualname__", c.__name__))
+                         for c in etype.__mro__ if c not in (BaseException, object)]
+                try:
+                    message = str(value)
+                except Exception:
+                    message = ""
+                record = {"type": types[0] if types else etype.__name__, "types": types, "message": message[:4000],
+                          "pid": _os.getpid()}
+                fd = _os.open(path, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o600)
+                try:
+                    _os.write(fd, (json.dumps(record) + "\n").encode("utf-8", "replace"))
+                finally:
+                    _os.close(fd)
         except Exception:
             pass
         previous(etype, value, tb)
@@ -520,14 +536,15 @@ def _melon_excepthook_factory(previous):
 
 
 def _melon_install():
-    """The cap (MELON_CAP_MB/FRACTION), or without one only the peak (MELON_PEAK_FILE): the profiler's."""
+    """The cap (MELON_CAP_MB/FRACTION), or without one only the peak (MELON_PEAK_FILE: the profiler's, a whole GPU's);
+    the record of the exception that ends the process (MELON_FATAL_FILE)."""
     mb, frac = _melon_cap()
     capped = mb > 0 or frac > 0
+    if _os.environ.get("MELON_FATAL_FILE"):
+        _sys.excepthook = _melon_fatal_hook(_sys.excepthook)
     if not capped and not _os.environ.get("MELON_PEAK_FILE"):
         return
     _sys.meta_path.insert(0, _MelonFinder())
-    if capped:
-        _sys.excepthook = _melon_excepthook_factory(_sys.excepthook)
     for name, hook in _MELON_HOOKS.items():  # already imported (unlikely at startup): apply now
         if name in _sys.modules:
             try:

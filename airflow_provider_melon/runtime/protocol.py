@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Dict, Optional, TypedDict
 
 from airflow_provider_melon.gpu.devices import SOURCE_DEVICE, SOURCE_PROCESS
+from airflow_provider_melon.runtime.oom import CAP, OUTSIDE
 from airflow_provider_melon.runtime.peak import SOURCES as PEAK_SOURCES
 
+#: an OOM report's kinds (``runtime/oom.py``); a host OOM is not reported
+OOM_KINDS = (CAP, OUTSIDE)
 #: the most named metrics one report carries (``runtime/progress.py`` keeps the first ones)
 MAX_METRICS = 32
 
@@ -73,6 +76,10 @@ class OomReport(TypedDict, total=False):
     peak_source: PeakSource
     oversubscribed: bool
     culprit: str
+    #: which memory ran out (runtime/oom.py): the allocator at its cap (grow the expected memory), or memory outside
+    #: it, the CUDA context and the libraries' (grow the context reserve)
+    kind: Annotated[str, Schema(enum=list(OOM_KINDS))]
+    need_mb: MiB  # what the allocator needed when it failed (its use then plus its request), where that is known
 
 
 class HeartbeatBody(_Task, Progress, total=False):

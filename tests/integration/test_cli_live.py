@@ -16,9 +16,9 @@ import pytest
 
 from airflow_provider_melon.dev import minicluster as mc
 from airflow_provider_melon.gpu import learned
+from airflow_provider_melon.gpu.context import first_run_mb
 from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
-from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
 
 pytestmark = pytest.mark.integration
 
@@ -235,18 +235,20 @@ def test_the_embedded_cluster_is_the_default(melon, minicluster):
     )
 
 
-# A job that needs 1400 MiB of GPU memory: under a smaller cap it fails as TensorFlow does (the real text of an
-# OOM, tests/unit/test_oom.py captures it from TF), and it reports its peak through MELON_PEAK_FILE as the cap's
-# bootstrap does for TF/PyTorch on a GPU (the mini cluster's GPUs are virtual: no framework sees one).
+# A job that needs 1400 MiB of GPU memory: under a smaller cap it dies of TensorFlow's exception as TensorFlow raises
+# it on a GPU (its class name and message; tests/oom_texts.py has the real texts), and it reports its peak through
+# MELON_PEAK_FILE as the cap's bootstrap does for TF/PyTorch on a GPU (the mini cluster's GPUs are virtual: no
+# framework sees one).
 OOM_JOB = """import json, os, sys
+class ResourceExhaustedError(Exception):
+    pass
 cap = int(os.environ.get("MELON_CAP_MB", "0"))
 with open(os.environ["MELON_PEAK_FILE"], "w") as f:
     json.dump({"peak_mb": min(cap, 1300)}, f)
 if cap < 1400:
-    print("tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node __wrapped__Fill}} "
-          "OOM when allocating tensor with shape[367001600] and type float on /job:localhost/replica:0/task:0/"
-          "device:GPU:0 by allocator GPU_0_bfc [Op:Fill]", file=sys.stderr)
-    sys.exit(1)
+    raise ResourceExhaustedError("{{function_node __wrapped__Fill}} OOM when allocating tensor with "
+        "shape[367001600] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc "
+        "[Op:Fill]")
 print("fits under", cap, "MiB")
 """
 
@@ -273,15 +275,17 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     [task] = melon_hook.final_status(first["app_id"])["tasks"]
     assert (task["initial_gpu_memory_mb"], task["expected_gpu_memory_mb"], task["oom_growths"]) == (1024, 1536, 1)
     assert task["oom"]["cap_mb"] == 1024 and task["gpu_memory_peak_mb"] == 1300, task
+    assert task["oom"]["kind"] == "cap" and task["oom"]["need_mb"] == 1024 + 1400, task  # its peak and the request
     # the job wrote {"peak_mb": N} itself: the executor's heartbeats say "user", and the AM keeps the source with it
     assert task["gpu_memory_peak_source"] == "user", task
-    # `melon submit` by URL knows no cluster: [melon] gpu_context_mb's default for the CUDA context is reserved on
-    # the GPU beside the expected memory, not put under the cap; the ledger holds that or the task's slot (a quarter
-    # of the 16 GiB GPU), whichever is more, and the task registers what it holds
-    need = 1536 + GPU_CONTEXT_MB_DEFAULT
+    # `melon submit` by URL knows no cluster: a generic job's first-run context reserve is held on the GPU beside
+    # the expected memory, not put under the cap; the ledger holds that or the task's slot (a quarter of the 16 GiB
+    # GPU), whichever is more, and the task registers what it holds
+    context = first_run_mb("generic")
+    need = 1536 + context
     assert task["gpu_memory_mb"] == max(need, 16384 // 4), task
     task_log = "".join(mc.container_logs(melon.cluster.work_dir, first["app_id"], "stderr").values())
-    assert f"MiB held (1536 + {GPU_CONTEXT_MB_DEFAULT} for the CUDA context" in task_log, task_log[-3000:]
+    assert f"MiB held (1536 + {context} for the CUDA context" in task_log, task_log[-3000:]
     am_log = "".join(mc.container_logs(melon.cluster.work_dir, first["app_id"], "AppMaster.stdout").values())
     assert (
         "exceeded its expected GPU memory (cap 1024 MiB; peak seen 1024 MiB): asking again with 1536 MiB" in am_log
@@ -303,3 +307,13 @@ def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(m
     assert melon_hook.yarn.get_application(second["app_id"])["priority"] == learned.priority(run["ran_s"]) == 1
     [task] = melon_hook.final_status(second["app_id"])["tasks"]
     assert (task["initial_gpu_memory_mb"], task["expected_gpu_memory_mb"], task["oom_growths"]) == (1430, 1430, 0)
+    assert (task["initial_gpu_context_mb"], task["gpu_context_mb"]) == (context, context)
+    # `melon memory show` prints both figures the history teaches: the expected memory and the context reserve
+    shown = melon.run("memory", "show", key)
+    assert shown.returncode == 0, shown.stderr
+    assert "learned now 1430 MiB (learned from the last 2 run(s): peak 1300 MiB × 1.10" in shown.stdout, shown.stdout
+    assert (
+        f"context reserve beside it: {context} MiB (learned from the last 2 run(s): ran with a context reserve of "
+        f"{context} MiB" in shown.stdout
+    ), shown.stdout
+    assert "yes (cap)" in shown.stdout, shown.stdout  # the first run's OOM, at its cap

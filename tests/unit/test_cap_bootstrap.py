@@ -529,22 +529,69 @@ def test_existing_sitecustomize_is_chained(tmp_path):
     assert p.stdout == "chained\n"
 
 
-def test_oom_is_explained(tmp_path):
-    code = "class OutOfMemoryError(RuntimeError): pass\nraise OutOfMemoryError('CUDA out of memory. Tried')"
-    p, _, _ = run_capped(tmp_path, code, expected_mb=2048)
+# ---- the error that ended the process (MELON_FATAL_FILE) ----------------------------------------------------------
+
+# the user's code catches an OOM (to halve its batch, say), goes on, and dies of an ordinary bug
+CAUGHT_THEN_BUG = textwrap.dedent(
+    """
+    import logging
+    class OutOfMemoryError(RuntimeError): pass
+    try:
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    except OutOfMemoryError:
+        logging.exception("batch 256 does not fit, halving it")
+    raise ValueError("shapes (3,4) and (5,6) not aligned")
+    """
+)
+
+
+def test_the_exception_that_ends_the_process_is_recorded_not_one_it_caught(tmp_path):
+    fatal = tmp_path / "melon-fatal.json"
+    p, _, _ = run_capped(tmp_path, CAUGHT_THEN_BUG, env_extra={"MELON_FATAL_FILE": str(fatal)})
     assert p.returncode == 1
-    assert "out of GPU memory under its MeLoN cap of 2048 MiB" in p.stderr
-    assert "OutOfMemoryError: CUDA out of memory" in p.stderr  # the original traceback is kept
+    assert "OutOfMemoryError: CUDA out of memory" in p.stderr and "ValueError" in p.stderr  # both still printed
+    records = [json.loads(line) for line in fatal.read_text().splitlines()]
+    assert len(records) == 1 and records[0]["pid"] > 0, records
+    assert {k: records[0][k] for k in ("type", "types", "message")} == {
+        "type": "builtins.ValueError",
+        "types": ["builtins.ValueError", "builtins.Exception"],
+        "message": "shapes (3,4) and (5,6) not aligned",
+    }
+
+
+def test_each_process_that_dies_of_an_exception_appends_its_record(tmp_path):
+    """A task's processes share the file (torchrun's agent and its workers, a wrapper script): each appends one line,
+    the first process to die first; a process that exits on its own (sys.exit) records nothing."""
+    fatal = tmp_path / "melon-fatal.json"
+    child = "import numpy; numpy.empty((2**40, 2**10))"  # numpy's _ArrayMemoryError, a MemoryError
+    code = textwrap.dedent(
+        f"""
+        import subprocess, sys
+        if subprocess.run([sys.executable, "-c", {child!r}]).returncode:
+            raise RuntimeError("the child failed")
+        """
+    )
+    p, _, _ = run_capped(tmp_path, code, env_extra={"MELON_FATAL_FILE": str(fatal)})
+    assert p.returncode == 1, p.stderr
+    first, second = [json.loads(line) for line in fatal.read_text().splitlines()]
+    assert first["type"] == "numpy._core._exceptions._ArrayMemoryError" and "builtins.MemoryError" in first["types"]
+    assert second["type"] == "builtins.RuntimeError" and second["pid"] != first["pid"]
+    p, _, _ = run_capped(tmp_path, "import sys; sys.exit(3)", env_extra={"MELON_FATAL_FILE": str(tmp_path / "none")})
+    assert p.returncode == 3 and not (tmp_path / "none").exists()
 
 
 # ---- peak GPU memory (MELON_PEAK_FILE) ---------------------------------------------------------------------------
 
 
+#: any op, or list_logical_devices, initialises TensorFlow's runtime (its GPU devices, their CUDA context)
+TF_RAN = "import tensorflow\ntensorflow.config.list_logical_devices()\n"
+
+
 @pytest.mark.parametrize(
     "code, rc",
     [
-        ("import tensorflow", 0),
-        ("import tensorflow\nraise RuntimeError('OOM when allocating tensor')", 1),  # written after a crash too
+        (TF_RAN, 0),
+        (TF_RAN + "raise RuntimeError('OOM when allocating tensor')", 1),  # written after a crash too
     ],
 )
 def test_the_bootstrap_writes_tensorflows_peak_at_exit(tmp_path, code, rc):
@@ -561,9 +608,37 @@ def test_the_bootstrap_writes_tensorflows_peak_at_exit(tmp_path, code, rc):
     assert sorted(os.listdir(peak.parent)) == ["melon-peak.json", "melon-peak.json.lock"]  # written beside, renamed
 
 
+def test_a_tensorflow_process_that_never_ran_reads_no_peak_at_exit(tmp_path):
+    """get_memory_info initialises TensorFlow's GPU runtime: read at the exit of a process that saw a GPU but never
+    ran an op, it would create a CUDA context there and then. So it is not read (the fake's counter would have been
+    written), and the announcement is taken back. When the runtime is up is the real TensorFlow's fact, below."""
+    peak = tmp_path / "melon-peak.json"
+    env = {"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(2**30)}
+    p, _, _ = run_capped(tmp_path, "import tensorflow", extra_path=fake_tf(tmp_path), env_extra=env)
+    assert p.returncode == 0, p.stderr
+    assert not peak.exists()
+
+
+@needs_tf
+def test_real_tensorflows_runtime_is_uninitialised_until_it_runs_an_op(tmp_path):
+    """The fact the bootstrap's exit handler rests on (_melon_tf_initialised), shown on the real TensorFlow."""
+    code = textwrap.dedent(
+        """
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+        print(context.context()._context_handle is None)
+        tf.constant(1.0) + 1
+        print(context.context()._context_handle is None)
+        """
+    )
+    p, _, _ = run_capped(tmp_path, code, env_extra=REAL_TF)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["True", "False"]
+
+
 def test_the_bootstrap_announces_the_counter_while_the_process_runs(tmp_path):
     peak = tmp_path / "melon-peak.json"
-    code = f"import tensorflow, json; print(open({str(peak)!r}).read())"
+    code = TF_RAN + f"print(open({str(peak)!r}).read())"
     p, _, _ = run_capped(
         tmp_path,
         code,
@@ -593,7 +668,7 @@ def test_the_bootstrap_keeps_a_larger_peak_the_script_wrote_and_writes_nothing_w
     env = {"MELON_PEAK_FILE": str(peak), "FAKE_PEAK_BYTES": str(1300 * 2**20)}
     for written, expected in ((100, {"peak_mb": 1300, "source": "tensorflow"}), (5000, {"peak_mb": 5000})):
         peak.write_text(json.dumps({"peak_mb": written}))  # what the user's script wrote itself: the larger stays
-        p, _, _ = run_capped(tmp_path, "import tensorflow", extra_path=tf, env_extra=env)
+        p, _, _ = run_capped(tmp_path, TF_RAN, extra_path=tf, env_extra=env)
         assert p.returncode == 0, p.stderr
         assert json.loads(peak.read_text()) == expected
     peak.unlink()
@@ -605,7 +680,7 @@ def test_the_bootstrap_keeps_a_larger_peak_the_script_wrote_and_writes_nothing_w
     # a counter that fails never breaks the exit, and leaves the file as it was
     peak.write_text('{"peak_mb": 7}')
     broken = fake_tf(tmp_path / "broken", FAKE_TF.replace('int(os.environ["FAKE_PEAK_BYTES"])', "1 // 0"))
-    p, _, _ = run_capped(tmp_path, "import tensorflow; print('ran')", extra_path=broken, env_extra=env)
+    p, _, _ = run_capped(tmp_path, TF_RAN + "print('ran')", extra_path=broken, env_extra=env)
     assert p.returncode == 0 and p.stdout == "ran\n" and "Error" not in p.stderr, p.stderr
     assert json.loads(peak.read_text()) == {"peak_mb": 7}
 

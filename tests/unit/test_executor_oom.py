@@ -1,8 +1,10 @@
-"""Issue 26, the executor's part: a user's process that runs out of GPU memory is named (exit 76, the final
-heartbeat's ``oom``), and every heartbeat carries its peak GPU memory (``gpu_memory_peak_mb``, from
-``MELON_PEAK_FILE`` here: the virtual GPUs have no NVML samples). A real executor subprocess against the in-test
-AM, its stderr a file opened write-only, as the AM's ``2><LOG_DIR>/stderr`` opens it."""
+"""The executor's part of GPU out-of-memory failures: a user's process that died of GPU memory is named (exit 76, the
+final heartbeat's ``oom`` with the memory that ran out: its cap, or outside the allocator), anything else keeps its
+exit code, and every heartbeat carries its peak GPU memory (``gpu_memory_peak_mb``, from ``MELON_PEAK_FILE`` here:
+the virtual GPUs have no NVML samples). A real executor subprocess against the in-test AM, its stderr a file opened
+write-only, as the AM's ``2><LOG_DIR>/stderr`` opens it; the user's process runs under the real cap bootstrap."""
 
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +31,9 @@ USER = textwrap.dedent(
     os.replace(peak + ".tmp", peak)
     def die(*_):
         sys.stderr.write(open(os.environ["USER_STDERR"]).read())
+        sys.stderr.flush()
+        if os.environ.get("USER_RAISE"):  # dies of this exception, uncaught (the bootstrap records it)
+            raise ValueError(os.environ["USER_RAISE"])
         sys.exit(int(os.environ["USER_EXIT"]))
     if os.environ.get("USER_WAIT_FOR_TERM"):
         signal.signal(signal.SIGTERM, die)
@@ -92,7 +97,8 @@ def test_a_tensorflow_oom_in_shared_mode_exits_76_and_tells_the_am(tmp_path, am_
     last = am.heartbeats[-1]
     assert last["message"] == "user process exited 1"  # the final heartbeat's message is unchanged
     signature = last["oom"].pop("signature")
-    assert last["oom"] == {"cap_mb": 1024, "peak_mb": 1300, "largest_gpu_mb": 16384}
+    # its allocator needed its peak (1300 MiB, the peak file) and the 4491 MiB tensor it failed: beyond its cap
+    assert last["oom"] == {"cap_mb": 1024, "peak_mb": 1300, "largest_gpu_mb": 16384, "kind": "cap", "need_mb": 5791}
     assert (
         signature.startswith(
             "ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and "
@@ -106,7 +112,8 @@ def test_a_tensorflow_oom_in_shared_mode_exits_76_and_tells_the_am(tmp_path, am_
     assert any(h.get("gpu_memory_peak_mb") == 1300 for h in periodic), am.heartbeats
     assert not any("oom" in h for h in am.heartbeats[:-1])
     assert (
-        "[melon-executor] the user's process ran out of GPU memory (cap 1024 MiB; peak seen 1300 MiB): " + signature
+        "[melon-executor] the user's process ran out of GPU memory at its cap (cap 1024 MiB; peak seen 1300 MiB; the "
+        "allocator needed 5791 MiB; TensorFlow's GPU allocator): " + signature
     ) in err
     assert "ResourceExhaustedError" in err  # the user's stderr is still the container's
     assert Ledger(str(tmp_path / "ledger")).entries() == []
@@ -134,8 +141,9 @@ def test_a_pytorch_oom_without_a_cap(tmp_path, am_factory, inventory, mode, expe
     oom = am.heartbeats[-1]["oom"]
     assert oom["signature"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB")
     assert {k: oom[k] for k in expected} == expected and oom["peak_mb"] == 1300
+    assert oom["kind"] == "cap" and oom["need_mb"] == 42199  # what its message says it held, and the request
     cap = "none" if expected["cap_mb"] is None else f"{expected['cap_mb']} MiB"
-    assert f"ran out of GPU memory (cap {cap}; peak seen 1300 MiB): torch.OutOfMemoryError" in err
+    assert f"ran out of GPU memory at its cap (cap {cap}; peak seen 1300 MiB; the allocator needed 42199" in err
 
 
 @pytest.mark.parametrize(
@@ -205,7 +213,60 @@ def test_a_host_memory_oom_keeps_its_exit_code(tmp_path, am_factory, inventory):
     rc, out, err = run_logged(tmp_path, env)
     assert rc == 1, err
     assert not any("oom" in h for h in am.heartbeats)
-    assert "the user's process ran out of host memory, not GPU memory: tensorflow.python.framework" in err
+    assert (
+        "the user's process ran out of host memory, not GPU memory (the host's memory (TensorFlow's CPU device)): "
+        "tensorflow.python.framework"
+    ) in err
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        (oom_texts.traceback_of("RuntimeError: CUDA error: out of memory"), "a CUDA allocation outside"),
+        # the allocator held 13 MiB of its 4096 and failed 12.5 MiB more: the GPU was full of other memory
+        (oom_texts.traceback_of(oom_texts.TORCH_1_OOM_LINE), "far below its cap of 4096 MiB"),
+    ],
+)
+def test_an_oom_outside_the_allocator_asks_for_a_larger_context_reserve(tmp_path, am_factory, inventory, text, why):
+    am = am_factory(["worker:0"])
+    env = oom_env(
+        tmp_path,
+        am,
+        text,
+        MELON_FRAMEWORK="pytorch",
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=4096,
+        MELON_GPU_CONTEXT_MB=1024,
+    )
+    rc, out, err = run_logged(tmp_path, env)
+    assert rc == 76, err
+    oom = am.heartbeats[-1]["oom"]
+    assert oom["kind"] == "outside" and oom["cap_mb"] == 4096, oom
+    assert "ran out of GPU memory outside its framework's allocator (its context reserve: 1024 MiB)" in err
+    assert why in err
+
+
+def test_a_crash_after_an_oom_the_code_caught_keeps_its_exit_code(tmp_path, am_factory, inventory):
+    """The user's code caught a torch OOM (to halve its batch, logging its traceback), then died of a ValueError:
+    the bootstrap records the ValueError as the exception that ended it, so it is no OOM whatever the text says."""
+    am = am_factory(["worker:0"])
+    fatal = tmp_path / "melon-fatal.json"
+    env = oom_env(
+        tmp_path,
+        am,
+        oom_texts.CAUGHT_TORCH_OOM,
+        USER_RAISE="shapes (3,4) and (5,6) not aligned",
+        MELON_FRAMEWORK="pytorch",
+        MELON_GPU_INVENTORY=inventory(16384),
+        MELON_GPU_MEMORY_MB=4096,
+    )
+    rc, out, err = run_logged(tmp_path, env)
+    assert rc == 1, err
+    assert "torch.OutOfMemoryError: CUDA out of memory" in err and "ValueError: shapes" in err
+    assert not any("oom" in h for h in am.heartbeats)
+    assert "ran out of" not in err
+    (record,) = [json.loads(line) for line in fatal.read_text().splitlines()]  # what the executor decided from
+    assert record["type"] == "builtins.ValueError" and record["message"] == "shapes (3,4) and (5,6) not aligned"
 
 
 def victim_executor(tmp_path, monkeypatch, neighbour_pid, neighbour_used_mb, notebook=None):
@@ -326,3 +387,86 @@ def test_a_heartbeat_in_a_container_sends_the_devices_rise_and_its_peak_says_dev
         3000 - MEASURED_CONTEXT_MB,
         "nvml-device",
     ), body
+
+
+# A job that always crashes with a ValueError after TensorFlow's BFC allocator warned that a caller (cuDNN's autotuner)
+# did without memory it asked for; it writes its own peak, 1000 MiB, far below any cap it gets.
+BFC_THEN_BUG = textwrap.dedent(
+    f"""
+    import json, os, sys
+    peak = os.environ["MELON_PEAK_FILE"]
+    with open(peak + ".tmp", "w") as f:
+        json.dump({{"peak_mb": 1000}}, f)
+    os.replace(peak + ".tmp", peak)
+    sys.stderr.write({oom_texts.TF_BFC_WARNING!r} + "\\n")
+    sys.stderr.flush()
+    raise ValueError({oom_texts.VALUE_ERROR.split(": ", 1)[1]!r})
+    """
+)
+
+
+def test_ten_nights_of_a_job_that_crashes_after_a_bfc_warning_leave_its_learned_figure_where_it_was(
+    tmp_path, am_factory, inventory
+):
+    """Ten nightly runs of that job through the real executor (and the cap bootstrap): none is an OOM, so none is
+    grown by the AM nor recorded as one, and the learned figure, resolved before each night from the runs before it
+    (gpu/learned.py, hadoop/memory_history.resolve), does not move. The AM's part is its final status of the task:
+    the fields of AmHttp.statusJson the history reads, from the executor's final heartbeat (an exit other than 76
+    grows nothing in TaskBook)."""
+    from airflow_provider_melon.gpu import learned
+    from airflow_provider_melon.hadoop import memory_history
+    from airflow_provider_melon.spec import JobSpec
+
+    (tmp_path / "job.py").write_text(BFC_THEN_BUG)
+    roles = JobSpec.from_dict(
+        {"name": "nightly", "entrypoint": "python job.py", "roles": {"worker": {"gpu_memory": "auto:1100MiB"}}}
+    ).roles
+    history, figures, exits = [], [], []
+    for night in range(10):
+        found, _ = memory_history.resolve(lambda role: history, roles, largest_gpu_mb=16384, context_mb=1024)
+        figure = found["worker"]
+        figures.append(figure)
+        folder = tmp_path / f"night-{night}"
+        folder.mkdir()
+        am = am_factory(["worker:0"])
+        env = exec_env(
+            folder,
+            am,
+            "worker",
+            0,
+            MELON_ENTRYPOINT=f"python {tmp_path / 'job.py'}",
+            MELON_FRAMEWORK="tensorflow",
+            MELON_GPU_INVENTORY=inventory(16384),
+            MELON_GPU_MEMORY_MB=figure,
+            MELON_GPU_CONTEXT_MB=1024,
+        )
+        rc, _, err = run_logged(folder, env)
+        exits.append(rc)
+        last = am.heartbeats[-1]
+        task = {
+            "role": "worker",
+            "initial_gpu_memory_mb": figure,
+            "expected_gpu_memory_mb": figure,  # grown only after an exit 76
+            "initial_gpu_context_mb": 1024,
+            "gpu_context_mb": 1024,
+            "gpu_memory_peak_mb": last.get("gpu_memory_peak_mb"),
+            "gpu_memory_peak_source": last.get("gpu_memory_peak_source"),
+            "oom_growths": 0,
+            "oom": last.get("oom"),
+        }
+        history.append(
+            learned.run_record(
+                "worker",
+                [task],
+                app_id=f"application_1_{night:04d}",
+                state="FAILED",
+                at=night,
+                planned_mb=figure,
+                planned_context_mb=1024,
+            )
+        )
+    assert exits == [1] * 10, err
+    assert "Allocator (GPU_0_bfc) ran out of memory" in err and "ValueError: shapes" in err
+    assert figures == [1100] * 10, figures
+    assert not any(r["oom"] for r in history) and {r["peak_mb"] for r in history} == {1000}
+    assert learned.learned_context_mb(history) == (1024, learned.learned_context_mb(history)[1])

@@ -103,8 +103,129 @@ def test_run_record_from_the_am_final_status():
         "peak_mb": 1100,
         "peak_source": None,
         "oom": True,
+        "oom_kinds": ["cap"],  # a report without its kind (an older executor): the cap's
+        "need_mb": None,
         "growths": 1,
+        "initial_context_mb": None,
+        "context_mb": None,
     }
+
+
+def failed_oom(expected=4096, **extra):
+    return {"app_id": "application_1_0003", "state": "FAILED", "expected_mb": expected, "oom": True, **extra}
+
+
+def test_a_cap_oom_whose_allocator_stayed_far_below_its_cap_grows_the_context_not_the_figure():
+    """An OOM claimed at the cap while the allocator's own counter stayed far below it (under oom.AT_CAP of the cap)
+    ran out of other memory: the figure is not grown (its peak teaches as on any run), the context reserve is."""
+    far = failed_oom(peak_mb=1000, peak_source="torch", oom_kinds=["cap"], context_mb=1024)
+    mb, why = learned.learned_mb([far], growth=1.5)
+    assert mb == 1100 and "peak 1000 MiB × 1.10" in why, why  # not 4096 × 1.5
+    mb, why = learned.learned_context_mb([far], growth=1.5)
+    assert mb == 1536 and "out of memory outside the allocator at a context reserve of 1024 MiB" in why
+    near = failed_oom(peak_mb=3900, peak_source="torch", oom_kinds=["cap"], context_mb=1024)
+    assert learned.learned_mb([near], growth=1.5)[0] == 6144  # at its cap: grown
+    assert learned.learned_context_mb([near], growth=1.5)[0] == 1024
+    # an NVML reading holds the context and a preallocated pool: it says nothing of the allocator, the claim stands
+    nvml = failed_oom(peak_mb=1000, peak_source="nvml-process", oom_kinds=["cap"])
+    assert learned.learned_mb([nvml], growth=1.5)[0] == 6144
+    # the need an allocator said (its use then and its request) counts as what it reached: one huge request
+    huge = failed_oom(peak_mb=1000, peak_source="torch", oom_kinds=["cap"], need_mb=20000)
+    mb, why = learned.learned_mb([huge], growth=1.5)
+    assert mb == 22000 and "needing 20000 MiB × 1.10" in why, why
+
+
+def test_an_oom_outside_the_allocator_grows_the_context_reserve_and_the_history_keeps_it():
+    outside = failed_oom(peak_mb=3000, peak_source="torch", oom_kinds=["outside"], context_mb=1792)
+    assert learned.learned_mb([outside], growth=1.5)[0] == 3300  # its peak, not 4096 × 1.5
+    assert learned.learned_context_mb([outside], growth=1.5)[0] == 2688
+    zero = failed_oom(oom_kinds=["outside"], context_mb=0)
+    assert learned.learned_context_mb([zero], growth=1.5)[0] == learned.CONTEXT_STEP_MB
+    # a later run that succeeded at the grown reserve keeps it; older records (none) teach nothing
+    ok = {"app_id": "application_1_0004", "state": "SUCCEEDED", "expected_mb": 3300, "context_mb": 2688}
+    mb, why = learned.learned_context_mb([outside, ok, {"app_id": "old", "state": "SUCCEEDED"}], growth=1.5)
+    assert mb == 2688 and "application_1_0004" in why or "application_1_0003" in why
+    assert learned.learned_context_mb([{"app_id": "old", "state": "SUCCEEDED", "expected_mb": 1}]) is None
+
+
+def test_run_record_keeps_the_kinds_the_need_and_the_context_the_tasks_ended_with():
+    tasks = [
+        {
+            "role": "worker",
+            "initial_gpu_memory_mb": 4096,
+            "expected_gpu_memory_mb": 4096,
+            "initial_gpu_context_mb": 1024,
+            "gpu_context_mb": 1536,
+            "oom_growths": 1,
+            "oom": {"cap_mb": 4096, "kind": "outside", "signature": "RuntimeError: CUDA error: out of memory"},
+        },
+        {
+            "role": "worker",
+            "initial_gpu_memory_mb": 4096,
+            "expected_gpu_memory_mb": 6144,
+            "initial_gpu_context_mb": 1024,
+            "gpu_context_mb": 1024,
+            "oom_growths": 1,
+            "oom": {"cap_mb": 4096, "kind": "cap", "need_mb": 4500, "signature": "torch.OutOfMemoryError"},
+        },
+    ]
+    rec = learned.run_record(
+        "worker", tasks, app_id="a", state="FAILED", at=1, planned_mb=4096, planned_context_mb=1024
+    )
+    assert {k: rec[k] for k in ("oom_kinds", "need_mb", "initial_context_mb", "context_mb")} == {
+        "oom_kinds": ["cap", "outside"],
+        "need_mb": 4500,
+        "initial_context_mb": 1024,
+        "context_mb": 1536,
+    }
+
+
+def test_resolve_contexts_takes_the_larger_of_the_first_run_figure_and_the_learned_one():
+    roles = JobSpec.from_dict(
+        {
+            "name": "j",
+            "entrypoint": "x",
+            "roles": {
+                "chief": {"gpu_memory": "1g"},
+                "worker": {"gpu_memory": "auto:1g"},
+                "ps": {"gpu_memory": "512m", "gpu_context": "300m"},  # the spec's own: kept
+                "evaluator": {},
+            },
+        }
+    ).roles
+    history = {"worker": [failed_oom(oom_kinds=["outside"], context_mb=2048)], "chief": [{"context_mb": 512}]}
+    figures, lines = memory_history.resolve_contexts(
+        lambda r: history.get(r, []), roles, lambda r: (1024, "the first-run figure for tensorflow")
+    )
+    assert figures == {"chief": 1024, "worker": 3072}
+    assert lines[0] == "roles.chief.gpu_context: 1024 MiB (the first-run figure for tensorflow)"
+    assert lines[1].startswith("roles.worker.gpu_context: 3072 MiB (learned from the last 1 run(s): out of memory")
+
+
+def test_the_first_run_reserve_follows_the_framework_and_nccl():
+    from airflow_provider_melon.gpu import context
+    from airflow_provider_melon.hooks.melon import MelonHook
+    from airflow_provider_melon.hooks.yarn import YarnHook
+
+    hook = MelonHook(yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=object())
+    assert hook.gpu_context_mb is None  # no admin figure: each framework's own
+
+    def first(framework, roles, **job):
+        spec = JobSpec.from_dict({"name": "j", "entrypoint": "x", "framework": framework, "roles": roles, **job})
+        return hook.first_context_mb(spec, next(iter(roles)))
+
+    one = {"worker": {"gpu_memory": "4g"}}
+    assert first("tensorflow", one) == (context.CONTEXT_MB["tensorflow"], "the first-run figure for tensorflow")
+    assert first("pytorch", one) == (context.CONTEXT_MB["pytorch"], "the first-run figure for pytorch")
+    ddp = {"worker": {"instances": 2, "gpu_memory": "4g"}}
+    assert first("pytorch", ddp) == (context.CONTEXT_MB["pytorch+nccl"], "the first-run figure for pytorch with NCCL")
+    master = {"master": {"gpu_memory": "4g"}, "worker": {"gpu_memory": "4g"}}  # rank 0 and a worker: a group of two
+    assert first("pytorch", master)[0] == context.CONTEXT_MB["pytorch+nccl"]
+    admin = MelonHook(
+        yarn_hook=YarnHook(rm_urls=["http://rm:8088"], user="alice"), hdfs_client=object(), gpu_context_mb=0
+    )
+    spec = JobSpec.from_dict({"name": "j", "entrypoint": "x", "framework": "pytorch", "roles": ddp})
+    assert admin.first_context_mb(spec, "worker") == (0, "the cluster's gpu_context_mb")
 
 
 def test_resolve_names_its_source_and_the_field():

@@ -1,7 +1,9 @@
 """gpu.ledger and gpu.devices with real files, real locks and real processes."""
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -109,31 +111,113 @@ def test_the_ledger_places_by_the_default_policy(led):
     assert led.reserve("s3", me, 35000, devs) == ledger.policy.place_default(pgs, 35000) == 0
 
 
-def test_dead_pid_is_reclaimed(led):
+# An executor that holds a reservation: it reserves, optionally starts the user's process with its lease (as
+# runtime/executor.py passes it), says so, and lives until killed.
+OWNER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    sys.path.insert(0, {repo!r})
+    from airflow_provider_melon.gpu.devices import DeviceInfo
+    from airflow_provider_melon.gpu.ledger import Ledger
+    d, name, mb, with_child = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "child"
+    led = Ledger(d)
+    got = led.reserve(name, os.getpid(), mb, [DeviceInfo(0, "v0", "v", 8000)])
+    child = None
+    if with_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], pass_fds=(led.lease_fd(name),))
+    print(got, child.pid if child else "-", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def owner(tmp_path, led, name, mb=6000, with_child=False):
+    """A live process holding a reservation (and its user's process, ``with_child``): (process, child pid)."""
+    script = tmp_path / "owner.py"
+    script.write_text(OWNER.format(repo=REPO))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), led.directory, name, str(mb), "child" if with_child else "-"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    got, child = proc.stdout.readline().split()
+    assert got == "0", got
+    return proc, None if child == "-" else int(child)
+
+
+def test_a_sigkilled_owners_reservation_is_released_at_once(tmp_path, led):
+    """The kernel releases a dead owner's lease: the next reservation finds it unlocked and drops the reservation
+    and its lease file, with no wait for a lease to time out."""
     devs = gpus(8000)
-    proc = sleeper()
+    proc, _ = owner(tmp_path, led, "victim")
     try:
-        assert led.reserve("victim", proc.pid, 6000, devs) == 0
-        assert led.reserve("other", os.getpid(), 6000, devs) is None  # the live sleeper holds it
+        assert led.reserve("other", os.getpid(), 6000, devs) is None  # the live owner holds it
+        assert [r["task_id"] for r in led.entries()] == ["victim"]
+        assert os.path.exists(os.path.join(led.directory, ledger.lease_name("victim")))
     finally:
-        proc.kill()
+        proc.kill()  # SIGKILL: no clean-up of its own
         proc.wait()
     assert led.reserve("other", os.getpid(), 6000, devs) == 0
     assert [r["task_id"] for r in led.entries()] == ["other"]
+    assert not os.path.exists(os.path.join(led.directory, ledger.lease_name("victim")))
 
 
-def test_zombie_counts_as_dead(led):
+def test_the_reservation_lives_while_the_users_process_holds_its_lease(tmp_path, led):
+    """The executor passes its lease to the user's process: should the executor die first, the process it started
+    still uses the GPU, and its reservation stays until that process is gone too."""
+    proc, child = owner(tmp_path, led, "task", with_child=True)
+    try:
+        proc.kill()
+        proc.wait()
+        assert [r["task_id"] for r in led.entries(reclaim=True)] == ["task"]
+    finally:
+        os.kill(child, 9)
+    deadline = time.monotonic() + 10
+    while led.entries(reclaim=True) and time.monotonic() < deadline:  # the orphan is reaped by init, not by us
+        time.sleep(0.05)
+    assert led.entries(reclaim=True) == []
+
+
+def test_a_lease_left_without_its_reservation_is_cleared_unless_held(led):
+    """An owner killed between taking its lease and writing its reservation leaves a lease file nobody holds: the
+    next reservation removes it. A held one (an owner about to write its reservation) stays."""
+    os.makedirs(led.directory)
+    orphan = os.path.join(led.directory, ledger.lease_name("died-early"))
+    open(orphan, "w").close()
+    other = Ledger(led.directory)
+    other._take_lease("on-its-way")  # locked, its reservation not written yet
+    assert led.reserve("a", os.getpid(), 100, gpus(1000)) == 0
+    assert not os.path.exists(orphan)
+    assert os.path.exists(os.path.join(led.directory, ledger.lease_name("on-its-way")))
+
+
+def test_a_reservation_written_before_leases_lives_by_its_pid(led):
+    """A ledger file of an executor without leases (a node upgraded while tasks run): its pid still decides, as it
+    did (pid_alive: gone, a zombie, or reused)."""
     proc = sleeper()
-    assert led.reserve("z", proc.pid, 6000, gpus(8000)) == 0
+    os.makedirs(led.directory)
+    record = {"task_id": "old", "pid": proc.pid, "pid_start": ledger._proc_start(proc.pid), "gpu": 0}
+    record |= {"expected_mb": 6000, "held_mb": 6000, "exclusive": False, "large": False, "since": 0}
+    with open(led.path, "w") as f:
+        json.dump({"version": 1, "reservations": [record]}, f)
+    try:
+        assert led.reserve("other", os.getpid(), 6000, gpus(8000)) is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert led.reserve("other", os.getpid(), 6000, gpus(8000)) == 0
+
+
+def test_a_zombie_pid_counts_as_dead():
+    """pid_alive, for reservations written before leases: an exited process not yet reaped is gone."""
+    proc = sleeper()
     proc.kill()
     deadline = time.time() + 10
     while ledger._proc_state(proc.pid) != "Z" and time.time() < deadline:  # not reaped yet: a zombie
         time.sleep(0.05)
     try:
         assert ledger._proc_state(proc.pid) == "Z"
-        assert ledger.pid_alive(os.getpid())
-        assert not ledger.pid_alive(proc.pid)
-        assert led.entries(reclaim=True) == []
+        assert ledger.pid_alive(os.getpid()) and not ledger.pid_alive(proc.pid)
     finally:
         proc.wait()
 
@@ -419,25 +503,25 @@ def test_a_tasks_own_process_tree_is_not_foreign(tmp_path):
     finally:
         parent.kill()
         parent.wait()
+        with contextlib.suppress(ProcessLookupError, NameError):  # its child, orphaned by the kill: not left behind
+            os.kill(child, signal.SIGKILL)
 
 
 def test_the_reserve_default_covers_the_context_measured_on_the_h200():
-    """[melon] gpu_context_mb's default against the recorded H200 runs (benchmarks/data): ResNet-50's NVML used
-    minus torch's max_memory_reserved is 618 MiB of the device's plus 768 MiB per process. The default must cover
-    the per-process figure, and gpu/context.py's measured figure is the data's."""
-    from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
+    """The first-run reserves against the recorded H200 runs (benchmarks/data): ResNet-50's NVML used minus torch's
+    max_memory_reserved is 618 MiB of the device's plus 768 MiB per process. Every framework's first-run figure must
+    cover the per-process figure, and gpu/context.py's measured figure is the data's."""
+    from airflow_provider_melon.gpu.context import CONTEXT_MB, MEASURED_CONTEXT_MB, first_run_mb
 
     sys.path.insert(0, REPO)
     from benchmarks import bench_ledger_replay as replay
 
     context, driver, residual = replay.fit_context(replay.load("h200-colocate.json"))
     assert residual < 5 and 500 < driver < 700, (context, driver, residual)
-    assert GPU_CONTEXT_MB_DEFAULT >= context, (GPU_CONTEXT_MB_DEFAULT, context)
-    from airflow_provider_melon.gpu.context import CONTEXT_MB, MEASURED_CONTEXT_MB, context_mb_default
-
     assert abs(MEASURED_CONTEXT_MB - context) < 1
-    assert min(CONTEXT_MB.values()) >= context and context_mb_default("pytorch") == CONTEXT_MB["pytorch"]
-    assert context_mb_default("jax") == CONTEXT_MB["generic"]
+    assert min(CONTEXT_MB.values()) >= context and first_run_mb("pytorch") == CONTEXT_MB["pytorch"]
+    assert first_run_mb("jax") == CONTEXT_MB["generic"] and first_run_mb("generic", nccl=True) == CONTEXT_MB["generic"]
+    assert first_run_mb("pytorch", nccl=True) == CONTEXT_MB["pytorch+nccl"] > CONTEXT_MB["pytorch"]
 
 
 def test_replaying_the_recorded_co_locations_through_the_ledger_never_oversubscribes():
@@ -446,15 +530,15 @@ def test_replaying_the_recorded_co_locations_through_the_ledger_never_oversubscr
     true use (allocator peak + measured context, + the device's own) exceeds the GPU, nor any task its reservation.
     The slots stop packing at 4 a GPU, the driver's own 618 MiB on it notwithstanding (a slot divides the memory left
     for tasks). The old 400 MiB reserve fails the same replay: every task runs beyond its reservation."""
-    from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
+    from airflow_provider_melon.gpu.context import CONTEXT_MB
 
     sys.path.insert(0, REPO)
     from benchmarks import bench_ledger_replay as replay
 
-    fit, *rows = replay.run([400, GPU_CONTEXT_MB_DEFAULT])
+    fit, *rows = replay.run([400, CONTEXT_MB["pytorch"]])
     names = {r["scenario"] for r in rows}
     assert {"8 x R18", "8 x R50", "mix r50+3r18", "R50 until full"} <= names, names
-    default = [r for r in rows if r["reserve_mb"] == GPU_CONTEXT_MB_DEFAULT]
+    default = [r for r in rows if r["reserve_mb"] == CONTEXT_MB["pytorch"]]
     assert default and all(r["ok"] for r in default), [r for r in default if not r["ok"]]
     full = next(r for r in default if r["scenario"] == "R50 until full")
     assert full["admitted"] == 4 < full["asked"] and full["use_mb"] <= replay.H200_TOTAL_MB

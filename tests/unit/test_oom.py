@@ -1,17 +1,21 @@
-"""runtime.oom: the frameworks' out-of-memory failures recognised on their real texts, the stderr tail, the peak
-file."""
+"""runtime.oom: which memory ran out, decided from the error that ended the process, on the corpus of real messages
+(tests/oom_texts.py), TensorFlow's and numpy's live texts, and the stderr tail."""
 
 import importlib.util
+import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from airflow_provider_melon.runtime import framework, oom
+from airflow_provider_melon.runtime import oom
 from tests import oom_texts
+
+REPO = Path(__file__).resolve().parents[2]
 
 # 256 TiB: more than a 47-bit address space, so no allocator can give it, whatever the host's overcommit policy;
 # TensorFlow raises ResourceExhaustedError at once (oneDNN off: its allocator would retry for 10 s first).
@@ -35,113 +39,140 @@ def tf_oom():
     return p.returncode, p.stderr
 
 
-def test_real_tensorflow_oom_is_recognised(tf_oom):
+def test_real_tensorflow_oom_on_a_cpu_is_the_hosts(tf_oom):
     rc, err = tf_oom
     assert rc == 1, err[-3000:]
     assert "ResourceExhaustedError" in err, err[-3000:]
-    signature = oom.recognise(rc, err)
-    assert signature is not None and len(signature) <= oom.SIGNATURE_CHARS
-    # the exception's line (the last one that names it), without TF's {{function_node ...}} noise
-    assert signature.startswith(
+    verdict = oom.decide(rc, err)
+    assert verdict is not None and verdict.kind == oom.HOST, verdict
+    assert verdict.signature.startswith(
         "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
         "allocating tensor with shape[70368744177664] and type float"
-    ), signature
-    assert oom.recognise(0, err) is None  # only a failure can be an out-of-memory failure
+    ), verdict  # the exception's line, without TF's {{function_node ...}} noise
+    assert len(verdict.signature) <= oom.SIGNATURE_CHARS
+    assert oom.decide(0, err) is None  # only a failure can be an out-of-memory failure
 
 
-def test_recorded_tensorflow_oom_is_recognised():
-    signature = oom.recognise(1, oom_texts.TF_OOM_STDERR)
-    assert signature.startswith(
-        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
-        "allocating tensor with shape[70368744177664]"
-    ), signature
-    assert signature.endswith("…") and len(signature) == oom.SIGNATURE_CHARS
-    # without the exception's line (a tail cut short), TF's own log lines still name it
-    head = oom_texts.TF_OOM_STDERR.split("Traceback")[0]
-    assert "OOM when allocating tensor with shape[70368744177664]" in oom.recognise(1, head)
-    allocator = [l for l in head.splitlines() if "exceeds 10% of free system memory" in l]
-    assert allocator and oom.recognise(1, allocator[0]) is None  # a warning, not an out-of-memory failure
+#: what runtime/oom.py must say of the corpus (tests/oom_texts.py): frameworks and libraries it must cover
+COVERED = {
+    "TensorFlow": ("tensorflow/", "TF "),
+    "PyTorch": ("pytorch/", "torch", "c10/", "aten/"),
+    "JAX/XLA": ("jax", "xla", "alphafold", "graphcast", "LLNeRF", "AFProfile"),
+    "NCCL": ("nccl",),
+    "cuDNN": ("cudnn",),
+    "cuBLAS": ("cublas", "Qwen3"),
+}
 
 
-@pytest.mark.parametrize(
-    "line, start",
-    [
-        (oom_texts.TORCH_OOM_LINE, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0"),
-        (oom_texts.TORCH_CUDA_OOM_LINE, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB"),
-        (oom_texts.TORCH_1_OOM_LINE, "RuntimeError: CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0; 10.92 GiB"),
-    ],
-)
-def test_pytorch_oom_is_recognised(line, start):
-    text = "epoch 1 loss 0.93\n" + oom_texts.traceback_of(line)
-    signature = oom.recognise(1, text)
-    assert signature.startswith(start) and len(signature) <= oom.SIGNATURE_CHARS, signature
-    assert oom.recognise(137, text) == signature  # also when it then died of a signal
-    assert oom.recognise(0, text) is None
+def test_the_corpus_is_large_sourced_and_covers_the_frameworks():
+    cases = oom_texts.CORPUS
+    assert len(cases) >= 40
+    assert all(c.source.strip() and c.shows.strip() for c in cases)
+    assert {c.verdict for c in cases} == {oom.CAP, oom.OUTSIDE, oom.HOST, None}
+    blob = [(c.source + " " + c.text).lower() for c in cases]
+    for name, needles in COVERED.items():
+        assert any(any(n.lower() in b for n in needles) for b in blob), f"no corpus case of {name}"
+    assert len({c.text for c in cases}) == len(cases)  # no case twice
 
 
-def test_the_cap_bootstraps_own_hint_is_recognised(tmp_path):
-    """The hint the real bootstrap prints (framework.SITECUSTOMIZE's excepthook) names it on its own, e.g. when the
-    framework's message was cut off or is one we do not know."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MELON_") and k != "PYTHONPATH"}
-    cap, d = framework.memory_cap_env(2048, 16384, env)
-    env.update(cap)
-    try:
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "class OutOfMemoryError(Exception): pass\n"
-                "raise OutOfMemoryError('an allocator we do not know gave up')",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-    hint = [l for l in p.stderr.splitlines() if l.startswith("[melon-cap]")]
-    assert p.returncode == 1 and len(hint) == 1, p.stderr
-    assert oom.recognise(1, hint[0]) == hint[0]
-    assert hint[0].startswith("[melon-cap] this task ran out of GPU memory under its MeLoN cap of 2048 MiB")
+@pytest.mark.parametrize("case", oom_texts.CORPUS, ids=[f"{i}-{c.verdict}" for i, c in enumerate(oom_texts.CORPUS)])
+def test_each_corpus_message_gets_its_verdict(case):
+    verdict = oom.decide(1, case.text)
+    got = None if verdict is None else verdict.kind
+    assert got == case.verdict, f"{case.shows} ({case.source}): {verdict}"
+    if verdict is not None:
+        assert verdict.signature and len(verdict.signature) <= oom.SIGNATURE_CHARS
+    assert oom.decide(0, case.text) is None
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        oom_texts.traceback_of("ValueError: shapes (3,4) and (5,6) not aligned"),
-        oom_texts.traceback_of("RuntimeError: CUDA error: device-side assert triggered"),
-        oom_texts.traceback_of("MemoryError"),  # the host's memory, not the GPU's
-        oom_texts.traceback_of("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 8.00 TiB for an array"),
-        'Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',
-        "checking the layout of memory-mapped shards\nWithoutOfMemoryErrors=1\nKilled",
-        "Hint: If you want to see a list of allocated tensors when OOM happens, add report_tensor_allocations_upon_oom",
-        # the executor's own lines (they may quote a signature) are never taken for the user's
-        "[melon-executor] the user's process ran out of GPU memory (cap 1024 MiB; peak seen 1300 MiB): "
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
-        "",
-    ],
-)
-def test_other_failures_are_not_out_of_memory(text):
-    assert oom.recognise(1, text) is None
+def test_a_traceback_printed_before_a_signal_did_not_end_the_process():
+    """A Python exception ends a process with exit 1, never a signal: a process killed after it printed a
+    traceback (an OOM its code caught, then SIGKILL from YARN's memory check) died of the signal. A runtime's fatal
+    line aborts (SIGABRT), so it still counts."""
+    text = oom_texts.CAUGHT_TORCH_OOM + "Killed\n"
+    assert oom.decide(1, text).kind == oom.CAP  # exit 1: that traceback is the last error it printed
+    assert oom.decide(137, text) is None
+    watchdog = next(c for c in oom_texts.CORPUS if "watchdog" in c.text)
+    assert oom.decide(134, watchdog.text).kind == oom.OUTSIDE
+
+
+def test_the_recorded_exception_wins_over_the_text():
+    """The bootstrap's record is the exception itself: a ValueError recorded wins over an OOM traceback the text
+    ends with (a child's output, say), and a record names a MemoryError by its class whatever its message."""
+    text = oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE)
+    assert oom.decide(1, text).kind == oom.CAP
+    value_error = {"type": "builtins.ValueError", "types": ["builtins.ValueError"], "message": "bad shape"}
+    assert oom.decide(1, text, [value_error]) is None
+    host = {"type": "numpy._core._exceptions._ArrayMemoryError", "types": ["numpy._core._exceptions."
+            "_ArrayMemoryError", "builtins.MemoryError"], "message": "Unable to allocate 8.00 PiB"}  # fmt: skip
+    assert oom.decide(1, "", [host]).kind == oom.HOST
+    torch_oom = {"type": "torch.OutOfMemoryError", "types": ["torch.OutOfMemoryError", "builtins.RuntimeError"],
+                 "message": oom_texts.TORCH_OOM_LINE.split(": ", 1)[1]}  # fmt: skip
+    verdict = oom.decide(1, "", [torch_oom])
+    assert verdict.kind == oom.CAP and verdict.signature.startswith("torch.OutOfMemoryError: CUDA out of memory")
+    # torchrun's agent dies of its child's failure: the child's record (written first) decides
+    agent = {"type": oom.WRAPPERS[0], "types": [oom.WRAPPERS[0]], "message": "train.py FAILED"}
+    assert oom.decide(1, "", [agent, torch_oom]).kind == oom.CAP
+    assert oom.decide(1, text, [agent]).kind == oom.CAP  # only the wrapper: the text decides
+    # a helper process that failed earlier (and was handled): the user's process's own record decides
+    helper, own = value_error | {"pid": 7}, torch_oom | {"pid": 9}
+    assert oom.decide(1, "", [helper, own], main_pid=9).kind == oom.CAP
+    assert oom.decide(1, "", [helper, own]) is None  # without the main pid, the first to die
+
+
+def test_a_consequence_takes_its_cause_from_the_lines_before_it_only():
+    """TensorFlow's 'cuDNN failed to initialize' points at the log above it; a cuDNN allocation line printed after
+    the fatal error (another process's) is not its cause."""
+    case = next(c for c in oom_texts.CORPUS if "keras-retinanet" in c.source)
+    cause, fatal = case.text.split("\n", 1)
+    assert oom.decide(1, case.text).kind == oom.OUTSIDE
+    assert oom.decide(1, fatal + cause + "\n") is None
+
+
+def test_an_allocator_far_below_its_cap_did_not_run_out_at_the_cap():
+    """PyTorch's message says what its allocator held and the request it failed: 18.4 GiB + 22.8 GiB is beyond any
+    cap below 41 GiB, so at such a cap it ran out at the cap. TensorFlow's says only the request: its own peak
+    counter (the bootstrap's) is what it held. A need under 90 % of the cap: the GPU was full of other memory."""
+    torch = oom.decide(1, oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE))
+    assert round(torch.held_mb) == 18872 and round(torch.request_mb) == 23327
+    assert oom.at_cap(torch, 32768, None) == (True, 42199)
+    assert oom.at_cap(torch, 65536, None) == (False, 42199)  # it held 18 GiB of a 64 GiB cap: the GPU was full
+    tf = oom.decide(1, oom_texts.TF_GPU_OOM_STDERR)  # 11772117 x 100 floats: 4491 MiB requested
+    assert tf.held_mb is None and round(tf.request_mb) == 4491
+    assert oom.at_cap(tf, 8192, 3500) == (True, 7991)
+    assert oom.at_cap(tf, 8192, 500) == (False, 4991)
+    assert oom.at_cap(tf, 8192, None) == (True, None)  # no counter: the allocator's own error stands
+    assert oom.at_cap(tf, None, 500) == (True, 4991)  # no cap (whole GPUs): nothing to weigh it against
+    outside = oom.decide(1, oom_texts.traceback_of("RuntimeError: CUDA error: out of memory"))
+    assert oom.at_cap(outside, 8192, 8000) == (False, 8000)
+
+
+def test_a_torch_1_message_says_what_its_allocator_held():
+    verdict = oom.decide(1, oom_texts.traceback_of(oom_texts.TORCH_1_OOM_LINE))
+    assert verdict.kind == oom.CAP and round(verdict.held_mb, 2) == round(8.57 + 4.68, 2)
+    assert round(verdict.request_mb, 2) == 12.5
 
 
 def test_exit_0_is_never_out_of_memory_and_no_tail_is_nothing():
     text = oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE)
-    assert oom.recognise(0, text) is None and oom.recognise(None, text) is None
-    assert oom.recognise(1, None) is None
+    assert oom.decide(0, text) is None and oom.decide(None, text) is None
+    assert oom.decide(1, None) is None and oom.decide(1, "") is None
 
 
-def test_the_last_oom_line_wins_and_a_long_line_keeps_its_match():
+def test_the_executors_own_lines_are_never_the_fatal_error():
     text = (
-        "[melon-cap] this task ran out of GPU memory under its MeLoN cap of 1024 MiB: ...\n"
-        + oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE)
+        oom_texts.traceback_of("ValueError: bad")
+        + "[melon-executor] the user's process ran out of GPU memory at its cap (cap 1024 MiB): "
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     )
-    assert oom.recognise(1, text).startswith("torch.OutOfMemoryError: CUDA out of memory.")
-    long = "x" * 300 + " CUDA out of memory. Tried to allocate 2.00 GiB" + " y" * 100
-    signature = oom.recognise(1, long)
-    assert len(signature) == oom.SIGNATURE_CHARS
-    assert signature.startswith("…CUDA out of memory. Tried to allocate 2.00 GiB") and signature.endswith("…")
+    assert oom.decide(1, text) is None
+
+
+def test_a_long_line_keeps_its_match():
+    long = "RuntimeError: " + "x" * 300 + " CUDA error: out of memory" + " y" * 100
+    verdict = oom.decide(1, oom_texts.traceback_of(long))
+    assert verdict.kind == oom.OUTSIDE and len(verdict.signature) == oom.SIGNATURE_CHARS
+    assert verdict.signature.startswith("…CUDA error: out of memory") and verdict.signature.endswith("…")
 
 
 def test_stderr_tail_reads_a_write_only_file_and_nothing_of_a_pipe(tmp_path):
@@ -171,36 +202,8 @@ def test_stderr_tail_reads_a_write_only_file_and_nothing_of_a_pipe(tmp_path):
 
 
 def test_the_peak_file_has_one_reader():
-    # runtime/peak.read_file reads MELON_PEAK_FILE (tests/unit/test_peak.py); oom.py only names OOM failures
+    # runtime/peak.read_file reads MELON_PEAK_FILE (tests/unit/test_peak.py); oom.py only decides which memory ran out
     assert not hasattr(oom, "read_peak") and "read_peak" not in oom.__all__
-
-
-def test_host_memory_is_told_from_gpu_memory(tf_oom):
-    rc, err = tf_oom  # the real text of this CPU-only machine: TF's CPU device and allocator
-    assert oom.recognise(rc, err) and oom.host_memory(rc, err)
-    assert oom.recognise(1, oom_texts.TF_GPU_OOM_STDERR) and not oom.host_memory(1, oom_texts.TF_GPU_OOM_STDERR)
-    torch = oom_texts.traceback_of(oom_texts.TORCH_OOM_LINE)
-    assert not oom.host_memory(1, torch) and not oom.host_memory(0, oom_texts.TF_OOM_STDERR)
-
-
-@pytest.mark.parametrize(
-    "line, source",
-    oom_texts.GPU_OOM_CORPUS,
-    ids=[s.split(" (")[0] + f"#{i}" for i, (_, s) in enumerate(oom_texts.GPU_OOM_CORPUS)],
-)
-def test_the_frameworks_gpu_oom_corpus_is_recognised(line, source):
-    """Every GPU out-of-memory line of the corpus (each with the file that emits it) names an OOM, of the GPU."""
-    text = "epoch 3 loss 0.41\n" + oom_texts.traceback_of(line)
-    signature = oom.recognise(1, text)
-    assert signature is not None, f"not recognised ({source}): {line}"
-    assert not oom.host_memory(1, text), source
-
-
-@pytest.mark.parametrize("line, source", oom_texts.HOST_OOM_CORPUS)
-def test_host_memory_failures_are_not_gpu_out_of_memory(line, source):
-    text = oom_texts.traceback_of(line)
-    assert oom.recognise(1, text) is None or oom.host_memory(1, text), source
-    assert oom.recognise(137, "Killed") is None  # the kernel's OOM killer: SIGKILL, no framework text
 
 
 def test_numpys_real_array_memory_error_is_the_hosts():
@@ -212,13 +215,14 @@ def test_numpys_real_array_memory_error_is_the_hosts():
         timeout=120,
     )
     assert p.returncode == 1 and "_ArrayMemoryError" in p.stderr, p.stderr[-2000:]
-    assert oom.recognise(p.returncode, p.stderr) is None
+    assert oom.decide(p.returncode, p.stderr).kind == oom.HOST
 
 
-def test_recorded_tensorflow_gpu_oom_names_the_exception_of_the_gpu():
-    signature = oom.recognise(1, oom_texts.TF_GPU_OOM_STDERR)
-    assert signature.startswith(
-        "ResourceExhaustedError: OOM when allocating tensor with shape[11772117,100] and "
-        "type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
-    )
-    assert not oom.host_memory(1, oom_texts.TF_GPU_OOM_STDERR)
+def test_the_ams_kinds_are_runtime_ooms():
+    """The AM grows the context reserve on GpuMemory.OUTSIDE and the expected memory otherwise; the heartbeat's
+    schema (generated from runtime/protocol.py) lets through exactly oom.py's two GPU kinds."""
+    java = (REPO / "appmaster/am/src/main/java/org/melon/yarn/GpuMemory.java").read_text()
+    declared = re.search(r'static final String OUTSIDE = "([^"]+)";', java)
+    assert declared and declared.group(1) == oom.OUTSIDE
+    schema = json.loads((REPO / "airflow_provider_melon/am/messages.schema.json").read_text())
+    assert schema["$defs"]["OomReport"]["properties"]["kind"]["enum"] == [oom.CAP, oom.OUTSIDE]

@@ -274,7 +274,12 @@ def test_jobspec_instance_accepted(hooks):
     hooks.get_app.return_value = app("FINISHED", "SUCCEEDED")
     spec = JobSpec.from_dict(job())
     make_op(job=spec).execute(make_context())
-    assert hooks.submit.call_args.args[1] is spec
+    submitted = hooks.submit.call_args.args[1]
+    # the spec as given, each shared role with the context reserve the hook resolved for it (its first run's here)
+    assert submitted.model_dump(exclude={"roles"}) == spec.model_dump(exclude={"roles"})
+    for name, role in spec.roles.items():
+        assert submitted.roles[name].model_dump(exclude={"gpu_context"}) == role.model_dump(exclude={"gpu_context"})
+        assert (submitted.roles[name].gpu_context is not None) == bool(role.gpu_memory)
 
 
 # ---------------------------------------------------------------------------------------------- submit + XCom

@@ -247,7 +247,7 @@ def _op_and_ctx(gpu_memory, **kw):
 
 
 def test_operator_fails_before_submission_with_the_numbers(op_env):
-    from airflow_provider_melon.provider_info import GPU_CONTEXT_MB_DEFAULT
+    from airflow_provider_melon.gpu.context import first_run_mb
     from airflow_provider_melon.version_compat import AirflowFailException
 
     op, ctx = _op_and_ctx("20GiB")
@@ -255,9 +255,9 @@ def test_operator_fails_before_submission_with_the_numbers(op_env):
         op.submit_job(ctx)
     assert str(err.value).startswith(
         "big: the job cannot run on this cluster: role chief: expected GPU memory "
-        f"20480 MiB per task + {GPU_CONTEXT_MB_DEFAULT} MiB for the CUDA context exceeds "
+        f"20480 MiB per task + {first_run_mb('tensorflow')} MiB for the CUDA context exceeds "
         "the largest GPU of any node, 16384 MiB"
-    )  # [melon] gpu_context_mb's default
+    )  # TensorFlow's first-run reserve: [melon] gpu_context_mb is not set
     op_env.nodes.assert_called_once()
     op_env.submit.assert_not_called()
 

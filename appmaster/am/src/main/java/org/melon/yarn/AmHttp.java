@@ -331,6 +331,8 @@ final class AmHttp {
         o.put("initial_gpu_memory_mb", t.role.gpuMemoryMb);
         o.put("gpu_memory_peak_mb", t.gpuMemoryPeakMb);
         o.put("gpu_memory_peak_source", t.gpuMemoryPeakSource);
+        o.put("gpu_context_mb", t.contextMb);
+        o.put("initial_gpu_context_mb", t.role.gpuContextMb);
         o.put("oom_growths", t.oomGrowths);
         if (t.oom == null) {
           o.putNull("oom");

@@ -17,6 +17,12 @@ final class GpuMemory {
 
   /** An OOM report's {@code signature} (the matched error line) is kept to this many characters. */
   static final int OOM_SIGNATURE_MAX = 200;
+  /** An OOM report's {@code kind} when memory outside the framework's allocator ran out (Python's
+   * {@code runtime/oom.py} OUTSIDE; {@code cap}, the other, is its CAP): the context reserve grows, not the expected
+   * memory. The messages' schema ({@code am/messages.schema.json}) holds both. */
+  static final String OUTSIDE = "outside";
+  /** A context reserve grows by at least this much after an OOM outside the allocator, MiB (from 0, say). */
+  static final long CONTEXT_STEP_MB = 256;
   /** Where a peak figure came from: the heartbeat's {@code gpu_memory_peak_source} and an OOM report's
    * {@code peak_source}, declared by Python's {@code runtime/peak.py} ({@code SOURCES}; {@code test_peak.py} checks
    * these lists against it). The first three are the framework's counters ({@code COUNTERS}). */
@@ -61,13 +67,16 @@ final class GpuMemory {
 
   /**
    * {@code t} ran out of GPU memory (exit 76; its final heartbeat's {@code oom} says the cap, the peak, the node's
-   * largest GPU; a lost report counts as one with the task's expected memory as cap and no peak). In shared mode, while
-   * the task has growths left ({@code oom_max_growths}), its expected GPU memory grows by {@code oom_growth}, at most
-   * to the largest GPU reported and the cluster's maximum allocation, and it is asked for again with that: not
-   * counted against the role's restarts. Otherwise (growths used up, retry off, nothing left to grow into, exclusive
-   * mode) it FAILED: an OOM is never re-run with the same memory, nor does it use the role's restarts, unless the
-   * report says {@code oversubscribed} (a neighbour beyond its reservation, named in {@code culprit}, took the
-   * memory): that victim is asked for again with the same memory, at most {@link TaskBook#MAX_NOT_ITS_FAULT} times.
+   * largest GPU and which memory ran out, {@code kind}; a lost report counts as one with the task's expected memory as
+   * cap, no peak, and the cap's kind). In shared mode, while the task has growths left ({@code oom_max_growths}), the
+   * figure that ran out grows by {@code oom_growth}: its expected GPU memory after an OOM at its cap ({@code cap}),
+   * its context reserve (at least {@link #CONTEXT_STEP_MB} more) after one outside its framework's allocator
+   * ({@code outside}: the CUDA context, cuBLAS, cuDNN, NCCL); the two together at most the largest GPU reported and
+   * the cluster's maximum allocation. It is asked for again with that, not counted against the role's restarts.
+   * Otherwise (growths used up, retry off, nothing left to grow into, exclusive mode) it FAILED: an OOM is never re-run
+   * with the same memory, nor does it use the role's restarts, unless the report says {@code oversubscribed} (a
+   * neighbour beyond its reservation, named in {@code culprit}, took the memory): that victim is asked for again with
+   * the same memory, at most {@link TaskBook#MAX_NOT_ITS_FAULT} times.
    */
   Verdict afterOom(Task t) {
     ObjectNode report = t.attemptOom;
@@ -92,35 +101,53 @@ final class GpuMemory {
           + t.expectedMb + " MiB, not grown (re-run " + t.notItsFault + "/" + TaskBook.MAX_NOT_ITS_FAULT
           + ", not counted against the role's restarts)");
     } else {
+      boolean outside = OUTSIDE.equals(report.path("kind").asText());
       long cap = report.path("cap_mb").isNumber() ? report.path("cap_mb").asLong() : t.expectedMb;
       Long peak = report.path("peak_mb").isNumber() ? Long.valueOf(report.path("peak_mb").asLong()) : t.attemptPeakMb;
-      String exceeded = "exceeded its expected GPU memory (cap " + cap + " MiB; peak seen "
-          + (peak == null ? "unknown" : peak + " MiB") + ")";
+      String exceeded = outside
+          ? "ran out of GPU memory outside its framework's allocator (its context reserve " + t.contextMb + " MiB; cap "
+              + cap + " MiB; peak seen " + (peak == null ? "unknown" : peak + " MiB") + ")"
+          : "exceeded its expected GPU memory (cap " + cap + " MiB; peak seen "
+              + (peak == null ? "unknown" : peak + " MiB") + ")";
       String notGrown;
-      advice = "; raise roles." + role.name + ".gpu_memory above " + cap + " MiB";
+      advice = outside
+          ? "; the CUDA context, cuBLAS/cuDNN workspaces or NCCL buffers need more than " + t.contextMb + " MiB beside"
+              + " the cap (the next run starts with the reserve it reached; an admin raises [melon] gpu_context_mb)"
+          : "; raise roles." + role.name + ".gpu_memory above " + cap + " MiB";
+      long other = outside ? t.expectedMb : t.contextMb;  // the figure that does not grow shares the GPU
+      long now = outside ? t.contextMb : t.expectedMb;
       if (role.oomMaxGrowths == 0) {
         notGrown = "oom retry is off (oom_max_growths: 0)";
       } else if (t.oomGrowths >= role.oomMaxGrowths) {
         notGrown = "grown " + t.oomGrowths + " of " + role.oomMaxGrowths + " times";
       } else {
-        long grown = (long) Math.ceil(t.expectedMb * role.oomGrowth - 1e-6);  // 1000 x 1.1 is 1100, not 1101
-        notGrown = "oom_growth " + role.oomGrowth + " does not grow " + t.expectedMb + " MiB";
-        if (largestGpuMb > 0 && grown + role.gpuContextMb > largestGpuMb) {  // the context shares the GPU
-          grown = largestGpuMb - role.gpuContextMb;
+        long grown = (long) Math.ceil(now * role.oomGrowth - 1e-6);  // 1000 x 1.1 is 1100, not 1101
+        if (outside) {
+          grown = Math.max(grown, now + CONTEXT_STEP_MB);
+        }
+        notGrown = "oom_growth " + role.oomGrowth + " does not grow " + now + " MiB";
+        if (largestGpuMb > 0 && grown + other > largestGpuMb) {  // expected memory and context share the GPU
+          grown = largestGpuMb - other;
           notGrown = "already at the largest GPU (" + largestGpuMb + " MiB)";
           advice = "; reduce the batch or the model: no GPU seen has more memory";
         }
-        if (maxGpuMemoryMb > 0 && grown + role.gpuContextMb > maxGpuMemoryMb) {
-          grown = maxGpuMemoryMb - role.gpuContextMb;
+        if (maxGpuMemoryMb > 0 && grown + other > maxGpuMemoryMb) {
+          grown = maxGpuMemoryMb - other;
           notGrown = "already at the cluster's maximum allocation of " + MelonApplicationMaster.GPU_MEM + " ("
               + maxGpuMemoryMb + " MiB)";
           advice = "; reduce the batch or the model: YARN grants no more";
         }
-        if (grown > t.expectedMb) {
-          t.expectedMb = grown;
+        if (grown > now) {
           t.oomGrowths++;
-          return new Verdict(true, exceeded + ": asking again with " + grown + " MiB (growth " + t.oomGrowths + "/"
-              + role.oomMaxGrowths + ", not counted against the role's restarts)");
+          String growth = " (growth " + t.oomGrowths + "/" + role.oomMaxGrowths
+              + ", not counted against the role's restarts)";
+          if (outside) {
+            t.contextMb = grown;
+            return new Verdict(true, exceeded + ": asking again with a context reserve of " + grown + " MiB beside"
+                + " its unchanged " + t.expectedMb + " MiB" + growth);
+          }
+          t.expectedMb = grown;
+          return new Verdict(true, exceeded + ": asking again with " + grown + " MiB" + growth);
         }
       }
       what = exceeded + ": " + notGrown;
@@ -129,7 +156,8 @@ final class GpuMemory {
   }
 
   /** An OOM report of {@code t} as kept: the executor's fields ({@code cap_mb}, {@code peak_mb},
-   * {@code largest_gpu_mb}: integers or null; {@code peak_source} when sent; {@code signature}, at most
+   * {@code largest_gpu_mb}: integers or null; {@code peak_source}, {@code kind} and {@code need_mb} when sent;
+   * {@code signature}, at most
    * {@link #OOM_SIGNATURE_MAX} characters), with {@code cap_mb} filled from the task's expected memory (shared mode)
    * when it came without one. */
   private static ObjectNode report(Task t, JsonNode given) {
@@ -146,6 +174,12 @@ final class GpuMemory {
     }
     if (given.path("peak_source").isTextual()) {  // only when sent: the report as sent
       o.put("peak_source", given.path("peak_source").asText());
+    }
+    if (given.path("kind").isTextual()) {
+      o.put("kind", given.path("kind").asText());
+    }
+    if (given.path("need_mb").isNumber()) {
+      o.put("need_mb", given.path("need_mb").asLong());
     }
     String signature = given.path("signature").isTextual() ? given.path("signature").asText() : null;
     o.put("signature", signature == null || signature.length() <= OOM_SIGNATURE_MAX ? signature

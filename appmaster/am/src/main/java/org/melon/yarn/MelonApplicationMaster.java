@@ -188,8 +188,8 @@ public final class MelonApplicationMaster {
   // ---------------------------------------------------------------- scheduling
 
   /** What a container of {@code t} is asked for: its role's memory, vcores and whole GPUs, and the GPU memory the
-   * task holds: its own expected memory (its role's, grown after OOMs) plus the CUDA context's, at least its role's
-   * slot. */
+   * task holds: its own expected memory plus its context reserve (its role's, each grown after OOMs), at least its
+   * role's slot. */
   static Resource resource(Task t) {
     Role role = t.role;
     Resource res = Resource.newInstance(role.memoryMb, role.vcores);
@@ -197,7 +197,7 @@ public final class MelonApplicationMaster {
       res.setResourceValue(GPU, role.gpus);
     }
     if (t.expectedMb > 0) {
-      res.setResourceValue(GPU_MEM, Math.max(t.expectedMb + t.role.gpuContextMb, t.role.gpuSlotMb));
+      res.setResourceValue(GPU_MEM, Math.max(t.expectedMb + t.contextMb, t.role.gpuSlotMb));
     }
     return res;
   }
@@ -298,7 +298,7 @@ public final class MelonApplicationMaster {
     env.put("MELON_CONTAINER_ID", t.container.getId().toString());
     env.put("MELON_GPUS", String.valueOf(t.role.gpus));
     env.put("MELON_GPU_MEMORY_MB", String.valueOf(t.expectedMb));  // the task's: grown after an OOM
-    env.put("MELON_GPU_CONTEXT_MB", String.valueOf(t.role.gpuContextMb));
+    env.put("MELON_GPU_CONTEXT_MB", String.valueOf(t.contextMb));  // the task's: grown after an OOM outside the cap
     env.put("MELON_GPU_MODELS", String.join(",", t.role.gpuModels));  // the executor checks its GPU (NVML)
     String command = plan.path(PlanFields.COMMAND).asText() + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR
         + "/stdout 2>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stderr";

@@ -46,8 +46,12 @@ final class Task {
   /** The task's expected GPU memory, MiB: its role's, grown after each OOM in shared mode. Its containers are asked
    * for with it ({@code melon.io/gpu-memory}) and its executor caps the process at it. */
   long expectedMb;
-  /** How many times {@link #expectedMb} grew after an OOM. */
+  /** How many times {@link #expectedMb} or {@link #contextMb} grew after an OOM. */
   int oomGrowths;
+  /** What the task reserves on its GPU beside {@link #expectedMb}, MiB: the CUDA context, the libraries' handles and
+   * buffers, outside the cap. Its role's ({@code gpu_context_mb}), grown after an OOM outside the framework's
+   * allocator ({@code oom.kind} {@code outside}). */
+  long contextMb;
   /** The peak GPU memory of the task's processes over all its attempts (heartbeats, OOM reports), MiB: the largest
    * figure of the best source ({@link GpuMemory#peakWins}); null: none reported. */
   Long gpuMemoryPeakMb;
@@ -82,6 +86,7 @@ final class Task {
     this.number = number;
     this.updated = now;
     this.expectedMb = role.gpuMemoryMb;
+    this.contextMb = role.gpuContextMb;
   }
 
   String name() {

@@ -568,6 +568,57 @@ class TaskBookTest {
   }
 
   @Test
+  void anOomOutsideTheAllocatorGrowsTheContextReserveNotTheExpectedMemory() {
+    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
+        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
+        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
+    try {
+      TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 4096, gpu_context_mb: 1024}]}");
+      Task w0 = book.task("worker", 0);
+      String log = logOf(() -> oom(book, place(book, w0, "node-a"), "{cap_mb: 4096, peak_mb: 1200, largest_gpu_mb:"
+          + " 16384, signature: 'RuntimeError: CUDA error: out of memory', kind: 'outside', need_mb: 1200}"));
+      assertTrue(log.contains("restarting task worker:0: ran out of GPU memory outside its framework's allocator (its"
+          + " context reserve 1024 MiB; cap 4096 MiB; peak seen 1200 MiB): asking again with a context reserve of 1536"
+          + " MiB beside its unchanged 4096 MiB (growth 1/2, not counted against the role's restarts)"), log);
+      assertEquals(4096, w0.expectedMb, "the cap is not what ran out");
+      assertEquals(1536, w0.contextMb);
+      assertEquals(5632, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
+      assertEquals("outside", w0.oom.path("kind").asText());
+      assertEquals(1200, w0.oom.path("need_mb").asLong());
+      // a cap OOM afterwards grows the expected memory, and the grown context stays beside it
+      oom(book, place(book, w0, "node-a"), "{cap_mb: 4096, peak_mb: 4000, largest_gpu_mb: 16384, signature: 'x',"
+          + " kind: 'cap'}");
+      assertEquals(6144, w0.expectedMb);
+      assertEquals(7680, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
+      oom(book, place(book, w0, "node-a"), "{cap_mb: 6144, signature: 'x', kind: 'outside'}");
+      assertEquals(State.FAILED, book.state(), "growths are shared by both figures");
+      assertTrue(book.diagnostics().startsWith("task worker:0 ran out of GPU memory outside its framework's allocator"
+          + " (its context reserve 1536 MiB; cap 6144 MiB; peak seen unknown): grown 2 of 2 times; the CUDA context,"
+          + " cuBLAS/cuDNN workspaces or NCCL buffers need more than 1536 MiB beside the cap"), book.diagnostics());
+    } finally {
+      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
+    }
+  }
+
+  @Test
+  void aContextReserveGrowsFromZeroAndNeverPastTheLargestGpu() {
+    TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 15000, gpu_context_mb: 0}]}");
+    Task w0 = book.task("worker", 0);
+    oom(book, place(book, w0, "node-a"), "{cap_mb: 15000, largest_gpu_mb: 16384, signature: 'x', kind: 'outside'}");
+    assertEquals(256, w0.contextMb, "at least a step more than nothing");
+    oom(book, place(book, w0, "node-a"), "{cap_mb: 15000, largest_gpu_mb: 16384, signature: 'x', kind: 'outside'}");
+    assertEquals(512, w0.contextMb);
+    assertEquals(15000, w0.expectedMb);
+    TaskBook full = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 16000, gpu_context_mb: 384}]}");
+    Task f0 = full.task("worker", 0);
+    oom(full, place(full, f0, "node-a"), "{cap_mb: 16000, largest_gpu_mb: 16384, signature: 'x', kind: 'outside'}");
+    assertEquals(State.FAILED, full.state(), "16000 + 640 is more than the largest GPU: nothing to grow into");
+    assertEquals(384, f0.contextMb);
+    assertTrue(full.diagnostics().contains("already at the largest GPU (16384 MiB); reduce the batch or the model"),
+        full.diagnostics());
+  }
+
+  @Test
   void aVictimOfAnOversubscribedGpuIsRetriedAtItsOldFigureNotGrown() {
     TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, restarts: 0}]}");
     Task w0 = book.task("worker", 0);
