@@ -16,8 +16,9 @@ classpath="$here/launcher/target/classpath.txt"
 # each jar: built by Maven here -> shipped in the package there
 jars=("$here/am/target/melon-appmaster.jar:$package/am/melon-appmaster.jar"
       "$here/scheduler/target/melon-scheduler.jar:$package/rm/melon-scheduler.jar")
-stale() {  # $1 is missing, or a source (the JSON the jars carry too) is newer
-  [ ! -f "$1" ] || [ -n "$(find "$here/pom.xml" "$here/am/pom.xml" "$here/am/src" "$here/scheduler/pom.xml" "$here/scheduler/src" "$here/launcher/pom.xml" "$here/launcher/src" "$package/am/plan.schema.json" "$package/am/messages.schema.json" "$package/rm/ledger-rule.json" -newer "$1" -print -quit)" ]
+stale() {  # $1 is missing, or a source file (the JSON the jars carry too) is newer. Files only: the folders an
+  # extracted sdist creates are newer than its jars, and would make every wheel built from it run Maven again
+  [ ! -f "$1" ] || [ -n "$(find "$here/pom.xml" "$here/am/pom.xml" "$here/am/src" "$here/scheduler/pom.xml" "$here/scheduler/src" "$here/launcher/pom.xml" "$here/launcher/src" "$package/am/plan.schema.json" "$package/am/messages.schema.json" "$package/rm/ledger-rule.json" -type f -newer "$1" -print -quit)" ]
 }
 mvn_package() {
   echo "[appmaster] mvn package" >&2
