@@ -24,6 +24,15 @@ from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOU
 
 DRC = "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
 CALCULATOR_KEY = "yarn.scheduler.capacity.resource-calculator"
+#: where the calculator goes, and why there: the CapacityScheduler reads capacity-scheduler.xml after yarn-site.xml
+CALCULATOR_FIX = (
+    f"capacity-scheduler.xml on the RM (each RM of an HA pair): {CALCULATOR_KEY} = {DRC}. The CapacityScheduler "
+    "reads that file after yarn-site.xml, so a value there wins, and Hadoop's stock capacity-scheduler.xml sets the "
+    "DefaultResourceCalculator. Then restart the RM: `yarn rmadmin -refreshQueues` does not change the calculator"
+)
+#: what the RM logs when it will not start on the DefaultResourceCalculator with GPU resource types declared
+#: (CapacityScheduler.initScheduler, Hadoop 3.3 to 3.5)
+CALCULATOR_REFUSAL = "RM uses DefaultResourceCalculator which used only memory as resource-type"
 PRIORITY_KEY = "yarn.cluster.max-application-priority"
 PLUGINS_KEY = "yarn.nodemanager.resource-plugins"
 ALLOWED_GPUS_KEY = "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices"
@@ -33,6 +42,48 @@ NN_INFO_BEAN = "Hadoop:service=NameNode,name=NameNodeInfo"
 
 #: what a check returns: a finding, or None where it does not apply (gpu-mig on a host without GPUs)
 _R = TypeVar("_R", bound=Optional[Finding])
+
+
+def _vcores(resource: Any) -> int:
+    return int(as_dict(resource).get("vCores") or 0)
+
+
+def calculator_evidence(known_types: set[str], leaf: Optional[dict]) -> tuple[Optional[bool], str]:
+    """Whether the CapacityScheduler computes with every resource (True: the DominantResourceCalculator), with
+    memory only (False: the DefaultResourceCalculator) or cannot be told (None), and what shows it. Where the
+    calculator is set and what the RM's ``/conf`` says are beside the point: the RM reads yarn-site.xml, the
+    CapacityScheduler capacity-scheduler.xml after it. Two things the scheduler does tell:
+
+    - ``known_types``, the resource types the RM declares: with any beyond memory and vcores, the CapacityScheduler
+      refuses to start on the DefaultResourceCalculator (``initScheduler``, Hadoop 3.3 to 3.5);
+    - ``leaf``, a leaf queue of ``/ws/v1/cluster/scheduler``: its ApplicationMaster limit (``AMResourceLimit``) is the
+      queue's resources × ``configuredMaxAMResourceLimit``, as the calculator computes it. The
+      DefaultResourceCalculator keeps memory and gives 1 vcore; the DominantResourceCalculator scales the vcores too,
+      to at least the queue's guaranteed vcores (``minEffectiveCapacity``) × that share, rounded up.
+    """
+    gpu_types = sorted({GPU_RESOURCE, GPU_MEMORY_RESOURCE} & known_types)
+    if gpu_types:
+        return True, (
+            f"the RM declares {' and '.join(gpu_types)}, and the CapacityScheduler does not start on the "
+            "DefaultResourceCalculator with resource types beyond memory and vcores"
+        )
+    if not leaf:
+        return None, "no leaf queue to read"
+    name = leaf.get("queuePath") or leaf.get("queueName")
+    am = as_dict(leaf.get("AMResourceLimit"))
+    got = _vcores(am)
+    if got >= 2:
+        return True, f"queue {name}'s ApplicationMaster limit counts vcores ({got})"
+    share = float(leaf.get("configuredMaxAMResourceLimit") or 0)
+    guaranteed = _vcores(leaf.get("minEffectiveCapacity"))
+    every_resource = guaranteed * share
+    if got == 1 and int(am.get("memory") or 0) > 0 and every_resource >= 2:
+        return False, (
+            f"queue {name}'s ApplicationMaster limit counts memory only ({am.get('memory')} MiB and 1 vcore, where "
+            f"a calculator of every resource gives {guaranteed} guaranteed vcores × {share:g} = {every_resource:g} "
+            "or more)"
+        )
+    return None, f"queue {name}'s ApplicationMaster limit ({am.get('memory', 0)} MiB, {got} vcore(s)) tells neither"
 
 
 class Doctor:
@@ -170,7 +221,9 @@ class Doctor:
                 "resourcemanager",
                 "; ".join(states),
                 "start the ResourceManager, or fix the yarn connection's host (RM web address, "
-                "e.g. http://rm:8088; list both RMs of an HA pair)",
+                "e.g. http://rm:8088; list both RMs of an HA pair). An RM that does not start, its log saying "
+                f"'{CALCULATOR_REFUSAL} but invalid resource-types specified', runs on capacity-scheduler.xml's "
+                f"calculator, not yarn-site.xml's: {CALCULATOR_FIX}",
             )
         return _ok("resourcemanager", "; ".join(states))
 
@@ -205,32 +258,62 @@ class Doctor:
                 f"{kind}: MeLoN is tested on the CapacityScheduler",
                 "yarn.resourcemanager.scheduler.class = ...scheduler.capacity.CapacityScheduler",
             )
-        calculator = self.yarn.rm_conf(CALCULATOR_KEY)
-        if calculator is None:
-            return _warn(
-                "scheduler",
-                f"CapacityScheduler; the RM does not publish {CALCULATOR_KEY} at /conf, so "
-                "the resource calculator cannot be checked from here",
-                f"make sure capacity-scheduler.xml sets {CALCULATOR_KEY} = {DRC}",
-            )
-        if calculator.strip() != DRC:
+        leaves = self._leaf_queues(info)
+        leaf = leaves.get(self.queue) or next(iter(leaves.values()), None)  # any leaf shows the calculator
+        every, evidence = calculator_evidence(self._known_types(info), leaf)
+        named = (self.yarn.rm_conf(CALCULATOR_KEY) or "").strip()  # the RM's yarn-site.xml, not the scheduler's
+        site = (
+            f"; yarn-site.xml names {named.rsplit('.', 1)[-1]} (the RM's /conf), which is not what it runs on"
+            if (named == DRC and every is False)
+            else ""
+        )
+        if every is False:
             return _fail(
                 "scheduler",
-                f"CapacityScheduler with {calculator}: GPUs and GPU memory are ignored when placing containers",
-                f"capacity-scheduler.xml: {CALCULATOR_KEY} = {DRC}; then `yarn rmadmin -refreshQueues`",
+                "CapacityScheduler on the DefaultResourceCalculator: it places containers by memory alone, GPUs and "
+                f"GPU memory ignored: {evidence}{site}",
+                CALCULATOR_FIX,
+            )
+        if every is None:
+            if named and named != DRC:
+                return _fail(
+                    "scheduler",
+                    f"CapacityScheduler; the RM's configuration names {named}, which places containers by memory "
+                    f"alone, GPUs and GPU memory ignored ({evidence})",
+                    CALCULATOR_FIX,
+                )
+            return _warn(
+                "scheduler",
+                f"CapacityScheduler; which calculator it runs on cannot be told from here ({evidence}; no GPU "
+                "resource type declared)"
+                + (
+                    "; yarn-site.xml names the DominantResourceCalculator, but a value in capacity-scheduler.xml wins"
+                    if named
+                    else ""
+                ),
+                CALCULATOR_FIX,
             )
         top = self.yarn.rm_conf(PRIORITY_KEY)
         if top is None or not top.strip().lstrip("-").isdigit() or int(top) < learned.MAX_PRIORITY:
             return _warn(
                 "scheduler",
-                f"CapacityScheduler on the DominantResourceCalculator; {PRIORITY_KEY} is {top or '0 (unset)'}: "
+                f"CapacityScheduler on the DominantResourceCalculator ({evidence}); {PRIORITY_KEY} is "
+                f"{top or '0 (unset)'}: "
                 f"priority: auto (longer runs first) needs {learned.MAX_PRIORITY}, so its runs queue below that",
                 f"yarn-site.xml on the RM: {PRIORITY_KEY} = {learned.MAX_PRIORITY}; restart the RM",
             )
         return _ok(
             "scheduler",
-            f"CapacityScheduler on the DominantResourceCalculator; application priorities up to {top}",
+            f"CapacityScheduler on the DominantResourceCalculator ({evidence}); application priorities up to {top}",
         )
+
+    def _known_types(self, scheduler: dict) -> set[str]:
+        """The resource types the RM declares: those of its scheduler's maximum allocation and of its nodes."""
+        infos = as_dict(as_dict(scheduler.get("maximumAllocation")).get("resourceInformations"))
+        known = {str(i.get("name")) for i in as_list(infos.get("resourceInformation")) if isinstance(i, dict)}
+        for node in self.nodes():
+            known |= set(as_dict(node["totalResource"].get("units")))
+        return known
 
     def check_nodes(self) -> Finding:
         nodes = self.nodes()
@@ -266,7 +349,8 @@ class Doctor:
             )
         return _ok("nodes", detail)
 
-    def _leaf_queues(self) -> dict[str, dict]:
+    def _leaf_queues(self, scheduler: Optional[dict] = None) -> dict[str, dict]:
+        """Each leaf queue of ``scheduler`` (default: the RM's ``/ws/v1/cluster/scheduler``) by name and by path."""
         found: dict[str, dict] = {}
 
         def walk(queue: dict) -> None:
@@ -278,7 +362,7 @@ class Doctor:
                 if isinstance(child, dict):
                     walk(child)
 
-        walk(self.yarn.scheduler())
+        walk(self.yarn.scheduler() if scheduler is None else scheduler)
         return found
 
     def check_queue(self) -> Finding:
