@@ -38,6 +38,8 @@ PLUGINS_KEY = "yarn.nodemanager.resource-plugins"
 ALLOWED_GPUS_KEY = "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices"
 EXECUTOR_KEY = "yarn.nodemanager.container-executor.class"
 NN_INFO_BEAN = "Hadoop:service=NameNode,name=NameNodeInfo"
+#: a node may advertise this share less GPU memory than its GPUs hold for tasks before the doctor warns
+GPU_MEMORY_SLACK = 0.05
 
 
 #: what a check returns: a finding, or None where it does not apply (gpu-mig on a host without GPUs)
@@ -135,6 +137,10 @@ class Doctor:
         mig = self._guard("gpu-mig", self.check_gpu_mig)
         if mig is not None:  # only where this host has GPUs (doctor run on a GPU node)
             findings.append(mig)
+        if findings[0].status != "fail":
+            advertised = self._guard("gpu-memory", self.check_gpu_memory)
+            if advertised is not None:  # only on a GPU node that runs a NodeManager
+                findings.append(advertised)
         if self.submit_test:
             if any(f.status == "fail" for f in findings):
                 findings.append(
@@ -413,6 +419,43 @@ class Doctor:
                 ),
             )
         return _ok("gpu-mig", f"this host's {len(gpus)} GPU(s): none in MIG mode")
+
+    def check_gpu_memory(self) -> Optional[Finding]:
+        """This host's NodeManager: the ``melon.io/gpu-memory`` it advertises against what its GPUs hold for tasks,
+        NVML's total less the driver's own per GPU (``ledger.driver_mb``: what the node's ledger divides among tasks;
+        the idle GPU's used memory). Only the GPUs MeLoN shares count (the yarn connection's ``CUDA_VISIBLE_DEVICES``,
+        where YARN's GPU plugin keeps others). None on a host without NVML or that runs no RUNNING NodeManager."""
+        from airflow_provider_melon.gpu import devices, ledger  # noqa: PLC0415 - NVML only for this check
+
+        visible = dict(getattr(self.hook, "container_env", {}) or {})
+        gpus = devices.nvml_gpus(env={k: v for k, v in visible.items() if k == "CUDA_VISIBLE_DEVICES"})
+        if not gpus:
+            return None
+        here = {socket.gethostname(), socket.getfqdn()}
+        mine = [n for n in self.nodes() if str(n.get("nodeHostName")) in here]
+        if not mine:
+            return None
+        advertised = sum(int(n["totalResource"]["resources"].get(GPU_MEMORY_RESOURCE, 0) or 0) for n in mine)
+        usable = sum(d.total_mb - ledger.driver_mb(d) for d in gpus)
+        parts = ", ".join(f"GPU {d.index}: {d.total_mb} - {ledger.driver_mb(d)}" for d in gpus)
+        detail = (
+            f"{', '.join(str(n.get('id')) for n in mine)} advertises {advertised} MiB of {GPU_MEMORY_RESOURCE}; its "
+            f"{len(gpus)} GPU(s) hold {usable} MiB for tasks (NVML's total less the driver's own: {parts})"
+        )
+        fix = (
+            f"this node's node-resources.xml: yarn.nodemanager.resource-type.{GPU_MEMORY_RESOURCE} = {usable}Mi (NVML's "
+            "total less the idle GPU's used memory, summed over the GPUs MeLoN shares); restart the NodeManager"
+        )
+        if advertised > usable:
+            return _fail(
+                "gpu-memory",
+                detail + f": YARN grants {advertised - usable} MiB the GPUs do not have, and the tasks sent there "
+                "exit 75 and are asked for again",
+                fix,
+            )
+        if advertised < usable * (1 - GPU_MEMORY_SLACK):
+            return _warn("gpu-memory", detail + f": YARN leaves {usable - advertised} MiB of them unused", fix)
+        return _ok("gpu-memory", detail)
 
     # ---- NodeManagers: reachable from here, YARN's own GPU plugin ------------------------------------------
     def _nm_url(self, node: dict) -> Optional[str]:
