@@ -114,6 +114,8 @@ class Doctor:
         self.fs_from_connection = fs_from_connection
         self._nodes: Optional[list[dict]] = None
         self._nm_unreachable: dict[str, str] = {}
+        #: why the RM's /conf could not be read (its admins only), once a check found so
+        self._conf_refused: Optional[str] = None
         self._hdfs_reachable = False
 
     def run(self) -> list[Finding]:
@@ -267,7 +269,7 @@ class Doctor:
         leaves = self._leaf_queues(info)
         leaf = leaves.get(self.queue) or next(iter(leaves.values()), None)  # any leaf shows the calculator
         every, evidence = calculator_evidence(self._known_types(info), leaf)
-        named = (self.yarn.rm_conf(CALCULATOR_KEY) or "").strip()  # the RM's yarn-site.xml, not the scheduler's
+        named = (self._rm_conf(CALCULATOR_KEY) or "").strip()  # the RM's yarn-site.xml, not the scheduler's
         site = (
             f"; yarn-site.xml names {named.rsplit('.', 1)[-1]} (the RM's /conf), which is not what it runs on"
             if (named == DRC and every is False)
@@ -299,12 +301,13 @@ class Doctor:
                 ),
                 CALCULATOR_FIX,
             )
-        top = self.yarn.rm_conf(PRIORITY_KEY)
+        top = self._rm_conf(PRIORITY_KEY)
         if top is None or not top.strip().lstrip("-").isdigit() or int(top) < learned.MAX_PRIORITY:
+            shown = self._conf_refused or top or "0 (unset)"
             return _warn(
                 "scheduler",
                 f"CapacityScheduler on the DominantResourceCalculator ({evidence}); {PRIORITY_KEY} is "
-                f"{top or '0 (unset)'}: "
+                f"{shown}: "
                 f"priority: auto (longer runs first) needs {learned.MAX_PRIORITY}, so its runs queue below that",
                 f"yarn-site.xml on the RM: {PRIORITY_KEY} = {learned.MAX_PRIORITY}; restart the RM",
             )
@@ -312,6 +315,17 @@ class Doctor:
             "scheduler",
             f"CapacityScheduler on the DominantResourceCalculator ({evidence}); application priorities up to {top}",
         )
+
+    def _rm_conf(self, name: str) -> Optional[str]:
+        """The RM's ``/conf`` value of ``name``; None, noted, where the RM keeps ``/conf`` to its admins
+        (``hadoop.security.instrumentation.requires.admin``): the scheduler tells the calculator anyway."""
+        try:
+            return self.yarn.rm_conf(name)
+        except YarnApiError as exc:
+            if exc.status not in (401, 403):
+                raise
+            self._conf_refused = f"unknown (the RM's /conf answered HTTP {exc.status} to this user)"
+            return None
 
     def _known_types(self, scheduler: dict) -> set[str]:
         """The resource types the RM declares: those of its scheduler's maximum allocation and of its nodes."""

@@ -128,3 +128,15 @@ def test_an_rm_that_is_down_names_the_calculator_among_the_causes():
     finding = Doctor(types.SimpleNamespace(yarn=down)).check_rm()
     assert finding.status == "fail" and "127.0.0.1:1" in finding.detail, finding
     assert "RM uses DefaultResourceCalculator which used only memory" in finding.fix and CALCULATOR_FIX in finding.fix
+
+
+def test_an_rms_conf_kept_to_its_admins_leaves_the_calculator_to_the_scheduler():
+    """``hadoop.security.instrumentation.requires.admin``: /conf answers 403 to a user not in the RM's admin ACL.
+    The calculator is still told (the scheduler's answer); the priorities are not, and the warning says why."""
+    with rm_mock.Mocker() as rm:
+        rm.get(f"{RM}/ws/v1/cluster/scheduler", json=answer("dominant"))
+        rm.get(f"{RM}/ws/v1/cluster/nodes", json={"nodes": {"node": []}})
+        rm.get(f"{RM}/conf", status_code=403, text="Unauthorized user")
+        finding = Doctor(types.SimpleNamespace(yarn=YarnHook(rm_urls=[RM], user="alice"))).check_scheduler()
+    assert finding.status == "warn" and "on the DominantResourceCalculator" in finding.detail, finding
+    assert "is unknown (the RM's /conf answered HTTP 403 to this user)" in finding.detail
