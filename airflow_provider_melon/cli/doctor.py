@@ -630,7 +630,7 @@ class Doctor:
     def check_hdfs(self) -> Finding:
         hook = self.hook
         if not self.fs_from_connection and not hook.fs_default_fs:
-            hook.fs_default_fs = self.yarn.rm_conf("fs.defaultFS")
+            hook.fs_default_fs = self._rm_conf("fs.defaultFS")
         if not hook.fs_default_fs:
             return _fail(
                 "hdfs",
