@@ -12,6 +12,7 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -34,6 +35,15 @@ def test_build_gives_both_artifacts_at_the_one_version(dist):
     metadata = zipfile.ZipFile(whl).read(f"airflow_provider_melon-{__version__}.dist-info/METADATA").decode()
     assert re.search(rf"^Version: {re.escape(__version__)}$", metadata, re.M)
     assert re.search(r"^License(-Expression)?: Apache-2.0$", metadata, re.M), metadata[:800]
+
+
+def test_the_wheels_project_urls_are_https_addresses(dist):
+    """A Project-URL is a link (pip show, PyPI, the packaging tools): an https address, or none."""
+    whl, _, _ = dist
+    metadata = zipfile.ZipFile(whl).read(f"airflow_provider_melon-{__version__}.dist-info/METADATA").decode()
+    urls = [line.split(",", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Project-URL:")]
+    bad = [u for u in urls if urlsplit(u).scheme != "https" or not urlsplit(u).netloc]
+    assert not bad, bad
 
 
 def test_setuptools_warns_of_no_ignored_package(dist):
