@@ -286,8 +286,8 @@ class Doctor:
             if named and named != DRC:
                 return _fail(
                     "scheduler",
-                    f"CapacityScheduler; the RM's configuration names {named}, which places containers by memory "
-                    f"alone, GPUs and GPU memory ignored ({evidence})",
+                    f"CapacityScheduler; the RM's configuration names {named}, not the DominantResourceCalculator, "
+                    f"and the scheduler does not tell otherwise ({evidence})",
                     CALCULATOR_FIX,
                 )
             return _warn(
