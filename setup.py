@@ -1,7 +1,8 @@
-"""Metadata lives in setup.cfg. This file adds one build step: the ApplicationMaster jar is built (Maven, only when
-missing or stale: appmaster/build.sh) and placed at airflow_provider_melon/am/melon-appmaster.jar before the sdist's
-files or the wheel's Python files are collected, so the sdist and every wheel carry the AM. A wheel built from an
-sdist that holds a fresh jar runs no Maven; where the jar cannot be built, the build stops saying how to build it."""
+"""Metadata lives in setup.cfg. This file adds one build step: the jars the package ships (the ApplicationMaster's,
+airflow_provider_melon/am/melon-appmaster.jar, and the scheduler plug-in's, airflow_provider_melon/rm/) are built
+(Maven, only when missing or stale: appmaster/build.sh) before the sdist's files or the wheel's Python files are
+collected, so the sdist and every wheel carry them. A wheel built from an sdist (which holds fresh jars) runs no
+Maven and needs no JDK; where a jar must be built and cannot be, the build stops saying how to build it."""
 
 import shutil
 import subprocess
@@ -16,7 +17,8 @@ JAR = HERE / "airflow_provider_melon" / "am" / "melon-appmaster.jar"
 HOW_TO_BUILD = (
     "The ApplicationMaster jar (airflow_provider_melon/am/melon-appmaster.jar) is built from appmaster/ with JDK 17 "
     "and Maven: install both (Debian: apt-get install openjdk-17-jdk-headless maven) and build again, or run "
-    "`bash appmaster/build.sh` in the source tree first, or install the released wheel, which carries the jar."
+    "`bash appmaster/build.sh` in the source tree first; or build the wheel (or the sdist) on a host that has them, "
+    "and install that here: it carries the jar."
 )
 
 

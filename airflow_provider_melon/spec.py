@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from airflow_provider_melon.runtime import ports
+
 FRAMEWORKS = ("tensorflow", "pytorch", "generic")
 TF_ROLES = ("chief", "worker", "ps", "evaluator")
 TORCH_ROLES = ("master", "worker")
@@ -419,6 +421,18 @@ class JobSpec(BaseModel):
         if not _NAME.fullmatch(value):
             raise ValueError(f"must start with a letter and hold only letters, digits, '_', '.', '-': {value!r}")
         return value
+
+    @field_validator("env")
+    @classmethod
+    def _port_range(cls, env: dict[str, str]) -> dict[str, str]:
+        """``MELON_PORT_RANGE``: the ports the job's AM and tasks listen on (a firewall's open range), refused here
+        rather than by an AM or executor on the cluster."""
+        if ports.VAR in env:
+            try:
+                ports.parse_range(env[ports.VAR])
+            except ValueError as exc:
+                raise _FieldError(ports.VAR, str(exc)) from None
+        return env
 
     @field_validator("entrypoint")
     @classmethod

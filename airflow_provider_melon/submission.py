@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from airflow_provider_melon import rm
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
+from airflow_provider_melon.runtime import ports
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
 from airflow_provider_melon.spec import (
     GPU_MODEL_MAX_LENGTH,
@@ -391,6 +392,8 @@ def _task_env(
     for key in user_env:
         if not isinstance(key, str) or not _SHELL_NAME.fullmatch(key):
             raise ValueError(f"env: {key!r} is not an environment variable name")
+    if ports.VAR in user_env and ports.VAR not in spec.env:  # the job's own is checked with its spec
+        ports.parse_range(str(user_env[ports.VAR]), name=f"the yarn connection's container_env {ports.VAR}")
     # str(): a connection's container_env is JSON, where a value may be a number
     env = {key: yarn_shell_value(str(value), expand=True) for key, value in user_env.items()}
     ours = dict(

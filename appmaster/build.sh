@@ -13,29 +13,41 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 package="$here/../airflow_provider_melon"
 classpath="$here/launcher/target/classpath.txt"
-# each jar: built by Maven here -> shipped in the package there
-jars=("$here/am/target/melon-appmaster.jar:$package/am/melon-appmaster.jar"
-      "$here/scheduler/target/melon-scheduler.jar:$package/rm/melon-scheduler.jar")
-stale() {  # $1 is missing, or a source (the JSON the jars carry too) is newer
-  [ ! -f "$1" ] || [ -n "$(find "$here/pom.xml" "$here/am/pom.xml" "$here/am/src" "$here/scheduler/pom.xml" "$here/scheduler/src" "$here/launcher/pom.xml" "$here/launcher/src" "$package/am/plan.schema.json" "$package/am/messages.schema.json" "$package/rm/ledger-rule.json" -newer "$1" -print -quit)" ]
+# each jar: its Maven module : built by Maven there : shipped in the package here
+jars=("am:$here/am/target/melon-appmaster.jar:$package/am/melon-appmaster.jar"
+      "scheduler:$here/scheduler/target/melon-scheduler.jar:$package/rm/melon-scheduler.jar")
+stale() {  # $2 is missing, or a source file of module $1 is newer: the poms, its src/, the JSON its jar carries.
+  # Files only: the folders an extracted sdist creates are newer than its jars. Per module: a jar whose own
+  # sources did not change is not rebuilt by Maven, so it may be older than another module's sources.
+  local carried=()
+  case "$1" in
+    am) carried=("$package/am/plan.schema.json" "$package/am/messages.schema.json") ;;
+    scheduler) carried=("$package/rm/ledger-rule.json") ;;
+  esac
+  [ ! -f "$2" ] || [ -n "$(find "$here/pom.xml" "$here/$1/pom.xml" "$here/$1/src" ${carried[@]+"${carried[@]}"} -type f -newer "$2" -print -quit)" ]
 }
 mvn_package() {
   echo "[appmaster] mvn package" >&2
   mvn -q -B -f "$here/pom.xml" package -DskipTests
 }
 any_stale=0
-for pair in "${jars[@]}"; do
-  built="${pair%%:*}" packaged="${pair#*:}"
-  if stale "$packaged" && stale "$built"; then any_stale=1; fi
+for jar in "${jars[@]}"; do
+  module="${jar%%:*}" rest="${jar#*:}"
+  built="${rest%%:*}" packaged="${rest#*:}"
+  if stale "$module" "$packaged" && stale "$module" "$built"; then any_stale=1; fi
 done
 if [ "${1:-}" = "--dev" ]; then
-  for pair in "${jars[@]}"; do stale "${pair%%:*}" && any_stale=1; done
-  stale "$classpath" && any_stale=1
+  for jar in "${jars[@]}"; do
+    module="${jar%%:*}" rest="${jar#*:}"
+    stale "$module" "${rest%%:*}" && any_stale=1
+  done
+  stale launcher "$classpath" && any_stale=1
 fi
 if [ "$any_stale" = 1 ]; then mvn_package; fi
-for pair in "${jars[@]}"; do
-  built="${pair%%:*}" packaged="${pair#*:}"
-  if [ -f "$built" ] && ! cmp -s "$built" "$packaged" && { stale "$packaged" || [ "$built" -nt "$packaged" ]; }; then
+for jar in "${jars[@]}"; do
+  module="${jar%%:*}" rest="${jar#*:}"
+  built="${rest%%:*}" packaged="${rest#*:}"
+  if [ -f "$built" ] && ! cmp -s "$built" "$packaged" && { stale "$module" "$packaged" || [ "$built" -nt "$packaged" ]; }; then
     mkdir -p "$(dirname "$packaged")"
     cp "$built" "$packaged"
   fi

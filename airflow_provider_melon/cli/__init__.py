@@ -188,9 +188,21 @@ def _pack_env(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from airflow_provider_melon.cli import jobs as cli_jobs
     from airflow_provider_melon.cli import memory as cli_memory
-    from airflow_provider_melon.cli.exit_codes import EXIT_CODES
+    from airflow_provider_melon.cli.exit_codes import EXIT_CODES, USAGE, error_json
 
-    parser = argparse.ArgumentParser(
+    json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
+
+    class Parser(argparse.ArgumentParser):
+        """argparse's parser (and its sub-parsers'), whose usage errors under ``--json`` are also a JSON object on
+        stdout, as every other error of a command is (``cli_jobs.run``)."""
+
+        def error(self, message: str):  # type: ignore[override]
+            if json_errors:
+                command = self.prog.split(" ", 1)[1] if " " in self.prog else None
+                print(json.dumps({**error_json(USAGE, message), **({"command": command} if command else {})}))
+            super().error(message)
+
+    parser: argparse.ArgumentParser = Parser(
         prog="melon", description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

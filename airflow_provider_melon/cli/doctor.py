@@ -24,15 +24,68 @@ from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOU
 
 DRC = "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
 CALCULATOR_KEY = "yarn.scheduler.capacity.resource-calculator"
+#: where the calculator goes, and why there: the CapacityScheduler reads capacity-scheduler.xml after yarn-site.xml
+CALCULATOR_FIX = (
+    f"capacity-scheduler.xml on the RM (each RM of an HA pair): {CALCULATOR_KEY} = {DRC}. The CapacityScheduler "
+    "reads that file after yarn-site.xml, so a value there wins, and Hadoop's stock capacity-scheduler.xml sets the "
+    "DefaultResourceCalculator. Then restart the RM: `yarn rmadmin -refreshQueues` does not change the calculator"
+)
+#: what the RM logs when it will not start on the DefaultResourceCalculator with GPU resource types declared
+#: (CapacityScheduler.initScheduler, Hadoop 3.3 to 3.5)
+CALCULATOR_REFUSAL = "RM uses DefaultResourceCalculator which used only memory as resource-type"
 PRIORITY_KEY = "yarn.cluster.max-application-priority"
 PLUGINS_KEY = "yarn.nodemanager.resource-plugins"
 ALLOWED_GPUS_KEY = "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices"
 EXECUTOR_KEY = "yarn.nodemanager.container-executor.class"
 NN_INFO_BEAN = "Hadoop:service=NameNode,name=NameNodeInfo"
+#: a node may advertise this share less GPU memory than its GPUs hold for tasks before the doctor warns
+GPU_MEMORY_SLACK = 0.05
 
 
 #: what a check returns: a finding, or None where it does not apply (gpu-mig on a host without GPUs)
 _R = TypeVar("_R", bound=Optional[Finding])
+
+
+def _vcores(resource: Any) -> int:
+    return int(as_dict(resource).get("vCores") or 0)
+
+
+def calculator_evidence(known_types: set[str], leaf: Optional[dict]) -> tuple[Optional[bool], str]:
+    """Whether the CapacityScheduler computes with every resource (True: the DominantResourceCalculator), with
+    memory only (False: the DefaultResourceCalculator) or cannot be told (None), and what shows it. Where the
+    calculator is set and what the RM's ``/conf`` says are beside the point: the RM reads yarn-site.xml, the
+    CapacityScheduler capacity-scheduler.xml after it. Two things the scheduler does tell:
+
+    - ``known_types``, the resource types the RM declares: with any beyond memory and vcores, the CapacityScheduler
+      refuses to start on the DefaultResourceCalculator (``initScheduler``, Hadoop 3.3 to 3.5);
+    - ``leaf``, a leaf queue of ``/ws/v1/cluster/scheduler``: its ApplicationMaster limit (``AMResourceLimit``) is the
+      queue's resources × ``configuredMaxAMResourceLimit``, as the calculator computes it. The
+      DefaultResourceCalculator keeps memory and gives 1 vcore; the DominantResourceCalculator scales the vcores too,
+      to at least the queue's guaranteed vcores (``minEffectiveCapacity``) × that share, rounded up.
+    """
+    gpu_types = sorted({GPU_RESOURCE, GPU_MEMORY_RESOURCE} & known_types)
+    if gpu_types:
+        return True, (
+            f"the RM declares {' and '.join(gpu_types)}, and the CapacityScheduler does not start on the "
+            "DefaultResourceCalculator with resource types beyond memory and vcores"
+        )
+    if not leaf:
+        return None, "no leaf queue to read"
+    name = leaf.get("queuePath") or leaf.get("queueName")
+    am = as_dict(leaf.get("AMResourceLimit"))
+    got = _vcores(am)
+    if got >= 2:
+        return True, f"queue {name}'s ApplicationMaster limit counts vcores ({got})"
+    share = float(leaf.get("configuredMaxAMResourceLimit") or 0)
+    guaranteed = _vcores(leaf.get("minEffectiveCapacity"))
+    every_resource = guaranteed * share
+    if got == 1 and int(am.get("memory") or 0) > 0 and every_resource >= 2:
+        return False, (
+            f"queue {name}'s ApplicationMaster limit counts memory only ({am.get('memory')} MiB and 1 vcore, where "
+            f"a calculator of every resource gives {guaranteed} guaranteed vcores × {share:g} = {every_resource:g} "
+            "or more)"
+        )
+    return None, f"queue {name}'s ApplicationMaster limit ({am.get('memory', 0)} MiB, {got} vcore(s)) tells neither"
 
 
 class Doctor:
@@ -61,6 +114,8 @@ class Doctor:
         self.fs_from_connection = fs_from_connection
         self._nodes: Optional[list[dict]] = None
         self._nm_unreachable: dict[str, str] = {}
+        #: why the RM's /conf could not be read (its admins only), once a check found so
+        self._conf_refused: Optional[str] = None
         self._hdfs_reachable = False
 
     def run(self) -> list[Finding]:
@@ -84,6 +139,10 @@ class Doctor:
         mig = self._guard("gpu-mig", self.check_gpu_mig)
         if mig is not None:  # only where this host has GPUs (doctor run on a GPU node)
             findings.append(mig)
+        if findings[0].status != "fail":
+            advertised = self._guard("gpu-memory", self.check_gpu_memory)
+            if advertised is not None:  # only on a GPU node that runs a NodeManager
+                findings.append(advertised)
         if self.submit_test:
             if any(f.status == "fail" for f in findings):
                 findings.append(
@@ -170,7 +229,9 @@ class Doctor:
                 "resourcemanager",
                 "; ".join(states),
                 "start the ResourceManager, or fix the yarn connection's host (RM web address, "
-                "e.g. http://rm:8088; list both RMs of an HA pair)",
+                "e.g. http://rm:8088; list both RMs of an HA pair). An RM that does not start, its log saying "
+                f"'{CALCULATOR_REFUSAL} but invalid resource-types specified', runs on capacity-scheduler.xml's "
+                f"calculator, not yarn-site.xml's: {CALCULATOR_FIX}",
             )
         return _ok("resourcemanager", "; ".join(states))
 
@@ -205,32 +266,74 @@ class Doctor:
                 f"{kind}: MeLoN is tested on the CapacityScheduler",
                 "yarn.resourcemanager.scheduler.class = ...scheduler.capacity.CapacityScheduler",
             )
-        calculator = self.yarn.rm_conf(CALCULATOR_KEY)
-        if calculator is None:
-            return _warn(
-                "scheduler",
-                f"CapacityScheduler; the RM does not publish {CALCULATOR_KEY} at /conf, so "
-                "the resource calculator cannot be checked from here",
-                f"make sure capacity-scheduler.xml sets {CALCULATOR_KEY} = {DRC}",
-            )
-        if calculator.strip() != DRC:
+        leaves = self._leaf_queues(info)
+        leaf = leaves.get(self.queue) or next(iter(leaves.values()), None)  # any leaf shows the calculator
+        every, evidence = calculator_evidence(self._known_types(info), leaf)
+        named = (self._rm_conf(CALCULATOR_KEY) or "").strip()  # the RM's yarn-site.xml, not the scheduler's
+        site = (
+            f"; yarn-site.xml names {named.rsplit('.', 1)[-1]} (the RM's /conf), which is not what it runs on"
+            if (named == DRC and every is False)
+            else ""
+        )
+        if every is False:
             return _fail(
                 "scheduler",
-                f"CapacityScheduler with {calculator}: GPUs and GPU memory are ignored when placing containers",
-                f"capacity-scheduler.xml: {CALCULATOR_KEY} = {DRC}; then `yarn rmadmin -refreshQueues`",
+                "CapacityScheduler on the DefaultResourceCalculator: it places containers by memory alone, GPUs and "
+                f"GPU memory ignored: {evidence}{site}",
+                CALCULATOR_FIX,
             )
-        top = self.yarn.rm_conf(PRIORITY_KEY)
-        if top is None or not top.strip().lstrip("-").isdigit() or int(top) < learned.MAX_PRIORITY:
+        if every is None:
+            if named and named != DRC:
+                return _fail(
+                    "scheduler",
+                    f"CapacityScheduler; the RM's configuration names {named}, not the DominantResourceCalculator, "
+                    f"and the scheduler does not tell otherwise ({evidence})",
+                    CALCULATOR_FIX,
+                )
             return _warn(
                 "scheduler",
-                f"CapacityScheduler on the DominantResourceCalculator; {PRIORITY_KEY} is {top or '0 (unset)'}: "
+                f"CapacityScheduler; which calculator it runs on cannot be told from here ({evidence}; no GPU "
+                "resource type declared)"
+                + (
+                    "; yarn-site.xml names the DominantResourceCalculator, but a value in capacity-scheduler.xml wins"
+                    if named
+                    else ""
+                ),
+                CALCULATOR_FIX,
+            )
+        top = self._rm_conf(PRIORITY_KEY)
+        if top is None or not top.strip().lstrip("-").isdigit() or int(top) < learned.MAX_PRIORITY:
+            shown = self._conf_refused or top or "0 (unset)"
+            return _warn(
+                "scheduler",
+                f"CapacityScheduler on the DominantResourceCalculator ({evidence}); {PRIORITY_KEY} is "
+                f"{shown}: "
                 f"priority: auto (longer runs first) needs {learned.MAX_PRIORITY}, so its runs queue below that",
                 f"yarn-site.xml on the RM: {PRIORITY_KEY} = {learned.MAX_PRIORITY}; restart the RM",
             )
         return _ok(
             "scheduler",
-            f"CapacityScheduler on the DominantResourceCalculator; application priorities up to {top}",
+            f"CapacityScheduler on the DominantResourceCalculator ({evidence}); application priorities up to {top}",
         )
+
+    def _rm_conf(self, name: str) -> Optional[str]:
+        """The RM's ``/conf`` value of ``name``; None, noted, where the RM keeps ``/conf`` to its admins
+        (``hadoop.security.instrumentation.requires.admin``): the scheduler tells the calculator anyway."""
+        try:
+            return self.yarn.rm_conf(name)
+        except YarnApiError as exc:
+            if exc.status not in (401, 403):
+                raise
+            self._conf_refused = f"unknown (the RM's /conf answered HTTP {exc.status} to this user)"
+            return None
+
+    def _known_types(self, scheduler: dict) -> set[str]:
+        """The resource types the RM declares: those of its scheduler's maximum allocation and of its nodes."""
+        infos = as_dict(as_dict(scheduler.get("maximumAllocation")).get("resourceInformations"))
+        known = {str(i.get("name")) for i in as_list(infos.get("resourceInformation")) if isinstance(i, dict)}
+        for node in self.nodes():
+            known |= set(as_dict(node["totalResource"].get("units")))
+        return known
 
     def check_nodes(self) -> Finding:
         nodes = self.nodes()
@@ -266,7 +369,8 @@ class Doctor:
             )
         return _ok("nodes", detail)
 
-    def _leaf_queues(self) -> dict[str, dict]:
+    def _leaf_queues(self, scheduler: Optional[dict] = None) -> dict[str, dict]:
+        """Each leaf queue of ``scheduler`` (default: the RM's ``/ws/v1/cluster/scheduler``) by name and by path."""
         found: dict[str, dict] = {}
 
         def walk(queue: dict) -> None:
@@ -278,7 +382,7 @@ class Doctor:
                 if isinstance(child, dict):
                     walk(child)
 
-        walk(self.yarn.scheduler())
+        walk(self.yarn.scheduler() if scheduler is None else scheduler)
         return found
 
     def check_queue(self) -> Finding:
@@ -329,6 +433,43 @@ class Doctor:
                 ),
             )
         return _ok("gpu-mig", f"this host's {len(gpus)} GPU(s): none in MIG mode")
+
+    def check_gpu_memory(self) -> Optional[Finding]:
+        """This host's NodeManager: the ``melon.io/gpu-memory`` it advertises against what its GPUs hold for tasks,
+        NVML's total less the driver's own per GPU (``ledger.driver_mb``: what the node's ledger divides among tasks;
+        the idle GPU's used memory). Only the GPUs MeLoN shares count (the yarn connection's ``CUDA_VISIBLE_DEVICES``,
+        where YARN's GPU plugin keeps others). None on a host without NVML or that runs no RUNNING NodeManager."""
+        from airflow_provider_melon.gpu import devices, ledger  # noqa: PLC0415 - NVML only for this check
+
+        visible = dict(getattr(self.hook, "container_env", {}) or {})
+        gpus = devices.nvml_gpus(env={k: v for k, v in visible.items() if k == "CUDA_VISIBLE_DEVICES"})
+        if not gpus:
+            return None
+        here = {socket.gethostname(), socket.getfqdn()}
+        mine = [n for n in self.nodes() if str(n.get("nodeHostName")) in here]
+        if not mine:
+            return None
+        advertised = sum(int(n["totalResource"]["resources"].get(GPU_MEMORY_RESOURCE, 0) or 0) for n in mine)
+        usable = sum(d.total_mb - ledger.driver_mb(d) for d in gpus)
+        parts = ", ".join(f"GPU {d.index}: {d.total_mb} - {ledger.driver_mb(d)}" for d in gpus)
+        detail = (
+            f"{', '.join(str(n.get('id')) for n in mine)} advertises {advertised} MiB of {GPU_MEMORY_RESOURCE}; its "
+            f"{len(gpus)} GPU(s) hold {usable} MiB for tasks (NVML's total less the driver's own: {parts})"
+        )
+        fix = (
+            f"this node's node-resources.xml: yarn.nodemanager.resource-type.{GPU_MEMORY_RESOURCE} = {usable}Mi (NVML's "
+            "total less the idle GPU's used memory, summed over the GPUs MeLoN shares); restart the NodeManager"
+        )
+        if advertised > usable:
+            return _fail(
+                "gpu-memory",
+                detail + f": YARN grants {advertised - usable} MiB the GPUs do not have, and the tasks sent there "
+                "exit 75 and are asked for again",
+                fix,
+            )
+        if advertised < usable * (1 - GPU_MEMORY_SLACK):
+            return _warn("gpu-memory", detail + f": YARN leaves {usable - advertised} MiB of them unused", fix)
+        return _ok("gpu-memory", detail)
 
     # ---- NodeManagers: reachable from here, YARN's own GPU plugin ------------------------------------------
     def _nm_url(self, node: dict) -> Optional[str]:
@@ -489,7 +630,7 @@ class Doctor:
     def check_hdfs(self) -> Finding:
         hook = self.hook
         if not self.fs_from_connection and not hook.fs_default_fs:
-            hook.fs_default_fs = self.yarn.rm_conf("fs.defaultFS")
+            hook.fs_default_fs = self._rm_conf("fs.defaultFS")
         if not hook.fs_default_fs:
             return _fail(
                 "hdfs",

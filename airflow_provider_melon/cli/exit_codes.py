@@ -1,5 +1,5 @@
-"""The ``melon`` job commands' exit codes, their errors, and the classification of any exception into an exit code
-and the one line printed."""
+"""The ``melon`` job commands' exit codes, their errors, the classification of any exception into an exit code
+and the one line printed, and the JSON object that stands for an error under ``--json``."""
 
 from __future__ import annotations
 
@@ -16,9 +16,20 @@ exit codes of submit, status, ls, logs, kill, wait, prune:
   2    bad usage or a bad job spec (the message names the field)
   3    the cluster is unreachable (ResourceManager, NameNode, NodeManagers)
   4    not found: no such application, or its logs are gone
-  124  wait --timeout (or kill --timeout) expired before the app ended"""
+  124  wait --timeout (or kill --timeout) expired before the app ended
+with --json an error is a JSON object on stdout too: {"error", "exit_code", "message", ...}"""
 
-OK, APP_FAILED, USAGE, UNREACHABLE, NOT_FOUND, TIMED_OUT = 0, 1, 2, 3, 4, 124
+OK, APP_FAILED, USAGE, UNREACHABLE, NOT_FOUND, TIMED_OUT, INTERRUPTED = 0, 1, 2, 3, 4, 124, 130
+
+#: the ``error`` of a ``--json`` error object, by exit code
+ERROR_NAMES = {
+    APP_FAILED: "failed",
+    USAGE: "usage",
+    UNREACHABLE: "unreachable",
+    NOT_FOUND: "not_found",
+    TIMED_OUT: "timed_out",
+    INTERRUPTED: "interrupted",
+}
 
 
 class CliError(Exception):
@@ -97,9 +108,28 @@ def exit_code_for(exc: BaseException, args=None) -> tuple[int, str]:
     )
 
 
+def error_json(code: int, message: str, args=None, exc: Optional[BaseException] = None) -> dict:
+    """What ``--json`` prints for an error: ``error`` (:data:`ERROR_NAMES`), ``exit_code``, ``message`` (the line
+    stderr gets), and the fields that apply: the ``command`` (and ``memory``'s ``action``), its ``app_id``, ``spec``,
+    ``key`` or ``conn_id``, and the failed call's
+    ``url``, HTTP ``status``, NodeManager ``node``, HDFS ``op`` and ``path`` and the ``fix``."""
+    out: dict = {"error": ERROR_NAMES.get(code, "failed"), "exit_code": code, "message": message}
+    for name in ("command", "action", "app_id", "spec", "key", "conn_id"):
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            out[name] = value
+    for name in ("url", "status", "node", "op", "path", "fix"):
+        value = getattr(exc, name, None)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
 __all__ = [
     "APP_FAILED",
+    "ERROR_NAMES",
     "EXIT_CODES",
+    "INTERRUPTED",
     "NOT_FOUND",
     "OK",
     "TIMED_OUT",
@@ -109,5 +139,6 @@ __all__ = [
     "NotFound",
     "Unreachable",
     "UsageError",
+    "error_json",
     "exit_code_for",
 ]

@@ -22,12 +22,14 @@ from typing import Any, Optional
 
 from airflow_provider_melon.cli.exit_codes import (
     EXIT_CODES,
+    INTERRUPTED,
     OK,
     TIMED_OUT,
     CliError,
     NotFound,
     Unreachable,
     UsageError,
+    error_json,
     exit_code_for,
 )
 from airflow_provider_melon.cli.terminal import (
@@ -688,7 +690,8 @@ def _quiet_logging(verbose: bool) -> None:
 
 
 def run(args) -> int:
-    """Run a job command; every failure becomes one line on stderr and its exit code (:data:`EXIT_CODES`)."""
+    """Run a job command; every failure becomes one line on stderr and its exit code (:data:`EXIT_CODES`), and
+    with ``--json`` also a JSON object on stdout (:func:`~.exit_codes.error_json`)."""
     try:
         if getattr(args, "app_id", None) is not None:
             _check_app_id(args.app_id)  # before looking for the cluster: bad input is told first
@@ -696,7 +699,9 @@ def run(args) -> int:
             _quiet_logging(args.verbose)
             return args.command_func(args, Cluster(args))
     except KeyboardInterrupt:
-        return 130
+        if getattr(args, "json", False):
+            _print_json(error_json(INTERRUPTED, "interrupted", args), one_line=True)
+        return INTERRUPTED
     except BrokenPipeError:  # `melon logs APP | head`: the reader has what it wanted
         import os
 
@@ -705,6 +710,8 @@ def run(args) -> int:
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
         code, message = exit_code_for(exc, args)
         print(f"error: {message}", file=sys.stderr)
+        if getattr(args, "json", False):
+            _print_json(error_json(code, message, args, exc), one_line=True)
         if args.verbose and not isinstance(exc, CliError):
             import traceback
 

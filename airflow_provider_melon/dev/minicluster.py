@@ -405,6 +405,7 @@ def start(
     yarn_site: dict[str, str] | None = None,
     placement: str = "melon",
     gpu_models: Sequence[str] | None = None,
+    set_calculator: bool = True,
 ) -> ClusterDetails:
     """Start the launcher in the background and wait until it is ready; raise with the log tail otherwise.
     ``melon_config=False`` starts a vanilla YARN (no GPU resource types, memory-only scheduling), the cluster
@@ -423,7 +424,10 @@ def start(
     YARN's GPU plugin (``yarn.nodemanager.resource-plugins``, tests/integration/test_gpu_plugin_live.py).
     ``gpu_models``: one GPU model per NodeManager (e.g. ``["A10", "T4", "T4"]``), each published as its node
     attribute ``nm.yarn.io/gpu-model``, and the RM set to take placement constraints: what jobs whose roles name
-    ``gpu_models`` need (docs/cluster-configuration.md)."""
+    ``gpu_models`` need (docs/cluster-configuration.md). ``set_calculator=False``: the launcher sets no resource
+    calculator and the configuration files decide, as on a cluster: ``yarn_site``'s, then the classpath's
+    capacity-scheduler.xml (Hadoop's stock file), which the CapacityScheduler reads after it. The details'
+    ``resource_calculator`` is the one the scheduler runs on."""
     if gpu_models is not None and len(gpu_models) != nodemanagers:
         raise ValueError(f"gpu_models: one model per NodeManager ({nodemanagers}), got {list(gpu_models)}")
     work_dir = Path(work_dir).resolve()
@@ -483,6 +487,8 @@ def start(
         args += ["--dt-renew-ms", str(int(token_renew_s * 1000))]
     if fair:
         args += ["--fair", "1"]
+    if not set_calculator:
+        args += ["--set-calculator", "0"]
     if layout is not None:
         args += ["--nm-env", str(work_dir / "nm-env.json")]
     if gpu_models is not None:

@@ -565,7 +565,8 @@ class YarnHook(BaseHook):
         return out
 
     def rm_conf(self, name: str) -> str | None:
-        """One property of the RM's effective configuration (its ``/conf`` servlet), or None if it has none."""
+        """One property of the RM's own configuration (its ``/conf`` servlet: core-site.xml, yarn-site.xml), or None
+        if it has none. Not the CapacityScheduler's: that reads capacity-scheduler.xml after it."""
         try:
             body = _json_body(
                 self._request("GET", "/conf", params={"name": name}, headers={"Accept": "application/json"})

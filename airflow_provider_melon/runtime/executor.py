@@ -597,6 +597,12 @@ class Executor:
     def _tensorboard_thread(self, env: Mapping[str, str]) -> None:
         """Start TensorBoard beside the user's process and tell the AM at once (then every heartbeat)."""
         why = _tensorboard.missing()
+        port = 0
+        if why is None:
+            try:
+                port = self._tensorboard_port()
+            except OSError as exc:
+                why = f"no port for it: {exc}"
         if why is None:
             with self._tensorboard_lock:
                 if self._tensorboard_closed:
@@ -608,6 +614,7 @@ class Executor:
                     cwd=self.child_cwd,
                     env=env,
                     log=log,
+                    port=port,
                 )
             try:
                 self.tensorboard_url = tb.start()
@@ -627,6 +634,18 @@ class Executor:
             self.heartbeat()
         except Exception as exc:  # the next periodic heartbeat carries it too
             log(f"could not report TensorBoard to the AM now: {exc!r}")
+
+    def _tensorboard_port(self) -> int:
+        """A free port of ``MELON_PORT_RANGE`` for TensorBoard, which the AM proxies (from its own node, maybe
+        another), never the port this task registered (its framework may not have bound it yet); 0 without a
+        range: TensorBoard's own choice."""
+        if self.cfg.port_range is None or not self.bind_host:
+            return 0
+        taken = {int(self.registered.rsplit(":", 1)[1])} if self.registered else set()
+        sock = _ports.reserve(self.bind_host, self.cfg.port_range, taken)
+        port = int(sock.getsockname()[1])
+        sock.close()
+        return port
 
     def stop_tensorboard(self) -> None:
         with self._tensorboard_lock:

@@ -1,5 +1,6 @@
 """The port a task's framework listens on (TensorFlow's gRPC server, torch's TCPStore): chosen so nothing else on
-the node takes it between the executor's reservation and the framework's own bind.
+the node takes it between the executor's reservation and the framework's own bind. ``MELON_PORT_RANGE``'s rule
+(:func:`parse_range`) is the AM's too, for its HTTP port (``appmaster/am/.../PortRange.java``).
 
 :func:`listen_range` picks the ports to use (``MELON_PORT_RANGE``, else ports outside the kernel's ephemeral
 range, else the kernel's choice) and :func:`reserve` binds a free one at random. ``docs/internals.md``, "The task
@@ -14,6 +15,8 @@ import random
 import socket
 from typing import Callable, Iterable, Optional, Tuple
 
+#: the variable that names the range, for the executors' ports and the AM's HTTP port (appmaster's PortRange.java)
+VAR = "MELON_PORT_RANGE"
 PROC_NET = "/proc/sys/net/ipv4"
 MIN_ROOM = 1000  # fewer free ports than this above the ephemeral range: use the ports below it instead
 BELOW = 10000
@@ -22,7 +25,7 @@ TRIES = 64
 PortRange = Tuple[int, int]
 
 
-def parse_range(text: str, name: str = "MELON_PORT_RANGE") -> PortRange:
+def parse_range(text: str, name: str = VAR) -> PortRange:
     """``"lo-hi"`` → ``(lo, hi)``, 1024 <= lo <= hi <= 65535; a clear error naming ``name`` otherwise."""
     try:
         lo_s, hi_s = text.strip().split("-")

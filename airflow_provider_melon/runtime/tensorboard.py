@@ -41,7 +41,7 @@ def missing() -> Optional[str]:
     )
 
 
-def command(logdir: str, bind_host: str, python: str = sys.executable) -> List[str]:
+def command(logdir: str, bind_host: str, python: str = sys.executable, port: int = 0) -> List[str]:
     return [
         python,
         "-m",
@@ -51,7 +51,7 @@ def command(logdir: str, bind_host: str, python: str = sys.executable) -> List[s
         "--host",
         bind_host,
         "--port",
-        "0",
+        str(port),
         "--path_prefix",
         PATH_PREFIX,
     ]
@@ -76,8 +76,11 @@ class TensorBoard:
         env: Mapping[str, str],
         log: Callable[[str], None],
         start_timeout_s: float = 180.0,
+        port: int = 0,
     ):
         self.logdir = logdir
+        #: where it listens: a port of MELON_PORT_RANGE (the AM proxies it, maybe from another node), 0: its choice
+        self.listen_port = port
         self.host = host
         self.bind_host = bind_host
         self.cwd = cwd
@@ -107,7 +110,7 @@ class TensorBoard:
         if "://" not in self.logdir:
             os.makedirs(os.path.join(self.cwd or ".", self.logdir), exist_ok=True)
         env = dict(self.env, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-        argv = command(self.logdir, self.bind_host)
+        argv = command(self.logdir, self.bind_host, port=self.listen_port)
         self.log(f"starting TensorBoard: {' '.join(argv[1:])}")
         with self._lock:  # stop() from another thread either prevents the start or sees the process
             if self._stopping.is_set():

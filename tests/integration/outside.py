@@ -84,8 +84,13 @@ def install(wheel: Path, root: Path) -> Outside:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}  # nothing of the checkout
     pip = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], capture_output=True, text=True, timeout=300
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean,
     )
     assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-4000:]
     deps = root / "deps"

@@ -4,6 +4,9 @@ restarts and diagnostics, the secret, and dataset localization."""
 from __future__ import annotations
 
 import json
+import re
+import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -13,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
+from tests.conftest import port_base
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -349,3 +354,69 @@ def test_an_oom_asks_again_with_more_gpu_memory_then_fails_saying_what_to_set(jo
         if line.startswith("GPU_MEMORY ")
     )
     assert seen == [4096, 6144, 9216]
+
+
+# Each task listens on the port it registered (MELON_CLUSTER names it), until the test connects to it.
+LISTEN_ONCE = (
+    "python -c \"import json, os, socket; me = json.loads(os.environ['MELON_CLUSTER'])[os.environ['MELON_ROLE']]"
+    "[int(os.environ['MELON_INDEX'])]; s = socket.socket(); s.bind(('0.0.0.0', int(me.rsplit(':', 1)[1]))); "
+    "s.listen(); s.accept()[0].close(); print('TASK released', me)\""
+)
+
+
+def _listeners_of(app_id: str) -> dict[int, str]:
+    """port → program of every TCP listener (``ss -ltnp``) that a process of ``app_id``'s containers holds: a
+    process whose environment names one of its containers (YARN's CONTAINER_ID)."""
+    cluster_ts, seq = app_id.split("_")[1:]
+    ours = re.compile(rf"^CONTAINER_ID=container_(e\d+_)?{cluster_ts}_{seq}_\d+_\d+$")
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True, timeout=30).stdout
+    found: dict[int, str] = {}
+    for line in out.splitlines():
+        local = line.split()[3]
+        for program, pid in re.findall(r'\("([^"]+)",pid=(\d+),', line):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:  # ended meanwhile, or not ours to read
+                continue
+            if any(ours.match(e.decode(errors="replace")) for e in env):
+                found[int(local.rsplit(":", 1)[1])] = program
+    return found
+
+
+def test_with_a_port_range_every_listener_of_the_job_is_in_it(jobs, minicluster):
+    """A firewall that opens MELON_PORT_RANGE only: the AM's HTTP server (the RM's web proxy and the executors call
+    it) and the tasks' ports all listen in the range, and nothing of the job's listens elsewhere (``ss``)."""
+    low = port_base("MELON_TEST_PORT_BASE") + 950  # this worker's own ports, unused by its clusters
+    high = low + 49
+    app_id = jobs.submit(
+        {
+            "name": "port-range",
+            "framework": "generic",
+            "entrypoint": LISTEN_ONCE,
+            "env": {"MELON_PORT_RANGE": f"{low}-{high}"},
+            "roles": {"worker": {"instances": 2, "memory": 256, "vcores": 1}},
+        }
+    )
+    status = jobs.wait_status(
+        app_id, lambda s: len(s["tasks"]) == 2 and all(t["state"] == "REGISTERED" for t in s["tasks"])
+    )
+    task_ports = {int(t["port"]) for t in status["tasks"]}
+    am_port = int(jobs.app(app_id)["amRPCAddress"].rsplit(":", 1)[1])  # the AM registers its HTTP address so
+
+    def all_listening() -> dict[int, str] | None:  # the tasks' processes bind their ports once the gang formed
+        found = _listeners_of(app_id)
+        return found if task_ports <= set(found) else None
+
+    listening = wait_for(
+        all_listening,
+        timeout=60,
+        what=f"the tasks of {app_id} listening on {sorted(task_ports)}",
+        cause=jobs.cause(app_id),
+    )
+    assert am_port in listening and listening[am_port] == "java", listening
+    outside = {port: program for port, program in listening.items() if not low <= port <= high}
+    assert not outside, f"listeners of {app_id} outside {low}-{high}: {outside}"
+    for port in task_ports:  # let each task end
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    app = jobs.wait(app_id)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]

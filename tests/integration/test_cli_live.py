@@ -165,8 +165,11 @@ def test_kill_a_sleeping_job(melon):
 
 
 def test_unknown_app_unreachable_cluster_and_bad_input(melon, minicluster):
-    unknown = melon.run("status", "application_1_9999")
+    unknown = melon.run("status", "application_1_9999", "--json")
     assert unknown.returncode == 4 and "no application application_1_9999" in unknown.stderr
+    answer = json.loads(unknown.stdout)  # the real RM's 404, as the JSON a script reads
+    assert (answer["error"], answer["exit_code"], answer["status"]) == ("not_found", 4, 404), answer
+    assert answer["app_id"] == "application_1_9999" and answer["message"] in unknown.stderr, answer
     assert melon.run("logs", "application_1_9999").returncode == 4
     assert melon.run("kill", "application_1_9999").returncode == 4
 

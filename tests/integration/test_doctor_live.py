@@ -1,6 +1,8 @@
 """`melon doctor` against real clusters: all green on the MeLoN-configured mini cluster, from Airflow connections
-and from the job commands' --rm/--webhdfs/--user; on a vanilla YARN (no GPU resource types, memory-only
-calculator) with a wrong queue, no fs.defaultFS and a missing AM jar, every one of those is named with its fix; a
+and from the job commands' --rm/--webhdfs/--user; on a vanilla YARN (no GPU resource types; the calculator in
+yarn-site.xml, so Hadoop's stock capacity-scheduler.xml's memory-only one wins) with a wrong queue, no fs.defaultFS
+and a missing AM jar, every one of those is named with its fix; with the GPU resource types declared too, that RM
+does not start, and the doctor names the calculator among the causes; a
 NameNode at a wrong port is "unreachable", not "not writable"; a NodeManager stopped through the launcher's controls
 is named unreachable; `--submit-test` runs a real job and reads the nodes' Java, job Python, pynvml and framework
 from its tasks, and names a job Python without pynvml. (tests/docker/ runs it against the compose deployment;
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_melon import __version__
+from airflow_provider_melon.cli.doctor import CALCULATOR_FIX, CALCULATOR_KEY, DRC
 from airflow_provider_melon.dev import minicluster as mc
 from tests.conftest import port_base
 
@@ -196,12 +199,18 @@ def test_doctor_submit_test_names_a_job_python_without_pynvml(minicluster):
     assert "neither TensorFlow nor PyTorch" in findings["submit-test:framework"]["detail"]
 
 
+#: the calculator where these docs once put it: in yarn-site.xml (the RM's /conf shows it), while the
+#: CapacityScheduler reads capacity-scheduler.xml after it (the launcher's classpath holds Hadoop's stock one)
+CALCULATOR_IN_YARN_SITE = {"set_calculator": False, "yarn_site": {CALCULATOR_KEY: DRC}}
+DEFAULT_CALCULATOR = "org.apache.hadoop.yarn.util.resource.DefaultResourceCalculator"
+
+
 @pytest.fixture(scope="module")
 def vanilla_yarn():
     work = Path(tempfile.mkdtemp(prefix="melon-vanilla-"))
     base = port_base("MELON_TEST_PORT_BASE") + 500
     try:
-        yield mc.start(work, port_base=base, melon_config=False, timeout=420)
+        yield mc.start(work, port_base=base, melon_config=False, timeout=420, **CALCULATOR_IN_YARN_SITE)
     finally:
         mc.stop(work)
         shutil.rmtree(work, ignore_errors=True)
@@ -234,8 +243,13 @@ def test_doctor_names_each_misconfiguration(vanilla_yarn):
     }, findings
     assert "melon.io/gpu-memory" in findings["resource-types"]["detail"]
     assert "resource-types.xml" in findings["resource-types"]["fix"]
-    assert "DefaultResourceCalculator" in findings["scheduler"]["detail"]
-    assert "DominantResourceCalculator" in findings["scheduler"]["fix"]
+    # the scheduler runs on the stock file's calculator (the launcher's own word), though the RM's /conf names the
+    # Dominant one: the doctor tells it from the scheduler's ApplicationMaster limit
+    assert vanilla_yarn.details["resource_calculator"] == DEFAULT_CALCULATOR
+    scheduler = findings["scheduler"]
+    assert "on the DefaultResourceCalculator" in scheduler["detail"] and "memory only" in scheduler["detail"]
+    assert "yarn-site.xml names DominantResourceCalculator" in scheduler["detail"], scheduler
+    assert scheduler["fix"] == CALCULATOR_FIX
     assert "node-resources.xml" in findings["nodes"]["fix"]
     assert "no leaf queue 'gpu'" in findings["queue"]["detail"] and "root.default" in findings["queue"]["detail"]
     assert "fs_default_fs" in findings["hdfs"]["fix"]
@@ -260,3 +274,18 @@ def test_doctor_names_a_stopped_nodemanager(vanilla_yarn):
     down = [addr for addr in nodes.values() if f"{addr} (" in nms["detail"].split("(reachable")[0]]
     assert len(down) == 1, (nodes, nms)
     assert "reachable: " in nms["detail"] and "8042" in nms["fix"]
+
+
+def test_with_gpu_resource_types_the_stock_capacity_scheduler_xml_keeps_the_rm_down(tmp_path):
+    """The same calculator in yarn-site.xml on a cluster that declares the GPU resource types: the CapacityScheduler
+    does not start on the stock file's DefaultResourceCalculator, so neither does the RM; the doctor fails, and its
+    fix names that cause and the calculator's one place, capacity-scheduler.xml."""
+    base = port_base("MELON_TEST_PORT_BASE") + 600
+    with pytest.raises(mc.MiniClusterError, match="RM uses DefaultResourceCalculator which used only memory"):
+        mc.start(tmp_path / "stock", port_base=base, timeout=300, **CALCULATOR_IN_YARN_SITE)
+    rm = f"http://127.0.0.1:{mc.ports_from_base(base)['rm-web-port']}"
+    nn = f"http://127.0.0.1:{mc.ports_from_base(base)['nn-http-port']}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
+    rc, findings, _ = melon_doctor("--rm", rm, "--webhdfs", nn, "--user", "melon", env=env)
+    assert rc == 1 and findings["resourcemanager"]["status"] == "fail", findings
+    assert CALCULATOR_FIX in findings["resourcemanager"]["fix"], findings["resourcemanager"]

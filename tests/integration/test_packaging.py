@@ -1,5 +1,5 @@
 """The release artifacts, as CI builds them: `python -m build` makes the sdist and, from it, the wheel (so the sdist
-alone is enough to build a wheel that carries the AM), `twine check --strict` accepts both, setuptools warns of no
+alone is enough to build a wheel that carries the AM, the sdist's jars byte for byte: Maven runs once), `twine check --strict` accepts both, setuptools warns of no
 package it would ignore, and each artifact holds what an operator needs (the AM jar, the UI plugin's page, the
 license). No cluster needed; the build's isolated environment comes from the package index, as `pip wheel` does in
 test_wheel_install.py."""
@@ -12,6 +12,7 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -34,6 +35,15 @@ def test_build_gives_both_artifacts_at_the_one_version(dist):
     metadata = zipfile.ZipFile(whl).read(f"airflow_provider_melon-{__version__}.dist-info/METADATA").decode()
     assert re.search(rf"^Version: {re.escape(__version__)}$", metadata, re.M)
     assert re.search(r"^License(-Expression)?: Apache-2.0$", metadata, re.M), metadata[:800]
+
+
+def test_the_wheels_project_urls_are_https_addresses(dist):
+    """A Project-URL is a link (pip show, PyPI, the packaging tools): an https address, or none."""
+    whl, _, _ = dist
+    metadata = zipfile.ZipFile(whl).read(f"airflow_provider_melon-{__version__}.dist-info/METADATA").decode()
+    urls = [line.split(",", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Project-URL:")]
+    bad = [u for u in urls if urlsplit(u).scheme != "https" or not urlsplit(u).netloc]
+    assert not bad, bad
 
 
 def test_setuptools_warns_of_no_ignored_package(dist):
@@ -87,3 +97,14 @@ def test_the_sdist_holds_the_sources_to_rebuild_everything(dist):
         assert f"appmaster/{module}/pom.xml" in names, module
         assert any(n.startswith(f"appmaster/{module}/src/") and n.endswith(".java") for n in names), module
     assert "airflow_provider_melon/am/plan.schema.json" in names  # the plan contract the AM's build checks
+
+
+def test_the_wheel_carries_the_sdists_jars_and_maven_ran_once(dist):
+    """The wheel step finds the sdist's jars fresh: it builds no other (the folders the sdist's extraction makes
+    are newer than its jars, and must not count as sources that changed)."""
+    whl, sdist, log = dist
+    root = f"airflow_provider_melon-{__version__}/"
+    with tarfile.open(sdist) as src, zipfile.ZipFile(whl) as wheel:
+        for jar in ("airflow_provider_melon/am/melon-appmaster.jar", "airflow_provider_melon/rm/melon-scheduler.jar"):
+            assert wheel.read(jar) == src.extractfile(root + jar).read(), jar  # type: ignore[union-attr]
+    assert log.count("[appmaster] mvn package") <= 1, log[-6000:]

@@ -1,7 +1,8 @@
 """The sdist from a clean checkout (the tracked files only: no jar, no Maven output) carries the ApplicationMaster
-jar; a wheel built from an sdist that lacks it, where Maven is missing, stops saying how to build it; and the wheel
-built from the sdist, installed outside the checkout, says where the embedded cluster lives instead of writing
-into site-packages, and runs its job commands against the Airflow connection ``yarn_default``.
+jar; a wheel built from it on a host without Maven and a JDK carries that jar byte for byte; a wheel built from an
+sdist that lacks it, where Maven is missing, stops saying how to build it; and the wheel built from the sdist,
+installed outside the checkout, says where the embedded cluster lives instead of writing into site-packages, and
+runs its job commands against the Airflow connection ``yarn_default``.
 
 Builds run with ``--no-build-isolation`` (the project venv's setuptools: nothing downloaded); the full release build
 with an isolated environment is tests/integration/test_packaging.py's."""
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -75,15 +77,20 @@ def _without_the_jar(sdist: Path, out: Path) -> Path:
     return stripped
 
 
-def test_a_wheel_from_an_sdist_without_the_jar_and_without_maven_says_how_to_build_it(sdist, tmp_path):
-    stripped = _without_the_jar(sdist, tmp_path)
-    tools = tmp_path / "bin"  # what the build needs on PATH, less Maven and the JDK
+def _path_without_a_jdk(where: Path) -> dict:
+    """The environment with a PATH of what the build needs, less Maven and the JDK (as on an Airflow host)."""
+    tools = where / "bin"
     tools.mkdir()
     for tool in ("bash", "sh", "find", "cmp", "cp", "mkdir", "dirname", "env", "uname"):
         found = shutil.which(tool)
         if found:
             (tools / tool).symlink_to(found)
-    env = {**os.environ, "PATH": str(tools)}
+    return {**os.environ, "PATH": str(tools)}
+
+
+def test_a_wheel_from_an_sdist_without_the_jar_and_without_maven_says_how_to_build_it(sdist, tmp_path):
+    stripped = _without_the_jar(sdist, tmp_path)
+    env = _path_without_a_jdk(tmp_path)
     result = subprocess.run(
         [
             sys.executable,
@@ -108,20 +115,32 @@ def test_a_wheel_from_an_sdist_without_the_jar_and_without_maven_says_how_to_bui
 
 
 @pytest.fixture(scope="module")
-def installed(sdist, tmp_path_factory) -> Path:
-    """The wheel built from the sdist, installed into a fresh venv outside the checkout with what it requires with
-    no extras (tests/integration/outside.py); returns the venv."""
-    root = tmp_path_factory.mktemp("installed")
-    wheels = root / "wheels"
+def wheel_without_a_jdk(sdist, tmp_path_factory) -> Path:
+    """The wheel built from the sdist where neither Maven nor a JDK is on PATH (an Airflow host's `pip install
+    <sdist>`): the sdist's jar is fresh, so no build of it is needed."""
+    root = tmp_path_factory.mktemp("no-jdk")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(sdist)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(root), str(sdist)],
         capture_output=True,
         text=True,
+        env=_path_without_a_jdk(root),
         timeout=900,
     )
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
-    [wheel] = wheels.glob("*.whl")
-    return outside.install(wheel, root).venv
+    [wheel] = root.glob("*.whl")
+    return wheel
+
+
+def test_a_wheel_from_the_sdist_needs_no_jdk_and_carries_the_sdists_jar(sdist, wheel_without_a_jdk):
+    sdist_jar = tarfile.open(sdist).extractfile(f"{ROOT}/{JAR}").read()  # type: ignore[union-attr]
+    assert zipfile.ZipFile(wheel_without_a_jdk).read(JAR) == sdist_jar
+
+
+@pytest.fixture(scope="module")
+def installed(wheel_without_a_jdk, tmp_path_factory) -> Path:
+    """The wheel built from the sdist without a JDK, installed into a fresh venv outside the checkout with what it
+    requires with no extras (tests/integration/outside.py); returns the venv."""
+    return outside.install(wheel_without_a_jdk, tmp_path_factory.mktemp("installed")).venv
 
 
 def _melon(venv: Path, *argv: str, **env: str) -> subprocess.CompletedProcess:

@@ -159,6 +159,92 @@ def test_errors_map_to_exit_codes():
     assert code == 1 and message == "RuntimeError: boom (-v for the traceback)"
 
 
+# ---- --json: an error is a JSON object on stdout too ------------------------------------------------------------
+DOWN = "http://127.0.0.1:1"  # nothing listens on port 1: connection refused at once
+
+
+def json_error(capsys, *argv: str) -> tuple[int, dict, str]:
+    """Run with --json: (exit code, the one JSON object stdout holds, stderr)."""
+    code, out, err = melon(capsys, *argv, "--json")
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        raise AssertionError(f"stdout is not JSON (exit {code}): {out!r}; stderr: {err}") from None
+    assert isinstance(answer, dict) and out.count("\n") == 1, out
+    assert answer["exit_code"] == code and answer["message"] and "Traceback" not in out, answer
+    return code, answer, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls"],
+        ["status", APP],
+        ["logs", APP],
+        ["kill", APP],
+        ["wait", APP],
+        ["prune", "--webhdfs", DOWN],
+        ["memory", "show", "dag/task", "--webhdfs", DOWN],
+        ["memory", "forget", "dag/task", "--webhdfs", DOWN],
+    ],
+)
+def test_json_errors_of_an_unreachable_cluster(capsys, argv):
+    code, answer, err = json_error(capsys, *argv, "--rm", DOWN)
+    assert code == 3 and answer["error"] == "unreachable" and answer["command"] == argv[0], answer
+    assert "127.0.0.1" in answer["message"] and answer["message"] in err, (answer, err)
+    if APP in argv:
+        assert answer["app_id"] == APP
+
+
+def test_json_error_of_submit_names_the_spec_and_the_field(capsys, spec_file):
+    path = spec_file("name: hello\nentrypoint: echo hi\nroles: {worker: {instances: 0}}\n")
+    code, answer, _ = json_error(capsys, "submit", path, "--rm", DOWN, "--webhdfs", DOWN)
+    assert code == 2 and answer["error"] == "usage" and answer["spec"] == path, answer
+    assert "roles.worker.instances" in answer["message"]
+    code, answer, _ = json_error(capsys, "submit", spec_file(GOOD), "--rm", DOWN, "--webhdfs", DOWN)
+    assert code == 3 and answer["error"] == "unreachable", answer
+
+
+@pytest.mark.parametrize(
+    "argv, code, error, text",
+    [
+        (["status", "app_7"], 2, "usage", "not a YARN application id"),  # our own check
+        (["wait"], 2, "usage", "app_id"),  # argparse's
+        (["ls", "--limit", "many"], 2, "usage", "--limit"),
+        (["memory", "show", "dag/../other", "--rm", DOWN, "--webhdfs", DOWN], 2, "usage", "dag/../other"),
+        (["doctor", "--rm", DOWN, "--conn-id", "yarn_default"], 2, "usage", "not both"),
+        (["doctor", "--conn-id", "no_such_connection_here"], 2, "usage", "no_such_connection_here"),
+        (["status", APP, "--conn-id", "no_such_connection_here"], 2, "usage", "no_such_connection_here"),
+        (["ls", "--frobnicate"], 2, "usage", "--frobnicate"),
+    ],
+)
+def test_json_usage_errors(capsys, tmp_path, argv, code, error, text):
+    got, answer, _ = json_error(capsys, *argv, "--work-dir", str(tmp_path))
+    assert (got, answer["error"]) == (code, error) and text in answer["message"], answer
+
+
+def test_json_error_without_a_cluster(capsys, tmp_path):
+    code, answer, _ = json_error(capsys, "ls", "--work-dir", str(tmp_path))
+    assert code == 3 and answer["error"] == "unreachable" and "--rm URL" in answer["message"], answer
+
+
+def test_without_json_errors_stay_off_stdout(capsys):
+    code, out, err = melon(capsys, "ls", "--rm", DOWN)
+    assert code == 3 and out == "" and err.startswith("error: cannot reach the ResourceManager")
+
+
+def test_json_error_of_a_missing_application(capsys):
+    """A 404 for the app (the live suite sees the real RM's; here its answer as the RM words it)."""
+    with rm_mock.Mocker() as m:
+        m.get(
+            f"{RM}/ws/v1/cluster/apps/{APP}",
+            status_code=404,
+            json={"RemoteException": {"exception": "NotFoundException", "message": f"app with id: {APP} not found"}},
+        )
+        code, answer, _ = json_error(capsys, "status", APP, "--rm", RM)
+    assert code == 4 and answer["error"] == "not_found" and answer["app_id"] == APP and answer["status"] == 404
+
+
 # ---- ls formatting and filters (a stub RM client) ---------------------------------------------------------------
 def _app(n: int, state="FINISHED", final="SUCCEEDED", tags=("melon",), started=0, app_type="MELON", **kw):
     return {

@@ -159,8 +159,8 @@ def test_json_output_is_only_json_whatever_airflow_logs(tmp_path, argv):
     if argv[0] == "doctor":  # its findings (the RM is unreachable) are the JSON
         parsed = json.loads(result.stdout)
         assert result.returncode == 1 and {"check", "status"} <= set(parsed[0])
-    else:  # nothing to list: the error on stderr, stdout empty
-        assert result.returncode == 3 and result.stdout == "", result.stdout[-2000:]
+    else:  # nothing to list: the error on stderr, and as JSON on stdout
+        assert result.returncode == 3 and json.loads(result.stdout)["error"] == "unreachable", result.stdout[-2000:]
 
 
 def test_the_doctor_submit_tests_poll_answers_ends_on_time_and_passes_errors_on():

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from airflow_provider_melon.gpu import devices
+from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE
 from tests.fake_nvml import fake_nvml
 
 H200 = [
@@ -214,6 +215,44 @@ def test_melon_doctor_refuses_a_gpu_node_in_mig_mode_and_says_nothing_without_a_
     assert doctor.check_gpu_mig().status == "ok"
     nvml(init_error="NVML Shared Library Not Found")
     assert doctor.check_gpu_mig() is None
+
+
+def test_melon_doctor_compares_the_nodes_gpu_memory_with_what_its_gpus_hold(nvml):
+    """``melon doctor`` run on a GPU node: the node's ``melon.io/gpu-memory`` at the RM against NVML's total less the
+    driver's own per GPU (NVML's used beyond every process's: 618 MiB on the idle H200s here, the figure recorded in
+    gpu/context.py). More fails (YARN grants memory the GPUs do not have), much less warns, and a host that runs no
+    NodeManager, or has no GPU, gets no such finding."""
+    import socket
+    from types import SimpleNamespace
+
+    from airflow_provider_melon.cli.doctor import Doctor
+
+    idle = [{"uuid": "GPU-i", "name": "NVIDIA H200", "total_mb": 143771, "used_mb": 618, "procs": {}}] * 2
+    usable = 2 * (143771 - 618)
+    nvml(idle)
+
+    def finding(advertised, host=socket.gethostname(), env=None):
+        doctor = Doctor(SimpleNamespace(yarn=None, container_env=env or {}))
+        doctor._nodes = [
+            {
+                "id": f"{host}:45454",
+                "nodeHostName": host,
+                "totalResource": {"resources": {GPU_MEMORY_RESOURCE: advertised}},
+            }
+        ]
+        return doctor.check_gpu_memory()
+
+    ok = finding(usable)
+    assert (ok.check, ok.status) == ("gpu-memory", "ok"), ok
+    assert f"advertises {usable} MiB" in ok.detail and "GPU 1: 143771 - 618" in ok.detail
+    nominal = finding(2 * 143771)  # the nominal figure: the driver's own counted as the tasks'
+    assert nominal.status == "fail" and "grants 1236 MiB the GPUs do not have" in nominal.detail, nominal
+    assert f"melon.io/gpu-memory = {usable}Mi" in nominal.fix
+    assert finding(usable // 2).status == "warn"
+    assert finding(usable // 2, env={"CUDA_VISIBLE_DEVICES": "0"}).status == "ok"  # the plug-in keeps GPU 1
+    assert finding(usable, host="another-host") is None
+    nvml(init_error="NVML Shared Library Not Found")
+    assert finding(usable) is None
 
 
 def test_the_executor_refuses_a_node_whose_gpus_are_all_in_mig_mode(nvml, tmp_path, monkeypatch):

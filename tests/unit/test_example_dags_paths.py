@@ -69,3 +69,13 @@ def test_the_mnist_pipeline_renders_its_paths_under_the_users_home(carol):
     assert model.startswith("hdfs:///user/carol/melon-demo/runs/manual__2026-12-01T10_00_00_00_00-"), model
     ingest = dag.get_task("ingest")
     assert ingest.render_template(module.ROOT, context, env) == "/user/carol/melon-demo"
+
+
+def test_the_dag_processor_parses_the_dags_and_not_their_training_code():
+    """dags/training/ holds the jobs' code, shipped to YARN: Airflow's own listing of the DAGs folder (with safe mode
+    off, every .py file it would parse) leaves it out by dags/.airflowignore."""
+    from airflow.utils.file import list_py_file_paths
+
+    listed = {Path(p).relative_to(DAGS).as_posix() for p in list_py_file_paths(DAGS, safe_mode=False)}
+    assert listed and all("/" not in p for p in listed), sorted(listed)
+    assert listed == {p.name for p in DAGS.glob("*.py")}

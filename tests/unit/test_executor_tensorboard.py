@@ -171,3 +171,34 @@ def test_missing_tensorboard_says_how_to_get_it(monkeypatch):
 )
 def test_serving_port(line, port):
     assert tensorboard.serving_port(line) == port
+
+
+def free_pair() -> int:
+    """``low`` with ``low`` and ``low + 1`` both free on loopback (held by nobody once this returns)."""
+    for _ in range(50):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            low = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", low + 1))
+            except OSError:
+                continue
+            return low
+    raise AssertionError("no two neighbouring free ports on loopback")
+
+
+def test_with_a_port_range_tensorboard_listens_in_it_beside_the_tasks_port(tmp_path, am_factory, fake_tb):
+    """The AM proxies TensorBoard, maybe from another node: behind a firewall that opens MELON_PORT_RANGE only, it
+    must listen there too, on another port than the one the task registered for its framework."""
+    low = free_pair()
+    am = am_factory(["chief:0"])
+    env = tb_env(tmp_path, am, "chief", fake_tb, MELON_PORT_RANGE=f"{low}-{low + 1}")
+    proc = start(tmp_path, env)
+    wait_for(lambda: any(h.get("tensorboard_url") for h in list(am.heartbeats)))
+    (tmp_path / "record.json.seen").write_text("")
+    rc, _, err = finish(proc)
+    assert rc == 0, err
+    registered = am.registrations[0]["port"]
+    argv = json.loads((tmp_path / "record.json").read_text())["argv"]
+    listened = int(argv[argv.index("--port") + 1])
+    assert {registered, listened} == {low, low + 1}, (registered, listened)

@@ -144,3 +144,11 @@ def test_reserved_identity_tag_is_refused_naming_tags(tmp_path, tag):
         JobSpec.from_dict(_job(tmp_path, tags=["team-a", tag]))
     assert "tags.1" in str(err.value)
     assert "melon-id:" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["lots", "50100", "80-90", "50200-50100"])
+def test_a_bad_port_range_in_env_is_refused_naming_it(tmp_path, value):
+    """The AM's and the tasks' listening range: refused with the spec, not by an AM or executor on the cluster."""
+    with pytest.raises(JobSpecError, match=f"env.MELON_PORT_RANGE: MELON_PORT_RANGE='{value}'"):
+        JobSpec.from_dict(_job(tmp_path, env={"MELON_PORT_RANGE": value}))
+    assert JobSpec.from_dict(_job(tmp_path, env={"MELON_PORT_RANGE": "50100-50200"})).env

@@ -311,3 +311,12 @@ def test_a_job_with_gpus_asks_the_rm_for_the_gpu_fit_allocator(spec, tmp_path):
         }
     )
     assert rm.PLACEMENT_ENV not in am_env(submission.build_submission(cpu, **kw))
+
+
+def test_a_bad_port_range_in_the_connections_container_env_is_refused_naming_it(spec):
+    spec = spec.model_copy(update={"inputs": []})
+    with pytest.raises(ValueError, match="the yarn connection's container_env MELON_PORT_RANGE='lots'"):
+        submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={}, container_env={"MELON_PORT_RANGE": "lots"})
+    env = {"MELON_PORT_RANGE": "50100-50200"}
+    plan = submission.build_plan(spec, code=CODE, runtime=RUNTIME, inputs={}, container_env=env)
+    assert plan["env"]["MELON_PORT_RANGE"] == "50100-50200"  # the AM reads it there, as its tasks get it

@@ -107,7 +107,13 @@ final class AmHttp {
 
   /** Serve on {@code bindHost} (the AM: all interfaces; tests: loopback), on an ephemeral port. */
   synchronized int start(String bindHost) throws IOException {
-    server = HttpServer.create(new InetSocketAddress(bindHost, 0), 64);
+    return start(bindHost, null);
+  }
+
+  /** Serve on {@code bindHost}, on a free port of {@code ports} (null: an ephemeral port). */
+  synchronized int start(String bindHost, PortRange ports) throws IOException {
+    server = ports == null ? HttpServer.create(new InetSocketAddress(bindHost, 0), 64)
+        : ports.bind(port -> HttpServer.create(new InetSocketAddress(bindHost, port), 64), bindHost);
     front = new ThreadPoolExecutor(8, FRONT_THREADS, 30, TimeUnit.SECONDS, new SynchronousQueue<>(),
         daemon("melon-am-http"));
     tensorboardPool = new ThreadPoolExecutor(TENSORBOARD_THREADS, TENSORBOARD_THREADS, 0, TimeUnit.SECONDS,

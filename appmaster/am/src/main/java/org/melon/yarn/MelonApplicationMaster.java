@@ -69,6 +69,8 @@ public final class MelonApplicationMaster {
   static final String SECRET_ALIAS = "melon.am.secret";
   /** The AM's secret, from the credentials (its tasks find it in their token files). */
   private final String secret;
+  /** Where the HTTP server may listen (null: an ephemeral port). */
+  private final PortRange ports;
   private final String appId;
   private final String amHost;
   private final TaskBook book;
@@ -84,9 +86,10 @@ public final class MelonApplicationMaster {
   private ByteBuffer tokens;
   private Map<String, LocalResource> localResources = Collections.emptyMap();
 
-  MelonApplicationMaster(JsonNode plan, String secret) {
+  MelonApplicationMaster(JsonNode plan, String secret, PortRange ports) {
     this.plan = plan;
     this.secret = secret;
+    this.ports = ports;
     ContainerId cid = ContainerId.fromString(System.getenv(Environment.CONTAINER_ID.name()));
     this.appId = cid.getApplicationAttemptId().getApplicationId().toString();
     String h = System.getenv(Environment.NM_HOST.name());
@@ -107,7 +110,15 @@ public final class MelonApplicationMaster {
         refuse("no AM secret in the application's credentials (secret " + SECRET_ALIAS + ")");
         System.exit(0);
       }
-      int rc = new MelonApplicationMaster(plan, secret).run();
+      PortRange ports;
+      try {
+        ports = PortRange.of(System.getenv(), plan.path(PlanFields.ENV));
+      } catch (IllegalArgumentException e) {
+        refuse(e.getMessage());
+        System.exit(0);
+        return;
+      }
+      int rc = new MelonApplicationMaster(plan, secret, ports).run();
       System.exit(rc);
     } catch (Throwable t) {
       // A crash of the AM itself: exit non-zero so that YARN starts the next attempt (max_attempts).
@@ -147,8 +158,9 @@ public final class MelonApplicationMaster {
     log(viewers == null ? "yarn.acl.enable is off: the AM's pages are open to every caller"
         : "the AM's pages, for a user the RM proxy names: " + viewers);
     http = new AmHttp(book, secret, appId, plan.path(PlanFields.LABELS), viewers);
-    int port = http.start("0.0.0.0");
+    int port = http.start("0.0.0.0", ports);
     amUrl = "http://" + amHost + ":" + port;
+    log("HTTP API on port " + port + (ports == null ? " (ephemeral)" : " (" + ports + ")"));
     amrm = AMRMClientAsync.createAMRMClientAsync(500, new RMCallbacks());
     amrm.init(conf);
     amrm.start();

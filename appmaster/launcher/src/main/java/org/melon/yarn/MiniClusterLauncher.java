@@ -84,6 +84,10 @@ public final class MiniClusterLauncher {
     opts.put("gpu-memory-mb", "32768");
     // 0: a vanilla YARN (no GPU resource types, the default memory-only calculator), to test `melon doctor`
     opts.put("melon-config", "1");
+    // 0: the launcher sets no resource calculator, the configuration files decide: a yarn-site.xml on the classpath
+    // (minicluster.start's yarn_site), then capacity-scheduler.xml, which the CapacityScheduler reads after it (the
+    // classpath's is Hadoop's stock file, from hadoop-yarn-server-tests: the DefaultResourceCalculator)
+    opts.put("set-calculator", "1");
     // fault tests: how long the RM waits for a silent NodeManager; 1 = RM recovery (state in the work dir, NMs
     // over RPC) so the RM can be restarted with its applications kept
     opts.put("nm-expiry-ms", "600000");
@@ -202,9 +206,13 @@ public final class MiniClusterLauncher {
     // Scheduler: capacity + dominant resource calculator so GPUs count.
     conf.set(YarnConfiguration.RM_SCHEDULER,
         "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler");
-    conf.set("yarn.scheduler.capacity.resource-calculator", melon
-        ? "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
-        : "org.apache.hadoop.yarn.util.resource.DefaultResourceCalculator");
+    if (intOpt("set-calculator") != 0) {
+      conf.set("yarn.scheduler.capacity.resource-calculator", melon
+          ? "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
+          : "org.apache.hadoop.yarn.util.resource.DefaultResourceCalculator");
+    } else if (conf.getClassLoader().getResource("capacity-scheduler.xml") == null) {
+      fail("--set-calculator 0: no capacity-scheduler.xml on the classpath to decide the calculator");
+    }
     conf.set("yarn.scheduler.capacity.root.queues", "default");
     conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
@@ -697,6 +705,9 @@ public final class MiniClusterLauncher {
     }
     d.put("nodemanager_ids", nmIds);
     d.put("tenants", intOpt("tenants"));
+    // the calculator the scheduler runs on (what melon doctor must find out from outside)
+    d.put("resource_calculator", yarn.getResourceManager().getResourceScheduler().getResourceCalculator()
+        .getClass().getName());
     d.put("control_url", "http://127.0.0.1:" + control.getAddress().getPort());
     if (secure != null) {
       d.putAll(secure.details());
