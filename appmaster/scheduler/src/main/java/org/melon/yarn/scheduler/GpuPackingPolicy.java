@@ -2,7 +2,7 @@ package org.melon.yarn.scheduler;
 
 import java.util.Collection;
 import java.util.Collections;
-import java.util.HashMap;
+import java.util.IdentityHashMap;
 import java.util.Iterator;
 import java.util.LinkedHashSet;
 import java.util.Map;
@@ -10,7 +10,6 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentSkipListSet;
 
-import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.server.resourcemanager.RMContext;
 import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNode;
@@ -42,19 +41,21 @@ public class GpuPackingPolicy<N extends SchedulerNode> implements MultiNodeLooku
     SchedulerStats.get().policyLoaded();
   }
 
-  /** One node's place in the order. */
+  /** One node's place in the order, and what it was computed from. */
   static final class Ranked<N extends SchedulerNode> implements Comparable<Ranked<N>> {
     final N node;
-    final NodeId id;
+    final GpuResources.Held basis;
     final long freeMb;
     final double used;
     long pass;
 
-    Ranked(N node, long freeMb, double used) {
+    Ranked(N node, GpuResources.Held basis) {
       this.node = node;
-      this.id = node.getNodeID();
-      this.freeMb = freeMb;
-      this.used = used;
+      this.basis = basis;
+      this.freeMb = basis.view.freeMb();
+      Resource total = basis.total;
+      this.used = Math.max(fraction(basis.memoryMb, total.getMemorySize()),
+          fraction(basis.vcores, total.getVirtualCores()));
     }
 
     @Override
@@ -63,31 +64,18 @@ public class GpuPackingPolicy<N extends SchedulerNode> implements MultiNodeLooku
       if (c == 0) {
         c = Double.compare(o.used, used);
       }
-      return c != 0 ? c : id.compareTo(o.id);
-    }
-
-    boolean sameAs(Ranked<N> o) {
-      return node == o.node && freeMb == o.freeMb && used == o.used;
+      return c != 0 ? c : node.getNodeID().compareTo(o.node.getNodeID());
     }
   }
 
-  /** A partition's nodes, in order, and where each one is. */
+  /** A partition's nodes, in order, and where each one is (by the scheduler's node object). */
   private static final class Order<N extends SchedulerNode> {
     final ConcurrentSkipListSet<Ranked<N>> sorted = new ConcurrentSkipListSet<>();
-    final Map<NodeId, Ranked<N>> byNode = new HashMap<>();
+    final Map<N, Ranked<N>> byNode = new IdentityHashMap<>();
     long pass;
     long lastFullNs;
     long allocated = -1;
     long released = -1;
-  }
-
-  /** The order's key for {@code node}: its GPU memory free and the larger of its used shares of memory and vcores. */
-  Ranked<N> rank(N node) {
-    Resource total = node.getTotalResource();
-    Resource used = node.getAllocatedResource();
-    double share = Math.max(fraction(used.getMemorySize(), total.getMemorySize()),
-        fraction(used.getVirtualCores(), total.getVirtualCores()));
-    return new Ranked<>(node, GpuResources.view(node).freeMb(), share);
   }
 
   private static double fraction(long part, long whole) {
@@ -107,24 +95,25 @@ public class GpuPackingPolicy<N extends SchedulerNode> implements MultiNodeLooku
     }
     long pass = ++order.pass;
     for (N node : nodes) {
-      Ranked<N> now = rank(node);
-      Ranked<N> before = order.byNode.get(now.id);
-      if (before != null && before.sameAs(now)) {
+      GpuResources.Held held = GpuResources.held(node);
+      Ranked<N> before = order.byNode.get(node);
+      if (before != null && before.basis == held) {
         before.pass = pass;
         continue;
       }
       if (before != null) {
         order.sorted.remove(before);
       }
+      Ranked<N> now = new Ranked<>(node, held);
       now.pass = pass;
       order.sorted.add(now);
-      order.byNode.put(now.id, now);
+      order.byNode.put(node, now);
     }
     if (order.byNode.size() > nodes.size()) {  // some node left the partition
       order.byNode.values().removeIf(r -> {
         if (r.pass != pass) {
           order.sorted.remove(r);
-          GpuResources.forget(r.id);
+          GpuResources.forget(r.node);
           return true;
         }
         return false;
