@@ -34,7 +34,8 @@ test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 # Flake measurement: the integration, e2e and fault suites N times in one go, a table of test -> passes/fails
-# printed, written to tests/results/ (not committed) and summed up in one row for docs/development.md to commit.
+# printed, written to tests/results/ (not committed) and summed up in one row for benchmarks/results/test-rounds.md
+# to commit.
 # SUITES= narrows it, LOAD=1 keeps a core busy;
 # each round runs on WORKERS workers, as `make test` does.
 N ?= 3

@@ -7,9 +7,9 @@
 Each round is one pytest process over all the suites (the order CI runs them in), with its JUnit XML kept under
 ``tests/results/repeat-<stamp>/round-<k>.xml``. The table (also written to ``tests/results/repeat-<stamp>.txt``, a
 run's artifact, ignored by git) lists every test that ran, how many rounds it passed, failed or was skipped, its
-slowest duration and, for a failure, the first line of its message. Last it prints the run's row for the test-rounds
-table in ``docs/development.md``, the one record that is committed. The script exits 1 if any round failed a test,
-0 otherwise; a round that collected nothing (pytest's exit code 5) counts as a failure.
+slowest duration and, for a failure, the first line of its message. Last it prints the run's row for the table in
+``benchmarks/results/test-rounds.md``, the one record that is committed. The script exits 1 if any round failed a
+test, 0 otherwise; a round that collected nothing (pytest's exit code 5) counts as a failure.
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def summary_row(
     rounds: list[dict[str, tuple[str, float, str]]],
     durations_s: list[float],
 ) -> str:
-    """The run's row of the test-rounds table in ``docs/development.md``: when, at which commit, which suites, how,
-    the failed (test, round) pairs with the tests' names, and each round's minutes."""
+    """The run's row of the table in ``benchmarks/results/test-rounds.md``: when, at which commit, which suites,
+    how, the failed (test, round) pairs with the tests' names, and each round's minutes."""
     failures: dict[str, int] = defaultdict(int)
     for results in rounds:
         for name, (outcome, _, _) in results.items():
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     (REPO / "tests" / "results" / f"repeat-{stamp}.txt").write_text(header + text + "\n")
     print(header + text)
     print(
-        "\n[repeat] the run's row for docs/development.md (test rounds):\n"
+        "\n[repeat] the run's row for benchmarks/results/test-rounds.md:\n"
         + summary_row(stamp, commit, suites, args.workers, args.load, rounds, durations)
     )
     return 1 if failed or bad_rounds else 0
