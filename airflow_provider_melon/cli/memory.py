@@ -11,10 +11,16 @@ import argparse
 import time
 from typing import Any
 
+from pydantic import ValidationError
+
 from airflow_provider_melon.cli.exit_codes import EXIT_CODES, OK, UsageError
 from airflow_provider_melon.cli.terminal import _print_json
 from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.hadoop import memory_history
+from airflow_provider_melon.spec import RoleSpec
+
+#: the spec's own default of a role's ``oom_growth``
+OOM_GROWTH: float = RoleSpec.model_fields["oom_growth"].default
 
 
 def _where(args, cluster) -> tuple[Any, str, str]:
@@ -165,17 +171,15 @@ def add_command(sub, formatter) -> None:
     p.add_argument(
         "--oom-growth",
         type=_growth,
-        default=1.5,
-        help="show: the role's oom_growth, for what a run that ran out of memory teaches (default 1.5)",
+        default=OOM_GROWTH,
+        help=f"show: the role's oom_growth, for what a run that ran out of memory teaches (default {OOM_GROWTH})",
     )
     p.set_defaults(func=cli_jobs.run, command_func=cmd_memory)
 
 
 def _growth(text: str) -> float:
+    """``--oom-growth``, validated as the spec validates a role's ``oom_growth`` (one definition of its bounds)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--oom-growth {text!r}: a number") from None
-    if not 1.0 <= value <= 4.0:
-        raise argparse.ArgumentTypeError(f"--oom-growth {text!r}: between 1.0 and 4.0")
-    return value
+        return RoleSpec(oom_growth=text).oom_growth
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(f"--oom-growth {text!r}: {exc.errors()[0]['msg']}") from None

@@ -39,3 +39,11 @@ def test_a_refused_folder_is_an_error_not_an_empty_history(capsys):
             code, out, err = melon(capsys, "memory", action, "dag/task", *WHERE, "--staging-dir", "/user/bob/.melon")
             assert code == 1 and "Permission denied: user=alice" in err and "no history" not in out, (out, err)
         assert all(r.method == "GET" for r in m.request_history)  # nothing deleted
+
+
+@pytest.mark.parametrize("growth", ["1.0", "4.5", "fast"])
+def test_oom_growth_is_refused_where_the_spec_refuses_it(capsys, growth):
+    """`--oom-growth` shows what a role's ``oom_growth`` would learn: a figure the spec refuses (its bounds are
+    1.1-4.0) is refused here too, naming the option."""
+    code, _, err = melon(capsys, "memory", "show", "dag/task", *WHERE, "--oom-growth", growth)
+    assert code == 2 and f"--oom-growth {growth!r}" in err, err
