@@ -267,7 +267,7 @@ def test_hpo_runs_in_parallel_with_trials_held_by_the_triggerer(runs, airflow_st
 
 
 def test_hpo_trials_start_at_the_gpu_memory_earlier_runs_taught(runs, airflow_stack, melon_hook):
-    """``gpu_memory: auto:6GiB`` (issue 26): once the two concurrent runs above have ended, each of their trials is in
+    """``gpu_memory: auto:6GiB``: once the two concurrent runs above have ended, each of their trials is in
     the task's history (one file a run, in the user's 0700 profiles/ folder), and a third run's trials start at the
     figure those runs taught (they succeeded at 6144 MiB; no GPU here reports a peak). The trial's log says so, and
     the AM carries the same line as a label, which the UI's job page shows."""

@@ -280,7 +280,7 @@ def test_jobs_page_draws_the_loss_chart(logged_in, airflow_stack, probe, shots):
     row = wait_for(job_row, 30, "the job")
     assert "RUNNING" in row.text and "ui-probe" in row.text
     assert len(row.find_elements(By.CSS_SELECTOR, "[data-task-row]")) == 3
-    # gpu_memory: auto (issue 26): where the figure came from, and each task's expected memory
+    # gpu_memory: auto: where the figure came from, and each task's expected memory
     note = row.find_element(By.CSS_SELECTOR, "[data-gpu-memory-note]").text
     assert note.startswith("roles.worker.gpu_memory auto: 6144 MiB ("), note
     assert all("6 GiB expected" in r.text for r in row.find_elements(By.CSS_SELECTOR, "[data-task-row]"))

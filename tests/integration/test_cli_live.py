@@ -257,7 +257,7 @@ print("fits under", cap, "MiB")
 
 
 def test_an_oom_grows_the_memory_and_the_next_run_starts_at_the_learned_figure(melon, melon_hook, tmp_path):
-    """Issue 26 end to end on the cluster: a task that runs out of GPU memory under its cap exits 76, the AM asks
+    """End to end on the cluster: a task that runs out of GPU memory under its cap exits 76, the AM asks
     again with 1.5 × its expected memory (not a restart of the role's budget), the job succeeds; `submit --wait`
     records the run in the user's 0700 profiles/ folder, and the next `gpu_memory: auto` run starts at the learned
     figure (peak 1300 × 1.1 = 1430 MiB) and fits at once. (A job whose growths run out: test_am_live.py.)"""

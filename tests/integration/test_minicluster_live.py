@@ -90,7 +90,7 @@ def test_the_embedded_rm_serves_its_web_ui(minicluster, jobs):
 
 
 def test_a_two_gpu_host_gives_each_nodemanager_its_own_gpu(tmp_path, monkeypatch):
-    """Issue 21: on a host with real GPUs the embedded cluster's NodeManagers must not both claim one. A fake 2-GPU
+    """On a host with real GPUs the embedded cluster's NodeManagers must not both claim one. A fake 2-GPU
     host (the fake NVML, seen by the product's own ``devices.nvml_gpus``): NM0 advertises and gets GPU 0, NM1 GPU
     1; a job of two 1-GPU tasks (one per NM, as YARN must place them) sees GPU 0 on NM0 and GPU 1 on NM1."""
     import shutil

@@ -1,4 +1,4 @@
-"""The hook on the Kerberos mini cluster (session fixture ``secure_cluster``, issue 9): real SPNEGO on every RM and
+"""The hook on the Kerberos mini cluster (session fixture ``secure_cluster``): real SPNEGO on every RM and
 WebHDFS call, tickets from keytabs (no kinit), and the bad inputs that must fail before anything is submitted."""
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ def test_pytorch_torchrun_two_containers(jobs):
 
 
 def test_operator_result_has_every_tasks_last_report(jobs, melon_hook, dataset):
-    """Issue 21: a job written as a user would (Keras ``model.fit`` with the runtime's ``keras_callback()``, 4
+    """A job written as a user would (Keras ``model.fit`` with the runtime's ``keras_callback()``, 4
     epochs, a chief and 2 workers, MWMS) through the operator. Its final result must hold what each task reported
     last, 4 of 4 with the epoch's metrics, read after the application ended, not the operator's last poll (which
     said chief ``step: null``, worker ``step: 2``, ``metrics: {}``)."""

@@ -1,4 +1,4 @@
-"""Staging and prune under hostile tenants and hostile timing (issue 20, part 4b), on the real clusters:
+"""Staging and prune under hostile tenants and hostile timing, on the real clusters:
 
 * a local ``file://`` environment archive lands in alice's 0700 staging folder: her job still localizes it (for the
   application, not PUBLIC, which YARN refuses for a private file), and bob cannot read it;
@@ -264,7 +264,7 @@ def _wait_running_task(hook: MelonHook, app_id: str, timeout: float = 240) -> No
 
 # ---- learned GPU memory: a tenant's history is hers -------------------------------------------------------
 def test_bob_can_neither_read_nor_poison_alices_learned_gpu_memory(tenants, attack):
-    """Alice's ``gpu_memory: auto`` task learns from her own runs only (issue 26): its history sits in her 0700
+    """Alice's ``gpu_memory: auto`` task learns from her own runs only: its history sits in her 0700
     staging folder. Bob tries to read it, to plant a record in it (a huge figure would make her next run hold a
     whole GPU; a tiny one would make it run out of memory), and to record under her DAG/task key with his own hook;
     her next figure is still the one her own run taught."""

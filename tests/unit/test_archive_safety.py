@@ -1,4 +1,4 @@
-"""Code archives (issue 12 §2): nothing in or out of them reaches outside the folder they belong to.
+"""Code archives: nothing in or out of them reaches outside the folder they belong to.
 
 Who unpacks what: the provider never extracts an archive in Python. It *packs* the job's code folder
 (``hadoop/bundle.py``: ``folder_files`` + ``deterministic_zip``); YARN's NodeManager unpacks each ARCHIVE resource

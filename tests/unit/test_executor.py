@@ -201,7 +201,7 @@ REPORTER = textwrap.dedent(
 
 
 def test_each_report_reaches_the_am_promptly_and_the_last_one_after_the_exit(tmp_path, am_factory):
-    """Issue 21: the last report must reach the AM. A period of 60 s: no periodic beat while the process runs; a new
+    """The last report must reach the AM. A period of 60 s: no periodic beat while the process runs; a new
     report is sent at once (the job's step 2, within its 2 s pause), and the final heartbeat after the exit carries
     step 3 of 3 with its metrics, the last thing the AM hears."""
     (tmp_path / "reporter.py").write_text(REPORTER)
@@ -609,7 +609,7 @@ def test_a_node_that_hides_its_gpus_keeps_them_hidden_from_the_job(tmp_path, am_
 
 
 def test_the_cuda_context_is_reserved_beside_the_capped_memory(tmp_path, am_factory, inventory):
-    """MELON_GPU_CONTEXT_MB (issue 26): the ledger holds and the AM hears the expected memory plus the context's,
+    """MELON_GPU_CONTEXT_MB: the ledger holds and the AM hears the expected memory plus the context's,
     while the process is capped at the expected memory; a GPU that cannot hold both does not fit (exit 75)."""
     am = am_factory(["worker:0"])
     env = exec_env(

@@ -1,4 +1,4 @@
-"""Malformed ResourceManager answers (issue 12 §2): the YARN hooks raise YarnApiError with a one-line message,
+"""Malformed ResourceManager answers: the YARN hooks raise YarnApiError with a one-line message,
 never KeyError/TypeError/JSONDecodeError/RecursionError/requests errors; the trigger turns them into failed polls.
 
 requests_mock serves what a real cluster does not produce but a proxy, a load balancer or a truncated transfer

@@ -1,4 +1,4 @@
-"""Shell metacharacters in a job reach the training process inert (issue 12 §2).
+"""Shell metacharacters in a job reach the training process inert.
 
 The path a job's strings travel, and what each test executes for real:
 

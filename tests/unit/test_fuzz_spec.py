@@ -1,4 +1,4 @@
-"""Generated job specs (issue 12 §2): every invalid one is refused with a one-line JobSpecError naming the field,
+"""Generated job specs: every invalid one is refused with a one-line JobSpecError naming the field,
 before anything touches the network (also through MelonTrainOperator.execute); every valid one round-trips
 through dict, JSON and YAML unchanged.
 

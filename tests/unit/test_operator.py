@@ -678,7 +678,7 @@ def test_result_prefers_live_am_status_then_rm(hooks):
 
 def test_result_is_read_from_the_ams_final_status_after_the_end(hooks):
     """The AM's final /status (HDFS, written before it unregistered) wins over the last poll's picture: each task's
-    last report, not the one seen a poll earlier (issue 21: chief step null, worker 2 of 4, metrics {})."""
+    last report, not the one seen a poll earlier (chief step null, worker 2 of 4, metrics {})."""
     last_seen = [
         {"role": "chief", "index": 0, "state": "RUNNING", "step": None, "metrics": {}},
         {"role": "worker", "index": 0, "state": "RUNNING", "step": 2, "total": 4, "metrics": {}},

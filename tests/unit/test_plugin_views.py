@@ -389,7 +389,7 @@ def test_only_a_browser_opening_a_page_is_sent_to_the_login_page():
 
 
 def test_job_view_shows_learned_gpu_memory_and_growths_only_for_a_proven_task():
-    """gpu_memory: auto (issue 26): the job page says where the figure came from (the operator's label) and how a
+    """gpu_memory: auto: the job page says where the figure came from (the operator's label) and how a
     task grew after running out of GPU memory; a label on an app not proven to be the task's is not shown."""
     note = "roles.worker.gpu_memory auto: 1430 MiB (learned from the last 1 run(s): peak 1300 MiB × 1.10 in run x)"
     grown = {

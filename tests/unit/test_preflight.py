@@ -282,7 +282,7 @@ def test_operator_skips_preflight_when_nodes_are_unreadable_or_it_is_off(op_env)
 
 
 def test_the_cuda_context_counts_against_the_largest_gpu():
-    """16 GiB expected on 16 GiB GPUs fits no GPU once the CUDA context is reserved beside it (issue 26)."""
+    """16 GiB expected on 16 GiB GPUs fits no GPU once the CUDA context is reserved beside it."""
     nodes = [node("n1", 2, 32768)]
     assert check(nodes, {"w": {"gpu_memory_mb": 16384}}).ok
     report = check(nodes, {"w": {"gpu_memory_mb": 16384}}, context_mb=400)
