@@ -45,7 +45,6 @@ LAYERS = {
     "sensors": 4,
     "triggers": 4,
     "plugin": 4,
-    "hdfs_io": 4,
     "cli": 5,
     "dev": 5,
 }
@@ -116,6 +115,12 @@ GRAPH = {m: _imports(p, m) for m, p in MODULES.items()}
 def test_the_package_root_holds_at_most_8_modules():
     root = sorted(p.name for p in PKG.glob("*.py"))
     assert len(root) <= 8, root
+
+
+def test_every_part_has_a_layer_and_every_layer_names_a_part():
+    """A part without a layer would escape :func:`test_layers_point_down`; a layer without a part is a stale rule."""
+    parts = {_part(m) for m in MODULES} - {""}
+    assert parts == set(LAYERS), {"no layer": sorted(parts - set(LAYERS)), "no such part": sorted(set(LAYERS) - parts)}
 
 
 def test_layers_point_down():
