@@ -106,7 +106,7 @@ def _visible_filter(env: Mapping[str, str]) -> Optional[set[str]]:
     return {p.strip() for p in raw.split(",") if p.strip()}
 
 
-def _import_pynvml() -> Nvml:
+def import_pynvml() -> Nvml:
     """pynvml (from nvidia-ml-py, or the deprecated ``pynvml`` wrapper, whose FutureWarning is silenced)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
@@ -141,7 +141,7 @@ def nvml_gpus(env: Optional[Mapping[str, str]] = None) -> GpuList:
     """GPUs as NVML sees them; empty with a reason when pynvml or the driver is missing."""
     env = os.environ if env is None else env
     try:
-        pynvml = _import_pynvml()
+        pynvml = import_pynvml()
     except Exception as exc:  # ImportError, or a broken install
         return GpuList(source="none", reason=f"no GPU: NVML found no device (pynvml not importable: {exc})")
     try:
@@ -325,7 +325,7 @@ def _nvml_call(read: Callable[[Nvml], _T]) -> Optional[_T]:
     """``read(pynvml)`` between nvmlInit and nvmlShutdown; None when NVML cannot be loaded or initialised, or the
     call fails."""
     try:
-        pynvml = _import_pynvml()
+        pynvml = import_pynvml()
         pynvml.nvmlInit()
     except Exception:
         return None

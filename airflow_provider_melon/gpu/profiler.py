@@ -146,7 +146,7 @@ class NvmlSampler:
         nv = self._nvml
         if nv is None:
             try:
-                nv = _devices._import_pynvml()
+                nv = _devices.import_pynvml()
             except Exception as exc:
                 raise NoGpuError(f"no GPU: pynvml is not importable ({exc})") from exc
         try:

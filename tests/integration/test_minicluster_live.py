@@ -101,7 +101,7 @@ def test_a_two_gpu_host_gives_each_nodemanager_its_own_gpu(tmp_path, monkeypatch
     from tests.fake_nvml import fake_nvml
 
     gpus = [{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "total_mb": 16384, "used_mb": 0, "util": 0} for i in (0, 1)]
-    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml(gpus))
+    monkeypatch.setattr(devices, "import_pynvml", lambda: fake_nvml(gpus))
     work = tmp_path / "mc"
     try:
         details = mc.start(work, port_base=port_base("MELON_TEST_PORT_BASE") + 700, timeout=480)

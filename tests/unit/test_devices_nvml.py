@@ -31,7 +31,7 @@ H200 = [
 def nvml(monkeypatch):
     def install(gpus=H200, **kw):
         mod = fake_nvml(gpus, **kw)
-        monkeypatch.setattr(devices, "_import_pynvml", lambda: mod)
+        monkeypatch.setattr(devices, "import_pynvml", lambda: mod)
         return mod
 
     return install

@@ -51,14 +51,14 @@ def _executor(models: str) -> executor.Executor:
 
 
 def test_only_the_gpus_of_an_accepted_model_are_used(monkeypatch, capsys):
-    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([T4, A100]))
+    monkeypatch.setattr(devices, "import_pynvml", lambda: fake_nvml([T4, A100]))
     kept = _executor("A100,H100").of_accepted_models(devices.list_gpus({}))
     assert [g.name for g in kept] == ["NVIDIA A100-SXM4-80GB"] and kept.source == "nvml"
     assert "GPU model checked (NVML): NVIDIA A100-SXM4-80GB of A100, H100" in capsys.readouterr().err
 
 
 def test_a_node_with_none_of_the_models_is_refused_with_exit_75(monkeypatch):
-    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([A10, A10]))
+    monkeypatch.setattr(devices, "import_pynvml", lambda: fake_nvml([A10, A10]))
     with pytest.raises(executor.Fatal) as err:
         _executor("A100").of_accepted_models(devices.list_gpus({}))
     assert err.value.code == executor.EXIT_NO_GPU_FITS == 75
@@ -68,7 +68,7 @@ def test_a_node_with_none_of_the_models_is_refused_with_exit_75(monkeypatch):
 
 
 def test_without_models_nothing_is_checked(monkeypatch):
-    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([A10]))
+    monkeypatch.setattr(devices, "import_pynvml", lambda: fake_nvml([A10]))
     gpus = devices.list_gpus({})
     assert _executor("").of_accepted_models(gpus) is gpus
 

@@ -293,7 +293,7 @@ def victim_executor(tmp_path, monkeypatch, neighbour_pid, neighbour_used_mb, not
     ex.ledger = Ledger(str(tmp_path / "ledger"))
     procs = {neighbour_pid: neighbour_used_mb, **(notebook or {})}
     device = {"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 16384, "driver_mb": 600, "util": 0, "procs": procs}
-    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([device]))
+    monkeypatch.setattr(devices, "import_pynvml", lambda: fake_nvml([device]))
     gpus = devices.nvml_gpus(env={})
     assert ex.ledger.reserve("neighbour-task", neighbour_pid, 4500, gpus) == 0
     assert ex.ledger.reserve(cfg.task_id, os.getpid(), cfg.reserve_mb, gpus) == 0
@@ -372,7 +372,7 @@ def test_a_heartbeat_in_a_container_sends_the_devices_rise_and_its_peak_says_dev
         "util": 0,
         "procs": {999999911: 5000},
     }  # a neighbour, by its host pid: none is this namespace's
-    monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([gpu]))
+    monkeypatch.setattr(devices, "import_pynvml", lambda: fake_nvml([gpu]))
     ex.note_device_baseline()  # the executor takes it right before it starts the user's process
     ex.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

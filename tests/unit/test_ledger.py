@@ -307,7 +307,7 @@ def no_nvml(monkeypatch):
     def hidden():
         raise ImportError("NVML hidden by the test")
 
-    monkeypatch.setattr(devices, "_import_pynvml", hidden)
+    monkeypatch.setattr(devices, "import_pynvml", hidden)
 
 
 def test_inventory_source(tmp_path, no_nvml):
@@ -461,7 +461,7 @@ def test_a_process_the_ledger_does_not_know_counts_even_below_melons_reservation
             "util": 0,
             "procs": {task.pid: 3000},
         }
-        monkeypatch.setattr(devices, "_import_pynvml", lambda: fake_nvml([device]))
+        monkeypatch.setattr(devices, "import_pynvml", lambda: fake_nvml([device]))
         led = Ledger(str(tmp_path / "ledger"))
         assert led.reserve("melon-a", task.pid, 8000, devices.nvml_gpus(env={})) == 0
         device["procs"][notebook.pid] = 3700  # the notebook starts: NVML used = 500 + 3000 + 3700 = 7200 < 8000

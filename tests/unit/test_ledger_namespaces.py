@@ -99,7 +99,7 @@ IN_NAMESPACE = textwrap.dedent(
     per_process, driver = {per_process}, {driver}
     procs = {{1: per_process, 2: per_process}}
     gpu = {{"uuid": "GPU-a", "name": "NVIDIA H200", "total_mb": 143771, "driver_mb": driver, "util": 0, "procs": procs}}
-    devices._import_pynvml = lambda: fake_nvml([gpu])
+    devices.import_pynvml = lambda: fake_nvml([gpu])
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # pid 2 here, or near
     [dev] = devices.nvml_gpus(env={{}})
     out = {{

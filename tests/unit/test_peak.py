@@ -139,7 +139,7 @@ def capped_executor(tmp_path, monkeypatch, used_mb, cap_mb=4096, context_mb=500)
     ex.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     monkeypatch.setattr(
         devices,
-        "_import_pynvml",
+        "import_pynvml",
         lambda: fake_nvml(
             [
                 {
