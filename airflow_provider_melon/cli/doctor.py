@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from airflow_provider_melon import __version__, rm
 from airflow_provider_melon.cli.doctor_submit import SubmitTest
-from airflow_provider_melon.cli.findings import Finding, _fail, _ok, _one_line, _warn
+from airflow_provider_melon.cli.findings import Finding, fail, ok, one_line, warn
 from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.hadoop.nodemanager import nm_base_url
 from airflow_provider_melon.hadoop.rm_json import GPU_MEMORY_RESOURCE, GPU_RESOURCE, YarnApiError, as_dict, as_list
@@ -146,7 +146,7 @@ class Doctor:
         if self.submit_test:
             if any(f.status == "fail" for f in findings):
                 findings.append(
-                    _fail(
+                    fail(
                         "submit-test",
                         "not run: fix the failed checks above first",
                         "run `melon doctor --submit-test` again once they pass",
@@ -163,7 +163,7 @@ class Doctor:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - a check that breaks is a finding, not a crash
-            return _fail(name, f"{type(exc).__name__}: {exc}", "see the detail")
+            return fail(name, f"{type(exc).__name__}: {exc}", "see the detail")
 
     # ---- YARN ----------------------------------------------------------------------------------------------
     def check_placement(self) -> Finding:
@@ -178,9 +178,9 @@ class Doctor:
         try:
             beans = self.yarn.rm_jmx(rm.STATS_MBEAN)
         except YarnApiError as exc:
-            return _warn("placement", f"the RM's /jmx could not be read ({_one_line(exc)})", fix)
+            return warn("placement", f"the RM's /jmx could not be read ({one_line(exc)})", fix)
         if not beans:
-            return _warn(
+            return warn(
                 "placement",
                 "the RM has not loaded MeLoN's scheduler plug-in: YARN fills whichever node heartbeats, and grants a "
                 "share on a node whose free GPU memory is split between GPUs none of which holds it (the task then "
@@ -194,7 +194,7 @@ class Doctor:
             f"{bean.get('FitRefusals', 0)} turned down"
         )
         if not bean.get("PolicyLoaded"):
-            return _warn(
+            return warn(
                 "placement",
                 f"the scheduler plug-in {version} is on the RM's classpath ({done}), but multi-node placement does "
                 f"not order the nodes by {rm.PACKING_POLICY}: YARN fills whichever node heartbeats",
@@ -207,12 +207,12 @@ class Doctor:
         )
         detail += f"; {done}"
         if version != __version__:
-            return _warn(
+            return warn(
                 "placement",
                 detail + f"; this provider is {__version__}",
                 f"replace the RM's {rm.SCHEDULER_JAR.name} with this provider's, then restart the RM",
             )
-        return _ok("placement", detail)
+        return ok("placement", detail)
 
     def check_rm(self) -> Finding:
         states = []
@@ -225,7 +225,7 @@ class Doctor:
             else:
                 states.append(f"{base} {info}")
         if not any(" ACTIVE " in s for s in states):
-            return _fail(
+            return fail(
                 "resourcemanager",
                 "; ".join(states),
                 "start the ResourceManager, or fix the yarn connection's host (RM web address, "
@@ -233,7 +233,7 @@ class Doctor:
                 f"'{CALCULATOR_REFUSAL} but invalid resource-types specified', runs on capacity-scheduler.xml's "
                 f"calculator, not yarn-site.xml's: {CALCULATOR_FIX}",
             )
-        return _ok("resourcemanager", "; ".join(states))
+        return ok("resourcemanager", "; ".join(states))
 
     def nodes(self) -> list[dict]:
         if self._nodes is None:
@@ -248,20 +248,20 @@ class Doctor:
         declared |= {r for r in (GPU_RESOURCE, GPU_MEMORY_RESOURCE) if r in vector}
         missing = [r for r in (GPU_RESOURCE, GPU_MEMORY_RESOURCE) if r not in declared]
         if missing:
-            return _fail(
+            return fail(
                 "resource-types",
                 f"not declared: {', '.join(missing)} (declared: "
                 f"{', '.join(sorted(declared)) or 'memory and vcores only'})",
                 "resource-types.xml on the RM and every NM: yarn.resource-types=yarn.io/gpu,"
                 "melon.io/gpu-memory and yarn.resource-types.melon.io/gpu-memory.units=Mi; restart them",
             )
-        return _ok("resource-types", f"{GPU_RESOURCE} and {GPU_MEMORY_RESOURCE} declared")
+        return ok("resource-types", f"{GPU_RESOURCE} and {GPU_MEMORY_RESOURCE} declared")
 
     def check_scheduler(self) -> Finding:
         info = self.yarn.scheduler()
         kind = info.get("type", "?")
         if kind != "capacityScheduler":
-            return _warn(
+            return warn(
                 "scheduler",
                 f"{kind}: MeLoN is tested on the CapacityScheduler",
                 "yarn.resourcemanager.scheduler.class = ...scheduler.capacity.CapacityScheduler",
@@ -276,7 +276,7 @@ class Doctor:
             else ""
         )
         if every is False:
-            return _fail(
+            return fail(
                 "scheduler",
                 "CapacityScheduler on the DefaultResourceCalculator: it places containers by memory alone, GPUs and "
                 f"GPU memory ignored: {evidence}{site}",
@@ -284,13 +284,13 @@ class Doctor:
             )
         if every is None:
             if named and named != DRC:
-                return _fail(
+                return fail(
                     "scheduler",
                     f"CapacityScheduler; the RM's configuration names {named}, not the DominantResourceCalculator, "
                     f"and the scheduler does not tell otherwise ({evidence})",
                     CALCULATOR_FIX,
                 )
-            return _warn(
+            return warn(
                 "scheduler",
                 f"CapacityScheduler; which calculator it runs on cannot be told from here ({evidence}; no GPU "
                 "resource type declared)"
@@ -304,14 +304,14 @@ class Doctor:
         top = self._rm_conf(PRIORITY_KEY)
         if top is None or not top.strip().lstrip("-").isdigit() or int(top) < learned.MAX_PRIORITY:
             shown = self._conf_refused or top or "0 (unset)"
-            return _warn(
+            return warn(
                 "scheduler",
                 f"CapacityScheduler on the DominantResourceCalculator ({evidence}); {PRIORITY_KEY} is "
                 f"{shown}: "
                 f"priority: auto (longer runs first) needs {learned.MAX_PRIORITY}, so its runs queue below that",
                 f"yarn-site.xml on the RM: {PRIORITY_KEY} = {learned.MAX_PRIORITY}; restart the RM",
             )
-        return _ok(
+        return ok(
             "scheduler",
             f"CapacityScheduler on the DominantResourceCalculator ({evidence}); application priorities up to {top}",
         )
@@ -338,7 +338,7 @@ class Doctor:
     def check_nodes(self) -> Finding:
         nodes = self.nodes()
         if not nodes:
-            return _fail(
+            return fail(
                 "nodes",
                 "no RUNNING NodeManager",
                 "start the NodeManagers; check their logs for why "
@@ -353,7 +353,7 @@ class Doctor:
                 without.append(str(node.get("id")))
         detail = "; ".join(parts)
         if len(without) == len(nodes):
-            return _fail(
+            return fail(
                 "nodes",
                 detail,
                 "each GPU node's node-resources.xml: yarn.nodemanager.resource-type."
@@ -361,13 +361,13 @@ class Doctor:
                 "per GPU>; restart the NodeManager",
             )
         if without:
-            return _warn(
+            return warn(
                 "nodes",
                 detail,
                 f"{', '.join(without)} advertise no GPU memory: fine for CPU-only "
                 "nodes, else set node-resources.xml there",
             )
-        return _ok("nodes", detail)
+        return ok("nodes", detail)
 
     def _leaf_queues(self, scheduler: Optional[dict] = None) -> dict[str, dict]:
         """Each leaf queue of ``scheduler`` (default: the RM's ``/ws/v1/cluster/scheduler``) by name and by path."""
@@ -390,7 +390,7 @@ class Doctor:
         queue = leaves.get(self.queue)
         if queue is None:
             names = sorted({str(q.get("queuePath") or q.get("queueName")) for q in leaves.values()})
-            return _fail(
+            return fail(
                 "queue",
                 f"no leaf queue {self.queue!r}; leaf queues: {', '.join(names) or 'none'}",
                 f"use one of those (spec field `queue`), or add {self.queue!r} to capacity-scheduler.xml "
@@ -406,14 +406,14 @@ class Doctor:
             f"at most {am_share} for ApplicationMasters"
         )
         if state != "RUNNING":
-            return _fail(
+            return fail(
                 "queue",
                 detail,
                 "start the queue (state RUNNING in capacity-scheduler.xml), then `yarn rmadmin -refreshQueues`",
             )
         if maximum <= 0:
-            return _fail("queue", detail, "give the queue capacity in capacity-scheduler.xml")
-        return _ok("queue", detail)
+            return fail("queue", detail, "give the queue capacity in capacity-scheduler.xml")
+        return ok("queue", detail)
 
     def check_gpu_mig(self) -> Optional[Finding]:
         """This host's GPUs (NVML), when it has any: MeLoN refuses a GPU in MIG mode (``gpu/devices.py``: it shares a
@@ -425,14 +425,14 @@ class Doctor:
         if not gpus and not gpus.mig:
             return None
         if gpus.mig:
-            return _fail(
+            return fail(
                 "gpu-mig",
                 gpus.reason,
                 "; ".join(
                     f"nvidia-smi -i {i} -mig 0 (as root, the GPU idle), or keep GPU {i} out of MeLoN" for i in gpus.mig
                 ),
             )
-        return _ok("gpu-mig", f"this host's {len(gpus)} GPU(s): none in MIG mode")
+        return ok("gpu-mig", f"this host's {len(gpus)} GPU(s): none in MIG mode")
 
     def check_gpu_memory(self) -> Optional[Finding]:
         """This host's NodeManager: the ``melon.io/gpu-memory`` it advertises against what its GPUs hold for tasks,
@@ -461,15 +461,15 @@ class Doctor:
             "total less the idle GPU's used memory, summed over the GPUs MeLoN shares); restart the NodeManager"
         )
         if advertised > usable:
-            return _fail(
+            return fail(
                 "gpu-memory",
                 detail + f": YARN grants {advertised - usable} MiB the GPUs do not have, and the tasks sent there "
                 "exit 75 and are asked for again",
                 fix,
             )
         if advertised < usable * (1 - GPU_MEMORY_SLACK):
-            return _warn("gpu-memory", detail + f": YARN leaves {usable - advertised} MiB of them unused", fix)
-        return _ok("gpu-memory", detail)
+            return warn("gpu-memory", detail + f": YARN leaves {usable - advertised} MiB of them unused", fix)
+        return ok("gpu-memory", detail)
 
     # ---- NodeManagers: reachable from here, YARN's own GPU plugin ------------------------------------------
     def _nm_url(self, node: dict) -> Optional[str]:
@@ -480,28 +480,31 @@ class Doctor:
         output there (``/ws/v1/node/containers/.../logs``), the UI links to it."""
         nodes = self.nodes()
         if not nodes:
-            return _fail("nodemanagers", "no RUNNING NodeManager to reach", "see the nodes check")
-        ok, bad = [], []
+            return fail("nodemanagers", "no RUNNING NodeManager to reach", "see the nodes check")
+        reached, bad = [], []
         for node in nodes:
             url = self._nm_url(node)
             try:
                 resp = self.yarn.get_url(f"{url}/ws/v1/node/info", headers={"Accept": "application/json"})
                 if resp.status_code != 200:
                     raise RuntimeError(f"HTTP {resp.status_code}")
-                ok.append(str(node.get("nodeHTTPAddress")))
+                reached.append(str(node.get("nodeHTTPAddress")))
             except Exception as exc:  # noqa: BLE001 - each unreachable node is named
-                cause = _one_line(exc)
+                cause = one_line(exc)
                 self._nm_unreachable[str(node.get("id"))] = cause
                 bad.append(f"{node.get('nodeHTTPAddress')} ({node.get('id')}): {cause}")
         if bad:
-            return _fail(
+            return fail(
                 "nodemanagers",
-                f"web port unreachable from here: {'; '.join(bad)}" + (f" (reachable: {', '.join(ok)})" if ok else ""),
+                f"web port unreachable from here: {'; '.join(bad)}"
+                + (f" (reachable: {', '.join(reached)})" if reached else ""),
                 "open the NodeManagers' web port (yarn.nodemanager.webapp.address, 8042 by default) to "
                 "every host running Airflow's workers, triggerer and api-server: job logs are read there; "
                 "a NodeManager that crashed shows here before the RM marks it LOST",
             )
-        return _ok("nodemanagers", f"web port of {len(ok)} NodeManager(s) reachable from here: {', '.join(ok)}")
+        return ok(
+            "nodemanagers", f"web port of {len(reached)} NodeManager(s) reachable from here: {', '.join(reached)}"
+        )
 
     def _nm_conf(self, node: dict, name: str) -> Optional[str]:
         resp = self.yarn.get_url(f"{self._nm_url(node)}/conf", {"name": name}, headers={"Accept": "application/json"})
@@ -531,7 +534,7 @@ class Doctor:
                 allowed = self._nm_conf(node, ALLOWED_GPUS_KEY) or "auto"
                 executor = self._nm_conf(node, EXECUTOR_KEY) or "DefaultContainerExecutor"
             except Exception as exc:  # noqa: BLE001 - an NM whose conf cannot be read is named
-                unread.append(f"{node_id} ({_one_line(exc)})")
+                unread.append(f"{node_id} ({one_line(exc)})")
                 continue
             isolating = "LinuxContainerExecutor" in executor
             gpus = node["totalResource"]["resources"].get(GPU_RESOURCE, 0)
@@ -562,7 +565,7 @@ class Doctor:
             worst = max(worst, level, key=("ok", "warn", "fail").index)
         tail = f"; conf not readable on {', '.join(unread)}" if unread else ""
         if not rows:
-            return _ok(
+            return ok(
                 "gpu-plugin",
                 f"YARN's GPU plugin ({PLUGINS_KEY}={GPU_RESOURCE}) is off on every NodeManager"
                 + tail
@@ -586,7 +589,7 @@ class Doctor:
     def check_datanodes(self) -> Finding:
         """Every live DataNode's HTTP port answers from here: WebHDFS redirects each read and write to one."""
         if not self._hdfs_reachable:
-            return _warn("datanodes", "not checked: the NameNode is not reachable", "see the hdfs check")
+            return warn("datanodes", "not checked: the NameNode is not reachable", "see the hdfs check")
         client = self.hook.hdfs
         base = str(getattr(client, "url", "")).rstrip("/")
         session = getattr(client, "_session", None)
@@ -594,7 +597,7 @@ class Doctor:
 
         resp = (session or requests).get(f"{base}/jmx", params={"qry": NN_INFO_BEAN}, timeout=30)
         if resp.status_code != 200:
-            return _warn(
+            return warn(
                 "datanodes",
                 f"the NameNode's /jmx answered HTTP {resp.status_code}: DataNodes not listed",
                 "let this user read the NameNode's /jmx (hadoop.security.instrumentation.requires.admin)",
@@ -602,8 +605,8 @@ class Doctor:
         beans = resp.json().get("beans") or [{}]
         live = json.loads(beans[0].get("LiveNodes") or "{}")
         if not live:
-            return _fail("datanodes", "the NameNode reports no live DataNode", "start the DataNodes; check their logs")
-        ok, bad = [], []
+            return fail("datanodes", "the NameNode reports no live DataNode", "start the DataNodes; check their logs")
+        reached, bad = [], []
         for name, info in sorted(live.items()):
             address = str(
                 info.get("infoSecureAddr")
@@ -613,18 +616,18 @@ class Doctor:
             host, _, port = address.rpartition(":")
             try:
                 with socket.create_connection((host, int(port)), timeout=10):
-                    ok.append(address)
+                    reached.append(address)
             except (OSError, ValueError) as exc:
                 bad.append(f"{address or name} ({type(exc).__name__}: {exc})")
         if bad:
-            return _fail(
+            return fail(
                 "datanodes",
                 f"HTTP port unreachable from here: {'; '.join(bad)}",
                 "open every DataNode's HTTP port (dfs.datanode.http.address, 9864 by default) to the hosts "
                 "running Airflow: WebHDFS redirects staging uploads and reads to the DataNodes; the "
                 "address must resolve here (dfs.datanode.hostname / the NameNode's view of it)",
             )
-        return _ok("datanodes", f"{len(ok)} DataNode(s) reachable from here: {', '.join(ok)}")
+        return ok("datanodes", f"{len(reached)} DataNode(s) reachable from here: {', '.join(reached)}")
 
     # ---- HDFS, AM jar, auth --------------------------------------------------------------------------------
     def check_hdfs(self) -> Finding:
@@ -632,7 +635,7 @@ class Doctor:
         if not self.fs_from_connection and not hook.fs_default_fs:
             hook.fs_default_fs = self._rm_conf("fs.defaultFS")
         if not hook.fs_default_fs:
-            return _fail(
+            return fail(
                 "hdfs",
                 "fs.defaultFS is unknown, so YARN cannot localize staged files",
                 "set fs_default_fs (e.g. hdfs://namenode:8020) in the yarn connection's extra",
@@ -640,9 +643,9 @@ class Doctor:
         try:
             hook.file_status("/")
         except Exception as exc:  # noqa: BLE001 - reported with the fix
-            return _fail(
+            return fail(
                 "hdfs",
-                f"NameNode unreachable through WebHDFS ({self._webhdfs_where()}): {_one_line(exc)}",
+                f"NameNode unreachable through WebHDFS ({self._webhdfs_where()}): {one_line(exc)}",
                 "check the webhdfs connection (or --webhdfs): host and port of the "
                 "NameNode's HTTP address (dfs.namenode.http-address, 9870 by default), that the NameNode "
                 "runs, and that this host may reach that port",
@@ -653,7 +656,7 @@ class Doctor:
             hook.hdfs.makedirs(hook.cache_dir)
             hook.hdfs.write(probe, data=b"melon doctor", overwrite=False)
         except Exception as exc:  # noqa: BLE001 - reported with the fix
-            return _fail(
+            return fail(
                 "hdfs",
                 f"staging folder {hook.staging_dir} not writable as {hook.user}: {exc}",
                 f"create /user/{hook.user} owned by {hook.user} (as the HDFS superuser: `hdfs dfs -mkdir -p "
@@ -665,14 +668,12 @@ class Doctor:
                 hook.hdfs.delete(probe)
             except Exception:  # noqa: BLE001 - best effort
                 pass
-        return _ok(
-            "hdfs", f"{hook.fs_default_fs} reachable through WebHDFS; {hook.staging_dir} writable as {hook.user}"
-        )
+        return ok("hdfs", f"{hook.fs_default_fs} reachable through WebHDFS; {hook.staging_dir} writable as {hook.user}")
 
     def check_am_jar(self) -> Finding:
         jar = self.hook.am_jar
         if not jar.is_file():
-            return _fail(
+            return fail(
                 "am-jar",
                 f"{jar} missing",
                 "install a provider wheel built with the AM (`pip wheel .` "
@@ -680,34 +681,34 @@ class Doctor:
             )
         with zipfile.ZipFile(jar) as zf:
             if "org/melon/yarn/MelonApplicationMaster.class" not in zf.namelist():
-                return _fail(
+                return fail(
                     "am-jar",
                     f"{jar} holds no MelonApplicationMaster",
                     "point [melon] am_jar at the MeLoN AM jar, or remove it to use the packaged one",
                 )
-        return _ok("am-jar", f"{jar} ({jar.stat().st_size} bytes)")
+        return ok("am-jar", f"{jar} ({jar.stat().st_size} bytes)")
 
     def check_auth(self) -> Finding:
         mode = self.yarn.auth_mode
         if mode == "simple":
-            return _ok("auth", f"simple: calls carry user.name={self.yarn.user} (an unsecured cluster)")
+            return ok("auth", f"simple: calls carry user.name={self.yarn.user} (an unsecured cluster)")
         if mode == "kerberos":  # the hook's own ticket cache (from its keytab, or the one `airflow kerberos` keeps)
             from airflow_provider_melon.hooks.kerberos import KerberosError
 
             try:
                 tickets = self.yarn._kerberos_tickets()
             except KerberosError as exc:
-                return _fail("auth", "kerberos, but the settings cannot work", str(exc))
+                return fail("auth", "kerberos, but the settings cannot work", str(exc))
             s = tickets.s
             if not s.principal:
-                return _fail(
+                return fail(
                     "auth",
                     "kerberos, but no principal",
                     "set kerberos_principal in the yarn connection's extra (or [kerberos] principal)",
                 )
             krb5 = s.krb5_conf or os.environ.get("KRB5_CONFIG") or "/etc/krb5.conf"
             if not Path(krb5).is_file():
-                return _fail(
+                return fail(
                     "auth",
                     f"kerberos, but no krb5.conf ({krb5} does not exist): the realm's KDC is unknown",
                     "set krb5_conf in the yarn connection's extra to the realm's krb5.conf (or export KRB5_CONFIG)",
@@ -716,15 +717,15 @@ class Doctor:
                 tickets.ensure(force=True)
             except KerberosError as exc:
                 source = f"keytab {s.keytab}" if s.keytab else f"ticket cache {s.ccache or 'default'} (no keytab)"
-                return _fail("auth", f"kerberos as {s.principal} from the {source}, but no valid ticket", str(exc))
+                return fail("auth", f"kerberos as {s.principal} from the {source}, but no valid ticket", str(exc))
             left = tickets.remaining() or 0
-            return _ok(
+            return ok(
                 "auth",
                 f"kerberos as {s.principal} ({'keytab ' + s.keytab if s.keytab else 'no keytab'}, "
                 f"ticket cache {s.ccache or 'default'}, valid {left // 60} min; krb5.conf {krb5}): SPNEGO on "
                 f"every RM and WebHDFS call, HDFS user {self.hook.user} (staging {self.hook.staging_dir})",
             )
-        return _ok("auth", f"{mode} (a custom requests auth object)")
+        return ok("auth", f"{mode} (a custom requests auth object)")
 
     def check_hadoop_java(self) -> Finding:
         """The cluster's Hadoop version (RM ``/ws/v1/cluster/info``), each RUNNING NodeManager's Java (no REST
@@ -753,13 +754,13 @@ class Doctor:
         detail = f"Hadoop {version}" + ("" if line else " (not a tested line: 3.3, 3.4, 3.5)") + f"; {seen}"
         jar = self.hook.am_jar
         if not jar.is_file():
-            return _warn("hadoop-java", detail, "see the am-jar check")
+            return warn("hadoop-java", detail, "see the am-jar check")
         major = max(hc.jar_class_majors(jar).values(), default=0)
         needs = hc.java_for_major(major)
         too_old = sorted(n for n, j in javas.items() if j and not hc.am_runs_on(major, j))
         detail += f"; the AM jar is Java {needs} bytecode (class major {major})"
         if too_old:
-            return _fail(
+            return fail(
                 "hadoop-java",
                 detail + f": it does not load on {', '.join(too_old)}",
                 f"use the provider's packaged AM jar (Java {hc.AM_MAX_CLASS_MAJOR - 44} bytecode), or run "
@@ -769,9 +770,9 @@ class Doctor:
             oldest = min(line.server_java) if line else 8
             fix = f"Hadoop {version} servers run on Java {oldest}+" if line else "check the NodeManagers' Java"
             if needs > oldest:
-                return _warn("hadoop-java", detail, fix + f": the AM jar needs Java {needs}")
-            return _ok("hadoop-java", detail + f": runs on any Java this line runs on ({fix})")
-        return _ok("hadoop-java", detail + ": runs there")
+                return warn("hadoop-java", detail, fix + f": the AM jar needs Java {needs}")
+            return ok("hadoop-java", detail + f": runs on any Java this line runs on ({fix})")
+        return ok("hadoop-java", detail + ": runs there")
 
 
 __all__ = ["Doctor"]

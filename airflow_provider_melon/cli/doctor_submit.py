@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import tenacity
 
-from airflow_provider_melon.cli.findings import Finding, _one_line
+from airflow_provider_melon.cli.findings import Finding, one_line
 from airflow_provider_melon.hadoop.app_state import TERMINAL_STATES
 from airflow_provider_melon.hadoop.rm_json import as_list
 
@@ -143,7 +143,7 @@ class SubmitTest:
                     self._step(
                         "fail",
                         "stage",
-                        f"staging to {hook.staging_dir} failed: {_one_line(exc)}",
+                        f"staging to {hook.staging_dir} failed: {one_line(exc)}",
                         "see the hdfs and am-jar checks; the fix named in the error",
                     )
                 else:
@@ -151,7 +151,7 @@ class SubmitTest:
                     self._step(
                         "fail",
                         "submit",
-                        f"the RM refused the application: {_one_line(exc)}",
+                        f"the RM refused the application: {one_line(exc)}",
                         "see the error: the queue's ACLs (acl_submit_applications), its limits, the RM's "
                         "maximum allocation",
                     )
@@ -189,7 +189,7 @@ class SubmitTest:
         try:
             app = self.hook.yarn.get_application(app_id)
         except Exception as exc:  # noqa: BLE001 - a message must not fail
-            return f"(RM unreadable: {_one_line(exc)})"
+            return f"(RM unreadable: {one_line(exc)})"
         diag = " ".join(str(app.get("diagnostics") or "").split())[:400]
         return f"state {app.get('state')}/{app.get('finalStatus')}" + (f", diagnostics: {diag}" if diag else "")
 
@@ -279,7 +279,7 @@ class SubmitTest:
             return self._step(
                 "fail",
                 "output",
-                f"declared output {output}/probe.json not readable: {_one_line(exc)}",
+                f"declared output {output}/probe.json not readable: {one_line(exc)}",
                 "the output task publishes over WebHDFS from the NodeManagers: they must reach the "
                 "NameNode and DataNodes (MELON_WEBHDFS_URL in container_env if they see it elsewhere)",
             )
@@ -319,7 +319,7 @@ class SubmitTest:
                     resp = self.hook.yarn.get_url(f"{url}/ws/v1/node/info", headers={"Accept": "application/json"})
                     causes.append(f"{url} (now answers HTTP {resp.status_code})")
                 except Exception as exc:  # noqa: BLE001 - the cause is the finding
-                    causes.append(f"{url} ({_one_line(exc)})")
+                    causes.append(f"{url} ({one_line(exc)})")
             where = (
                 f"NodeManager(s) unreachable: {', '.join(causes)}"
                 if causes

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 from urllib.parse import urlsplit
 
-from airflow_provider_melon.cli.terminal import _first_line
+from airflow_provider_melon.cli.terminal import first_line
 from airflow_provider_melon.dev import minicluster as mc
 
 EXIT_CODES = """\
@@ -67,7 +67,7 @@ def _cause(message: str) -> str:
     ):
         if key in message:
             return text
-    return _first_line(message, 200)
+    return first_line(message, 200)
 
 
 def exit_code_for(exc: BaseException, args=None) -> tuple[int, str]:
@@ -103,7 +103,7 @@ def exit_code_for(exc: BaseException, args=None) -> tuple[int, str]:
         return UNREACHABLE, f"{name}: {exc}"
     if isinstance(exc, ValueError) and "ResourceManager URL" in str(exc):
         return USAGE, str(exc)
-    return APP_FAILED, f"{name}: {_first_line(str(exc), 400)}" + (
+    return APP_FAILED, f"{name}: {first_line(str(exc), 400)}" + (
         "" if getattr(args, "verbose", False) else " (-v for the traceback)"
     )
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 
 
-def _one_line(exc: BaseException, width: int = 300) -> str:
+def one_line(exc: BaseException, width: int = 300) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     for key, short in (
         ("Connection refused", "connection refused"),
@@ -26,15 +26,15 @@ class Finding:
     fix: str = ""
 
 
-def _ok(check: str, detail: str) -> Finding:
+def ok(check: str, detail: str) -> Finding:
     return Finding(check, "ok", detail)
 
 
-def _warn(check: str, detail: str, fix: str) -> Finding:
+def warn(check: str, detail: str, fix: str) -> Finding:
     return Finding(check, "warn", detail, fix)
 
 
-def _fail(check: str, detail: str, fix: str) -> Finding:
+def fail(check: str, detail: str, fix: str) -> Finding:
     return Finding(check, "fail", detail, fix)
 
 

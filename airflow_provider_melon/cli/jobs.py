@@ -35,13 +35,13 @@ from airflow_provider_melon.cli.exit_codes import (
 from airflow_provider_melon.cli.terminal import (
     Progress,
     UploadProgress,
-    _duration,
-    _first_line,
-    _print_json,
-    _state,
     app_exit_code,
+    app_state_text,
     app_summary,
+    duration,
+    first_line,
     json_only_stdout,
+    print_json,
     print_table,
     succeeded,
 )
@@ -197,7 +197,7 @@ def wait_for(
     def seen(app: dict) -> None:
         bar.update(
             float(app.get("progress") or 0) / 100,
-            f"{_state(app)} {_duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}",
+            f"{app_state_text(app)} {duration(int(app.get('elapsedTime') or 0) / 1000)} {app_id}",
         )
 
     outcome = _watch(yarn, app_id, interval, timeout, first, seen)
@@ -259,7 +259,7 @@ def cmd_submit(args, cluster: Cluster) -> int:
             if not args.json:
                 _print_outcome(app)
     if args.json:
-        _print_json(out)
+        print_json(out)
     return code
 
 
@@ -274,7 +274,7 @@ def cmd_prune(args, cluster: Cluster) -> int:
     hook = cluster.melon_hook()
     decision = staging_gc.prune(hook, older_than, dry_run=args.dry_run)
     if args.json:
-        _print_json({"staging_dir": hook.staging_dir, "dry_run": args.dry_run, **decision.as_dict()})
+        print_json({"staging_dir": hook.staging_dir, "dry_run": args.dry_run, **decision.as_dict()})
         return OK
     verb = "would delete" if args.dry_run else "deleted"
     for e in decision.delete:
@@ -289,9 +289,9 @@ def cmd_prune(args, cluster: Cluster) -> int:
 
 
 def _print_outcome(app: dict) -> None:
-    print(f"{app.get('id')} {_state(app)} after {_duration(int(app.get('elapsedTime') or 0) / 1000)}")
+    print(f"{app.get('id')} {app_state_text(app)} after {duration(int(app.get('elapsedTime') or 0) / 1000)}")
     if not succeeded(app) and app.get("diagnostics"):
-        print(f"  diagnostics: {_first_line(app['diagnostics'], 400)}")
+        print(f"  diagnostics: {first_line(app['diagnostics'], 400)}")
 
 
 def cmd_status(args, cluster: Cluster) -> int:
@@ -303,16 +303,16 @@ def cmd_status(args, cluster: Cluster) -> int:
         except Exception as exc:  # noqa: BLE001
             logging.getLogger(__name__).info("AM status of %s unavailable: %s", args.app_id, exc)
     if args.json:
-        _print_json({"app": app_summary(app), "am": am})
+        print_json({"app": app_summary(app), "am": am})
         return app_exit_code(app)
     s = app_summary(app)
     print(f"{s['id']}  {s['name']}")
-    print(f"  state     {_state(app)}   progress {s['progress']:.0f}%   elapsed {_duration(s['elapsed_s'])}")
+    print(f"  state     {app_state_text(app)}   progress {s['progress']:.0f}%   elapsed {duration(s['elapsed_s'])}")
     print(f"  user      {s['user']}   queue {s['queue']}   type {s['type']}   tags {','.join(s['tags']) or '-'}")
     if s["tracking_url"]:
         print(f"  tracking  {s['tracking_url']}")
     if s["diagnostics"]:
-        print(f"  diagnostics  {_first_line(s['diagnostics'], 400)}")
+        print(f"  diagnostics  {first_line(s['diagnostics'], 400)}")
     gang = (am or {}).get("gang") or {}
     if gang.get("hold_s") and not gang.get("formed"):
         print(f"  gang      {gang.get('message')}")
@@ -370,18 +370,18 @@ def cmd_ls(args, cluster: Cluster) -> int:
         apps = apps[: args.limit]
     rows = [app_summary(a) for a in apps]
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return OK
     print_table(
         ("ID", "NAME", "USER", "STATE", "PROGRESS", "ELAPSED"),
         [
             (
                 r["id"],
-                _first_line(r["name"], 40),
+                first_line(r["name"], 40),
                 r["user"] or "-",
                 f"{r['state']}/{r['final_status']}",
                 f"{r['progress']:.0f}%",
-                _duration(r["elapsed_s"]),
+                duration(r["elapsed_s"]),
             )
             for r in rows
         ],
@@ -399,7 +399,7 @@ def cmd_wait(args, cluster: Cluster) -> int:
         print(f"error: {app_id} still running after {args.timeout:g} s (wait --timeout)", file=sys.stderr)
         return TIMED_OUT
     if args.json:
-        _print_json(app_summary(app))
+        print_json(app_summary(app))
     else:
         _print_outcome(app)
     return app_exit_code(app)
@@ -410,7 +410,7 @@ def cmd_kill(args, cluster: Cluster) -> int:
     app_id = _check_app_id(args.app_id)
     app = yarn.get_application(app_id)
     if app.get("state") in TERMINAL_STATES:
-        message = f"{app_id} already ended ({_state(app)}): nothing to kill"
+        message = f"{app_id} already ended ({app_state_text(app)}): nothing to kill"
     else:
         yarn.kill_application(app_id)
         if args.no_wait:
@@ -423,9 +423,9 @@ def cmd_kill(args, cluster: Cluster) -> int:
                     file=sys.stderr,
                 )
                 return TIMED_OUT
-            app, message = ended, f"{app_id} {_state(ended)}"
+            app, message = ended, f"{app_id} {app_state_text(ended)}"
     if args.json:
-        _print_json(app_summary(app))
+        print_json(app_summary(app))
     else:
         print(message)
     return OK
@@ -454,7 +454,7 @@ def cmd_logs(args, cluster: Cluster) -> int:
     if not served:
         _no_logs(app, logs)
     if args.json:
-        _print_json({"app": app_summary(app), "logs": out})
+        print_json({"app": app_summary(app), "logs": out})
         return OK
     for item in out:
         if not item["text"]:
@@ -504,7 +504,7 @@ def _follow(args, yarn, app: dict, logs, chosen) -> int:
     def emit(ref, name: str, lines: list[str]) -> None:
         for line in lines:
             if args.json:
-                _print_json({"container": ref.id, "label": ref.label, "file": name, "line": line}, one_line=True)
+                print_json({"container": ref.id, "label": ref.label, "file": name, "line": line}, one_line=True)
             else:
                 print(f"[{ref.label} {name}] {line}")
         if lines:
@@ -700,7 +700,7 @@ def run(args) -> int:
             return args.command_func(args, Cluster(args))
     except KeyboardInterrupt:
         if getattr(args, "json", False):
-            _print_json(error_json(INTERRUPTED, "interrupted", args), one_line=True)
+            print_json(error_json(INTERRUPTED, "interrupted", args), one_line=True)
         return INTERRUPTED
     except BrokenPipeError:  # `melon logs APP | head`: the reader has what it wanted
         import os
@@ -711,7 +711,7 @@ def run(args) -> int:
         code, message = exit_code_for(exc, args)
         print(f"error: {message}", file=sys.stderr)
         if getattr(args, "json", False):
-            _print_json(error_json(code, message, args, exc), one_line=True)
+            print_json(error_json(code, message, args, exc), one_line=True)
         if args.verbose and not isinstance(exc, CliError):
             import traceback
 

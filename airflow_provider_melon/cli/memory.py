@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from airflow_provider_melon.cli.exit_codes import EXIT_CODES, OK, UsageError
-from airflow_provider_melon.cli.terminal import _print_json
+from airflow_provider_melon.cli.terminal import print_json
 from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.hadoop import memory_history
 from airflow_provider_melon.spec import RoleSpec
@@ -78,7 +78,7 @@ def cmd_show(args, cluster) -> int:
     hook, staging, where = _where(args, cluster)
     shown = history(hook, staging, args.key, args.oom_growth)
     if args.json:
-        _print_json(shown)
+        print_json(shown)
         return OK
     if not shown["roles"] and not shown["run_time"]:
         print(f"{args.key}: no history in {where} (the next gpu_memory: auto run starts at its first-run figure)")
@@ -126,7 +126,7 @@ def cmd_forget(args, cluster) -> int:
     hook, staging, where = _where(args, cluster)
     count = memory_history.forget(hook.hdfs, staging, args.key)
     if args.json:
-        _print_json({"key": args.key, "folder": where, "forgotten_runs": count})
+        print_json({"key": args.key, "folder": where, "forgotten_runs": count})
     elif count:
         print(
             f"{args.key}: forgot {count} run(s) (deleted {where}); the next gpu_memory: auto run starts at its "

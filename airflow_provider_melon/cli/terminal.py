@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     if seconds < 60:
         return f"{seconds}s"
@@ -58,11 +58,11 @@ def app_exit_code(app: dict) -> int:
     return 0 if app.get("state") not in TERMINAL_STATES or succeeded(app) else 1  # exit_codes.OK / APP_FAILED
 
 
-def _state(app: dict) -> str:
+def app_state_text(app: dict) -> str:
     return f"{app.get('state')}/{app.get('finalStatus') or 'UNDEFINED'}"
 
 
-def _first_line(text: str, width: int = 160) -> str:
+def first_line(text: str, width: int = 160) -> str:
     line = " ".join(str(text or "").split("\n", 1)[0].split())
     return line if len(line) <= width else line[: width - 1] + "…"
 
@@ -71,7 +71,7 @@ def _first_line(text: str, width: int = 160) -> str:
 _json_out: Optional[Any] = None
 
 
-def _print_json(value: Any, *, one_line: bool = False) -> None:
+def print_json(value: Any, *, one_line: bool = False) -> None:
     text = json.dumps(value, sort_keys=True) if one_line else json.dumps(value, indent=1, sort_keys=True)
     out = json_stream()
     out.write(text + "\n")
@@ -85,7 +85,7 @@ def json_stream():
 
 @contextlib.contextmanager
 def json_only_stdout(enabled: bool = True):
-    """Under ``--json`` stdout carries only the JSON (:func:`_print_json`): meanwhile file descriptor 1 and
+    """Under ``--json`` stdout carries only the JSON (:func:`print_json`): meanwhile file descriptor 1 and
     ``sys.stdout`` point at stderr, so whatever else writes there (Airflow's structlog at import, other providers,
     child processes) lands on stderr. A ``sys.stdout`` without a file descriptor (a capture) keeps the JSON."""
     global _json_out

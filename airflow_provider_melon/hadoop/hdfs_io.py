@@ -277,7 +277,7 @@ class SourceChangedError(RuntimeError):
     was published under the digest."""
 
 
-def _write_beside_and_rename(client: Any, path: str, data: Source, sha256: Optional[str] = None) -> bool:
+def write_beside_and_rename(client: Any, path: str, data: Source, sha256: Optional[str] = None) -> bool:
     """Upload to a unique name beside ``path``, then rename into place. True if this call put it there;
     False if another writer's copy (same size) arrived first. ``sha256``: the digest ``data`` must have — of a
     local file, the bytes read while uploading are hashed and checked before the rename
@@ -349,11 +349,11 @@ def put_once(
             log.warning(
                 "%s: the upload lock %s is older than %.0f s (its holder died?): uploading here", path, lock, wait_bound
             )
-            uploaded = _write_beside_and_rename(client, path, data, sha256)
+            uploaded = write_beside_and_rename(client, path, data, sha256)
             _delete_quietly(client, lock)
             return _status(client, path) or {}, uploaded
         try:
-            uploaded = _write_beside_and_rename(client, path, data, sha256)
+            uploaded = write_beside_and_rename(client, path, data, sha256)
         finally:
             _delete_quietly(client, lock)
         return _status(client, path) or {}, uploaded

@@ -19,7 +19,7 @@ import re
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from airflow_provider_melon.gpu import learned
-from airflow_provider_melon.hadoop.hdfs_io import _write_beside_and_rename, hdfs_errors
+from airflow_provider_melon.hadoop.hdfs_io import hdfs_errors, write_beside_and_rename
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def record_run(
         if client.status(path, strict=False) is not None:  # a retry that read the same result: one record a run
             with hdfs_errors("delete", path):
                 client.delete(path)
-    _write_beside_and_rename(client, path, body)
+    write_beside_and_rename(client, path, body)
     with hdfs_errors("list", where):
         names = sorted((n for n in client.list(where) if _APP.fullmatch(n)), key=_order)
     for old in names[: -learned.KEEP]:

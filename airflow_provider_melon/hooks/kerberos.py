@@ -27,7 +27,7 @@ class KerberosError(RuntimeError):
     """A Kerberos login that cannot work; the message names the setting and the fix."""
 
 
-def _airflow_kerberos(key: str) -> str | None:
+def airflow_kerberos(key: str) -> str | None:
     try:
         from airflow.configuration import conf
     except Exception:  # noqa: BLE001 - no Airflow: connection extras only
@@ -56,13 +56,13 @@ class KerberosSettings:
         pick = {k: explicit.get(k) or ex.get(f"kerberos_{k}") for k in ("principal", "keytab", "ccache")}
         source = "kerberos_keytab"
         if not pick["keytab"]:
-            airflow_keytab = _airflow_kerberos("keytab")
+            airflow_keytab = airflow_kerberos("keytab")
             if airflow_keytab and Path(airflow_keytab).is_file():  # Airflow's default names a file few have
                 pick["keytab"], source = airflow_keytab, "[kerberos] keytab"
-        pick["principal"] = pick["principal"] or _airflow_kerberos("principal")
+        pick["principal"] = pick["principal"] or airflow_kerberos("principal")
         # a keytab login writes its cache: its own, never the one `airflow kerberos` keeps for its principal
         pick["ccache"] = pick["ccache"] or (
-            default_ccache(pick["principal"]) if pick["keytab"] else _airflow_kerberos("ccache")
+            default_ccache(pick["principal"]) if pick["keytab"] else airflow_kerberos("ccache")
         )
         krb5 = explicit.get("krb5_conf") or ex.get("krb5_conf")
         return cls(pick["principal"], pick["keytab"], pick["ccache"], krb5, source)

@@ -280,9 +280,9 @@ class YarnHook(BaseHook):
             # HDFS user (staging folder, the app's owner) is the principal's short name, as Hadoop's default
             # auth_to_local rule maps it (airflow/host@REALM -> airflow)
             from airflow_provider_melon.hadoop.delegation import short_name
-            from airflow_provider_melon.hooks.kerberos import _airflow_kerberos
+            from airflow_provider_melon.hooks.kerberos import airflow_kerberos
 
-            self.user = short_name(self.kerberos_principal or _airflow_kerberos("principal")) or self.user
+            self.user = short_name(self.kerberos_principal or airflow_kerberos("principal")) or self.user
         self._kerberos_extras = extras
         self.proxy_user = self.proxy_user or ex["proxy_user"] or extras.get("proxy_user") or None
 

@@ -142,7 +142,7 @@ def test_every_doctor_check_is_on_the_troubleshooting_page():
     cli = REPO / "airflow_provider_melon" / "cli"
     doctor = (cli / "doctor.py").read_text(encoding="utf-8")
     submit = (cli / "doctor_submit.py").read_text(encoding="utf-8")
-    checks = set(re.findall(r"""_(?:fail|warn)\(\s*["']([\w-]+)["']""", doctor))
+    checks = set(re.findall(r"""\b(?:fail|warn)\(\s*["']([\w-]+)["']""", doctor))
     checks |= {
         f"submit-test:{s}" for s in re.findall(r"""_step\(\s*["'](?:fail|warn)["'],\s*["']([\w-]+)["']""", submit)
     }

@@ -8,6 +8,7 @@
   imports nothing from Airflow;
 * no import cycle between modules, counting every import (one inside a function or under ``if TYPE_CHECKING:``
   too: a lazy import must not close a circle);
+* no module uses another module's private (``_``) names;
 * no shims: no module-level ``__getattr__`` (forwarding names to another module), and nothing in the package
   puts a finder on ``sys.meta_path`` (aliasing module paths); a name is imported from its one home.
 """
@@ -195,6 +196,39 @@ def _module_level(tree: ast.Module) -> list[ast.AST]:
 
     visit(tree)
     return found
+
+
+def _private_uses(path: Path) -> list[str]:
+    """Another package module's private names this file uses: ``from …melon.x import _name`` and ``x._name`` on a
+    name bound to a package module (``import …melon.x as x`` or ``from …melon import x``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    bound: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NAME):
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in MODULES:
+                    bound.add(alias.asname or alias.name)
+                elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            bound.update(alias.asname for alias in node.names if alias.asname and alias.name.startswith(NAME))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A name another module needs is public in its home; a leading underscore means "only here"."""
+    bad = {str(path.relative_to(PKG)): uses for path in MODULES.values() if (uses := _private_uses(path))}
+    assert not bad, bad
 
 
 def test_no_module_getattr_and_no_meta_path_finder():
