@@ -9,6 +9,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentSkipListSet;
+import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.server.resourcemanager.RMContext;
@@ -41,12 +42,16 @@ public class GpuPackingPolicy<N extends SchedulerNode> implements MultiNodeLooku
     SchedulerStats.get().policyLoaded();
   }
 
+  /** Tells two entries of one node id apart (a NodeManager that registers again is a new node object). */
+  private static final AtomicLong ENTRIES = new AtomicLong();
+
   /** One node's place in the order, and what it was computed from. */
   static final class Ranked<N extends SchedulerNode> implements Comparable<Ranked<N>> {
     final N node;
     final GpuResources.Held basis;
     final long freeMb;
     final double used;
+    final long entry = ENTRIES.incrementAndGet();
     long pass;
 
     Ranked(N node, GpuResources.Held basis) {
@@ -64,7 +69,10 @@ public class GpuPackingPolicy<N extends SchedulerNode> implements MultiNodeLooku
       if (c == 0) {
         c = Double.compare(o.used, used);
       }
-      return c != 0 ? c : node.getNodeID().compareTo(o.node.getNodeID());
+      if (c == 0) {
+        c = node.getNodeID().compareTo(o.node.getNodeID());
+      }
+      return c != 0 ? c : Long.compare(entry, o.entry);
     }
   }
 
