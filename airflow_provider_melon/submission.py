@@ -546,8 +546,10 @@ def build_submission(
     )
     all_tags = sorted({t.lower() for t in ["melon", *spec.tags, *tags]})
     am_env = [{"key": "CLASSPATH", "value": classpath}]
-    if any(role.gpus or role.gpu_memory_mb for role in spec.roles.values()):
-        # the scheduler plug-in's allocator for this application's asks, where the RM has it (else YARN's default)
+    roles = spec.roles.values()
+    if any(role.gpus or role.gpu_memory_mb for role in roles) and not any(role.gpu_models for role in roles):
+        # the scheduler plug-in's allocator for this application's asks, where the RM has it (else YARN's default);
+        # not for a job naming GPU models: the AM asks by placement constraints, which YARN's own allocator matches
         am_env.append({"key": rm.PLACEMENT_ENV, "value": rm.FIT_PLACEMENT})
     if acls and acls.get("VIEW_APP") is not None:  # for the AM's own pages (ViewAcl.java); none: owner and admins
         am_env.append({"key": VIEW_ACL_ENV, "value": yarn_shell_value(acls["VIEW_APP"])})

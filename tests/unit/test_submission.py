@@ -311,6 +311,12 @@ def test_a_job_with_gpus_asks_the_rm_for_the_gpu_fit_allocator(spec, tmp_path):
         }
     )
     assert rm.PLACEMENT_ENV not in am_env(submission.build_submission(cpu, **kw))
+    # a job that names GPU models asks through placement constraints (SchedulingRequests), which YARN matches with
+    # its own constraint allocator whatever the environment names: the job does not claim the plug-in's check
+    modelled = spec.model_copy(
+        update={"roles": {"worker": spec.roles["worker"].model_copy(update={"gpu_models": ["A100"]})}}
+    )
+    assert rm.PLACEMENT_ENV not in am_env(submission.build_submission(modelled, **kw))
 
 
 def test_a_bad_port_range_in_the_connections_container_env_is_refused_naming_it(spec):
