@@ -299,6 +299,15 @@ def _held(r: Mapping[str, Any]) -> int:
     return int(r.get("held_mb", r["expected_mb"]))
 
 
+def _same_file(fd: int, path: str) -> bool:
+    """Whether the open ``fd`` is the file ``path`` names now (not one unlinked or replaced since it was opened)."""
+    try:
+        here, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
 def lease_name(task_id: str) -> str:
     """The lease file of ``task_id``'s reservation: ``lease-<the id's safe characters>-<8 hex of its hash>.lock``."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:100]
@@ -322,14 +331,20 @@ class Ledger:
         if task_id in self._leases:
             return name
         path = os.path.join(self.directory, name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
-        with contextlib.suppress(OSError):  # past the umask, for the group
-            os.fchmod(fd, 0o660)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
+            with contextlib.suppress(OSError):  # past the umask, for the group
+                os.fchmod(fd, 0o660)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise ValueError(f"task {task_id} holds a GPU reservation in another live process ({path})") from None
+            if _same_file(fd, path):
+                break
+            # another executor's sweep of unheld leases took this file between our open and our lock, and unlinked
+            # it: a lock on it would hold nothing the folder names. Take the lease again.
             os.close(fd)
-            raise ValueError(f"task {task_id} holds a GPU reservation in another live process ({path})") from None
         self._leases[task_id] = fd
         return name
 

@@ -191,6 +191,26 @@ def test_a_lease_left_without_its_reservation_is_cleared_unless_held(led):
     assert os.path.exists(os.path.join(led.directory, ledger.lease_name("on-its-way")))
 
 
+def test_a_lease_swept_between_its_open_and_its_lock_is_taken_again(led, monkeypatch):
+    """Another executor's sweep of unheld leases can open, lock and unlink a lease file in the moment between its
+    owner's open and its lock; the owner then locks a file no longer in the folder, and the next sweep would drop
+    its live reservation (its lease gone). The owner must end up holding the file the folder names."""
+    os.makedirs(led.directory)
+    real_flock, swept = ledger.fcntl.flock, []
+
+    def flock_after_a_sweep(fd, op):
+        if not swept:  # the owner's first lock: another process's sweep gets there first
+            swept.append(True)
+            Ledger(led.directory)._alive({"lease": ledger.lease_name("a"), "pid": 0})
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(ledger.fcntl, "flock", flock_after_a_sweep)
+    assert led.reserve("a", os.getpid(), 100, gpus(1000)) == 0
+    monkeypatch.setattr(ledger.fcntl, "flock", real_flock)
+    assert swept
+    assert [r["task_id"] for r in Ledger(led.directory).entries(reclaim=True)] == ["a"]  # the owner lives: kept
+
+
 def test_a_reservation_written_before_leases_lives_by_its_pid(led):
     """A ledger file of an executor without leases (a node upgraded while tasks run): its pid still decides, as it
     did (pid_alive: gone, a zombie, or reused)."""
