@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import re
 import socket
 from typing import Callable, Iterable, Optional, Tuple
 
@@ -25,13 +26,17 @@ TRIES = 64
 PortRange = Tuple[int, int]
 
 
+#: ``low-high``: ASCII digits, at most five each (``PortRange.java`` holds the same pattern;
+#: ``tests/data/port_range_cases.json`` is both sides' test)
+RANGE = re.compile(r"\s*([0-9]{1,5})\s*-\s*([0-9]{1,5})\s*", re.ASCII)
+
+
 def parse_range(text: str, name: str = VAR) -> PortRange:
     """``"lo-hi"`` → ``(lo, hi)``, 1024 <= lo <= hi <= 65535; a clear error naming ``name`` otherwise."""
-    try:
-        lo_s, hi_s = text.strip().split("-")
-        lo, hi = int(lo_s), int(hi_s)
-    except ValueError:
-        raise ValueError(f"{name}={text!r}: expected 'low-high', e.g. '50100-50200'") from None
+    found = RANGE.fullmatch(text)
+    if not found:
+        raise ValueError(f"{name}={text!r}: expected 'low-high', e.g. '50100-50200'")
+    lo, hi = int(found.group(1)), int(found.group(2))
     if not 1024 <= lo <= hi <= 65535:
         raise ValueError(f"{name}={text!r}: needs 1024 <= low <= high <= 65535")
     return lo, hi

@@ -3,6 +3,8 @@ package org.melon.yarn;
 import java.io.IOException;
 import java.net.BindException;
 import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import java.util.concurrent.ThreadLocalRandom;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -30,21 +32,19 @@ final class PortRange {
     this.source = source;
   }
 
+  /** {@code low-high}: ASCII digits, at most five each (ports.py's {@code RANGE}; both sides are tested on
+   * {@code tests/data/port_range_cases.json}). */
+  private static final Pattern RANGE = Pattern.compile("\\s*([0-9]{1,5})\\s*-\\s*([0-9]{1,5})\\s*");
+
   /** {@code "low-high"}; an {@link IllegalArgumentException} naming {@link #VAR} otherwise. */
   static PortRange parse(String text, String source) {
-    String[] parts = text.trim().split("-", -1);
-    int low;
-    int high;
-    try {
-      if (parts.length != 2) {
-        throw new NumberFormatException();
-      }
-      low = Integer.parseInt(parts[0].trim());
-      high = Integer.parseInt(parts[1].trim());
-    } catch (NumberFormatException e) {
+    Matcher m = RANGE.matcher(text);
+    if (!m.matches()) {
       throw new IllegalArgumentException(VAR + "='" + text + "' (" + source + "): expected 'low-high', e.g. "
           + "'50100-50200'");
     }
+    int low = Integer.parseInt(m.group(1));
+    int high = Integer.parseInt(m.group(2));
     if (!(1024 <= low && low <= high && high <= 65535)) {
       throw new IllegalArgumentException(VAR + "='" + text + "' (" + source + "): needs 1024 <= low <= high <= "
           + "65535");

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.melon.yarn.Fixtures.json;
 
+import java.io.File;
 import java.io.IOException;
 import java.net.BindException;
 import java.net.InetAddress;
@@ -13,6 +14,8 @@ import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.util.Collections;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import org.junit.jupiter.api.Test;
 
 /** The AM's HTTP port in {@code MELON_PORT_RANGE}: the rule of the executors' ports.py, where it comes from, and a
@@ -27,14 +30,28 @@ class PortRangeTest {
     assertEquals(50100, r.low);
     assertEquals(50200, r.high);
     assertEquals("MELON_PORT_RANGE=50100-50200 (the job's env)", r.toString());
-    assertEquals(8080, PortRange.parse("8080-8080", "x").high);
-    for (String bad : new String[] {"lots", "50100", "50100-", "1-2-3", "a-b"}) {
-      IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PortRange.parse(bad, "x"));
-      assertTrue(e.getMessage().startsWith("MELON_PORT_RANGE='" + bad + "' (x): expected 'low-high'"), e.getMessage());
-    }
-    for (String bad : new String[] {"80-90", "50200-50100", "60000-70000"}) {
-      IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PortRange.parse(bad, "x"));
-      assertTrue(e.getMessage().endsWith("needs 1024 <= low <= high <= 65535"), e.getMessage());
+  }
+
+  /** The cases ports.py's test reads too: one rule on both sides. */
+  @Test
+  void parsesTheSharedCasesAsPortsPyDoes() throws IOException {
+    File file = new File(System.getProperty("melon.port-range.cases", "../../tests/data/port_range_cases.json"));
+    JsonNode cases = new ObjectMapper().readTree(file).path("cases");
+    assertTrue(cases.size() >= 10, "too few cases in " + file);
+    for (JsonNode c : cases) {
+      String text = c.path("text").asText();
+      if (c.has("range")) {
+        PortRange r = PortRange.parse(text, "x");
+        assertEquals(c.path("range").get(0).asInt(), r.low, text);
+        assertEquals(c.path("range").get(1).asInt(), r.high, text);
+        continue;
+      }
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PortRange.parse(text, "x"),
+          text);
+      String expected = "format".equals(c.path("error").asText()) ? "): expected 'low-high'"
+          : "): needs 1024 <= low <= high <= 65535";
+      assertTrue(e.getMessage().startsWith("MELON_PORT_RANGE='" + text + "' (x") && e.getMessage().contains(expected),
+          e.getMessage());
     }
   }
 
