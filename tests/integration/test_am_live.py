@@ -359,7 +359,7 @@ def test_an_oom_asks_again_with_more_gpu_memory_then_fails_saying_what_to_set(jo
 # Each task listens on the port it registered (MELON_CLUSTER names it), until the test connects to it.
 LISTEN_ONCE = (
     "python -c \"import json, os, socket; me = json.loads(os.environ['MELON_CLUSTER'])[os.environ['MELON_ROLE']]"
-    "[int(os.environ['MELON_INDEX'])]; s = socket.socket(); s.bind(('0.0.0.0', int(me.rsplit(':', 1)[1]))); "
+    "[int(os.environ['MELON_INDEX'])]; s = socket.socket(); s.bind(('127.0.0.1', int(me.rsplit(':', 1)[1]))); "
     "s.listen(); s.accept()[0].close(); print('TASK released', me)\""
 )
 
