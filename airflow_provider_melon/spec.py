@@ -205,8 +205,10 @@ class RoleSpec(BaseModel):
     @field_validator("gpu_context")
     @classmethod
     def _context_size(cls, value: Optional[Union[int, str]]) -> Optional[int]:
-        if value is None or (isinstance(value, int) and value == 0):  # 0: GPUs without a context (virtual ones)
+        if value is None:
             return value
+        if value == 0 or (isinstance(value, str) and value.strip() == "0"):  # GPUs without a context (virtual ones)
+            return 0
         return parse_size_mb(value)
 
     @field_validator("gpu_models")

@@ -27,6 +27,12 @@ def test_auto_forms_and_errors():
             JobSpec.from_dict(_job(gpu_memory=bad))
     with pytest.raises(JobSpecError, match=r"roles\.worker\.oom_growth"):
         JobSpec.from_dict(_job(gpu_memory="1g", oom_growth=1.0))
+    # no context reserve (GPUs without one: virtual ones) reads the same as an integer or as a text
+    assert (
+        RoleSpec(gpu_memory="1g", gpu_context=0).gpu_context == RoleSpec(gpu_memory="1g", gpu_context="0").gpu_context
+    )
+    with pytest.raises(JobSpecError, match=r"roles\.worker\.gpu_context"):
+        JobSpec.from_dict(_job(gpu_memory="1g", gpu_context="-1"))
     # round trip keeps the form
     spec = JobSpec.from_dict(_job(gpu_memory="auto:1GiB"))
     assert JobSpec.from_dict(spec.to_dict()).roles["worker"].gpu_memory_first_mb == 1024
