@@ -39,6 +39,9 @@ public class GpuPackingPolicy<N extends SchedulerNode> implements MultiNodeLooku
   private final Map<String, Order<N>> partitions = new ConcurrentHashMap<>();
 
   public GpuPackingPolicy() {
+    // the ledger's gains load here, when the RM starts and builds its policies: a jar without them fails the RM's
+    // start with LedgerRule's message rather than a scheduling thread later
+    LedgerRule.gain(0);
     SchedulerStats.get().policyLoaded();
   }
 
