@@ -15,6 +15,12 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
  */
 final class GpuMemory {
 
+  /** The GPU memory YARN is asked for task {@code t}, MiB: its expected memory and context reserve (both grown
+   * after OOMs), at least its role's slot; 0 for a task that does not share a GPU. */
+  static long ask(Task t) {
+    return t.expectedMb > 0 ? Math.max(t.expectedMb + t.contextMb, t.role.gpuSlotMb) : 0;
+  }
+
   /** An OOM report's {@code signature} (the matched error line) is kept to this many characters. */
   static final int OOM_SIGNATURE_MAX = 200;
   /** An OOM report's {@code kind} when memory outside the framework's allocator ran out (Python's

@@ -209,13 +209,13 @@ public final class MelonApplicationMaster {
       res.setResourceValue(GPU, role.gpus);
     }
     if (t.expectedMb > 0) {
-      res.setResourceValue(GPU_MEM, Math.max(t.expectedMb + t.contextMb, t.role.gpuSlotMb));
+      res.setResourceValue(GPU_MEM, GpuMemory.ask(t));
     }
     return res;
   }
 
   /** {@code res}'s value of the resource type {@code name}; 0 when the cluster does not know the type. */
-  private static long resourceValue(Resource res, String name) {
+  static long resourceValue(Resource res, String name) {
     try {
       return res.getResourceValue(name);
     } catch (RuntimeException e) {  // ResourceNotFoundException
@@ -551,7 +551,11 @@ public final class MelonApplicationMaster {
       // the RM gave up placing a task on a node of its GPU models: say why instead of waiting for ever
       synchronized (book) {
         for (RejectedSchedulingRequest r : rejected) {
-          Task t = book.tasks.get((int) (r.getRequest().getAllocationRequestId() % book.tasks.size()));
+          long id = r.getRequest().getAllocationRequestId();
+          Task t = book.tasks.get((int) (id % book.tasks.size()));
+          if (id != GpuModels.allocationRequestId(t, book.tasks.size())) {
+            continue;  // a request for the task's size before an OOM growth, withdrawn since
+          }
           book.finish(State.FAILED, "the ResourceManager rejected the request for task " + t.name() + " on a node of"
               + " GPU models " + t.role.gpuModels + ": " + r.getReason());
         }

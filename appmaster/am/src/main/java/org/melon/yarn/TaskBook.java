@@ -202,6 +202,10 @@ final class TaskBook {
     if (t == null || t.state != State.PENDING || !running() || gang.backingOff()) {
       return null;  // nothing waits for it, or the gang is backing off (a grant for a withdrawn request)
     }
+    long granted = MelonApplicationMaster.resourceValue(c.getResource(), MelonApplicationMaster.GPU_MEM);
+    if (granted > 0 && granted < GpuMemory.ask(t)) {
+      return null;  // a late grant for the task's size before an OOM growth: it would run below what it needs
+    }
     if (avoidance.refuses(t, c.getNodeId().toString())) {
       return null;  // the AM gives the container back
     }

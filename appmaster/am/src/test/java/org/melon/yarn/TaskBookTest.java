@@ -601,6 +601,29 @@ class TaskBookTest {
   }
 
   @Test
+  void aGrantForATasksSizeBeforeItsOomGrowthIsGivenBack() {
+    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
+        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
+        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
+    try {
+      TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 4096, gpu_context_mb: 1024}]}");
+      Task w0 = book.task("worker", 0);
+      oom(book, place(book, w0, "node-a"), "{cap_mb: 4096, peak_mb: 4000, largest_gpu_mb: 16384, signature: 'x',"
+          + " kind: 'cap'}");
+      assertEquals(7168, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
+      // a late grant for the request of the first size (5120 MiB): the task would run below what YARN holds for it
+      Container stale = Fixtures.container(w0, "node-b");
+      stale.getResource().setResourceValue(MelonApplicationMaster.GPU_MEM, 5120);
+      assertNull(book.allocated(stale), "a container of the size before the growth");
+      Container grown = Fixtures.container(w0, "node-b");
+      grown.getResource().setResourceValue(MelonApplicationMaster.GPU_MEM, 7168);
+      assertSame(w0, book.allocated(grown));
+    } finally {
+      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
+    }
+  }
+
+  @Test
   void aContextReserveGrowsFromZeroAndNeverPastTheLargestGpu() {
     TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 15000, gpu_context_mb: 0}]}");
     Task w0 = book.task("worker", 0);
