@@ -227,6 +227,7 @@ def main(argv=None) -> int:
                 d_star = res[rules_key] if rules_key else rules
                 gap = r.makespan_s / d_star.makespan_s
                 verdict = (" PASS" if gap <= FAIR_GAP + 1e-9 else " FAIL") if who == DEFAULT else ""
+                failed += verdict == " FAIL"
                 print(
                     f"PARETO {fam} {name}: {label} {r.makespan_s / 3600:.2f} h, {gap:.3f} of its (d*) "
                     f"{d_star.makespan_s / 3600:.2f} h{verdict}; worst slowdown {r.worst_slowdown:.2f}\u00d7; "
@@ -234,7 +235,7 @@ def main(argv=None) -> int:
                     f"speedup over (a) {res['a'].makespan_s / r.makespan_s:.2f}x"
                 )
     memory_sensitivity(args, model)
-    return 0
+    return 1 if failed else 0
 
 
 def with_memory_error(jobs, factor: float):
