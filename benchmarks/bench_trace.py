@@ -56,7 +56,7 @@ import sys
 import time
 from collections import Counter
 from functools import lru_cache
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -121,14 +121,21 @@ def kinds(tasks: List[Demand], coverage: float = 1.0) -> Tuple[Demand, ...]:
     return tuple(d._replace(weight=n / total) for d, n in out)
 
 
-def arrivals(tasks: List[Demand], capacity: float, seed: int) -> List[Demand]:
+def arrival_indices(tasks: List[Demand], capacity: float, seed: int) -> List[int]:
+    """Which of the trace's tasks arrive, in order: drawn at random (with replacement, seeded) until their GPU
+    request reaches ``capacity``."""
     rng = random.Random(seed)
+    pick = range(len(tasks))
     out, req = [], 0.0
     while req < capacity:
-        t = rng.choice(tasks)
-        out.append(t)
-        req += gpu_request(t)
+        i = rng.choice(pick)
+        out.append(i)
+        req += gpu_request(tasks[i])
     return out
+
+
+def arrivals(tasks: List[Demand], capacity: float, seed: int) -> List[Demand]:
+    return [tasks[i] for i in arrival_indices(tasks, capacity, seed)]
 
 
 class Cluster:
@@ -231,16 +238,27 @@ def make_default_rule(demands):
         r = frag_rule(cl, t)
         if r is None or not t.share:
             return r
-        ni = r[0]
-        total = cl.gpu_mb[ni]
+        return r[0], ledger_gpus(cl, r[0], t), False
+
+    return rule
+
+
+def ledger_gpus(cl: Cluster, ni: int, t: Demand) -> Optional[Tuple[int, ...]]:
+    """The GPUs node ``ni``'s ledger gives task ``t``, or ``None`` when none of them can hold it: a share goes where
+    ``policy.place_default`` puts it (the node's own reservations are all it knows of the demand), whole GPUs are the
+    lowest idle ones (``policy.exclusive_set``), a task without GPUs gets none."""
+    total = cl.gpu_mb[ni]
+    if t.share:
         gpus = [
             Gpu(i, total, total - int(round(f * total)), [("", int(round(s * total)), False) for s in held])
             for i, (f, held) in enumerate(zip(cl.free[ni].gpu_free, cl.held[ni]))
         ]
         gi = policy.place_default(gpus, int(round(t.share * total)), large=False, mps=False)
-        return ni, (gi,), False
-
-    return rule
+        return None if gi is None else (gi,)
+    if t.gpus:
+        idle = policy.exclusive_set(cl.gpus_of(ni), t.gpus)
+        return None if idle is None else tuple(idle)
+    return ()
 
 
 def replay(nodes, seq: List[Demand], rule) -> Dict[str, float]:
