@@ -38,6 +38,7 @@ if [ "${1:-}" = "--replay" ]; then
       -newer "$here/replay/target/classpath.txt" -print -quit)" ]; then
     echo "[appmaster] mvn package (replay)" >&2
     mvn -q -B -f "$here/pom.xml" -P replay -pl scheduler,replay package -DskipTests
+    touch "$here/replay/target/classpath.txt"  # Maven leaves an unchanged classpath file as it was
   fi
   exit 0
 fi

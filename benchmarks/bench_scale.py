@@ -29,12 +29,13 @@ rows measured one after another in this run) and the RM JVM's heap in use after 
 leaves no more GPUs unallocated than FGD-style, is within 1 percentage point of ``default``, and costs at most 10 % of
 stock (heartbeat) scheduling throughput.
 
-``--scale 2,4,8`` instead replays copies of the node list (a cluster twice, four and eight times as large, the
-arrivals scaled with it) for the sorting cost and heartbeat cost per node count; ``--sorting-interval-ms`` sets the
-policy's sorting interval.
+``--copies 1,2,4,8`` replays copies of the node list instead (the cluster twice, four and eight times as large, the
+arrivals scaled with it; ``--fill`` of the GPUs asked for) and prints per node count what a heartbeat costs the
+scheduler thread and what the policy's sorting costs per pass; ``--sorting-interval-ms`` sets the policy's sorting
+interval (0: sorted before each placement; more: on a thread of its own, placements use the last order).
 
     .venv/bin/python benchmarks/bench_scale.py [--seeds 1,2] [--pods openb_pod_list_gpushare100.csv]
-    .venv/bin/python benchmarks/bench_scale.py --scale 1,2,4,8 --fill 0.25
+    .venv/bin/python benchmarks/bench_scale.py --copies 1,2,4,8 --fill 0.25 --rules heartbeat,melon --seeds 1
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class Ledger:
         return {
             "unallocated": sum(sum(f.gpu_free) for f in self.cl.free) / capacity,
             "refused": refused / asked if asked else 0.0,
+            "nodes_used": sum(1 for held in self.cl.held if any(held)),
         }
 
 
@@ -194,7 +196,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pods", default=bench_trace.PODS_CSV, help="a pod list (a path, or a file in benchmarks/data)")
     ap.add_argument("--nodes", type=int, default=0, help="only the first N GPU nodes (0: all)")
     ap.add_argument("--rules", default=",".join(RULES) + ",python")
+    ap.add_argument("--fill", type=float, default=1.0, help="arrivals until this share of the GPUs is asked for")
     ap.add_argument("--sorting-interval-ms", type=int, default=0)
+    ap.add_argument("--copies", default="", help="node-list copies per cluster size, e.g. 1,2,4,8: the scaling curve")
     ap.add_argument("--heap", default="3g")
     args = ap.parse_args(argv)
     pods = args.pods if os.path.exists(args.pods) else os.path.join(bench_trace.DATA, args.pods)
@@ -209,14 +213,19 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     print(
         f"bench_scale: {len(nodes)} GPU nodes, {capacity} GPUs; {os.path.basename(pods)}: {len(tasks)} tasks "
-        f"({sum(1 for s in specs if s)} with gpu_spec); arrivals as bench_trace.py, seeds {args.seeds}; the real "
+        f"({sum(1 for s in specs if s)} with gpu_spec); arrivals as bench_trace.py until {args.fill:.0%} of the GPUs "
+        f"are asked for, seeds {args.seeds}; the real "
         f"CapacityScheduler (Hadoop 3.3.6, DominantResourceCalculator), sorting interval {args.sorting_interval_ms} ms"
     )
     classpath = harness_classpath() if any(r in RULES for r in rules) else ""
+    if args.copies:
+        scaling(classpath, nodes, tasks, specs, rules, seeds, args)
+        print(f"whole benchmark: {time.monotonic() - t0:.0f} s")
+        return 0
     all_kinds, typical = bench_trace.kinds(tasks), bench_trace.kinds(tasks, 0.95)
     rows: Dict[str, List[Dict[str, float]]] = {}
     for seed in seeds:
-        idx = bench_trace.arrival_indices(tasks, capacity, seed)
+        idx = bench_trace.arrival_indices(tasks, capacity * args.fill, seed)
         seq, seq_specs = [tasks[i] for i in idx], [specs[i] for i in idx]
         for rule in rules:
             if rule == "python":
@@ -260,6 +269,32 @@ def main(argv=None) -> int:
     verdict(rows)
     print(f"whole benchmark: {time.monotonic() - t0:.0f} s")
     return 0
+
+
+def scaling(classpath: str, nodes, tasks, specs, rules: List[str], seeds: List[int], args) -> None:
+    """The scheduler rows on copies of the node list: cost per heartbeat and per sorting pass, by cluster size."""
+    print(
+        f"\n{'row':<18}{'nodes':>7}{'arrivals':>9}{'unallocated':>12}{'µs/heartbeat':>14}{'granted/CPU-s':>15}"
+        f"{'sort µs/pass':>14}{'sort passes':>13}{'RM heap MiB':>13}"
+    )
+    for copies in (int(c) for c in args.copies.split(",")):
+        cluster = nodes * copies
+        capacity = sum(n[2] for n in cluster)
+        for seed in seeds:
+            idx = bench_trace.arrival_indices(tasks, capacity * args.fill, seed)
+            seq, seq_specs = [tasks[i] for i in idx], [specs[i] for i in idx]
+            for rule in (r for r in rules if r in RULES):
+                r = run_scheduler(
+                    classpath, rule, cluster, seq, seq_specs, sorting_ms=args.sorting_interval_ms, heap=args.heap
+                )
+                passes = r.get("SortPasses", 0)
+                sort = f"{r['SortNanos'] / passes / 1e3:.0f}" if passes else "-"
+                print(
+                    f"{ROW[rule]:<18}{len(cluster):>7}{len(seq):>9}{r['unallocated']:>11.2%}"
+                    f"{r['scheduler_cpu_s'] / r['heartbeats'] * 1e6:>14.0f}{r['per_cpu_s']:>15.0f}{sort:>14}"
+                    f"{passes or '-':>13}{r['heap_mib']:>13.0f}",
+                    flush=True,
+                )
 
 
 def verdict(rows: Dict[str, List[Dict[str, float]]]) -> None:

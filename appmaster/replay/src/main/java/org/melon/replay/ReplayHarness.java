@@ -25,7 +25,6 @@ import javax.management.MBeanServer;
 import javax.management.ObjectName;
 
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.net.NetUtils;
 import org.apache.hadoop.yarn.api.protocolrecords.GetNewApplicationRequest;
 import org.apache.hadoop.yarn.api.protocolrecords.SubmitApplicationRequest;
 import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
@@ -87,7 +86,7 @@ import org.melon.yarn.scheduler.SchedulerStats;
  * ({@code NodeAvoidance}), then the task is refused. At the end: {@code END <json>} with the counts, the CPU time the
  * scheduler's calls took on this (the only scheduling) thread, and the heap in use.
  *
- * <p>Input files: nodes, one per line {@code host cpu_milli memory_mib gpus gpu_units model}; arrivals, one per line
+ * <p>Input files: nodes, one per line {@code name cpu_milli memory_mib gpus gpu_units model}; arrivals, one per line
  * {@code cpu_milli memory_mib gpus gpu_units models} (a share's {@code gpu_units}, else 0; {@code models}: the GPU
  * models it accepts, comma-separated, or {@code -}). CPU is in vcores of a thousandth of a core and GPU memory in
  * units of a thousandth of the node's GPU, so that a trace's {@code gpu_milli} is the same share on every model.
@@ -108,12 +107,12 @@ public final class ReplayHarness {
   enum Rule { HEARTBEAT, MULTINODE, MELON }
 
   static final class NodeSpec {
-    final String host;
+    final String name;  // the node list's, for the reader: the RM knows the node by host(index)
     final Resource capability;
     final String model;
 
     NodeSpec(String[] f) {
-      host = f[0];
+      name = f[0];
       Map<String, Long> gpus = new HashMap<>();
       gpus.put(GPU, Long.parseLong(f[3]));
       gpus.put(GPU_MEMORY, Long.parseLong(f[4]));
@@ -206,18 +205,17 @@ public final class ReplayHarness {
     org.apache.log4j.LogManager.getRootLogger().setLevel(org.apache.log4j.Level.WARN);  // MockRM turns on DEBUG
     rm.start();
     cs = (CapacityScheduler) rm.getResourceScheduler();
-    NetUtils.addStaticResolution("am-node", "127.0.0.1");  // container tokens resolve their node's host
-    MockNM amNode = rm.registerNode("am-node:1", Resource.newInstance(AM_MB, AM_VCORES));
+    MockNM amNode = rm.registerNode(host(nodes.size()) + ":1", Resource.newInstance(AM_MB, AM_VCORES));
     RMApp app = submit();
     MockAM am = MockRM.launchAndRegisterAM(app, rm, amNode);
     attempt = am.getApplicationAttemptId();
     Map<String, Set<NodeAttribute>> byHost = new HashMap<>();
     for (NodeSpec n : nodes) {
-      NetUtils.addStaticResolution(n.host, "127.0.0.1");
-      MockNM nm = new MockNM(n.host + ":1", n.capability, rm.getResourceTrackerService());
+      String host = host(rmNodes.size());
+      MockNM nm = new MockNM(host + ":1", n.capability, rm.getResourceTrackerService());
       nm.registerNode();
       if (attributes) {
-        byHost.put(n.host, Collections.singleton(NodeAttribute.newInstance(NodeAttribute.PREFIX_CENTRALIZED,
+        byHost.put(host, Collections.singleton(NodeAttribute.newInstance(NodeAttribute.PREFIX_CENTRALIZED,
             MODEL_ATTRIBUTE, NodeAttributeType.STRING, n.model)));
       }
       nodeIndex.put(nm.getNodeId(), rmNodes.size());
@@ -239,6 +237,15 @@ public final class ReplayHarness {
       throw new IllegalStateException("the scheduler knows " + cs.getNumClusterNodes() + " nodes, not "
           + (nodes.size() + 1));
     }
+  }
+
+  /**
+   * Node {@code i}'s host: a loopback address of its own, which the RM resolves without asking DNS (it resolves each
+   * NodeManager's host at registration, and a container token's).
+   */
+  static String host(int i) {
+    int n = i + 1;
+    return "127." + ((n >> 16) & 255) + "." + ((n >> 8) & 255) + "." + (n & 255);
   }
 
   /** Submit the application as the provider does: {@code GpuFitPlacement} in the AM's environment for MeLoN. */
