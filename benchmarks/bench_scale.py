@@ -41,7 +41,6 @@ interval (0: sorted before each placement; more: on a thread of its own, placeme
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -67,15 +66,7 @@ ROW = {"heartbeat": "stock heartbeat", "multinode": "stock multi-node", "melon":
 
 def load_nodes(path: str = bench_trace.NODES_CSV) -> List[Tuple[int, int, int, int, str]]:
     """``bench_trace.load_nodes`` with each node's GPU model: ``(cpu_milli, memory_mib, gpus, gpu_mb, model)``."""
-    with open(path) as fh:
-        models = [r["model"] for r in csv.DictReader(fh) if int(r["gpu"]) > 0]
-    return [(*n, m) for n, m in zip(bench_trace.load_nodes(path), models)]
-
-
-def load_specs(path: str) -> List[Tuple[str, ...]]:
-    """Each task's ``gpu_spec``: the GPU models it accepts (empty: any), in ``bench_trace.load_tasks``'s order."""
-    with open(path) as fh:
-        return [tuple(m for m in (r.get("gpu_spec") or "").split("|") if m) for r in csv.DictReader(fh)]
+    return [(*n, m) for n, m in zip(bench_trace.load_nodes(path), bench_trace.load_models(path))]
 
 
 def harness_classpath() -> str:
@@ -88,18 +79,17 @@ def harness_classpath() -> str:
 class Ledger:
     """The nodes' ledgers for one scheduler row: each grant is answered with the ledger's own choice of GPU."""
 
-    def __init__(self, nodes, seq: Sequence[Demand], specs: Sequence[Tuple[str, ...]]):
-        self.cl = Cluster([n[:4] for n in nodes])
-        self.models = [n[4] for n in nodes]
-        self.seq, self.specs = seq, specs
+    def __init__(self, nodes, seq: Sequence[Demand]):
+        self.cl = Cluster([n[:4] for n in nodes], [n[4] for n in nodes])
+        self.seq = seq
         self.placed = [False] * len(seq)
         self.misfits = 0
 
     def grant(self, ti: int, ni: int) -> bool:
         """Task ``ti`` was granted node ``ni``: True when a GPU there holds it (and it is placed), False for exit 75."""
         t = self.seq[ti]
-        spec = self.specs[ti]
-        gi = None if spec and self.models[ni] not in spec else ledger_gpus(self.cl, ni, t)
+        # a node of another model: the executor's check of its GPU (NVML) exits 75 too
+        gi = ledger_gpus(self.cl, ni, t) if self.cl.accepts(ni, t) else None
         if gi is None:
             self.misfits += 1
             return False
@@ -118,26 +108,24 @@ class Ledger:
         }
 
 
-def write_inputs(folder: str, nodes, seq: Sequence[Demand], specs: Sequence[Tuple[str, ...]]) -> Tuple[str, str]:
+def write_inputs(folder: str, nodes, seq: Sequence[Demand]) -> Tuple[str, str]:
     """The harness's two input files (its class comment gives the format)."""
     npath, apath = os.path.join(folder, "nodes.txt"), os.path.join(folder, "arrivals.txt")
     with open(npath, "w") as fh:
         for i, (cpu, mem, gpus, _, model) in enumerate(nodes):
             fh.write(f"node-{i:05d} {cpu} {mem} {gpus} {gpus * bench_trace.MILLI} {model}\n")
     with open(apath, "w") as fh:
-        for t, spec in zip(seq, specs):
+        for t in seq:
             units = int(round(t.share * bench_trace.MILLI)) if t.share else 0
-            fh.write(f"{t.cpu} {t.mem} {t.gpus} {units} {','.join(spec) or '-'}\n")
+            fh.write(f"{t.cpu} {t.mem} {t.gpus} {units} {','.join(t.models) or '-'}\n")
     return npath, apath
 
 
-def run_scheduler(
-    classpath: str, rule: str, nodes, seq, specs, *, sorting_ms: int = 0, heap: str = "3g"
-) -> Dict[str, float]:
+def run_scheduler(classpath: str, rule: str, nodes, seq, *, sorting_ms: int = 0, heap: str = "3g") -> Dict[str, float]:
     """One scheduler row: the harness replays ``seq``, this process answers each grant as the ledger."""
-    ledger = Ledger(nodes, seq, specs)
+    ledger = Ledger(nodes, seq)
     with tempfile.TemporaryDirectory(prefix="melon-replay-") as folder:
-        npath, apath = write_inputs(folder, nodes, seq, specs)
+        npath, apath = write_inputs(folder, nodes, seq)
         cmd = [
             "java",
             f"-Xmx{heap}",
@@ -181,7 +169,7 @@ def run_scheduler(
 def run_python(nodes, seq: Sequence[Demand], rule) -> Dict[str, float]:
     """One of ``bench_trace.py``'s rows on the same arrivals (placements per CPU-second of this process)."""
     start = time.process_time()
-    res = bench_trace.replay([n[:4] for n in nodes], list(seq), rule)
+    res = bench_trace.replay([n[:4] for n in nodes], list(seq), rule, [n[4] for n in nodes])
     res["per_cpu_s"] = len(seq) / max(time.process_time() - start, 1e-9)
     return res
 
@@ -207,26 +195,25 @@ def main(argv=None) -> int:
     nodes = load_nodes()
     if args.nodes:
         nodes = nodes[: args.nodes]
-    tasks, specs = bench_trace.load_tasks(pods), load_specs(pods)
+    tasks = bench_trace.load_tasks(pods)
     capacity = sum(n[2] for n in nodes)
     rules = [r for r in args.rules.split(",") if r]
     seeds = [int(s) for s in args.seeds.split(",")]
     print(
         f"bench_scale: {len(nodes)} GPU nodes, {capacity} GPUs; {os.path.basename(pods)}: {len(tasks)} tasks "
-        f"({sum(1 for s in specs if s)} with gpu_spec); arrivals as bench_trace.py until {args.fill:.0%} of the GPUs "
+        f"({sum(1 for t in tasks if t.models)} with gpu_spec); arrivals as bench_trace.py until {args.fill:.0%} of the GPUs "
         f"are asked for, seeds {args.seeds}; the real "
         f"CapacityScheduler (Hadoop 3.3.6, DominantResourceCalculator), sorting interval {args.sorting_interval_ms} ms"
     )
     classpath = harness_classpath() if any(r in RULES for r in rules) else ""
     if args.copies:
-        scaling(classpath, nodes, tasks, specs, rules, seeds, args)
+        scaling(classpath, nodes, tasks, rules, seeds, args)
         print(f"whole benchmark: {time.monotonic() - t0:.0f} s")
         return 0
     all_kinds, typical = bench_trace.kinds(tasks), bench_trace.kinds(tasks, 0.95)
     rows: Dict[str, List[Dict[str, float]]] = {}
     for seed in seeds:
-        idx = bench_trace.arrival_indices(tasks, capacity * args.fill, seed)
-        seq, seq_specs = [tasks[i] for i in idx], [specs[i] for i in idx]
+        seq = bench_trace.arrivals(tasks, capacity * args.fill, seed)
         for rule in rules:
             if rule == "python":
                 for name, mk in (
@@ -235,9 +222,7 @@ def main(argv=None) -> int:
                 ):
                     rows.setdefault(name, []).append(run_python(nodes, seq, mk()))
                 continue
-            res = run_scheduler(
-                classpath, rule, nodes, seq, seq_specs, sorting_ms=args.sorting_interval_ms, heap=args.heap
-            )
+            res = run_scheduler(classpath, rule, nodes, seq, sorting_ms=args.sorting_interval_ms, heap=args.heap)
             rows.setdefault(ROW[rule], []).append(res)
         print(
             f"  seed {seed}: {len(seq)} arrivals, "
@@ -271,7 +256,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def scaling(classpath: str, nodes, tasks, specs, rules: List[str], seeds: List[int], args) -> None:
+def scaling(classpath: str, nodes, tasks, rules: List[str], seeds: List[int], args) -> None:
     """The scheduler rows on copies of the node list: cost per heartbeat and per sorting pass, by cluster size."""
     print(
         f"\n{'row':<18}{'nodes':>7}{'arrivals':>9}{'unallocated':>12}{'µs/heartbeat':>14}{'granted/CPU-s':>15}"
@@ -281,12 +266,9 @@ def scaling(classpath: str, nodes, tasks, specs, rules: List[str], seeds: List[i
         cluster = nodes * copies
         capacity = sum(n[2] for n in cluster)
         for seed in seeds:
-            idx = bench_trace.arrival_indices(tasks, capacity * args.fill, seed)
-            seq, seq_specs = [tasks[i] for i in idx], [specs[i] for i in idx]
+            seq = bench_trace.arrivals(tasks, capacity * args.fill, seed)
             for rule in (r for r in rules if r in RULES):
-                r = run_scheduler(
-                    classpath, rule, cluster, seq, seq_specs, sorting_ms=args.sorting_interval_ms, heap=args.heap
-                )
+                r = run_scheduler(classpath, rule, cluster, seq, sorting_ms=args.sorting_interval_ms, heap=args.heap)
                 passes = r.get("SortPasses", 0)
                 sort = f"{r['SortNanos'] / passes / 1e3:.0f}" if passes else "-"
                 print(

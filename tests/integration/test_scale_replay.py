@@ -23,9 +23,8 @@ def replayed():
     nodes = bench_scale.load_nodes()[:NODES]
     tasks = bench_trace.load_tasks()
     seq = bench_trace.arrivals(tasks, sum(n[2] for n in nodes) * FILL, seed=1)
-    specs = [()] * len(seq)
     classpath = bench_scale.harness_classpath()
-    return seq, {rule: bench_scale.run_scheduler(classpath, rule, nodes, seq, specs) for rule in ("melon", "multinode")}
+    return seq, {rule: bench_scale.run_scheduler(classpath, rule, nodes, seq) for rule in ("melon", "multinode")}
 
 
 def test_melon_packs_where_stock_multi_node_placement_spreads(replayed):
@@ -56,8 +55,8 @@ def test_the_ledger_refuses_a_grant_no_gpu_of_the_node_holds():
     # second is shared too; a task for another GPU model is refused however free the node is
     nodes = [(64000, 262144, 2, 16384, "P100")]
     share, whole = Demand(1.0, 1000, 1024, 0, 0.6), Demand(1.0, 1000, 1024, 2, 0.0)
-    seq = [share, Demand(1.0, 1000, 1024, 0, 0.5), whole, share]
-    ledger = bench_scale.Ledger(nodes, seq, [(), (), (), ("T4",)])
+    seq = [share, Demand(1.0, 1000, 1024, 0, 0.5), whole, share._replace(models=("T4",))]
+    ledger = bench_scale.Ledger(nodes, seq)
     assert ledger.grant(0, 0) and ledger.grant(1, 0)
     assert ledger.cl.held[0] == [[0.6], [0.5]]  # place_default's choice: the 0.5 share on the other GPU
     assert not ledger.grant(2, 0)
