@@ -7,6 +7,8 @@
 #                             `python -m build` carry them (from an sdist that holds fresh jars, no Maven runs)
 #   appmaster/build.sh --dev  also launcher/target/classes + launcher/target/classpath.txt, which the mini-cluster
 #                             launcher needs (scripts/setup.sh)
+#   appmaster/build.sh --replay  only the trace replay harness (replay/, Maven profile `replay`, not shipped):
+#                             replay/target/classes + replay/target/classpath.txt (benchmarks/bench_scale.py)
 # Three Maven modules (appmaster/pom.xml): am/ and scheduler/ (Java 8, Hadoop 3.3.6 API) and launcher/ (Java 17,
 # Hadoop 3.5.0).
 set -euo pipefail
@@ -30,6 +32,16 @@ mvn_package() {
   echo "[appmaster] mvn package" >&2
   mvn -q -B -f "$here/pom.xml" package -DskipTests
 }
+if [ "${1:-}" = "--replay" ]; then
+  if [ ! -f "$here/replay/target/classpath.txt" ] || [ -n "$(find "$here/pom.xml" "$here/scheduler/pom.xml" \
+      "$here/scheduler/src" "$here/replay/pom.xml" "$here/replay/src" "$package/rm/ledger-rule.json" -type f \
+      -newer "$here/replay/target/classpath.txt" -print -quit)" ]; then
+    echo "[appmaster] mvn package (replay)" >&2
+    mvn -q -B -f "$here/pom.xml" -P replay -pl scheduler,replay package -DskipTests
+    touch "$here/replay/target/classpath.txt"  # Maven leaves an unchanged classpath file as it was
+  fi
+  exit 0
+fi
 any_stale=0
 for jar in "${jars[@]}"; do
   module="${jar%%:*}" rest="${jar#*:}"

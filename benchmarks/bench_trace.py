@@ -37,7 +37,8 @@ share of the arrived GPU demand refused, and the share of GPU capacity that plac
 
 Where this replay differs from the paper's (Kubernetes scheduler simulator, hkust-adsl/kubernetes-scheduler-simulator):
   * it uses only the GPU nodes (the paper's cluster also has 310 CPU-only nodes, where CPU-only tasks can go);
-  * no GPU-type constraints (the default trace has none) and no node GPU-model preference;
+  * a task's GPU-type constraint (``gpu_spec``, in the trace's ``gpuspec`` variants; the default trace has none) is
+    honoured as a filter on the node's model, with no node GPU-model preference beyond it;
   * FGD's tie-break is by node index here (the simulator normalises scores and picks among equals arbitrarily);
   * fewer repetitions (``--seeds``, default 2, to stay under a minute; the paper averages 10) and one metric at the end of arrivals
     instead of the whole curve over arrived workload;
@@ -56,7 +57,7 @@ import sys
 import time
 from collections import Counter
 from functools import lru_cache
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -90,8 +91,14 @@ def load_nodes(path: str = NODES_CSV) -> List[Tuple[int, int, int, int]]:
     return out
 
 
+def load_models(path: str = NODES_CSV) -> List[str]:
+    """Each GPU node's GPU model, in :func:`load_nodes`'s order."""
+    with open(path) as fh:
+        return [r["model"] for r in csv.DictReader(fh) if int(r["gpu"]) > 0]
+
+
 def load_tasks(path: str = PODS_CSV) -> List[Demand]:
-    """Each task as a :class:`candidates.Demand` of weight 1."""
+    """Each task as a :class:`candidates.Demand` of weight 1, with the GPU models its ``gpu_spec`` accepts."""
     out = []
     with open(path) as fh:
         for r in csv.DictReader(fh):
@@ -99,7 +106,8 @@ def load_tasks(path: str = PODS_CSV) -> List[Demand]:
             if n < 0 or not 0 <= milli <= MILLI:
                 raise ValueError(f"{r['name']}: num_gpu {n} / gpu_milli {milli} out of range")
             share = milli / MILLI if n == 1 and milli < MILLI else 0.0
-            out.append(Demand(1.0, int(r["cpu_milli"]), int(r["memory_mib"]), 0 if share else n, share))
+            models = tuple(m for m in (r.get("gpu_spec") or "").split("|") if m)
+            out.append(Demand(1.0, int(r["cpu_milli"]), int(r["memory_mib"]), 0 if share else n, share, models))
     return out
 
 
@@ -121,20 +129,28 @@ def kinds(tasks: List[Demand], coverage: float = 1.0) -> Tuple[Demand, ...]:
     return tuple(d._replace(weight=n / total) for d, n in out)
 
 
-def arrivals(tasks: List[Demand], capacity: float, seed: int) -> List[Demand]:
+def arrival_indices(tasks: List[Demand], capacity: float, seed: int) -> List[int]:
+    """Which of the trace's tasks arrive, in order: drawn at random (with replacement, seeded) until their GPU
+    request reaches ``capacity``."""
     rng = random.Random(seed)
+    pick = range(len(tasks))
     out, req = [], 0.0
     while req < capacity:
-        t = rng.choice(tasks)
-        out.append(t)
-        req += gpu_request(t)
+        i = rng.choice(pick)
+        out.append(i)
+        req += gpu_request(tasks[i])
     return out
 
 
+def arrivals(tasks: List[Demand], capacity: float, seed: int) -> List[Demand]:
+    return [tasks[i] for i in arrival_indices(tasks, capacity, seed)]
+
+
 class Cluster:
-    def __init__(self, nodes):
-        self.cap = [(c, m) for c, m, _, _ in nodes]
+    def __init__(self, nodes, models: Optional[List[str]] = None):
+        self.models = models  # each node's GPU model; None: unknown, every node takes every task
         self.gpu_mb = [g for *_, g in nodes]
+        self.cap = [(c, m) for c, m, _, _ in nodes]
         self.free = [NodeFree(c, m, (1.0,) * n) for c, m, n, _ in nodes]
         self.cache: List[Dict] = [dict() for _ in nodes]  # per node: task kind -> its best placement there
         self.held: List[List[List[float]]] = [[[] for _ in range(n)] for _, _, n, _ in nodes]  # shares per GPU
@@ -148,6 +164,10 @@ class Cluster:
         self.free[ni] = NodeFree(n.cpu - task.cpu, n.mem - task.mem, tuple(free))
         self.cache[ni].clear()
 
+    def accepts(self, ni: int, t: Demand) -> bool:
+        """Whether node ``ni``'s GPU model is one ``t`` accepts."""
+        return not t.models or self.models is None or self.models[ni] in t.models
+
     def gpus_of(self, ni: int) -> List[Gpu]:
         total = self.gpu_mb[ni]
         return [Gpu(i, total, total - int(round(f * total))) for i, f in enumerate(self.free[ni].gpu_free)]
@@ -160,7 +180,7 @@ def _fits_cpu_mem(n: NodeFree, t: Demand) -> bool:
 def rule_exclusive(cl: Cluster, t: Demand):
     need = t.gpus or (1 if t.share else 0)
     for ni, n in enumerate(cl.free):
-        if not _fits_cpu_mem(n, t):
+        if not _fits_cpu_mem(n, t) or not cl.accepts(ni, t):
             continue
         idle = [i for i, f in enumerate(n.gpu_free) if f >= 1.0 - 1e-9]
         if len(idle) >= need:
@@ -171,7 +191,7 @@ def rule_exclusive(cl: Cluster, t: Demand):
 def rule_best_fit(cl: Cluster, t: Demand):
     best = None
     for ni, n in enumerate(cl.free):
-        if not _fits_cpu_mem(n, t):
+        if not _fits_cpu_mem(n, t) or not cl.accepts(ni, t):
             continue
         if t.share:
             left = [f - t.share for f in n.gpu_free if f >= t.share - 1e-9]
@@ -206,6 +226,8 @@ def make_frag_rule(demands, tie_by_index: bool):
     def rule(cl: Cluster, t: Demand):
         best = None
         for ni, n in enumerate(cl.free):
+            if not cl.accepts(ni, t):
+                continue
             c = cl.cache[ni]
             if t in c:
                 b = c[t]
@@ -231,20 +253,31 @@ def make_default_rule(demands):
         r = frag_rule(cl, t)
         if r is None or not t.share:
             return r
-        ni = r[0]
-        total = cl.gpu_mb[ni]
+        return r[0], ledger_gpus(cl, r[0], t), False
+
+    return rule
+
+
+def ledger_gpus(cl: Cluster, ni: int, t: Demand) -> Optional[Tuple[int, ...]]:
+    """The GPUs node ``ni``'s ledger gives task ``t``, or ``None`` when none of them can hold it: a share goes where
+    ``policy.place_default`` puts it (the node's own reservations are all it knows of the demand), whole GPUs are the
+    lowest idle ones (``policy.exclusive_set``), a task without GPUs gets none."""
+    total = cl.gpu_mb[ni]
+    if t.share:
         gpus = [
             Gpu(i, total, total - int(round(f * total)), [("", int(round(s * total)), False) for s in held])
             for i, (f, held) in enumerate(zip(cl.free[ni].gpu_free, cl.held[ni]))
         ]
         gi = policy.place_default(gpus, int(round(t.share * total)), large=False, mps=False)
-        return ni, (gi,), False
+        return None if gi is None else (gi,)
+    if t.gpus:
+        idle = policy.exclusive_set(cl.gpus_of(ni), t.gpus)
+        return None if idle is None else tuple(idle)
+    return ()
 
-    return rule
 
-
-def replay(nodes, seq: List[Demand], rule) -> Dict[str, float]:
-    cl = Cluster(nodes)
+def replay(nodes, seq: List[Demand], rule, models: Optional[List[str]] = None) -> Dict[str, float]:
+    cl = Cluster(nodes, models)
     capacity = sum(n for _, _, n, _ in nodes)
     asked = refused = placed = 0.0
     for t in seq:
@@ -268,15 +301,17 @@ def replay(nodes, seq: List[Demand], rule) -> Dict[str, float]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="1,2")
+    ap.add_argument("--pods", default=PODS_CSV, help="a pod list (a path, or a file in benchmarks/data)")
     args = ap.parse_args(argv)
+    pods = args.pods if os.path.exists(args.pods) else os.path.join(DATA, args.pods)
     print(f"# {ran_at()}")
     t0 = time.monotonic()
-    nodes = load_nodes()
-    tasks = load_tasks()
+    nodes, models = load_nodes(), load_models()
+    tasks = load_tasks(pods)
     capacity = sum(n for _, _, n, _ in nodes)
     sharing = sum(1 for t in tasks if t.share)
     print(
-        f"bench_trace: {len(nodes)} GPU nodes, {capacity} GPUs; {len(tasks)} tasks in the trace ({sharing} share a "
+        f"bench_trace: {len(nodes)} GPU nodes, {capacity} GPUs; {len(tasks)} tasks in {os.path.basename(pods)} ({sharing} share a "
         f"GPU, {sum(1 for t in tasks if not t.gpus and not t.share)} CPU only); arrivals until the GPU request "
         f"reaches {capacity} GPUs, no departures; seeds {args.seeds}"
     )
@@ -295,7 +330,7 @@ def main(argv=None) -> int:
         seq = arrivals(tasks, capacity, seed)
         for name, mk in rules:
             t1 = time.monotonic()
-            res = replay(nodes, seq, mk())
+            res = replay(nodes, seq, mk(), models)
             res["s"] = time.monotonic() - t1
             rows[name].append(res)
         print(

@@ -288,14 +288,16 @@ def longest_first(estimates: Mapping[str, float]) -> List[str]:
 # -- fragmentation-aware placement across nodes (FGD's measure, with every resource YARN's calculator checks) ------
 class Demand(NamedTuple):
     """One kind of task the cluster sees, as a node must hold it: ``weight`` (its share of arrivals), ``cpu``
-    (millicores), ``mem`` (MiB of host memory), ``gpus`` (whole GPUs) and ``share`` (the fraction of one GPU's
-    memory a task that shares asks for; 0 when it takes whole GPUs or none)."""
+    (millicores), ``mem`` (MiB of host memory), ``gpus`` (whole GPUs), ``share`` (the fraction of one GPU's
+    memory a task that shares asks for; 0 when it takes whole GPUs or none) and ``models`` (the GPU models it
+    accepts, a trace's ``gpu_spec``; empty: any)."""
 
     weight: float
     cpu: int
     mem: int
     gpus: int = 0
     share: float = 0.0
+    models: Tuple[str, ...] = ()
 
 
 class NodeFree(NamedTuple):
