@@ -274,6 +274,10 @@ class PlanRole(_PlanPart):
         description="the GPU models a task accepts, as nodes publish them in their gpu-model node attribute: the AM "
         "asks for such a node with a placement constraint (a SchedulingRequest); empty: any node (a ResourceRequest)",
     )
+    restart_gang: bool = Field(
+        description="a lost task of this role ends and restarts every live task of every role so marked, which "
+        "then register anew (TensorFlow's collective roles: MultiWorkerMirroredStrategy needs the whole cluster back)",
+    )
 
 
 class PlanResource(_PlanPart):
@@ -313,6 +317,11 @@ class Plan(_PlanPart):
     elastic_grace_s: float = Field(
         **_spec_bounds(JobSpec, "elastic_grace_s"),
         description="an elastic role below its min_instances for longer than this fails the job",
+    )
+    stall_timeout_s: float = Field(
+        **_spec_bounds(JobSpec, "stall_timeout_s"),
+        description="no live task reporting a new step for longer than this (and than 5 times the longest stretch "
+        "between steps seen) restarts the gang within its restarts, else fails the job; 0: off",
     )
     labels: dict[str, Any] = Field(description="echoed by the AM's /status (the submitting task instance)")
     staged: list[str] = Field(description="every staged file the job uses, the AM jar too (read by `melon prune`)")
@@ -438,8 +447,10 @@ def _task_env(
     return env
 
 
-def _plan_role(name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: Optional[int]) -> dict[str, Any]:
-    """One role of the plan (:class:`PlanRole`)."""
+def _plan_role(
+    name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: Optional[int], gang: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One role of the plan (:class:`PlanRole`); ``gang``: the job's :attr:`JobSpec.gang_roles`."""
     return {
         "name": name,
         "instances": role.instances,
@@ -458,6 +469,7 @@ def _plan_role(name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: O
         else 0,
         "gpu_slot_mb": gpu_slot_mb(role, largest_gpu_mb),
         "gpu_models": list(role.gpu_models or ()),
+        "restart_gang": name in gang,
     }
 
 
@@ -501,7 +513,13 @@ def build_plan(
         {
             "app_name": spec.name,
             "roles": [
-                _plan_role(name, role, gpu_context_mb, (role_largest_gpu_mb or {}).get(name, largest_gpu_mb))
+                _plan_role(
+                    name,
+                    role,
+                    gpu_context_mb,
+                    (role_largest_gpu_mb or {}).get(name, largest_gpu_mb),
+                    spec.gang_roles,
+                )
                 for name, role in spec.roles.items()
             ],
             "success_role": spec.success_role,
@@ -515,6 +533,7 @@ def build_plan(
             "gang_hold_s": spec.gang_hold_s,
             "queue_timeout_s": spec.queue_timeout_s or 0,
             "elastic_grace_s": spec.elastic_grace_s,
+            "stall_timeout_s": spec.stall_timeout_s,
             "labels": dict(labels or {}),
             "staged": sorted(set(staged_urls or ())),
             "status_file": status_file,

@@ -93,3 +93,21 @@ def test_torchrun_gets_the_jobs_elastic_bounds():
         JobSpec.from_dict(job(worker={"instances": 2})), code=None, runtime=RUNTIME, inputs={}
     )["env"]
     assert "MELON_TORCHRUN_NNODES" not in fixed and fixed["MELON_LAUNCHER"] == "torchrun"
+
+
+@pytest.mark.parametrize(
+    "roles,gang",
+    [
+        ({"chief": {}, "worker": {"instances": 2}}, {"chief", "worker"}),  # MultiWorkerMirroredStrategy
+        ({"worker": {"instances": 2}, "evaluator": {}}, {"worker"}),  # the evaluator is outside the collectives
+        ({"chief": {}, "worker": {"instances": 2}, "ps": {"instances": 1}}, set()),  # ParameterServerStrategy
+    ],
+)
+def test_a_tensorflow_collective_gang_is_restarted_whole_and_the_stall_timeout_reaches_the_plan(roles, gang):
+    spec = JobSpec.from_dict({"name": "tf", "framework": "tensorflow", "entrypoint": "python t.py", "roles": roles})
+    plan = submission.build_plan(spec, code=None, runtime=RUNTIME, inputs={})
+    assert {r["name"] for r in plan["roles"] if r["restart_gang"]} == gang
+    assert plan["stall_timeout_s"] == 900  # the default
+    spec = JobSpec.from_dict({**job(), "stall_timeout_s": 0})
+    plan = submission.build_plan(spec, code=None, runtime=RUNTIME, inputs={})
+    assert plan["stall_timeout_s"] == 0 and not plan["roles"][0]["restart_gang"]

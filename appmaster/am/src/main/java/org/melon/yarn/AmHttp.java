@@ -316,6 +316,7 @@ final class AmHttp {
       root.put("diagnostics", book.diagnostics());
       root.set("labels", labels);
       root.set("gang", JSON.valueToTree(book.gangStatus()));
+      root.set("stall", JSON.valueToTree(book.stallStatus()));
       tensorboard.describe(root.putObject("tensorboard"));
       root.putArray("events").addAll(book.events());
       ArrayNode arr = root.putArray("tasks");

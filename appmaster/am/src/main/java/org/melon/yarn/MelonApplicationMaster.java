@@ -192,6 +192,7 @@ public final class MelonApplicationMaster {
       book.checkGangHold();
       book.checkGangTimeout();
       book.checkElastic();
+      book.checkStall();
       book.expireAvoidance();
     }
     return shutdown();
@@ -515,6 +516,12 @@ public final class MelonApplicationMaster {
     @Override
     public void cancel(Task t) {
       withdraw(t);
+    }
+
+    @Override
+    public void stop(Task t) {
+      log("stopping " + t.container.getId() + " of task " + t.name());
+      nm.stopContainerAsync(t.container.getId(), t.container.getNodeId());
     }
   }
 
