@@ -574,11 +574,6 @@ class JobSpec(BaseModel):
                     "tensorflow cannot go on with fewer workers (MultiWorkerMirroredStrategy needs the "
                     "whole cluster back): elastic roles are for pytorch and generic jobs",
                 )
-            if self.framework == "pytorch" and name == "master":
-                raise _FieldError(
-                    f"roles.{name}.min_instances",
-                    "the master hosts the rendezvous and cannot be elastic: declare the bounds on the worker role",
-                )
             if role.untracked:
                 raise _FieldError(f"roles.{name}.min_instances", "an untracked role cannot be elastic")
             if self.framework == "pytorch" and self.launcher != "torchrun":
@@ -653,6 +648,12 @@ class JobSpec(BaseModel):
             if role in self.roles:
                 return role
         return None
+
+    @property
+    def rendezvous_beside_am(self) -> bool:
+        """An elastic torchrun job: its agents' rendezvous store is served beside the AM (the plan's
+        ``rendezvous_store``), so that no member's loss takes it along."""
+        return self.launcher == "torchrun" and any(role.elastic for role in self.roles.values())
 
     @property
     def gang_roles(self) -> tuple[str, ...]:

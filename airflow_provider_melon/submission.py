@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from airflow_provider_melon import rm
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
+from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import ports
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
 from airflow_provider_melon.spec import (
@@ -318,6 +319,10 @@ class Plan(_PlanPart):
         **_spec_bounds(JobSpec, "elastic_grace_s"),
         description="an elastic role below its min_instances for longer than this fails the job",
     )
+    rendezvous_store: Optional[str] = Field(
+        description="an elastic torchrun job: the shell line the AM runs in its container (with MELON_RDZV_HOST and "
+        "MELON_RDZV_PORT) to serve the agents' rendezvous store; null: none (task 0's agent hosts it)",
+    )
     stall_timeout_s: float = Field(
         **_spec_bounds(JobSpec, "stall_timeout_s"),
         description="no live task reporting a new step for longer than this (and than 5 times the longest stretch "
@@ -534,11 +539,16 @@ def build_plan(
             "queue_timeout_s": spec.queue_timeout_s or 0,
             "elastic_grace_s": spec.elastic_grace_s,
             "stall_timeout_s": spec.stall_timeout_s,
+            "rendezvous_store": _framework.rendezvous_store_command(python) if spec.rendezvous_beside_am else None,
             "labels": dict(labels or {}),
             "staged": sorted(set(staged_urls or ())),
             "status_file": status_file,
         }
     ).model_dump(mode="json")
+
+
+#: what the AM's container holds more for the rendezvous store beside it (torch imported: about 350 MiB resident)
+RDZV_STORE_MEMORY_MB = 512
 
 
 def build_submission(
@@ -559,6 +569,8 @@ def build_submission(
     ``VIEW_APP`` one also goes to the AM (``MELON_VIEW_ACL``), which checks it for the users the RM web proxy
     forwards (``proxy-user``) to its pages, as the RM checks it for its own (with ``yarn.acl.enable``)."""
     classpath = f"./{AM_JAR}<CPS>{am_classpath or DEFAULT_AM_CLASSPATH}"
+    if spec.rendezvous_beside_am:  # the job's Python with torch beside the JVM (framework.RDZV_STORE_SCRIPT)
+        am_memory_mb += RDZV_STORE_MEMORY_MB
     command = (
         f"{{{{JAVA_HOME}}}}/bin/java {am_java_opts} {AM_CLASS} {PLAN_FILE} "
         "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr"

@@ -382,6 +382,7 @@ class Executor:
                     local_addr=self.host,
                     nnodes=nnodes,
                     max_restarts=int(self.env.get("MELON_TORCHRUN_MAX_RESTARTS") or 0),
+                    rdzv_endpoint=self.env.get("MELON_RDZV_ENDPOINT") or None,  # the store beside the AM
                 )
             except (KeyError, ValueError) as exc:
                 raise Fatal(EXIT_CONFIG, f"cannot run the entrypoint under torchrun: {exc}") from None

@@ -147,27 +147,30 @@ def ddp_step(tmp_path) -> int:
         return 0
 
 
-def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_from_the_checkpoint(
+def test_elastic_ddp_task_0_sigkilled_costs_one_restart_a_replacement_joins_and_training_resumes(
     fault_jobs, fault_hook, tmp_path, fault_row
 ):
-    """Three torchrun agents, at least two, one restart: a member's container is SIGKILLed mid-training (its worker
-    dies with its agent). The AM records the loss and asks for a replacement; the agents left re-form and resume from
-    rank 0's checkpoint; the replacement's agent joins the running group, which re-forms at three; the job SUCCEEDS
-    with the loss still falling. The member lost is the one whose agent torch made node rank 0, unless that is task 0
-    (the rendezvous host, whose loss torchrun does not survive: docs/elastic.md)."""
+    """Three torchrun agents, at least two, two restarts; the rendezvous store is served beside the AM. Task 0's
+    container is SIGKILLed mid-training (its worker dies with its agent): it is no special member. The AM records the
+    loss and asks for a replacement (one restart, 1/2); the two agents left re-form and resume from rank 0's
+    checkpoint, their containers untouched; the replacement's agent joins the running group, which re-forms at three;
+    the job SUCCEEDS with the loss still falling."""
     with fault_row(
-        "elastic DDP worker SIGKILLed (torchrun, 3 workers, min 2): a replacement joins, resumes", hook=fault_hook
+        "elastic DDP task 0 SIGKILLed (torchrun, 3 workers, min 2, store beside the AM): one restart, a replacement "
+        "joins, resumes",
+        hook=fault_hook,
     ) as row:
         app_id = fault_jobs.submit(
             elastic_ddp_job(
                 tmp_path,
                 "elastic-ddp-kill",
                 120,
-                worker={"instances": 3, "min_instances": 2, "restarts": 1, "memory": 1536},
+                worker={"instances": 3, "min_instances": 2, "restarts": 2, "memory": 1536},
             ),
             tags=row.tags,
         )
         status = fault_jobs.wait_status(app_id, lambda s: registered(s) == {0, 1, 2}, timeout=180)
+        assert status["rendezvous"]["host"] == "am" and status["rendezvous"]["alive"], status["rendezvous"]
         wait_for(lambda: ddp_step(tmp_path) >= 10, 120, "training at step 10", cause=fault_jobs.cause(app_id))
         containers = {t["index"]: t["container_id"] for t in status["tasks"]}
         logs = fault_jobs.container_logs(app_id)
@@ -178,7 +181,7 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         }
         assert len(rank0) == 1, (containers, rank0)
         first_rank0 = rank0.pop()
-        victim = first_rank0 or 2
+        victim = 0
         row.injected()
         sigkill_group(container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX=str(victim)))
         killed_at = ddp_step(tmp_path)
@@ -195,7 +198,7 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         lost = next(t for t in texts if t.startswith("lost from elastic role worker ("))
         left = ", ".join(f"worker:{i}" for i in sorted({0, 1, 2} - {victim}))
         assert "exited 137 (killed by SIGKILL)" in lost and f"2 of 3 live (min 2): {left}" in lost, lost
-        assert "asking for a replacement (restart 1/1" in lost, lost
+        assert "asking for a replacement (restart 1/2" in lost, lost
         joined = next(t for t in texts if t.startswith("joined elastic role worker (attempt 1)"))
         assert "3 of 3 live (min 2): worker:0, worker:1, worker:2" in joined, joined
         replacement = next(t for t in status["tasks"] if t["index"] == victim)
@@ -213,6 +216,10 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         text = "".join(logs.values())
         assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"], text[-3000:])
         row.recovered()
+        # one loss, one restart: the others' containers ran to the end (their attempt 0), nobody else was restarted
+        am_log = "".join(fault_jobs.container_logs(app_id, "AppMaster.stdout").values())
+        assert am_log.count("restarting task worker:") == 1, am_log[-4000:]
+        assert [t["attempt"] for t in sorted(status["tasks"], key=lambda t: t["index"])] == [1, 0, 0], status["tasks"]
         # the replacement's own worker trained in the group of three, from the checkpoint
         mine = next(t for c, t in logs.items() if c.endswith(replacement["container_id"].split("_", 2)[-1]))
         resumed = [(int(w), int(s)) for w, s in re.findall(r"rank \d+ of (\d+): resumed from step (\d+)", mine)]

@@ -22,6 +22,7 @@ final class PlanFields {
   static final String QUEUE_TIMEOUT_S = "queue_timeout_s";
   static final String ELASTIC_GRACE_S = "elastic_grace_s";
   static final String STALL_TIMEOUT_S = "stall_timeout_s";
+  static final String RENDEZVOUS_STORE = "rendezvous_store";
   static final String LABELS = "labels";
   static final String STATUS_FILE = "status_file";
 

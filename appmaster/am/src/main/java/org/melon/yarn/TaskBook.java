@@ -134,6 +134,8 @@ final class TaskBook {
   private final GangHold gang;
   private final NodeAvoidance avoidance;
   private final GpuMemory gpuMemory = new GpuMemory();
+  /** An elastic torchrun job's rendezvous store (null: none asked for). */
+  private RendezvousStore rendezvous;
   /** The stall watchdog ({@link #checkStall}): {@code stall_timeout_s} (0: off); whether a task has ever reported
    * a step; since when the gang is whole this round (its registration barrier opened); the longest stretch seen
    * between a task's registration or step and its next step; the longest stretch without a step, stalls included. */
@@ -176,6 +178,17 @@ final class TaskBook {
       }
     }
     this.outputTask = plan.path(PlanFields.OUTPUT_ROLE).isTextual() ? task(plan.path(PlanFields.OUTPUT_ROLE).asText(), 0) : null;
+  }
+
+  /** Where an elastic torchrun job's rendezvous store is ({@link RendezvousStore}): beside the AM (task 0 is then a
+   * member like the others), or on task 0's agent. */
+  synchronized void rendezvous(RendezvousStore store) {
+    rendezvous = store;
+    elastic.anchored = store.endpoint == null;
+  }
+
+  synchronized Map<String, Object> rendezvousStatus() {
+    return rendezvous == null ? null : rendezvous.status();
   }
 
   /** The cluster's maximum allocation of {@code melon.io/gpu-memory}, MiB (0: unknown): growth stops there. */
@@ -547,7 +560,7 @@ final class TaskBook {
     t.attempt++;
     boolean wasRegistered = t.registered;
     t.registered = false;
-    if (wasRegistered && gangComplete && !Elastic.enough(tasks, x -> x.registered)) {
+    if (wasRegistered && gangComplete && !Elastic.enough(tasks, x -> x.registered, elastic.anchored)) {
       gangComplete = false;  // the gang is incomplete again: its timeout counts from now
       gangWaitSince = now();
     }
@@ -686,7 +699,7 @@ final class TaskBook {
       t.state = State.REGISTERED;
     }
     t.updated = now();
-    long missing = Elastic.missing(tasks, x -> x.registered).size();
+    long missing = Elastic.missing(tasks, x -> x.registered, elastic.anchored).size();
     if (missing > 0) {
       return new Reply(202, Collections.singletonMap("waiting", missing));
     }
@@ -889,7 +902,7 @@ final class TaskBook {
     }
     if (now() - gangWaitSince > registerTimeoutMs) {
       List<String> missing = new ArrayList<>();
-      for (Task t : Elastic.missing(tasks, x -> x.registered)) {
+      for (Task t : Elastic.missing(tasks, x -> x.registered, elastic.anchored)) {
         if (t.state != State.SUCCEEDED && !elastic.watches(t)) {
           missing.add(t.name());
         }

@@ -50,7 +50,7 @@ final class Fixtures {
     ObjectNode given = (ObjectNode) json(lenient);
     ObjectNode plan = (ObjectNode) json("{app_name: 'job', success_role: null, output_role: null, command: 'run',"
         + " env: {}, local_resources: [], register_timeout_s: 300, gang_hold_s: 0, queue_timeout_s: 0,"
-        + " elastic_grace_s: 60, stall_timeout_s: 0, labels: {}, staged: [], status_file: null}");
+        + " elastic_grace_s: 60, stall_timeout_s: 0, rendezvous_store: null, labels: {}, staged: [], status_file: null}");
     plan.setAll(given);
     ArrayNode roles = plan.putArray(PlanFields.ROLES);
     for (JsonNode r : given.path(PlanFields.ROLES)) {
