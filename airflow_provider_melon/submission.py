@@ -419,6 +419,11 @@ def _task_env(
         MELON_REGISTER_TIMEOUT_S=str(spec.register_timeout_s),  # the executor waits for its gang as long as the AM
         PYTHONUNBUFFERED="1",
     )
+    if "PYTHONDONTWRITEBYTECODE" not in user_env:
+        # the runtime and the code are localized once per node and shared by the containers there: a process writing
+        # its bytecode into them raced YARN's listing of another container's files as it starts ("find: ... No such
+        # file or directory": that container exited 1 before its executor ran). Bytecode already there is read.
+        ours["PYTHONDONTWRITEBYTECODE"] = "1"
     if spec.launcher == "torchrun":  # the executor runs the entrypoint under torchrun (runtime/framework.py)
         ours["MELON_LAUNCHER"] = spec.launcher
         ours["MELON_NPROC_PER_NODE"] = str(spec.nproc_per_node)

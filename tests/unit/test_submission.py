@@ -104,6 +104,7 @@ def test_plan_roles_resources_and_env(spec):
     assert base64.b64decode(env["MELON_ENTRYPOINT_B64"]).decode() == "python train.py --epochs 2"
     assert '"' not in env["MELON_ENTRYPOINT_B64"] and "'" not in env["MELON_ENTRYPOINT_B64"]
     assert env["MELON_FRAMEWORK"] == "tensorflow"
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"  # nothing written into the shared localized runtime and code
     assert env["MELON_LARGE_ROLES"] == "chief"
     assert env["PYTHONPATH"] == "./melon_runtime"
     assert env["A"] == "1" and env["MELON_GPU_INVENTORY"] == "/x"
