@@ -345,6 +345,8 @@ class Executor:
             env["TF_CONFIG"] = json.dumps(_framework.tf_config(cluster, cfg.role, cfg.index))
         elif cfg.framework == "pytorch":
             env.update(_framework.torch_env(cluster, cfg.role, cfg.index, address=self.registered))
+            for key, value in _framework.NCCL_ENV.items():  # the user's own setting wins
+                env.setdefault(key, value)
         if cfg.gpu_memory_mb > 0 and cfg.gpus <= 0:
             if self.gpu_indices:
                 cap, self.cap_dir = _framework.memory_cap_env(cfg.gpu_memory_mb, self.gpu_total_mb, env)

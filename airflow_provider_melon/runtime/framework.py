@@ -114,6 +114,11 @@ ELASTIC_RDZV_CONF = "last_call_timeout=5,keep_alive_interval=1,keep_alive_max_at
 ELASTIC_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
+#: a PyTorch task's NCCL settings (docs/elastic.md, "NCCL"): on a collective error or past the process group's
+#: timeout, NCCL's watchdog aborts the communicators and ends the process (1: TearDown), so a worker whose peer is
+#: lost exits, and its agent re-forms the group, instead of waiting on the collective. torchrun's agent sets the same
+#: for its workers; launcher: python gets it from here.
+NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
 #: what the rendezvous store beside the AM prints once it serves (the AM's ``RendezvousStore.READY``)
 RDZV_STORE_READY = "melon-rdzv-store: serving"
 #: the rendezvous store beside the AM (docs/elastic.md): run by the AM in its container with the job's Python, on
