@@ -398,6 +398,7 @@ public final class MelonApplicationMaster {
     while (System.currentTimeMillis() < deadline && anyLive(toStop)) {
       Thread.sleep(100);
     }
+    log("stall watchdog: " + book.stallStatus());  // the job's stretches without a step (docs/elastic.md)
     writeFinalStatus();
     State state = book.state();
     FinalApplicationStatus status = state == State.SUCCEEDED ? FinalApplicationStatus.SUCCEEDED
