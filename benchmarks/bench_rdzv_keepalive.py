@@ -58,6 +58,7 @@ class Watch(threading.Thread):
         self.lapses = 0  # a member's keep-alive older than the expiry (counted once per episode)
         self.removed = 0  # members that left the participants
         self.rounds: set[int] = set()
+        self.errors: list[str] = []  # reads that failed (the store busy): said in the row, never silent
 
     def run(self) -> None:
         import datetime
@@ -65,13 +66,20 @@ class Watch(threading.Thread):
 
         from torch.distributed import TCPStore
 
-        store = TCPStore("127.0.0.1", self.port, is_master=False, timeout=datetime.timedelta(seconds=30))
         late: set = set()
         before: set = set()
+        store = None
         while not self.stop.wait(0.25):
-            if not store.check([self.key]):
+            try:
+                if store is None:
+                    store = TCPStore("127.0.0.1", self.port, is_master=False, timeout=datetime.timedelta(seconds=30))
+                if not store.check([self.key]):
+                    continue
+                state = pickle.loads(base64.b64decode(store.get(self.key)))
+            except Exception as exc:  # noqa: BLE001 - counted and shown
+                self.errors.append(repr(exc)[:120])
+                store = None
                 continue
-            state = pickle.loads(base64.b64decode(store.get(self.key)))
             if not self.running() or not state.complete:
                 continue
             now = datetime.datetime.now(timezone.utc)
@@ -160,6 +168,7 @@ def run_setting(interval: float, attempts: int, duration: float, agents: int, wo
         "members removed": watch.removed,
         "oldest keep-alive seen s": round(watch.max_age_s, 2),
         "rounds": len(watch.rounds),
+        "state reads failed": len(watch.errors),
         "worker starts (3 = none again)": len(starts),
         "agents exited": ",".join(map(str, rcs)),
         "elapsed s": round(elapsed, 1),
