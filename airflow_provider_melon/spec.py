@@ -410,6 +410,11 @@ class JobSpec(BaseModel):
     #: an elastic role (``min_instances``) with fewer live tasks than its minimum for longer than this fails the
     #: job, naming the lost tasks; meanwhile their replacements are asked for
     elastic_grace_s: float = Field(60, ge=0, le=INT32_MAX)
+    #: the stall watchdog: a job whose tasks report steps (``report(step=...)``, the Keras callback) and none of
+    #: whose live tasks reports a new step for longer than this, and than 5 times the longest stretch between steps
+    #: seen so far, is treated as a lost gang: restarted whole within its restarts, then failed naming the stalled
+    #: tasks and their last steps. Jobs that report no steps are not watched. 0: off (docs/elastic.md)
+    stall_timeout_s: float = Field(900, ge=0, le=INT32_MAX)
     #: pytorch: how each task starts the entrypoint: ``python`` (the env:// rendezvous: MASTER_ADDR/PORT, RANK,
     #: WORLD_SIZE per container) or ``torchrun`` (one torchrun agent per container, c10d rendezvous on the first
     #: member's address and port)
@@ -571,11 +576,6 @@ class JobSpec(BaseModel):
                     "tensorflow cannot go on with fewer workers (MultiWorkerMirroredStrategy needs the "
                     "whole cluster back): elastic roles are for pytorch and generic jobs",
                 )
-            if self.framework == "pytorch" and name == "master":
-                raise _FieldError(
-                    f"roles.{name}.min_instances",
-                    "the master hosts the rendezvous and cannot be elastic: declare the bounds on the worker role",
-                )
             if role.untracked:
                 raise _FieldError(f"roles.{name}.min_instances", "an untracked role cannot be elastic")
             if self.framework == "pytorch" and self.launcher != "torchrun":
@@ -650,6 +650,22 @@ class JobSpec(BaseModel):
             if role in self.roles:
                 return role
         return None
+
+    @property
+    def rendezvous_beside_am(self) -> bool:
+        """An elastic torchrun job: its agents' rendezvous store is served beside the AM (the plan's
+        ``rendezvous_store``), so that no member's loss takes it along."""
+        return self.launcher == "torchrun" and any(role.elastic for role in self.roles.values())
+
+    @property
+    def gang_roles(self) -> tuple[str, ...]:
+        """The roles restarted whole when one of their tasks is lost (the plan's ``restart_gang``): a TensorFlow
+        job's ``chief`` and ``worker`` when it has no ``ps``. ``MultiWorkerMirroredStrategy`` builds its collectives
+        once per process for a fixed cluster, so every member needs a new process with the live addresses;
+        ``ParameterServerStrategy``'s chief goes on without a lost worker, which is restarted alone."""
+        if self.framework != "tensorflow" or "ps" in self.roles:
+            return ()
+        return tuple(name for name in ("chief", "worker") if name in self.roles)
 
     @property
     def task_count(self) -> int:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from airflow_provider_melon import rm
 from airflow_provider_melon.gpu import policy
 from airflow_provider_melon.hadoop.app_state import LIVE_STATES
+from airflow_provider_melon.runtime import framework as _framework
 from airflow_provider_melon.runtime import ports
 from airflow_provider_melon.runtime.tokens import AM_SECRET_ALIAS
 from airflow_provider_melon.spec import (
@@ -274,6 +275,10 @@ class PlanRole(_PlanPart):
         description="the GPU models a task accepts, as nodes publish them in their gpu-model node attribute: the AM "
         "asks for such a node with a placement constraint (a SchedulingRequest); empty: any node (a ResourceRequest)",
     )
+    restart_gang: bool = Field(
+        description="a lost task of this role ends and restarts every live task of every role so marked, which "
+        "then register anew (TensorFlow's collective roles: MultiWorkerMirroredStrategy needs the whole cluster back)",
+    )
 
 
 class PlanResource(_PlanPart):
@@ -313,6 +318,15 @@ class Plan(_PlanPart):
     elastic_grace_s: float = Field(
         **_spec_bounds(JobSpec, "elastic_grace_s"),
         description="an elastic role below its min_instances for longer than this fails the job",
+    )
+    rendezvous_store: Optional[str] = Field(
+        description="an elastic torchrun job: the shell line the AM runs in its container (with MELON_RDZV_HOST and "
+        "MELON_RDZV_PORT) to serve the agents' rendezvous store; null: none (task 0's agent hosts it)",
+    )
+    stall_timeout_s: float = Field(
+        **_spec_bounds(JobSpec, "stall_timeout_s"),
+        description="no live task reporting a new step for longer than this (and than 5 times the longest stretch "
+        "between steps seen) restarts the gang within its restarts, else fails the job; 0: off",
     )
     labels: dict[str, Any] = Field(description="echoed by the AM's /status (the submitting task instance)")
     staged: list[str] = Field(description="every staged file the job uses, the AM jar too (read by `melon prune`)")
@@ -405,6 +419,11 @@ def _task_env(
         MELON_REGISTER_TIMEOUT_S=str(spec.register_timeout_s),  # the executor waits for its gang as long as the AM
         PYTHONUNBUFFERED="1",
     )
+    if "PYTHONDONTWRITEBYTECODE" not in user_env:
+        # the runtime and the code are localized once per node and shared by the containers there: a process writing
+        # its bytecode into them raced YARN's listing of another container's files as it starts ("find: ... No such
+        # file or directory": that container exited 1 before its executor ran). Bytecode already there is read.
+        ours["PYTHONDONTWRITEBYTECODE"] = "1"
     if spec.launcher == "torchrun":  # the executor runs the entrypoint under torchrun (runtime/framework.py)
         ours["MELON_LAUNCHER"] = spec.launcher
         ours["MELON_NPROC_PER_NODE"] = str(spec.nproc_per_node)
@@ -438,8 +457,10 @@ def _task_env(
     return env
 
 
-def _plan_role(name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: Optional[int]) -> dict[str, Any]:
-    """One role of the plan (:class:`PlanRole`)."""
+def _plan_role(
+    name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: Optional[int], gang: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One role of the plan (:class:`PlanRole`); ``gang``: the job's :attr:`JobSpec.gang_roles`."""
     return {
         "name": name,
         "instances": role.instances,
@@ -458,6 +479,7 @@ def _plan_role(name: str, role: RoleSpec, gpu_context_mb: int, largest_gpu_mb: O
         else 0,
         "gpu_slot_mb": gpu_slot_mb(role, largest_gpu_mb),
         "gpu_models": list(role.gpu_models or ()),
+        "restart_gang": name in gang,
     }
 
 
@@ -501,7 +523,13 @@ def build_plan(
         {
             "app_name": spec.name,
             "roles": [
-                _plan_role(name, role, gpu_context_mb, (role_largest_gpu_mb or {}).get(name, largest_gpu_mb))
+                _plan_role(
+                    name,
+                    role,
+                    gpu_context_mb,
+                    (role_largest_gpu_mb or {}).get(name, largest_gpu_mb),
+                    spec.gang_roles,
+                )
                 for name, role in spec.roles.items()
             ],
             "success_role": spec.success_role,
@@ -515,11 +543,17 @@ def build_plan(
             "gang_hold_s": spec.gang_hold_s,
             "queue_timeout_s": spec.queue_timeout_s or 0,
             "elastic_grace_s": spec.elastic_grace_s,
+            "stall_timeout_s": spec.stall_timeout_s,
+            "rendezvous_store": _framework.rendezvous_store_command(python) if spec.rendezvous_beside_am else None,
             "labels": dict(labels or {}),
             "staged": sorted(set(staged_urls or ())),
             "status_file": status_file,
         }
     ).model_dump(mode="json")
+
+
+#: what the AM's container holds more for the rendezvous store beside it (torch imported: about 350 MiB resident)
+RDZV_STORE_MEMORY_MB = 512
 
 
 def build_submission(
@@ -540,6 +574,8 @@ def build_submission(
     ``VIEW_APP`` one also goes to the AM (``MELON_VIEW_ACL``), which checks it for the users the RM web proxy
     forwards (``proxy-user``) to its pages, as the RM checks it for its own (with ``yarn.acl.enable``)."""
     classpath = f"./{AM_JAR}<CPS>{am_classpath or DEFAULT_AM_CLASSPATH}"
+    if spec.rendezvous_beside_am:  # the job's Python with torch beside the JVM (framework.RDZV_STORE_SCRIPT)
+        am_memory_mb += RDZV_STORE_MEMORY_MB
     command = (
         f"{{{{JAVA_HOME}}}}/bin/java {am_java_opts} {AM_CLASS} {PLAN_FILE} "
         "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr"

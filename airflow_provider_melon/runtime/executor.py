@@ -345,6 +345,8 @@ class Executor:
             env["TF_CONFIG"] = json.dumps(_framework.tf_config(cluster, cfg.role, cfg.index))
         elif cfg.framework == "pytorch":
             env.update(_framework.torch_env(cluster, cfg.role, cfg.index, address=self.registered))
+            for key, value in _framework.NCCL_ENV.items():  # the user's own setting wins
+                env.setdefault(key, value)
         if cfg.gpu_memory_mb > 0 and cfg.gpus <= 0:
             if self.gpu_indices:
                 cap, self.cap_dir = _framework.memory_cap_env(cfg.gpu_memory_mb, self.gpu_total_mb, env)
@@ -382,6 +384,7 @@ class Executor:
                     local_addr=self.host,
                     nnodes=nnodes,
                     max_restarts=int(self.env.get("MELON_TORCHRUN_MAX_RESTARTS") or 0),
+                    rdzv_endpoint=self.env.get("MELON_RDZV_ENDPOINT") or None,  # the store beside the AM
                 )
             except (KeyError, ValueError) as exc:
                 raise Fatal(EXIT_CONFIG, f"cannot run the entrypoint under torchrun: {exc}") from None

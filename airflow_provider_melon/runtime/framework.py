@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -17,6 +18,7 @@ __all__ = [
     "tf_config",
     "torch_env",
     "torchrun_argv",
+    "rendezvous_store_command",
     "split_address",
     "memory_cap_env",
     "peak_env",
@@ -112,6 +114,36 @@ ELASTIC_RDZV_CONF = "last_call_timeout=5,keep_alive_interval=1,keep_alive_max_at
 ELASTIC_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
+#: a PyTorch task's NCCL settings (docs/elastic.md, "NCCL"): on a collective error or past the process group's
+#: timeout, NCCL's watchdog aborts the communicators and ends the process (1: TearDown), so a worker whose peer is
+#: lost exits, and its agent re-forms the group, instead of waiting on the collective. torchrun's agent sets the same
+#: for its workers; launcher: python gets it from here.
+NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+#: what the rendezvous store beside the AM prints once it serves (the AM's ``RendezvousStore.READY``)
+RDZV_STORE_READY = "melon-rdzv-store: serving"
+#: the rendezvous store beside the AM (docs/elastic.md): run by the AM in its container with the job's Python, on
+#: ``MELON_RDZV_HOST``/``MELON_RDZV_PORT``; it serves torch's c10d ``TCPStore`` (every agent a client, ``is_host=0``)
+#: until the AM's container ends (its stdin, the AM's pipe, closes). Without torch it says so and exits 3.
+RDZV_STORE_SCRIPT = f"""\
+import datetime, os, sys
+try:
+    from torch.distributed import TCPStore
+except Exception as exc:
+    print("melon-rdzv-store: no torch here (%s): %r" % (sys.executable, exc), flush=True)
+    sys.exit(3)
+host, port = os.environ["MELON_RDZV_HOST"], int(os.environ["MELON_RDZV_PORT"])
+store = TCPStore(host, port, is_master=True, wait_for_workers=False, multi_tenant=True,
+                 timeout=datetime.timedelta(seconds=60))
+print("{RDZV_STORE_READY} on %s:%d (torch %s)" % (host, port, __import__("torch").__version__), flush=True)
+sys.stdin.read()
+"""
+
+
+def rendezvous_store_command(python: str) -> str:
+    """The plan's ``rendezvous_store``: the shell line the AM runs to serve the agents' rendezvous store."""
+    return f"{shlex.quote(python)} -c {shlex.quote(RDZV_STORE_SCRIPT)}"
+
+
 def torchrun_env(nnodes: Optional[str]) -> Dict[str, str]:
     """What the agent's environment adds under torchrun: :data:`ELASTIC_AGENT_ENV` for elastic bounds (``MIN:MAX``)."""
     return dict(ELASTIC_AGENT_ENV) if ":" in str(nnodes or "") else {}
@@ -126,6 +158,7 @@ def torchrun_argv(
     local_addr: str,
     nnodes: Optional[str] = None,
     max_restarts: int = 0,
+    rdzv_endpoint: Optional[str] = None,
 ) -> List[str]:
     """The user's command under ``torchrun`` (``python -m torch.distributed.run``): one elastic agent per container
     starting ``nproc_per_node`` processes, joined by a c10d rendezvous on ``MASTER_ADDR:MASTER_PORT`` of ``env``
@@ -135,6 +168,8 @@ def torchrun_argv(
     store on a port torch picks; with elastic bounds, :func:`torchrun_env`, its rank-0 worker does). ``nnodes``: ``"N"`` or ``"MIN:MAX"`` (default ``WORLD_SIZE``, every member);
     elastic bounds add :data:`ELASTIC_RDZV_CONF`. ``max_restarts``
     (``--max-restarts``): how many times an agent re-forms its group after a failure, a lost member's among them.
+    ``rdzv_endpoint``: the rendezvous store beside the AM (``MELON_RDZV_ENDPOINT``): every agent is its client
+    (``is_host=0``), none hosts it, so no member's loss takes it along.
     Each worker starts through :data:`WORKER_SHIM`, so it dies with its agent (see ``runtime/worker.py``).
 
     ``argv``: the user's command; a leading ``python``/``python3``/python path runs under ``python`` (the job's
@@ -151,7 +186,7 @@ def torchrun_argv(
         if not args or args == ["-m"]:
             raise ValueError("torchrun needs a script or -m module after python")
         args = [python, *args]
-    conf = f"is_host={1 if env.get('RANK', '') == '0' else 0}"
+    conf = f"is_host={1 if env.get('RANK', '') == '0' and not rdzv_endpoint else 0}"
     elastic = ":" in str(nnodes or "")
     if elastic:
         conf += "," + ELASTIC_RDZV_CONF
@@ -162,7 +197,7 @@ def torchrun_argv(
         f"--nnodes={nnodes or env['WORLD_SIZE']}",
         f"--nproc-per-node={int(nproc_per_node)}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={_join_address(env['MASTER_ADDR'], env['MASTER_PORT'])}",
+        f"--rdzv-endpoint={rdzv_endpoint or _join_address(env['MASTER_ADDR'], env['MASTER_PORT'])}",
         f"--rdzv-id={rdzv_id}",
         f"--rdzv-conf={conf}",
         f"--local-addr={local_addr}",

@@ -147,27 +147,30 @@ def ddp_step(tmp_path) -> int:
         return 0
 
 
-def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_from_the_checkpoint(
+def test_elastic_ddp_task_0_sigkilled_costs_one_restart_a_replacement_joins_and_training_resumes(
     fault_jobs, fault_hook, tmp_path, fault_row
 ):
-    """Three torchrun agents, at least two, one restart: a member's container is SIGKILLed mid-training (its worker
-    dies with its agent). The AM records the loss and asks for a replacement; the agents left re-form and resume from
-    rank 0's checkpoint; the replacement's agent joins the running group, which re-forms at three; the job SUCCEEDS
-    with the loss still falling. The member lost is the one whose agent torch made node rank 0, unless that is task 0
-    (the rendezvous host, whose loss torchrun does not survive: docs/elastic.md)."""
+    """Three torchrun agents, at least two, two restarts; the rendezvous store is served beside the AM. Task 0's
+    container is SIGKILLed mid-training (its worker dies with its agent): it is no special member. The AM records the
+    loss and asks for a replacement (one restart, 1/2); the two agents left re-form and resume from rank 0's
+    checkpoint, their containers untouched; the replacement's agent joins the running group, which re-forms at three;
+    the job SUCCEEDS with the loss still falling."""
     with fault_row(
-        "elastic DDP worker SIGKILLed (torchrun, 3 workers, min 2): a replacement joins, resumes", hook=fault_hook
+        "elastic DDP task 0 SIGKILLed (torchrun, 3 workers, min 2, store beside the AM): one restart, a replacement "
+        "joins, resumes",
+        hook=fault_hook,
     ) as row:
         app_id = fault_jobs.submit(
             elastic_ddp_job(
                 tmp_path,
                 "elastic-ddp-kill",
                 120,
-                worker={"instances": 3, "min_instances": 2, "restarts": 1, "memory": 1536},
+                worker={"instances": 3, "min_instances": 2, "restarts": 2, "memory": 1536},
             ),
             tags=row.tags,
         )
         status = fault_jobs.wait_status(app_id, lambda s: registered(s) == {0, 1, 2}, timeout=180)
+        assert status["rendezvous"]["host"] == "am" and status["rendezvous"]["alive"], status["rendezvous"]
         wait_for(lambda: ddp_step(tmp_path) >= 10, 120, "training at step 10", cause=fault_jobs.cause(app_id))
         containers = {t["index"]: t["container_id"] for t in status["tasks"]}
         logs = fault_jobs.container_logs(app_id)
@@ -178,7 +181,7 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         }
         assert len(rank0) == 1, (containers, rank0)
         first_rank0 = rank0.pop()
-        victim = first_rank0 or 2
+        victim = 0
         row.injected()
         sigkill_group(container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX=str(victim)))
         killed_at = ddp_step(tmp_path)
@@ -195,7 +198,7 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         lost = next(t for t in texts if t.startswith("lost from elastic role worker ("))
         left = ", ".join(f"worker:{i}" for i in sorted({0, 1, 2} - {victim}))
         assert "exited 137 (killed by SIGKILL)" in lost and f"2 of 3 live (min 2): {left}" in lost, lost
-        assert "asking for a replacement (restart 1/1" in lost, lost
+        assert "asking for a replacement (restart 1/2" in lost, lost
         joined = next(t for t in texts if t.startswith("joined elastic role worker (attempt 1)"))
         assert "3 of 3 live (min 2): worker:0, worker:1, worker:2" in joined, joined
         replacement = next(t for t in status["tasks"] if t["index"] == victim)
@@ -213,6 +216,10 @@ def test_elastic_ddp_worker_sigkilled_a_replacement_joins_and_training_resumes_f
         text = "".join(logs.values())
         assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"], text[-3000:])
         row.recovered()
+        # one loss, one restart: the others' containers ran to the end (their attempt 0), nobody else was restarted
+        am_log = "".join(fault_jobs.container_logs(app_id, "AppMaster.stdout").values())
+        assert am_log.count("restarting task worker:") == 1, am_log[-4000:]
+        assert [t["attempt"] for t in sorted(status["tasks"], key=lambda t: t["index"])] == [1, 0, 0], status["tasks"]
         # the replacement's own worker trained in the group of three, from the checkpoint
         mine = next(t for c, t in logs.items() if c.endswith(replacement["container_id"].split("_", 2)[-1]))
         resumed = [(int(w), int(s)) for w, s in re.findall(r"rank \d+ of (\d+): resumed from step (\d+)", mine)]
@@ -327,3 +334,168 @@ def test_elastic_ddp_node_lost_the_others_go_on_and_a_replacement_joins_from_ano
             f"{name} replaced on {replacement['node_id']}, resumed at {resumed[0][1]} with 3; loss "
             f"{first[0]:.3f} -> {before[-1]:.3f} (crash) -> {after[-1]:.3f} (3 workers, step 200)"
         )
+
+
+# TensorFlow MultiWorkerMirroredStrategy (tf-keras, CPU) with BackupAndRestore: a linear regression trained for
+# `epochs` epochs of 8 steps, `pause` s after each; the backup every epoch on a folder every container reaches (this
+# host's disk). Worker 0 writes the epoch it finished; every process prints the first epoch it trains (0: fresh,
+# else resumed from the backup) and how the run ended.
+TF_MWMS = """\
+import json, os, sys, time
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+from airflow_provider_melon.runtime import keras_callback
+
+work, epochs, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(8,))])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+rng = np.random.default_rng(0)
+x = rng.normal(size=(512, 8)).astype("float32")
+y = x @ rng.normal(size=(8, 1)).astype("float32")
+data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64)
+
+
+class Mark(keras.callbacks.Callback):
+    first = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if Mark.first is None:
+            Mark.first = epoch
+            print(f"{task['type']}:{task['index']} first epoch {epoch}", flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if task["index"] == 0:
+            with open(os.path.join(work, "epoch.tmp"), "w") as f:
+                f.write(str(epoch + 1))
+            os.replace(os.path.join(work, "epoch.tmp"), os.path.join(work, "epoch"))
+        print(f"epoch {epoch + 1} loss {logs['loss']:.6f}", flush=True)
+        time.sleep(pause)
+
+
+backup = keras.callbacks.BackupAndRestore(os.path.join(work, "backup"))
+model.fit(data, epochs=epochs, steps_per_epoch=8, verbose=0, callbacks=[backup, Mark(), keras_callback()])
+print(f"{task['type']}:{task['index']} done", flush=True)
+"""
+
+
+def tf_epoch(tmp_path) -> int:
+    try:
+        return int((tmp_path / "tf" / "epoch").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def test_tf_mwms_worker_sigkilled_the_gang_restarts_whole_and_resumes_from_the_backup(
+    fault_jobs, fault_hook, tmp_path, fault_row
+):
+    """Two MWMS workers (no ps), one restart: worker 1's container is SIGKILLed mid-training. The AM stops worker 0
+    at once and asks for both again (one restart of the role, not one per task); both register anew, get a
+    TF_CONFIG with the live addresses only, restore the last backup and train to the end: the job SUCCEEDS by itself.
+    (Before the gang restart, worker 0's aborted collectives spent a second restart, and a replacement that
+    registered before worker 0 failed was given its old address and waited for it for ever.)"""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(TF_MWMS)
+    (tmp_path / "tf").mkdir()
+    epochs = 16
+    with fault_row(
+        "TF MWMS worker SIGKILLed (2 workers, no ps): the gang restarts whole, resumes", hook=fault_hook
+    ) as row:
+        app_id = fault_jobs.submit(
+            {
+                "name": "tf-mwms-kill",
+                "framework": "tensorflow",
+                "code": str(code),
+                "entrypoint": f"python train.py {tmp_path / 'tf'} {epochs} 0.3",
+                "roles": {"worker": {"instances": 2, "restarts": 1, "memory": 1536}},
+            },
+            tags=row.tags,
+        )
+        fault_jobs.wait_status(app_id, lambda s: registered(s) == {0, 1}, timeout=180)
+        wait_for(lambda: tf_epoch(tmp_path) >= 4, 180, "training at epoch 4", cause=fault_jobs.cause(app_id))
+        row.injected()
+        sigkill_group(container_group(app_containers_prefix(app_id), MELON_ROLE="worker", MELON_INDEX="1"))
+        killed_at = tf_epoch(tmp_path)
+        final = fault_jobs.wait(app_id, timeout=420)
+        status = fault_jobs.status(app_id) or {}
+        logs = fault_jobs.container_logs(app_id)
+        text = "".join(logs.values())
+        assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), (final["diagnostics"], text[-3000:])
+        row.recovered()
+        # one loss, one restart: worker 1's (its role's 1/1), worker 0 stopped and started with it, uncounted
+        am_log = "".join(fault_jobs.container_logs(app_id, "AppMaster.stdout").values())
+        assert "restarting task worker:1: exited 137 (killed by SIGKILL), restart 1/1 of role worker" in am_log, am_log[
+            -4000:
+        ]
+        assert "restarting task worker:0: restarted with its gang: worker:1 was lost" in am_log, am_log[-4000:]
+        assert am_log.count("restarting task worker:") == 2, am_log[-4000:]
+        # both new processes resumed from the backup, not from the start, and trained to the last epoch
+        firsts = [int(e) for e in re.findall(r"worker:\d first epoch (\d+)", text)]
+        assert sorted(firsts)[:2] == [0, 0] and len(firsts) == 4, firsts
+        resumed = sorted(firsts)[2:]
+        assert all(killed_at - 2 <= e <= killed_at + 1 for e in resumed), (killed_at, firsts)
+        assert text.count("worker:0 done") == 1 and text.count("worker:1 done") == 1, text[-3000:]
+        assert f"epoch {epochs} loss" in text
+        print(
+            f"killed worker:1 at epoch {killed_at}; both resumed at epoch {resumed}; status stall {status.get('stall')}"
+        )
+
+
+# Reports a step every 0.2 s; its first attempt then hangs at step 10 (a peer alive but stuck, a loader deadlock).
+HANGS_ONCE = """\
+import os, time
+from airflow_provider_melon.runtime import report
+for step in range(1, 21):
+    report(step=step, total=20)
+    time.sleep(0.2)
+    if step == 10 and os.environ["MELON_TASK_ATTEMPT"] == "0":
+        print("stuck at step 10", flush=True)
+        time.sleep(3600)
+print("done", flush=True)
+"""
+
+
+def test_a_job_that_stops_reporting_steps_is_restarted_whole_by_the_stall_watchdog_and_ends(
+    fault_jobs, fault_hook, tmp_path, fault_row
+):
+    """Two workers report steps, then hang (alive, no exit): after stall_timeout_s (4 s) without a new step the AM
+    stops both and starts them again (one restart of the role); the second attempt finishes: SUCCEEDED, with the
+    stall in the AM's log and its longest stretch without a step in /status."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "hang.py").write_text(HANGS_ONCE)
+    with fault_row("job alive but reporting no step (stall watchdog): restarted whole, ends", hook=fault_hook) as row:
+        app_id = fault_jobs.submit(
+            {
+                "name": "stall",
+                "framework": "generic",
+                "code": str(code),
+                "entrypoint": "python hang.py",
+                "stall_timeout_s": 4,
+                "roles": {"worker": {"instances": 2, "restarts": 1, "memory": 256}},
+            },
+            tags=row.tags,
+        )
+        fault_jobs.wait_status(app_id, lambda s: {t["step"] for t in s["tasks"]} == {10}, timeout=120)
+        row.injected()
+        final = fault_jobs.wait(app_id, timeout=120)
+        assert (final["state"], final["finalStatus"]) == ("FINISHED", "SUCCEEDED"), final["diagnostics"]
+        row.recovered()
+        am_log = "".join(fault_jobs.container_logs(app_id, "AppMaster.stdout").values())
+        stalled = re.findall(
+            r"restarting task (worker:\d): stalled: no task reported a new step for ([\d.]+) s \(stall_timeout_s 4.0 "
+            r"s, or 5 x the longest stretch between steps, ([\d.]+) s\)",
+            am_log,
+        )
+        assert sorted(w for w, _, _ in stalled) == ["worker:0", "worker:1"], am_log[-3000:]
+        # past the threshold (the timeout, or 5 x the slowest step: a start), by at most a tick and a heartbeat
+        assert all(4 < float(idle) <= max(4, 5 * float(gap)) + 2 for _, idle, gap in stalled), stalled
+        assert "restarting the gang (restart 1/1 of role worker)" in am_log, am_log[-3000:]
+        logs = "".join(fault_jobs.container_logs(app_id).values())
+        assert logs.count("stuck at step 10") == 2 and logs.count("done") == 2, logs[-2000:]

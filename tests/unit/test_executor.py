@@ -49,7 +49,8 @@ def inventory(tmp_path):
 PRINT_ENV = (
     "import json, os; print('ENV=' + json.dumps({k: os.environ.get(k) for k in ("
     "'TF_CONFIG', 'CUDA_VISIBLE_DEVICES', 'MELON_SECRET', 'MELON_CAP_MB', 'MELON_CLUSTER', 'MASTER_ADDR', "
-    "'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'PYTHONPATH', 'MELON_PROGRESS_FILE')}))"
+    "'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'PYTHONPATH', 'MELON_PROGRESS_FILE', "
+    "'TORCH_NCCL_ASYNC_ERROR_HANDLING')}))"
 )
 
 
@@ -234,6 +235,8 @@ def test_pytorch_env(tmp_path, am_factory):
         "0",
     )
     assert seen["TF_CONFIG"] is None
+    # NCCL's watchdog ends a process whose collective failed or timed out (docs/elastic.md, "NCCL")
+    assert seen["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert seen["CUDA_VISIBLE_DEVICES"] == ""  # no GPU asked for: GPUs hidden from this task
     assert "no GPU requested" in err
 

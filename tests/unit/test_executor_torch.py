@@ -226,6 +226,11 @@ def test_torchrun_argv_hosts_the_store_on_rank_0_and_takes_elastic_bounds():
         "--rdzv-endpoint=[::1]:4000",
         f"--rdzv-conf=is_host=1,{framework.ELASTIC_RDZV_CONF}",
     } <= set(got)
+    # the store beside the AM (MELON_RDZV_ENDPOINT): rank 0's agent is its client like every other
+    beside = framework.torchrun_argv(
+        "py", ["python", "t.py"], env, 1, "app_2", local_addr="::1", nnodes="1:2", rdzv_endpoint="am:7000"
+    )
+    assert {"--rdzv-endpoint=am:7000", f"--rdzv-conf=is_host=0,{framework.ELASTIC_RDZV_CONF}"} <= set(beside)
     with pytest.raises(ValueError, match="nproc_per_node must be >= 1"):
         framework.torchrun_argv("py", ["python", "t.py"], env, 0, "a", local_addr="h")
     with pytest.raises(ValueError, match="script or -m module after python"):

@@ -118,6 +118,7 @@ def test_a_plan_roles_bounds_are_the_job_specs(plan_field, spec_field, keys):
         ("register_timeout_s", _BOUNDS),
         ("gang_hold_s", _BOUNDS),
         ("elastic_grace_s", _BOUNDS),
+        ("stall_timeout_s", _BOUNDS),
         ("queue_timeout_s", ("maximum",)),  # the plan's 0: wait (the spec's None)
     ],
 )

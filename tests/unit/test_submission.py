@@ -93,6 +93,7 @@ def test_plan_roles_resources_and_env(spec):
         "gpu_context_mb": 400,
         "gpu_slot_mb": 0,  # the cluster's GPUs unknown: no slot
         "gpu_models": [],  # any GPU
+        "restart_gang": False,  # a job with ps: ParameterServerStrategy restarts a lost task alone
     }
     assert roles["worker"]["gpus"] == 1 and roles["worker"]["gpu_memory_mb"] == 0 and roles["worker"]["restarts"] == 2
     assert roles["worker"]["gpu_context_mb"] == roles["ps"]["gpu_context_mb"] == 0  # only shared roles reserve it
@@ -103,6 +104,7 @@ def test_plan_roles_resources_and_env(spec):
     assert base64.b64decode(env["MELON_ENTRYPOINT_B64"]).decode() == "python train.py --epochs 2"
     assert '"' not in env["MELON_ENTRYPOINT_B64"] and "'" not in env["MELON_ENTRYPOINT_B64"]
     assert env["MELON_FRAMEWORK"] == "tensorflow"
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"  # nothing written into the shared localized runtime and code
     assert env["MELON_LARGE_ROLES"] == "chief"
     assert env["PYTHONPATH"] == "./melon_runtime"
     assert env["A"] == "1" and env["MELON_GPU_INVENTORY"] == "/x"

@@ -316,6 +316,8 @@ final class AmHttp {
       root.put("diagnostics", book.diagnostics());
       root.set("labels", labels);
       root.set("gang", JSON.valueToTree(book.gangStatus()));
+      root.set("stall", JSON.valueToTree(book.stallStatus()));
+      root.set("rendezvous", JSON.valueToTree(book.rendezvousStatus()));
       tensorboard.describe(root.putObject("tensorboard"));
       root.putArray("events").addAll(book.events());
       ArrayNode arr = root.putArray("tasks");

@@ -35,13 +35,22 @@ final class Elastic {
     return r.minInstances < r.instances;
   }
 
+  /** Whether task 0 of an elastic role hosts torchrun's rendezvous store (none beside the AM): then it is needed
+   * as the others are not. */
+  boolean anchored = true;
+
   /** Whether the tasks of each role matching {@code has} are enough: every task of a role without bounds; at least
    * {@code min_instances}, task 0 among them, of an elastic one. */
   static boolean enough(List<Task> tasks, Predicate<Task> has) {
+    return enough(tasks, has, true);
+  }
+
+  /** {@link #enough}; task 0 is needed only when {@code anchored}. */
+  static boolean enough(List<Task> tasks, Predicate<Task> has, boolean anchored) {
     Map<Role, Integer> count = new HashMap<>();
     for (Task t : tasks) {
       count.merge(t.role, has.test(t) ? 1 : 0, Integer::sum);
-      if (t.index == 0 && elastic(t.role) && !has.test(t)) {
+      if (anchored && t.index == 0 && elastic(t.role) && !has.test(t)) {
         return false;
       }
     }
@@ -50,10 +59,11 @@ final class Elastic {
   }
 
   /** The tasks still missing for {@link #enough}: all those not matching {@code has} of a role short of its need. */
-  static List<Task> missing(List<Task> tasks, Predicate<Task> has) {
+  static List<Task> missing(List<Task> tasks, Predicate<Task> has, boolean anchored) {
     List<Task> out = new ArrayList<>();
     for (Task t : tasks) {
-      if (!has.test(t) && (!elastic(t.role) || t.index == 0 || count(tasks, t.role, has) < t.role.minInstances)) {
+      if (!has.test(t) && (!elastic(t.role) || (anchored && t.index == 0)
+          || count(tasks, t.role, has) < t.role.minInstances)) {
         out.add(t);
       }
     }

@@ -85,6 +85,8 @@ public final class MelonApplicationMaster {
   private NMClientAsync nm;
   private ByteBuffer tokens;
   private Map<String, LocalResource> localResources = Collections.emptyMap();
+  /** An elastic torchrun job's rendezvous store (null: none asked for). */
+  private RendezvousStore rdzvStore;
 
   MelonApplicationMaster(JsonNode plan, String secret, PortRange ports) {
     this.plan = plan;
@@ -172,6 +174,7 @@ public final class MelonApplicationMaster {
     log("registered with the RM, tracking URL " + amUrl + "/, maximum allocation " + max);
     book.maxGpuMemoryMb(resourceValue(max, GPU_MEM));
 
+    startRendezvousStore();
     synchronized (book) {
       try {
         localResources = parseLocalResources();
@@ -192,9 +195,28 @@ public final class MelonApplicationMaster {
       book.checkGangHold();
       book.checkGangTimeout();
       book.checkElastic();
+      book.checkStall();
       book.expireAvoidance();
     }
     return shutdown();
+  }
+
+  /** How long the rendezvous store may take to serve (the job's Python importing torch on a busy node). */
+  static final long RDZV_STORE_WAIT_MS = 120_000;
+
+  /** An elastic torchrun job: its agents' rendezvous store beside the AM ({@link RendezvousStore}), before any task
+   * starts; where it cannot start, task 0's agent hosts it, as the log and {@code GET /status} say. */
+  private void startRendezvousStore() {
+    JsonNode command = plan.path(PlanFields.RENDEZVOUS_STORE);
+    if (!command.isTextual()) {
+      return;
+    }
+    RendezvousStore store = RendezvousStore.start(command.asText(), amHost, ports, RDZV_STORE_WAIT_MS);
+    log(store.endpoint != null ? "rendezvous store beside the AM at " + store.endpoint + ": every agent is its client"
+        : "no rendezvous store beside the AM (" + store.why + "): task 0's agent hosts it, as before, and the loss "
+        + "of task 0 is not survived by torchrun");
+    book.rendezvous(store);
+    rdzvStore = store;
   }
 
   // ---------------------------------------------------------------- scheduling
@@ -306,6 +328,9 @@ public final class MelonApplicationMaster {
     env.put("MELON_ROLE_INSTANCES", String.valueOf(t.role.instances));  // the role's bounds (Elastic)
     env.put("MELON_ROLE_MIN_INSTANCES", String.valueOf(t.role.minInstances));
     env.put("MELON_AM_URL", amUrl);
+    if (rdzvStore != null && rdzvStore.endpoint != null) {
+      env.put("MELON_RDZV_ENDPOINT", rdzvStore.endpoint);  // torchrun's rendezvous, every agent a client (framework.py)
+    }
     env.put("MELON_APP_ID", appId);
     env.put("MELON_CONTAINER_ID", t.container.getId().toString());
     env.put("MELON_GPUS", String.valueOf(t.role.gpus));
@@ -373,6 +398,7 @@ public final class MelonApplicationMaster {
     while (System.currentTimeMillis() < deadline && anyLive(toStop)) {
       Thread.sleep(100);
     }
+    log("stall watchdog: " + book.stallStatus());  // the job's stretches without a step (docs/elastic.md)
     writeFinalStatus();
     State state = book.state();
     FinalApplicationStatus status = state == State.SUCCEEDED ? FinalApplicationStatus.SUCCEEDED
@@ -382,6 +408,9 @@ public final class MelonApplicationMaster {
     nm.stop();
     amrm.stop();
     http.stop();
+    if (rdzvStore != null) {
+      rdzvStore.stop();
+    }
     return 0;
   }
 
@@ -515,6 +544,12 @@ public final class MelonApplicationMaster {
     @Override
     public void cancel(Task t) {
       withdraw(t);
+    }
+
+    @Override
+    public void stop(Task t) {
+      log("stopping " + t.container.getId() + " of task " + t.name());
+      nm.stopContainerAsync(t.container.getId(), t.container.getNodeId());
     }
   }
 

@@ -21,6 +21,8 @@ final class PlanFields {
   static final String GANG_HOLD_S = "gang_hold_s";
   static final String QUEUE_TIMEOUT_S = "queue_timeout_s";
   static final String ELASTIC_GRACE_S = "elastic_grace_s";
+  static final String STALL_TIMEOUT_S = "stall_timeout_s";
+  static final String RENDEZVOUS_STORE = "rendezvous_store";
   static final String LABELS = "labels";
   static final String STATUS_FILE = "status_file";
 
@@ -40,6 +42,7 @@ final class PlanFields {
   static final String ROLE_OOM_GROWTH = "oom_growth";
   static final String ROLE_OOM_MAX_GROWTHS = "oom_max_growths";
   static final String ROLE_GPU_MODELS = "gpu_models";
+  static final String ROLE_RESTART_GANG = "restart_gang";
 
   // one of its local resources
   static final String RES_NAME = "name";

@@ -33,6 +33,9 @@ final class Role {
   /** ... at most this many times per task (0: an OOM fails the application). Not the restart budget. */
   int oomMaxGrowths;
   int restartsUsed;
+  /** A task of this role lost ends and restarts every live task of every role so marked, with a new registration
+   * round (the plan's {@code restart_gang}: TensorFlow's collective roles, which need the whole cluster back). */
+  boolean restartGang;
   /** The GPU models its tasks accept (the plan's {@code gpu_models}); empty: any node. See {@link GpuModels}. */
   final List<String> gpuModels;
 
@@ -52,6 +55,7 @@ final class Role {
     optional = r.path(PlanFields.ROLE_OPTIONAL).asBoolean();
     oomGrowth = r.path(PlanFields.ROLE_OOM_GROWTH).asDouble();
     oomMaxGrowths = r.path(PlanFields.ROLE_OOM_MAX_GROWTHS).asInt();
+    restartGang = r.path(PlanFields.ROLE_RESTART_GANG).asBoolean();
     List<String> models = new ArrayList<>();
     r.path(PlanFields.ROLE_GPU_MODELS).forEach(m -> models.add(m.asText()));
     gpuModels = Collections.unmodifiableList(models);

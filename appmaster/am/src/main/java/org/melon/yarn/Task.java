@@ -79,6 +79,10 @@ final class Task {
   final List<ObjectNode> containers = new ArrayList<>();
   String message;
   long updated;
+  /** When this attempt last reported a new step (0: none yet), and when it registered: the stall watchdog's
+   * clock ({@link TaskBook#checkStall}). */
+  long stepAt;
+  long registeredAt;
 
   Task(Role role, int index, int number, long now) {
     this.role = role;

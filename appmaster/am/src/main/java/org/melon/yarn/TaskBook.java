@@ -47,6 +47,9 @@ final class TaskBook {
   static final int MAX_CONTAINERS = 100;
   /** An event's text is kept to this many characters. */
   static final int EVENT_TEXT_MAX = 500;
+  /** The stall watchdog waits at least this many times the longest stretch between two steps it has seen (a job
+   * that reports an epoch an hour is not stalled after {@code stall_timeout_s}): see {@link #checkStall}. */
+  static final int STALL_FACTOR = 5;
 
   /** What the book asks of YARN: the AM does it with its clients, tests record it. */
   interface Yarn {
@@ -67,6 +70,10 @@ final class TaskBook {
 
     /** Withdraw {@code t}'s outstanding container request (the gang backs off). */
     void cancel(Task t);
+
+    /** Stop {@code t}'s running container (its gang is restarted whole, or it stalled): what it reports after is
+     * not counted, its task has moved on. */
+    void stop(Task t);
   }
 
   /** An answer to an HTTP call: status code and a body for Jackson (a value, as a record would be: Java 8). */
@@ -127,6 +134,16 @@ final class TaskBook {
   private final GangHold gang;
   private final NodeAvoidance avoidance;
   private final GpuMemory gpuMemory = new GpuMemory();
+  /** An elastic torchrun job's rendezvous store (null: none asked for). */
+  private RendezvousStore rendezvous;
+  /** The stall watchdog ({@link #checkStall}): {@code stall_timeout_s} (0: off); whether a task has ever reported
+   * a step; since when the gang is whole this round (its registration barrier opened); the longest stretch seen
+   * between a task's registration or step and its next step; the longest stretch without a step, stalls included. */
+  private final long stallTimeoutMs;
+  private boolean stepSeen;
+  private long roundStart;
+  private long longestGapMs;
+  private long longestIdleMs;
   private State state = State.RUNNING;
   private String diagnostics = "";
   /** The AM's decisions about tasks (restart, grow, fail), at most {@link #MAX_EVENTS}: see {@link #event}. */
@@ -150,6 +167,7 @@ final class TaskBook {
           yarn.release(t);
         });
     this.elastic = new Elastic(Math.round(plan.path(PlanFields.ELASTIC_GRACE_S).asDouble() * 1000));
+    this.stallTimeoutMs = Math.round(plan.path(PlanFields.STALL_TIMEOUT_S).asDouble() * 1000);
     this.successRole = plan.path(PlanFields.SUCCESS_ROLE).isTextual() ? plan.path(PlanFields.SUCCESS_ROLE).asText() : null;
     this.gangWaitSince = gang.startedAt;
     int number = 0;
@@ -160,6 +178,17 @@ final class TaskBook {
       }
     }
     this.outputTask = plan.path(PlanFields.OUTPUT_ROLE).isTextual() ? task(plan.path(PlanFields.OUTPUT_ROLE).asText(), 0) : null;
+  }
+
+  /** Where an elastic torchrun job's rendezvous store is ({@link RendezvousStore}): beside the AM (task 0 is then a
+   * member like the others), or on task 0's agent. */
+  synchronized void rendezvous(RendezvousStore store) {
+    rendezvous = store;
+    elastic.anchored = store.endpoint == null;
+  }
+
+  synchronized Map<String, Object> rendezvousStatus() {
+    return rendezvous == null ? null : rendezvous.status();
   }
 
   /** The cluster's maximum allocation of {@code melon.io/gpu-memory}, MiB (0: unknown): growth stops there. */
@@ -382,7 +411,7 @@ final class TaskBook {
     if (code == EXIT_OOM) {  // asked for again with more GPU memory, or failed
       GpuMemory.Verdict v = gpuMemory.afterOom(t);
       if (v.again) {
-        restart(t, v.text);
+        restartLost(t, v.text);
       } else {
         fail(t, "task " + t.name() + " " + v.text + ". It " + describeExit(EXIT_OOM) + " on " + t.nodeHost + ": "
             + stderrTail.apply(t));
@@ -405,7 +434,7 @@ final class TaskBook {
         event(t, elastic.lost(t, loss, tasks, "asking for a replacement (not its fault: not counted against restarts)"));
       }
       t.notItsFault++;
-      restart(t, describeExit(code) + " on " + t.nodeHost + ", re-run " + t.notItsFault + "/" + MAX_NOT_ITS_FAULT
+      restartLost(t, describeExit(code) + " on " + t.nodeHost + ", re-run " + t.notItsFault + "/" + MAX_NOT_ITS_FAULT
           + " (not counted against the role's restarts)");
       return;
     }
@@ -415,7 +444,7 @@ final class TaskBook {
         event(t, elastic.lost(t, loss, tasks, "asking for a replacement (restart " + t.role.restartsUsed + "/"
             + t.role.restarts + " of role " + t.role.name + ")"));
       }
-      restart(t, describeExit(code) + ", restart " + t.role.restartsUsed + "/" + t.role.restarts + " of role "
+      restartLost(t, describeExit(code) + ", restart " + t.role.restartsUsed + "/" + t.role.restarts + " of role "
           + t.role.name);
       return;
     }
@@ -489,13 +518,53 @@ final class TaskBook {
     return sig < names.length && names[sig] != null ? "killed by " + names[sig] : "killed by signal " + sig;
   }
 
+  /** {@code t} was lost and is asked for again ({@link #restart}); a task of a {@code restart_gang} role that had
+   * its cluster (the gang was whole) takes the rest of its gang with it: every live task of those roles is stopped
+   * and asked for again, not counted against any budget, and all register anew, so every one gets the live
+   * addresses only. */
+  private void restartLost(Task t, String why) {
+    boolean formed = gangComplete;
+    restart(t, why);
+    if (!t.role.restartGang || !formed) {
+      return;
+    }
+    List<String> others = new ArrayList<>();
+    for (Task x : tasks) {
+      if (x != t && x.role.restartGang && x.live()) {
+        stopAndRestart(x, "restarted with its gang: " + t.name() + " was lost (" + why + "); not counted against "
+            + "restarts");
+        others.add(x.name());
+      }
+    }
+    if (!others.isEmpty()) {
+      event(t, "its gang restarted whole: " + String.join(", ", others) + " stopped and asked for again; every "
+          + "task registers anew");
+    }
+  }
+
+  /** {@code t} (live) is stopped by the AM and asked for again: what its old container reports is not counted. */
+  private void stopAndRestart(Task t, String why) {
+    byContainer.remove(t.container.getId());
+    for (ObjectNode c : t.containers) {
+      if (c.path("container_id").asText().equals(t.container.getId().toString())) {
+        c.put("stopped_by_am", true);
+      }
+    }
+    if (t.launched) {
+      yarn.stop(t);
+    } else {
+      yarn.release(t);
+    }
+    restart(t, why);
+  }
+
   private void restart(Task t, String why) {
     MelonApplicationMaster.log("restarting task " + t.name() + ": " + why);
     event(t, why);
     t.attempt++;
     boolean wasRegistered = t.registered;
     t.registered = false;
-    if (wasRegistered && gangComplete && !Elastic.enough(tasks, x -> x.registered)) {
+    if (wasRegistered && gangComplete && !Elastic.enough(tasks, x -> x.registered, elastic.anchored)) {
       gangComplete = false;  // the gang is incomplete again: its timeout counts from now
       gangWaitSince = now();
     }
@@ -505,6 +574,7 @@ final class TaskBook {
     t.attemptPeakMb = null;
     t.attemptPeakSource = null;
     t.attemptOom = null;
+    t.stepAt = 0;
     t.updated = now();
     yarn.request(t);
   }
@@ -626,15 +696,19 @@ final class TaskBook {
     boolean joining = !t.registered;
     if (!t.registered) {
       MelonApplicationMaster.log("task " + t.name() + " registered at " + t.host + ":" + t.port);
+      t.registeredAt = now();
     }
     t.registered = true;
     if (t.state == State.ALLOCATED || t.state == State.RUNNING) {
       t.state = State.REGISTERED;
     }
     t.updated = now();
-    long missing = Elastic.missing(tasks, x -> x.registered).size();
+    long missing = Elastic.missing(tasks, x -> x.registered, elastic.anchored).size();
     if (missing > 0) {
       return new Reply(202, Collections.singletonMap("waiting", missing));
+    }
+    if (!gangComplete) {
+      roundStart = now();  // the stall watchdog's clock runs while the gang is whole
     }
     gangComplete = true;
     if (elastic.watches(t) && joining) {
@@ -665,6 +739,12 @@ final class TaskBook {
     }
     if (body.hasNonNull("step")) {
       long step = body.path("step").asLong();
+      if (t.stepAt == 0 || t.step == null || step != t.step) {
+        long from = t.stepAt > 0 ? t.stepAt : Math.max(t.registeredAt, roundStart);
+        longestGapMs = Math.max(longestGapMs, now() - from);
+        t.stepAt = now();
+        stepSeen = true;
+      }
       if (t.step == null || step != t.step) {
         t.history.addLast(new double[] {now(), step, t.loss == null ? Double.NaN : t.loss});
         if (t.history.size() > HISTORY) {
@@ -720,6 +800,104 @@ final class TaskBook {
         + (current == null ? "none" : current) + ")"));
   }
 
+  /**
+   * The stall watchdog (the AM calls this every 500 ms). A job whose tasks report steps is watched while its gang is
+   * whole: when no live task has reported a new step for longer than {@code stall_timeout_s}, and than
+   * {@link #STALL_FACTOR} times the longest stretch seen between steps, the gang is treated as lost: every live task
+   * is stopped and asked for again (one restart of the first role, in the plan's order, with restarts left), or,
+   * with none left, the job fails naming the stalled tasks and their last steps. A job that reports no steps is not
+   * watched.
+   */
+  synchronized void checkStall() {
+    if (!running() || succeededBy != null || stallTimeoutMs <= 0 || !stepSeen || !gangComplete) {
+      return;
+    }
+    List<Task> live = new ArrayList<>();
+    long last = roundStart;
+    for (Task t : tasks) {
+      if (t.live() && t.launched) {
+        live.add(t);
+        last = Math.max(last, Math.max(t.stepAt, t.registeredAt));
+      }
+    }
+    if (live.isEmpty()) {
+      return;
+    }
+    long idle = now() - last;
+    longestIdleMs = Math.max(longestIdleMs, idle);
+    long threshold = stallThresholdMs();
+    if (idle <= threshold) {
+      return;
+    }
+    List<String> where = new ArrayList<>();
+    for (Task t : live) {
+      where.add(t.name() + (t.stepAt > 0 ? " at step " + t.step : t.step != null ? " (no step since its start; "
+          + "step " + t.step + " before)" : " (no step reported)"));
+    }
+    String head = "stalled: no task reported a new step for " + seconds(idle) + " s (stall_timeout_s "
+        + seconds(stallTimeoutMs) + " s, or " + STALL_FACTOR + " x the longest stretch between steps, "
+        + seconds(longestGapMs) + " s): " + String.join(", ", where);
+    Role budget = null;
+    for (Task t : live) {
+      if (t.role.tracked && t.role.restartsUsed < t.role.restarts) {
+        budget = t.role;
+        break;
+      }
+    }
+    MelonApplicationMaster.log(head);
+    if (budget == null) {
+      Set<String> roles = new java.util.LinkedHashSet<>();
+      for (Task t : live) {
+        roles.add(t.role.name + " (" + t.role.restarts + ")");
+      }
+      String diag = head + "; the gang is not restarted: the restarts of " + String.join(", ", roles)
+          + " are used up";
+      for (Task t : live) {
+        event(t, diag);
+      }
+      finish(State.FAILED, diag);
+      return;
+    }
+    budget.restartsUsed++;
+    String why = head + "; restarting the gang (restart " + budget.restartsUsed + "/" + budget.restarts + " of role "
+        + budget.name + ")";
+    for (Task t : live) {
+      stopAndRestart(t, why);
+    }
+  }
+
+  private static String seconds(long ms) {
+    return String.format(java.util.Locale.ROOT, "%.1f", ms / 1000.0);
+  }
+
+  private long stallThresholdMs() {
+    return Math.max(stallTimeoutMs, STALL_FACTOR * longestGapMs);
+  }
+
+  /** The stall watchdog for {@code GET /status}: its timeout and threshold, whether it watches now, how long no
+   * live task has reported a step, and the longest stretch without one so far (stalls included). */
+  synchronized Map<String, Object> stallStatus() {
+    Map<String, Object> out = new LinkedHashMap<>();
+    out.put("timeout_s", stallTimeoutMs / 1000.0);
+    out.put("threshold_s", stallThresholdMs() / 1000.0);
+    boolean watched = running() && stallTimeoutMs > 0 && stepSeen && gangComplete;
+    out.put("watched", watched);
+    Double since = null;
+    if (gangComplete && stepSeen) {
+      long last = roundStart;
+      for (Task t : tasks) {
+        if (t.live() && t.launched) {
+          last = Math.max(last, Math.max(t.stepAt, t.registeredAt));
+        }
+      }
+      since = (now() - last) / 1000.0;
+    }
+    out.put("since_last_step_s", since);
+    out.put("longest_between_steps_s", longestGapMs / 1000.0);
+    out.put("longest_without_step_s", Math.max(longestIdleMs, longestGapMs) / 1000.0);
+    return out;
+  }
+
   /** Fail the application if the gang has not registered within {@code register_timeout_s} (the AM calls this
    * every 500 ms); a task that already exited 0 is not missing. */
   synchronized void checkGangTimeout() {
@@ -728,7 +906,7 @@ final class TaskBook {
     }
     if (now() - gangWaitSince > registerTimeoutMs) {
       List<String> missing = new ArrayList<>();
-      for (Task t : Elastic.missing(tasks, x -> x.registered)) {
+      for (Task t : Elastic.missing(tasks, x -> x.registered, elastic.anchored)) {
         if (t.state != State.SUCCEEDED && !elastic.watches(t)) {
           missing.add(t.name());
         }

@@ -50,13 +50,13 @@ final class Fixtures {
     ObjectNode given = (ObjectNode) json(lenient);
     ObjectNode plan = (ObjectNode) json("{app_name: 'job', success_role: null, output_role: null, command: 'run',"
         + " env: {}, local_resources: [], register_timeout_s: 300, gang_hold_s: 0, queue_timeout_s: 0,"
-        + " elastic_grace_s: 60, labels: {}, staged: [], status_file: null}");
+        + " elastic_grace_s: 60, stall_timeout_s: 0, rendezvous_store: null, labels: {}, staged: [], status_file: null}");
     plan.setAll(given);
     ArrayNode roles = plan.putArray(PlanFields.ROLES);
     for (JsonNode r : given.path(PlanFields.ROLES)) {
       ObjectNode role = (ObjectNode) json("{instances: 1, memory_mb: 1024, vcores: 1, gpus: 0, gpu_memory_mb: 0,"
           + " restarts: 0, tracked: true, optional: false, oom_growth: 1.5, oom_max_growths: 2, gpu_context_mb: 0,"
-          + " gpu_slot_mb: 0, gpu_models: []}");
+          + " gpu_slot_mb: 0, gpu_models: [], restart_gang: false}");
       role.setAll((ObjectNode) r);
       if (!role.has(PlanFields.ROLE_MIN_INSTANCES)) {
         role.put(PlanFields.ROLE_MIN_INSTANCES, role.path(PlanFields.ROLE_INSTANCES).asInt());
@@ -103,6 +103,13 @@ final class Fixtures {
     final List<String> launched = new ArrayList<>();
     final List<String> released = new ArrayList<>();
     final List<String> cancelled = new ArrayList<>();
+    /** Running containers stopped by the book: task names. */
+    final List<String> stopped = new ArrayList<>();
+
+    @Override
+    public void stop(Task t) {
+      stopped.add(t.name());
+    }
 
     @Override
     public void launch(Task t) {

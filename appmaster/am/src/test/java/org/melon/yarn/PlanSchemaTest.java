@@ -75,8 +75,8 @@ class PlanSchemaTest {
   /** A plan as build_plan writes it (every required field). */
   static final String VALID = "{app_name: 'job', roles: [{name: 'worker', instances: 2, memory_mb: 256, vcores: 1,"
       + " gpus: 0, gpu_memory_mb: 0, restarts: 0, min_instances: 2, tracked: true, optional: false, oom_growth: 1.5,"
-      + " oom_max_growths: 2, gpu_context_mb: 0, gpu_slot_mb: 0, gpu_models: []}], success_role: null, output_role: null, command: 'run', env: {},"
-      + " local_resources: [], register_timeout_s: 300, gang_hold_s: 0, queue_timeout_s: 0, elastic_grace_s: 60,"
+      + " oom_max_growths: 2, gpu_context_mb: 0, gpu_slot_mb: 0, gpu_models: [], restart_gang: false}], success_role: null, output_role: null, command: 'run', env: {},"
+      + " local_resources: [], register_timeout_s: 300, gang_hold_s: 0, queue_timeout_s: 0, elastic_grace_s: 60, stall_timeout_s: 0, rendezvous_store: null,"
       + " labels: {}, staged: [], status_file: null}";
 
   @Test
