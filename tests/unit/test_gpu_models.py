@@ -226,7 +226,9 @@ def test_the_hook_refuses_before_staging_when_the_handler_is_off_or_unreadable()
     _hook(_Yarn(nodes=nodes)).check_gpu_models(spec)
     with pytest.raises(preflight.PreflightError, match="handler=scheduler, but it is disabled"):
         _hook(_Yarn("disabled", nodes=nodes)).check_gpu_models(spec)
-    with pytest.raises(preflight.PreflightError, match=r"handler or Hadoop version could not be read \(HTTP 403\): it must be"):
+    with pytest.raises(
+        preflight.PreflightError, match=r"handler or Hadoop version could not be read \(HTTP 403\): it must be"
+    ):
         _hook(_Yarn(nodes=nodes, fail=RuntimeError("HTTP 403"))).check_gpu_models(spec)
     with pytest.raises(preflight.PreflightError, match=r"accepts GPU models \['A10'\], but the cluster's nodes have"):
         _hook(_Yarn(nodes=[_node("b", "T4")])).check_gpu_models(spec)
