@@ -50,7 +50,9 @@ curl -sf "$RM/ws/v1/cluster/nodes?$U" | python3 -c '
 import json, sys
 nodes = json.load(sys.stdin)["nodes"]["node"]
 for n in nodes:
-    res = {r["name"]: r["value"] for r in n["totalResource"]["resourceInformations"]["resourceInformation"]}
+    # Hadoop 3.1 lists no totalResource: an idle node lists its total as availableResource
+    total = n.get("totalResource") or n["availableResource"]
+    res = {r["name"]: r["value"] for r in total["resourceInformations"]["resourceInformation"]}
     print(" ", n["id"], n["state"], res)
     assert n["state"] == "RUNNING", n
     assert res.get("yarn.io/gpu", 0) > 0 and res.get("melon.io/gpu-memory", 0) > 0, res
@@ -75,7 +77,10 @@ submit() {
   python3 - "$plan" "$@" "$FS$DIR/smoke_task.py" "$TASK_SIZE" "$TASK_TS" <<'EOF'
 import json, sys
 out, name, command, success, roles, env, timeout, url, size, ts = sys.argv[1:]
-json.dump({"app_name": name, "roles": json.loads(roles), "success_role": None if success == "null" else success,
+roles = json.loads(roles)
+for role in roles:
+    role.setdefault("gpu_models", [])  # any node (plan.schema.json requires the field)
+json.dump({"app_name": name, "roles": roles, "success_role": None if success == "null" else success,
            "command": command, "env": json.loads(env),
            "local_resources": [{"name": "smoke_task.py", "url": url, "type": "FILE", "visibility": "APPLICATION",
                                 "size": int(size), "timestamp": int(ts)}],

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The AM jar on a real older Hadoop on Java 11 (issue 23 §1), no docker: HADOOP_LINE (3.3.6 by default, or 3.4.2).
+# The AM jar on a real older Hadoop on Java 11 (issue 23 §1, issue 56), no docker: HADOOP_LINE (3.3.6 by default,
+# or 3.4.2, 3.2.4, 3.1.4).
 # The mini-cluster launcher built against that Hadoop for Java 11 (appmaster/launcher with -Dhadoop.version=<line>)
 # runs its MiniDFSCluster + MiniYARNCluster on a Java 11 ($JAVA11_HOME, else Debian bullseye's OpenJDK 11 JRE,
 # unpacked under .compat/: see step 1); appmaster/smoke.sh then runs its real jobs (gang, restarts, exit 75, GPU
@@ -10,12 +11,15 @@
 #
 #   scripts/compat-am.sh                             # Hadoop 3.3.6; ports from $MELON_TEST_PORT_BASE + 700 (19700)
 #   HADOOP_LINE=3.4.2 scripts/compat-am.sh           # Hadoop 3.4.2
+#   HADOOP_LINE=3.1.4 scripts/compat-am.sh           # Hadoop 3.1.4 (CDP 7.1's and HDP 3.1's line); 3.2.4 likewise
 #   JAVA11_HOME=/usr/lib/jvm/java-11 scripts/compat-am.sh   # any full JRE/JDK 11 (with jdk.httpserver)
 # Everything it downloads or builds stays under .compat/ (git-ignored). About 5 minutes on 2 idle cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 V=${HADOOP_LINE:-3.3.6}
-case "$V" in 3.3.6|3.4.2) ;; *) echo "[compat] HADOOP_LINE=$V: one of 3.3.6, 3.4.2" >&2; exit 2 ;; esac
+case "$V" in 3.1.4|3.2.4|3.3.6|3.4.2) ;; *) echo "[compat] HADOOP_LINE=$V: one of 3.1.4, 3.2.4, 3.3.6, 3.4.2" >&2; exit 2 ;; esac
+# multi-node placement and node attributes date from Hadoop 3.2.0: on 3.1 the RM places on heartbeat
+MULTI_NODE=1; [ "${V%.*}" = 3.1 ] && MULTI_NODE=0
 VRE=${V//./\\.}   # the version as a regular expression
 ROOT=$PWD
 C=$ROOT/.compat
@@ -93,11 +97,12 @@ stop() {
 trap stop EXIT
 echo "[compat] starting Hadoop $V on $JAVA11_HOME (ports from $BASE, log $W/launcher.log)"
 # the scheduler plug-in (Java 8, the 3.3.6 RM API) on this line's RM, as an admin installs it (the launcher's default
-# --placement melon loads it)
-JAVA_HOME=$JAVA11_HOME "$JAVA11_HOME/bin/java" -Xmx1g \
-  -cp "$L/classes:$(cat "$L/classpath.txt"):airflow_provider_melon/rm/melon-scheduler.jar" \
+# --placement melon loads it). Run from $W: 3.1.4's and 3.2.4's MiniYARNCluster put their NodeManagers' directories
+# under ./target of the working directory (3.3+ under test.build.data, which the launcher sets).
+(cd "$W" && JAVA_HOME=$JAVA11_HOME exec "$JAVA11_HOME/bin/java" -Xmx1g \
+  -cp "$L/classes:$(cat "$L/classpath.txt"):$ROOT/airflow_provider_melon/rm/melon-scheduler.jar" \
   org.melon.yarn.MiniClusterLauncher --work-dir "$W" --rm-port $((BASE + 32)) --rm-web-port $((BASE + 88)) \
-  --nn-port $((BASE + 20)) --nn-http-port $((BASE + 70)) > "$W/launcher.log" 2>&1 &
+  --nn-port $((BASE + 20)) --nn-http-port $((BASE + 70)) > "$W/launcher.log" 2>&1) &
 PID=$!
 for _ in $(seq 1 3000); do
   [ -f "$W/cluster.json" ] && break
@@ -114,13 +119,16 @@ RM=$(field rm_web_url); U="user.name=$(field user)"
 curl -sf "$RM/ws/v1/cluster/info?$U" > "$P/cluster-info.json"
 curl -sf "$RM/ws/v1/cluster/nodes?$U" > "$P/nodes.json"
 curl -sf "$RM/ws/v1/cluster/apps?$U" > "$P/apps-empty.json"
+curl -sf "$RM/ws/v1/cluster/scheduler?$U" > "$P/scheduler.json"
+curl -sf -H 'Accept: application/json' "$RM/conf?name=yarn.resourcemanager.placement-constraints.handler&$U" \
+  > "$P/rm-conf-placement-handler.json"
 NM=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"]["node"][0]["nodeHTTPAddress"])' "$P/nodes.json")
 curl -sf "http://$NM/jmx?qry=java.lang:type=Runtime&$U" > "$P/nm-jmx-runtime.json"
 curl -sf "http://$NM/ws/v1/node/info?$U" > "$P/nm-info.json"
 "$PY" - "$P" "$V" <<'EOF'
 import json, sys
 from airflow_provider_melon.hadoop import compat as hc
-from airflow_provider_melon.hadoop.rm_json import as_list
+from airflow_provider_melon.hadoop.rm_json import as_list, normalise_node
 p, line = sys.argv[1], sys.argv[2]
 info = json.load(open(f"{p}/cluster-info.json"))
 java = hc.java_from_jmx(json.load(open(f"{p}/nm-jmx-runtime.json")))
@@ -128,14 +136,29 @@ print(f"[compat] probed: Hadoop {hc.hadoop_version(info)}, NodeManager Java {jav
 assert hc.hadoop_version(info) == line, info
 assert java == 11, java
 nodes = as_list(json.load(open(f"{p}/nodes.json")).get("nodes"), "node")
-res = {r["name"]: r["value"] for r in as_list(nodes[0]["totalResource"].get("resourceInformations"),
-                                              "resourceInformation")}
+print(f"[compat] node fields ({line} JSON): totalResource {'totalResource' in nodes[0]}, "
+      f"nodeAttributesInfo {'nodeAttributesInfo' in nodes[0]}")
+res = normalise_node(nodes[0])["totalResource"]["resources"]  # 3.1: available + used, it lists no total
 print(f"[compat] node resources ({line} JSON): {res}")
 assert res.get("yarn.io/gpu", 0) > 0 and res.get("melon.io/gpu-memory", 0) > 0, res
 EOF
 
 # 5. real jobs with the AM jar
 CLUSTER_JSON=$W/cluster.json bash appmaster/smoke.sh | tee "$P/smoke.txt"
+
+# the applications the smoke jobs left ($V's app JSON), one finished one's own answer and its attempts
+curl -sf "$RM/ws/v1/cluster/apps?$U" > "$P/apps.json"
+APP=$("$PY" -c 'import json,sys; print(sorted(a["id"] for a in json.load(open(sys.argv[1]))["apps"]["app"])[0])' "$P/apps.json")
+curl -sf "$RM/ws/v1/cluster/apps/$APP?$U" > "$P/app.json"
+curl -sf "$RM/ws/v1/cluster/apps/$APP/appattempts?$U" > "$P/app-attempts.json"
+"$PY" - "$P" <<'EOF'
+import json, sys
+from airflow_provider_melon.hooks.yarn import _normalise_app
+p = sys.argv[1]
+app = _normalise_app(json.load(open(f"{p}/app.json"))["app"])
+print(f"[compat] app JSON: {app['id']} {app['state']}/{app['finalStatus']}, {len(app)} fields")
+assert app["state"] in ("FINISHED", "FAILED", "KILLED"), app
+EOF
 
 # an NM container-log answer ($V's shape, read by hadoop.nodemanager.parse_log_answer)
 AM_OUT=$(find "$W" -name AppMaster.stdout | head -1)
@@ -161,13 +184,18 @@ AIRFLOW_CONN_WEBHDFS_DEFAULT=$("$PY" -c 'import json,sys; h,p=sys.argv[1].split(
   "$ROOT/.venv/bin/melon" doctor --submit-test --timeout 240 --python "$PY" | tee "$P/doctor.txt"
 grep -q "^OK    hadoop-java .*Hadoop $VRE; NodeManagers on Java 11 .*runs there" "$P/doctor.txt"
 # the scheduler plug-in: its node order loaded in this line's RM, and its allocator checked the probe job's asks
-grep -q "^OK    placement .*the scheduler plug-in .* is the CapacityScheduler's node order" "$P/doctor.txt"
+# (Hadoop 3.1: no multi-node placement, so no node order; its allocator still checks the fit)
+if [ "$MULTI_NODE" = 1 ]; then
+  grep -q "^OK    placement .*the scheduler plug-in .* is the CapacityScheduler's node order" "$P/doctor.txt"
+else
+  grep -q "^OK    placement .*Hadoop $VRE has no multi-node placement" "$P/doctor.txt"
+fi
 curl -sf "$RM/jmx?qry=Hadoop:service=ResourceManager,name=MelonScheduler&$U" > "$P/rm-jmx-melon.json"
-"$PY" - "$P/rm-jmx-melon.json" <<'EOF2'
+"$PY" - "$P/rm-jmx-melon.json" "$MULTI_NODE" <<'EOF2'
 import json, sys
 [bean] = json.load(open(sys.argv[1]))["beans"]
 print(f"[compat] scheduler plug-in {bean['Version']}: {bean['SortedNodes']} node(s) sorted, {bean['FitChecks']} fit check(s)")
-assert bean["PolicyLoaded"] and bean["FitChecks"] > 0, bean
+assert bean["PolicyLoaded"] == (sys.argv[2] == "1") and bean["FitChecks"] > 0, bean
 EOF2
 
 # the AM containers ran on the NodeManagers' Java 11 against Hadoop $V

@@ -179,6 +179,9 @@ class Doctor:
             beans = self.yarn.rm_jmx(rm.STATS_MBEAN)
         except YarnApiError as exc:
             return warn("placement", f"the RM's /jmx could not be read ({one_line(exc)})", fix)
+        no_order = self._no_multi_node()
+        if no_order:
+            return self._placement_without_order(no_order, beans)
         if not beans:
             return warn(
                 "placement",
@@ -213,6 +216,36 @@ class Doctor:
                 f"replace the RM's {rm.SCHEDULER_JAR.name} with this provider's, then restart the RM",
             )
         return ok("placement", detail)
+
+    def _no_multi_node(self) -> Optional[str]:
+        """Why the cluster has no multi-node placement (Hadoop 3.1), None where it has or its version is unknown."""
+        from airflow_provider_melon.hadoop import compat as hc
+
+        try:
+            version = hc.hadoop_version(self.yarn.cluster_info())
+        except Exception:  # noqa: BLE001 - an unread version is not a reason to skip the plug-in's own check
+            return None
+        return hc.missing_feature(version, "multi-node-placement")
+
+    def _placement_without_order(self, missing: str, beans: list[dict[str, Any]]) -> Finding:
+        """Hadoop 3.1: the plug-in's node order cannot load (no ``MultiNodeLookupPolicy``), YARN places on each
+        NodeManager's heartbeat; the plug-in's allocator (``GpuFitPlacement``) still checks that a GPU holds each ask
+        where its jar is on the RM's classpath."""
+        heartbeat = f"{missing}: YARN places on NodeManager heartbeats"
+        if not beans:
+            return warn(
+                "placement",
+                heartbeat + ", and the RM has not loaded the scheduler plug-in's GPU-fit allocator (no GPU job "
+                "placed yet, or its jar is not on the RM's classpath)",
+                f"put the provider's {rm.SCHEDULER_JAR.name} on the ResourceManager's classpath: its allocator works "
+                "on this line, its node order needs Hadoop 3.2+ (docs/hadoop-compat.md)",
+            )
+        bean = beans[0]
+        return ok(
+            "placement",
+            heartbeat + f"; the scheduler plug-in {bean.get('Version')}'s allocator checked "
+            f"{bean.get('FitChecks', 0)} node(s) for a GPU that holds an ask, {bean.get('FitRefusals', 0)} turned down",
+        )
 
     def check_rm(self) -> Finding:
         states = []
@@ -751,7 +784,7 @@ class Doctor:
             if known
             else "NodeManagers' Java unknown (no /jmx answered)"
         )
-        detail = f"Hadoop {version}" + ("" if line else " (not a tested line: 3.3, 3.4, 3.5)") + f"; {seen}"
+        detail = f"Hadoop {version}" + ("" if line else " (not a tested line: 3.1 to 3.5)") + f"; {seen}"
         jar = self.hook.am_jar
         if not jar.is_file():
             return warn("hadoop-java", detail, "see the am-jar check")

@@ -187,16 +187,25 @@ def model_largest_gpu_mb(nodes: Iterable[Mapping[str, Any]], models: Iterable[st
     return int(max((g.per_gpu_mb for g in usable), default=0.0)) or None
 
 
-def placement_problems(roles: Mapping[str, Any], handler: Optional[str], scheduler_type: Optional[str]) -> List[str]:
+def placement_problems(
+    roles: Mapping[str, Any],
+    handler: Optional[str],
+    scheduler_type: Optional[str],
+    no_node_attributes: Optional[str] = None,
+) -> List[str]:
     """Why this cluster cannot place the roles that name GPU models (``gpu_models``) at all: the AM asks for them
-    with placement constraints, which the ResourceManager takes only from a CapacityScheduler with
-    ``yarn.resourcemanager.placement-constraints.handler`` set to ``scheduler`` (otherwise it refuses the AM's
-    request at run time). ``handler``: the RM's setting (None: not set, the default ``disabled``);
-    ``scheduler_type``: ``/ws/v1/cluster/scheduler``'s ``type`` (None: not known)."""
+    with placement constraints on node attributes, which Hadoop has from 3.2.0 and the ResourceManager takes only
+    from a CapacityScheduler with ``yarn.resourcemanager.placement-constraints.handler`` set to ``scheduler``
+    (otherwise it refuses the AM's request at run time). ``handler``: the RM's setting (None: not set, the default
+    ``disabled``); ``scheduler_type``: ``/ws/v1/cluster/scheduler``'s ``type`` (None: not known);
+    ``no_node_attributes``: why the cluster's Hadoop line has no node attributes (``hadoop.compat.missing_feature``
+    of its version; None: it has them, or its version is not known, not refused on it)."""
     named = [name for name, role in roles.items() if role_models(role)]
     if not named:
         return []
     who = f"role{'s' if len(named) > 1 else ''} {', '.join(named)} name{'' if len(named) > 1 else 's'} GPU models"
+    if no_node_attributes:  # no setting helps: the only problem worth naming
+        return [f"{who}, but this cluster's {no_node_attributes}"]
     problems = []
     if scheduler_type and scheduler_type != "capacityScheduler":
         problems.append(
@@ -380,13 +389,14 @@ def ensure_models_placeable(
     roles: Mapping[str, Any],
     handler: Optional[str],
     scheduler_type: Optional[str],
+    no_node_attributes: Optional[str] = None,
 ) -> None:
     """Before a job whose roles name GPU models is submitted: the cluster can place them (:func:`placement_problems`)
     and has nodes of each role's models (``nodes``: the RM's; None: not read, that part skipped). Raises
     :class:`PreflightError` naming every problem."""
-    problems = placement_problems(roles, handler, scheduler_type)
+    problems = placement_problems(roles, handler, scheduler_type, no_node_attributes)
     usable = [g for g in (node_gpus(n) for n in nodes or ()) if g is not None]
-    if nodes is not None:
+    if nodes is not None and not no_node_attributes:  # else no node has a model
         have = sorted({g.model for g in usable if g.model})
         for name, role in roles.items():
             wanted = role_models(role)

@@ -1,9 +1,10 @@
-"""One place for what differs between the Hadoop lines MeLoN supports: 3.3.x, 3.4.x and 3.5.x.
+"""One place for what differs between the Hadoop lines MeLoN supports: 3.1.x, 3.2.x, 3.3.x, 3.4.x and 3.5.x.
 
 Stdlib only: the mini-cluster tools and ``melon doctor`` use it without Airflow (``version_compat.py`` is the
 Airflow side). It holds the AM's bytecode limit (:data:`AM_MAX_CLASS_MAJOR`) and readers of the cluster's Java and
-Hadoop versions (:func:`java_from_jmx`, :func:`hadoop_version`). ``docs/internals.md``, "Hadoop lines", lists each
-difference, what MeLoN does about it and on which lines it was checked.
+Hadoop versions (:func:`java_from_jmx`, :func:`hadoop_version`), and the features a line lacks
+(:func:`missing_feature`). ``docs/hadoop-compat.md`` lists each difference, what MeLoN does about it and on which
+lines it was checked.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ class HadoopLine:
     server_java: tuple[int, ...]
 
 
-#: The supported lines. A cluster of another line gets a warning, not a refusal.
+#: The supported lines. A cluster of another line gets a warning, not a refusal. Hadoop 3.0 to 3.2 support Java 8
+#: only (Hadoop's "Java versions" page; 3.3 added the Java 11 runtime); scripts/compat-am.sh ran 3.1.4 and 3.2.4 on 11.
 HADOOP_LINES = {
+    (3, 1): HadoopLine((3, 1), (8,)),
+    (3, 2): HadoopLine((3, 2), (8,)),
     (3, 3): HadoopLine((3, 3), (8, 11)),
     (3, 4): HadoopLine((3, 4), (8, 11)),
     (3, 5): HadoopLine((3, 5), (17,)),
@@ -50,6 +54,26 @@ def hadoop_version(cluster_info: dict[str, Any]) -> Optional[str]:
         if value and parse_version(value):
             return str(value).split()[0]
     return None
+
+
+#: Features MeLoN uses that not every supported line has: name → (the first Hadoop with it, what it is for).
+FEATURES: dict[str, tuple[tuple[int, int, int], str]] = {
+    # YARN-3409: NodeAttribute, PlacementConstraints.targetNodeAttribute, the NodeManagers' attribute providers
+    "node-attributes": ((3, 2, 0), "node attributes (nm.yarn.io/gpu-model, by which a role's gpu_models is placed)"),
+    # YARN-7494: CapacityScheduler multi-node placement, MultiNodeLookupPolicy (the scheduler plug-in's node order)
+    "multi-node-placement": ((3, 2, 0), "multi-node placement in the CapacityScheduler (the plug-in's node order)"),
+}
+
+
+def missing_feature(version: Optional[str], feature: str) -> Optional[str]:
+    """Why the cluster of ``version`` lacks ``feature`` (a :data:`FEATURES` name), e.g. ``"Hadoop 3.1.4 has no node
+    attributes (...; added in Hadoop 3.2.0)"``; None where it has it or the version is unknown (not refused on a
+    guess)."""
+    since, what = FEATURES[feature]
+    v = parse_version(version)
+    if v is None or v + (0,) * (3 - len(v)) >= since:
+        return None
+    return f"Hadoop {str(version).split()[0]} has no {what[:-1]}; added in Hadoop {'.'.join(map(str, since))})"
 
 
 def line_of(version: Optional[str]) -> Optional[HadoopLine]:
@@ -127,6 +151,7 @@ def am_runs_on(jar_major: int, java: int) -> bool:
 
 __all__ = [
     "AM_MAX_CLASS_MAJOR",
+    "FEATURES",
     "HADOOP_LINES",
     "HadoopLine",
     "JMX_PATH",
@@ -139,5 +164,6 @@ __all__ = [
     "java_from_jmx",
     "java_major",
     "line_of",
+    "missing_feature",
     "parse_version",
 ]

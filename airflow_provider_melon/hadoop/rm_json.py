@@ -130,11 +130,13 @@ def normalise_node(node: Any) -> dict[str, Any]:
         total = parse_resource(total_raw)
     else:
         avail_tmp = parse_resource(avail_raw or {k: v for k, v in legacy_avail.items() if v is not None})
+        # Hadoop 3.1 lists no totalResource: its available plus its used, in their units
         total = {
             "resources": {
                 k: avail_tmp["resources"].get(k, 0) + used["resources"].get(k, 0)
                 for k in set(avail_tmp["resources"]) | set(used["resources"])
-            }
+            },
+            "units": {**as_dict(used.get("units")), **as_dict(avail_tmp.get("units"))},
         }
     if avail_raw:
         avail = parse_resource(avail_raw)

@@ -36,6 +36,7 @@ from airflow_provider_melon.hadoop.bundle import (
     split_code_files,
     write_deterministic_zip,
 )
+from airflow_provider_melon.hadoop.compat import hadoop_version, missing_feature
 from airflow_provider_melon.hadoop.hdfs_io import (
     MelonHdfsError,
     Source,
@@ -665,9 +666,10 @@ class MelonHook:
         return self._nodes[1]
 
     def check_gpu_models(self, spec: JobSpec) -> None:
-        """Before anything is staged, for a job whose roles name GPU models: the ResourceManager takes the AM's
-        placement constraints (a CapacityScheduler, ``yarn.resourcemanager.placement-constraints.handler`` =
-        ``scheduler``; else it would refuse the AM's requests at run time) and has nodes of each role's models
+        """Before anything is staged, for a job whose roles name GPU models: the cluster has node attributes (Hadoop
+        3.2+), the ResourceManager takes the AM's placement constraints (a CapacityScheduler,
+        ``yarn.resourcemanager.placement-constraints.handler`` = ``scheduler``; else it would refuse the AM's requests
+        at run time) and has nodes of each role's models
         (:func:`~airflow_provider_melon.gpu.preflight.ensure_models_placeable`). A setting that cannot be read refuses
         the job too: only nodes that cannot be listed skip their part (the operator's pre-flight reports them)."""
         if not any(role.gpu_models for role in spec.roles.values()):
@@ -675,17 +677,21 @@ class MelonHook:
         try:
             handler = self.yarn.rm_conf(_preflight.PLACEMENT_HANDLER)
             scheduler_type = self.yarn.scheduler().get("type")
+            version = hadoop_version(self.yarn.cluster_info())
         except Exception as exc:  # noqa: BLE001 - unknown is refused: the AM would fail at run time
             raise _preflight.PreflightError(
                 f"roles {', '.join(n for n, r in spec.roles.items() if r.gpu_models)} name GPU models, but the "
-                f"ResourceManager's {_preflight.PLACEMENT_HANDLER} could not be read ({exc}): it must be 'scheduler'"
+                f"ResourceManager's {_preflight.PLACEMENT_HANDLER} or Hadoop version could not be read ({exc}): it "
+                "must be 'scheduler', on Hadoop 3.2 or later"
             ) from None
         try:
             nodes: Optional[list[dict]] = self.nodes()
         except Exception as exc:  # noqa: BLE001 - the operator's pre-flight says so too
             log.warning("the nodes' GPU models are not checked: could not read the cluster's nodes: %s", exc)
             nodes = None
-        _preflight.ensure_models_placeable(nodes, spec.roles, handler, scheduler_type)
+        _preflight.ensure_models_placeable(
+            nodes, spec.roles, handler, scheduler_type, missing_feature(version, "node-attributes")
+        )
 
     def largest_gpu_mb(self, models: Optional[list[str]] = None) -> Optional[int]:
         """The memory of the cluster's largest GPU (the RM's RUNNING nodes, as pre-flight reads them), or of its

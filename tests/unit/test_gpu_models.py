@@ -192,8 +192,11 @@ def test_refusals_are_listed_together_and_unread_nodes_skip_only_theirs():
 class _Yarn:
     """The RM as MelonHook reads it before a submission; staging is never reached."""
 
-    def __init__(self, handler="scheduler", kind="capacityScheduler", nodes=(), fail=None):
-        self.handler, self.kind, self._nodes, self.fail = handler, kind, list(nodes), fail
+    def __init__(self, handler="scheduler", kind="capacityScheduler", nodes=(), fail=None, version="3.3.6"):
+        self.handler, self.kind, self._nodes, self.fail, self.version = handler, kind, list(nodes), fail, version
+
+    def cluster_info(self):
+        return {"clusterInfo": {"hadoopVersion": self.version, "resourceManagerVersion": self.version}}
 
     def rm_conf(self, name):
         assert name == preflight.PLACEMENT_HANDLER
@@ -223,7 +226,9 @@ def test_the_hook_refuses_before_staging_when_the_handler_is_off_or_unreadable()
     _hook(_Yarn(nodes=nodes)).check_gpu_models(spec)
     with pytest.raises(preflight.PreflightError, match="handler=scheduler, but it is disabled"):
         _hook(_Yarn("disabled", nodes=nodes)).check_gpu_models(spec)
-    with pytest.raises(preflight.PreflightError, match=r"handler could not be read \(HTTP 403\): it must be"):
+    with pytest.raises(
+        preflight.PreflightError, match=r"handler or Hadoop version could not be read \(HTTP 403\): it must be"
+    ):
         _hook(_Yarn(nodes=nodes, fail=RuntimeError("HTTP 403"))).check_gpu_models(spec)
     with pytest.raises(preflight.PreflightError, match=r"accepts GPU models \['A10'\], but the cluster's nodes have"):
         _hook(_Yarn(nodes=[_node("b", "T4")])).check_gpu_models(spec)

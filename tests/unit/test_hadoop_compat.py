@@ -122,7 +122,34 @@ def test_hadoop_version_and_line():
     assert hc.hadoop_version({"hadoopVersion": ""}) is None
     assert hc.line_of("3.4.2").server_java == (8, 11)
     assert hc.line_of("3.5.0").server_java == (17,)
-    assert hc.line_of("3.2.4") is None and hc.line_of(None) is None
+    assert hc.line_of("3.2.4").server_java == hc.line_of("3.1.4").server_java == (8,)
+    assert hc.line_of("3.0.3") is None and hc.line_of(None) is None
+
+
+@pytest.mark.parametrize(
+    "version, missing",
+    [
+        ("3.1.4", True),
+        ("3.1.1.7.1.9.0-387", True),  # Cloudera CDP 7.1's build of 3.1.1
+        ("3.1", True),
+        ("3.2.0", False),
+        ("3.2.4", False),
+        ("3.3.6", False),
+        ("3.5.0-SNAPSHOT from abc", False),
+        (None, False),  # unknown: not refused on a guess
+        ("garbled", False),
+    ],
+)
+def test_node_attributes_and_multi_node_placement_are_missing_before_3_2(version, missing):
+    for feature in ("node-attributes", "multi-node-placement"):
+        said = hc.missing_feature(version, feature)
+        assert (said is not None) == missing, (version, feature, said)
+    if missing:
+        said = hc.missing_feature(version, "node-attributes")
+        assert said == (
+            f"Hadoop {version} has no node attributes (nm.yarn.io/gpu-model, by which a role's gpu_models is placed; "
+            "added in Hadoop 3.2.0)"
+        )
 
 
 class _Resp:

@@ -82,6 +82,27 @@ final class GpuModels {
     return tasks.stream().anyMatch(t -> !t.role.gpuModels.isEmpty());
   }
 
+  /**
+   * Why the cluster of {@code hadoopVersion} cannot place a plan whose roles name GPU models, or null where it can:
+   * node attributes ({@code NodeAttribute}, {@code PlacementConstraints.targetNodeAttribute}) date from Hadoop 3.2.0
+   * (YARN-3409), so on 3.1 this class's constraints cannot even be built. The AM's run-time choice from the
+   * cluster's version (its classpath's {@code VersionInfo}); pre-flight refuses such a job before submission.
+   */
+  static String unsupportedOn(String hadoopVersion) {
+    java.util.regex.Matcher m = java.util.regex.Pattern.compile("^\\s*(\\d+)\\.(\\d+)").matcher(
+        String.valueOf(hadoopVersion));
+    if (!m.find()) {
+      return null;  // an unknown version: try, as before
+    }
+    int major = Integer.parseInt(m.group(1));
+    int minor = Integer.parseInt(m.group(2));
+    if (major > 3 || (major == 3 && minor >= 2)) {
+      return null;
+    }
+    return "roles name GPU models (gpu_models), which YARN places by node attributes: Hadoop " + hadoopVersion
+        + " has none (they came in Hadoop 3.2.0)";
+  }
+
   /** {@code request} withdrawn: the same request asking for no container (how the RM takes a cancellation). */
   static SchedulingRequest withdrawn(SchedulingRequest request) {
     return SchedulingRequest.newBuilder()

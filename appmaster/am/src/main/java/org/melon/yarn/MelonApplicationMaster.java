@@ -178,6 +178,11 @@ public final class MelonApplicationMaster {
     synchronized (book) {
       try {
         localResources = parseLocalResources();
+        String noModels = GpuModels.byConstraint(book.tasks)
+            ? GpuModels.unsupportedOn(org.apache.hadoop.util.VersionInfo.getVersion()) : null;
+        if (noModels != null) {
+          throw new IllegalArgumentException(noModels);
+        }
         for (Task t : book.tasks) {
           if (!Resources.fitsIn(resource(t), max)) {
             throw new IllegalArgumentException("role " + t.role.name + " asks for " + resource(t)

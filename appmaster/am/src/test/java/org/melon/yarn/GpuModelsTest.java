@@ -111,4 +111,14 @@ class GpuModelsTest {
     c.setAllocationRequestId(id);
     assertSame(w0, book.allocated(c), "the grant of the grown ask is the task's");
   }
+
+  @Test
+  void refusesModelsOnHadoopWithoutNodeAttributes() {
+    String refused = GpuModels.unsupportedOn("3.1.4");
+    assertTrue(refused != null && refused.contains("Hadoop 3.1.4") && refused.contains("3.2.0"), refused);
+    assertTrue(GpuModels.unsupportedOn("3.1.1.7.1.9.0-387") != null, "Cloudera CDP 7.1's 3.1.1 build");
+    for (String v : new String[] {"3.2.4", "3.3.6", "3.4.2", "3.5.0", "3.5.0-SNAPSHOT", "garbled"}) {
+      assertEquals(null, GpuModels.unsupportedOn(v), v);
+    }
+  }
 }

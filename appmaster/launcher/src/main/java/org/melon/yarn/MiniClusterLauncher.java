@@ -293,6 +293,13 @@ public final class MiniClusterLauncher {
     if (!"melon".equals(placement)) {
       fail("--placement must be melon or heartbeat, got " + placement);
     }
+    if (!HadoopLine.hasMultiNodePlacement()) {
+      // Hadoop 3.1 has no multi-node placement and no MultiNodeLookupPolicy (both 3.2.0, YARN-7494): the plug-in's
+      // node order cannot load there, so the RM places on heartbeat (its allocator, GpuFitPlacement, still can)
+      System.out.println("MiniClusterLauncher: --placement melon: Hadoop " + HadoopLine.version()
+          + " has no multi-node placement (3.2.0+): heartbeat placement");
+      return;
+    }
     try {
       Class.forName(PACKING_POLICY);
     } catch (ClassNotFoundException e) {
@@ -581,17 +588,29 @@ public final class MiniClusterLauncher {
    * ({@code yarn.resourcemanager.placement-constraints.handler=scheduler}). Always: the RM's node-attribute store in
    * the work dir, not {@code /tmp/hadoop-yarn-<user>} shared by every cluster on the machine.
    */
+  // Node attributes date from Hadoop 3.2.0 (YARN-3409): their settings by name, so the launcher compiles against 3.1
+  static final String NODE_ATTRIBUTE_STORE_ROOT_DIR = "yarn.node-attribute.fs-store.root-dir";
+  static final String NM_NODE_ATTRIBUTES_PROVIDER = "yarn.nodemanager.node-attributes.provider";
+  static final String NM_CONFIGURED_NODE_ATTRIBUTES =
+      "yarn.nodemanager.node-attributes.provider.configured-node-attributes";
+  /** {@code OwnConfigNodeAttributes.java}, left out of the build on Hadoop 3.1 (the launcher's hadoop-3.1 profile). */
+  static final String OWN_CONFIG_NODE_ATTRIBUTES = "org.melon.yarn.OwnConfigNodeAttributes";
+
   private void gpuModelsConf(Configuration conf, File work, int nms) {
-    conf.set(YarnConfiguration.FS_NODE_ATTRIBUTE_STORE_ROOT_DIR, new File(work, "node-attributes").toURI().toString());
+    conf.set(NODE_ATTRIBUTE_STORE_ROOT_DIR, new File(work, "node-attributes").toURI().toString());
     if (opt("nm-gpu-models") == null) {
       return;
+    }
+    if (!HadoopLine.hasNodeAttributes()) {
+      fail("--nm-gpu-models: node attributes need Hadoop 3.2.0 or later (YARN-3409); this is Hadoop "
+          + HadoopLine.version());
     }
     if (opt("nm-gpu-models").split(",", -1).length != nms) {
       fail("--nm-gpu-models " + opt("nm-gpu-models") + ": expected " + nms + " models, one per NodeManager");
     }
     conf.set(YarnConfiguration.RM_PLACEMENT_CONSTRAINTS_HANDLER,
         YarnConfiguration.SCHEDULER_RM_PLACEMENT_CONSTRAINTS_HANDLER);
-    conf.set(YarnConfiguration.NM_NODE_ATTRIBUTES_PROVIDER_CONFIG, OwnConfigNodeAttributes.class.getName());
+    conf.set(NM_NODE_ATTRIBUTES_PROVIDER, OWN_CONFIG_NODE_ATTRIBUTES);
   }
 
   /**
@@ -609,32 +628,10 @@ public final class MiniClusterLauncher {
     for (int i = 0; i < nms; i++) {
       String line = models[i].trim().isEmpty() ? "" : "gpu-model,STRING," + models[i].trim();
       Configuration nmConf = yarn.getNodeManager(i).getConfig();
-      nmConf.set(YarnConfiguration.NM_PROVIDER_CONFIGURED_NODE_ATTRIBUTES, line);
+      nmConf.set(NM_CONFIGURED_NODE_ATTRIBUTES, line);
       nmConf.set(YarnConfiguration.NM_ADDRESS, "127.0.0." + (i + 2) + ":0");
       System.out.println("NodeManager " + i + " at 127.0.0." + (i + 2) + ", node attributes: "
           + (line.isEmpty() ? "none" : line));
-    }
-  }
-
-  /**
-   * Hadoop's configured node-attributes provider ({@code yarn.nodemanager.node-attributes.provider=config}), reading
-   * its NodeManager's own configuration: the stock one reads a new {@code YarnConfiguration}, i.e. the classpath's
-   * yarn-site.xml, which the NodeManagers of one JVM share. The same property, parsing and checks otherwise.
-   */
-  public static final class OwnConfigNodeAttributes
-      extends org.apache.hadoop.yarn.server.nodemanager.nodelabels.ConfigurationNodeAttributesProvider {
-    @Override
-    public java.util.TimerTask createTimerTask() {
-      return new java.util.TimerTask() {
-        @Override
-        public void run() {
-          try {
-            setDescriptors(parseAttributes(getConfig().get(YarnConfiguration.NM_PROVIDER_CONFIGURED_NODE_ATTRIBUTES)));
-          } catch (IOException e) {
-            System.err.println("MiniClusterLauncher: bad node attributes: " + e);
-          }
-        }
-      };
     }
   }
 

@@ -23,11 +23,38 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.placement.Localit
  */
 public class GpuFitPlacement<N extends SchedulerNode> extends LocalityAppPlacementAllocator<N> {
 
+  /**
+   * Whether this ResourceManager's allocator has {@code precheckNode(node, mode, diagnostics)} (Hadoop 3.3 and later,
+   * where the two-argument form calls it). Hadoop 3.1 and 3.2 have only {@code precheckNode(node, mode)}: there the
+   * check runs in the two-argument override, and the three-argument one is never called. Decided once, from the
+   * RM's own class, so one jar serves every line.
+   */
+  static final boolean DIAGNOSTICS_API = hasDiagnosticsApi(LocalityAppPlacementAllocator.class);
+
+  static boolean hasDiagnosticsApi(Class<?> allocator) {
+    for (java.lang.reflect.Method m : allocator.getMethods()) {
+      if (m.getName().equals("precheckNode") && m.getParameterCount() == 3) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Hadoop 3.1/3.2: YARN's check, then the GPU fit. Hadoop 3.3+: YARN's, which calls the override below. */
+  @Override
+  public boolean precheckNode(SchedulerNode node, SchedulingMode mode) {
+    if (DIAGNOSTICS_API) {
+      return super.precheckNode(node, mode);
+    }
+    return super.precheckNode(node, mode) && fits(node);
+  }
+
   @Override
   public boolean precheckNode(SchedulerNode node, SchedulingMode mode, Optional<DiagnosticsCollector> dcOpt) {
-    if (!super.precheckNode(node, mode, dcOpt)) {
-      return false;
-    }
+    return super.precheckNode(node, mode, dcOpt) && fits(node);
+  }
+
+  private boolean fits(SchedulerNode node) {
     PendingAsk ask = getPendingAsk(ResourceRequest.ANY);
     Resource r = ask == null ? null : ask.getPerAllocationResource();
     long gpus = GpuResources.value(r, GpuResources.GPU);
