@@ -104,8 +104,10 @@ def torch_env(
 WORKER_SHIM = os.path.abspath(os.path.join(os.path.dirname(__file__), "worker.py"))
 #: elastic (``nnodes`` MIN:MAX), the c10d rendezvous' settings: once the minimum has joined a round it waits 5 s for
 #: more members (torch's default, 30 s, would stall every membership change that long), and a member whose agent sends
-#: no keep-alive for 3 s is dropped (torch's default, 5 s x 3: a lost member held the survivors' next round 15 s)
-ELASTIC_RDZV_CONF = "last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=3"
+#: no keep-alive for 6 s (2 s x 3) is dropped: torch's default, 5 s x 3, held the survivors' next round 15 s after a
+#: loss, and 1 s x 3 let keep-alives grow older than 3 s on a loaded node, where any agent's sync would drop a live
+#: member (benchmarks/bench_rdzv_keepalive.py, results/bench_rdzv_keepalive.txt)
+ELASTIC_RDZV_CONF = "last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=3"
 #: elastic: the agents' environment. By default torch's agents share one TCP store for the workers' bootstrap, hosted by
 #: the agent of the first round's node rank 0, whose address is published only in that first round: an agent joining a
 #: later round (a replacement) waits for it until the store's timeout, and a group that lost that agent keeps its dead

@@ -169,7 +169,8 @@ def _environ(pid: int) -> dict[str, str]:
 def container_group(container_prefix: str, **env) -> int:
     """The process group of the container whose ``CONTAINER_ID`` starts with ``container_prefix`` and whose
     environment has ``env``: the NodeManager starts each container's command in its own session (``setsid``),
-    whose leader has the container's environment."""
+    whose leader has the container's environment. A process of the container that leads a session of its own
+    (torchrun starts each worker so) is not it: its parent is in the container's session."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -179,10 +180,14 @@ def container_group(container_prefix: str, **env) -> int:
             e.get(k) == v for k, v in env.items()
         ):
             try:
-                if os.getpgid(pid) == pid:  # the leader only: its parent (the NM's launcher) is in the NM's group
-                    return pid
-            except ProcessLookupError:
+                if os.getpgid(pid) != pid:  # the leader only: its parent (the NM's launcher) is in the NM's group
+                    continue
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                parent_session = os.getsid(parent)
+            except (ProcessLookupError, OSError, ValueError, IndexError):
                 continue
+            if _environ(parent_session).get("CONTAINER_ID") != e.get("CONTAINER_ID"):
+                return pid
     raise AssertionError(f"no container process {container_prefix}* with {env}")
 
 
