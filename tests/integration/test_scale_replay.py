@@ -33,7 +33,6 @@ def test_melon_packs_where_stock_multi_node_placement_spreads(replayed):
     # Hadoop's ResourceUsageMultiNodeLookupPolicy puts the least used node first: a third of the GPUs asked for touch
     # more nodes than MeLoN's best fit, which fills node by node
     assert melon["nodes_used"] < stock["nodes_used"], (melon, stock)
-    assert melon["unallocated"] < stock["unallocated"]
     assert melon["placed"] == len(seq) and melon["refused"] == 0
 
 

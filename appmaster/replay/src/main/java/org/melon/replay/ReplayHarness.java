@@ -181,6 +181,9 @@ public final class ReplayHarness {
     conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
     conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "1.0");
+    // the node-attribute store's default folder is one per user: two replays at once would share it
+    conf.set(YarnConfiguration.FS_NODE_ATTRIBUTE_STORE_ROOT_DIR,
+        new java.io.File(System.getProperty("java.io.tmpdir"), "node-attribute").toURI().toString());
     conf.set(YarnConfiguration.RM_PLACEMENT_CONSTRAINTS_HANDLER, YarnConfiguration.SCHEDULER_RM_PLACEMENT_CONSTRAINTS_HANDLER);
     // the simulated NodeManagers and AM speak only at registration: nothing may expire during a long replay
     conf.setLong(YarnConfiguration.RM_NM_EXPIRY_INTERVAL_MS, QUIET_MS);
