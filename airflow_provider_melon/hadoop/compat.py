@@ -76,6 +76,24 @@ def missing_feature(version: Optional[str], feature: str) -> Optional[str]:
     return f"Hadoop {str(version).split()[0]} has no {what[:-1]}; added in Hadoop {'.'.join(map(str, since))})"
 
 
+#: Hadoop lines whose CapacityScheduler places an ask with placement constraints (a role's ``gpu_models``) only on
+#: a single-node candidate set, a NodeManager's heartbeat, never under multi-node placement: seen on 3.3.6 in the
+#: replay (``benchmarks/bench_scale.py`` on the gpuspec33 trace); 3.5.0 places them; 3.2 and 3.4 were not checked
+CONSTRAINTS_ON_HEARTBEATS_ONLY = frozenset({(3, 3)})
+
+
+def constraints_on_heartbeats_only(version: Optional[str]) -> Optional[str]:
+    """Why the cluster of ``version`` would never place a constrained ask under multi-node placement; None where it
+    does, or where that is not known."""
+    v = parse_version(version)
+    if v is None or tuple(v[:2]) not in CONSTRAINTS_ON_HEARTBEATS_ONLY:
+        return None
+    return (
+        f"Hadoop {str(version).split()[0]}'s CapacityScheduler places asks with placement constraints only on "
+        "NodeManager heartbeats, never under multi-node placement"
+    )
+
+
 def line_of(version: Optional[str]) -> Optional[HadoopLine]:
     v = parse_version(version)
     return HADOOP_LINES.get((v[0], v[1])) if v and len(v) >= 2 else None
@@ -151,7 +169,9 @@ def am_runs_on(jar_major: int, java: int) -> bool:
 
 __all__ = [
     "AM_MAX_CLASS_MAJOR",
+    "CONSTRAINTS_ON_HEARTBEATS_ONLY",
     "FEATURES",
+    "constraints_on_heartbeats_only",
     "HADOOP_LINES",
     "HadoopLine",
     "JMX_PATH",

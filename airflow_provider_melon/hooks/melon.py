@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import tenacity
 
-from airflow_provider_melon import submission
+from airflow_provider_melon import rm, submission
 from airflow_provider_melon.gpu import context as _context
 from airflow_provider_melon.gpu import learned
 from airflow_provider_melon.gpu import preflight as _preflight
@@ -36,7 +36,7 @@ from airflow_provider_melon.hadoop.bundle import (
     split_code_files,
     write_deterministic_zip,
 )
-from airflow_provider_melon.hadoop.compat import hadoop_version, missing_feature
+from airflow_provider_melon.hadoop.compat import constraints_on_heartbeats_only, hadoop_version, missing_feature
 from airflow_provider_melon.hadoop.hdfs_io import (
     MelonHdfsError,
     Source,
@@ -684,6 +684,14 @@ class MelonHook:
                 f"ResourceManager's {_preflight.PLACEMENT_HANDLER} or Hadoop version could not be read ({exc}): it "
                 "must be 'scheduler', on Hadoop 3.2 or later"
             ) from None
+        on_heartbeats = constraints_on_heartbeats_only(version)
+        if on_heartbeats and self._plugin_orders_nodes():
+            raise _preflight.PreflightError(
+                f"roles {', '.join(n for n, r in spec.roles.items() if r.gpu_models)} name GPU models, but "
+                f"{on_heartbeats}, and this ResourceManager places by the scheduler plug-in's node order (multi-node "
+                "placement): the tasks would wait for ever. Turn multi-node placement off for the job's queue, or "
+                "run on Hadoop 3.5 (docs/scheduler-plugin.md)"
+            )
         try:
             nodes: Optional[list[dict]] = self.nodes()
         except Exception as exc:  # noqa: BLE001 - the operator's pre-flight says so too
@@ -692,6 +700,16 @@ class MelonHook:
         _preflight.ensure_models_placeable(
             nodes, spec.roles, handler, scheduler_type, missing_feature(version, "node-attributes")
         )
+
+    def _plugin_orders_nodes(self) -> bool:
+        """Whether the RM has loaded the scheduler plug-in's node order (its MBean's ``PolicyLoaded``: multi-node
+        placement is on); False where its ``/jmx`` cannot be read (a restricted page: not refused on a guess)."""
+        try:
+            beans = self.yarn.rm_jmx(rm.STATS_MBEAN)
+        except Exception as exc:  # noqa: BLE001 - an unreadable page is no proof either way
+            log.warning("could not read the ResourceManager's /jmx for the scheduler plug-in: %s", exc)
+            return False
+        return any(bool(b.get("PolicyLoaded")) for b in beans)
 
     def largest_gpu_mb(self, models: Optional[list[str]] = None) -> Optional[int]:
         """The memory of the cluster's largest GPU (the RM's RUNNING nodes, as pre-flight reads them), or of its

@@ -82,6 +82,7 @@ def test_the_plan_refuses_a_model_yarn_cannot_carry():
 
 # ---- pre-flight: the nodes' models -------------------------------------------------------------------------------
 
+from airflow_provider_melon import rm  # noqa: E402
 from airflow_provider_melon.gpu import preflight  # noqa: E402
 
 
@@ -192,8 +193,15 @@ def test_refusals_are_listed_together_and_unread_nodes_skip_only_theirs():
 class _Yarn:
     """The RM as MelonHook reads it before a submission; staging is never reached."""
 
-    def __init__(self, handler="scheduler", kind="capacityScheduler", nodes=(), fail=None, version="3.3.6"):
+    def __init__(self, handler="scheduler", kind="capacityScheduler", nodes=(), fail=None, version="3.3.6", beans=()):
         self.handler, self.kind, self._nodes, self.fail, self.version = handler, kind, list(nodes), fail, version
+        self.beans = beans
+
+    def rm_jmx(self, query):
+        assert query == rm.STATS_MBEAN
+        if isinstance(self.beans, Exception):
+            raise self.beans
+        return list(self.beans)
 
     def cluster_info(self):
         return {"clusterInfo": {"hadoopVersion": self.version, "resourceManagerVersion": self.version}}
@@ -234,6 +242,20 @@ def test_the_hook_refuses_before_staging_when_the_handler_is_off_or_unreadable()
         _hook(_Yarn(nodes=[_node("b", "T4")])).check_gpu_models(spec)
     # no models: nothing read
     _hook(_Yarn(fail=AssertionError("not read"))).check_gpu_models(JobSpec.from_dict(_job(gpus=1)))
+
+
+def test_gpu_models_are_refused_on_hadoop_3_3_when_the_rm_places_by_the_plugins_node_order():
+    """Hadoop 3.3's CapacityScheduler never places an ask with placement constraints under multi-node placement (the
+    replay: bench_scale on the gpuspec33 trace): such a job would wait for ever, so it is refused before staging."""
+    spec = JobSpec.from_dict(_job(gpus=1, gpu_models=["A10"]))
+    nodes = [_node("a", "A10")]
+    loaded = [{"PolicyLoaded": True, "Version": "0.1.0"}]
+    with pytest.raises(preflight.PreflightError, match=r"Hadoop 3\.3\.6.*only on NodeManager heartbeats.*node order"):
+        _hook(_Yarn(nodes=nodes, beans=loaded)).check_gpu_models(spec)
+    _hook(_Yarn(nodes=nodes, beans=loaded, version="3.5.0")).check_gpu_models(spec)  # 3.5 places them
+    _hook(_Yarn(nodes=nodes, beans=[{"PolicyLoaded": False}])).check_gpu_models(spec)  # heartbeat placement
+    _hook(_Yarn(nodes=nodes)).check_gpu_models(spec)  # no plug-in on this RM
+    _hook(_Yarn(nodes=nodes, beans=RuntimeError("HTTP 403"))).check_gpu_models(spec)  # /jmx unreadable: not refused
 
 
 def test_a_submission_is_refused_before_anything_is_staged():
