@@ -80,12 +80,14 @@ out, name, command, success, roles, env, timeout, url, size, ts = sys.argv[1:]
 roles = json.loads(roles)
 for role in roles:
     role.setdefault("gpu_models", [])  # any node (plan.schema.json requires the field)
+    role.setdefault("restart_gang", False)  # a lost task is restarted alone
 json.dump({"app_name": name, "roles": roles, "success_role": None if success == "null" else success,
            "command": command, "env": json.loads(env),
            "local_resources": [{"name": "smoke_task.py", "url": url, "type": "FILE", "visibility": "APPLICATION",
                                 "size": int(size), "timestamp": int(ts)}],
            "register_timeout_s": int(timeout), "output_role": None, "gang_hold_s": 0, "queue_timeout_s": 0,
-           "elastic_grace_s": 60, "labels": {}, "staged": [], "status_file": None}, open(out, "w"))
+           "elastic_grace_s": 60, "labels": {}, "staged": [], "status_file": None,
+           "rendezvous_store": None, "stall_timeout_s": 0}, open(out, "w"))
 EOF
   read -r PLAN_SIZE PLAN_TS < <(upload "$plan" "$DIR/$1-plan.json")
   local app
