@@ -569,10 +569,7 @@ class TaskBookTest {
 
   @Test
   void anOomOutsideTheAllocatorGrowsTheContextReserveNotTheExpectedMemory() {
-    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
-        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
-        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
-    try {
+    withGpuResourceTypes(() -> {
       TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 4096, gpu_context_mb: 1024}]}");
       Task w0 = book.task("worker", 0);
       String log = logOf(() -> oom(book, place(book, w0, "node-a"), "{cap_mb: 4096, peak_mb: 1200, largest_gpu_mb:"
@@ -595,17 +592,12 @@ class TaskBookTest {
       assertTrue(book.diagnostics().startsWith("task worker:0 ran out of GPU memory outside its framework's allocator"
           + " (its context reserve 1536 MiB; cap 6144 MiB; peak seen unknown): grown 2 of 2 times; the CUDA context,"
           + " cuBLAS/cuDNN workspaces or NCCL buffers need more than 1536 MiB beside the cap"), book.diagnostics());
-    } finally {
-      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
-    }
+    });
   }
 
   @Test
   void aGrantForATasksSizeBeforeItsOomGrowthIsGivenBack() {
-    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
-        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
-        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
-    try {
+    withGpuResourceTypes(() -> {
       TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 4096, gpu_context_mb: 1024}]}");
       Task w0 = book.task("worker", 0);
       oom(book, place(book, w0, "node-a"), "{cap_mb: 4096, peak_mb: 4000, largest_gpu_mb: 16384, signature: 'x',"
@@ -618,9 +610,7 @@ class TaskBookTest {
       Container grown = Fixtures.container(w0, "node-b");
       grown.getResource().setResourceValue(MelonApplicationMaster.GPU_MEM, 7168);
       assertSame(w0, book.allocated(grown));
-    } finally {
-      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
-    }
+    });
   }
 
   @Test
@@ -699,10 +689,7 @@ class TaskBookTest {
 
   @Test
   void aSharedTaskAsksForItsSlotUntilItsGrownMemoryOutgrowsIt() {
-    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
-        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
-        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
-    try {
+    withGpuResourceTypes(() -> {
       TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 4000, gpu_context_mb: 400,"
           + " gpu_slot_mb: 8192}]}");
       Task w0 = book.task("worker", 0);
@@ -714,17 +701,12 @@ class TaskBookTest {
       oom(book, place(book, w0, "node-a"), "{cap_mb: 6000, peak_mb: null, largest_gpu_mb: 32768, signature: 'x'}");
       assertEquals(9400, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM),
           "9000 + 400 outgrew the slot");
-    } finally {
-      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
-    }
+    });
   }
 
   @Test
   void theCudaContextIsReservedBesideTheExpectedMemoryAndLeftRoomOnTheLargestGpu() {
-    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
-        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
-        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
-    try {
+    withGpuResourceTypes(() -> {
       TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 10000, gpu_context_mb: 400}]}");
       Task w0 = book.task("worker", 0);
       assertEquals(10400, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
@@ -733,9 +715,7 @@ class TaskBookTest {
       oom(book, place(book, w0, "node-a"), "{cap_mb: 15000, peak_mb: null, largest_gpu_mb: 16384, signature: 'x'}");
       assertEquals(15984, w0.expectedMb, "not 22500: the GPU must hold the context too");
       assertEquals(16384, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
-    } finally {
-      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
-    }
+    });
   }
 
   @Test
@@ -872,10 +852,7 @@ class TaskBookTest {
 
   @Test
   void theContainerRequestCarriesTheTasksGrownMemory() {
-    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
-        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
-        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
-    try {
+    withGpuResourceTypes(() -> {
       TaskBook book = book("{roles: [{name: 'worker', instances: 1, gpu_memory_mb: 1024, memory_mb: 2048}]}");
       Task w0 = book.task("worker", 0);
       assertEquals(1024, MelonApplicationMaster.resource(w0).getResourceValue(MelonApplicationMaster.GPU_MEM));
@@ -883,9 +860,7 @@ class TaskBookTest {
       Resource grown = MelonApplicationMaster.resource(w0);
       assertEquals(1536, grown.getResourceValue(MelonApplicationMaster.GPU_MEM));
       assertEquals(2048, grown.getMemorySize());
-    } finally {  // back to memory and vcores only (the no-argument reset leaves the type count stale)
-      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
-    }
+    });
   }
 
   // ---------------------------------------------------------------- untracked roles and the outcome
@@ -986,5 +961,18 @@ class TaskBookTest {
     assertNull(book.allocated(Fixtures.container(book.task("worker", 1), "node-a")), "nor new containers");
     book.stopped(c.get("ps:0").getId());
     assertEquals(State.KILLED, book.task("ps", 0).state);
+  }
+
+  /** Runs {@code body} with the cluster's resource types declared, the GPU ones too (as an RM with them answers the
+   * AM), then resets them for the other tests. */
+  private static void withGpuResourceTypes(Runnable body) {
+    ResourceUtils.reinitializeResources(List.of(ResourceTypeInfo.newInstance("memory-mb", "Mi"),
+        ResourceTypeInfo.newInstance("vcores"), ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU),
+        ResourceTypeInfo.newInstance(MelonApplicationMaster.GPU_MEM, "Mi")));
+    try {
+      body.run();
+    } finally {  // back to memory and vcores only (the no-argument reset leaves the type count stale)
+      ResourceUtils.resetResourceTypes(new org.apache.hadoop.conf.Configuration(false));
+    }
   }
 }
